@@ -1,0 +1,174 @@
+//! Precomputed answers and the one function that writes them.
+//!
+//! An [`Answer`] is the bytes of a complete response built when the snapshot is
+//! compiled: the status line and fixed headers, then the body. Writing it costs
+//! three or four `memcpy`s into the caller's buffer: the head, the shard's
+//! cached `Date` line, the connection line when one is needed, the body. The
+//! buffer is the connection's own and keeps its capacity between requests, so
+//! a warmed-up connection allocates nothing here.
+
+/// What the connection adds to a precomputed answer.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteCtx<'a> {
+    /// The shard's cached `Date: ...\r\n` line.
+    pub date_line: &'a [u8],
+    /// `HEAD` request: write the headers only (Content-Length stays).
+    pub head_only: bool,
+    /// The connection closes after this response: add `Connection: close`.
+    pub close: bool,
+    /// HTTP/1.0 client that asked for keep-alive and keeps it: say so.
+    pub keep_alive_10: bool,
+}
+
+/// A complete response, precomputed. `head` is the status line and every
+/// fixed header, each ending in CRLF, without the blank line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    head: Box<[u8]>,
+    body: Box<[u8]>,
+}
+
+impl Answer {
+    /// Builds an answer. `headers` are (name, value) pairs written in order
+    /// after the status line; `Content-Length` is added from the body.
+    /// Allocates (compile time only).
+    pub fn new(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+        let mut head = Vec::with_capacity(128);
+        head.extend_from_slice(b"HTTP/1.1 ");
+        head.extend_from_slice(status.to_string().as_bytes());
+        head.push(b' ');
+        head.extend_from_slice(reason_phrase(status).as_bytes());
+        head.extend_from_slice(b"\r\n");
+        for (name, value) in headers {
+            head.extend_from_slice(name.as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value.as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
+        // 204 and 304 carry no body and no Content-Length; 1xx never come here.
+        if status != 204 && status != 304 {
+            head.extend_from_slice(b"Content-Length: ");
+            head.extend_from_slice(body.len().to_string().as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
+        Answer {
+            status,
+            head: head.into_boxed_slice(),
+            body: body.to_vec().into_boxed_slice(),
+        }
+    }
+
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    /// Appends the response to `out`. O(len), no allocation once `out` has
+    /// the capacity.
+    #[inline]
+    pub fn write_into(&self, out: &mut Vec<u8>, ctx: &WriteCtx<'_>) {
+        out.extend_from_slice(&self.head);
+        finish_head(out, ctx);
+        if !ctx.head_only {
+            out.extend_from_slice(&self.body);
+        }
+    }
+}
+
+/// Writes the per-request tail of a head: Date, the connection line, the blank line.
+#[inline]
+pub fn finish_head(out: &mut Vec<u8>, ctx: &WriteCtx<'_>) {
+    out.extend_from_slice(ctx.date_line);
+    if ctx.close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    } else if ctx.keep_alive_10 {
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The reason phrase of a status code ("" for one we do not name).
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        206 => "Partial Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        410 => "Gone",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        421 => "Misdirected Request",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DATE: &[u8] = b"Date: Mon, 30 Nov 2026 05:00:00 GMT\r\n";
+
+    fn ctx(head_only: bool, close: bool) -> WriteCtx<'static> {
+        WriteCtx {
+            date_line: DATE,
+            head_only,
+            close,
+            keep_alive_10: false,
+        }
+    }
+
+    #[test]
+    fn answer_writes_head_date_and_body() {
+        let a = Answer::new(200, &[("Content-Type", "text/plain")], b"hi");
+        let mut out = Vec::new();
+        a.write_into(&mut out, &ctx(false, false));
+        assert_eq!(
+            out,
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nDate: Mon, 30 Nov 2026 05:00:00 GMT\r\n\r\nhi"
+        );
+    }
+
+    #[test]
+    fn head_request_keeps_length_and_drops_body() {
+        let a = Answer::new(404, &[], b"gone");
+        let mut out = Vec::new();
+        a.write_into(&mut out, &ctx(true, true));
+        assert_eq!(
+            out,
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\nDate: Mon, 30 Nov 2026 05:00:00 GMT\r\nConnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn no_content_has_no_length() {
+        let a = Answer::new(204, &[], b"");
+        assert_eq!(a.head(), b"HTTP/1.1 204 No Content\r\n");
+    }
+}

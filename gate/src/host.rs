@@ -1,0 +1,281 @@
+//! Host matching and the fixed-answer host kinds.
+//!
+//! A request's `Host` is lowercased, stripped of its port and of one trailing
+//! dot, then looked up: exact names first, then `*.suffix` wildcards (the
+//! longest suffix wins; a wildcard matches any depth of subdomain but not the
+//! bare suffix), then the default host. The lookup copies the name into a
+//! stack buffer and hashes it: no allocation.
+
+use crate::answer::{finish_head, reason_phrase, Answer, WriteCtx};
+use std::collections::HashMap;
+
+/// Index of a host in its snapshot.
+pub type HostId = u32;
+
+/// Longest host name looked up; longer names match nothing (DNS caps at 253).
+pub const MAX_HOST_BYTES: usize = 253;
+
+#[derive(Clone, Debug, Default)]
+pub struct HostTable {
+    exact: HashMap<Box<[u8]>, HostId>,
+    /// (".suffix", id), longest suffix first.
+    wildcards: Vec<(Box<[u8]>, HostId)>,
+    default: Option<HostId>,
+}
+
+/// Why a name could not be added.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostNameError {
+    Duplicate,
+    Invalid,
+}
+
+impl HostTable {
+    /// Adds a name (`example.com` or `*.example.com`). Allocates.
+    pub fn insert(&mut self, name: &str, id: HostId) -> Result<(), HostNameError> {
+        let lower = name.to_ascii_lowercase();
+        let lower = lower.strip_suffix('.').unwrap_or(&lower).to_string();
+        if let Some(suffix) = lower.strip_prefix("*.") {
+            if !valid_name(suffix) {
+                return Err(HostNameError::Invalid);
+            }
+            let key: Box<[u8]> = format!(".{suffix}").into_bytes().into_boxed_slice();
+            if self.wildcards.iter().any(|(k, _)| *k == key) {
+                return Err(HostNameError::Duplicate);
+            }
+            self.wildcards.push((key, id));
+            self.wildcards.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+            return Ok(());
+        }
+        if !valid_name(&lower) {
+            return Err(HostNameError::Invalid);
+        }
+        let key = lower.into_bytes().into_boxed_slice();
+        if self.exact.contains_key(&key) {
+            return Err(HostNameError::Duplicate);
+        }
+        self.exact.insert(key, id);
+        Ok(())
+    }
+
+    pub fn set_default(&mut self, id: HostId) {
+        self.default = Some(id);
+    }
+
+    pub fn default_host(&self) -> Option<HostId> {
+        self.default
+    }
+
+    /// Finds the host for a `Host` header value (None: no header). O(name +
+    /// wildcards), no allocation.
+    pub fn lookup(&self, host_header: Option<&[u8]>) -> Option<HostId> {
+        let Some(raw) = host_header else {
+            return self.default;
+        };
+        let mut buf = [0u8; MAX_HOST_BYTES];
+        let Some(name) = normalize(raw, &mut buf) else {
+            return self.default;
+        };
+        if let Some(&id) = self.exact.get(name) {
+            return Some(id);
+        }
+        for (suffix, id) in &self.wildcards {
+            if name.len() > suffix.len() && name.ends_with(suffix) {
+                return Some(*id);
+            }
+        }
+        self.default
+    }
+}
+
+/// Lowercases `raw` into `buf` without its port and trailing dot.
+fn normalize<'b>(raw: &[u8], buf: &'b mut [u8; MAX_HOST_BYTES]) -> Option<&'b [u8]> {
+    let raw = raw.trim_ascii();
+    let name = if raw.first() == Some(&b'[') {
+        let end = raw.iter().position(|&b| b == b']')?;
+        &raw[..=end]
+    } else {
+        match raw.iter().rposition(|&b| b == b':') {
+            Some(colon) => &raw[..colon],
+            None => raw,
+        }
+    };
+    let name = name.strip_suffix(b".").unwrap_or(name);
+    if name.is_empty() || name.len() > MAX_HOST_BYTES {
+        return None;
+    }
+    let out = &mut buf[..name.len()];
+    for (o, &b) in out.iter_mut().zip(name) {
+        *o = b.to_ascii_lowercase();
+    }
+    Some(out)
+}
+
+/// Whether `name` is a host name or address literal a profile may list.
+pub fn valid_name(name: &str) -> bool {
+    if name.is_empty() || name.len() > MAX_HOST_BYTES {
+        return false;
+    }
+    if name.starts_with('[') && name.ends_with(']') {
+        return name[1..name.len() - 1].parse::<std::net::Ipv6Addr>().is_ok();
+    }
+    name.split('.').all(|label| {
+        !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
+}
+
+/// What a `redirect` host keeps of the request target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeepTarget {
+    Nothing,
+    Path,
+    PathAndQuery,
+}
+
+/// A precomputed redirect: `prefix` ends inside the Location value so the
+/// request's path can be appended.
+#[derive(Clone, Debug)]
+pub struct Redirect {
+    pub status: u16,
+    prefix: Box<[u8]>,
+    rest: Box<[u8]>,
+    keep: KeepTarget,
+}
+
+impl Redirect {
+    /// Allocates (compile time only). `target` is an absolute URL or path
+    /// without CR or LF (the profile validator ensures it).
+    pub fn new(status: u16, target: &str, keep: KeepTarget, headers: &[(&str, &str)]) -> Redirect {
+        let mut prefix = format!("HTTP/1.1 {status} {}\r\nLocation: ", reason_phrase(status));
+        let target = if keep == KeepTarget::Nothing {
+            target
+        } else {
+            target.trim_end_matches('/')
+        };
+        prefix.push_str(target);
+        let mut rest = String::from("\r\n");
+        for (n, v) in headers {
+            rest.push_str(&format!("{n}: {v}\r\n"));
+        }
+        rest.push_str("Content-Length: 0\r\n");
+        Redirect {
+            status,
+            prefix: prefix.into_bytes().into_boxed_slice(),
+            rest: rest.into_bytes().into_boxed_slice(),
+            keep,
+        }
+    }
+
+    /// Writes the redirect for a request with raw target `target`
+    /// (origin form, already validated by the parser). No allocation once
+    /// `out` has capacity.
+    #[inline]
+    pub fn write_into(&self, out: &mut Vec<u8>, target: &[u8], ctx: &WriteCtx<'_>) {
+        out.extend_from_slice(&self.prefix);
+        let kept = match self.keep {
+            KeepTarget::Nothing => &target[..0],
+            KeepTarget::Path => {
+                let end = target.iter().position(|&b| b == b'?').unwrap_or(target.len());
+                &target[..end]
+            }
+            KeepTarget::PathAndQuery => target,
+        };
+        if kept.first() == Some(&b'/') {
+            out.extend_from_slice(kept);
+        } else if self.keep != KeepTarget::Nothing {
+            out.push(b'/');
+        }
+        out.extend_from_slice(&self.rest);
+        finish_head(out, ctx);
+    }
+}
+
+/// What a matched host does.
+#[derive(Clone, Debug)]
+pub enum HostAction {
+    /// A fixed answer.
+    Respond(Answer),
+    /// A redirect.
+    Redirect(Redirect),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> HostTable {
+        let mut t = HostTable::default();
+        t.insert("Example.com", 0).unwrap();
+        t.insert("*.example.com", 1).unwrap();
+        t.insert("*.api.example.com", 2).unwrap();
+        t.insert("[::1]", 3).unwrap();
+        t
+    }
+
+    #[test]
+    fn exact_names_ignore_case_port_and_trailing_dot() {
+        let t = table();
+        assert_eq!(t.lookup(Some(b"example.com")), Some(0));
+        assert_eq!(t.lookup(Some(b"EXAMPLE.COM:8080")), Some(0));
+        assert_eq!(t.lookup(Some(b"example.com.")), Some(0));
+        assert_eq!(t.lookup(Some(b"[::1]:8080")), Some(3));
+    }
+
+    #[test]
+    fn longest_wildcard_wins_and_bare_suffix_does_not_match() {
+        let t = table();
+        assert_eq!(t.lookup(Some(b"www.example.com")), Some(1));
+        assert_eq!(t.lookup(Some(b"a.b.example.com")), Some(1));
+        assert_eq!(t.lookup(Some(b"v1.api.example.com")), Some(2));
+        assert_eq!(t.lookup(Some(b"api.example.com")), Some(1));
+        assert_eq!(t.lookup(Some(b"notexample.com")), None);
+    }
+
+    #[test]
+    fn unknown_or_missing_host_falls_to_default() {
+        let mut t = table();
+        assert_eq!(t.lookup(Some(b"other.org")), None);
+        t.set_default(9);
+        assert_eq!(t.lookup(Some(b"other.org")), Some(9));
+        assert_eq!(t.lookup(None), Some(9));
+        assert_eq!(t.lookup(Some(&[b'a'; 300])), Some(9));
+    }
+
+    #[test]
+    fn duplicates_and_invalid_names_are_refused() {
+        let mut t = table();
+        assert_eq!(t.insert("EXAMPLE.com", 5), Err(HostNameError::Duplicate));
+        assert_eq!(t.insert("*.example.com", 5), Err(HostNameError::Duplicate));
+        assert_eq!(t.insert("bad name", 5), Err(HostNameError::Invalid));
+        assert_eq!(t.insert("a..b", 5), Err(HostNameError::Invalid));
+    }
+
+    #[test]
+    fn redirect_keeps_what_it_is_told() {
+        let ctx = WriteCtx {
+            date_line: b"Date: x\r\n",
+            head_only: false,
+            close: false,
+            keep_alive_10: false,
+        };
+        let r = Redirect::new(301, "https://example.com/", KeepTarget::PathAndQuery, &[]);
+        let mut out = Vec::new();
+        r.write_into(&mut out, b"/a/b?c=1", &ctx);
+        assert_eq!(
+            out,
+            b"HTTP/1.1 301 Moved Permanently\r\nLocation: https://example.com/a/b?c=1\r\nContent-Length: 0\r\nDate: x\r\n\r\n"
+        );
+        let r = Redirect::new(302, "https://example.com", KeepTarget::Path, &[]);
+        out.clear();
+        r.write_into(&mut out, b"/a?c=1", &ctx);
+        assert!(out.starts_with(b"HTTP/1.1 302 Found\r\nLocation: https://example.com/a\r\n"));
+        let r = Redirect::new(308, "https://example.com/x", KeepTarget::Nothing, &[]);
+        out.clear();
+        r.write_into(&mut out, b"/a?c=1", &ctx);
+        assert!(out.starts_with(b"HTTP/1.1 308 Permanent Redirect\r\nLocation: https://example.com/x\r\n"));
+    }
+}

@@ -1,0 +1,21 @@
+//! The gate: Gapura's policy engine.
+//!
+//! This crate owns the immutable, compiled form of a profile (the [`Snapshot`]),
+//! the decision a request gets from it ([`Verdict`]), and the precomputed bytes
+//! of every fixed answer (error pages, `respond` hosts, redirects).
+//!
+//! It must never do I/O, read a clock, be async, or allocate on the decision
+//! path: time and request facts are passed in, answers are written into a
+//! buffer the caller owns. Allocation happens only when a snapshot is built.
+
+pub mod answer;
+pub mod host;
+pub mod limits;
+pub mod pages;
+pub mod snapshot;
+
+pub use answer::{Answer, WriteCtx};
+pub use host::{HostAction, HostId, HostTable, Redirect};
+pub use limits::{LimitRefusal, RequestLimits};
+pub use pages::{ErrorPages, ErrorStatus};
+pub use snapshot::{ServerSettings, Snapshot, Verdict};

@@ -1,0 +1,210 @@
+//! Built-in error pages, precomputed per snapshot.
+//!
+//! Every refusal the gate or the server can give has a page here: HTML for a
+//! client whose `Accept` includes `text/html`, plain text otherwise, both with
+//! `Cache-Control: no-store` and the security headers. The HTML page has one
+//! inline style and no script; its CSP allows exactly that style by hash.
+//! Choosing and writing a page is an index and a copy: no allocation.
+
+use crate::answer::{reason_phrase, Answer};
+use base64::Engine;
+use sha2::{Digest, Sha256};
+
+/// Every status the gate answers with a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ErrorStatus {
+    BadRequest = 0,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    UriTooLong,
+    MisdirectedRequest,
+    TooManyRequests,
+    HeaderFieldsTooLarge,
+    BadGateway,
+    ServiceUnavailable,
+    GatewayTimeout,
+}
+
+impl ErrorStatus {
+    pub const ALL: [ErrorStatus; 11] = [
+        ErrorStatus::BadRequest,
+        ErrorStatus::Forbidden,
+        ErrorStatus::NotFound,
+        ErrorStatus::PayloadTooLarge,
+        ErrorStatus::UriTooLong,
+        ErrorStatus::MisdirectedRequest,
+        ErrorStatus::TooManyRequests,
+        ErrorStatus::HeaderFieldsTooLarge,
+        ErrorStatus::BadGateway,
+        ErrorStatus::ServiceUnavailable,
+        ErrorStatus::GatewayTimeout,
+    ];
+
+    pub fn code(self) -> u16 {
+        match self {
+            ErrorStatus::BadRequest => 400,
+            ErrorStatus::Forbidden => 403,
+            ErrorStatus::NotFound => 404,
+            ErrorStatus::PayloadTooLarge => 413,
+            ErrorStatus::UriTooLong => 414,
+            ErrorStatus::MisdirectedRequest => 421,
+            ErrorStatus::TooManyRequests => 429,
+            ErrorStatus::HeaderFieldsTooLarge => 431,
+            ErrorStatus::BadGateway => 502,
+            ErrorStatus::ServiceUnavailable => 503,
+            ErrorStatus::GatewayTimeout => 504,
+        }
+    }
+
+    pub fn from_code(code: u16) -> Option<ErrorStatus> {
+        ErrorStatus::ALL.into_iter().find(|s| s.code() == code)
+    }
+
+    /// The one sentence the page says.
+    pub fn sentence(self) -> &'static str {
+        match self {
+            ErrorStatus::BadRequest => "The request could not be understood.",
+            ErrorStatus::Forbidden => "You are not allowed to reach this page.",
+            ErrorStatus::NotFound => "There is nothing at this address.",
+            ErrorStatus::PayloadTooLarge => "The request body is larger than this site accepts.",
+            ErrorStatus::UriTooLong => "The address is longer than this site accepts.",
+            ErrorStatus::MisdirectedRequest => "This server does not serve the requested host.",
+            ErrorStatus::TooManyRequests => "Too many requests. Please slow down and try again.",
+            ErrorStatus::HeaderFieldsTooLarge => {
+                "The request headers are larger than this site accepts."
+            }
+            ErrorStatus::BadGateway => "The upstream server sent no valid answer.",
+            ErrorStatus::ServiceUnavailable => "The service is unavailable right now.",
+            ErrorStatus::GatewayTimeout => "The upstream server did not answer in time.",
+        }
+    }
+}
+
+const STYLE: &str = "body{margin:0;font:16px/1.5 system-ui,sans-serif;background:#f4f1ea;color:#2b2620;display:flex;min-height:100vh;align-items:center;justify-content:center}main{background:#fff;border:1px solid #ddd3c0;border-radius:8px;padding:2rem 2.5rem;max-width:32rem}p.s{color:#8a7f6d;margin:0}h1{margin:.25rem 0 1rem;font-size:1.6rem}footer{margin-top:1.5rem;color:#8a7f6d;font-size:.8rem}";
+
+/// The CSP of a built-in page: nothing loads, only the one hashed style applies.
+pub fn builtin_csp() -> String {
+    let digest = Sha256::digest(STYLE.as_bytes());
+    let hash = base64::engine::general_purpose::STANDARD.encode(digest);
+    format!("default-src 'none'; style-src 'sha256-{hash}'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+}
+
+fn builtin_html(status: ErrorStatus) -> String {
+    let code = status.code();
+    let reason = reason_phrase(code);
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{code} {reason}</title><style>{STYLE}</style></head><body><main><p class=\"s\">{code}</p><h1>{reason}</h1><p>{}</p><footer>gapura</footer></main></body></html>\n",
+        status.sentence()
+    )
+}
+
+/// A page in its two forms.
+#[derive(Clone, Debug)]
+pub struct Page {
+    pub html: Answer,
+    pub text: Answer,
+}
+
+/// The pages of one snapshot, indexed by [`ErrorStatus`].
+#[derive(Clone, Debug)]
+pub struct ErrorPages {
+    pages: Vec<Page>,
+}
+
+impl ErrorPages {
+    /// The built-in set. Allocates (compile time only).
+    pub fn builtin() -> ErrorPages {
+        let csp = builtin_csp();
+        let pages = ErrorStatus::ALL
+            .iter()
+            .map(|&s| {
+                let common: [(&str, &str); 3] = [
+                    ("Cache-Control", "no-store"),
+                    ("Referrer-Policy", "no-referrer"),
+                    ("X-Content-Type-Options", "nosniff"),
+                ];
+                let mut html_headers = vec![("Content-Type", "text/html; charset=utf-8")];
+                html_headers.extend_from_slice(&common);
+                html_headers.push(("Content-Security-Policy", csp.as_str()));
+                let mut text_headers = vec![("Content-Type", "text/plain; charset=utf-8")];
+                text_headers.extend_from_slice(&common);
+                let text = format!("{} {}\n{}\n", s.code(), reason_phrase(s.code()), s.sentence());
+                Page {
+                    html: Answer::new(s.code(), &html_headers, builtin_html(s).as_bytes()),
+                    text: Answer::new(s.code(), &text_headers, text.as_bytes()),
+                }
+            })
+            .collect();
+        ErrorPages { pages }
+    }
+
+    /// The page for `status` in the form the client asked for. O(1).
+    #[inline]
+    pub fn get(&self, status: ErrorStatus, wants_html: bool) -> &Answer {
+        let page = &self.pages[status as usize];
+        if wants_html {
+            &page.html
+        } else {
+            &page.text
+        }
+    }
+}
+
+/// Whether an `Accept` value includes `text/html`. O(n), no allocation.
+#[inline]
+pub fn accepts_html(accept: &[u8]) -> bool {
+    accept
+        .windows(9)
+        .any(|w| w.eq_ignore_ascii_case(b"text/html"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_has_both_forms_with_no_store() {
+        let pages = ErrorPages::builtin();
+        for s in ErrorStatus::ALL {
+            for html in [false, true] {
+                let a = pages.get(s, html);
+                assert_eq!(a.status, s.code());
+                let head = String::from_utf8(a.head().to_vec()).unwrap();
+                assert!(head.starts_with(&format!("HTTP/1.1 {} ", s.code())));
+                assert!(head.contains("Cache-Control: no-store\r\n"));
+                assert!(head.contains("X-Content-Type-Options: nosniff\r\n"));
+                assert!(head.contains("Referrer-Policy: no-referrer\r\n"));
+                assert_eq!(head.contains("Content-Security-Policy"), html);
+                assert_eq!(head.contains("text/html"), html);
+            }
+        }
+    }
+
+    #[test]
+    fn html_page_is_ascii_and_scriptless() {
+        let pages = ErrorPages::builtin();
+        let body = pages.get(ErrorStatus::NotFound, true).body();
+        assert!(body.is_ascii());
+        let s = std::str::from_utf8(body).unwrap();
+        assert!(!s.contains("<script"));
+        assert!(s.contains("<h1>Not Found</h1>"));
+    }
+
+    #[test]
+    fn accept_detection_is_case_insensitive() {
+        assert!(accepts_html(b"text/html,application/xhtml+xml"));
+        assert!(accepts_html(b"TEXT/HTML"));
+        assert!(!accepts_html(b"*/*"));
+        assert!(!accepts_html(b"application/json"));
+    }
+
+    #[test]
+    fn status_codes_round_trip() {
+        for s in ErrorStatus::ALL {
+            assert_eq!(ErrorStatus::from_code(s.code()), Some(s));
+        }
+        assert_eq!(ErrorStatus::from_code(200), None);
+    }
+}
