@@ -1,0 +1,432 @@
+//! Request head parsing and framing decisions.
+//!
+//! `parse_head` runs httparse over the buffer with a fixed array of
+//! `OUTER_MAX_HEADERS` headers, then derives the facts the server needs in
+//! one pass: Host, the body framing, the connection tokens, `Expect`, whether
+//! the client wants HTML, and the header count and bytes the limits judge.
+//! Every ambiguity that could let two parsers disagree about where a request
+//! ends is an error: Content-Length with Transfer-Encoding, differing
+//! Content-Length values, a Transfer-Encoding whose last coding is not
+//! `chunked` or that names `chunked` twice, duplicate Host, obs-fold, bare CR,
+//! invalid header names. O(head length), no allocation.
+
+use gapura_gate::limits::{OUTER_MAX_HEADERS, OUTER_MAX_HEAD_BYTES, URL_BYTES_BOUNDS};
+use std::mem::MaybeUninit;
+use std::ops::Range;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Post,
+    Put,
+    Delete,
+    Options,
+    Patch,
+    Connect,
+    Other,
+}
+
+impl Method {
+    fn from_bytes(m: &str) -> Method {
+        match m {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "DELETE" => Method::Delete,
+            "OPTIONS" => Method::Options,
+            "PATCH" => Method::Patch,
+            "CONNECT" => Method::Connect,
+            _ => Method::Other,
+        }
+    }
+}
+
+/// How the request body is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFraming {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// Why a head was refused before any policy saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadError {
+    /// Malformed or ambiguous: 400 and close.
+    Malformed(&'static str),
+    /// The request line alone is longer than any host allows: 414.
+    UrlTooLong,
+    /// The head is larger than the outer bound, or has more lines: 431.
+    TooLarge,
+}
+
+/// A complete request head. Ranges index the buffer given to `parse_head`.
+#[derive(Clone, Debug)]
+pub struct ParsedHead {
+    pub method: Method,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub version: u8,
+    /// The raw target as sent.
+    pub target: Range<usize>,
+    /// Path and query of the target (origin form; the path of an absolute form).
+    pub path: Range<usize>,
+    /// Host from an absolute-form target, else the Host header.
+    pub host: Option<Range<usize>>,
+    pub framing: BodyFraming,
+    /// `Connection: close` (1.1) or no `keep-alive` (1.0).
+    pub close: bool,
+    /// 1.0 client that asked for keep-alive.
+    pub keep_alive_10: bool,
+    pub upgrade: bool,
+    pub expect_continue: bool,
+    pub wants_html: bool,
+    pub header_count: usize,
+    pub header_bytes: usize,
+    /// Bytes of the head including the final blank line.
+    pub head_len: usize,
+}
+
+/// Outcome of one parse attempt.
+#[derive(Debug)]
+pub enum Parse {
+    Complete(ParsedHead),
+    /// Need more bytes; nothing is wrong so far.
+    Partial,
+    Error(HeadError),
+}
+
+fn offset(buf: &[u8], part: &[u8]) -> Range<usize> {
+    let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+    start..start + part.len()
+}
+
+fn has_token(value: &[u8], token: &[u8]) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+fn parse_length(value: &[u8]) -> Option<u64> {
+    // A list of identical values ("5, 5") is one value; anything else fails.
+    let mut found: Option<u64> = None;
+    for part in value.split(|&b| b == b',') {
+        let part = part.trim_ascii();
+        if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n = part
+            .iter()
+            .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0'));
+        match found {
+            Some(prev) if prev != n => return None,
+            _ => found = Some(n),
+        }
+    }
+    found
+}
+
+/// Parses a request head at the start of `buf`. O(n), no allocation.
+pub fn parse_head(buf: &[u8]) -> Parse {
+    let mut headers: [MaybeUninit<httparse::Header<'_>>; OUTER_MAX_HEADERS] =
+        [const { MaybeUninit::uninit() }; OUTER_MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let head_len = match req.parse_with_uninit_headers(buf, &mut headers) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            return Parse::Partial.bounded(buf);
+        }
+        Err(httparse::Error::TooManyHeaders) => return Parse::Error(HeadError::TooLarge),
+        Err(e) => {
+            return Parse::Error(HeadError::Malformed(match e {
+                httparse::Error::HeaderName => "invalid header name",
+                httparse::Error::HeaderValue => "invalid header value",
+                httparse::Error::NewLine => "invalid line ending",
+                httparse::Error::Token => "invalid token",
+                httparse::Error::Version => "invalid version",
+                _ => "malformed request",
+            }))
+        }
+    };
+    if head_len > OUTER_MAX_HEAD_BYTES {
+        return Parse::Error(HeadError::TooLarge);
+    }
+    let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
+        return Parse::Error(HeadError::Malformed("incomplete request line"));
+    };
+    let method = Method::from_bytes(method);
+    if method == Method::Connect {
+        return Parse::Error(HeadError::Malformed("CONNECT is not served"));
+    }
+    let target = offset(buf, path.as_bytes());
+    let raw_target = path.as_bytes();
+    let mut host_from_target = None;
+    let mut path_range = target.clone();
+    if raw_target.first() == Some(&b'/') || raw_target == b"*" {
+        // origin form or asterisk form
+    } else if let Some(rest) = strip_scheme(raw_target) {
+        let auth_start = raw_target.len() - rest.len();
+        let auth_end = rest
+            .iter()
+            .position(|&b| b == b'/' || b == b'?')
+            .unwrap_or(rest.len());
+        if auth_end == 0 {
+            return Parse::Error(HeadError::Malformed("empty authority"));
+        }
+        host_from_target = Some(target.start + auth_start..target.start + auth_start + auth_end);
+        path_range = target.start + auth_start + auth_end..target.end;
+    } else {
+        return Parse::Error(HeadError::Malformed("unsupported request target"));
+    }
+
+    let mut host: Option<Range<usize>> = None;
+    let mut content_length: Option<u64> = None;
+    let mut te_seen = false;
+    let mut chunked_last = false;
+    let mut chunked_count = 0u32;
+    let mut conn_close = false;
+    let mut conn_keep_alive = false;
+    let mut upgrade = false;
+    let mut expect_continue = false;
+    let mut wants_html = false;
+    let mut header_bytes = 0usize;
+    let header_count = req.headers.len();
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        let value = h.value;
+        header_bytes += name.len() + value.len();
+        match name.len() {
+            4 if name.eq_ignore_ascii_case(b"host") => {
+                if host.is_some() {
+                    return Parse::Error(HeadError::Malformed("duplicate Host"));
+                }
+                host = Some(offset(buf, value.trim_ascii()));
+            }
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                let Some(n) = parse_length(value) else {
+                    return Parse::Error(HeadError::Malformed("invalid Content-Length"));
+                };
+                if content_length.is_some_and(|prev| prev != n) {
+                    return Parse::Error(HeadError::Malformed("differing Content-Length"));
+                }
+                content_length = Some(n);
+            }
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                te_seen = true;
+                for coding in value.split(|&b| b == b',') {
+                    let coding = coding.trim_ascii();
+                    if coding.is_empty() {
+                        continue;
+                    }
+                    chunked_last = coding.eq_ignore_ascii_case(b"chunked");
+                    if chunked_last {
+                        chunked_count += 1;
+                    }
+                }
+            }
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                conn_close |= has_token(value, b"close");
+                conn_keep_alive |= has_token(value, b"keep-alive");
+                upgrade |= has_token(value, b"upgrade");
+            }
+            6 if name.eq_ignore_ascii_case(b"expect") => {
+                expect_continue |= value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
+            }
+            6 if name.eq_ignore_ascii_case(b"accept") => {
+                wants_html |= gapura_gate::pages::accepts_html(value);
+            }
+            _ => {}
+        }
+    }
+    let version = version as u8;
+    let framing = if te_seen {
+        if content_length.is_some() {
+            return Parse::Error(HeadError::Malformed(
+                "Content-Length with Transfer-Encoding",
+            ));
+        }
+        if version == 0 {
+            return Parse::Error(HeadError::Malformed("Transfer-Encoding in HTTP/1.0"));
+        }
+        if !chunked_last || chunked_count != 1 {
+            return Parse::Error(HeadError::Malformed("chunked must be the last coding, once"));
+        }
+        BodyFraming::Chunked
+    } else {
+        match content_length {
+            Some(0) | None => BodyFraming::None,
+            Some(n) => BodyFraming::Length(n),
+        }
+    };
+    if version == 1 && host.is_none() && host_from_target.is_none() {
+        return Parse::Error(HeadError::Malformed("missing Host"));
+    }
+    let close = if version == 0 {
+        !conn_keep_alive
+    } else {
+        conn_close
+    };
+    Parse::Complete(ParsedHead {
+        method,
+        version,
+        target,
+        path: path_range,
+        host: host_from_target.or(host),
+        framing,
+        close,
+        keep_alive_10: version == 0 && conn_keep_alive && !conn_close,
+        upgrade,
+        expect_continue: expect_continue && version == 1,
+        wants_html,
+        header_count,
+        header_bytes,
+        head_len,
+    })
+}
+
+fn strip_scheme(target: &[u8]) -> Option<&[u8]> {
+    let lower_eq = |p: &[u8]| target.len() >= p.len() && target[..p.len()].eq_ignore_ascii_case(p);
+    if lower_eq(b"http://") {
+        Some(&target[7..])
+    } else if lower_eq(b"https://") {
+        Some(&target[8..])
+    } else {
+        None
+    }
+}
+
+impl Parse {
+    /// A partial head that already exceeds what any host could accept is
+    /// refused now rather than buffered further: a request line longer than
+    /// the largest target bound is 414, a head past the outer bound 431.
+    fn bounded(self, buf: &[u8]) -> Parse {
+        let line_end = memchr::memchr(b'\n', buf);
+        let max_line = URL_BYTES_BOUNDS.1 as usize + 64;
+        match line_end {
+            None if buf.len() > max_line => Parse::Error(HeadError::UrlTooLong),
+            Some(n) if n > max_line => Parse::Error(HeadError::UrlTooLong),
+            _ if buf.len() >= OUTER_MAX_HEAD_BYTES => Parse::Error(HeadError::TooLarge),
+            _ => self,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(req: &[u8]) -> ParsedHead {
+        match parse_head(req) {
+            Parse::Complete(h) => h,
+            other => panic!("expected a head, got {other:?}"),
+        }
+    }
+
+    fn malformed(req: &[u8]) {
+        match parse_head(req) {
+            Parse::Error(HeadError::Malformed(_)) => {}
+            other => panic!("expected malformed for {:?}, got {other:?}", String::from_utf8_lossy(req)),
+        }
+    }
+
+    #[test]
+    fn simple_get_has_host_and_no_body() {
+        let req = b"GET /a?b HTTP/1.1\r\nHost: example.com\r\nAccept: text/html\r\n\r\nrest";
+        let h = ok(req);
+        assert_eq!(h.method, Method::Get);
+        assert_eq!(&req[h.target.clone()], b"/a?b");
+        assert_eq!(&req[h.host.clone().unwrap()], b"example.com");
+        assert_eq!(h.framing, BodyFraming::None);
+        assert!(h.wants_html);
+        assert!(!h.close);
+        assert_eq!(h.head_len, req.len() - 4);
+        assert_eq!(h.header_count, 2);
+        assert_eq!(h.header_bytes, 4 + 11 + 6 + 9);
+    }
+
+    #[test]
+    fn partial_head_asks_for_more() {
+        assert!(matches!(parse_head(b"GET / HTTP/1.1\r\nHo"), Parse::Partial));
+    }
+
+    #[test]
+    fn http10_closes_unless_keep_alive() {
+        assert!(ok(b"GET / HTTP/1.0\r\n\r\n").close);
+        let h = ok(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+        assert!(!h.close);
+        assert!(h.keep_alive_10);
+        assert!(ok(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").close);
+    }
+
+    #[test]
+    fn body_framing_is_derived() {
+        let h = ok(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n");
+        assert_eq!(h.framing, BodyFraming::Length(5));
+        let h = ok(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\nContent-Length: 5\r\n\r\n");
+        assert_eq!(h.framing, BodyFraming::Length(5));
+        let h = ok(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+        assert_eq!(h.framing, BodyFraming::Chunked);
+        let h = ok(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+        assert_eq!(h.framing, BodyFraming::None);
+    }
+
+    #[test]
+    fn ambiguous_framing_is_malformed() {
+        malformed(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n");
+        malformed(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n");
+        malformed(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 6\r\n\r\n");
+        malformed(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n");
+        malformed(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x10\r\n\r\n");
+        malformed(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n");
+        malformed(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n");
+        malformed(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n");
+        malformed(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n");
+        malformed(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n");
+    }
+
+    #[test]
+    fn obs_fold_bare_cr_and_bad_names_are_malformed() {
+        malformed(b"GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n  folded\r\n\r\n");
+        malformed(b"GET / HTTP/1.1\r\nHost: a\r\nX-A: b\rc\r\n\r\n");
+        malformed(b"GET / HTTP/1.1\r\nHost: a\r\nBad Name: b\r\n\r\n");
+        malformed(b"GET / HTTP/1.1\r\nHost: a\r\nX-A : b\r\n\r\n");
+        malformed(b"GET / HTTP/1.1\r\nHost: a\r\n(x): b\r\n\r\n");
+    }
+
+    #[test]
+    fn host_rules() {
+        malformed(b"GET / HTTP/1.1\r\n\r\n");
+        malformed(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+        let req = b"GET http://Other.example:81/p?q HTTP/1.1\r\nHost: a\r\n\r\n";
+        let h = ok(req);
+        assert_eq!(&req[h.host.clone().unwrap()], b"Other.example:81");
+        assert_eq!(&req[h.path.clone()], b"/p?q");
+        malformed(b"CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n");
+        malformed(b"GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n");
+    }
+
+    #[test]
+    fn oversized_heads_are_refused_early() {
+        let mut long = b"GET /".to_vec();
+        long.extend(std::iter::repeat_n(b'a', 20_000));
+        assert!(matches!(parse_head(&long), Parse::Error(HeadError::UrlTooLong)));
+        let mut many = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
+        for i in 0..200 {
+            many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        assert!(matches!(parse_head(&many), Parse::Error(HeadError::TooLarge)));
+        let mut big = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
+        while big.len() < OUTER_MAX_HEAD_BYTES {
+            big.extend_from_slice(b"X-Long: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+        }
+        assert!(matches!(parse_head(&big), Parse::Error(HeadError::TooLarge)));
+    }
+
+    #[test]
+    fn expect_continue_only_on_http11() {
+        assert!(ok(b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n").expect_continue);
+        assert!(!ok(b"POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n").expect_continue);
+    }
+}

@@ -1,0 +1,112 @@
+//! Per-shard counters, written by the shard's one thread and read by the
+//! admin listener.
+//!
+//! A [`Counter`] is an `AtomicU64` that only its shard writes, with a relaxed
+//! load and store (a plain `mov` on x86, no locked instruction); readers on
+//! other threads see a recent value. Each shard's block is cache-line aligned
+//! so shards never share a line.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one. Only the owning shard calls this.
+    #[inline]
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0
+            .store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Kinds of connection-ending errors, for `/metrics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Malformed or ambiguous request: 400.
+    BadRequest = 0,
+    /// A request limit refused the request: 413, 414 or 431.
+    Limit,
+    /// The head did not arrive within the header timeout.
+    HeaderTimeout,
+    /// A body read stalled past the body timeout.
+    BodyTimeout,
+    /// A write stalled past the write timeout.
+    WriteTimeout,
+    /// Read or write failed (reset, broken pipe).
+    Io,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 6] = [
+        ErrorKind::BadRequest,
+        ErrorKind::Limit,
+        ErrorKind::HeaderTimeout,
+        ErrorKind::BodyTimeout,
+        ErrorKind::WriteTimeout,
+        ErrorKind::Io,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorKind::BadRequest => "bad_request",
+            ErrorKind::Limit => "limit",
+            ErrorKind::HeaderTimeout => "header_timeout",
+            ErrorKind::BodyTimeout => "body_timeout",
+            ErrorKind::WriteTimeout => "write_timeout",
+            ErrorKind::Io => "io",
+        }
+    }
+}
+
+/// One shard's counters.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct ShardStats {
+    pub connections_accepted: Counter,
+    pub connections_closed: Counter,
+    /// Closed at accept because the shard was at its connection limit.
+    pub connections_refused: Counter,
+    /// Keep-alive connections closed after the idle timeout.
+    pub idle_timeouts: Counter,
+    pub requests: Counter,
+    /// Responses by class: index 0 is 1xx, 4 is 5xx.
+    pub responses: [Counter; 5],
+    pub errors: [Counter; 6],
+    /// The snapshot generation this shard serves.
+    pub snapshot_generation: Counter,
+}
+
+impl ShardStats {
+    #[inline]
+    pub fn response(&self, status: u16) {
+        let class = (status / 100).clamp(1, 5) as usize - 1;
+        self.responses[class].inc();
+    }
+
+    #[inline]
+    pub fn error(&self, kind: ErrorKind) {
+        self.errors[kind as usize].inc();
+    }
+
+    pub fn open_connections(&self) -> u64 {
+        self.connections_accepted
+            .get()
+            .saturating_sub(self.connections_closed.get())
+    }
+}
