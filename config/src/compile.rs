@@ -1,0 +1,66 @@
+//! Turns a checked profile into the gate's snapshot.
+//!
+//! Nothing here can fail: every value was checked by `validate` and `host`.
+//! This is where the limit layers are stacked (built-in, then defaults, then
+//! the host) and where every fixed answer is rendered into bytes.
+
+use crate::host::CheckedAction;
+use crate::layer::LimitsLayer;
+use crate::validate::Checked;
+use crate::Compiled;
+use gapura_gate::snapshot::HostEntry;
+use gapura_gate::{Answer, ErrorPages, HostAction, Redirect, Snapshot};
+
+/// Builds the snapshot (generation 0) and the runtime settings. Allocates
+/// every answer's bytes; O(profile).
+pub(crate) fn compile(c: Checked) -> Compiled {
+    let defaults = LimitsLayer::merge(LimitsLayer::builtin(), c.defaults);
+    let entries = c
+        .entries
+        .into_iter()
+        .map(|h| HostEntry {
+            label: h.label,
+            limits: LimitsLayer::merge(defaults, h.limits).resolve(),
+            action: action(h.action),
+        })
+        .collect();
+    Compiled {
+        runtime: c.runtime,
+        snapshot: Snapshot {
+            generation: 0,
+            server: c.server,
+            hosts: c.hosts,
+            entries,
+            default_limits: defaults.resolve(),
+            pages: ErrorPages::builtin(),
+        },
+    }
+}
+
+fn action(a: CheckedAction) -> HostAction {
+    match a {
+        CheckedAction::Respond {
+            status,
+            content_type,
+            headers,
+            body,
+        } => {
+            let mut all: Vec<(&str, &str)> = Vec::with_capacity(headers.len() + 1);
+            all.push(("Content-Type", &content_type));
+            all.extend(headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+            HostAction::Respond(Answer::new(status, &all, body.as_bytes()))
+        }
+        CheckedAction::Redirect {
+            status,
+            target,
+            keep,
+            headers,
+        } => {
+            let extra: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect();
+            HostAction::Redirect(Redirect::new(status, &target, keep, &extra))
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! The raw profile as serde reads it.
+//!
+//! These types mirror the TOML one to one and check only what serde checks:
+//! known keys (`deny_unknown_fields` everywhere) and value types. Every
+//! scalar and array is wrapped in [`Spanned`] so that the semantic checks in
+//! `validate` can point at the offending value. Tables are not wrapped:
+//! `toml` cannot give a span to a table written with dotted keys
+//! (`limits.max_body_bytes = 1`), and no check needs one, except the hosts,
+//! which are array elements and always have a span.
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use std::fmt;
+use toml::Spanned;
+
+/// A spanned scalar that may be absent.
+pub(crate) type Opt<T> = Option<Spanned<T>>;
+
+/// A spanned array of spanned strings.
+pub(crate) type StrList = Spanned<Vec<Spanned<String>>>;
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawProfile {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub defaults: RawDefaults,
+    #[serde(default)]
+    pub host: Vec<Spanned<RawHost>>,
+}
+
+/// `[server]`. Numbers are read as `i64` (TOML's integer) so that a negative
+/// or huge value is a range error with its position, not a type error.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServer {
+    pub shards: Opt<IntOrString>,
+    pub driver: Opt<String>,
+    pub steering: Opt<String>,
+    pub listen: Option<StrList>,
+    pub admin: Opt<String>,
+    pub drain_timeout_ms: Opt<i64>,
+    pub header_timeout_ms: Opt<i64>,
+    pub idle_timeout_ms: Opt<i64>,
+    pub body_timeout_ms: Opt<i64>,
+    pub write_timeout_ms: Opt<i64>,
+    pub max_requests_per_connection: Opt<i64>,
+    pub max_connections_per_shard: Opt<i64>,
+    pub unknown_host: Opt<i64>,
+}
+
+/// `[defaults]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDefaults {
+    #[serde(default)]
+    pub limits: RawLimits,
+}
+
+/// `[defaults.limits]` and `[host.limits]`. Byte sizes are an integer or a
+/// string with a unit.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    pub max_body_bytes: Opt<IntOrString>,
+    pub max_header_count: Opt<i64>,
+    pub max_header_bytes: Opt<IntOrString>,
+    pub max_url_bytes: Opt<IntOrString>,
+}
+
+/// One `[[host]]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHost {
+    pub names: Option<StrList>,
+    pub default: Opt<bool>,
+    pub kind: Opt<String>,
+    pub status: Opt<i64>,
+    pub body: Opt<String>,
+    pub content_type: Opt<String>,
+    pub headers: Option<HeaderList>,
+    pub target: Opt<String>,
+    pub keep: Opt<String>,
+    #[serde(default)]
+    pub limits: RawLimits,
+}
+
+/// An integer or a string: `shards = "auto" | 4`, `max_body_bytes = "10 MiB" | 1500`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum IntOrString {
+    Int(i64),
+    Str(String),
+}
+
+impl<'de> Deserialize<'de> for IntOrString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = IntOrString;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an integer or a string")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<IntOrString, E> {
+                Ok(IntOrString::Int(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<IntOrString, E> {
+                // TOML integers are i64; saturate so a range check still fires.
+                Ok(IntOrString::Int(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<IntOrString, E> {
+                Ok(IntOrString::Str(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `headers = { Name = "value", ... }` in document order, names and values spanned.
+#[derive(Debug, Default)]
+pub(crate) struct HeaderList(pub Vec<(Spanned<String>, Spanned<String>)>);
+
+impl<'de> Deserialize<'de> for HeaderList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = HeaderList;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table of header names to string values")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<HeaderList, A::Error> {
+                let mut list = Vec::new();
+                while let Some(name) = map.next_key::<Spanned<String>>()? {
+                    let value = map.next_value::<Spanned<String>>()?;
+                    list.push((name, value));
+                }
+                Ok(HeaderList(list))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}

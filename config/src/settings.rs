@@ -1,0 +1,57 @@
+//! Settings the runtime applies itself (not part of the gate's snapshot).
+
+use std::net::SocketAddr;
+
+/// How the process runs: shards, driver, steering, listeners, drain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeSettings {
+    pub shards: Shards,
+    pub driver: Driver,
+    pub steering: Steering,
+    /// Public listeners; never empty, no duplicates (port 0 means an ephemeral port).
+    pub listen: Vec<SocketAddr>,
+    /// The admin listener (metrics); `None` when `admin = "off"`.
+    pub admin: Option<SocketAddr>,
+    /// How long a drain waits for open requests before closing.
+    pub drain_timeout_ms: u64,
+}
+
+impl Default for RuntimeSettings {
+    fn default() -> Self {
+        RuntimeSettings {
+            shards: Shards::Auto,
+            driver: Driver::Auto,
+            steering: Steering::Source,
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
+            admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
+            drain_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// Number of shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shards {
+    /// One per core the process may run on.
+    Auto,
+    /// Exactly this many (1..=1024).
+    Count(u32),
+}
+
+/// The I/O driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    /// io_uring, falling back to epoll when a ring cannot be created.
+    Auto,
+    IoUring,
+    Epoll,
+}
+
+/// How connections are spread over shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Steering {
+    /// By the client's source address (a client stays on one shard).
+    Source,
+    /// The kernel's SO_REUSEPORT hash.
+    Kernel,
+}

@@ -1,0 +1,461 @@
+//! Semantic checks of the raw profile: `[server]` and the limits layers.
+//!
+//! Every check records its error and goes on with a placeholder value, so a
+//! single run reports every problem of the profile; the result is only
+//! compiled when no error was recorded. Hosts are checked in `host`.
+
+use crate::error::Errors;
+use crate::host::{check_hosts, CheckedHost};
+use crate::layer::LimitsLayer;
+use crate::schema::{IntOrString, Opt, RawLimits, RawProfile, RawServer};
+use crate::settings::{Driver, RuntimeSettings, Shards, Steering};
+use crate::size::{format_size, parse_size, SizeError};
+use gapura_gate::{ErrorStatus, HostTable, ServerSettings};
+use std::net::SocketAddr;
+
+/// A profile that passed every check, ready to compile.
+pub(crate) struct Checked {
+    pub runtime: RuntimeSettings,
+    pub server: ServerSettings,
+    /// `[defaults.limits]` (not yet merged over the built-ins).
+    pub defaults: LimitsLayer,
+    pub hosts: HostTable,
+    /// One per `[[host]]`, in order: index = `HostId`.
+    pub entries: Vec<CheckedHost>,
+}
+
+/// Checks the whole profile. The result is meaningful only when `errors`
+/// stays empty.
+pub(crate) fn check(raw: &RawProfile, errors: &mut Errors<'_>) -> Checked {
+    let (runtime, server) = check_server(&raw.server, errors);
+    let defaults = check_limits(&raw.defaults.limits, "defaults.limits", errors);
+    let (hosts, entries) = check_hosts(&raw.host, errors);
+    Checked {
+        runtime,
+        server,
+        defaults,
+        hosts,
+        entries,
+    }
+}
+
+fn check_server(s: &RawServer, e: &mut Errors<'_>) -> (RuntimeSettings, ServerSettings) {
+    let d = RuntimeSettings::default();
+    let shards = match &s.shards {
+        None => d.shards,
+        Some(v) => match v.get_ref() {
+            IntOrString::Str(x) if x == "auto" => Shards::Auto,
+            IntOrString::Str(x) => {
+                e.push(
+                    "server.shards.invalid",
+                    "server.shards",
+                    v.span(),
+                    format!("must be \"auto\" or a shard count from 1 to 1024, got {x:?}"),
+                );
+                d.shards
+            }
+            IntOrString::Int(n) => match u32::try_from(*n) {
+                Ok(n @ 1..=1024) => Shards::Count(n),
+                _ => {
+                    e.push(
+                        "server.shards.range",
+                        "server.shards",
+                        v.span(),
+                        format!("must be \"auto\" or between 1 and 1024, got {n}"),
+                    );
+                    d.shards
+                }
+            },
+        },
+    };
+    let driver = choice(
+        e,
+        &s.driver,
+        "server.driver",
+        "server.driver.invalid",
+        &[
+            ("auto", Driver::Auto),
+            ("io_uring", Driver::IoUring),
+            ("epoll", Driver::Epoll),
+        ],
+        d.driver,
+    );
+    let steering = choice(
+        e,
+        &s.steering,
+        "server.steering",
+        "server.steering.invalid",
+        &[("source", Steering::Source), ("kernel", Steering::Kernel)],
+        d.steering,
+    );
+    let listen = check_listen(s, &d, e);
+    let admin = check_admin(s, &d, &listen, e);
+    let drain_timeout_ms = int_in(
+        e,
+        &s.drain_timeout_ms,
+        "server.drain_timeout_ms",
+        "server.drain_timeout_ms.range",
+        (0, 600_000),
+    )
+    .map_or(d.drain_timeout_ms, as_u64);
+
+    let ds = ServerSettings::default();
+    let timeout = |e: &mut Errors<'_>, v: &Opt<i64>, path, code, default: u64| {
+        int_in(e, v, path, code, (1, 3_600_000)).map_or(default, as_u64)
+    };
+    let server = ServerSettings {
+        header_timeout_ms: timeout(
+            e,
+            &s.header_timeout_ms,
+            "server.header_timeout_ms",
+            "server.header_timeout_ms.range",
+            ds.header_timeout_ms,
+        ),
+        idle_timeout_ms: timeout(
+            e,
+            &s.idle_timeout_ms,
+            "server.idle_timeout_ms",
+            "server.idle_timeout_ms.range",
+            ds.idle_timeout_ms,
+        ),
+        body_timeout_ms: timeout(
+            e,
+            &s.body_timeout_ms,
+            "server.body_timeout_ms",
+            "server.body_timeout_ms.range",
+            ds.body_timeout_ms,
+        ),
+        write_timeout_ms: timeout(
+            e,
+            &s.write_timeout_ms,
+            "server.write_timeout_ms",
+            "server.write_timeout_ms.range",
+            ds.write_timeout_ms,
+        ),
+        max_requests_per_connection: int_in(
+            e,
+            &s.max_requests_per_connection,
+            "server.max_requests_per_connection",
+            "server.max_requests_per_connection.range",
+            (0, i64::MAX),
+        )
+        .map_or(ds.max_requests_per_connection, as_u64),
+        max_connections_per_shard: int_in(
+            e,
+            &s.max_connections_per_shard,
+            "server.max_connections_per_shard",
+            "server.max_connections_per_shard.range",
+            (1, 1_048_576),
+        )
+        .map_or(ds.max_connections_per_shard, |n| {
+            u32::try_from(n).unwrap_or(u32::MAX)
+        }),
+        unknown_host: match &s.unknown_host {
+            None => ds.unknown_host,
+            Some(v) => match *v.get_ref() {
+                404 => ErrorStatus::NotFound,
+                421 => ErrorStatus::MisdirectedRequest,
+                n => {
+                    e.push(
+                        "server.unknown_host.invalid",
+                        "server.unknown_host",
+                        v.span(),
+                        format!("must be 404 or 421, got {n}"),
+                    );
+                    ds.unknown_host
+                }
+            },
+        },
+    };
+    let runtime = RuntimeSettings {
+        shards,
+        driver,
+        steering,
+        listen,
+        admin,
+        drain_timeout_ms,
+    };
+    (runtime, server)
+}
+
+const ADDRESS_FORM: &str = "IPv4:PORT or [IPv6]:PORT, such as \"127.0.0.1:8080\" or \"[::1]:8080\"";
+
+fn check_listen(s: &RawServer, d: &RuntimeSettings, e: &mut Errors<'_>) -> Vec<SocketAddr> {
+    let Some(list) = &s.listen else {
+        return d.listen.clone();
+    };
+    if list.get_ref().is_empty() {
+        e.push(
+            "server.listen.empty",
+            "server.listen",
+            list.span(),
+            "needs at least one address",
+        );
+    }
+    let mut listen: Vec<SocketAddr> = Vec::new();
+    let mut first_at: Vec<usize> = Vec::new();
+    for (i, item) in list.get_ref().iter().enumerate() {
+        let path = format!("server.listen[{i}]");
+        match item.get_ref().parse::<SocketAddr>() {
+            Err(_) => e.push(
+                "server.listen.invalid",
+                path,
+                item.span(),
+                format!(
+                    "{:?} is not a socket address: use {ADDRESS_FORM}",
+                    item.get_ref()
+                ),
+            ),
+            Ok(a) => match listen.iter().position(|&b| b == a && a.port() != 0) {
+                Some(k) => e.push(
+                    "server.listen.duplicate",
+                    path,
+                    item.span(),
+                    format!("{a} is already listed at server.listen[{}]", first_at[k]),
+                ),
+                None => {
+                    listen.push(a);
+                    first_at.push(i);
+                }
+            },
+        }
+    }
+    listen
+}
+
+fn check_admin(
+    s: &RawServer,
+    d: &RuntimeSettings,
+    listen: &[SocketAddr],
+    e: &mut Errors<'_>,
+) -> Option<SocketAddr> {
+    let admin = match &s.admin {
+        None => d.admin,
+        Some(v) if v.get_ref() == "off" => None,
+        Some(v) => match v.get_ref().parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                e.push(
+                    "server.admin.invalid",
+                    "server.admin",
+                    v.span(),
+                    format!(
+                        "{:?} is not a socket address: use \"off\" or {ADDRESS_FORM}",
+                        v.get_ref()
+                    ),
+                );
+                None
+            }
+        },
+    };
+    let Some(a) = admin.filter(|a| a.port() != 0) else {
+        return admin;
+    };
+    let Some(k) = listen.iter().position(|&l| l == a) else {
+        return admin;
+    };
+    match &s.admin {
+        Some(v) => e.push(
+            "server.admin.conflict",
+            "server.admin",
+            v.span(),
+            format!("{a} is also a listen address; the admin listener needs its own"),
+        ),
+        None => {
+            // The default admin address collides: point at the listen entry.
+            let at = s
+                .listen
+                .as_ref()
+                .and_then(|l| l.get_ref().iter().find(|i| i.get_ref().parse() == Ok(a)))
+                .map_or(0..0, |i| i.span());
+            e.push(
+                "server.admin.conflict",
+                "server.admin",
+                at,
+                format!(
+                    "the admin listener's default address {a} is also listed in server.listen[{k}]; \
+                     set server.admin to another address or \"off\""
+                ),
+            );
+        }
+    }
+    admin
+}
+
+/// Checks one limits layer (`[defaults.limits]` or a host's `limits`).
+pub(crate) fn check_limits(l: &RawLimits, prefix: &str, e: &mut Errors<'_>) -> LimitsLayer {
+    use gapura_gate::limits::{
+        HEADER_BYTES_BOUNDS, HEADER_COUNT_BOUNDS, MAX_BODY_BYTES_BOUND, URL_BYTES_BOUNDS,
+    };
+    let narrow = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    LimitsLayer {
+        max_body_bytes: size_in(
+            e,
+            &l.max_body_bytes,
+            &format!("{prefix}.max_body_bytes"),
+            (
+                "limits.max_body_bytes.range",
+                "limits.max_body_bytes.invalid",
+            ),
+            (1, MAX_BODY_BYTES_BOUND),
+            true,
+        ),
+        max_header_count: int_in(
+            e,
+            &l.max_header_count,
+            &format!("{prefix}.max_header_count"),
+            "limits.max_header_count.range",
+            (
+                i64::from(HEADER_COUNT_BOUNDS.0),
+                i64::from(HEADER_COUNT_BOUNDS.1),
+            ),
+        )
+        .map(|n| narrow(as_u64(n))),
+        max_header_bytes: size_in(
+            e,
+            &l.max_header_bytes,
+            &format!("{prefix}.max_header_bytes"),
+            (
+                "limits.max_header_bytes.range",
+                "limits.max_header_bytes.invalid",
+            ),
+            (
+                u64::from(HEADER_BYTES_BOUNDS.0),
+                u64::from(HEADER_BYTES_BOUNDS.1),
+            ),
+            false,
+        )
+        .map(narrow),
+        max_url_bytes: size_in(
+            e,
+            &l.max_url_bytes,
+            &format!("{prefix}.max_url_bytes"),
+            ("limits.max_url_bytes.range", "limits.max_url_bytes.invalid"),
+            (u64::from(URL_BYTES_BOUNDS.0), u64::from(URL_BYTES_BOUNDS.1)),
+            false,
+        )
+        .map(narrow),
+    }
+}
+
+/// One of a fixed set of words.
+pub(crate) fn choice<T: Copy>(
+    e: &mut Errors<'_>,
+    v: &Opt<String>,
+    path: &str,
+    code: &'static str,
+    options: &[(&str, T)],
+    default: T,
+) -> T {
+    let Some(v) = v else {
+        return default;
+    };
+    if let Some(&(_, t)) = options.iter().find(|(name, _)| name == v.get_ref()) {
+        return t;
+    }
+    let names: Vec<String> = options.iter().map(|(n, _)| format!("{n:?}")).collect();
+    e.push(
+        code,
+        path,
+        v.span(),
+        format!("must be one of {}, got {:?}", names.join(", "), v.get_ref()),
+    );
+    default
+}
+
+/// An integer within `lo..=hi`; `None` when absent or refused.
+pub(crate) fn int_in(
+    e: &mut Errors<'_>,
+    v: &Opt<i64>,
+    path: &str,
+    code: &'static str,
+    (lo, hi): (i64, i64),
+) -> Option<i64> {
+    let v = v.as_ref()?;
+    let n = *v.get_ref();
+    if (lo..=hi).contains(&n) {
+        return Some(n);
+    }
+    let message = if hi == i64::MAX {
+        format!("must be at least {lo}, got {n}")
+    } else {
+        format!("must be between {lo} and {hi}, got {n}")
+    };
+    e.push(code, path, v.span(), message);
+    None
+}
+
+/// A byte size within `lo..=hi` (or 0 when `zero_is_none`); `None` when
+/// absent or refused.
+fn size_in(
+    e: &mut Errors<'_>,
+    v: &Opt<IntOrString>,
+    path: &str,
+    (range_code, invalid_code): (&'static str, &'static str),
+    (lo, hi): (u64, u64),
+    zero_is_none: bool,
+) -> Option<u64> {
+    let v = v.as_ref()?;
+    let bounds = if zero_is_none {
+        format!(
+            "0 (no limit) or between {} and {}",
+            format_size(lo),
+            format_size(hi)
+        )
+    } else {
+        format!("between {} and {}", format_size(lo), format_size(hi))
+    };
+    let n = match v.get_ref() {
+        IntOrString::Int(n) => match u64::try_from(*n) {
+            Ok(n) => n,
+            Err(_) => {
+                e.push(
+                    range_code,
+                    path,
+                    v.span(),
+                    format!("must be {bounds}, got {n}"),
+                );
+                return None;
+            }
+        },
+        IntOrString::Str(s) => match parse_size(s) {
+            Ok(n) => n,
+            Err(SizeError::Invalid) => {
+                e.push(
+                    invalid_code,
+                    path,
+                    v.span(),
+                    format!(
+                        "{s:?} is not a size: use a number of bytes, optionally with a unit \
+                         (B, KiB, MiB, GiB, TiB), such as \"10 MiB\""
+                    ),
+                );
+                return None;
+            }
+            Err(SizeError::Overflow) => {
+                e.push(
+                    range_code,
+                    path,
+                    v.span(),
+                    format!("must be {bounds}, got {s:?}"),
+                );
+                return None;
+            }
+        },
+    };
+    if (zero_is_none && n == 0) || (lo..=hi).contains(&n) {
+        return Some(n);
+    }
+    e.push(
+        range_code,
+        path,
+        v.span(),
+        format!("must be {bounds}, got {}", format_size(n)),
+    );
+    None
+}
+
+/// A checked non-negative integer as `u64`.
+fn as_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
