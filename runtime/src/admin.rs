@@ -1,0 +1,129 @@
+//! The admin listener: `/healthz` and `/metrics` (Prometheus text format).
+//!
+//! It runs on its own thread with blocking sockets, one short connection at
+//! a time, and reads the shards' counters with relaxed loads: the request
+//! path never waits for it. Labels carry shard numbers and fixed names only.
+
+use gapura_http::server::{ErrorKind, ShardStats};
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Process-wide counters kept by the control thread.
+#[derive(Debug, Default)]
+pub struct Global {
+    pub reloads_ok: AtomicU64,
+    pub reloads_failed: AtomicU64,
+    pub generation: AtomicU64,
+    pub draining: std::sync::atomic::AtomicBool,
+}
+
+pub struct Admin {
+    pub shards: Vec<Arc<ShardStats>>,
+    pub global: Arc<Global>,
+}
+
+pub fn spawn(listener: TcpListener, admin: Admin) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("gapura-admin".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                if let Ok(stream) = conn {
+                    let _ = handle(stream, &admin);
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn handle(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut buf = [0u8; 2048];
+    let mut len = 0;
+    while len < buf.len() {
+        let n = stream.read(&mut buf[len..])?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+        if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    let line = buf[..len].split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let mut parts = line.split(|&b| b == b' ');
+    let method = parts.next().unwrap_or(&[]);
+    let path = parts.next().unwrap_or(&[]);
+    let (status, ctype, body) = match (method, path) {
+        (b"GET" | b"HEAD", b"/healthz") => {
+            if admin.global.draining.load(Ordering::Relaxed) {
+                ("503 Service Unavailable", "text/plain", "draining\n".to_string())
+            } else {
+                ("200 OK", "text/plain", "ok\n".to_string())
+            }
+        }
+        (b"GET" | b"HEAD", b"/metrics") => (
+            "200 OK",
+            "text/plain; version=0.0.4",
+            render_metrics(admin),
+        ),
+        _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    if method != b"HEAD" {
+        stream.write_all(body.as_bytes())?;
+    }
+    Ok(())
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// Renders every counter. Allocates (admin thread only).
+pub fn render_metrics(admin: &Admin) -> String {
+    let mut out = String::with_capacity(4096);
+    let per_shard = |out: &mut String, name: &str, kind: &str, help: &str, get: &dyn Fn(&ShardStats) -> u64| {
+        family(out, name, kind, help);
+        for (i, s) in admin.shards.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", get(s));
+        }
+    };
+    per_shard(&mut out, "gapura_connections_accepted_total", "counter", "Connections accepted.", &|s| s.connections_accepted.get());
+    per_shard(&mut out, "gapura_connections_closed_total", "counter", "Connections closed.", &|s| s.connections_closed.get());
+    per_shard(&mut out, "gapura_connections_open", "gauge", "Connections open now.", &|s| s.open_connections());
+    per_shard(&mut out, "gapura_connections_refused_total", "counter", "Connections closed at accept because the shard was full.", &|s| s.connections_refused.get());
+    per_shard(&mut out, "gapura_idle_timeouts_total", "counter", "Keep-alive connections closed after the idle timeout.", &|s| s.idle_timeouts.get());
+    per_shard(&mut out, "gapura_requests_total", "counter", "Requests received.", &|s| s.requests.get());
+    per_shard(&mut out, "gapura_snapshot_generation", "gauge", "Profile generation the shard serves.", &|s| s.snapshot_generation.get());
+    family(&mut out, "gapura_responses_total", "counter", "Responses by status class.");
+    for (i, s) in admin.shards.iter().enumerate() {
+        for (c, counter) in s.responses.iter().enumerate() {
+            let _ = writeln!(out, "gapura_responses_total{{shard=\"{i}\",class=\"{}xx\"}} {}", c + 1, counter.get());
+        }
+    }
+    family(&mut out, "gapura_errors_total", "counter", "Connections ended by an error, by kind.");
+    for (i, s) in admin.shards.iter().enumerate() {
+        for kind in ErrorKind::ALL {
+            let _ = writeln!(out, "gapura_errors_total{{shard=\"{i}\",kind=\"{}\"}} {}", kind.label(), s.errors[kind as usize].get());
+        }
+    }
+    family(&mut out, "gapura_reloads_total", "counter", "Profile reloads by result.");
+    let g = &admin.global;
+    let _ = writeln!(out, "gapura_reloads_total{{result=\"ok\"}} {}", g.reloads_ok.load(Ordering::Relaxed));
+    let _ = writeln!(out, "gapura_reloads_total{{result=\"failed\"}} {}", g.reloads_failed.load(Ordering::Relaxed));
+    family(&mut out, "gapura_profile_generation", "gauge", "Latest published profile generation.");
+    let _ = writeln!(out, "gapura_profile_generation {}", g.generation.load(Ordering::Relaxed));
+    family(&mut out, "gapura_shards", "gauge", "Shards running.");
+    let _ = writeln!(out, "gapura_shards {}", admin.shards.len());
+    out
+}

@@ -1,0 +1,196 @@
+//! Listening sockets: the port-ownership check, one SO_REUSEPORT socket per
+//! shard and address, and source steering.
+//!
+//! Steering attaches a classic BPF program to each reuseport group that
+//! picks the socket by the client's source address (IPv4: the whole address;
+//! IPv6: the /64), modulo the shard count. The index it returns is the order
+//! in which the group's sockets called listen(), which is shard order here,
+//! so every connection from one source lands on the same shard and every
+//! source-keyed table is exact without cross-shard traffic.
+
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+
+const BACKLOG: i32 = 4096;
+
+/// Offset of the network header in classic BPF loads (`SKF_NET_OFF`).
+const SKF_NET_OFF: i32 = -0x10_0000;
+const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+const BPF_ALU_MOD_K: u16 = 0x04 | 0x90;
+const BPF_ALU_XOR_X: u16 = 0x04 | 0xa0 | 0x08;
+const BPF_MISC_TAX: u16 = 0x07;
+const BPF_RET_A: u16 = 0x06 | 0x10;
+
+fn op(code: u16, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+/// The steering program for one group of `shards` sockets.
+pub fn steering_program(ipv6: bool, shards: u32) -> Vec<libc::sock_filter> {
+    if ipv6 {
+        // The /64: words at +8 and +12 of the IPv6 header, xored.
+        vec![
+            op(BPF_LD_W_ABS, (SKF_NET_OFF + 8) as u32),
+            op(BPF_MISC_TAX, 0),
+            op(BPF_LD_W_ABS, (SKF_NET_OFF + 12) as u32),
+            op(BPF_ALU_XOR_X, 0),
+            op(BPF_ALU_MOD_K, shards),
+            op(BPF_RET_A, 0),
+        ]
+    } else {
+        vec![
+            op(BPF_LD_W_ABS, (SKF_NET_OFF + 12) as u32),
+            op(BPF_ALU_MOD_K, shards),
+            op(BPF_RET_A, 0),
+        ]
+    }
+}
+
+fn attach_steering(sock: &Socket, ipv6: bool, shards: u32) -> io::Result<()> {
+    let prog = steering_program(ipv6, shards);
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: fprog points at `prog`, which outlives the call; the kernel copies it.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            &fprog as *const libc::sock_fprog as *const libc::c_void,
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Refuses an address another process already listens on. SO_REUSEPORT
+/// would otherwise let a stale process share the port silently: a plain
+/// bind (SO_REUSEADDR only, so TIME_WAIT does not count) must succeed.
+pub fn check_port_free(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.bind(&addr.into()).map_err(|e| {
+        if e.kind() == io::ErrorKind::AddrInUse {
+            io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{addr} is already in use by another process; refusing to share it"),
+            )
+        } else {
+            io::Error::new(e.kind(), format!("{addr}: {e}"))
+        }
+    })
+}
+
+/// One address's group: socket `i` belongs to shard `i`.
+pub struct Group {
+    pub addr: SocketAddr,
+    pub sockets: Vec<TcpListener>,
+}
+
+/// Binds `shards` reuseport sockets on `addr` (a port of 0 is chosen by the
+/// first bind and shared by the rest), listening in shard order, with
+/// steering attached when asked.
+pub fn bind_group(addr: SocketAddr, shards: usize, steer: bool) -> io::Result<Group> {
+    let mut bound = addr;
+    let mut sockets = Vec::with_capacity(shards);
+    let mut first: Option<Socket> = None;
+    for _ in 0..shards {
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        sock.set_reuse_address(true)?;
+        sock.set_reuse_port(true)?;
+        if addr.is_ipv6() {
+            sock.set_only_v6(true)?;
+        }
+        sock.bind(&bound.into())
+            .map_err(|e| io::Error::new(e.kind(), format!("bind {bound}: {e}")))?;
+        sock.listen(BACKLOG)?;
+        if bound.port() == 0 {
+            if let Some(local) = sock.local_addr()?.as_socket() {
+                bound.set_port(local.port());
+            }
+        }
+        if first.is_none() {
+            first = Some(sock.try_clone()?);
+        }
+        sockets.push(TcpListener::from(sock));
+    }
+    if steer && shards > 1 {
+        if let Some(sock) = &first {
+            attach_steering(sock, addr.is_ipv6(), shards as u32)
+                .map_err(|e| io::Error::new(e.kind(), format!("steering on {bound}: {e}")))?;
+        }
+    }
+    Ok(Group {
+        addr: bound,
+        sockets,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    #[test]
+    fn steering_program_shapes() {
+        let v4 = steering_program(false, 4);
+        assert_eq!(v4.len(), 3);
+        assert_eq!(v4[0].k, (SKF_NET_OFF + 12) as u32);
+        assert_eq!(v4[1].k, 4);
+        assert_eq!(steering_program(true, 2).len(), 6);
+    }
+
+    #[test]
+    fn a_port_held_by_another_listener_is_refused() {
+        let other = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = other.local_addr().unwrap();
+        let err = check_port_free(addr).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
+        drop(other);
+        check_port_free(addr).unwrap();
+    }
+
+    #[test]
+    fn steered_group_sends_one_source_to_one_socket() {
+        let group = bind_group("127.0.0.1:0".parse().unwrap(), 2, true).unwrap();
+        for s in &group.sockets {
+            s.set_nonblocking(true).unwrap();
+        }
+        // 127.0.0.2 is even: the program picks socket 0; 127.0.0.3 socket 1.
+        for (src, want) in [("127.0.0.2", 0usize), ("127.0.0.3", 1usize)] {
+            for _ in 0..4 {
+                let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+                let local: SocketAddr = format!("{src}:0").parse().unwrap();
+                sock.bind(&local.into()).unwrap();
+                sock.connect(&group.addr.into()).unwrap();
+                let mut c: TcpStream = sock.into();
+                c.write_all(b"x").unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let (mut accepted, _) = group.sockets[want].accept().expect("steered socket");
+                let mut b = [0u8; 1];
+                accepted.read_exact(&mut b).unwrap();
+                assert!(group.sockets[1 - want].accept().is_err());
+            }
+        }
+    }
+}

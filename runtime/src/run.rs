@@ -1,0 +1,245 @@
+//! Starting, reloading and draining: the control thread.
+//!
+//! Start: compile the profile, check that no other process holds the
+//! addresses, bind every shard's listeners in shard order (steering needs
+//! that order), start the shards and wait until each reports its core and
+//! driver, then serve the admin listener. Then the control thread waits for
+//! signals: SIGHUP (and, with --watch, a changed file) recompiles and
+//! publishes; SIGTERM and SIGINT drain and exit 0.
+
+use crate::admin::{self, Admin, Global};
+use crate::listeners;
+use crate::log;
+use crate::publish::SnapshotCell;
+use crate::shard::{self, Control, ShardSpec};
+use gapura_config::{Compiled, RuntimeSettings, Shards, Steering};
+use gapura_http::server::ShardStats;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, SystemTime};
+
+fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
+    let result = match profile {
+        Some(p) => gapura_config::load_file(p),
+        None => gapura_config::compile_str(gapura_config::DEFAULT_PROFILE),
+    };
+    result.map_err(|errors| {
+        let name = profile
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "<embedded default>".into());
+        errors
+            .iter()
+            .map(|e| format!("{name}:{e}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+}
+
+pub fn run(profile: Option<PathBuf>, watch: bool) -> ExitCode {
+    let compiled = match compile(profile.as_deref()) {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            log!("profile has errors; not starting");
+            return ExitCode::FAILURE;
+        }
+    };
+    let settings = compiled.runtime.clone();
+    match start(settings, compiled, profile, watch) {
+        Ok(code) => code,
+        Err(msg) => {
+            log!("cannot start: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn start(
+    settings: RuntimeSettings,
+    compiled: Compiled,
+    profile: Option<PathBuf>,
+    watch: bool,
+) -> Result<ExitCode, String> {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let shard_count = match settings.shards {
+        Shards::Auto => cores.len().max(1),
+        Shards::Count(n) => n as usize,
+    };
+    // Port ownership first: nothing is bound if any address is taken.
+    for addr in settings.listen.iter().chain(settings.admin.iter()) {
+        listeners::check_port_free(*addr).map_err(|e| e.to_string())?;
+    }
+    let steer = settings.steering == Steering::Source;
+    let mut groups = Vec::new();
+    for addr in &settings.listen {
+        let group = listeners::bind_group(*addr, shard_count, steer).map_err(|e| e.to_string())?;
+        groups.push(group);
+    }
+    let admin_listener = match settings.admin {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr).map_err(|e| format!("admin listener {addr}: {e}"))?,
+        ),
+        None => None,
+    };
+
+    let cell = Arc::new(SnapshotCell::new(compiled.snapshot));
+    let control = Arc::new(Control::default());
+    control
+        .drain_timeout_ms
+        .store(settings.drain_timeout_ms, Ordering::Relaxed);
+    let global = Arc::new(Global::default());
+    global.generation.store(cell.generation(), Ordering::Relaxed);
+
+    let mut per_shard: Vec<Vec<(std::net::SocketAddr, std::net::TcpListener)>> =
+        (0..shard_count).map(|_| Vec::new()).collect();
+    for group in groups {
+        for (i, sock) in group.sockets.into_iter().enumerate() {
+            per_shard[i].push((group.addr, sock));
+        }
+        log!(
+            "listening on http://{} ({} shards, steering {})",
+            group.addr,
+            shard_count,
+            if steer { "source" } else { "kernel" }
+        );
+    }
+    let stats: Vec<Arc<ShardStats>> = (0..shard_count)
+        .map(|_| Arc::new(ShardStats::default()))
+        .collect();
+    let (tx, rx) = mpsc::channel();
+    let mut threads = Vec::new();
+    for (id, listeners) in per_shard.into_iter().enumerate() {
+        let spec = ShardSpec {
+            id,
+            core: if cores.is_empty() {
+                None
+            } else {
+                Some(cores[id % cores.len()])
+            },
+            driver: settings.driver,
+            listeners,
+            cell: cell.clone(),
+            stats: stats[id].clone(),
+            control: control.clone(),
+        };
+        let tx = tx.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("gapura-shard-{id}"))
+            .spawn(move || shard::run(spec, tx))
+            .map_err(|e| format!("shard {id}: {e}"))?;
+        threads.push(handle);
+    }
+    drop(tx);
+    let mut failures = Vec::new();
+    for _ in 0..shard_count {
+        match rx.recv() {
+            Ok(Ok(line)) => log!("{line}"),
+            Ok(Err(e)) => failures.push(e),
+            Err(_) => failures.push("a shard exited before starting".into()),
+        }
+    }
+    if !failures.is_empty() {
+        control.draining.store(true, Ordering::Release);
+        return Err(failures.join("; "));
+    }
+    if let Some(l) = admin_listener {
+        let addr = l.local_addr().map_err(|e| e.to_string())?;
+        admin::spawn(
+            l,
+            Admin {
+                shards: stats.clone(),
+                global: global.clone(),
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        log!("admin on http://{addr} (/healthz, /metrics)");
+    }
+    log!(
+        "ready: generation {} from {}",
+        cell.generation(),
+        profile
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "the embedded default profile".into())
+    );
+
+    control_loop(&cell, &control, &global, &settings, profile.as_deref(), watch)?;
+
+    for t in threads {
+        let _ = t.join();
+    }
+    log!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mtime(p: &Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+fn control_loop(
+    cell: &SnapshotCell,
+    control: &Control,
+    global: &Global,
+    settings: &RuntimeSettings,
+    profile: Option<&Path>,
+    watch: bool,
+) -> Result<(), String> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM, SIGINT])
+        .map_err(|e| format!("signals: {e}"))?;
+    let mut last_mtime = profile.and_then(mtime);
+    loop {
+        let mut reload = false;
+        for sig in signals.pending() {
+            match sig {
+                SIGHUP => reload = true,
+                SIGTERM | SIGINT => {
+                    log!(
+                        "draining: no new connections; waiting up to {} ms for requests in flight",
+                        settings.drain_timeout_ms
+                    );
+                    global.draining.store(true, Ordering::Relaxed);
+                    control.draining.store(true, Ordering::Release);
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+        if watch {
+            if let Some(p) = profile {
+                let now = mtime(p);
+                if now != last_mtime {
+                    last_mtime = now;
+                    reload = true;
+                }
+            }
+        }
+        if reload {
+            do_reload(cell, global, settings, profile);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn do_reload(cell: &SnapshotCell, global: &Global, settings: &RuntimeSettings, profile: Option<&Path>) {
+    match compile(profile) {
+        Ok(c) => {
+            if c.runtime != *settings {
+                log!("reload: listener, shard, driver and admin settings take effect only on restart; serving the rest");
+            }
+            let generation = cell.publish(c.snapshot);
+            global.generation.store(generation, Ordering::Relaxed);
+            global.reloads_ok.fetch_add(1, Ordering::Relaxed);
+            log!("reloaded: generation {generation}");
+        }
+        Err(msg) => {
+            global.reloads_failed.fetch_add(1, Ordering::Relaxed);
+            for line in msg.lines() {
+                log!("reload failed: {line}");
+            }
+            log!("reload failed; still serving generation {}", cell.generation());
+        }
+    }
+}

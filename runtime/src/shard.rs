@@ -1,0 +1,178 @@
+//! A shard: one pinned thread, one monoio runtime, its own listeners and
+//! connections.
+//!
+//! The driver is io_uring with COOP_TASKRUN and TASKRUN_FLAG; if building
+//! the ring fails for any reason (not only when io_uring is missing: memlock
+//! limits and seccomp fail differently) and the profile allows it, the shard
+//! falls back to the epoll driver and logs why.
+
+use crate::log;
+use crate::publish::{Feed, SnapshotCell};
+use gapura_config::Driver;
+use gapura_http::server::{serve, Shard, ShardStats};
+use monoio::net::TcpListener;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Entries of each shard's submission queue.
+const RING_ENTRIES: u32 = 4096;
+/// How often an idle accept loop and the drain watcher look at their flags.
+const POLL_MS: u64 = 100;
+
+/// Flags the control thread raises for every shard.
+#[derive(Debug, Default)]
+pub struct Control {
+    pub draining: AtomicBool,
+    /// Milliseconds a draining shard waits for busy connections.
+    pub drain_timeout_ms: std::sync::atomic::AtomicU64,
+}
+
+pub struct ShardSpec {
+    pub id: usize,
+    pub core: Option<core_affinity::CoreId>,
+    pub driver: Driver,
+    pub listeners: Vec<(SocketAddr, std::net::TcpListener)>,
+    pub cell: Arc<SnapshotCell>,
+    pub stats: Arc<ShardStats>,
+    pub control: Arc<Control>,
+}
+
+/// What a shard reports once it is serving (or why it could not).
+pub type Started = Result<String, String>;
+
+pub fn run(spec: ShardSpec, started: mpsc::Sender<Started>) {
+    let pinned = match spec.core {
+        Some(core) if core_affinity::set_for_current(core) => format!("core {}", core.id),
+        Some(core) => format!("core {} (pinning failed)", core.id),
+        None => "unpinned".to_string(),
+    };
+    let id = spec.id;
+    let uring = match spec.driver {
+        Driver::Epoll => Err("the profile asks for epoll".to_string()),
+        Driver::Auto | Driver::IoUring => {
+            let mut urb = io_uring::IoUring::builder();
+            urb.setup_coop_taskrun().setup_taskrun_flag();
+            monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+                .with_entries(RING_ENTRIES)
+                .uring_builder(urb)
+                .enable_timer()
+                .build()
+                .map_err(|e| e.to_string())
+        }
+    };
+    match uring {
+        Ok(mut rt) => {
+            let line = format!("shard {id} on {pinned}, driver io_uring");
+            rt.block_on(shard_main(spec, false, line, started));
+        }
+        Err(reason) => {
+            if spec.driver == Driver::IoUring {
+                let _ = started.send(Err(format!(
+                    "shard {id}: io_uring could not be set up ({reason}) and the profile requires it"
+                )));
+                return;
+            }
+            let line = if spec.driver == Driver::Epoll {
+                format!("shard {id} on {pinned}, driver epoll")
+            } else {
+                format!("shard {id} on {pinned}, driver epoll (io_uring unavailable: {reason})")
+            };
+            match monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+                .enable_timer()
+                .build()
+            {
+                Ok(mut rt) => rt.block_on(shard_main(spec, true, line, started)),
+                Err(e) => {
+                    let _ = started.send(Err(format!("shard {id}: no driver could start: {e}")));
+                }
+            }
+        }
+    }
+}
+
+async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::Sender<Started>) {
+    let first = spec.cell.load();
+    let shard = Rc::new(Shard::new(
+        spec.id,
+        Box::new(Feed(spec.cell.clone())),
+        first,
+        spec.stats.clone(),
+    ));
+    let mut listeners = Vec::new();
+    for (addr, std_listener) in spec.listeners {
+        let setup = std_listener
+            .set_nonblocking(legacy)
+            .and_then(|_| TcpListener::from_std(std_listener));
+        match setup {
+            Ok(l) => listeners.push(l),
+            Err(e) => {
+                let _ = started.send(Err(format!("shard {}: listener {addr}: {e}", spec.id)));
+                return;
+            }
+        }
+    }
+    let _ = started.send(Ok(line));
+    let ticker = shard.clone();
+    monoio::spawn(async move {
+        loop {
+            monoio::time::sleep(Duration::from_millis(1000)).await;
+            ticker.date.refresh();
+        }
+    });
+    let mut accepting = Vec::new();
+    for l in listeners {
+        accepting.push(monoio::spawn(accept_loop(l, shard.clone())));
+    }
+    // Wait for the drain signal.
+    while !spec.control.draining.load(Ordering::Acquire) {
+        monoio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+    shard.start_draining();
+    for task in accepting {
+        task.await;
+    }
+    let timeout_ms = spec.control.drain_timeout_ms.load(Ordering::Relaxed);
+    let deadline = monoio::time::Instant::now() + Duration::from_millis(timeout_ms);
+    while shard.busy_connections() > 0 && monoio::time::Instant::now() < deadline {
+        monoio::time::sleep(Duration::from_millis(10)).await;
+    }
+    log!(
+        "shard {} drained ({} busy connections left, {} open)",
+        spec.id,
+        shard.busy_connections(),
+        shard.open_connections()
+    );
+}
+
+/// Accepts until the shard drains; the listener closes when this returns.
+async fn accept_loop(listener: TcpListener, shard: Rc<Shard>) {
+    let mut error_logged = false;
+    while !shard.is_draining() {
+        let accepted =
+            monoio::time::timeout(Duration::from_millis(POLL_MS), listener.accept()).await;
+        match accepted {
+            Err(_) => continue,
+            Ok(Ok((stream, _peer))) => {
+                let max = shard.snapshot().server.max_connections_per_shard;
+                if shard.open_connections() >= max {
+                    shard.stats.connections_refused.inc();
+                    drop(stream);
+                    continue;
+                }
+                monoio::spawn(serve(stream, shard.clone()));
+            }
+            Ok(Err(e)) => {
+                // EMFILE/ENFILE and friends: back off instead of spinning.
+                if !error_logged {
+                    log!("shard {}: accept failed: {e}", shard.id);
+                    error_logged = true;
+                }
+                monoio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
