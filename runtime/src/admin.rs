@@ -61,16 +61,18 @@ fn handle(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
     let (status, ctype, body) = match (method, path) {
         (b"GET" | b"HEAD", b"/healthz") => {
             if admin.global.draining.load(Ordering::Relaxed) {
-                ("503 Service Unavailable", "text/plain", "draining\n".to_string())
+                (
+                    "503 Service Unavailable",
+                    "text/plain",
+                    "draining\n".to_string(),
+                )
             } else {
                 ("200 OK", "text/plain", "ok\n".to_string())
             }
         }
-        (b"GET" | b"HEAD", b"/metrics") => (
-            "200 OK",
-            "text/plain; version=0.0.4",
-            render_metrics(admin),
-        ),
+        (b"GET" | b"HEAD", b"/metrics") => {
+            ("200 OK", "text/plain; version=0.0.4", render_metrics(admin))
+        }
         _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
     };
     let head = format!(
@@ -92,37 +94,129 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 /// Renders every counter. Allocates (admin thread only).
 pub fn render_metrics(admin: &Admin) -> String {
     let mut out = String::with_capacity(4096);
-    let per_shard = |out: &mut String, name: &str, kind: &str, help: &str, get: &dyn Fn(&ShardStats) -> u64| {
-        family(out, name, kind, help);
-        for (i, s) in admin.shards.iter().enumerate() {
-            let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", get(s));
-        }
-    };
-    per_shard(&mut out, "gapura_connections_accepted_total", "counter", "Connections accepted.", &|s| s.connections_accepted.get());
-    per_shard(&mut out, "gapura_connections_closed_total", "counter", "Connections closed.", &|s| s.connections_closed.get());
-    per_shard(&mut out, "gapura_connections_open", "gauge", "Connections open now.", &|s| s.open_connections());
-    per_shard(&mut out, "gapura_connections_refused_total", "counter", "Connections closed at accept because the shard was full.", &|s| s.connections_refused.get());
-    per_shard(&mut out, "gapura_idle_timeouts_total", "counter", "Keep-alive connections closed after the idle timeout.", &|s| s.idle_timeouts.get());
-    per_shard(&mut out, "gapura_requests_total", "counter", "Requests received.", &|s| s.requests.get());
-    per_shard(&mut out, "gapura_snapshot_generation", "gauge", "Profile generation the shard serves.", &|s| s.snapshot_generation.get());
-    family(&mut out, "gapura_responses_total", "counter", "Responses by status class.");
+    let per_shard =
+        |out: &mut String, name: &str, kind: &str, help: &str, get: &dyn Fn(&ShardStats) -> u64| {
+            family(out, name, kind, help);
+            for (i, s) in admin.shards.iter().enumerate() {
+                let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", get(s));
+            }
+        };
+    per_shard(
+        &mut out,
+        "gapura_connections_accepted_total",
+        "counter",
+        "Connections accepted.",
+        &|s| s.connections_accepted.get(),
+    );
+    per_shard(
+        &mut out,
+        "gapura_connections_closed_total",
+        "counter",
+        "Connections closed.",
+        &|s| s.connections_closed.get(),
+    );
+    per_shard(
+        &mut out,
+        "gapura_connections_open",
+        "gauge",
+        "Connections open now.",
+        &|s| s.open_connections(),
+    );
+    per_shard(
+        &mut out,
+        "gapura_connections_refused_total",
+        "counter",
+        "Connections closed at accept because the shard was full.",
+        &|s| s.connections_refused.get(),
+    );
+    per_shard(
+        &mut out,
+        "gapura_idle_timeouts_total",
+        "counter",
+        "Keep-alive connections closed after the idle timeout.",
+        &|s| s.idle_timeouts.get(),
+    );
+    per_shard(
+        &mut out,
+        "gapura_requests_total",
+        "counter",
+        "Requests received.",
+        &|s| s.requests.get(),
+    );
+    per_shard(
+        &mut out,
+        "gapura_writes_total",
+        "counter",
+        "Socket writes of responses; pipelined answers ready together share one.",
+        &|s| s.writes.get(),
+    );
+    per_shard(
+        &mut out,
+        "gapura_snapshot_generation",
+        "gauge",
+        "Profile generation the shard serves.",
+        &|s| s.snapshot_generation.get(),
+    );
+    family(
+        &mut out,
+        "gapura_responses_total",
+        "counter",
+        "Responses by status class.",
+    );
     for (i, s) in admin.shards.iter().enumerate() {
         for (c, counter) in s.responses.iter().enumerate() {
-            let _ = writeln!(out, "gapura_responses_total{{shard=\"{i}\",class=\"{}xx\"}} {}", c + 1, counter.get());
+            let _ = writeln!(
+                out,
+                "gapura_responses_total{{shard=\"{i}\",class=\"{}xx\"}} {}",
+                c + 1,
+                counter.get()
+            );
         }
     }
-    family(&mut out, "gapura_errors_total", "counter", "Connections ended by an error, by kind.");
+    family(
+        &mut out,
+        "gapura_errors_total",
+        "counter",
+        "Connections ended by an error, by kind.",
+    );
     for (i, s) in admin.shards.iter().enumerate() {
         for kind in ErrorKind::ALL {
-            let _ = writeln!(out, "gapura_errors_total{{shard=\"{i}\",kind=\"{}\"}} {}", kind.label(), s.errors[kind as usize].get());
+            let _ = writeln!(
+                out,
+                "gapura_errors_total{{shard=\"{i}\",kind=\"{}\"}} {}",
+                kind.label(),
+                s.errors[kind as usize].get()
+            );
         }
     }
-    family(&mut out, "gapura_reloads_total", "counter", "Profile reloads by result.");
+    family(
+        &mut out,
+        "gapura_reloads_total",
+        "counter",
+        "Profile reloads by result.",
+    );
     let g = &admin.global;
-    let _ = writeln!(out, "gapura_reloads_total{{result=\"ok\"}} {}", g.reloads_ok.load(Ordering::Relaxed));
-    let _ = writeln!(out, "gapura_reloads_total{{result=\"failed\"}} {}", g.reloads_failed.load(Ordering::Relaxed));
-    family(&mut out, "gapura_profile_generation", "gauge", "Latest published profile generation.");
-    let _ = writeln!(out, "gapura_profile_generation {}", g.generation.load(Ordering::Relaxed));
+    let _ = writeln!(
+        out,
+        "gapura_reloads_total{{result=\"ok\"}} {}",
+        g.reloads_ok.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "gapura_reloads_total{{result=\"failed\"}} {}",
+        g.reloads_failed.load(Ordering::Relaxed)
+    );
+    family(
+        &mut out,
+        "gapura_profile_generation",
+        "gauge",
+        "Latest published profile generation.",
+    );
+    let _ = writeln!(
+        out,
+        "gapura_profile_generation {}",
+        g.generation.load(Ordering::Relaxed)
+    );
     family(&mut out, "gapura_shards", "gauge", "Shards running.");
     let _ = writeln!(out, "gapura_shards {}", admin.shards.len());
     out

@@ -4,7 +4,9 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub fn stamp() -> String {
-    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     let line = gapura_http::server::date::format_date_line(d.as_secs());
     // "Date: Mon, 30 Nov 2026 05:00:00 GMT\r\n" -> "30 Nov 2026 05:00:00.123"
     let text = String::from_utf8_lossy(&line[11..31]).into_owned();

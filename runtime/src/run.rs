@@ -91,7 +91,9 @@ fn start(
         .drain_timeout_ms
         .store(settings.drain_timeout_ms, Ordering::Relaxed);
     let global = Arc::new(Global::default());
-    global.generation.store(cell.generation(), Ordering::Relaxed);
+    global
+        .generation
+        .store(cell.generation(), Ordering::Relaxed);
 
     let mut per_shard: Vec<Vec<(std::net::SocketAddr, std::net::TcpListener)>> =
         (0..shard_count).map(|_| Vec::new()).collect();
@@ -166,7 +168,14 @@ fn start(
             .unwrap_or_else(|| "the embedded default profile".into())
     );
 
-    control_loop(&cell, &control, &global, &settings, profile.as_deref(), watch)?;
+    control_loop(
+        &cell,
+        &control,
+        &global,
+        &settings,
+        profile.as_deref(),
+        watch,
+    )?;
 
     for t in threads {
         let _ = t.join();
@@ -223,7 +232,12 @@ fn control_loop(
     }
 }
 
-fn do_reload(cell: &SnapshotCell, global: &Global, settings: &RuntimeSettings, profile: Option<&Path>) {
+fn do_reload(
+    cell: &SnapshotCell,
+    global: &Global,
+    settings: &RuntimeSettings,
+    profile: Option<&Path>,
+) {
     match compile(profile) {
         Ok(c) => {
             if c.runtime != *settings {
@@ -239,7 +253,10 @@ fn do_reload(cell: &SnapshotCell, global: &Global, settings: &RuntimeSettings, p
             for line in msg.lines() {
                 log!("reload failed: {line}");
             }
-            log!("reload failed; still serving generation {}", cell.generation());
+            log!(
+                "reload failed; still serving generation {}",
+                cell.generation()
+            );
         }
     }
 }

@@ -28,9 +28,13 @@ pub enum ChunkError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     /// Reading hex digits; `digits` so far.
-    Size { digits: u8 },
+    Size {
+        digits: u8,
+    },
     /// Inside a chunk extension.
-    Extension { len: u32 },
+    Extension {
+        len: u32,
+    },
     /// Saw CR after the size line; want LF.
     SizeLf,
     Data,
@@ -42,7 +46,9 @@ enum State {
     /// Inside a trailer line.
     TrailerLine,
     /// CR seen at the end of a trailer line.
-    TrailerLf { empty: bool },
+    TrailerLf {
+        empty: bool,
+    },
     Done,
 }
 
@@ -254,17 +260,35 @@ mod tests {
 
     #[test]
     fn strict_framing_errors() {
-        assert_eq!(decode(b"5\nhello\r\n0\r\n\r\n", 64), Err(ChunkError::BadLineEnding));
-        assert_eq!(decode(b"5\r\nhello\n0\r\n\r\n", 64), Err(ChunkError::BadLineEnding));
-        assert_eq!(decode(b"5\r\nhelloX\r\n0\r\n\r\n", 64), Err(ChunkError::BadLineEnding));
+        assert_eq!(
+            decode(b"5\nhello\r\n0\r\n\r\n", 64),
+            Err(ChunkError::BadLineEnding)
+        );
+        assert_eq!(
+            decode(b"5\r\nhello\n0\r\n\r\n", 64),
+            Err(ChunkError::BadLineEnding)
+        );
+        assert_eq!(
+            decode(b"5\r\nhelloX\r\n0\r\n\r\n", 64),
+            Err(ChunkError::BadLineEnding)
+        );
         assert_eq!(decode(b"x\r\n", 64), Err(ChunkError::BadSize));
         assert_eq!(decode(b" 5\r\n", 64), Err(ChunkError::BadSize));
         assert_eq!(decode(b"5 \r\n", 64), Err(ChunkError::BadSize));
         assert_eq!(decode(b"\r\n", 64), Err(ChunkError::BadSize));
         assert_eq!(decode(b"-1\r\n", 64), Err(ChunkError::BadSize));
-        assert_eq!(decode(b"10000000000000000\r\n", 64), Err(ChunkError::SizeOverflow));
-        assert_eq!(decode(b"0\r\n folded\r\n\r\n", 64), Err(ChunkError::BadTrailer));
-        assert_eq!(decode(b"0\r\nX: a\rb\r\n\r\n", 64), Err(ChunkError::BadLineEnding));
+        assert_eq!(
+            decode(b"10000000000000000\r\n", 64),
+            Err(ChunkError::SizeOverflow)
+        );
+        assert_eq!(
+            decode(b"0\r\n folded\r\n\r\n", 64),
+            Err(ChunkError::BadTrailer)
+        );
+        assert_eq!(
+            decode(b"0\r\nX: a\rb\r\n\r\n", 64),
+            Err(ChunkError::BadLineEnding)
+        );
     }
 
     #[test]

@@ -250,7 +250,9 @@ pub fn parse_head(buf: &[u8]) -> Parse {
             return Parse::Error(HeadError::Malformed("Transfer-Encoding in HTTP/1.0"));
         }
         if !chunked_last || chunked_count != 1 {
-            return Parse::Error(HeadError::Malformed("chunked must be the last coding, once"));
+            return Parse::Error(HeadError::Malformed(
+                "chunked must be the last coding, once",
+            ));
         }
         BodyFraming::Chunked
     } else {
@@ -326,7 +328,10 @@ mod tests {
     fn malformed(req: &[u8]) {
         match parse_head(req) {
             Parse::Error(HeadError::Malformed(_)) => {}
-            other => panic!("expected malformed for {:?}, got {other:?}", String::from_utf8_lossy(req)),
+            other => panic!(
+                "expected malformed for {:?}, got {other:?}",
+                String::from_utf8_lossy(req)
+            ),
         }
     }
 
@@ -347,7 +352,10 @@ mod tests {
 
     #[test]
     fn partial_head_asks_for_more() {
-        assert!(matches!(parse_head(b"GET / HTTP/1.1\r\nHo"), Parse::Partial));
+        assert!(matches!(
+            parse_head(b"GET / HTTP/1.1\r\nHo"),
+            Parse::Partial
+        ));
     }
 
     #[test]
@@ -363,7 +371,8 @@ mod tests {
     fn body_framing_is_derived() {
         let h = ok(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n");
         assert_eq!(h.framing, BodyFraming::Length(5));
-        let h = ok(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\nContent-Length: 5\r\n\r\n");
+        let h =
+            ok(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\nContent-Length: 5\r\n\r\n");
         assert_eq!(h.framing, BodyFraming::Length(5));
         let h = ok(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
         assert_eq!(h.framing, BodyFraming::Chunked);
@@ -410,23 +419,38 @@ mod tests {
     fn oversized_heads_are_refused_early() {
         let mut long = b"GET /".to_vec();
         long.extend(std::iter::repeat_n(b'a', 20_000));
-        assert!(matches!(parse_head(&long), Parse::Error(HeadError::UrlTooLong)));
+        assert!(matches!(
+            parse_head(&long),
+            Parse::Error(HeadError::UrlTooLong)
+        ));
         let mut many = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
         for i in 0..200 {
             many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
         }
         many.extend_from_slice(b"\r\n");
-        assert!(matches!(parse_head(&many), Parse::Error(HeadError::TooLarge)));
+        assert!(matches!(
+            parse_head(&many),
+            Parse::Error(HeadError::TooLarge)
+        ));
         let mut big = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
         while big.len() < OUTER_MAX_HEAD_BYTES {
             big.extend_from_slice(b"X-Long: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
         }
-        assert!(matches!(parse_head(&big), Parse::Error(HeadError::TooLarge)));
+        assert!(matches!(
+            parse_head(&big),
+            Parse::Error(HeadError::TooLarge)
+        ));
     }
 
     #[test]
     fn expect_continue_only_on_http11() {
-        assert!(ok(b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n").expect_continue);
-        assert!(!ok(b"POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n").expect_continue);
+        assert!(
+            ok(b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n")
+                .expect_continue
+        );
+        assert!(
+            !ok(b"POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n")
+                .expect_continue
+        );
     }
 }

@@ -120,7 +120,9 @@ impl Conn {
                     let (status, kind) = match e {
                         HeadError::Malformed(_) => (ErrorStatus::BadRequest, ErrorKind::BadRequest),
                         HeadError::UrlTooLong => (ErrorStatus::UriTooLong, ErrorKind::Limit),
-                        HeadError::TooLarge => (ErrorStatus::HeaderFieldsTooLarge, ErrorKind::Limit),
+                        HeadError::TooLarge => {
+                            (ErrorStatus::HeaderFieldsTooLarge, ErrorKind::Limit)
+                        }
                     };
                     self.shard.stats.requests.inc();
                     let snap = self.shard.snapshot();
@@ -166,9 +168,9 @@ impl Conn {
         let deadline = if idle {
             Instant::now() + Duration::from_millis(server.idle_timeout_ms)
         } else {
-            *self
-                .head_deadline
-                .get_or_insert_with(|| Instant::now() + Duration::from_millis(server.header_timeout_ms))
+            *self.head_deadline.get_or_insert_with(|| {
+                Instant::now() + Duration::from_millis(server.header_timeout_ms)
+            })
         };
         let header_timeout_ms = server.header_timeout_ms;
         match self.read_more(deadline).await {
@@ -213,6 +215,7 @@ impl Conn {
     async fn flush(&mut self) -> Result<(), End> {
         let buf = std::mem::take(&mut self.wbuf);
         let ms = self.shard.snapshot().server.write_timeout_ms;
+        self.shard.stats.writes.inc();
         let deadline = Instant::now() + Duration::from_millis(ms);
         match monoio::time::timeout_at(deadline, self.stream.write_all(buf)).await {
             Ok((Ok(_), mut buf)) => {
@@ -233,7 +236,9 @@ impl Conn {
             close: true,
             keep_alive_10: false,
         };
-        snap.pages.get(status, html).write_into(&mut self.wbuf, &ctx);
+        snap.pages
+            .get(status, html)
+            .write_into(&mut self.wbuf, &ctx);
         self.shard.stats.response(status.code());
     }
 
@@ -318,9 +323,7 @@ impl Conn {
         }
         let body = match head.framing {
             BodyFraming::None => BodyEnd::Ok,
-            BodyFraming::Length(n) => {
-                self.drain_length(n, head.expect_continue, resp_start).await
-            }
+            BodyFraming::Length(n) => self.drain_length(n, head.expect_continue, resp_start).await,
             BodyFraming::Chunked => {
                 self.drain_chunked(&decision.limits, head.expect_continue, resp_start)
                     .await

@@ -83,7 +83,10 @@ mod tests {
 
     #[test]
     fn formats_known_instants() {
-        assert_eq!(&format_date_line(0), b"Date: Thu, 01 Jan 1970 00:00:00 GMT\r\n");
+        assert_eq!(
+            &format_date_line(0),
+            b"Date: Thu, 01 Jan 1970 00:00:00 GMT\r\n"
+        );
         assert_eq!(
             &format_date_line(784_111_777),
             b"Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"

@@ -20,8 +20,10 @@ impl Counter {
 
     #[inline]
     pub fn add(&self, n: u64) {
-        self.0
-            .store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
 
     #[inline]
@@ -88,6 +90,8 @@ pub struct ShardStats {
     /// Responses by class: index 0 is 1xx, 4 is 5xx.
     pub responses: [Counter; 5],
     pub errors: [Counter; 6],
+    /// Socket writes of responses (pipelined answers ready together share one).
+    pub writes: Counter,
     /// The snapshot generation this shard serves.
     pub snapshot_generation: Counter,
 }

@@ -1,0 +1,308 @@
+//! Starts the real `gapura` binary on ephemeral loopback ports and talks to
+//! it over real sockets.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub struct Gapura {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub profile: PathBuf,
+    pub log: Arc<Mutex<Vec<String>>>,
+    _dir: TempDir,
+}
+
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("gapura-test-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gapura")
+}
+
+/// A profile's `[server]` with ephemeral ports, plus `rest`.
+pub fn profile(server_extra: &str, rest: &str) -> String {
+    format!(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\nshards = 1\ndrain_timeout_ms = 5000\n{server_extra}\n{rest}"
+    )
+}
+
+pub const HELLO_HOST: &str = r#"
+[[host]]
+names = ["hello.test"]
+default = true
+kind = "respond"
+status = 200
+body = "hello\n"
+content_type = "text/plain"
+"#;
+
+impl Gapura {
+    pub fn start(profile_text: &str) -> Gapura {
+        Self::try_start(profile_text, &[]).expect("gapura starts")
+    }
+
+    pub fn try_start(profile_text: &str, extra_args: &[&str]) -> Result<Gapura, String> {
+        let dir = TempDir::new();
+        let profile = dir.0.join("profile.toml");
+        std::fs::write(&profile, profile_text).unwrap();
+        let mut child = Command::new(bin())
+            .arg("run")
+            .arg("--profile")
+            .arg(&profile)
+            .args(extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn gapura");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let lines = log.lock().unwrap().clone();
+            if lines.iter().any(|l| l.contains(" ready: ")) {
+                let find = |key: &str| -> SocketAddr {
+                    let line = lines.iter().find(|l| l.contains(key)).unwrap();
+                    let rest = &line[line.find("http://").unwrap() + 7..];
+                    rest.split_whitespace().next().unwrap().parse().unwrap()
+                };
+                let addr = find("listening on http://");
+                let admin = find("admin on http://");
+                return Ok(Gapura {
+                    child,
+                    addr,
+                    admin,
+                    profile,
+                    log,
+                    _dir: dir,
+                });
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                std::thread::sleep(Duration::from_millis(100));
+                return Err(format!(
+                    "exited {status}: {}",
+                    log.lock().unwrap().join("\n")
+                ));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err(format!("not ready: {}", lines.join("\n")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child process.
+        unsafe {
+            libc::kill(self.child.id() as i32, sig);
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.log_text().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn metrics(&self) -> String {
+        let mut s = TcpStream::connect(self.admin).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    /// The value of one sample, e.g. `gapura_requests_total{shard="0"}`.
+    pub fn metric(&self, sample: &str) -> u64 {
+        let text = self.metrics();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix(sample) {
+                if let Some(v) = rest.strip_prefix(' ') {
+                    return v.trim().parse().unwrap();
+                }
+            }
+        }
+        panic!("no sample {sample} in\n{text}");
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Gapura {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A parsed response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses one response (Content-Length bodies; no body for HEAD/1xx/204/304
+/// when `head` is set) from the front of `buf`; returns it and its length.
+pub fn parse_response(buf: &[u8], head: bool) -> Option<(Response, usize)> {
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let text = std::str::from_utf8(&buf[..end]).ok()?;
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next()?;
+    let status: u16 = status_line.split(' ').nth(1)?.parse().ok()?;
+    let mut headers = Vec::new();
+    for l in lines {
+        if l.is_empty() {
+            continue;
+        }
+        let (n, v) = l.split_once(':')?;
+        headers.push((n.trim().to_string(), v.trim().to_string()));
+    }
+    let len: usize = if head || status / 100 == 1 || status == 204 || status == 304 {
+        0
+    } else {
+        headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .map(|(_, v)| v.parse().unwrap())
+            .unwrap_or(0)
+    };
+    if buf.len() < end + len {
+        return None;
+    }
+    Some((
+        Response {
+            status,
+            headers,
+            body: buf[end..end + len].to_vec(),
+        },
+        end + len,
+    ))
+}
+
+/// A client connection with a buffer of unread bytes.
+pub struct Client {
+    pub stream: TcpStream,
+    pub buf: Vec<u8>,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    /// Reads one response (waiting up to the read timeout).
+    pub fn response(&mut self, head: bool) -> Response {
+        self.try_response(head).expect("a response")
+    }
+
+    pub fn try_response(&mut self, head: bool) -> Option<Response> {
+        loop {
+            if let Some((r, n)) = parse_response(&self.buf, head) {
+                self.buf.drain(..n);
+                return Some(r);
+            }
+            let mut tmp = [0u8; 65536];
+            match self.stream.read(&mut tmp) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+            }
+        }
+    }
+
+    /// Whether the server closed the connection (EOF) within `timeout`.
+    pub fn closed_within(&mut self, timeout: Duration) -> bool {
+        self.stream.set_read_timeout(Some(timeout)).unwrap();
+        let mut tmp = [0u8; 4096];
+        loop {
+            match self.stream.read(&mut tmp) {
+                Ok(0) => return true,
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+                Err(e) => {
+                    return matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// Sends `req` on a fresh connection and returns the first response.
+pub fn request(addr: SocketAddr, req: &[u8]) -> Response {
+    let mut c = Client::connect(addr);
+    c.send(req);
+    c.response(req.starts_with(b"HEAD "))
+}
