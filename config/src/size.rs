@@ -48,7 +48,8 @@ pub(crate) fn format_size(bytes: u64) -> String {
     let (name, m) = UNITS
         .iter()
         .rev()
-        .find(|&&(_, m)| bytes != 0 && bytes % m == 0)
+        // Units are powers of two: a multiple has no bits below the unit's.
+        .find(|&&(_, m)| bytes != 0 && bytes & (m - 1) == 0)
         .copied()
         .unwrap_or(("B", 1));
     format!("{} {name}", bytes / m)

@@ -1,1 +1,47 @@
-use crate::*;
+//! Whole-profile tests: every error code from a small profile, with its
+//! exact path and position, and the shipped profiles.
+
+mod hosts;
+mod limits;
+mod parse;
+mod profiles;
+mod server;
+
+use crate::{compile_str, Compiled, ProfileError};
+
+/// Compiles a profile that must be valid.
+fn ok(src: &str) -> Compiled {
+    match compile_str(src) {
+        Ok(c) => c,
+        Err(errors) => panic!("profile should compile, got {errors:#?}"),
+    }
+}
+
+/// Compiles a profile that must fail; returns its errors.
+fn errors(src: &str) -> Vec<ProfileError> {
+    match compile_str(src) {
+        Ok(_) => panic!("profile should fail:\n{src}"),
+        Err(errors) => errors,
+    }
+}
+
+/// (code, path, line, column) of the only error of a failing profile.
+fn one(src: &str) -> (&'static str, String, u32, u32) {
+    let e = errors(src);
+    assert_eq!(e.len(), 1, "expected one error, got {e:#?}");
+    key(&e[0])
+}
+
+fn key(e: &ProfileError) -> (&'static str, String, u32, u32) {
+    (e.code, e.path.clone(), e.line, e.column)
+}
+
+/// (code, path) of every error, in order.
+fn codes(src: &str) -> Vec<(&'static str, String)> {
+    errors(src).into_iter().map(|e| (e.code, e.path)).collect()
+}
+
+/// `(code, path, line, column)` with a borrowed path, for terse asserts.
+fn at(code: &'static str, path: &str, line: u32, column: u32) -> (&'static str, String, u32, u32) {
+    (code, path.to_string(), line, column)
+}

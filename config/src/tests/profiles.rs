@@ -1,0 +1,109 @@
+use super::*;
+use crate::{load_file, Driver, Shards, Steering, DEFAULT_PROFILE};
+use gapura_gate::{ErrorStatus, HostAction, RequestLimits};
+use std::path::Path;
+
+const EXAMPLE: &str = include_str!("../../../profiles/example.toml");
+
+#[test]
+fn default_profile_serves_a_page_for_every_host_on_loopback() {
+    let c = ok(DEFAULT_PROFILE);
+    assert_eq!(c.runtime.listen, vec!["127.0.0.1:8080".parse().unwrap()]);
+    assert_eq!(c.runtime.admin, Some("127.0.0.1:9090".parse().unwrap()));
+    let hosts = &c.snapshot.hosts;
+    assert_eq!(hosts.lookup(None), Some(0));
+    assert_eq!(hosts.lookup(Some(b"anything.test")), Some(0));
+    let HostAction::Respond(a) = &c.snapshot.entries[0].action else {
+        panic!("the default host responds");
+    };
+    assert_eq!(a.status, 200);
+    assert!(a
+        .head()
+        .starts_with(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\n"));
+    let body = std::str::from_utf8(a.body()).unwrap();
+    assert!(body.starts_with("Gapura is running.\n"), "{body}");
+    for needle in [
+        "gapura run --profile FILE",
+        "/metrics",
+        "profiles/example.toml",
+    ] {
+        assert!(body.contains(needle), "{needle}");
+    }
+}
+
+#[test]
+fn example_profile_compiles_with_every_layer() {
+    let c = ok(EXAMPLE);
+    let r = &c.runtime;
+    assert_eq!(
+        (r.shards, r.driver, r.steering),
+        (Shards::Auto, Driver::Auto, Steering::Source)
+    );
+    assert_eq!(r.listen.len(), 2);
+    assert_eq!(
+        c.snapshot.server.unknown_host,
+        ErrorStatus::MisdirectedRequest
+    );
+    let defaults = RequestLimits {
+        max_body_bytes: 10 << 20,
+        max_header_count: 64,
+        max_header_bytes: 16 << 10,
+        max_url_bytes: 4 << 10,
+    };
+    assert_eq!(c.snapshot.default_limits, defaults);
+
+    let hosts = &c.snapshot.hosts;
+    let limits =
+        |name: &[u8]| c.snapshot.entries[hosts.lookup(Some(name)).unwrap() as usize].limits;
+    assert_eq!(limits(b"example.com"), defaults);
+    assert_eq!(
+        limits(b"blog.example.com"),
+        RequestLimits {
+            max_body_bytes: 0,
+            max_url_bytes: 1024,
+            ..defaults
+        }
+    );
+    assert_eq!(
+        limits(b"upload.example.com"),
+        RequestLimits {
+            max_body_bytes: 1 << 30,
+            max_url_bytes: 16 << 10,
+            ..defaults
+        }
+    );
+    assert_eq!(hosts.lookup(Some(b"nobody.org")), None);
+    let kind = |name: &[u8]| match &c.snapshot.entries[hosts.lookup(Some(name)).unwrap() as usize]
+        .action
+    {
+        HostAction::Respond(a) => a.status,
+        HostAction::Redirect(r) => r.status,
+    };
+    assert_eq!(kind(b"www.example.com"), 200);
+    assert_eq!(kind(b"blog.example.com"), 404);
+    assert_eq!(kind(b"upload.example.com"), 202);
+    assert_eq!(kind(b"a.example.net"), 308);
+    assert_eq!(kind(b"old.example.com"), 302);
+}
+
+#[test]
+fn unreadable_file_is_a_read_error_without_position() {
+    let e = load_file(Path::new("/nonexistent/gapura/profile.toml")).unwrap_err();
+    assert_eq!(e.len(), 1);
+    assert_eq!(key(&e[0]), at("profile.read", "", 0, 0));
+    assert!(e[0]
+        .message
+        .starts_with("cannot read /nonexistent/gapura/profile.toml: "));
+}
+
+#[test]
+fn load_file_compiles_the_shipped_profiles() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("profiles");
+    for name in ["default.toml", "example.toml"] {
+        if let Err(e) = load_file(&root.join(name)) {
+            panic!("{name}: {e:#?}");
+        }
+    }
+}
