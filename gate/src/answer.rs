@@ -71,18 +71,32 @@ impl Answer {
     /// the capacity.
     #[inline]
     pub fn write_into(&self, out: &mut Vec<u8>, ctx: &WriteCtx<'_>) {
+        self.write_start(out, ctx.date_line);
+        self.write_end(out, ctx);
+    }
+
+    /// The first part: status line, fixed headers and Date. A connection
+    /// that must read the request body first writes this, reads the body,
+    /// and only then decides whether it closes ([`Answer::write_end`]).
+    #[inline]
+    pub fn write_start(&self, out: &mut Vec<u8>, date_line: &[u8]) {
         out.extend_from_slice(&self.head);
-        finish_head(out, ctx);
+        out.extend_from_slice(date_line);
+    }
+
+    /// The rest: the connection line, the blank line, the body.
+    #[inline]
+    pub fn write_end(&self, out: &mut Vec<u8>, ctx: &WriteCtx<'_>) {
+        end_head(out, ctx);
         if !ctx.head_only {
             out.extend_from_slice(&self.body);
         }
     }
 }
 
-/// Writes the per-request tail of a head: Date, the connection line, the blank line.
+/// Ends a head whose Date line is written: the connection line, the blank line.
 #[inline]
-pub fn finish_head(out: &mut Vec<u8>, ctx: &WriteCtx<'_>) {
-    out.extend_from_slice(ctx.date_line);
+pub fn end_head(out: &mut Vec<u8>, ctx: &WriteCtx<'_>) {
     if ctx.close {
         out.extend_from_slice(b"Connection: close\r\n");
     } else if ctx.keep_alive_10 {

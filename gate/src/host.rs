@@ -6,7 +6,7 @@
 //! bare suffix), then the default host. The lookup copies the name into a
 //! stack buffer and hashes it: no allocation.
 
-use crate::answer::{finish_head, reason_phrase, Answer, WriteCtx};
+use crate::answer::{end_head, reason_phrase, Answer, WriteCtx};
 use std::collections::HashMap;
 
 /// Index of a host in its snapshot.
@@ -117,7 +117,9 @@ pub fn valid_name(name: &str) -> bool {
         return false;
     }
     if name.starts_with('[') && name.ends_with(']') {
-        return name[1..name.len() - 1].parse::<std::net::Ipv6Addr>().is_ok();
+        return name[1..name.len() - 1]
+            .parse::<std::net::Ipv6Addr>()
+            .is_ok();
     }
     name.split('.').all(|label| {
         !label.is_empty()
@@ -175,11 +177,21 @@ impl Redirect {
     /// `out` has capacity.
     #[inline]
     pub fn write_into(&self, out: &mut Vec<u8>, target: &[u8], ctx: &WriteCtx<'_>) {
+        self.write_start(out, target, ctx.date_line);
+        end_head(out, ctx);
+    }
+
+    /// Status line, Location, fixed headers and Date; [`end_head`] finishes.
+    #[inline]
+    pub fn write_start(&self, out: &mut Vec<u8>, target: &[u8], date_line: &[u8]) {
         out.extend_from_slice(&self.prefix);
         let kept = match self.keep {
             KeepTarget::Nothing => &target[..0],
             KeepTarget::Path => {
-                let end = target.iter().position(|&b| b == b'?').unwrap_or(target.len());
+                let end = target
+                    .iter()
+                    .position(|&b| b == b'?')
+                    .unwrap_or(target.len());
                 &target[..end]
             }
             KeepTarget::PathAndQuery => target,
@@ -190,7 +202,7 @@ impl Redirect {
             out.push(b'/');
         }
         out.extend_from_slice(&self.rest);
-        finish_head(out, ctx);
+        out.extend_from_slice(date_line);
     }
 }
 
@@ -276,6 +288,8 @@ mod tests {
         let r = Redirect::new(308, "https://example.com/x", KeepTarget::Nothing, &[]);
         out.clear();
         r.write_into(&mut out, b"/a?c=1", &ctx);
-        assert!(out.starts_with(b"HTTP/1.1 308 Permanent Redirect\r\nLocation: https://example.com/x\r\n"));
+        assert!(out.starts_with(
+            b"HTTP/1.1 308 Permanent Redirect\r\nLocation: https://example.com/x\r\n"
+        ));
     }
 }

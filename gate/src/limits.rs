@@ -124,7 +124,10 @@ mod tests {
         assert_eq!(l.check_head(8192, 100, 32768), Ok(()));
         assert_eq!(l.check_head(8193, 1, 1), Err(LimitRefusal::UrlTooLong));
         assert_eq!(l.check_head(1, 101, 1), Err(LimitRefusal::TooManyHeaders));
-        assert_eq!(l.check_head(1, 1, 32769), Err(LimitRefusal::HeadersTooLarge));
+        assert_eq!(
+            l.check_head(1, 1, 32769),
+            Err(LimitRefusal::HeadersTooLarge)
+        );
         assert_eq!(l.check_declared_body(104_857_600), Ok(()));
         assert_eq!(
             l.check_declared_body(104_857_601),

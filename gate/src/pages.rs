@@ -130,7 +130,12 @@ impl ErrorPages {
                 html_headers.push(("Content-Security-Policy", csp.as_str()));
                 let mut text_headers = vec![("Content-Type", "text/plain; charset=utf-8")];
                 text_headers.extend_from_slice(&common);
-                let text = format!("{} {}\n{}\n", s.code(), reason_phrase(s.code()), s.sentence());
+                let text = format!(
+                    "{} {}\n{}\n",
+                    s.code(),
+                    reason_phrase(s.code()),
+                    s.sentence()
+                );
                 Page {
                     html: Answer::new(s.code(), &html_headers, builtin_html(s).as_bytes()),
                     text: Answer::new(s.code(), &text_headers, text.as_bytes()),

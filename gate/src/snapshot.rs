@@ -114,7 +114,8 @@ impl Snapshot {
             host,
             limits,
         };
-        if let Err(r) = limits.check_head(facts.target.len(), facts.header_count, facts.header_bytes)
+        if let Err(r) =
+            limits.check_head(facts.target.len(), facts.header_count, facts.header_bytes)
         {
             return refuse(limit_status(r));
         }
@@ -193,7 +194,10 @@ mod tests {
             target: b"/",
             ..Default::default()
         });
-        assert!(matches!(d.verdict, Verdict::Refuse(ErrorStatus::MisdirectedRequest)));
+        assert!(matches!(
+            d.verdict,
+            Verdict::Refuse(ErrorStatus::MisdirectedRequest)
+        ));
     }
 
     #[test]
@@ -205,7 +209,10 @@ mod tests {
             content_length: Some(11),
             ..Default::default()
         });
-        assert!(matches!(d.verdict, Verdict::Refuse(ErrorStatus::PayloadTooLarge)));
+        assert!(matches!(
+            d.verdict,
+            Verdict::Refuse(ErrorStatus::PayloadTooLarge)
+        ));
     }
 
     #[test]
@@ -217,13 +224,19 @@ mod tests {
             target: &long,
             ..Default::default()
         });
-        assert!(matches!(d.verdict, Verdict::Refuse(ErrorStatus::UriTooLong)));
+        assert!(matches!(
+            d.verdict,
+            Verdict::Refuse(ErrorStatus::UriTooLong)
+        ));
         let d = s.decide(&RequestFacts {
             host: Some(b"a.test"),
             target: b"/",
             header_count: 101,
             ..Default::default()
         });
-        assert!(matches!(d.verdict, Verdict::Refuse(ErrorStatus::HeaderFieldsTooLarge)));
+        assert!(matches!(
+            d.verdict,
+            Verdict::Refuse(ErrorStatus::HeaderFieldsTooLarge)
+        ));
     }
 }

@@ -17,7 +17,7 @@ use super::stats::ErrorKind;
 use super::Shard;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{parse_head, BodyFraming, HeadError, Parse, ParsedHead};
-use gapura_gate::answer::WriteCtx;
+use gapura_gate::answer::{end_head, WriteCtx};
 use gapura_gate::limits::{RequestLimits, OUTER_MAX_HEAD_BYTES};
 use gapura_gate::snapshot::{RequestFacts, Verdict};
 use gapura_gate::{ErrorStatus, Snapshot};
@@ -288,36 +288,34 @@ impl Conn {
         };
         let decision = snap.decide(&facts);
         self.served += 1;
-        let server = &snap.server;
-        let mut close = head.close
-            || self.shard.is_draining()
-            || (server.max_requests_per_connection != 0
-                && self.served >= server.max_requests_per_connection);
         let head_only = head.method == crate::codec::head::Method::Head;
         let (status, refusal_closes) = match decision.verdict {
             Verdict::Respond(a) => (a.status, false),
             Verdict::Redirect(r) => (r.status, false),
             Verdict::Refuse(s) => (s.code(), is_limit(s)),
         };
-        close |= refusal_closes;
-        let date = self.shard.date.line();
-        let ctx = WriteCtx {
-            date_line: &date,
-            head_only,
-            close,
-            keep_alive_10: head.keep_alive_10 && !close,
+        let page = match decision.verdict {
+            Verdict::Refuse(s) => Some(snap.pages.get(s, head.wants_html)),
+            _ => None,
         };
+        let date = self.shard.date.line();
         let resp_start = self.wbuf.len();
-        match decision.verdict {
-            Verdict::Respond(a) => a.write_into(&mut self.wbuf, &ctx),
-            Verdict::Redirect(r) => r.write_into(&mut self.wbuf, &buf[head.path.clone()], &ctx),
-            Verdict::Refuse(s) => snap
-                .pages
-                .get(s, head.wants_html)
-                .write_into(&mut self.wbuf, &ctx),
+        match (decision.verdict, page) {
+            (_, Some(p)) => p.write_start(&mut self.wbuf, &date),
+            (Verdict::Respond(a), _) => a.write_start(&mut self.wbuf, &date),
+            (Verdict::Redirect(r), _) => {
+                r.write_start(&mut self.wbuf, &buf[head.path.clone()], &date)
+            }
+            (Verdict::Refuse(_), None) => {}
         }
         self.pos += head.head_len;
         if refusal_closes {
+            end_head(&mut self.wbuf, &close_ctx(&date, head_only));
+            if let Some(p) = page {
+                if !head_only {
+                    self.wbuf.extend_from_slice(p.body());
+                }
+            }
             stats.response(status);
             return Err(self.close_after_refusal(ErrorKind::Limit).await);
         }
@@ -342,6 +340,23 @@ impl Conn {
                 return Err(self.close_after_refusal(kind).await);
             }
             BodyEnd::End(end) => return Err(end),
+        }
+        // Decided after the body: a drain that began meanwhile closes too.
+        let server = &snap.server;
+        let close = head.close
+            || self.shard.is_draining()
+            || (server.max_requests_per_connection != 0
+                && self.served >= server.max_requests_per_connection);
+        let ctx = WriteCtx {
+            date_line: &date,
+            head_only,
+            close,
+            keep_alive_10: head.keep_alive_10 && !close,
+        };
+        match (decision.verdict, page) {
+            (_, Some(p)) => p.write_end(&mut self.wbuf, &ctx),
+            (Verdict::Respond(a), _) => a.write_end(&mut self.wbuf, &ctx),
+            _ => end_head(&mut self.wbuf, &ctx),
         }
         self.shard.stats.response(status);
         if close {
@@ -441,6 +456,15 @@ impl Conn {
                 return BodyEnd::End(end);
             }
         }
+    }
+}
+
+fn close_ctx(date: &[u8], head_only: bool) -> WriteCtx<'_> {
+    WriteCtx {
+        date_line: date,
+        head_only,
+        close: true,
+        keep_alive_10: false,
     }
 }
 

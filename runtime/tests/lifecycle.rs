@@ -1,0 +1,222 @@
+//! The process's life through the real binary: reloads, drain, steering,
+//! port ownership and `check`.
+
+mod common;
+
+use common::*;
+use std::net::{SocketAddr, TcpListener};
+use std::process::Command;
+use std::time::Duration;
+
+fn respond_profile(body: &str) -> String {
+    profile(
+        "",
+        &format!(
+            "[[host]]\nnames = [\"r.test\"]\ndefault = true\nkind = \"respond\"\nbody = \"{body}\"\n"
+        ),
+    )
+}
+
+#[test]
+fn sighup_reload_changes_the_answer_on_an_open_keep_alive_connection() {
+    let g = Gapura::start(&respond_profile("one"));
+    let mut c = Client::connect(g.addr);
+    c.send(b"GET / HTTP/1.1\r\nHost: r.test\r\n\r\n");
+    assert_eq!(c.response(false).body, b"one");
+    std::fs::write(&g.profile, respond_profile("two")).unwrap();
+    g.signal(libc::SIGHUP);
+    assert!(g.wait_log("reloaded: generation 2", Duration::from_secs(5)));
+    c.send(b"GET / HTTP/1.1\r\nHost: r.test\r\n\r\n");
+    assert_eq!(c.response(false).body, b"two");
+    assert_eq!(g.metric("gapura_snapshot_generation{shard=\"0\"}"), 2);
+    assert_eq!(g.metric("gapura_reloads_total{result=\"ok\"}"), 1);
+    assert_eq!(
+        g.metric("gapura_connections_accepted_total{shard=\"0\"}"),
+        1
+    );
+}
+
+#[test]
+fn watch_reloads_when_the_file_changes() {
+    let g = Gapura::try_start(&respond_profile("one"), &["--watch"]).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    std::fs::write(&g.profile, respond_profile("watched")).unwrap();
+    assert!(g.wait_log("reloaded: generation 2", Duration::from_secs(5)));
+    assert_eq!(
+        request(g.addr, b"GET / HTTP/1.1\r\nHost: r.test\r\n\r\n").body,
+        b"watched"
+    );
+}
+
+#[test]
+fn a_failed_reload_keeps_serving_and_logs_every_error() {
+    let g = Gapura::start(&respond_profile("stable"));
+    let bad = profile(
+        "",
+        "[[host]]\nnames = [\"a b\"]\nkind = \"respond\"\n[[host]]\nnames = [\"x.test\"]\nkind = \"teleport\"\n",
+    );
+    std::fs::write(&g.profile, bad).unwrap();
+    g.signal(libc::SIGHUP);
+    assert!(g.wait_log("still serving generation 1", Duration::from_secs(5)));
+    let log = g.log_text();
+    assert!(log.contains("host.name.invalid"), "{log}");
+    assert!(log.contains("host.kind.invalid"), "{log}");
+    assert_eq!(
+        request(g.addr, b"GET / HTTP/1.1\r\nHost: r.test\r\n\r\n").body,
+        b"stable"
+    );
+    assert_eq!(g.metric("gapura_reloads_total{result=\"failed\"}"), 1);
+    assert_eq!(g.metric("gapura_profile_generation"), 1);
+}
+
+#[test]
+fn sigterm_drains_an_in_flight_request_then_exits_zero() {
+    let mut g = Gapura::start(&respond_profile("done"));
+    let mut c = Client::connect(g.addr);
+    c.send(b"POST / HTTP/1.1\r\nHost: r.test\r\nContent-Length: 10\r\n\r\nhalf-");
+    std::thread::sleep(Duration::from_millis(100));
+    g.signal(libc::SIGTERM);
+    assert!(g.wait_log("draining", Duration::from_secs(2)));
+    std::thread::sleep(Duration::from_millis(300));
+    // New connections are no longer accepted.
+    assert!(std::net::TcpStream::connect(g.addr).is_err());
+    c.send(b"rest!");
+    let r = c.response(false);
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"done"[..]));
+    assert_eq!(r.header("Connection"), Some("close"));
+    let status = g
+        .wait_exit(Duration::from_secs(5))
+        .expect("exits after draining");
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn idle_keep_alives_do_not_hold_up_the_drain() {
+    let mut g = Gapura::start(&respond_profile("x"));
+    let mut c = Client::connect(g.addr);
+    c.send(b"GET / HTTP/1.1\r\nHost: r.test\r\n\r\n");
+    assert_eq!(c.response(false).status, 200);
+    g.signal(libc::SIGINT);
+    let status = g.wait_exit(Duration::from_secs(3)).expect("exits promptly");
+    assert!(status.success());
+    assert!(c.closed_within(Duration::from_secs(1)));
+}
+
+fn connect_from(src: &str, to: SocketAddr) -> std::net::TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let local: SocketAddr = format!("{src}:0").parse().unwrap();
+    sock.bind(&local.into()).unwrap();
+    sock.connect(&to.into()).unwrap();
+    sock.into()
+}
+
+#[test]
+fn steering_keeps_each_source_on_one_shard() {
+    let g = Gapura::start(&profile("shards = 2", HELLO_HOST).replace("shards = 1\n", ""));
+    let accepted = |shard: usize| {
+        g.metric(&format!(
+            "gapura_connections_accepted_total{{shard=\"{shard}\"}}"
+        ))
+    };
+    for src in [
+        "127.0.0.2",
+        "127.0.0.3",
+        "127.0.0.4",
+        "127.0.0.5",
+        "127.0.0.6",
+    ] {
+        let before = [accepted(0), accepted(1)];
+        for _ in 0..6 {
+            let mut c = Client {
+                stream: connect_from(src, g.addr),
+                buf: Vec::new(),
+            };
+            c.stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            c.send(b"GET / HTTP/1.1\r\nHost: hello.test\r\nConnection: close\r\n\r\n");
+            assert_eq!(c.response(false).status, 200);
+        }
+        let delta = [accepted(0) - before[0], accepted(1) - before[1]];
+        assert!(
+            delta == [6, 0] || delta == [0, 6],
+            "{src} spread over shards: {delta:?}"
+        );
+    }
+}
+
+#[test]
+fn a_port_another_process_listens_on_is_refused() {
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = other.local_addr().unwrap().port();
+    let text = profile("", HELLO_HOST).replace(
+        "listen = [\"127.0.0.1:0\"]",
+        &format!("listen = [\"127.0.0.1:{port}\"]"),
+    );
+    let err = match Gapura::try_start(&text, &[]) {
+        Ok(_) => panic!("started on a taken port"),
+        Err(e) => e,
+    };
+    assert!(err.contains("already in use by another process"), "{err}");
+    assert!(err.contains("exit status: 1"), "{err}");
+}
+
+#[test]
+fn check_reports_every_error_with_code_and_position() {
+    let dir = TempDir::new();
+    let file = dir.0.join("bad.toml");
+    std::fs::write(
+        &file,
+        "[server]\nlisten = [\"127.0.0.1:8080\", \"nonsense\"]\n\n[[host]]\nnames = [\"a.test\"]\nkind = \"respond\"\n\n[[host]]\nnames = [\"a.test\"]\nkind = \"respond\"\nstatus = 99\n",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .arg("check")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let name = file.display().to_string();
+    assert!(
+        err.contains(&format!(
+            "{name}:2:29: error[server.listen.invalid] server.listen[1]"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{name}:9:10: error[host.name.duplicate] host[1].names[0]"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{name}:11:10: error[host.status.invalid] host[1].status"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("3 error(s)"), "{err}");
+
+    let good = dir.0.join("good.toml");
+    std::fs::write(&good, HELLO_HOST).unwrap();
+    let out = Command::new(bin())
+        .arg("check")
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok (1 hosts"));
+}
+
+#[test]
+fn the_shipped_profiles_pass_check() {
+    for p in ["../profiles/default.toml", "../profiles/example.toml"] {
+        let out = Command::new(bin()).arg("check").arg(p).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{p}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
