@@ -44,7 +44,7 @@ impl HostTable {
                 return Err(HostNameError::Duplicate);
             }
             self.wildcards.push((key, id));
-            self.wildcards.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+            self.wildcards.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
             return Ok(());
         }
         if !valid_name(&lower) {

@@ -30,10 +30,8 @@ pub fn spawn(listener: TcpListener, admin: Admin) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("gapura-admin".into())
         .spawn(move || {
-            for conn in listener.incoming() {
-                if let Ok(stream) = conn {
-                    let _ = handle(stream, &admin);
-                }
+            for stream in listener.incoming().flatten() {
+                let _ = handle(stream, &admin);
             }
         })?;
     Ok(())

@@ -17,7 +17,8 @@ const BACKLOG: i32 = 4096;
 
 /// Offset of the network header in classic BPF loads (`SKF_NET_OFF`).
 const SKF_NET_OFF: i32 = -0x10_0000;
-const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+/// BPF_LD | BPF_W | BPF_ABS (the first two are 0).
+const BPF_LD_W_ABS: u16 = 0x20;
 const BPF_ALU_MOD_K: u16 = 0x04 | 0x90;
 const BPF_ALU_XOR_X: u16 = 0x04 | 0xa0 | 0x08;
 const BPF_MISC_TAX: u16 = 0x07;

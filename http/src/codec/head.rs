@@ -239,7 +239,6 @@ pub fn parse_head(buf: &[u8]) -> Parse {
             _ => {}
         }
     }
-    let version = version as u8;
     let framing = if te_seen {
         if content_length.is_some() {
             return Parse::Error(HeadError::Malformed(
