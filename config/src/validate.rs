@@ -251,9 +251,9 @@ fn check_admin(
     let Some(a) = admin.filter(|a| a.port() != 0) else {
         return admin;
     };
-    let Some(k) = listen.iter().position(|&l| l == a) else {
+    if !listen.contains(&a) {
         return admin;
-    };
+    }
     match &s.admin {
         Some(v) => e.push(
             "server.admin.conflict",
@@ -263,11 +263,16 @@ fn check_admin(
         ),
         None => {
             // The default admin address collides: point at the listen entry.
-            let at = s
+            let (k, at) = s
                 .listen
                 .as_ref()
-                .and_then(|l| l.get_ref().iter().find(|i| i.get_ref().parse() == Ok(a)))
-                .map_or(0..0, |i| i.span());
+                .and_then(|l| {
+                    l.get_ref()
+                        .iter()
+                        .enumerate()
+                        .find(|(_, i)| i.get_ref().parse() == Ok(a))
+                })
+                .map_or((0, 0..0), |(k, i)| (k, i.span()));
             e.push(
                 "server.admin.conflict",
                 "server.admin",

@@ -17,12 +17,24 @@ fn ok(src: &str) -> Compiled {
     }
 }
 
-/// Compiles a profile that must fail; returns its errors.
+/// The profile reference; every code a test sees must be listed there.
+const DOC: &str = include_str!("../../../docs/profile.md");
+
+/// Compiles a profile that must fail; returns its errors, each checked to
+/// have a documented code.
 fn errors(src: &str) -> Vec<ProfileError> {
-    match compile_str(src) {
+    let errors = match compile_str(src) {
         Ok(_) => panic!("profile should fail:\n{src}"),
         Err(errors) => errors,
+    };
+    for e in &errors {
+        assert!(
+            DOC.contains(&format!("| `{}` |", e.code)),
+            "{} is missing from docs/profile.md",
+            e.code
+        );
     }
+    errors
 }
 
 /// (code, path, line, column) of the only error of a failing profile.

@@ -81,3 +81,15 @@ fn dates_are_a_type_error() {
     let (code, _, line, column) = one("[server]\ndrain_timeout_ms = 1979-05-27\n");
     assert_eq!((code, line, column), ("profile.type", 2, 20));
 }
+
+#[test]
+fn unknown_key_displays_as_one_line_with_its_path() {
+    let e = errors("[server]\nfoo = 1\n");
+    assert_eq!(
+        e[0].to_string(),
+        "2:1: error[profile.unknown_key] server.foo: unknown field `foo`, expected one of `shards`, \
+         `driver`, `steering`, `listen`, `admin`, `drain_timeout_ms`, `header_timeout_ms`, \
+         `idle_timeout_ms`, `body_timeout_ms`, `write_timeout_ms`, `max_requests_per_connection`, \
+         `max_connections_per_shard`, `unknown_host`"
+    );
+}

@@ -1,5 +1,5 @@
 use super::*;
-use crate::{load_file, Driver, Shards, Steering, DEFAULT_PROFILE};
+use crate::{compile_str, load_file, Driver, Shards, Steering, DEFAULT_PROFILE};
 use gapura_gate::{ErrorStatus, HostAction, RequestLimits};
 use std::path::Path;
 
@@ -105,5 +105,18 @@ fn load_file_compiles_the_shipped_profiles() {
         if let Err(e) = load_file(&root.join(name)) {
             panic!("{name}: {e:#?}");
         }
+    }
+}
+
+#[test]
+fn truncated_and_mangled_profiles_give_errors_not_panics() {
+    for (i, _) in EXAMPLE.char_indices().step_by(5) {
+        let _ = compile_str(&EXAMPLE[..i]);
+        let mangled: String = EXAMPLE[..i]
+            .chars()
+            .chain("\u{0}]\"=[".chars())
+            .chain(EXAMPLE[i..].chars())
+            .collect();
+        let _ = compile_str(&mangled);
     }
 }

@@ -155,6 +155,16 @@ fn default_admin_address_conflict_points_at_the_listen_entry() {
         one("[server]\nlisten = [\"127.0.0.1:8080\", \"127.0.0.1:9090\"]\n"),
         at("server.admin.conflict", "server.admin", 2, 29)
     );
+    let e = errors("[server]\nlisten = [\"nowhere\", \"127.0.0.1:9090\"]\n");
+    assert_eq!(
+        key(&e[1]),
+        at("server.admin.conflict", "server.admin", 2, 22)
+    );
+    assert_eq!(
+        e[1].message,
+        "the admin listener's default address 127.0.0.1:9090 is also listed in server.listen[1]; \
+         set server.admin to another address or \"off\""
+    );
 }
 
 #[test]
