@@ -1,0 +1,291 @@
+//! HTTP/1.1 over monoio streams: the general path (plain or TLS, closed or
+//! open loop, pipelined batches), and the fallback of the direct io_uring engine.
+//!
+//! Each connection is one task. Closed loop: write a batch of `--pipeline`
+//! requests, read until that many responses ended, record each response's
+//! latency from the batch's write, repeat. Open loop: one request outstanding
+//! per connection, sent at its intended time or as soon as the connection is
+//! free after it, latency counted from the intended time (coordinated
+//! omission corrected as wrk2 does). Any error closes the connection, is
+//! counted by kind, and the task reconnects (with a short backoff after a
+//! failed connect).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use crate::net::{connect_tcp, server_name, Conn};
+use crate::pacer::{pace, Pacer};
+use crate::response::ResponseParser;
+use crate::shard::ShardCtx;
+use crate::stats::{ErrorKind, ShardStats};
+use crate::target::RequestSet;
+
+const READ_BUF_BYTES: usize = 64 * 1024;
+const MAX_BACKOFF_MS: u64 = 100;
+
+pub async fn shard_main(ctx: ShardCtx) -> ShardStats {
+    let ctx = Rc::new(ctx);
+    let stats = Rc::new(RefCell::new(ctx.new_stats()));
+    let reqs = Rc::new(RequestSet::build(&ctx.cfg, ctx.cfg.pipeline));
+    let done = Rc::new(Cell::new(false));
+    let publisher = ctx.progress.then(|| monoio::spawn(publish_loop(ctx.clone(), stats.clone(), done.clone())));
+    let tasks: Vec<_> =
+        ctx.conns.clone().map(|g| monoio::spawn(connection(ctx.clone(), stats.clone(), reqs.clone(), g))).collect();
+    for t in tasks {
+        t.await;
+    }
+    done.set(true);
+    if let Some(p) = publisher {
+        p.await;
+    }
+    Rc::try_unwrap(stats).ok().expect("all tasks ended").into_inner()
+}
+
+/// Copies live counters for the progress line every 200 ms until `done`.
+pub async fn publish_loop(ctx: Rc<ShardCtx>, stats: Rc<RefCell<ShardStats>>, done: Rc<Cell<bool>>) {
+    while !done.get() {
+        monoio::time::sleep(Duration::from_millis(200)).await;
+        stats.borrow().publish(&ctx.shared.live[ctx.index]);
+    }
+}
+
+/// Sleeps until `t` (monoio's timer has millisecond resolution: used only
+/// where that is enough, such as the start of a run).
+pub async fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        monoio::time::sleep(t - now).await;
+    }
+}
+
+enum Step {
+    /// Keep going on this connection.
+    Continue,
+    /// Reconnect (error counted, or the server closed).
+    Reconnect,
+    /// The run is over for this connection.
+    Stop,
+}
+
+struct ConnState {
+    ctx: Rc<ShardCtx>,
+    stats: Rc<RefCell<ShardStats>>,
+    reqs: Rc<RequestSet>,
+    g: usize,
+    rot: usize,
+    /// Open-loop schedule position.
+    k: u64,
+    pacer: Option<Pacer>,
+    parser: ResponseParser,
+    buf: Vec<u8>,
+}
+
+async fn connection(ctx: Rc<ShardCtx>, stats: Rc<RefCell<ShardStats>>, reqs: Rc<RequestSet>, g: usize) {
+    let head_only = reqs.head_only;
+    let rot = g % reqs.count;
+    let mut st = ConnState {
+        ctx,
+        stats,
+        reqs,
+        g,
+        rot,
+        k: 0,
+        pacer: None,
+        parser: ResponseParser::new(head_only),
+        buf: Vec::with_capacity(READ_BUF_BYTES),
+    };
+    let mut backoff_ms = 1;
+    sleep_until(st.ctx.start).await;
+    loop {
+        let now = Instant::now();
+        if st.ctx.rate.is_none() && st.ctx.over(now) {
+            return;
+        }
+        if st.ctx.rate.is_some() && (st.ctx.shared.stopped() || st.ctx.intended(st.g, st.k).is_none()) {
+            return;
+        }
+        let mut conn = match open(&st.ctx, g).await {
+            Some(Ok(c)) => c,
+            None => return,
+            Some(Err(())) => {
+                st.stats.borrow_mut().error(ErrorKind::Connect, Instant::now());
+                // A failed connect uses up a scheduled request (open loop) or one of
+                // the -n budget, so runs bounded by count end against a dead target.
+                if st.ctx.rate.is_some() {
+                    st.k += 1;
+                } else if st.ctx.shared.claim(st.ctx.cfg.requests, 1) == 0 {
+                    return;
+                }
+                monoio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                backoff_ms = (backoff_ms * 2).min(MAX_BACKOFF_MS);
+                continue;
+            }
+        };
+        backoff_ms = 1;
+        st.parser.reset();
+        st.buf.clear();
+        loop {
+            match exchange(&mut st, &mut conn).await {
+                Step::Continue => {}
+                Step::Reconnect => break,
+                Step::Stop => return,
+            }
+        }
+    }
+}
+
+/// Connects (and completes TLS) within the timeout. None: the run ended meanwhile.
+async fn open(ctx: &ShardCtx, g: usize) -> Option<Result<Conn, ()>> {
+    let fut = async {
+        let tcp = connect_tcp(ctx.addr, ctx.source(g)).await?;
+        match &ctx.tls {
+            None => Ok(Conn::Plain(tcp)),
+            Some(cfg) => {
+                let name = server_name(&ctx.cfg.targets[0].host).map_err(std::io::Error::other)?;
+                Conn::tls(tcp, cfg.clone(), name).await
+            }
+        }
+    };
+    let mut limit = ctx.cfg.timeout;
+    if ctx.rate.is_none() {
+        if let Some(d) = ctx.deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            if left < limit {
+                limit = left;
+                return match monoio::time::timeout(limit, fut).await {
+                    Ok(r) => Some(r.map_err(|_| ())),
+                    Err(_) => None,
+                };
+            }
+        }
+    }
+    match monoio::time::timeout(limit, fut).await {
+        Ok(r) => Some(r.map_err(|_| ())),
+        Err(_) => Some(Err(())),
+    }
+}
+
+/// One batch (closed loop) or one scheduled request (open loop) on `conn`.
+async fn exchange(st: &mut ConnState, conn: &mut Conn) -> Step {
+    let ctx = st.ctx.clone();
+    let depth;
+    let intended;
+    if ctx.rate.is_some() {
+        let Some(t) = ctx.intended(st.g, st.k) else { return Step::Stop };
+        if ctx.shared.stopped() {
+            return Step::Stop;
+        }
+        pace(&mut st.pacer, t).await;
+        st.k += 1;
+        depth = 1;
+        intended = Some(t);
+    } else {
+        if ctx.over(Instant::now()) {
+            return Step::Stop;
+        }
+        depth = ctx.shared.claim(ctx.cfg.requests, ctx.cfg.pipeline as u64) as usize;
+        if depth == 0 {
+            return Step::Stop;
+        }
+        intended = None;
+    }
+    let batch = st.reqs.batch(st.rot, depth);
+    st.rot = (st.rot + depth) % st.reqs.count;
+    let sent = Instant::now();
+    let from = intended.unwrap_or(sent);
+    let batch_len = batch.len();
+    let write = monoio::time::timeout(ctx.cfg.timeout, conn.send(batch)).await;
+    match write {
+        Ok(Ok(())) => st.stats.borrow_mut().bytes_written += batch_len as u64,
+        Ok(Err(_)) => {
+            st.stats.borrow_mut().error(ErrorKind::Write, Instant::now());
+            return Step::Reconnect;
+        }
+        Err(_) => {
+            st.stats.borrow_mut().error(ErrorKind::Timeout, Instant::now());
+            return Step::Reconnect;
+        }
+    }
+    let read_deadline = {
+        let t = sent + ctx.cfg.timeout;
+        match (ctx.rate, ctx.deadline) {
+            (None, Some(d)) if d < t => (d, false),
+            _ => (t, true),
+        }
+    };
+    let mut got = 0;
+    let mut pos = 0;
+    let mut close = false;
+    loop {
+        // Parse what is buffered.
+        while got < depth {
+            match st.parser.advance(&st.buf[pos..]) {
+                Ok((n, Some(done))) => {
+                    pos += n;
+                    got += 1;
+                    st.stats.borrow_mut().record(from, Instant::now(), done.status);
+                    if done.close {
+                        close = true;
+                        break;
+                    }
+                }
+                Ok((n, None)) => {
+                    pos += n;
+                    break;
+                }
+                Err(_) => {
+                    st.stats.borrow_mut().error(ErrorKind::Parse, Instant::now());
+                    return Step::Reconnect;
+                }
+            }
+        }
+        if got == depth || close {
+            st.buf.drain(..pos);
+            return if close { Step::Reconnect } else { Step::Continue };
+        }
+        st.buf.drain(..pos);
+        pos = 0;
+        let now = Instant::now();
+        let (until, is_timeout) = read_deadline;
+        if now >= until {
+            if is_timeout {
+                st.stats.borrow_mut().error(ErrorKind::Timeout, now);
+                return Step::Reconnect;
+            }
+            return Step::Stop;
+        }
+        let buf = std::mem::take(&mut st.buf);
+        let before = buf.len();
+        match monoio::time::timeout(until - now, conn.recv(buf)).await {
+            Ok((r, buf)) => {
+                st.buf = buf;
+                let now = Instant::now();
+                match r {
+                    Ok(0) => {
+                        if let Some(done) = st.parser.finish_at_eof() {
+                            st.stats.borrow_mut().record(from, now, done.status);
+                        } else {
+                            st.stats.borrow_mut().error(ErrorKind::Read, now);
+                        }
+                        return Step::Reconnect;
+                    }
+                    Ok(_) => st.stats.borrow_mut().read_bytes(st.buf.len() - before, now),
+                    Err(_) => {
+                        st.stats.borrow_mut().error(ErrorKind::Read, now);
+                        return Step::Reconnect;
+                    }
+                }
+            }
+            Err(_) => {
+                // The buffer went with the cancelled read; start a fresh one.
+                st.buf = Vec::with_capacity(READ_BUF_BYTES);
+                if is_timeout {
+                    st.stats.borrow_mut().error(ErrorKind::Timeout, Instant::now());
+                    return Step::Reconnect;
+                }
+                return Step::Stop;
+            }
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Shards: one pinned thread each, the runtime they run on, the open-loop
+//! schedule, and the run that starts them and gathers what they measured.
+//!
+//! Shard `s` of `S` owns the global connection indices `[s*C/S, (s+1)*C/S)`.
+//! In the open loop the global schedule is one evenly spaced sequence of
+//! `R` requests per second: request `j` is due at `start + j/R` and belongs
+//! to connection `j mod C`, so any rate works whatever the shard and
+//! connection counts (a connection with nothing due just sleeps).
+//!
+//! The main thread never waits longer than the run's deadline plus the
+//! request timeout plus one second: a shard that has not reported by then is
+//! left behind and the summary says so.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use crate::cli::{Config, Driver, Engine};
+use crate::stats::{cpu_time, Shared, ShardStats};
+use crate::target::Scheme;
+
+/// What one shard needs to run.
+pub struct ShardCtx {
+    pub cfg: Arc<Config>,
+    pub shared: Arc<Shared>,
+    pub index: usize,
+    pub addr: SocketAddr,
+    pub conns: Range<usize>,
+    pub total_conns: usize,
+    pub start: Instant,
+    pub measure_start: Instant,
+    pub deadline: Option<Instant>,
+    pub rate: Option<f64>,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub progress: bool,
+}
+
+impl ShardCtx {
+    /// The intended send time of the `k`-th request of global slot `g` in the
+    /// open loop, or None when the schedule is over (`-n` spent or past the deadline).
+    #[inline]
+    pub fn intended(&self, g: usize, k: u64) -> Option<Instant> {
+        let rate = self.rate?;
+        let j = g as u64 + k * self.total_conns as u64;
+        if let Some(n) = self.cfg.requests {
+            if j >= n {
+                return None;
+            }
+        }
+        let t = self.start + Duration::from_secs_f64(j as f64 / rate);
+        match self.deadline {
+            Some(d) if t >= d => None,
+            _ => Some(t),
+        }
+    }
+
+    /// True once the closed loop must stop issuing requests.
+    #[inline]
+    pub fn over(&self, now: Instant) -> bool {
+        self.shared.stopped() || self.deadline.is_some_and(|d| now >= d)
+    }
+
+    /// The source address global connection `g` binds to.
+    pub fn source(&self, g: usize) -> Option<std::net::IpAddr> {
+        self.cfg.source_ips.as_ref().map(|s| s.get(g as u64))
+    }
+
+    pub fn new_stats(&self) -> ShardStats {
+        let len = self.deadline.map(|d| d - self.measure_start).unwrap_or(Duration::from_secs(3600));
+        ShardStats::new(self.measure_start, len)
+    }
+}
+
+static FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// Logs one line, once per process, when a shard falls back to another driver or engine.
+pub fn log_fallback(msg: &str) {
+    if !FALLBACK_LOGGED.swap(true, Ordering::Relaxed) {
+        eprintln!("gapura-loadtest: {msg}");
+    }
+}
+
+/// Runs `f` on a monoio runtime: io_uring with COOP_TASKRUN | TASKRUN_FLAG,
+/// or the legacy (epoll) driver when asked or when the ring cannot be built
+/// (one logged line). Returns the output and the driver's name.
+pub fn with_monoio<F, Fut>(driver: Driver, f: F) -> Result<(Fut::Output, &'static str), String>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future,
+{
+    if driver != Driver::Epoll {
+        let mut urb = io_uring::IoUring::builder();
+        urb.setup_coop_taskrun().setup_taskrun_flag();
+        let built = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .uring_builder(urb)
+            .with_entries(1024)
+            .enable_timer()
+            .build();
+        match built {
+            Ok(mut rt) => return Ok((rt.block_on(f()), "io_uring")),
+            Err(e) if driver == Driver::Auto => {
+                log_fallback(&format!("io_uring ring setup failed ({e}); using the epoll driver"))
+            }
+            Err(e) => return Err(format!("io_uring ring setup failed: {e}")),
+        }
+    }
+    let mut rt = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+        .enable_timer()
+        .build()
+        .map_err(|e| format!("epoll runtime setup failed: {e}"))?;
+    Ok((rt.block_on(f()), "epoll"))
+}
+
+/// What a run produced.
+pub struct Outcome {
+    pub stats: ShardStats,
+    /// Measured window: from its start to the deadline, or to the last report in `-n` runs.
+    pub elapsed: Duration,
+    pub cpu_user: Duration,
+    pub cpu_sys: Duration,
+    pub missing_shards: usize,
+    pub failures: Vec<String>,
+}
+
+fn run_shard(ctx: ShardCtx) -> Result<ShardStats, String> {
+    let cfg = ctx.cfg.clone();
+    let scheme = cfg.targets[0].scheme;
+    if scheme == Scheme::Udp {
+        return with_monoio(cfg.driver, || crate::udp::shard_main(ctx)).map(|(mut s, d)| {
+            s.driver = d;
+            s.engine = "monoio-udp";
+            s
+        });
+    }
+    if cfg.http2 {
+        return crate::h2mode::run_shard(ctx);
+    }
+    let direct = scheme == Scheme::Http && ctx.rate.is_none() && cfg.engine != Engine::Monoio && cfg.driver != Driver::Epoll;
+    let ctx = if direct {
+        match crate::uring::run_shard(ctx) {
+            Ok(s) => return Ok(s),
+            Err((ctx, e)) => {
+                if cfg.engine == Engine::Uring {
+                    return Err(e);
+                }
+                log_fallback(&format!("direct io_uring engine unavailable ({e}); using monoio streams"));
+                ctx
+            }
+        }
+    } else {
+        ctx
+    };
+    with_monoio(cfg.driver, || crate::h1::shard_main(ctx)).map(|(mut s, d)| {
+        s.driver = d;
+        s.engine = "monoio";
+        s
+    })
+}
+
+/// Runs one load phase: starts the shards, shows progress, gathers and merges.
+pub fn execute(cfg: &Arc<Config>, rate: Option<f64>, duration: Option<Duration>, progress: bool) -> Result<Outcome, String> {
+    let addr = cfg.targets[0].resolve()?;
+    let tls = match cfg.targets[0].scheme {
+        Scheme::Https => {
+            let alpn: &[&[u8]] = if cfg.http2 { &[b"h2"] } else { &[b"http/1.1"] };
+            Some(crate::net::tls_config(cfg.insecure, alpn)?)
+        }
+        _ => None,
+    };
+    let shards = cfg.shards;
+    let total_conns = cfg.connections;
+    let shared = Arc::new(Shared::new(shards));
+    let start = Instant::now() + Duration::from_millis(20);
+    let measure_start = start + cfg.warmup;
+    let deadline = duration.map(|d| measure_start + d);
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let (tx, rx) = mpsc::channel();
+    let (u0, s0) = cpu_time();
+    for s in 0..shards {
+        let ctx = ShardCtx {
+            cfg: cfg.clone(),
+            shared: shared.clone(),
+            index: s,
+            addr,
+            conns: (s * total_conns / shards)..((s + 1) * total_conns / shards),
+            total_conns,
+            start,
+            measure_start,
+            deadline,
+            rate,
+            tls: tls.clone(),
+            progress,
+        };
+        let core = if cores.is_empty() { None } else { Some(cores[s % cores.len()]) };
+        let tx = tx.clone();
+        std::thread::Builder::new()
+            .name(format!("shard-{s}"))
+            .spawn(move || {
+                if let Some(c) = core {
+                    core_affinity::set_for_current(c);
+                }
+                let _ = tx.send((s, run_shard(ctx)));
+            })
+            .map_err(|e| format!("cannot start shard thread: {e}"))?;
+    }
+    drop(tx);
+    let hard_deadline = deadline.map(|d| d + cfg.timeout + Duration::from_secs(1));
+    let mut results: Vec<Option<ShardStats>> = (0..shards).map(|_| None).collect();
+    let mut failures = Vec::new();
+    let mut got = 0;
+    let mut printer = progress.then(crate::report::Progress::new);
+    let mut last_report = Instant::now();
+    while got < shards {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            shared.stop.store(true, Ordering::Relaxed);
+        }
+        if hard_deadline.is_some_and(|h| now >= h) {
+            break;
+        }
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok((s, r)) => {
+                got += 1;
+                last_report = Instant::now();
+                match r {
+                    Ok(st) => results[s] = Some(st),
+                    Err(e) => failures.push(format!("shard {s}: {e}")),
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if let Some(p) = printer.as_mut() {
+            p.tick(&shared, start);
+        }
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    if let Some(p) = printer.as_mut() {
+        p.clear();
+    }
+    let (u1, s1) = cpu_time();
+    let missing_shards = shards - got;
+    let mut merged: Option<ShardStats> = None;
+    for st in results.into_iter().flatten() {
+        match merged.as_mut() {
+            None => merged = Some(st),
+            Some(m) => m.merge(&st),
+        }
+    }
+    let stats = match merged {
+        Some(m) => m,
+        None => return Err(failures.join("; ")),
+    };
+    // A timed run is measured over its whole window; a run bounded by -n
+    // (alone or with -d) until its last shard reported.
+    let end = match (deadline, cfg.requests) {
+        (Some(d), None) => d,
+        (Some(d), Some(_)) => d.min(last_report),
+        (None, _) => last_report,
+    };
+    let elapsed = end.saturating_duration_since(measure_start).max(Duration::from_millis(1));
+    Ok(Outcome { stats, elapsed, cpu_user: u1 - u0, cpu_sys: s1 - s0, missing_shards, failures })
+}
