@@ -4,14 +4,13 @@
 //! would add up to a millisecond to every open-loop latency (latency counts
 //! from the intended send time). A [`Pacer`] is a `timerfd` armed with an
 //! absolute CLOCK_MONOTONIC deadline (the clock `Instant` reads) and read
-//! through monoio like a socket, so the wait ends within microseconds on
+//! whose readiness monoio waits for (a poll on io_uring, epoll on the legacy driver), so the wait ends within microseconds on
 //! either driver without spinning a core that a server may share.
 
 use std::io;
 use std::os::fd::FromRawFd;
 use std::time::{Duration, Instant};
 
-use monoio::io::AsyncReadRent;
 use monoio::net::TcpStream;
 
 /// Waits shorter than this are not worth a timer.
@@ -20,7 +19,6 @@ const MIN_WAIT: Duration = Duration::from_micros(20);
 pub struct Pacer {
     fd: i32,
     stream: TcpStream,
-    buf: Option<Vec<u8>>,
 }
 
 impl Pacer {
@@ -34,7 +32,7 @@ impl Pacer {
         // SAFETY: `fd` is a fresh descriptor we own; monoio only reads and closes it.
         let std = unsafe { std::net::TcpStream::from_raw_fd(fd) };
         let stream = TcpStream::from_std(std)?;
-        Ok(Pacer { fd, stream, buf: Some(Vec::with_capacity(8)) })
+        Ok(Pacer { fd, stream })
     }
 
     /// Waits until `t`.
@@ -57,11 +55,19 @@ impl Pacer {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
-        let mut buf = self.buf.take().unwrap_or_else(|| Vec::with_capacity(8));
-        buf.clear();
-        let (res, buf) = self.stream.read(buf).await;
-        self.buf = Some(buf);
-        res.map(|_| ())
+        loop {
+            self.stream.readable(false).await?;
+            let mut expirations = 0u64;
+            // SAFETY: reads 8 bytes into a u64 from our own non-blocking timerfd.
+            let r = unsafe { libc::read(self.fd, &mut expirations as *mut u64 as *mut libc::c_void, 8) };
+            if r == 8 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+        }
     }
 }
 

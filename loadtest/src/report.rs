@@ -13,7 +13,7 @@ use crate::stats::Shared;
 use crate::target::Scheme;
 
 /// Percentiles every output reports.
-pub const PERCENTILES: [f64; 7] = [50.0, 75.0, 90.0, 99.0, 99.9, 99.99, 99.999];
+pub const PERCENTILES: [f64; 8] = [50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 99.99, 99.999];
 
 pub fn protocol(cfg: &Config) -> &'static str {
     match (cfg.targets[0].scheme, cfg.http2) {
