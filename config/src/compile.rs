@@ -33,6 +33,7 @@ pub(crate) fn compile(c: Checked) -> Compiled {
             entries,
             default_limits: defaults.resolve(),
             pages: ErrorPages::builtin(),
+            upstreams: Vec::new(),
         },
     }
 }

@@ -213,6 +213,8 @@ pub enum HostAction {
     Respond(Answer),
     /// A redirect.
     Redirect(Redirect),
+    /// Forward to upstreams by route.
+    Proxy(crate::upstream::ProxyHost),
 }
 
 #[cfg(test)]

@@ -13,9 +13,11 @@ pub mod host;
 pub mod limits;
 pub mod pages;
 pub mod snapshot;
+pub mod upstream;
 
 pub use answer::{Answer, WriteCtx};
 pub use host::{HostAction, HostId, HostTable, Redirect};
 pub use limits::{LimitRefusal, RequestLimits};
 pub use pages::{ErrorPages, ErrorStatus};
 pub use snapshot::{ServerSettings, Snapshot, Verdict};
+pub use upstream::{ProxyHost, Route, UpstreamGroup, UpstreamServer};

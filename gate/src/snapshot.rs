@@ -9,6 +9,7 @@ use crate::answer::Answer;
 use crate::host::{HostAction, HostId, HostTable, Redirect};
 use crate::limits::{LimitRefusal, RequestLimits};
 use crate::pages::{ErrorPages, ErrorStatus};
+use crate::upstream::{Route, UpstreamGroup};
 
 /// Connection-level settings every shard applies.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,14 +65,18 @@ pub struct Snapshot {
     /// Limits for a request no host takes.
     pub default_limits: RequestLimits,
     pub pages: ErrorPages,
+    /// Upstream groups, indexed by `Route::upstream`.
+    pub upstreams: Vec<UpstreamGroup>,
 }
 
 /// The facts of a request head the gate decides on. Borrowed, no copies.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RequestFacts<'a> {
     pub host: Option<&'a [u8]>,
-    /// Raw request target (origin form) as sent.
+    /// Raw request target as sent.
     pub target: &'a [u8],
+    /// Path and query (origin form; the path part of an absolute form).
+    pub path: &'a [u8],
     pub header_count: usize,
     /// Names plus values, in bytes.
     pub header_bytes: usize,
@@ -88,6 +93,8 @@ pub enum Verdict<'s> {
     Redirect(&'s Redirect),
     /// Refuse with a page.
     Refuse(ErrorStatus),
+    /// Forward along this route to its group.
+    Forward(&'s Route, &'s UpstreamGroup),
 }
 
 /// A decision and the body limit that applies while the body is read.
@@ -102,13 +109,20 @@ impl Snapshot {
     /// Decides a request from its head. Pure, no allocation.
     pub fn decide(&self, facts: &RequestFacts<'_>) -> Decision<'_> {
         let host = self.hosts.lookup(facts.host);
-        let (limits, action) = match host {
+        let (mut limits, action) = match host {
             Some(id) => {
                 let e = &self.entries[id as usize];
                 (e.limits, Some(&e.action))
             }
             None => (self.default_limits, None),
         };
+        let mut route = None;
+        if let Some(HostAction::Proxy(proxy)) = action {
+            route = proxy.route(&matching_path(facts.path));
+            if let Some(r) = route {
+                limits.max_body_bytes = r.limits.max_body_bytes;
+            }
+        }
         let refuse = |s| Decision {
             verdict: Verdict::Refuse(s),
             host,
@@ -127,6 +141,10 @@ impl Snapshot {
         let verdict = match action {
             Some(HostAction::Respond(a)) => Verdict::Respond(a),
             Some(HostAction::Redirect(r)) => Verdict::Redirect(r),
+            Some(HostAction::Proxy(_)) => match route {
+                Some(r) => Verdict::Forward(r, &self.upstreams[r.upstream as usize]),
+                None => Verdict::Refuse(ErrorStatus::NotFound),
+            },
             None => Verdict::Refuse(self.server.unknown_host),
         };
         Decision {
@@ -134,6 +152,18 @@ impl Snapshot {
             host,
             limits,
         }
+    }
+}
+
+/// The path routes match on: the path without its query, lowercased.
+/// Allocates only for a path that is not already lowercase.
+fn matching_path(path: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let end = path.iter().position(|&b| b == b'?').unwrap_or(path.len());
+    let p = &path[..end];
+    if p.iter().any(u8::is_ascii_uppercase) {
+        std::borrow::Cow::Owned(p.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(p)
     }
 }
 
@@ -172,6 +202,7 @@ mod tests {
             }],
             default_limits: RequestLimits::default(),
             pages: ErrorPages::builtin(),
+            upstreams: Vec::new(),
         }
     }
 

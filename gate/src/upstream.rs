@@ -1,0 +1,184 @@
+//! Upstream groups and proxy routes, as compiled into a snapshot.
+//!
+//! A `proxy` host holds routes; each route names an upstream group. A group
+//! lists servers (addresses fixed when the profile is compiled), how to
+//! balance over them, its pool and timeout settings and its health checks.
+//! Everything here is immutable; per-shard state (pools, balancer counters,
+//! passive health) lives in the http crate's shard state, keyed by each
+//! server's stable `key` so it survives a reload.
+
+use crate::limits::RequestLimits;
+use std::net::SocketAddr;
+
+/// Index of a group in its snapshot.
+pub type UpstreamId = u32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Balance {
+    /// Smooth weighted round robin.
+    RoundRobin,
+    /// Fewest requests in flight on this shard, relative to weight.
+    LeastOutstanding,
+}
+
+/// An active health check: `GET path` every `interval_ms`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActiveHealth {
+    pub path: String,
+    pub interval_ms: u64,
+    pub timeout_ms: u64,
+    /// Expected status range (inclusive).
+    pub expect_status: (u16, u16),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamServer {
+    pub addr: SocketAddr,
+    pub weight: u32,
+    /// Stable identity (group name + address), for per-shard state and the
+    /// health board across reloads.
+    pub key: u64,
+    /// Slot on the process's health board; set by the runtime on publish.
+    pub health_slot: u32,
+}
+
+/// How the upstream request's Host header is set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostHeader {
+    /// The client's Host.
+    PassThrough,
+    /// This value.
+    Rewrite(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamGroup {
+    pub name: String,
+    pub servers: Vec<UpstreamServer>,
+    pub balance: Balance,
+    pub host_header: HostHeader,
+    pub connect_timeout_ms: u64,
+    pub response_header_timeout_ms: u64,
+    pub read_timeout_ms: u64,
+    pub max_idle_per_server: u32,
+    pub idle_timeout_ms: u64,
+    /// Consecutive failures that take a server out on a shard (0: never).
+    pub fail_threshold: u32,
+    pub fail_cooldown_ms: u64,
+    pub active_health: Option<ActiveHealth>,
+}
+
+/// What the proxy does with `X-Request-Id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestId {
+    /// Keep the client's, generate one when absent.
+    Keep,
+    /// Always generate a new one.
+    Generate,
+    /// Pass through whatever the client sent; add none.
+    Off,
+}
+
+/// How a route matches the canonical path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteMatch {
+    Exact(String),
+    /// Segment-bounded prefix: `/a` takes `/a` and `/a/x`, not `/ab`.
+    Prefix(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub matcher: RouteMatch,
+    pub upstream: UpstreamId,
+    /// Host limits with this route's body limit laid over.
+    pub limits: RequestLimits,
+    pub websocket: bool,
+    pub request_id: RequestId,
+}
+
+/// A proxy host's routes. Precedence: an exact match beats any prefix; among
+/// prefixes the longest wins; equal ones go by profile order.
+#[derive(Clone, Debug, Default)]
+pub struct ProxyHost {
+    pub routes: Vec<Route>,
+}
+
+impl ProxyHost {
+    /// The route for a canonical path. O(routes), no allocation.
+    pub fn route(&self, canonical: &[u8]) -> Option<&Route> {
+        let mut best: Option<(&Route, usize)> = None;
+        for r in &self.routes {
+            match &r.matcher {
+                RouteMatch::Exact(p) if p.as_bytes() == canonical => return Some(r),
+                RouteMatch::Prefix(p) if prefix_matches(p.as_bytes(), canonical) => {
+                    if best.is_none_or(|(_, len)| p.len() > len) {
+                        best = Some((r, p.len()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        best.map(|(r, _)| r)
+    }
+}
+
+/// Segment-bounded prefix match on canonical paths.
+pub fn prefix_matches(prefix: &[u8], path: &[u8]) -> bool {
+    let prefix = if prefix.len() > 1 {
+        prefix.strip_suffix(b"/").unwrap_or(prefix)
+    } else {
+        prefix
+    };
+    if prefix == b"/" {
+        return true;
+    }
+    path.starts_with(prefix) && (path.len() == prefix.len() || path[prefix.len()] == b'/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(m: RouteMatch, upstream: UpstreamId) -> Route {
+        Route {
+            matcher: m,
+            upstream,
+            limits: RequestLimits::default(),
+            websocket: false,
+            request_id: RequestId::Keep,
+        }
+    }
+
+    #[test]
+    fn prefixes_stop_at_segment_boundaries() {
+        assert!(prefix_matches(b"/admin", b"/admin"));
+        assert!(prefix_matches(b"/admin", b"/admin/x"));
+        assert!(prefix_matches(b"/admin/", b"/admin/x"));
+        assert!(!prefix_matches(b"/admin", b"/administrator"));
+        assert!(prefix_matches(b"/", b"/anything"));
+    }
+
+    #[test]
+    fn exact_beats_prefix_and_longest_prefix_wins() {
+        let host = ProxyHost {
+            routes: vec![
+                route(RouteMatch::Prefix("/".into()), 0),
+                route(RouteMatch::Prefix("/api".into()), 1),
+                route(RouteMatch::Prefix("/api/v2".into()), 2),
+                route(RouteMatch::Exact("/api/health".into()), 3),
+                route(RouteMatch::Prefix("/api".into()), 4),
+            ],
+        };
+        let up = |p: &[u8]| host.route(p).map(|r| r.upstream);
+        assert_eq!(up(b"/"), Some(0));
+        assert_eq!(up(b"/apix"), Some(0));
+        assert_eq!(up(b"/api/x"), Some(1));
+        assert_eq!(up(b"/api/v2/x"), Some(2));
+        assert_eq!(up(b"/api/health"), Some(3));
+        let no_root = ProxyHost {
+            routes: vec![route(RouteMatch::Prefix("/api".into()), 1)],
+        };
+        assert!(no_root.route(b"/other").is_none());
+    }
+}
