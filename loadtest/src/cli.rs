@@ -47,17 +47,31 @@ impl SourceIps {
     /// network and broadcast addresses are skipped.
     pub fn parse(s: &str) -> Result<SourceIps, String> {
         let (addr, len) = match s.split_once('/') {
-            Some((a, l)) => (a, l.parse::<u32>().map_err(|_| format!("--source-ips: bad prefix length in {s:?}"))?),
+            Some((a, l)) => (
+                a,
+                l.parse::<u32>()
+                    .map_err(|_| format!("--source-ips: bad prefix length in {s:?}"))?,
+            ),
             None => (s, 32),
         };
-        let ip: Ipv4Addr = addr.parse().map_err(|_| format!("--source-ips: {s:?} is not an IPv4 CIDR"))?;
+        let ip: Ipv4Addr = addr
+            .parse()
+            .map_err(|_| format!("--source-ips: {s:?} is not an IPv4 CIDR"))?;
         if len > 32 {
             return Err(format!("--source-ips: prefix length {len} is over 32"));
         }
         let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
         let net = u32::from(ip) & mask;
-        let size = if len == 0 { u32::MAX } else { 1u32 << (32 - len) };
-        let (first, count) = if len <= 30 { (net + 1, size - 2) } else { (net, size) };
+        let size = if len == 0 {
+            u32::MAX
+        } else {
+            1u32 << (32 - len)
+        };
+        let (first, count) = if len <= 30 {
+            (net + 1, size - 2)
+        } else {
+            (net, size)
+        };
         Ok(SourceIps { first, count })
     }
 
@@ -156,7 +170,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     } else {
         (s, 1.0)
     };
-    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration (10s, 1m, 500ms)"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (10s, 1m, 500ms)"))?;
     if !v.is_finite() || v < 0.0 || v * mult > 1e7 {
         return Err(format!("{s:?} is out of range"));
     }
@@ -186,10 +202,41 @@ pub enum Parsed {
 }
 
 const TAKES_VALUE: &[&str] = &[
-    "c", "connections", "t", "threads", "d", "duration", "n", "requests", "warmup", "timeout", "X", "method",
-    "H", "header", "body", "body-file", "pipeline", "R", "rate", "slo-p99", "max-error-ratio",
-    "find-max-start", "find-max-steps", "source-ips", "m", "streams", "payload", "payload-file",
-    "payload-size", "json", "report", "driver", "engine", "s", "script",
+    "c",
+    "connections",
+    "t",
+    "threads",
+    "d",
+    "duration",
+    "n",
+    "requests",
+    "warmup",
+    "timeout",
+    "X",
+    "method",
+    "H",
+    "header",
+    "body",
+    "body-file",
+    "pipeline",
+    "R",
+    "rate",
+    "slo-p99",
+    "max-error-ratio",
+    "find-max-start",
+    "find-max-steps",
+    "source-ips",
+    "m",
+    "streams",
+    "payload",
+    "payload-file",
+    "payload-size",
+    "json",
+    "report",
+    "driver",
+    "engine",
+    "s",
+    "script",
 ];
 
 /// Parses the arguments after the program name.
@@ -214,7 +261,14 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             let first = rest.chars().next().unwrap_or('-');
             let n = first.to_string();
             let tail = &rest[first.len_utf8()..];
-            (n, if tail.is_empty() { None } else { Some(tail.to_string()) })
+            (
+                n,
+                if tail.is_empty() {
+                    None
+                } else {
+                    Some(tail.to_string())
+                },
+            )
         } else {
             positional.push(a.clone());
             continue;
@@ -223,7 +277,10 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             match inline {
                 Some(v) => Some(v),
                 None => {
-                    let v = args.get(i).cloned().ok_or_else(|| format!("option {} needs a value", dash(&name)))?;
+                    let v = args
+                        .get(i)
+                        .cloned()
+                        .ok_or_else(|| format!("option {} needs a value", dash(&name)))?;
                     i += 1;
                     Some(v)
                 }
@@ -233,7 +290,10 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 return Err(format!("option {} takes no value", dash(&name)));
             }
             if inline.is_some() {
-                return Err(format!("unknown option -{name}{}", inline.unwrap_or_default()));
+                return Err(format!(
+                    "unknown option -{name}{}",
+                    inline.unwrap_or_default()
+                ));
             }
             None
         };
@@ -295,7 +355,9 @@ fn build(opts: Vec<(String, Option<String>)>, positional: Vec<String>) -> Result
             "timeout" => timeout = parse_duration(&v).map_err(err)?,
             "X" | "method" => method = v,
             "H" | "header" => {
-                let (k, val) = v.split_once(':').ok_or_else(|| format!("{flag}: {v:?} is not 'Name: value'"))?;
+                let (k, val) = v
+                    .split_once(':')
+                    .ok_or_else(|| format!("{flag}: {v:?} is not 'Name: value'"))?;
                 let k = k.trim();
                 if k.is_empty() || k.bytes().any(|b| b <= b' ' || b >= 0x7f) {
                     return Err(format!("{flag}: bad header name in {v:?}"));
@@ -309,7 +371,9 @@ fn build(opts: Vec<(String, Option<String>)>, positional: Vec<String>) -> Result
             "body-file" => body = std::fs::read(&v).map_err(|e| format!("{flag}: {v}: {e}"))?,
             "pipeline" => pipeline = parse_count(&v).map_err(err)? as usize,
             "R" | "rate" => {
-                let r = v.parse::<f64>().map_err(|_| format!("{flag}: {v:?} is not a rate"))?;
+                let r = v
+                    .parse::<f64>()
+                    .map_err(|_| format!("{flag}: {v:?} is not a rate"))?;
                 if !(r > 0.0 && r.is_finite()) {
                     return Err(format!("{flag}: rate must be above 0"));
                 }
@@ -318,13 +382,17 @@ fn build(opts: Vec<(String, Option<String>)>, positional: Vec<String>) -> Result
             "find-max" => find_max = true,
             "slo-p99" => slo_p99 = parse_duration(&v).map_err(err)?,
             "max-error-ratio" => {
-                max_error_ratio = v.parse::<f64>().map_err(|_| format!("{flag}: {v:?} is not a ratio"))?;
+                max_error_ratio = v
+                    .parse::<f64>()
+                    .map_err(|_| format!("{flag}: {v:?} is not a ratio"))?;
                 if !(0.0..=1.0).contains(&max_error_ratio) {
                     return Err(format!("{flag}: ratio must be within 0..1"));
                 }
             }
             "find-max-start" => {
-                find_max_start = v.parse::<f64>().map_err(|_| format!("{flag}: {v:?} is not a rate"))?;
+                find_max_start = v
+                    .parse::<f64>()
+                    .map_err(|_| format!("{flag}: {v:?} is not a rate"))?;
                 if !(find_max_start > 0.0 && find_max_start.is_finite()) {
                     return Err(format!("{flag}: rate must be above 0"));
                 }
@@ -338,14 +406,20 @@ fn build(opts: Vec<(String, Option<String>)>, positional: Vec<String>) -> Result
             "m" | "streams" => streams = parse_count(&v).map_err(err)? as usize,
             "k" | "insecure" => insecure = true,
             "payload" => payload = Some(v.into_bytes()),
-            "payload-file" => payload = Some(std::fs::read(&v).map_err(|e| format!("{flag}: {v}: {e}"))?),
+            "payload-file" => {
+                payload = Some(std::fs::read(&v).map_err(|e| format!("{flag}: {v}: {e}"))?)
+            }
             "payload-size" => payload_size = Some(parse_count(&v).map_err(err)? as usize),
             "driver" => {
                 driver = match v.as_str() {
                     "auto" => Driver::Auto,
                     "io_uring" | "uring" => Driver::IoUring,
                     "epoll" | "legacy" => Driver::Epoll,
-                    _ => return Err(format!("{flag}: expected auto, io_uring or epoll, got {v:?}")),
+                    _ => {
+                        return Err(format!(
+                            "{flag}: expected auto, io_uring or epoll, got {v:?}"
+                        ))
+                    }
                 }
             }
             "engine" => {
@@ -359,7 +433,11 @@ fn build(opts: Vec<(String, Option<String>)>, positional: Vec<String>) -> Result
             "progress" => progress = Some(true),
             "no-progress" => progress = Some(false),
             "q" | "quiet" => quiet = true,
-            "s" | "script" => return Err(format!("{flag}: Lua scripts are not supported; use -X, -H, --body and URL lists")),
+            "s" | "script" => {
+                return Err(format!(
+                    "{flag}: Lua scripts are not supported; use -X, -H, --body and URL lists"
+                ))
+            }
             _ => return Err(format!("unknown option {flag} (see --help)")),
         }
     }
@@ -369,9 +447,15 @@ fn build(opts: Vec<(String, Option<String>)>, positional: Vec<String>) -> Result
     let first = Target::parse(&positional[0])?;
     let mut targets = vec![first.clone()];
     for p in &positional[1..] {
-        let t = if p.starts_with('/') { first.with_path(p) } else { Target::parse(p)? };
+        let t = if p.starts_with('/') {
+            first.with_path(p)
+        } else {
+            Target::parse(p)?
+        };
         if t.scheme != first.scheme || t.host != first.host || t.port != first.port {
-            return Err(format!("{p}: every URL in a run must share the first one's scheme, host and port"));
+            return Err(format!(
+                "{p}: every URL in a run must share the first one's scheme, host and port"
+            ));
         }
         targets.push(t);
     }
@@ -394,7 +478,9 @@ fn build(opts: Vec<(String, Option<String>)>, positional: Vec<String>) -> Result
         return Err("--timeout: must be above 0".into());
     }
     if pipeline > 1 && (rate.is_some() || find_max) {
-        return Err("--pipeline applies to the closed loop only; drop -R/--find-max or --pipeline".into());
+        return Err(
+            "--pipeline applies to the closed loop only; drop -R/--find-max or --pipeline".into(),
+        );
     }
     let is_udp = first.scheme == Scheme::Udp;
     if is_udp && (http2 || pipeline > 1) {
@@ -406,18 +492,28 @@ fn build(opts: Vec<(String, Option<String>)>, positional: Vec<String>) -> Result
     if find_max && requests.is_some() {
         return Err("--find-max runs timed steps; drop -n".into());
     }
-    if engine == Engine::Uring && (is_udp || http2 || first.scheme == Scheme::Https || rate.is_some() || find_max) {
+    if engine == Engine::Uring
+        && (is_udp || http2 || first.scheme == Scheme::Https || rate.is_some() || find_max)
+    {
         return Err("--engine uring drives plain http:// closed-loop HTTP/1.1 only".into());
     }
     if duration.is_none() && requests.is_none() {
-        duration = Some(if find_max { Duration::from_secs(2) } else { Duration::from_secs(10) });
+        duration = Some(if find_max {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_secs(10)
+        });
     }
     let mut payload = payload.unwrap_or_else(|| b"ping".to_vec());
     if let Some(n) = payload_size {
         if n == 0 || n > 65_507 {
             return Err("--payload-size: must be within 1..65507".into());
         }
-        let src = if payload.is_empty() { vec![b'x'] } else { payload.clone() };
+        let src = if payload.is_empty() {
+            vec![b'x']
+        } else {
+            payload.clone()
+        };
         payload = src.iter().cycle().take(n).copied().collect();
     }
     Ok(Parsed::Run(Box::new(Config {
@@ -463,10 +559,16 @@ mod tests {
 
     #[test]
     fn wrk_command_line_parses_with_glued_values() {
-        let Parsed::Run(c) = parse(&args("-t2 -c64 -d10s -H Host:x --latency http://127.0.0.1:8080/")).unwrap() else {
+        let Parsed::Run(c) = parse(&args(
+            "-t2 -c64 -d10s -H Host:x --latency http://127.0.0.1:8080/",
+        ))
+        .unwrap() else {
             panic!()
         };
-        assert_eq!((c.shards, c.connections, c.duration), (2, 64, Some(Duration::from_secs(10))));
+        assert_eq!(
+            (c.shards, c.connections, c.duration),
+            (2, 64, Some(Duration::from_secs(10)))
+        );
         assert_eq!(c.headers, vec![("Host".to_string(), "x".to_string())]);
         assert!(c.latency);
     }

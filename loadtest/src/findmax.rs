@@ -40,7 +40,12 @@ const CONVERGED: f64 = 0.03;
 
 pub fn run(cfg: &Arc<Config>, progress: bool) -> i32 {
     let slo = cfg.slo_p99.as_nanos() as u64;
-    let mut curve = Curve { slo_p99_ns: slo, max_error_ratio: cfg.max_error_ratio, steps: Vec::new(), max_rate: None };
+    let mut curve = Curve {
+        slo_p99_ns: slo,
+        max_error_ratio: cfg.max_error_ratio,
+        steps: Vec::new(),
+        max_rate: None,
+    };
     let mut best: Option<(f64, Outcome)> = None;
     let mut last: Option<Outcome> = None;
     let mut lo: Option<f64> = None;
@@ -54,7 +59,10 @@ pub fn run(cfg: &Arc<Config>, progress: bool) -> i32 {
             cfg.max_error_ratio,
             fmt_ns(cfg.duration.unwrap_or_default().as_nanos() as f64)
         );
-        println!("  {:>12} {:>12} {:>10} {:>8}  verdict", "rate", "achieved", "p99", "errors");
+        println!(
+            "  {:>12} {:>12} {:>10} {:>8}  verdict",
+            "rate", "achieved", "p99", "errors"
+        );
     }
     for _ in 0..cfg.find_max_steps {
         let o = match execute(cfg, Some(rate), cfg.duration, progress) {
@@ -67,9 +75,16 @@ pub fn run(cfg: &Arc<Config>, progress: bool) -> i32 {
         let st = &o.stats;
         let achieved = st.requests as f64 / o.elapsed.as_secs_f64();
         let errors = st.errors.total();
-        let error_ratio = if st.requests + errors == 0 { 1.0 } else { errors as f64 / (st.requests + errors) as f64 };
+        let error_ratio = if st.requests + errors == 0 {
+            1.0
+        } else {
+            errors as f64 / (st.requests + errors) as f64
+        };
         let p99 = st.hist_ns.value_at_quantile(0.99);
-        let ok = st.requests > 0 && p99 <= slo && error_ratio <= cfg.max_error_ratio && achieved >= 0.9 * rate;
+        let ok = st.requests > 0
+            && p99 <= slo
+            && error_ratio <= cfg.max_error_ratio
+            && achieved >= 0.9 * rate;
         if !cfg.quiet {
             println!(
                 "  {:>12.1} {:>12.1} {:>10} {:>7.3}%  {}",
@@ -80,7 +95,13 @@ pub fn run(cfg: &Arc<Config>, progress: bool) -> i32 {
                 if ok { "ok" } else { "over" }
             );
         }
-        curve.steps.push(Step { rate, achieved, p99_ns: p99, error_ratio, ok });
+        curve.steps.push(Step {
+            rate,
+            achieved,
+            p99_ns: p99,
+            error_ratio,
+            ok,
+        });
         if ok {
             lo = Some(lo.map_or(rate, |l: f64| l.max(rate)));
             if best.as_ref().is_none_or(|(r, _)| rate > *r) {

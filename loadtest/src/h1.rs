@@ -29,9 +29,14 @@ pub async fn shard_main(ctx: ShardCtx) -> ShardStats {
     let stats = Rc::new(RefCell::new(ctx.new_stats()));
     let reqs = Rc::new(RequestSet::build(&ctx.cfg, ctx.cfg.pipeline));
     let done = Rc::new(Cell::new(false));
-    let publisher = ctx.progress.then(|| monoio::spawn(publish_loop(ctx.clone(), stats.clone(), done.clone())));
-    let tasks: Vec<_> =
-        ctx.conns.clone().map(|g| monoio::spawn(connection(ctx.clone(), stats.clone(), reqs.clone(), g))).collect();
+    let publisher = ctx
+        .progress
+        .then(|| monoio::spawn(publish_loop(ctx.clone(), stats.clone(), done.clone())));
+    let tasks: Vec<_> = ctx
+        .conns
+        .clone()
+        .map(|g| monoio::spawn(connection(ctx.clone(), stats.clone(), reqs.clone(), g)))
+        .collect();
     for t in tasks {
         t.await;
     }
@@ -39,7 +44,10 @@ pub async fn shard_main(ctx: ShardCtx) -> ShardStats {
     if let Some(p) = publisher {
         p.await;
     }
-    Rc::try_unwrap(stats).ok().expect("all tasks ended").into_inner()
+    Rc::try_unwrap(stats)
+        .ok()
+        .expect("all tasks ended")
+        .into_inner()
 }
 
 /// Copies live counters for the progress line every 200 ms until `done`.
@@ -81,7 +89,12 @@ struct ConnState {
     buf: Vec<u8>,
 }
 
-async fn connection(ctx: Rc<ShardCtx>, stats: Rc<RefCell<ShardStats>>, reqs: Rc<RequestSet>, g: usize) {
+async fn connection(
+    ctx: Rc<ShardCtx>,
+    stats: Rc<RefCell<ShardStats>>,
+    reqs: Rc<RequestSet>,
+    g: usize,
+) {
     let head_only = reqs.head_only;
     let rot = g % reqs.count;
     let mut st = ConnState {
@@ -102,14 +115,18 @@ async fn connection(ctx: Rc<ShardCtx>, stats: Rc<RefCell<ShardStats>>, reqs: Rc<
         if st.ctx.rate.is_none() && st.ctx.over(now) {
             return;
         }
-        if st.ctx.rate.is_some() && (st.ctx.shared.stopped() || st.ctx.intended(st.g, st.k).is_none()) {
+        if st.ctx.rate.is_some()
+            && (st.ctx.shared.stopped() || st.ctx.intended(st.g, st.k).is_none())
+        {
             return;
         }
         let mut conn = match open(&st.ctx, g).await {
             Some(Ok(c)) => c,
             None => return,
             Some(Err(())) => {
-                st.stats.borrow_mut().error(ErrorKind::Connect, Instant::now());
+                st.stats
+                    .borrow_mut()
+                    .error(ErrorKind::Connect, Instant::now());
                 // A failed connect uses up a scheduled request (open loop) or one of
                 // the -n budget, so runs bounded by count end against a dead target.
                 if st.ctx.rate.is_some() {
@@ -172,7 +189,9 @@ async fn exchange(st: &mut ConnState, conn: &mut Conn) -> Step {
     let depth;
     let intended;
     if ctx.rate.is_some() {
-        let Some(t) = ctx.intended(st.g, st.k) else { return Step::Stop };
+        let Some(t) = ctx.intended(st.g, st.k) else {
+            return Step::Stop;
+        };
         if ctx.shared.stopped() {
             return Step::Stop;
         }
@@ -199,11 +218,15 @@ async fn exchange(st: &mut ConnState, conn: &mut Conn) -> Step {
     match write {
         Ok(Ok(())) => st.stats.borrow_mut().bytes_written += batch_len as u64,
         Ok(Err(_)) => {
-            st.stats.borrow_mut().error(ErrorKind::Write, Instant::now());
+            st.stats
+                .borrow_mut()
+                .error(ErrorKind::Write, Instant::now());
             return Step::Reconnect;
         }
         Err(_) => {
-            st.stats.borrow_mut().error(ErrorKind::Timeout, Instant::now());
+            st.stats
+                .borrow_mut()
+                .error(ErrorKind::Timeout, Instant::now());
             return Step::Reconnect;
         }
     }
@@ -224,7 +247,9 @@ async fn exchange(st: &mut ConnState, conn: &mut Conn) -> Step {
                 Ok((n, Some(done))) => {
                     pos += n;
                     got += 1;
-                    st.stats.borrow_mut().record(from, Instant::now(), done.status);
+                    st.stats
+                        .borrow_mut()
+                        .record(from, Instant::now(), done.status);
                     if done.close {
                         close = true;
                         break;
@@ -235,14 +260,20 @@ async fn exchange(st: &mut ConnState, conn: &mut Conn) -> Step {
                     break;
                 }
                 Err(_) => {
-                    st.stats.borrow_mut().error(ErrorKind::Parse, Instant::now());
+                    st.stats
+                        .borrow_mut()
+                        .error(ErrorKind::Parse, Instant::now());
                     return Step::Reconnect;
                 }
             }
         }
         if got == depth || close {
             st.buf.drain(..pos);
-            return if close { Step::Reconnect } else { Step::Continue };
+            return if close {
+                Step::Reconnect
+            } else {
+                Step::Continue
+            };
         }
         st.buf.drain(..pos);
         pos = 0;
@@ -281,7 +312,9 @@ async fn exchange(st: &mut ConnState, conn: &mut Conn) -> Step {
                 // The buffer went with the cancelled read; start a fresh one.
                 st.buf = Vec::with_capacity(READ_BUF_BYTES);
                 if is_timeout {
-                    st.stats.borrow_mut().error(ErrorKind::Timeout, Instant::now());
+                    st.stats
+                        .borrow_mut()
+                        .error(ErrorKind::Timeout, Instant::now());
                     return Step::Reconnect;
                 }
                 return Step::Stop;

@@ -42,13 +42,23 @@ struct Shared {
 async fn shard_main(ctx: ShardCtx) -> Result<ShardStats, String> {
     let mut requests = Vec::new();
     for t in &ctx.cfg.targets {
-        let scheme = if t.scheme == crate::target::Scheme::Https { "https" } else { "http" };
+        let scheme = if t.scheme == crate::target::Scheme::Https {
+            "https"
+        } else {
+            "http"
+        };
         let mut b = http::Request::builder()
-            .method(http::Method::from_bytes(ctx.cfg.method.as_bytes()).map_err(|e| format!("-X: {e}"))?)
+            .method(
+                http::Method::from_bytes(ctx.cfg.method.as_bytes())
+                    .map_err(|e| format!("-X: {e}"))?,
+            )
             .uri(format!("{scheme}://{}{}", t.authority(), t.path));
         for (k, v) in &ctx.cfg.headers {
             let lower = k.to_ascii_lowercase();
-            if matches!(lower.as_str(), "host" | "connection" | "keep-alive" | "transfer-encoding" | "upgrade") {
+            if matches!(
+                lower.as_str(),
+                "host" | "connection" | "keep-alive" | "transfer-encoding" | "upgrade"
+            ) {
                 continue;
             }
             b = b.header(lower, v);
@@ -57,8 +67,18 @@ async fn shard_main(ctx: ShardCtx) -> Result<ShardStats, String> {
     }
     let body = Bytes::from(ctx.cfg.body.clone());
     let stats = RefCell::new(ctx.new_stats());
-    let sh = Rc::new(Shared { ctx, stats, requests, body });
-    let tasks: Vec<_> = sh.ctx.conns.clone().map(|g| tokio::task::spawn_local(connection(sh.clone(), g))).collect();
+    let sh = Rc::new(Shared {
+        ctx,
+        stats,
+        requests,
+        body,
+    });
+    let tasks: Vec<_> = sh
+        .ctx
+        .conns
+        .clone()
+        .map(|g| tokio::task::spawn_local(connection(sh.clone(), g)))
+        .collect();
     let progress = sh.ctx.progress.then(|| {
         let sh = sh.clone();
         tokio::task::spawn_local(async move {
@@ -85,14 +105,21 @@ async fn sleep_until(t: Instant) {
 
 async fn dial(ctx: &ShardCtx, g: usize) -> Result<h2::client::SendRequest<Bytes>, ()> {
     let addr: SocketAddr = ctx.addr;
-    let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }.map_err(|_| ())?;
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(|_| ())?;
     if let Some(ip) = ctx.source(g) {
         sock.bind(SocketAddr::new(ip, 0)).map_err(|_| ())?;
     }
     let tcp = sock.connect(addr).await.map_err(|_| ())?;
     let _ = tcp.set_nodelay(true);
     let mut builder = h2::client::Builder::new();
-    builder.initial_window_size(1 << 20).initial_connection_window_size(1 << 24);
+    builder
+        .initial_window_size(1 << 20)
+        .initial_connection_window_size(1 << 24);
     match &ctx.tls {
         None => {
             let (send, conn) = builder.handshake::<_, Bytes>(tcp).await.map_err(|_| ())?;
@@ -103,7 +130,10 @@ async fn dial(ctx: &ShardCtx, g: usize) -> Result<h2::client::SendRequest<Bytes>
         }
         Some(cfg) => {
             let name = crate::net::server_name(&ctx.cfg.targets[0].host).map_err(|_| ())?;
-            let tls = tokio_rustls::TlsConnector::from(cfg.clone()).connect(name, tcp).await.map_err(|_| ())?;
+            let tls = tokio_rustls::TlsConnector::from(cfg.clone())
+                .connect(name, tcp)
+                .await
+                .map_err(|_| ())?;
             if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
                 return Err(());
             }
@@ -130,7 +160,9 @@ async fn connection(sh: Rc<Shared>, g: usize) {
         let send = match dialed {
             Ok(Ok(s)) => s,
             _ => {
-                sh.stats.borrow_mut().error(ErrorKind::Connect, Instant::now());
+                sh.stats
+                    .borrow_mut()
+                    .error(ErrorKind::Connect, Instant::now());
                 if ctx.rate.is_none() && ctx.shared.claim(ctx.cfg.requests, 1) == 0 {
                     return;
                 }
@@ -188,12 +220,20 @@ fn slot_time(ctx: &ShardCtx, g: usize, s: usize, k: u64) -> Option<Instant> {
 
 /// Runs one stream's loop; returns its schedule position and whether the
 /// connection must be replaced.
-async fn stream_loop(sh: Rc<Shared>, send: h2::client::SendRequest<Bytes>, g: usize, s: usize, mut k: u64) -> (u64, bool) {
+async fn stream_loop(
+    sh: Rc<Shared>,
+    send: h2::client::SendRequest<Bytes>,
+    g: usize,
+    s: usize,
+    mut k: u64,
+) -> (u64, bool) {
     let ctx = &sh.ctx;
     let mut rot = (g + s) % sh.requests.len();
     loop {
         let from = if ctx.rate.is_some() {
-            let Some(t) = slot_time(ctx, g, s, k) else { return (k, false) };
+            let Some(t) = slot_time(ctx, g, s, k) else {
+                return (k, false);
+            };
             if ctx.shared.stopped() {
                 return (k, false);
             }
@@ -231,21 +271,37 @@ async fn stream_loop(sh: Rc<Shared>, send: h2::client::SendRequest<Bytes>, g: us
                 if limit.is_some() {
                     return (k, false);
                 }
-                sh.stats.borrow_mut().error(ErrorKind::Timeout, Instant::now());
+                sh.stats
+                    .borrow_mut()
+                    .error(ErrorKind::Timeout, Instant::now());
                 return (k, true);
             }
         }
     }
 }
 
-async fn exchange(sh: &Shared, send: h2::client::SendRequest<Bytes>, req: http::Request<()>) -> Result<(u16, usize), ErrorKind> {
+async fn exchange(
+    sh: &Shared,
+    send: h2::client::SendRequest<Bytes>,
+    req: http::Request<()>,
+) -> Result<(u16, usize), ErrorKind> {
     let mut send = send.ready().await.map_err(|_| ErrorKind::Write)?;
     let no_body = sh.body.is_empty();
-    let (resp, mut body_tx) = send.send_request(req, no_body).map_err(|_| ErrorKind::Write)?;
+    let (resp, mut body_tx) = send
+        .send_request(req, no_body)
+        .map_err(|_| ErrorKind::Write)?;
     if !no_body {
-        body_tx.send_data(sh.body.clone(), true).map_err(|_| ErrorKind::Write)?;
+        body_tx
+            .send_data(sh.body.clone(), true)
+            .map_err(|_| ErrorKind::Write)?;
     }
-    let resp = resp.await.map_err(|e| if e.is_io() { ErrorKind::Read } else { ErrorKind::Parse })?;
+    let resp = resp.await.map_err(|e| {
+        if e.is_io() {
+            ErrorKind::Read
+        } else {
+            ErrorKind::Parse
+        }
+    })?;
     let status = resp.status().as_u16();
     let mut body = resp.into_body();
     let mut bytes = 0;

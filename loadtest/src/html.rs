@@ -14,7 +14,10 @@ const W: u32 = 860;
 const H: u32 = 340;
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 type Drawn = Result<(), Box<dyn std::error::Error>>;
@@ -27,7 +30,10 @@ fn line_chart(title: &str, x_desc: &str, y_desc: &str, pts: &[(f64, f64)], log_x
         let xmax = pts.iter().map(|p| p.0).fold(1.0, f64::max);
         let ymax = pts.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-3) * 1.1;
         let mut b = ChartBuilder::on(&root);
-        b.caption(title, ("sans-serif", 18)).margin(12).x_label_area_size(40).y_label_area_size(70);
+        b.caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70);
         if log_x {
             let mut c = b.build_cartesian_2d((1f64..xmax.max(10.0)).log_scale(), 0f64..ymax)?;
             c.configure_mesh()
@@ -76,26 +82,57 @@ pub fn page(cfg: &Config, o: &Outcome, fm: Option<&Curve>) -> String {
         spectrum.push((last.max(1.0), h.max() as f64 / 1e6));
     }
     let slot_s = st.slot_ns as f64 / 1e9;
-    let rps: Vec<(f64, f64)> =
-        st.timeline.iter().enumerate().map(|(i, s)| ((i as f64 + 1.0) * slot_s, s.requests as f64 / slot_s)).collect();
+    let rps: Vec<(f64, f64)> = st
+        .timeline
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ((i as f64 + 1.0) * slot_s, s.requests as f64 / slot_s))
+        .collect();
     let p99: Vec<(f64, f64)> = st
         .timeline
         .iter()
         .enumerate()
         .filter(|(_, s)| s.requests > 0)
-        .map(|(i, s)| ((i as f64 + 1.0) * slot_s, s.hist_us.value_at_quantile(0.99) as f64 / 1e3))
+        .map(|(i, s)| {
+            (
+                (i as f64 + 1.0) * slot_s,
+                s.hist_us.value_at_quantile(0.99) as f64 / 1e3,
+            )
+        })
         .collect();
     let mut body = String::new();
-    body += &format!("<h1>gapura-loadtest @ {}</h1>\n", escape(&cfg.targets[0].url()));
-    body += &format!("<pre>{}</pre>\n", escape(&text(cfg, o, fm.and_then(|c| c.max_rate).or(cfg.rate))));
-    body += &line_chart("Latency by percentile", "percentile", "latency (ms)", &spectrum, true);
+    body += &format!(
+        "<h1>gapura-loadtest @ {}</h1>\n",
+        escape(&cfg.targets[0].url())
+    );
+    body += &format!(
+        "<pre>{}</pre>\n",
+        escape(&text(cfg, o, fm.and_then(|c| c.max_rate).or(cfg.rate)))
+    );
+    body += &line_chart(
+        "Latency by percentile",
+        "percentile",
+        "latency (ms)",
+        &spectrum,
+        true,
+    );
     body += &line_chart("Throughput", "time (s)", "requests/s", &rps, false);
     body += &line_chart("p99 latency", "time (s)", "p99 (ms)", &p99, false);
     if let Some(c) = fm {
-        let pts: Vec<(f64, f64)> = c.steps.iter().map(|s| (s.rate, s.p99_ns as f64 / 1e6)).collect();
+        let pts: Vec<(f64, f64)> = c
+            .steps
+            .iter()
+            .map(|s| (s.rate, s.p99_ns as f64 / 1e6))
+            .collect();
         let mut sorted = pts.clone();
         sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-        body += &line_chart("find-max: p99 by offered rate", "rate (req/s)", "p99 (ms)", &sorted, false);
+        body += &line_chart(
+            "find-max: p99 by offered rate",
+            "rate (req/s)",
+            "p99 (ms)",
+            &sorted,
+            false,
+        );
         body += "<table><tr><th>rate</th><th>achieved</th><th>p99</th><th>error ratio</th><th>verdict</th></tr>\n";
         for s in &c.steps {
             body += &format!(

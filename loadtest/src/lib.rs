@@ -79,7 +79,11 @@ pub fn run_cli(args: &[String]) -> i32 {
 }
 
 /// Writes `--json` and `--report` files when asked.
-pub fn write_outputs(cfg: &cli::Config, o: &shard::Outcome, fm: Option<&findmax::Curve>) -> Result<(), String> {
+pub fn write_outputs(
+    cfg: &cli::Config,
+    o: &shard::Outcome,
+    fm: Option<&findmax::Curve>,
+) -> Result<(), String> {
     if let Some(p) = &cfg.json {
         let v = json::document(cfg, o, fm);
         let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;

@@ -19,9 +19,17 @@ use monoio::net::TcpStream;
 use rustls::pki_types::ServerName;
 
 /// A non-blocking socket bound to `src` (if any) with `connect` started.
-pub fn start_connect(addr: SocketAddr, src: Option<IpAddr>, stream: bool) -> io::Result<socket2::Socket> {
+pub fn start_connect(
+    addr: SocketAddr,
+    src: Option<IpAddr>,
+    stream: bool,
+) -> io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let (ty, proto) = if stream { (Type::STREAM, Protocol::TCP) } else { (Type::DGRAM, Protocol::UDP) };
+    let (ty, proto) = if stream {
+        (Type::STREAM, Protocol::TCP)
+    } else {
+        (Type::DGRAM, Protocol::UDP)
+    };
     let sock = Socket::new(Domain::for_address(addr), ty, Some(proto))?;
     if stream {
         sock.set_nodelay(true)?;
@@ -56,7 +64,15 @@ pub fn take_error(fd: i32) -> io::Result<()> {
     let mut err: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: getsockopt writes an int into `err` and its size into `len`.
-    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, &mut err as *mut _ as *mut libc::c_void, &mut len) };
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            &mut err as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -85,7 +101,10 @@ pub fn tls_config(insecure: bool, alpn: &[&[u8]]) -> Result<Arc<rustls::ClientCo
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("tls: {e}"))?;
     let mut cfg = if insecure {
-        builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify(provider))).with_no_client_auth()
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+            .with_no_client_auth()
     } else {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -97,7 +116,8 @@ pub fn tls_config(insecure: bool, alpn: &[&[u8]]) -> Result<Arc<rustls::ClientCo
 }
 
 pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
-    ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: not a TLS server name: {e}"))
+    ServerName::try_from(host.to_string())
+        .map_err(|e| format!("{host}: not a TLS server name: {e}"))
 }
 
 #[derive(Debug)]
@@ -152,9 +172,18 @@ const TLS_READ_BYTES: usize = 32 * 1024;
 
 impl Conn {
     /// Wraps `tcp` in TLS and completes the handshake.
-    pub async fn tls(tcp: TcpStream, cfg: Arc<rustls::ClientConfig>, name: ServerName<'static>) -> io::Result<Conn> {
+    pub async fn tls(
+        tcp: TcpStream,
+        cfg: Arc<rustls::ClientConfig>,
+        name: ServerName<'static>,
+    ) -> io::Result<Conn> {
         let tls = rustls::ClientConnection::new(cfg, name).map_err(io::Error::other)?;
-        let mut c = TlsConn { tcp, tls, rbuf: Vec::with_capacity(TLS_READ_BYTES), wbuf: Vec::with_capacity(TLS_READ_BYTES) };
+        let mut c = TlsConn {
+            tcp,
+            tls,
+            rbuf: Vec::with_capacity(TLS_READ_BYTES),
+            wbuf: Vec::with_capacity(TLS_READ_BYTES),
+        };
         while c.tls.is_handshaking() {
             if c.tls.wants_write() {
                 c.flush().await?;

@@ -25,7 +25,12 @@ impl Pacer {
     /// Creates the timerfd. Costs one descriptor.
     pub fn new() -> io::Result<Pacer> {
         // SAFETY: plain syscall; the descriptor is owned by the stream below.
-        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -47,11 +52,24 @@ impl Pacer {
         let base = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
         let at = base + (t - now);
         let spec = libc::itimerspec {
-            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-            it_value: libc::timespec { tv_sec: at.as_secs() as _, tv_nsec: at.subsec_nanos() as _ },
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: at.as_secs() as _,
+                tv_nsec: at.subsec_nanos() as _,
+            },
         };
         // SAFETY: arms our own timerfd with a valid itimerspec.
-        let r = unsafe { libc::timerfd_settime(self.fd, libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
+        let r = unsafe {
+            libc::timerfd_settime(
+                self.fd,
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -59,7 +77,13 @@ impl Pacer {
             self.stream.readable(false).await?;
             let mut expirations = 0u64;
             // SAFETY: reads 8 bytes into a u64 from our own non-blocking timerfd.
-            let r = unsafe { libc::read(self.fd, &mut expirations as *mut u64 as *mut libc::c_void, 8) };
+            let r = unsafe {
+                libc::read(
+                    self.fd,
+                    &mut expirations as *mut u64 as *mut libc::c_void,
+                    8,
+                )
+            };
             if r == 8 {
                 return Ok(());
             }

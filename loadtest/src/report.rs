@@ -63,7 +63,11 @@ pub fn within_stdev(h: &Histogram<u64>) -> f64 {
     }
     let (mean, sd) = (h.mean(), h.stdev());
     let (lo, hi) = ((mean - sd).max(0.0) as u64, (mean + sd) as u64);
-    let inside: u64 = h.iter_recorded().filter(|v| v.value_iterated_to() >= lo && v.value_iterated_to() <= hi).map(|v| v.count_at_value()).sum();
+    let inside: u64 = h
+        .iter_recorded()
+        .filter(|v| v.value_iterated_to() >= lo && v.value_iterated_to() <= hi)
+        .map(|v| v.count_at_value())
+        .sum();
     inside as f64 * 100.0 / h.len() as f64
 }
 
@@ -79,9 +83,16 @@ pub fn text(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
     let st = &o.stats;
     let h = &st.hist_ns;
     let target = cfg.targets[0].url();
-    let more = if cfg.targets.len() > 1 { format!(" (+{} more)", cfg.targets.len() - 1) } else { String::new() };
+    let more = if cfg.targets.len() > 1 {
+        format!(" (+{} more)", cfg.targets.len() - 1)
+    } else {
+        String::new()
+    };
     let span = match cfg.duration {
-        Some(d) => format!("{:.3}s", d.as_secs_f64()).trim_end_matches('0').trim_end_matches('.').to_string(),
+        Some(d) => format!("{:.3}s", d.as_secs_f64())
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string(),
         None => format!("{} requests", cfg.requests.unwrap_or(0)),
     };
     s += &format!("Running {span} test @ {target}{more}\n");
@@ -90,7 +101,11 @@ pub fn text(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
         None if cfg.pipeline > 1 => format!("closed loop, pipeline {}", cfg.pipeline),
         None => "closed loop".to_string(),
     };
-    let streams = if cfg.http2 { format!(", {} streams each", cfg.streams) } else { String::new() };
+    let streams = if cfg.http2 {
+        format!(", {} streams each", cfg.streams)
+    } else {
+        String::new()
+    };
     s += &format!(
         "  {} shards and {} connections{streams}, {loop_kind}, {} {} driver, {} engine\n",
         cfg.shards,
@@ -109,13 +124,21 @@ pub fn text(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
     );
     s += "  Latency Distribution\n";
     for p in PERCENTILES {
-        s += &format!("   {:>7}%  {}\n", p, fmt_ns(h.value_at_quantile(p / 100.0) as f64));
+        s += &format!(
+            "   {:>7}%  {}\n",
+            p,
+            fmt_ns(h.value_at_quantile(p / 100.0) as f64)
+        );
     }
     if cfg.latency {
         s += "  Detailed Percentile spectrum:\n       Value   Percentile   TotalCount 1/(1-Percentile)\n";
         for v in h.iter_quantiles(1) {
             let q = v.quantile_iterated_to();
-            let inv = if q < 1.0 { format!("{:.2}", 1.0 / (1.0 - q)) } else { "inf".into() };
+            let inv = if q < 1.0 {
+                format!("{:.2}", 1.0 / (1.0 - q))
+            } else {
+                "inf".into()
+            };
             s += &format!(
                 "  {:>10.3} {:>12.6} {:>12} {:>14}\n",
                 v.value_iterated_to() as f64 / 1e6,
@@ -137,13 +160,29 @@ pub fn text(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
             fmt_bytes(st.bytes_read as f64)
         );
     } else {
-        s += &format!("  {} requests in {:.2}s, {} read\n", st.requests, secs, fmt_bytes(st.bytes_read as f64));
-        let codes: Vec<String> =
-            st.statuses.iter().enumerate().filter(|(_, &n)| n > 0).map(|(c, n)| format!("{c}: {n}")).collect();
+        s += &format!(
+            "  {} requests in {:.2}s, {} read\n",
+            st.requests,
+            secs,
+            fmt_bytes(st.bytes_read as f64)
+        );
+        let codes: Vec<String> = st
+            .statuses
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(c, n)| format!("{c}: {n}"))
+            .collect();
         if !codes.is_empty() {
             s += &format!("  Status codes: {}\n", codes.join(", "));
         }
-        let non_2xx: u64 = st.statuses.iter().enumerate().filter(|(c, _)| !(200..400).contains(c)).map(|(_, n)| n).sum();
+        let non_2xx: u64 = st
+            .statuses
+            .iter()
+            .enumerate()
+            .filter(|(c, _)| !(200..400).contains(c))
+            .map(|(_, n)| n)
+            .sum();
         if non_2xx > 0 {
             s += &format!("  Non-2xx or 3xx responses: {non_2xx}\n");
         }
@@ -159,13 +198,19 @@ pub fn text(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
         s += &format!("  Warmup: {} requests not measured\n", st.warmup_requests);
     }
     if o.missing_shards > 0 {
-        s += &format!("  {} shard(s) did not report in time; their counts are missing\n", o.missing_shards);
+        s += &format!(
+            "  {} shard(s) did not report in time; their counts are missing\n",
+            o.missing_shards
+        );
     }
     for f in &o.failures {
         s += &format!("  {f}\n");
     }
     s += &format!("Requests/sec: {:>10.2}\n", st.requests as f64 / secs);
-    s += &format!("Transfer/sec: {:>10}\n", fmt_bytes(st.bytes_read as f64 / secs));
+    s += &format!(
+        "Transfer/sec: {:>10}\n",
+        fmt_bytes(st.bytes_read as f64 / secs)
+    );
     s += &format!(
         "CPU/request:  {:.2}us ({:.2}s user, {:.2}s sys)\n",
         cpu_per_request_us(o),
@@ -190,7 +235,11 @@ impl Default for Progress {
 
 impl Progress {
     pub fn new() -> Progress {
-        Progress { last: Instant::now(), last_requests: 0, printed: false }
+        Progress {
+            last: Instant::now(),
+            last_requests: 0,
+            printed: false,
+        }
     }
 
     pub fn tick(&mut self, shared: &Shared, start: Instant) {
@@ -199,9 +248,22 @@ impl Progress {
         if dt < Duration::from_millis(500) {
             return;
         }
-        let requests: u64 = shared.live.iter().map(|l| l.requests.load(Ordering::Relaxed)).sum();
-        let errors: u64 = shared.live.iter().map(|l| l.errors.load(Ordering::Relaxed)).sum();
-        let p99 = shared.live.iter().map(|l| l.p99_us.load(Ordering::Relaxed)).max().unwrap_or(0);
+        let requests: u64 = shared
+            .live
+            .iter()
+            .map(|l| l.requests.load(Ordering::Relaxed))
+            .sum();
+        let errors: u64 = shared
+            .live
+            .iter()
+            .map(|l| l.errors.load(Ordering::Relaxed))
+            .sum();
+        let p99 = shared
+            .live
+            .iter()
+            .map(|l| l.p99_us.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0);
         let rate = (requests - self.last_requests.min(requests)) as f64 / dt.as_secs_f64();
         let t = now.saturating_duration_since(start).as_secs_f64();
         let mut out = std::io::stdout().lock();

@@ -47,7 +47,13 @@ pub struct ResponseParser {
 impl ResponseParser {
     /// `head_only`: the requests are HEAD, so responses carry no body.
     pub fn new(head_only: bool) -> ResponseParser {
-        ResponseParser { state: State::Head, status: 0, close: false, head_only, line_len: 0 }
+        ResponseParser {
+            state: State::Head,
+            status: 0,
+            close: false,
+            head_only,
+            line_len: 0,
+        }
     }
 
     /// Back to the start (a new connection).
@@ -65,7 +71,10 @@ impl ResponseParser {
     pub fn finish_at_eof(&mut self) -> Option<Done> {
         if self.state == State::UntilClose {
             self.state = State::Head;
-            Some(Done { status: self.status, close: true })
+            Some(Done {
+                status: self.status,
+                close: true,
+            })
         } else {
             None
         }
@@ -102,14 +111,20 @@ impl ResponseParser {
                     let mut chunked = false;
                     for h in resp.headers.iter() {
                         if h.name.eq_ignore_ascii_case("content-length") {
-                            let v = std::str::from_utf8(h.value).ok().and_then(|s| s.trim().parse::<u64>().ok());
+                            let v = std::str::from_utf8(h.value)
+                                .ok()
+                                .and_then(|s| s.trim().parse::<u64>().ok());
                             match (v, length) {
                                 (None, _) => return Err(ParseError::BadLength),
                                 (Some(a), Some(b)) if a != b => return Err(ParseError::BadLength),
                                 (Some(a), _) => length = Some(a),
                             }
                         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                            chunked = h.value.rsplit(|&b| b == b',').next().is_some_and(|v| trim(v).eq_ignore_ascii_case(b"chunked"));
+                            chunked = h
+                                .value
+                                .rsplit(|&b| b == b',')
+                                .next()
+                                .is_some_and(|v| trim(v).eq_ignore_ascii_case(b"chunked"));
                         } else if h.name.eq_ignore_ascii_case("connection") {
                             for tok in h.value.split(|&b| b == b',') {
                                 let tok = trim(tok);
@@ -181,7 +196,11 @@ impl ResponseParser {
                     }
                     pos += nl + 1;
                     self.line_len = 0;
-                    self.state = if size == 0 { State::Trailer } else { State::ChunkData(size) };
+                    self.state = if size == 0 {
+                        State::Trailer
+                    } else {
+                        State::ChunkData(size)
+                    };
                 }
                 State::ChunkData(left) => {
                     let take = left.min(rest.len() as u64);
@@ -226,7 +245,10 @@ impl ResponseParser {
     }
 
     fn done(&self) -> Done {
-        Done { status: self.status, close: self.close }
+        Done {
+            status: self.status,
+            close: self.close,
+        }
     }
 }
 
@@ -273,9 +295,18 @@ mod tests {
             assert_eq!(
                 got,
                 vec![
-                    Done { status: 200, close: false },
-                    Done { status: 404, close: false },
-                    Done { status: 204, close: true }
+                    Done {
+                        status: 200,
+                        close: false
+                    },
+                    Done {
+                        status: 404,
+                        close: false
+                    },
+                    Done {
+                        status: 204,
+                        close: true
+                    }
                 ],
                 "step {step}"
             );
@@ -285,7 +316,10 @@ mod tests {
     #[test]
     fn garbage_and_conflicting_lengths_are_parse_errors() {
         let mut p = ResponseParser::new(false);
-        assert_eq!(p.advance(b"garbage\r\n\r\n").unwrap_err(), ParseError::BadHead);
+        assert_eq!(
+            p.advance(b"garbage\r\n\r\n").unwrap_err(),
+            ParseError::BadHead
+        );
         let mut p = ResponseParser::new(false);
         let r = p.advance(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n");
         assert_eq!(r.unwrap_err(), ParseError::BadLength);
@@ -300,13 +334,27 @@ mod tests {
         let (n, d) = p.advance(b"HTTP/1.0 200 OK\r\n\r\nabc").unwrap();
         assert_eq!((n, d), (22, None));
         assert!(p.reading_until_close());
-        assert_eq!(p.finish_at_eof(), Some(Done { status: 200, close: true }));
+        assert_eq!(
+            p.finish_at_eof(),
+            Some(Done {
+                status: 200,
+                close: true
+            })
+        );
     }
 
     #[test]
     fn head_responses_carry_no_body() {
         let mut p = ResponseParser::new(true);
-        let (_, d) = p.advance(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n").unwrap();
-        assert_eq!(d, Some(Done { status: 200, close: false }));
+        let (_, d) = p
+            .advance(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n")
+            .unwrap();
+        assert_eq!(
+            d,
+            Some(Done {
+                status: 200,
+                close: false
+            })
+        );
     }
 }

@@ -19,7 +19,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use crate::cli::{Config, Driver, Engine};
-use crate::stats::{cpu_time, Shared, ShardStats};
+use crate::stats::{cpu_time, ShardStats, Shared};
 use crate::target::Scheme;
 
 /// What one shard needs to run.
@@ -69,7 +69,10 @@ impl ShardCtx {
     }
 
     pub fn new_stats(&self) -> ShardStats {
-        let len = self.deadline.map(|d| d - self.measure_start).unwrap_or(Duration::from_secs(3600));
+        let len = self
+            .deadline
+            .map(|d| d - self.measure_start)
+            .unwrap_or(Duration::from_secs(3600));
         ShardStats::new(self.measure_start, len)
     }
 }
@@ -101,9 +104,9 @@ where
             .build();
         match built {
             Ok(mut rt) => return Ok((rt.block_on(f()), "io_uring")),
-            Err(e) if driver == Driver::Auto => {
-                log_fallback(&format!("io_uring ring setup failed ({e}); using the epoll driver"))
-            }
+            Err(e) if driver == Driver::Auto => log_fallback(&format!(
+                "io_uring ring setup failed ({e}); using the epoll driver"
+            )),
             Err(e) => return Err(format!("io_uring ring setup failed: {e}")),
         }
     }
@@ -138,21 +141,19 @@ fn run_shard(ctx: ShardCtx) -> Result<ShardStats, String> {
     if cfg.http2 {
         return crate::h2mode::run_shard(ctx);
     }
-    let direct = scheme == Scheme::Http && ctx.rate.is_none() && cfg.engine != Engine::Monoio && cfg.driver != Driver::Epoll;
-    let ctx = if direct {
-        match crate::uring::run_shard(ctx) {
+    let direct = scheme == Scheme::Http
+        && ctx.rate.is_none()
+        && cfg.engine != Engine::Monoio
+        && cfg.driver != Driver::Epoll;
+    if direct {
+        match crate::uring::run_shard(&ctx) {
             Ok(s) => return Ok(s),
-            Err((ctx, e)) => {
-                if cfg.engine == Engine::Uring {
-                    return Err(e);
-                }
-                log_fallback(&format!("direct io_uring engine unavailable ({e}); using monoio streams"));
-                ctx
-            }
+            Err(e) if cfg.engine == Engine::Uring => return Err(e),
+            Err(e) => log_fallback(&format!(
+                "direct io_uring engine unavailable ({e}); using monoio streams"
+            )),
         }
-    } else {
-        ctx
-    };
+    }
     with_monoio(cfg.driver, || crate::h1::shard_main(ctx)).map(|(mut s, d)| {
         s.driver = d;
         s.engine = "monoio";
@@ -161,7 +162,12 @@ fn run_shard(ctx: ShardCtx) -> Result<ShardStats, String> {
 }
 
 /// Runs one load phase: starts the shards, shows progress, gathers and merges.
-pub fn execute(cfg: &Arc<Config>, rate: Option<f64>, duration: Option<Duration>, progress: bool) -> Result<Outcome, String> {
+pub fn execute(
+    cfg: &Arc<Config>,
+    rate: Option<f64>,
+    duration: Option<Duration>,
+    progress: bool,
+) -> Result<Outcome, String> {
     let addr = cfg.targets[0].resolve()?;
     let tls = match cfg.targets[0].scheme {
         Scheme::Https => {
@@ -194,7 +200,11 @@ pub fn execute(cfg: &Arc<Config>, rate: Option<f64>, duration: Option<Duration>,
             tls: tls.clone(),
             progress,
         };
-        let core = if cores.is_empty() { None } else { Some(cores[s % cores.len()]) };
+        let core = if cores.is_empty() {
+            None
+        } else {
+            Some(cores[s % cores.len()])
+        };
         let tx = tx.clone();
         std::thread::Builder::new()
             .name(format!("shard-{s}"))
@@ -261,6 +271,15 @@ pub fn execute(cfg: &Arc<Config>, rate: Option<f64>, duration: Option<Duration>,
         (Some(d), Some(_)) => d.min(last_report),
         (None, _) => last_report,
     };
-    let elapsed = end.saturating_duration_since(measure_start).max(Duration::from_millis(1));
-    Ok(Outcome { stats, elapsed, cpu_user: u1 - u0, cpu_sys: s1 - s0, missing_shards, failures })
+    let elapsed = end
+        .saturating_duration_since(measure_start)
+        .max(Duration::from_millis(1));
+    Ok(Outcome {
+        stats,
+        elapsed,
+        cpu_user: u1 - u0,
+        cpu_sys: s1 - s0,
+        missing_shards,
+        failures,
+    })
 }

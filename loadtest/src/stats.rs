@@ -59,7 +59,12 @@ pub struct Slot {
 
 impl Slot {
     fn new() -> Slot {
-        Slot { requests: 0, errors: 0, bytes: 0, hist_us: Histogram::new_with_bounds(1, MAX_LATENCY_NS / 1000, 2).unwrap() }
+        Slot {
+            requests: 0,
+            errors: 0,
+            bytes: 0,
+            hist_us: Histogram::new_with_bounds(1, MAX_LATENCY_NS / 1000, 2).unwrap(),
+        }
     }
 }
 
@@ -108,7 +113,7 @@ impl ShardStats {
     fn slot(&mut self, now: Instant) -> Option<&mut Slot> {
         let since = now.checked_duration_since(self.measure_start)?;
         let idx = (since.as_nanos() as u64 / self.slot_ns) as usize;
-        if idx >= MAX_TIMELINE_SLOTS as usize + 1 {
+        if idx > MAX_TIMELINE_SLOTS as usize {
             return None;
         }
         while self.timeline.len() <= idx {
@@ -165,7 +170,9 @@ impl ShardStats {
 
     /// Adds another shard's measurements.
     pub fn merge(&mut self, o: &ShardStats) {
-        self.hist_ns.add(&o.hist_ns).expect("histograms share bounds");
+        self.hist_ns
+            .add(&o.hist_ns)
+            .expect("histograms share bounds");
         for (a, b) in self.statuses.iter_mut().zip(&o.statuses) {
             *a += b;
         }
@@ -214,7 +221,11 @@ pub struct Live {
 
 impl Shared {
     pub fn new(shards: usize) -> Shared {
-        Shared { stop: AtomicBool::new(false), live: (0..shards).map(|_| Live::default()).collect(), claimed: AtomicU64::new(0) }
+        Shared {
+            stop: AtomicBool::new(false),
+            live: (0..shards).map(|_| Live::default()).collect(),
+            claimed: AtomicU64::new(0),
+        }
     }
 
     #[inline]
@@ -239,9 +250,13 @@ impl Shared {
 impl ShardStats {
     /// Publishes live figures for the progress line.
     pub fn publish(&self, live: &Live) {
-        live.requests.store(self.requests + self.warmup_requests, Ordering::Relaxed);
+        live.requests
+            .store(self.requests + self.warmup_requests, Ordering::Relaxed);
         live.errors.store(self.errors.total(), Ordering::Relaxed);
-        live.p99_us.store(self.hist_ns.value_at_quantile(0.99) / 1000, Ordering::Relaxed);
+        live.p99_us.store(
+            self.hist_ns.value_at_quantile(0.99) / 1000,
+            Ordering::Relaxed,
+        );
     }
 }
 

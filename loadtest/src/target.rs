@@ -32,20 +32,28 @@ impl Target {
         } else if let Some(r) = url.strip_prefix("udp://") {
             (Scheme::Udp, r)
         } else {
-            return Err(format!("{url}: expected an http://, https:// or udp:// URL"));
+            return Err(format!(
+                "{url}: expected an http://, https:// or udp:// URL"
+            ));
         };
         let (authority, path) = match rest.find(['/', '?']) {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
         };
-        let path = if path.starts_with('?') { format!("/{path}") } else { path.to_string() };
+        let path = if path.starts_with('?') {
+            format!("/{path}")
+        } else {
+            path.to_string()
+        };
         let default_port = match scheme {
             Scheme::Http => 80,
             Scheme::Https => 443,
             Scheme::Udp => 0,
         };
         let (host, port) = if let Some(h) = authority.strip_prefix('[') {
-            let (h, after) = h.split_once(']').ok_or_else(|| format!("{url}: unclosed '[' in host"))?;
+            let (h, after) = h
+                .split_once(']')
+                .ok_or_else(|| format!("{url}: unclosed '[' in host"))?;
             let port = match after.strip_prefix(':') {
                 Some(p) => p.parse().map_err(|_| format!("{url}: bad port"))?,
                 None => default_port,
@@ -53,7 +61,10 @@ impl Target {
             (h.to_string(), port)
         } else {
             match authority.rsplit_once(':') {
-                Some((h, p)) => (h.to_string(), p.parse().map_err(|_| format!("{url}: bad port"))?),
+                Some((h, p)) => (
+                    h.to_string(),
+                    p.parse().map_err(|_| format!("{url}: bad port"))?,
+                ),
                 None => (authority.to_string(), default_port),
             }
         };
@@ -64,19 +75,33 @@ impl Target {
             return Err(format!("{url}: a port is needed"));
         }
         if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
-            return Err(format!("{url}: the path may not hold spaces or control bytes"));
+            return Err(format!(
+                "{url}: the path may not hold spaces or control bytes"
+            ));
         }
-        Ok(Target { scheme, host, port, path })
+        Ok(Target {
+            scheme,
+            host,
+            port,
+            path,
+        })
     }
 
     /// The same origin with another path.
     pub fn with_path(&self, path: &str) -> Target {
-        Target { path: path.to_string(), ..self.clone() }
+        Target {
+            path: path.to_string(),
+            ..self.clone()
+        }
     }
 
     /// Resolves the host once (the first address wins).
     pub fn resolve(&self) -> Result<SocketAddr, String> {
-        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
         (host.as_str(), self.port)
             .to_socket_addrs()
             .map_err(|e| format!("{}: cannot resolve: {e}", self.host))?
@@ -86,8 +111,15 @@ impl Target {
 
     /// The Host header value.
     pub fn authority(&self) -> String {
-        let default = matches!((self.scheme, self.port), (Scheme::Http, 80) | (Scheme::Https, 443));
-        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
+        let default = matches!(
+            (self.scheme, self.port),
+            (Scheme::Http, 80) | (Scheme::Https, 443)
+        );
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
         if default {
             host
         } else {
@@ -101,7 +133,15 @@ impl Target {
             Scheme::Https => "https",
             Scheme::Udp => "udp",
         };
-        format!("{s}://{}{}", self.authority(), if self.scheme == Scheme::Udp { "" } else { &self.path })
+        format!(
+            "{s}://{}{}",
+            self.authority(),
+            if self.scheme == Scheme::Udp {
+                ""
+            } else {
+                &self.path
+            }
+        )
     }
 }
 
@@ -127,7 +167,12 @@ impl RequestSet {
             strip.extend_from_slice(&one[i % n]);
         }
         offsets.push(strip.len());
-        RequestSet { strip: Bytes::from(strip), offsets, count: n, head_only: cfg.method.eq_ignore_ascii_case("HEAD") }
+        RequestSet {
+            strip: Bytes::from(strip),
+            offsets,
+            count: n,
+            head_only: cfg.method.eq_ignore_ascii_case("HEAD"),
+        }
     }
 
     /// The batch of `depth` requests starting at rotation index `i`.
@@ -143,7 +188,11 @@ fn http1_request(cfg: &Config, t: &Target) -> Vec<u8> {
     r.push(b' ');
     r.extend_from_slice(t.path.as_bytes());
     r.extend_from_slice(b" HTTP/1.1\r\n");
-    let has = |name: &str| cfg.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+    let has = |name: &str| {
+        cfg.headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case(name))
+    };
     if !has("host") {
         r.extend_from_slice(format!("Host: {}\r\n", t.authority()).as_bytes());
     }
@@ -165,9 +214,15 @@ mod tests {
     #[test]
     fn urls_parse_with_defaults_and_brackets() {
         let t = Target::parse("http://example.test").unwrap();
-        assert_eq!((t.port, t.path.as_str(), t.authority()), (80, "/", "example.test".to_string()));
+        assert_eq!(
+            (t.port, t.path.as_str(), t.authority()),
+            (80, "/", "example.test".to_string())
+        );
         let t = Target::parse("https://[::1]:8443/a?b=1").unwrap();
-        assert_eq!((t.host.as_str(), t.port, t.path.as_str()), ("::1", 8443, "/a?b=1"));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("::1", 8443, "/a?b=1")
+        );
         assert_eq!(t.authority(), "[::1]:8443");
         assert!(Target::parse("udp://127.0.0.1").is_err());
         assert!(Target::parse("ftp://x/").is_err());

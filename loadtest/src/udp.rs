@@ -22,8 +22,14 @@ pub async fn shard_main(ctx: ShardCtx) -> ShardStats {
     let ctx = Rc::new(ctx);
     let stats = Rc::new(RefCell::new(ctx.new_stats()));
     let done = Rc::new(Cell::new(false));
-    let publisher = ctx.progress.then(|| monoio::spawn(publish_loop(ctx.clone(), stats.clone(), done.clone())));
-    let tasks: Vec<_> = ctx.conns.clone().map(|g| monoio::spawn(socket_loop(ctx.clone(), stats.clone(), g))).collect();
+    let publisher = ctx
+        .progress
+        .then(|| monoio::spawn(publish_loop(ctx.clone(), stats.clone(), done.clone())));
+    let tasks: Vec<_> = ctx
+        .conns
+        .clone()
+        .map(|g| monoio::spawn(socket_loop(ctx.clone(), stats.clone(), g)))
+        .collect();
     for t in tasks {
         t.await;
     }
@@ -31,7 +37,10 @@ pub async fn shard_main(ctx: ShardCtx) -> ShardStats {
     if let Some(p) = publisher {
         p.await;
     }
-    Rc::try_unwrap(stats).ok().expect("all tasks ended").into_inner()
+    Rc::try_unwrap(stats)
+        .ok()
+        .expect("all tasks ended")
+        .into_inner()
 }
 
 fn open(ctx: &ShardCtx, g: usize) -> io::Result<UdpSocket> {

@@ -28,7 +28,10 @@ fn timed_run_counts_every_response_the_server_sent_but_the_abandoned_last_batch(
     let served = s.seen.requests.load(Ordering::Relaxed);
     assert!(counted > 100, "{counted}");
     // At most one request per connection was in flight when the run ended.
-    assert!(served >= counted && served <= counted + 3, "served {served}, counted {counted}");
+    assert!(
+        served >= counted && served <= counted + 3,
+        "served {served}, counted {counted}"
+    );
 }
 
 #[test]
@@ -53,9 +56,26 @@ fn url_lists_rotate_paths_on_one_connection() {
 #[test]
 fn source_ips_spread_connections_over_the_listed_addresses() {
     let s = http1(Behaviour::Ok);
-    let r = run(&["-c", "12", "-t", "2", "-n", "240", "--source-ips", "127.0.0.8/29", &s.url()]);
+    let r = run(&[
+        "-c",
+        "12",
+        "-t",
+        "2",
+        "-n",
+        "240",
+        "--source-ips",
+        "127.0.0.8/29",
+        &s.url(),
+    ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let peers: Vec<String> = s.seen.peers.lock().unwrap().iter().map(|p| p.to_string()).collect();
+    let peers: Vec<String> = s
+        .seen
+        .peers
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
     let want: Vec<String> = (9..=14).map(|i| format!("127.0.0.{i}")).collect();
     assert_eq!(peers, want);
 }
@@ -66,7 +86,13 @@ fn refused_connections_are_counted_and_exit_non_zero_on_time() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let r = run(&["-c", "2", "-d", "500ms", &format!("http://127.0.0.1:{port}/")]);
+    let r = run(&[
+        "-c",
+        "2",
+        "-d",
+        "500ms",
+        &format!("http://127.0.0.1:{port}/"),
+    ]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(u(&r.json, "errors.connect") > 0);
     assert!(r.stderr.contains("no request succeeded"));
@@ -87,7 +113,11 @@ fn a_stalling_server_ends_the_run_by_duration_plus_timeout() {
     let s = http1(Behaviour::Stall);
     let r = run(&["-c", "2", "-d", "300ms", "--timeout", "200ms", &s.url()]);
     assert_eq!(r.code, 1);
-    assert!(r.took < Duration::from_millis(300 + 200 + 1500), "{:?}", r.took);
+    assert!(
+        r.took < Duration::from_millis(300 + 200 + 1500),
+        "{:?}",
+        r.took
+    );
     // Requests sent early enough to expire inside the window count as timeouts.
     assert!(u(&r.json, "errors.timeout") >= 2, "{}", r.json["errors"]);
     // A bounded count also ends against a server that never answers.
@@ -120,7 +150,15 @@ fn invalid_arguments_exit_2_with_a_message() {
 #[test]
 fn wrk_command_lines_work_as_they_are() {
     let s = http1(Behaviour::Ok);
-    let r = run(&["-t1", "-c4", "-d300ms", "--latency", "-H", "X-Test: 1", &s.url()]);
+    let r = run(&[
+        "-t1",
+        "-c4",
+        "-d300ms",
+        "--latency",
+        "-H",
+        "X-Test: 1",
+        &s.url(),
+    ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("Requests/sec:"));
     assert!(r.stdout.contains("Latency Distribution"));
@@ -135,5 +173,8 @@ fn warmup_requests_are_not_measured() {
     assert!(u(&r.json, "summary.warmup_requests") > 0);
     let served = s.seen.requests.load(Ordering::Relaxed);
     let counted = u(&r.json, "summary.requests") + u(&r.json, "summary.warmup_requests");
-    assert!(served >= counted && served <= counted + 2, "{served} {counted}");
+    assert!(
+        served >= counted && served <= counted + 2,
+        "{served} {counted}"
+    );
 }

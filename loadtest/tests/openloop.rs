@@ -26,10 +26,25 @@ fn expected_ms(p: f64, period_ms: f64, pause_ms: f64) -> f64 {
 fn open_loop_percentiles_match_the_co_corrected_expectation_and_closed_loop_hides_the_stalls() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (period, pause) = (200.0, 50.0);
-    let s = http1(Behaviour::Pauses { period: Duration::from_millis(200), pause: Duration::from_millis(50) });
+    let s = http1(Behaviour::Pauses {
+        period: Duration::from_millis(200),
+        pause: Duration::from_millis(50),
+    });
     // 2000 requests at 1000/s: exactly 10 periods, so the share of intended
     // send times inside pauses is exactly pause/period whatever the phase.
-    let r = run(&["-c", "100", "-t", "2", "-R", "1000", "-n", "2000", "--timeout", "1s", &s.url()]);
+    let r = run(&[
+        "-c",
+        "100",
+        "-t",
+        "2",
+        "-R",
+        "1000",
+        "-n",
+        "2000",
+        "--timeout",
+        "1s",
+        &s.url(),
+    ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(u(&r.json, "summary.requests"), 2000);
     // The server's own service time outside pauses (the median falls outside
@@ -39,7 +54,10 @@ fn open_loop_percentiles_match_the_co_corrected_expectation_and_closed_loop_hide
     for (key, p) in [("90", 0.90), ("95", 0.95), ("99", 0.99)] {
         let got = r.json["latency_us"]["percentiles"][key].as_f64().unwrap() / 1000.0;
         let want = expected_ms(p, period, pause) + base;
-        assert!((got - want).abs() <= want * 0.05, "p{key}: got {got:.2} ms, want {want:.2} ms ±5%");
+        assert!(
+            (got - want).abs() <= want * 0.05,
+            "p{key}: got {got:.2} ms, want {want:.2} ms ±5%"
+        );
     }
 
     // The closed loop records one long sample per connection per pause and
@@ -47,7 +65,10 @@ fn open_loop_percentiles_match_the_co_corrected_expectation_and_closed_loop_hide
     let r = run(&["-c", "20", "-t", "2", "-d", "1s", &s.url()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let closed_p90 = f(&r.json, "latency_us.percentiles.90") / 1000.0;
-    assert!(closed_p90 < expected_ms(0.90, period, pause) / 4.0, "closed-loop p90 {closed_p90} ms");
+    assert!(
+        closed_p90 < expected_ms(0.90, period, pause) / 4.0,
+        "closed-loop p90 {closed_p90} ms"
+    );
 }
 
 #[test]
@@ -84,8 +105,15 @@ fn find_max_converges_near_a_known_capacity() {
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let max = f(&r.json, "find_max.max_rate");
-    assert!(max >= cap * 0.8 && max <= cap * 1.1, "max rate {max}\n{}", r.stdout);
+    assert!(
+        max >= cap * 0.8 && max <= cap * 1.1,
+        "max rate {max}\n{}",
+        r.stdout
+    );
     assert!(r.stdout.contains("max rate meeting the bounds"));
     let steps = r.json["find_max"]["steps"].as_array().unwrap();
-    assert!(steps.iter().any(|s| s["ok"] == false), "the curve went past the capacity");
+    assert!(
+        steps.iter().any(|s| s["ok"] == false),
+        "the curve went past the capacity"
+    );
 }

@@ -86,11 +86,16 @@ pub fn http1(b: Behaviour) -> Server {
 pub fn take_requests(buf: &mut Vec<u8>) -> usize {
     let mut n = 0;
     loop {
-        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { return n };
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return n;
+        };
         let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
         let len: usize = head
             .lines()
-            .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+            .find_map(|l| {
+                l.strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap_or(0))
+            })
             .unwrap_or(0);
         if buf.len() < end + 4 + len {
             return n;
@@ -102,7 +107,13 @@ pub fn take_requests(buf: &mut Vec<u8>) -> usize {
 
 const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 
-fn serve_conn(mut c: TcpStream, b: Behaviour, seen: Arc<Seen>, epoch: Instant, next_free: Arc<Mutex<Instant>>) {
+fn serve_conn(
+    mut c: TcpStream,
+    b: Behaviour,
+    seen: Arc<Seen>,
+    epoch: Instant,
+    next_free: Arc<Mutex<Instant>>,
+) {
     let _ = c.set_nodelay(true);
     let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
     let mut buf = Vec::new();
@@ -115,7 +126,14 @@ fn serve_conn(mut c: TcpStream, b: Behaviour, seen: Arc<Seen>, epoch: Instant, n
         let n = match c.read(&mut tmp) {
             Ok(0) => return,
             Ok(n) => n,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
             Err(_) => return,
         };
         buf.extend_from_slice(&tmp[..n]);
@@ -156,8 +174,10 @@ fn serve_conn(mut c: TcpStream, b: Behaviour, seen: Arc<Seen>, epoch: Instant, n
                 }
                 Behaviour::CloseEvery { n } => {
                     answered += 1;
-                    if answered % n == 0 {
-                        out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+                    if answered.is_multiple_of(n) {
+                        out.extend_from_slice(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                        );
                         let _ = c.write_all(&out);
                         return;
                     }
@@ -199,7 +219,10 @@ pub fn run(args: &[&str]) -> Run {
         .output()
         .expect("the binary runs");
     let took = t.elapsed();
-    let json = std::fs::read_to_string(&path).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(Value::Null);
+    let json = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null);
     let _ = std::fs::remove_file(&path);
     Run {
         code: out.status.code().unwrap_or(-1),
@@ -215,7 +238,8 @@ pub fn u(v: &Value, path: &str) -> u64 {
     for k in path.split('.') {
         x = &x[k];
     }
-    x.as_u64().unwrap_or_else(|| panic!("{path} is not an integer in {v}"))
+    x.as_u64()
+        .unwrap_or_else(|| panic!("{path} is not an integer in {v}"))
 }
 
 pub fn f(v: &Value, path: &str) -> f64 {
@@ -223,5 +247,6 @@ pub fn f(v: &Value, path: &str) -> f64 {
     for k in path.split('.') {
         x = &x[k];
     }
-    x.as_f64().unwrap_or_else(|| panic!("{path} is not a number in {v}"))
+    x.as_f64()
+        .unwrap_or_else(|| panic!("{path} is not a number in {v}"))
 }
