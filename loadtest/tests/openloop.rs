@@ -25,28 +25,30 @@ fn expected_ms(p: f64, period_ms: f64, pause_ms: f64) -> f64 {
 #[test]
 fn open_loop_percentiles_match_the_co_corrected_expectation_and_closed_loop_hides_the_stalls() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (period, pause) = (200.0, 50.0);
+    let (period, pause) = (400.0, 100.0);
     let s = http1(Behaviour::Pauses {
-        period: Duration::from_millis(200),
-        pause: Duration::from_millis(50),
+        period: Duration::from_millis(400),
+        pause: Duration::from_millis(100),
     });
-    // 2000 requests at 1000/s: exactly 10 periods, so the share of intended
+    // 800 requests at 250/s: exactly 8 periods, so the share of intended
     // send times inside pauses is exactly pause/period whatever the phase.
+    // 40 connections at 6.25/s each: at most one request per connection per
+    // pause, so no connection has a backlog to catch up on after one.
     let r = run(&[
         "-c",
-        "100",
+        "40",
         "-t",
         "2",
         "-R",
-        "1000",
+        "250",
         "-n",
-        "2000",
+        "800",
         "--timeout",
         "1s",
         &s.url(),
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(u(&r.json, "summary.requests"), 2000);
+    assert_eq!(u(&r.json, "summary.requests"), 800);
     // The server's own service time outside pauses (the median falls outside
     // them) adds to every sample.
     let base = f(&r.json, "latency_us.percentiles.50") / 1000.0;
