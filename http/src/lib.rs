@@ -8,3 +8,4 @@
 
 pub mod codec;
 pub mod server;
+pub mod upstream;

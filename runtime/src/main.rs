@@ -6,6 +6,7 @@
 //! compiled snapshot, which the config crate builds.
 
 mod admin;
+mod health;
 mod listeners;
 mod log;
 mod publish;

@@ -85,7 +85,17 @@ fn start(
         None => None,
     };
 
-    let cell = Arc::new(SnapshotCell::new(compiled.snapshot));
+    let mut slots = crate::health::Slots::default();
+    let mut first = compiled.snapshot;
+    slots.assign(&mut first);
+    let cell = Arc::new(SnapshotCell::new(first));
+    let board = Arc::new(gapura_http::upstream::HealthBoard::default());
+    let id_prefix = {
+        let t = SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        (t.as_nanos() as u32) ^ std::process::id().rotate_left(16)
+    };
     let control = Arc::new(Control::default());
     control
         .drain_timeout_ms
@@ -126,6 +136,8 @@ fn start(
             cell: cell.clone(),
             stats: stats[id].clone(),
             control: control.clone(),
+            board: board.clone(),
+            id_prefix,
         };
         let tx = tx.clone();
         let handle = std::thread::Builder::new()
@@ -168,14 +180,19 @@ fn start(
             .unwrap_or_else(|| "the embedded default profile".into())
     );
 
-    control_loop(
+    let stop_health = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    crate::health::spawn(cell.clone(), board.clone(), stop_health.clone());
+    let result = control_loop(
         &cell,
         &control,
         &global,
         &settings,
         profile.as_deref(),
         watch,
-    )?;
+        &mut slots,
+    );
+    stop_health.store(true, Ordering::Relaxed);
+    result?;
 
     for t in threads {
         let _ = t.join();
@@ -195,6 +212,7 @@ fn control_loop(
     settings: &RuntimeSettings,
     profile: Option<&Path>,
     watch: bool,
+    slots: &mut crate::health::Slots,
 ) -> Result<(), String> {
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM, SIGINT])
         .map_err(|e| format!("signals: {e}"))?;
@@ -226,7 +244,7 @@ fn control_loop(
             }
         }
         if reload {
-            do_reload(cell, global, settings, profile);
+            do_reload(cell, global, settings, profile, slots);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -237,9 +255,11 @@ fn do_reload(
     global: &Global,
     settings: &RuntimeSettings,
     profile: Option<&Path>,
+    slots: &mut crate::health::Slots,
 ) {
     match compile(profile) {
-        Ok(c) => {
+        Ok(mut c) => {
+            slots.assign(&mut c.snapshot);
             if c.runtime != *settings {
                 log!("reload: listener, shard, driver and admin settings take effect only on restart; serving the rest");
             }

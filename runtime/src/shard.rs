@@ -39,6 +39,9 @@ pub struct ShardSpec {
     pub cell: Arc<SnapshotCell>,
     pub stats: Arc<ShardStats>,
     pub control: Arc<Control>,
+    pub board: Arc<gapura_http::upstream::HealthBoard>,
+    /// Per-process prefix of generated request ids.
+    pub id_prefix: u32,
 }
 
 /// What a shard reports once it is serving (or why it could not).
@@ -101,6 +104,8 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         Box::new(Feed(spec.cell.clone())),
         first,
         spec.stats.clone(),
+        spec.board.clone(),
+        spec.id_prefix,
     ));
     let mut listeners = Vec::new();
     for (addr, std_listener) in spec.listeners {
@@ -121,6 +126,8 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         loop {
             monoio::time::sleep(Duration::from_millis(1000)).await;
             ticker.date.refresh();
+            ticker.upstreams.sweep();
+            ticker.stats.upstream_idle.set(ticker.upstreams.idle_connections() as u64);
         }
     });
     let mut accepting = Vec::new();
@@ -156,14 +163,14 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>) {
             monoio::time::timeout(Duration::from_millis(POLL_MS), listener.accept()).await;
         match accepted {
             Err(_) => continue,
-            Ok(Ok((stream, _peer))) => {
+            Ok(Ok((stream, peer))) => {
                 let max = shard.snapshot().server.max_connections_per_shard;
                 if shard.open_connections() >= max {
                     shard.stats.connections_refused.inc();
                     drop(stream);
                     continue;
                 }
-                monoio::spawn(serve(stream, shard.clone()));
+                monoio::spawn(serve(stream, peer, shard.clone()));
             }
             Ok(Err(e)) => {
                 // EMFILE/ENFILE and friends: back off instead of spinning.

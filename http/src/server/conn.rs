@@ -25,6 +25,7 @@ use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -44,48 +45,65 @@ const LINGER_MS: u64 = 1000;
 const CONTINUE_100: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Why a connection ended (for counters; never shown to the peer).
-#[derive(Debug, PartialEq, Eq)]
-enum End {
+#[derive(Debug)]
+pub(super) enum End {
     /// Orderly: close requested, peer closed between requests, draining.
     Done,
     Idle,
     Error(ErrorKind),
+    /// A 101 was relayed: tunnel to this upstream connection, which already
+    /// sent these bytes past its head.
+    Upgrade(TcpStream, Vec<u8>),
 }
 
-struct Conn {
-    stream: TcpStream,
-    shard: Rc<Shard>,
-    rbuf: Vec<u8>,
+pub(super) struct Conn {
+    pub(super) stream: TcpStream,
+    pub(super) peer: SocketAddr,
+    pub(super) shard: Rc<Shard>,
+    pub(super) rbuf: Vec<u8>,
     /// Start of unparsed bytes in `rbuf`.
-    pos: usize,
-    wbuf: Vec<u8>,
+    pub(super) pos: usize,
+    pub(super) wbuf: Vec<u8>,
+    /// Upstream request bytes (proxying only; allocated on first use).
+    pub(super) ubuf: Vec<u8>,
+    /// Upstream response bytes (proxying only; allocated on first use).
+    pub(super) urbuf: Vec<u8>,
     busy: bool,
-    served: u64,
+    pub(super) served: u64,
     head_deadline: Option<Instant>,
 }
 
 /// Serves one accepted connection until it ends. Never panics on input.
-pub async fn serve(stream: TcpStream, shard: Rc<Shard>) {
+pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>) {
     let _ = stream.set_nodelay(true);
     shard.stats.connections_accepted.inc();
     shard.open.set(shard.open.get() + 1);
     let mut conn = Conn {
         stream,
+        peer,
         shard: shard.clone(),
         rbuf: Vec::with_capacity(READ_BUF_BYTES),
         pos: 0,
         wbuf: Vec::with_capacity(WRITE_BUF_BYTES),
+        ubuf: Vec::new(),
+        urbuf: Vec::new(),
         busy: false,
         served: 0,
         head_deadline: None,
     };
     let end = conn.run().await;
+    conn.set_busy(false);
     match end {
         End::Done => {}
         End::Idle => shard.stats.idle_timeouts.inc(),
         End::Error(kind) => shard.stats.error(kind),
+        End::Upgrade(upstream, pending) => {
+            let client_pending = conn.rbuf.split_off(conn.pos);
+            let idle_ms = shard.snapshot().server.idle_timeout_ms;
+            shard.stats.upgrades.inc();
+            super::tunnel::tunnel(conn.stream, client_pending, upstream, pending, idle_ms).await;
+        }
     }
-    conn.set_busy(false);
     shard.open.set(shard.open.get() - 1);
     shard.stats.connections_closed.inc();
 }
@@ -196,6 +214,14 @@ impl Conn {
         }
     }
 
+    /// Reads client bytes into `rbuf`'s spare room (growing it when full).
+    pub(super) async fn read_client(&mut self, deadline: Instant) -> Result<usize, ()> {
+        if self.rbuf.len() == self.rbuf.capacity() {
+            self.rbuf.reserve(READ_BUF_BYTES);
+        }
+        self.read_more(deadline).await.map_err(|_| ())
+    }
+
     /// Reads into the spare capacity of `rbuf`. A timed-out read takes its
     /// buffer with it; the caller closes the connection then.
     async fn read_more(&mut self, deadline: Instant) -> Result<usize, ReadFail> {
@@ -212,7 +238,7 @@ impl Conn {
         }
     }
 
-    async fn flush(&mut self) -> Result<(), End> {
+    pub(super) async fn flush(&mut self) -> Result<(), End> {
         let buf = std::mem::take(&mut self.wbuf);
         let ms = self.shard.snapshot().server.write_timeout_ms;
         self.shard.stats.writes.inc();
@@ -245,7 +271,7 @@ impl Conn {
     /// After a refusal that closes: flush, stop writing, discard what the
     /// peer still sends for a moment so it reads the answer rather than a
     /// reset, then close.
-    async fn close_after_refusal(&mut self, kind: ErrorKind) -> End {
+    pub(super) async fn close_after_refusal(&mut self, kind: ErrorKind) -> End {
         if self.flush().await.is_err() {
             return End::Error(kind);
         }
@@ -279,6 +305,7 @@ impl Conn {
         let facts = RequestFacts {
             host: head.host.clone().map(|r| &buf[r]),
             target: &buf[head.target.clone()],
+            path: &buf[head.path.clone()],
             header_count: head.header_count,
             header_bytes: head.header_bytes,
             content_length: match head.framing {
@@ -288,11 +315,16 @@ impl Conn {
         };
         let decision = snap.decide(&facts);
         self.served += 1;
+        if let Verdict::Forward(route, group) = decision.verdict {
+            let limits = decision.limits;
+            return self.forward(&head, route, group, &snap, limits).await;
+        }
         let head_only = head.method == crate::codec::head::Method::Head;
         let (status, refusal_closes) = match decision.verdict {
             Verdict::Respond(a) => (a.status, false),
             Verdict::Redirect(r) => (r.status, false),
             Verdict::Refuse(s) => (s.code(), is_limit(s)),
+            Verdict::Forward(..) => (0, false),
         };
         let page = match decision.verdict {
             Verdict::Refuse(s) => Some(snap.pages.get(s, head.wants_html)),
@@ -306,7 +338,7 @@ impl Conn {
             (Verdict::Redirect(r), _) => {
                 r.write_start(&mut self.wbuf, &buf[head.path.clone()], &date)
             }
-            (Verdict::Refuse(_), None) => {}
+            (Verdict::Refuse(_), None) | (Verdict::Forward(..), _) => {}
         }
         self.pos += head.head_len;
         if refusal_closes {

@@ -2,8 +2,11 @@
 
 pub mod conn;
 pub mod date;
+mod forward;
 pub mod stats;
+mod tunnel;
 
+use crate::upstream::{HealthBoard, Upstreams};
 use gapura_gate::Snapshot;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -37,6 +40,13 @@ pub struct Shard {
     /// response not yet written).
     busy: Cell<u32>,
     open: Cell<u32>,
+    /// Pools, balancer state and passive health of this shard's upstreams.
+    pub upstreams: Upstreams,
+    /// Active health results, shared by every shard.
+    pub board: Arc<HealthBoard>,
+    /// Request ids: a per-process prefix, the shard, a counter.
+    id_prefix: u32,
+    id_counter: Cell<u64>,
 }
 
 impl Shard {
@@ -45,6 +55,8 @@ impl Shard {
         feed: Box<dyn SnapshotFeed>,
         first: Arc<Snapshot>,
         stats: Arc<ShardStats>,
+        board: Arc<HealthBoard>,
+        id_prefix: u32,
     ) -> Shard {
         stats.snapshot_generation.set(first.generation);
         Shard {
@@ -56,6 +68,28 @@ impl Shard {
             draining: Cell::new(false),
             busy: Cell::new(0),
             open: Cell::new(0),
+            upstreams: Upstreams::default(),
+            board,
+            id_prefix,
+            id_counter: Cell::new(0),
+        }
+    }
+
+    /// Writes a new request id: 24 hex digits, unique per process run
+    /// (prefix), shard and request. No allocation.
+    pub fn write_request_id(&self, out: &mut Vec<u8>) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let n = self.id_counter.get().wrapping_add(1);
+        self.id_counter.set(n);
+        let parts = [
+            (u64::from(self.id_prefix), 8),
+            (self.id as u64 & 0xffff, 4),
+            (n & 0xffff_ffff_ffff, 12),
+        ];
+        for (v, digits) in parts {
+            for i in (0..digits).rev() {
+                out.push(HEX[((v >> (i * 4)) & 0xf) as usize]);
+            }
         }
     }
 

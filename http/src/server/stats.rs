@@ -90,6 +90,12 @@ pub struct ShardStats {
     /// Responses by class: index 0 is 1xx, 4 is 5xx.
     pub responses: [Counter; 5],
     pub errors: [Counter; 6],
+    /// Upstream exchanges that failed (connect, timeout, reset, malformed).
+    pub upstream_failures: Counter,
+    /// Idle pooled upstream connections (sampled each second).
+    pub upstream_idle: Counter,
+    /// Connections switched to a tunnel after 101.
+    pub upgrades: Counter,
     /// Socket writes of responses (pipelined answers ready together share one).
     pub writes: Counter,
     /// The snapshot generation this shard serves.

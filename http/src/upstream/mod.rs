@@ -1,0 +1,16 @@
+//! The upstream side of the proxy: per-shard connection pools, balancing,
+//! passive health, the process-wide health board, and the codec for the
+//! request heads Gapura writes and the response heads it reads.
+//!
+//! Per-shard state is keyed by each server's stable key (group name and
+//! address), so pools and counters survive a reload. Nothing here is shared
+//! between shards except the [`HealthBoard`], which active checks write and
+//! shards read with one relaxed load per candidate server.
+
+pub mod health;
+pub mod request;
+pub mod response;
+pub mod state;
+
+pub use health::HealthBoard;
+pub use state::Upstreams;

@@ -1,0 +1,212 @@
+//! Writing the request head Gapura sends upstream.
+//!
+//! The client's head is parsed again (it was validated already) and copied
+//! with the hop-by-hop headers removed: `Connection` and every name it
+//! lists, `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`, `Upgrade` unless the
+//! request is upgraded, and `Expect` (Gapura answers `100-continue` itself).
+//! The forwarding headers are then set: `X-Forwarded-For` (the client's
+//! list with the client appended), `X-Forwarded-Proto`, `X-Forwarded-Host`,
+//! `X-Request-Id`, and `Host` passed through or rewritten. O(head), no
+//! allocation once `out` has capacity.
+
+use gapura_gate::limits::OUTER_MAX_HEADERS;
+use gapura_gate::upstream::{HostHeader, RequestId};
+use std::io::Write as _;
+use std::mem::MaybeUninit;
+use std::net::IpAddr;
+
+/// Most `Connection` tokens honoured when removing listed headers.
+const MAX_CONNECTION_TOKENS: usize = 16;
+
+/// What the forwarding headers say.
+pub struct Forwarding<'a> {
+    pub client: IpAddr,
+    pub proto: &'static str,
+    /// The request's host (from Host or an absolute-form target).
+    pub host: Option<&'a [u8]>,
+    /// Path and query to send (origin form).
+    pub path: &'a [u8],
+    pub host_header: &'a HostHeader,
+    pub request_id: RequestId,
+    /// Forward `Upgrade` and say `Connection: upgrade`.
+    pub upgrade: bool,
+}
+
+fn is_hop_by_hop(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 5] = [b"connection", b"keep-alive", b"te", b"trailer", b"expect"];
+    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+        || (name.len() >= 6 && name[..6].eq_ignore_ascii_case(b"proxy-"))
+}
+
+/// Writes the upstream request head for the client head `raw` into `out`.
+/// `new_id` writes a fresh request id when one is needed. Returns false if
+/// `raw` does not parse (it always does: the server parsed it before).
+pub fn write_request_head(
+    raw: &[u8],
+    fwd: &Forwarding<'_>,
+    out: &mut Vec<u8>,
+    new_id: &mut dyn FnMut(&mut Vec<u8>),
+) -> bool {
+    let mut headers: [MaybeUninit<httparse::Header<'_>>; OUTER_MAX_HEADERS] =
+        [const { MaybeUninit::uninit() }; OUTER_MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    if !matches!(
+        req.parse_with_uninit_headers(raw, &mut headers),
+        Ok(httparse::Status::Complete(_))
+    ) {
+        return false;
+    }
+    let Some(method) = req.method else {
+        return false;
+    };
+    // Names the client's Connection header lists are hop-by-hop too.
+    let mut listed: [&[u8]; MAX_CONNECTION_TOKENS] = [b""; MAX_CONNECTION_TOKENS];
+    let mut n_listed = 0;
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("connection") {
+            for t in h.value.split(|&b| b == b',') {
+                let t = t.trim_ascii();
+                if !t.is_empty() && n_listed < MAX_CONNECTION_TOKENS {
+                    listed[n_listed] = t;
+                    n_listed += 1;
+                }
+            }
+        }
+    }
+    let listed = &listed[..n_listed];
+
+    out.extend_from_slice(method.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(fwd.path);
+    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    match fwd.host_header {
+        HostHeader::PassThrough => out.extend_from_slice(fwd.host.unwrap_or(b"")),
+        HostHeader::Rewrite(h) => out.extend_from_slice(h.as_bytes()),
+    }
+    out.extend_from_slice(b"\r\n");
+
+    let mut id_seen = false;
+    let mut upgrade_value: Option<&[u8]> = None;
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"upgrade") {
+            upgrade_value = Some(h.value);
+            continue;
+        }
+        if name.eq_ignore_ascii_case(b"host")
+            || name.eq_ignore_ascii_case(b"x-forwarded-proto")
+            || name.eq_ignore_ascii_case(b"x-forwarded-host")
+            || is_hop_by_hop(name)
+            || listed.iter().any(|t| t.eq_ignore_ascii_case(name))
+        {
+            continue;
+        }
+        if name.eq_ignore_ascii_case(b"x-forwarded-for") {
+            // Appended to below, after the client's own entries.
+            continue;
+        }
+        if name.eq_ignore_ascii_case(b"x-request-id") {
+            if fwd.request_id == RequestId::Generate {
+                continue;
+            }
+            id_seen = true;
+        }
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"X-Forwarded-For: ");
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("x-forwarded-for") {
+            let v = h.value.trim_ascii();
+            if !v.is_empty() {
+                out.extend_from_slice(v);
+                out.extend_from_slice(b", ");
+            }
+        }
+    }
+    let _ = write!(out, "{}", fwd.client);
+    out.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
+    out.extend_from_slice(fwd.proto.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if let Some(host) = fwd.host {
+        out.extend_from_slice(b"X-Forwarded-Host: ");
+        out.extend_from_slice(host);
+        out.extend_from_slice(b"\r\n");
+    }
+    if fwd.request_id != RequestId::Off && !id_seen {
+        out.extend_from_slice(b"X-Request-Id: ");
+        new_id(out);
+        out.extend_from_slice(b"\r\n");
+    }
+    if fwd.upgrade {
+        if let Some(v) = upgrade_value {
+            out.extend_from_slice(b"Connection: upgrade\r\nUpgrade: ");
+            out.extend_from_slice(v);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &[u8], fwd: &Forwarding<'_>) -> String {
+        let mut out = Vec::new();
+        assert!(write_request_head(raw, fwd, &mut out, &mut |o| o.extend_from_slice(b"gen-1")));
+        String::from_utf8(out).unwrap()
+    }
+
+    fn fwd<'a>(host_header: &'a HostHeader, request_id: RequestId, upgrade: bool) -> Forwarding<'a> {
+        Forwarding {
+            client: "10.0.0.7".parse().unwrap(),
+            proto: "http",
+            host: Some(b"app.test"),
+            path: b"/p?q=1",
+            host_header,
+            request_id,
+            upgrade,
+        }
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_removed_and_forwarding_headers_set() {
+        let raw = b"GET /p?q=1 HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, X-Secret\r\nKeep-Alive: 5\r\nX-Secret: s\r\nTE: trailers\r\nProxy-Authorization: x\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\nX-Forwarded-Proto: https\r\nAccept: */*\r\nExpect: 100-continue\r\nUpgrade: websocket\r\n\r\n";
+        let pass = HostHeader::PassThrough;
+        let h = head(raw, &fwd(&pass, RequestId::Keep, false));
+        assert_eq!(
+            h,
+            "GET /p?q=1 HTTP/1.1\r\nHost: app.test\r\nAccept: */*\r\nX-Forwarded-For: 1.1.1.1, 2.2.2.2, 10.0.0.7\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: app.test\r\nX-Request-Id: gen-1\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn request_id_kept_or_generated_and_host_rewritten() {
+        let raw = b"POST /p HTTP/1.1\r\nHost: app.test\r\nX-Request-Id: client-7\r\nContent-Length: 3\r\n\r\n";
+        let rw = HostHeader::Rewrite("backend:8080".into());
+        let h = head(raw, &fwd(&rw, RequestId::Keep, false));
+        assert!(h.starts_with("POST /p?q=1 HTTP/1.1\r\nHost: backend:8080\r\n"));
+        assert!(h.contains("X-Request-Id: client-7\r\n"));
+        assert!(h.contains("Content-Length: 3\r\n"));
+        assert!(!h.contains("gen-1"));
+        let h = head(raw, &fwd(&rw, RequestId::Generate, false));
+        assert!(h.contains("X-Request-Id: gen-1\r\n") && !h.contains("client-7"));
+        let h = head(raw, &fwd(&rw, RequestId::Off, false));
+        assert!(h.contains("X-Request-Id: client-7\r\n") && !h.contains("gen-1"));
+    }
+
+    #[test]
+    fn upgrade_is_forwarded_only_when_upgrading() {
+        let raw = b"GET /ws HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n";
+        let pass = HostHeader::PassThrough;
+        let h = head(raw, &fwd(&pass, RequestId::Off, true));
+        assert!(h.contains("Connection: upgrade\r\nUpgrade: websocket\r\n"));
+        assert!(h.contains("Sec-WebSocket-Key: k\r\n"));
+        let h = head(raw, &fwd(&pass, RequestId::Off, false));
+        assert!(!h.contains("Upgrade"));
+    }
+}
