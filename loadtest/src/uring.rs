@@ -256,6 +256,7 @@ pub fn run_shard(ctx: &ShardCtx) -> Result<ShardStats, String> {
         opcode::Timeout::new(&tick_ts).build().user_data(OP_TICK),
     );
     let mut last_publish = Instant::now();
+    let mut cqes: Vec<cqueue::Entry> = Vec::with_capacity(entries as usize * 4);
     loop {
         if let Err(e) = ring.submit_and_wait(1) {
             if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::EBUSY) {
@@ -264,8 +265,9 @@ pub fn run_shard(ctx: &ShardCtx) -> Result<ShardStats, String> {
         }
         let now = Instant::now();
         let mut recycled = false;
-        let cqes: Vec<cqueue::Entry> = ring.completion().collect();
-        for cqe in cqes {
+        cqes.clear();
+        cqes.extend(ring.completion());
+        for cqe in cqes.drain(..) {
             let (op, i, gen) = ud_split(cqe.user_data());
             match op {
                 OP_TICK => {
