@@ -33,7 +33,11 @@ impl Slots {
             for server in &mut group.servers {
                 let next = self.by_key.len() as u32 + 1;
                 let slot = *self.by_key.entry(server.key).or_insert(next);
-                server.health_slot = if (slot as usize) < BOARD_SLOTS { slot } else { 0 };
+                server.health_slot = if (slot as usize) < BOARD_SLOTS {
+                    slot
+                } else {
+                    0
+                };
             }
         }
     }
@@ -42,8 +46,10 @@ impl Slots {
 /// Probes `addr` once. Ok(status) or the reason it failed.
 fn probe(addr: SocketAddr, host: &str, path: &str, timeout: Duration) -> Result<u16, String> {
     let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
     let req = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: gapura-health\r\nConnection: close\r\n\r\n"
     );
@@ -61,7 +67,9 @@ fn probe(addr: SocketAddr, host: &str, path: &str, timeout: Duration) -> Result<
     if !line.starts_with("HTTP/1.") {
         return Err("not HTTP".into());
     }
-    line[9..12].parse().map_err(|_| "bad status line".to_string())
+    line[9..12]
+        .parse()
+        .map_err(|_| "bad status line".to_string())
 }
 
 /// Runs the checker until `stop` is set.
@@ -86,7 +94,9 @@ pub fn spawn(cell: Arc<SnapshotCell>, board: Arc<HealthBoard>, stop: Arc<AtomicB
                         *next = now + Duration::from_millis(check.interval_ms);
                         let host = match &group.host_header {
                             gapura_gate::upstream::HostHeader::Rewrite(h) => h.clone(),
-                            gapura_gate::upstream::HostHeader::PassThrough => server.addr.to_string(),
+                            gapura_gate::upstream::HostHeader::PassThrough => {
+                                server.addr.to_string()
+                            }
                         };
                         let result = probe(
                             server.addr,

@@ -127,7 +127,10 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
             monoio::time::sleep(Duration::from_millis(1000)).await;
             ticker.date.refresh();
             ticker.upstreams.sweep();
-            ticker.stats.upstream_idle.set(ticker.upstreams.idle_connections() as u64);
+            ticker
+                .stats
+                .upstream_idle
+                .set(ticker.upstreams.idle_connections() as u64);
         }
     });
     let mut accepting = Vec::new();

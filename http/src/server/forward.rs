@@ -44,9 +44,15 @@ enum Attempt {
     /// `close`: the client connection ends.
     Done { reusable: bool, close: bool },
     /// Nothing reached the client and the request can be sent again whole.
-    Retry { status: ErrorStatus, count_failure: bool },
+    Retry {
+        status: ErrorStatus,
+        count_failure: bool,
+    },
     /// Nothing reached the client; answer with this status.
-    Fail { status: ErrorStatus, count_failure: bool },
+    Fail {
+        status: ErrorStatus,
+        count_failure: bool,
+    },
     /// The client's response started and then broke: close the client.
     Broken { count_failure: bool },
     /// The client went away.
@@ -140,7 +146,9 @@ impl Conn {
                 upgrade,
             };
             let raw = &rbuf[base..base + head.head_len];
-            if !write_request_head(raw, &fwd, &mut self.ubuf, &mut |o| shard.write_request_id(o)) {
+            if !write_request_head(raw, &fwd, &mut self.ubuf, &mut |o| {
+                shard.write_request_id(o)
+            }) {
                 self.write_error(snap, ErrorStatus::BadRequest, head, true);
                 return Err(self.close_after_refusal(ErrorKind::BadRequest).await);
             }
@@ -190,7 +198,9 @@ impl Conn {
             };
             shard.upstreams.begin(server);
             let outcome = self
-                .attempt(&mut up, reused, head, group, &mut body, &limits, upgrade, head_only)
+                .attempt(
+                    &mut up, reused, head, group, &mut body, &limits, upgrade, head_only,
+                )
                 .await;
             shard.upstreams.end(server);
             let count = |c: bool| {
@@ -212,7 +222,10 @@ impl Conn {
                     }
                     return Ok(());
                 }
-                Attempt::Retry { status, count_failure } => {
+                Attempt::Retry {
+                    status,
+                    count_failure,
+                } => {
                     count(count_failure);
                     last = status;
                     if !(idempotent || reused) {
@@ -223,7 +236,10 @@ impl Conn {
                         tried &= !(1u64 << idx.min(63));
                     }
                 }
-                Attempt::Fail { status, count_failure } => {
+                Attempt::Fail {
+                    status,
+                    count_failure,
+                } => {
                     count(count_failure);
                     last = status;
                     replay_broken = true;
@@ -254,7 +270,13 @@ impl Conn {
         Ok(())
     }
 
-    fn write_error(&mut self, snap: &Snapshot, status: ErrorStatus, head: &ParsedHead, close: bool) {
+    fn write_error(
+        &mut self,
+        snap: &Snapshot,
+        status: ErrorStatus,
+        head: &ParsedHead,
+        close: bool,
+    ) {
         let date = self.shard.date.line();
         let ctx = gapura_gate::WriteCtx {
             date_line: &date,
@@ -269,7 +291,11 @@ impl Conn {
     }
 
     /// Moves the body bytes already in `rbuf` to `ubuf`.
-    fn take_buffered_body(&mut self, body: &mut Body, limits: &RequestLimits) -> Result<(), ErrorStatus> {
+    fn take_buffered_body(
+        &mut self,
+        body: &mut Body,
+        limits: &RequestLimits,
+    ) -> Result<(), ErrorStatus> {
         let avail = &self.rbuf[self.pos..];
         match body.framing {
             BodyFraming::None => {}
@@ -318,23 +344,33 @@ impl Conn {
         // 1. The head and buffered body, in one write (kept for a replay).
         if body.streamed {
             // The body is gone: a new attempt cannot resend it.
-            return Attempt::Fail { status: ErrorStatus::BadGateway, count_failure: false };
+            return Attempt::Fail {
+                status: ErrorStatus::BadGateway,
+                count_failure: false,
+            };
         }
         let out = std::mem::take(&mut self.ubuf);
         let (res, out) = match monoio::time::timeout(read_timeout, up.write_all(out)).await {
             Ok(r) => r,
             Err(_) => {
-                return Attempt::Retry { status: ErrorStatus::GatewayTimeout, count_failure: true }
+                return Attempt::Retry {
+                    status: ErrorStatus::GatewayTimeout,
+                    count_failure: true,
+                }
             }
         };
         self.ubuf = out;
         if res.is_err() {
-            return Attempt::Retry { status: ErrorStatus::BadGateway, count_failure: !reused };
+            return Attempt::Retry {
+                status: ErrorStatus::BadGateway,
+                count_failure: !reused,
+            };
         }
         // 2. The rest of the body, streamed.
         if !body.done {
             if head.expect_continue {
-                self.wbuf.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                self.wbuf
+                    .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
                 self.shard.stats.response(100);
                 if self.flush().await.is_err() {
                     return Attempt::ClientGone;
@@ -356,7 +392,10 @@ impl Conn {
                     // Interim (100, 103): pass it on and read on.
                     let n = r.head_len;
                     if !write_client_head(&self.urbuf[..n], &mut self.wbuf, false) {
-                        return Attempt::Fail { status: ErrorStatus::BadGateway, count_failure: true };
+                        return Attempt::Fail {
+                            status: ErrorStatus::BadGateway,
+                            count_failure: true,
+                        };
                     }
                     self.shard.stats.response(r.status);
                     self.urbuf.drain(..n);
@@ -367,7 +406,10 @@ impl Conn {
                 }
                 RespParse::Complete(r) => break r,
                 RespParse::Malformed => {
-                    return Attempt::Fail { status: ErrorStatus::BadGateway, count_failure: true }
+                    return Attempt::Fail {
+                        status: ErrorStatus::BadGateway,
+                        count_failure: true,
+                    }
                 }
                 RespParse::Partial => {}
             }
@@ -375,14 +417,23 @@ impl Conn {
             match self.read_upstream(up, deadline).await {
                 Ok(0) | Err(UpRead::Io) => {
                     return if got_nothing && !body.streamed {
-                        Attempt::Retry { status: ErrorStatus::BadGateway, count_failure: !reused }
+                        Attempt::Retry {
+                            status: ErrorStatus::BadGateway,
+                            count_failure: !reused,
+                        }
                     } else {
-                        Attempt::Fail { status: ErrorStatus::BadGateway, count_failure: true }
+                        Attempt::Fail {
+                            status: ErrorStatus::BadGateway,
+                            count_failure: true,
+                        }
                     };
                 }
                 Ok(_) => {}
                 Err(UpRead::Timeout) => {
-                    return Attempt::Fail { status: ErrorStatus::GatewayTimeout, count_failure: true }
+                    return Attempt::Fail {
+                        status: ErrorStatus::GatewayTimeout,
+                        count_failure: true,
+                    }
                 }
                 Err(UpRead::ClientGone) => return Attempt::ClientGone,
             }
@@ -390,10 +441,16 @@ impl Conn {
         // 4. The client's head.
         if resp.status == 101 {
             if !upgrade {
-                return Attempt::Fail { status: ErrorStatus::BadGateway, count_failure: true };
+                return Attempt::Fail {
+                    status: ErrorStatus::BadGateway,
+                    count_failure: true,
+                };
             }
             if !write_client_head(&self.urbuf[..resp.head_len], &mut self.wbuf, false) {
-                return Attempt::Fail { status: ErrorStatus::BadGateway, count_failure: true };
+                return Attempt::Fail {
+                    status: ErrorStatus::BadGateway,
+                    count_failure: true,
+                };
             }
             self.shard.stats.response(101);
             if self.flush().await.is_err() {
@@ -409,7 +466,10 @@ impl Conn {
             || (server.max_requests_per_connection != 0
                 && self.served >= server.max_requests_per_connection);
         if !write_client_head(&self.urbuf[..resp.head_len], &mut self.wbuf, close) {
-            return Attempt::Fail { status: ErrorStatus::BadGateway, count_failure: true };
+            return Attempt::Fail {
+                status: ErrorStatus::BadGateway,
+                count_failure: true,
+            };
         }
         self.shard.stats.response(resp.status);
         // 5. The body.
@@ -425,7 +485,8 @@ impl Conn {
             RespFraming::Length(n) => {
                 let have = (self.urbuf.len() - start) as u64;
                 let take = have.min(n) as usize;
-                self.wbuf.extend_from_slice(&self.urbuf[start..start + take]);
+                self.wbuf
+                    .extend_from_slice(&self.urbuf[start..start + take]);
                 reusable &= have <= n;
                 if self.flush().await.is_err() {
                     return Attempt::ClientGone;
@@ -434,7 +495,11 @@ impl Conn {
                 while remaining > 0 {
                     self.urbuf.clear();
                     match self.read_upstream_plain(up, read_timeout).await {
-                        Ok(0) | Err(_) => return Attempt::Broken { count_failure: true },
+                        Ok(0) | Err(_) => {
+                            return Attempt::Broken {
+                                count_failure: true,
+                            }
+                        }
                         Ok(_) => {}
                     }
                     let have = self.urbuf.len() as u64;
@@ -466,7 +531,9 @@ impl Conn {
                                 // Forward what was valid, then cut the client off.
                                 self.urbuf.truncate(off);
                                 let _ = self.flush_with_urbuf(start).await;
-                                return Attempt::Broken { count_failure: true };
+                                return Attempt::Broken {
+                                    count_failure: true,
+                                };
                             }
                         }
                     }
@@ -481,7 +548,11 @@ impl Conn {
                     self.urbuf.clear();
                     off = 0;
                     match self.read_upstream_plain(up, read_timeout).await {
-                        Ok(0) | Err(_) => return Attempt::Broken { count_failure: true },
+                        Ok(0) | Err(_) => {
+                            return Attempt::Broken {
+                                count_failure: true,
+                            }
+                        }
                         Ok(_) => {}
                     }
                 }
@@ -496,7 +567,11 @@ impl Conn {
                     self.urbuf.clear();
                     match self.read_upstream_plain(up, read_timeout).await {
                         Ok(0) => break,
-                        Err(_) => return Attempt::Broken { count_failure: true },
+                        Err(_) => {
+                            return Attempt::Broken {
+                                count_failure: true,
+                            }
+                        }
                         Ok(_) => {}
                     }
                     if !self.relay_urbuf().await {
@@ -561,7 +636,10 @@ impl Conn {
             match monoio::time::timeout(write_timeout, up.write_all(out)).await {
                 Ok((Ok(_), out)) => self.ubuf = out,
                 Ok((Err(_), _)) => {
-                    return Some(Attempt::Fail { status: ErrorStatus::BadGateway, count_failure: true })
+                    return Some(Attempt::Fail {
+                        status: ErrorStatus::BadGateway,
+                        count_failure: true,
+                    })
                 }
                 Err(_) => {
                     return Some(Attempt::Fail {
@@ -576,7 +654,11 @@ impl Conn {
 
     /// Reads from the upstream into `urbuf`'s spare room under `deadline`,
     /// watching the client for an abort once the answer takes a while.
-    async fn read_upstream(&mut self, up: &mut TcpStream, deadline: Instant) -> Result<usize, UpRead> {
+    async fn read_upstream(
+        &mut self,
+        up: &mut TcpStream,
+        deadline: Instant,
+    ) -> Result<usize, UpRead> {
         if self.urbuf.len() == self.urbuf.capacity() {
             if self.urbuf.len() >= crate::upstream::response::MAX_RESPONSE_HEAD_BYTES {
                 return Err(UpRead::Io);
@@ -620,7 +702,11 @@ impl Conn {
     }
 
     /// Reads a body chunk from the upstream into the empty `urbuf`.
-    async fn read_upstream_plain(&mut self, up: &mut TcpStream, timeout: Duration) -> Result<usize, UpRead> {
+    async fn read_upstream_plain(
+        &mut self,
+        up: &mut TcpStream,
+        timeout: Duration,
+    ) -> Result<usize, UpRead> {
         let buf = std::mem::take(&mut self.urbuf);
         let cap = buf.capacity();
         match monoio::time::timeout(timeout, up.read(buf.slice_mut(0..cap))).await {
@@ -638,4 +724,3 @@ enum UpRead {
     Timeout,
     ClientGone,
 }
-

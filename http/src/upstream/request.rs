@@ -161,7 +161,11 @@ mod tests {
         String::from_utf8(out).unwrap()
     }
 
-    fn fwd<'a>(host_header: &'a HostHeader, request_id: RequestId, upgrade: bool) -> Forwarding<'a> {
+    fn fwd<'a>(
+        host_header: &'a HostHeader,
+        request_id: RequestId,
+        upgrade: bool,
+    ) -> Forwarding<'a> {
         Forwarding {
             client: "10.0.0.7".parse().unwrap(),
             proto: "http",

@@ -51,9 +51,11 @@ pub fn parse_response(buf: &[u8], request_was_head: bool) -> RespParse {
     let mut headers: [MaybeUninit<httparse::Header<'_>>; OUTER_MAX_HEADERS] =
         [const { MaybeUninit::uninit() }; OUTER_MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
-    let head_len = match httparse::ParserConfig::default()
-        .parse_response_with_uninit_headers(&mut resp, buf, &mut headers)
-    {
+    let head_len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut resp,
+        buf,
+        &mut headers,
+    ) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             return if buf.len() >= MAX_RESPONSE_HEAD_BYTES {
@@ -179,9 +181,9 @@ pub fn write_client_head(raw: &[u8], out: &mut Vec<u8>, close: bool) -> bool {
             || name.eq_ignore_ascii_case(b"te")
             || name.eq_ignore_ascii_case(b"trailer")
             || (name.eq_ignore_ascii_case(b"upgrade") && !upgrade)
-            || listed
-                .iter()
-                .any(|t| t.eq_ignore_ascii_case(name) && !(upgrade && t.eq_ignore_ascii_case(b"upgrade")));
+            || listed.iter().any(|t| {
+                t.eq_ignore_ascii_case(name) && !(upgrade && t.eq_ignore_ascii_case(b"upgrade"))
+            });
         if hop {
             continue;
         }
@@ -215,21 +217,35 @@ mod tests {
         let h = complete(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", false);
         assert_eq!((h.framing, h.keep_alive), (RespFraming::Length(5), true));
         assert_eq!(h.head_len, 38);
-        let h = complete(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false);
+        let h = complete(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        );
         assert_eq!(h.framing, RespFraming::Chunked);
         let h = complete(b"HTTP/1.1 200 OK\r\n\r\n", false);
         assert_eq!((h.framing, h.keep_alive), (RespFraming::Close, false));
         let h = complete(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true);
         assert_eq!(h.framing, RespFraming::None);
-        for s in ["204 No Content", "304 Not Modified", "100 Continue", "103 Early Hints"] {
+        for s in [
+            "204 No Content",
+            "304 Not Modified",
+            "100 Continue",
+            "103 Early Hints",
+        ] {
             let h = complete(format!("HTTP/1.1 {s}\r\n\r\n").as_bytes(), false);
             assert_eq!(h.framing, RespFraming::None);
         }
         let h = complete(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", false);
         assert!(!h.keep_alive);
-        let h = complete(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\n", false);
+        let h = complete(
+            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\n",
+            false,
+        );
         assert!(h.keep_alive);
-        let h = complete(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\n", false);
+        let h = complete(
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\n",
+            false,
+        );
         assert!(!h.keep_alive);
     }
 
@@ -242,9 +258,17 @@ mod tests {
             b"NOT HTTP\r\n\r\n",
             b"HTTP/1.1 2000 OK\r\n\r\n",
         ] {
-            assert_eq!(parse_response(bad, false), RespParse::Malformed, "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                parse_response(bad, false),
+                RespParse::Malformed,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
-        assert_eq!(parse_response(b"HTTP/1.1 200 OK\r\nX: y", false), RespParse::Partial);
+        assert_eq!(
+            parse_response(b"HTTP/1.1 200 OK\r\nX: y", false),
+            RespParse::Partial
+        );
     }
 
     #[test]

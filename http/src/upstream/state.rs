@@ -177,7 +177,11 @@ impl Upstreams {
     }
 
     pub fn begin(&self, server: &UpstreamServer) {
-        self.servers.borrow_mut().entry(server.key).or_default().outstanding += 1;
+        self.servers
+            .borrow_mut()
+            .entry(server.key)
+            .or_default()
+            .outstanding += 1;
     }
 
     pub fn end(&self, server: &UpstreamServer) {
