@@ -240,7 +240,11 @@ mod tests {
 
     #[test]
     fn literal_glob_matches_only_itself() {
-        check("/admin", &["/admin", "/ADMIN"], &["/admin/x", "/admi", "/adminx", "/"]);
+        check(
+            "/admin",
+            &["/admin", "/ADMIN"],
+            &["/admin/x", "/admi", "/adminx", "/"],
+        );
     }
 
     #[test]
@@ -258,7 +262,11 @@ mod tests {
     fn double_star_crosses_segments() {
         check("/**", &["/", "/a", "/a/b/c"], &[]);
         check("/**.php", &["/a.php", "/a/b/c.php"], &["/a.php/x"]);
-        check("/admin/**", &["/admin/", "/admin/x", "/admin/x/y"], &["/admin", "/administrator"]);
+        check(
+            "/admin/**",
+            &["/admin/", "/admin/x", "/admin/x/y"],
+            &["/admin", "/administrator"],
+        );
         check("/a**b", &["/ab", "/a/x/b", "/axb"], &["/a/x/c"]);
     }
 
@@ -287,7 +295,10 @@ mod tests {
     fn patterns_are_lowercased_and_ascii_only() {
         check("/Admin/*.PHP", &["/admin/x.php", "/ADMIN/X.PHP"], &[]);
         assert_eq!(glob("/Admin").as_str(), "/admin");
-        assert_eq!(Glob::compile("/caf\u{e9}").unwrap_err(), GlobError::NotAscii);
+        assert_eq!(
+            Glob::compile("/caf\u{e9}").unwrap_err(),
+            GlobError::NotAscii
+        );
         assert_eq!(Glob::compile("/a\tb").unwrap_err(), GlobError::NotAscii);
         assert_eq!(Glob::compile("admin").unwrap_err(), GlobError::NotRooted);
         assert_eq!(Glob::compile("").unwrap_err(), GlobError::NotRooted);

@@ -2,6 +2,7 @@
 
 use gapura_gate::glob::Glob;
 use gapura_gate::path::{canonical, canonicalize, is_canonical, PathScratch, MAX_PATH_BYTES};
+use gapura_gate::pathmatch::{PathKind, PathMatcher};
 use proptest::prelude::*;
 
 /// Pieces that exercise every rule: separators raw and encoded, dots,
@@ -26,7 +27,10 @@ fn assert_canonical_shape(out: &[u8]) {
     assert_eq!(out.first(), Some(&b'/'));
     assert!(out.len() == 1 || !out.ends_with(b"/"), "{out:?}");
     for bad in [&b"//"[..], b"/./", b"/../", b"\\", b";", b"?"] {
-        assert!(!out.windows(bad.len()).any(|w| w == bad), "{bad:?} in {out:?}");
+        assert!(
+            !out.windows(bad.len()).any(|w| w == bad),
+            "{bad:?} in {out:?}"
+        );
     }
     assert!(!out.ends_with(b"/.") && !out.ends_with(b"/.."), "{out:?}");
     assert!(!out.iter().any(|b| b.is_ascii_uppercase()), "{out:?}");
@@ -97,6 +101,49 @@ proptest! {
     }
 }
 
+fn segments_path() -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(&["a", "b", "ab"][..]), 0..4)
+        .prop_map(|segments| format!("/{}", segments.join("/")))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    #[test]
+    fn path_matcher_agrees_with_a_linear_scan(
+        patterns in prop::collection::vec((any::<bool>(), segments_path()), 0..8),
+        path in segments_path(),
+    ) {
+        let mut m = PathMatcher::new();
+        for (i, (exact, p)) in patterns.iter().enumerate() {
+            let kind = if *exact { PathKind::Exact } else { PathKind::Prefix };
+            prop_assert_eq!(m.insert(kind, p, i), Ok(i));
+        }
+        let takes = |exact: bool, p: &str| {
+            path == p || (!exact && (p == "/" || path.starts_with(&format!("{p}/"))))
+        };
+        let first = patterns.iter().position(|(exact, p)| takes(*exact, p));
+        prop_assert_eq!(m.lookup(path.as_bytes()).map(|(i, _)| i), first);
+        let best = patterns
+            .iter()
+            .position(|(exact, p)| *exact && takes(true, p))
+            .or_else(|| {
+                let longest = patterns
+                    .iter()
+                    .filter(|(exact, p)| !*exact && takes(false, p))
+                    .map(|(_, p)| p.len())
+                    .max()?;
+                patterns
+                    .iter()
+                    .position(|(exact, p)| !*exact && p.len() == longest && takes(false, p))
+            });
+        prop_assert_eq!(m.best_route(path.as_bytes()).map(|(i, _)| i), best);
+        if let Some((i, v)) = m.lookup(path.as_bytes()) {
+            prop_assert_eq!(i, *v);
+        }
+    }
+}
+
 /// The glob's meaning, written directly over the pattern text and matched by
 /// backtracking: exponential, for short inputs only.
 fn reference(p: &[u8], pi: usize, s: &[u8], si: usize) -> bool {
@@ -138,6 +185,10 @@ fn reference_agrees_on_the_documented_examples() {
         ("/**.php", "/a/b.php", true),
     ] {
         assert_eq!(reference(p.as_bytes(), 0, s.as_bytes(), 0), want, "{p} {s}");
-        assert_eq!(Glob::compile(p).unwrap().matches(s.as_bytes()), want, "{p} {s}");
+        assert_eq!(
+            Glob::compile(p).unwrap().matches(s.as_bytes()),
+            want,
+            "{p} {s}"
+        );
     }
 }
