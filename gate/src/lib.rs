@@ -9,9 +9,12 @@
 //! buffer the caller owns. Allocation happens only when a snapshot is built.
 
 pub mod answer;
+pub mod glob;
 pub mod host;
 pub mod limits;
 pub mod pages;
+pub mod path;
+pub mod pathmatch;
 pub mod snapshot;
 pub mod upstream;
 

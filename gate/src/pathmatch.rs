@@ -1,0 +1,402 @@
+//! Exact and prefix path patterns, looked up without allocating.
+//!
+//! A [`PathMatcher`] holds the exact and the prefix patterns of a route table
+//! or a rule set, each in its own array sorted by (pattern, insertion index).
+//! A request's canonical path (see [`crate::path`]) is looked up by binary
+//! search: once for the exact patterns, and once per segment boundary for the
+//! prefixes, so a lookup costs O(segments · log n) comparisons and allocates
+//! nothing. A prefix matches at segment boundaries only: `/admin` takes
+//! `/admin` and `/admin/x`, never `/administrator`; the prefix `/` takes every
+//! path.
+//!
+//! Patterns are validated when inserted: they are written decoded and must be
+//! a path some request could canonicalise to, since any other pattern could
+//! never match. ASCII case is ignored (patterns are lowercased). Two orders of
+//! precedence are offered, because rule sets and routes differ:
+//!
+//! - [`PathMatcher::lookup`] (rule sets): the lowest insertion index among
+//!   every exact and prefix match, so the document's order is the precedence;
+//! - [`PathMatcher::best_route`] (proxy routes): an exact match beats any
+//!   prefix, then the longest prefix wins, then the lowest insertion index.
+//!
+//! Duplicate patterns are kept (two rules may share a path and differ in
+//! methods); refusing duplicate routes is the profile validator's business.
+
+use crate::path::{is_canonical, MAX_PATH_BYTES};
+
+/// How a pattern matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathKind {
+    /// The whole canonical path equals the pattern.
+    Exact,
+    /// The canonical path is the pattern or continues it with `/`.
+    Prefix,
+}
+
+/// Why a pattern was refused. [`PatternError::code`] is the last part of the
+/// profile code (`ruleSet.rule.path.invalid`, `.encoded`, `.notCanonical`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatternError {
+    /// Empty, not starting with `/`, over [`MAX_PATH_BYTES`], or holding a
+    /// control byte or a `?`.
+    Invalid,
+    /// Holds a `%`: patterns are written decoded.
+    Encoded,
+    /// Not a canonical path, so no request's canonical path equals it: a
+    /// trailing `/`, `//`, `\`, `;`, a `.` or `..` segment, a trailing dot.
+    NotCanonical,
+}
+
+impl PatternError {
+    /// The code's last part: `invalid`, `encoded` or `notCanonical`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            PatternError::Invalid => "invalid",
+            PatternError::Encoded => "encoded",
+            PatternError::NotCanonical => "notCanonical",
+        }
+    }
+}
+
+impl std::fmt::Display for PatternError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PatternError::Invalid => "a path starts with '/' and holds no control byte or '?'",
+            PatternError::Encoded => "write the path decoded, without '%' escapes",
+            PatternError::NotCanonical => {
+                "no request's canonical path could equal this pattern (no trailing '/', '//', \
+                 '\\', ';', dot segments or trailing dots)"
+            }
+        })
+    }
+}
+
+impl std::error::Error for PatternError {}
+
+/// Checks a pattern and returns it lowercased. Allocates; O(pattern length).
+pub fn compile_pattern(pattern: &str) -> Result<Box<[u8]>, PatternError> {
+    let bytes = pattern.as_bytes();
+    if bytes.first() != Some(&b'/')
+        || bytes.len() > MAX_PATH_BYTES
+        || bytes.iter().any(|&b| b < 0x20 || b == 0x7F || b == b'?')
+    {
+        return Err(PatternError::Invalid);
+    }
+    if bytes.contains(&b'%') {
+        return Err(PatternError::Encoded);
+    }
+    let lower = bytes.to_ascii_lowercase();
+    if !is_canonical(&lower) {
+        return Err(PatternError::NotCanonical);
+    }
+    Ok(lower.into_boxed_slice())
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    pattern: Box<[u8]>,
+    index: usize,
+}
+
+/// Exact and prefix patterns with a value each. Immutable once built; lives
+/// in the snapshot.
+#[derive(Clone, Debug)]
+pub struct PathMatcher<T> {
+    /// By insertion index.
+    values: Vec<T>,
+    /// Sorted by (pattern, index).
+    exact: Vec<Entry>,
+    /// Sorted by (pattern, index).
+    prefix: Vec<Entry>,
+}
+
+impl<T> Default for PathMatcher<T> {
+    fn default() -> Self {
+        PathMatcher {
+            values: Vec::new(),
+            exact: Vec::new(),
+            prefix: Vec::new(),
+        }
+    }
+}
+
+impl<T> PathMatcher<T> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a pattern and returns its insertion index (0, 1, ...), which is
+    /// its precedence among equals. Allocates; O(n) (compile time only).
+    pub fn insert(
+        &mut self,
+        kind: PathKind,
+        pattern: &str,
+        value: T,
+    ) -> Result<usize, PatternError> {
+        let pattern = compile_pattern(pattern)?;
+        let index = self.values.len();
+        let list = match kind {
+            PathKind::Exact => &mut self.exact,
+            PathKind::Prefix => &mut self.prefix,
+        };
+        // Every earlier entry has a lower index: insert after equal patterns.
+        let at = list.partition_point(|e| e.pattern <= pattern);
+        list.insert(at, Entry { pattern, index });
+        self.values.push(value);
+        Ok(index)
+    }
+
+    /// Number of patterns.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The value inserted with `index`. O(1).
+    pub fn get(&self, index: usize) -> Option<&T> {
+        self.values.get(index)
+    }
+
+    /// The match with the lowest insertion index among every exact and
+    /// prefix pattern that takes `canonical_path`. O(segments · log n), no
+    /// allocation.
+    #[inline]
+    pub fn lookup(&self, canonical_path: &[u8]) -> Option<(usize, &T)> {
+        self.lookup_where(canonical_path, |_, _| true)
+    }
+
+    /// Like [`lookup`](Self::lookup), among the matches whose value `accept`
+    /// takes (a rule's other conditions): the lowest accepted index. `accept`
+    /// runs only on candidates that could still win. O(segments · log n +
+    /// candidates), no allocation.
+    pub fn lookup_where(
+        &self,
+        canonical_path: &[u8],
+        mut accept: impl FnMut(usize, &T) -> bool,
+    ) -> Option<(usize, &T)> {
+        let mut best: Option<usize> = None;
+        let mut visit = |list: &[Entry], key: &[u8]| {
+            for e in equal_range(list, key) {
+                if best.is_some_and(|b| e.index >= b) {
+                    break;
+                }
+                if accept(e.index, &self.values[e.index]) {
+                    best = Some(e.index);
+                    break;
+                }
+            }
+        };
+        visit(&self.exact, canonical_path);
+        if !self.prefix.is_empty() {
+            for key in prefixes_longest_first(canonical_path) {
+                visit(&self.prefix, key);
+            }
+        }
+        best.map(|i| (i, &self.values[i]))
+    }
+
+    /// Route precedence: an exact match first, else the longest matching
+    /// prefix; among equal patterns the lowest insertion index.
+    /// O(segments · log n), no allocation.
+    pub fn best_route(&self, canonical_path: &[u8]) -> Option<(usize, &T)> {
+        let found = equal_range(&self.exact, canonical_path)
+            .next()
+            .or_else(|| {
+                prefixes_longest_first(canonical_path)
+                    .find_map(|key| equal_range(&self.prefix, key).next())
+            })?;
+        Some((found.index, &self.values[found.index]))
+    }
+}
+
+/// The entries whose pattern equals `key`, lowest index first.
+#[inline]
+fn equal_range<'l>(list: &'l [Entry], key: &'l [u8]) -> impl Iterator<Item = &'l Entry> + 'l {
+    let start = list.partition_point(|e| &*e.pattern < key);
+    list[start..].iter().take_while(move |e| &*e.pattern == key)
+}
+
+/// `path` itself, then `path` cut before each `/` from the right, then `/`:
+/// `/a/b`, `/a`, `/`.
+#[inline]
+fn prefixes_longest_first(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut end = Some(path.len());
+    std::iter::from_fn(move || {
+        let e = end?;
+        let key = &path[..e];
+        end = match key.iter().rposition(|&b| b == b'/') {
+            _ if e <= 1 => None,
+            Some(0) => Some(1),
+            other => other,
+        };
+        Some(key)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::path::{canonical, MAX_PATH_BYTES};
+
+    fn matcher(patterns: &[(PathKind, &str)]) -> PathMatcher<&'static str> {
+        let mut m = PathMatcher::new();
+        for (i, (kind, p)) in patterns.iter().enumerate() {
+            assert_eq!(m.insert(*kind, p, "v"), Ok(i));
+        }
+        m
+    }
+
+    fn index(found: Option<(usize, &&str)>) -> Option<usize> {
+        found.map(|(i, _)| i)
+    }
+
+    #[test]
+    fn prefix_matches_at_segment_boundaries_only() {
+        let m = matcher(&[(PathKind::Prefix, "/admin")]);
+        for p in ["/admin", "/admin/x", "/admin/x/y"] {
+            assert_eq!(index(m.lookup(p.as_bytes())), Some(0), "{p}");
+            assert_eq!(index(m.best_route(p.as_bytes())), Some(0), "{p}");
+        }
+        for p in ["/administrator", "/admi", "/", "/x/admin", "/admin.x"] {
+            assert_eq!(index(m.lookup(p.as_bytes())), None, "{p}");
+            assert_eq!(index(m.best_route(p.as_bytes())), None, "{p}");
+        }
+    }
+
+    #[test]
+    fn root_prefix_takes_every_path() {
+        let m = matcher(&[(PathKind::Prefix, "/")]);
+        for p in ["/", "/a", "/a/b/c", "/administrator"] {
+            assert_eq!(index(m.lookup(p.as_bytes())), Some(0), "{p}");
+            assert_eq!(index(m.best_route(p.as_bytes())), Some(0), "{p}");
+        }
+    }
+
+    #[test]
+    fn exact_matches_only_the_whole_path() {
+        let m = matcher(&[(PathKind::Exact, "/login")]);
+        assert_eq!(index(m.lookup(b"/login")), Some(0));
+        assert_eq!(index(m.lookup(b"/login/x")), None);
+        assert_eq!(index(m.lookup(b"/logi")), None);
+        assert_eq!(index(m.lookup(b"/")), None);
+    }
+
+    #[test]
+    fn lookup_takes_the_lowest_insertion_index() {
+        let m = matcher(&[
+            (PathKind::Prefix, "/api"),
+            (PathKind::Exact, "/api/users"),
+            (PathKind::Prefix, "/api/users"),
+            (PathKind::Prefix, "/"),
+        ]);
+        assert_eq!(index(m.lookup(b"/api/users")), Some(0));
+        assert_eq!(index(m.lookup(b"/other")), Some(3));
+        let m = matcher(&[(PathKind::Prefix, "/"), (PathKind::Exact, "/a")]);
+        assert_eq!(index(m.lookup(b"/a")), Some(0));
+    }
+
+    #[test]
+    fn best_route_prefers_exact_then_longest_prefix_then_insertion_order() {
+        let m = matcher(&[
+            (PathKind::Prefix, "/"),
+            (PathKind::Prefix, "/api"),
+            (PathKind::Prefix, "/api/v1"),
+            (PathKind::Exact, "/api/v1/health"),
+            (PathKind::Prefix, "/api/v1"),
+        ]);
+        assert_eq!(index(m.best_route(b"/api/v1/health")), Some(3));
+        assert_eq!(index(m.best_route(b"/api/v1/health/x")), Some(2));
+        assert_eq!(index(m.best_route(b"/api/v1")), Some(2));
+        assert_eq!(index(m.best_route(b"/api/v2")), Some(1));
+        assert_eq!(index(m.best_route(b"/apiv1")), Some(0));
+        assert_eq!(index(m.best_route(b"/")), Some(0));
+        // The same table under rule-set precedence: the root prefix is first.
+        assert_eq!(index(m.lookup(b"/api/v1/health")), Some(0));
+    }
+
+    #[test]
+    fn lookup_where_skips_matches_whose_other_conditions_fail() {
+        let mut m = PathMatcher::new();
+        m.insert(PathKind::Prefix, "/admin", "POST").unwrap();
+        m.insert(PathKind::Exact, "/admin/login", "GET").unwrap();
+        m.insert(PathKind::Prefix, "/admin", "GET").unwrap();
+        m.insert(PathKind::Prefix, "/", "GET").unwrap();
+        let get = |_: usize, method: &&str| *method == "GET";
+        assert_eq!(m.lookup_where(b"/admin/login", get), Some((1, &"GET")));
+        assert_eq!(m.lookup_where(b"/admin/x", get), Some((2, &"GET")));
+        assert_eq!(m.lookup_where(b"/x", get), Some((3, &"GET")));
+        assert_eq!(m.lookup_where(b"/x", |_, _| false), None);
+        assert_eq!(m.lookup(b"/admin/login"), Some((0, &"POST")));
+    }
+
+    #[test]
+    fn patterns_ignore_case() {
+        let m = matcher(&[(PathKind::Prefix, "/Admin")]);
+        assert_eq!(index(m.lookup(b"/admin/x")), Some(0));
+    }
+
+    #[test]
+    fn patterns_must_be_decoded_and_canonical() {
+        let mut m = PathMatcher::new();
+        for (p, err) in [
+            ("", PatternError::Invalid),
+            ("admin", PatternError::Invalid),
+            ("/a?b", PatternError::Invalid),
+            ("/a\tb", PatternError::Invalid),
+            ("/a%2Fb", PatternError::Encoded),
+            ("/%61dmin", PatternError::Encoded),
+            ("/a/", PatternError::NotCanonical),
+            ("//a", PatternError::NotCanonical),
+            ("/a/../b", PatternError::NotCanonical),
+            ("/./a", PatternError::NotCanonical),
+            ("/a.", PatternError::NotCanonical),
+            ("/a;x=1", PatternError::NotCanonical),
+            ("/a\\b", PatternError::NotCanonical),
+        ] {
+            assert_eq!(m.insert(PathKind::Prefix, p, ()), Err(err), "{p:?}");
+        }
+        assert!(m.is_empty());
+        assert_eq!(PatternError::Invalid.code(), "invalid");
+        assert_eq!(PatternError::Encoded.code(), "encoded");
+        assert_eq!(PatternError::NotCanonical.code(), "notCanonical");
+    }
+
+    #[test]
+    fn no_redundant_spelling_dodges_a_prefix() {
+        let m = matcher(&[(PathKind::Prefix, "/admin")]);
+        let mut scratch = [0u8; MAX_PATH_BYTES];
+        for raw in [
+            "/ADMIN",
+            "/admin/",
+            "//admin",
+            "/x/../admin",
+            "/%61dmin/x",
+            "/admin;jsessionid=1",
+            "/admin.",
+            "/static/..%2Fadmin",
+            "/static/..%5Cadmin",
+            "/static\\..\\admin",
+            "/%2e%2e/admin?x",
+        ] {
+            let path = canonical(raw.as_bytes(), &mut scratch).unwrap();
+            assert_eq!(index(m.lookup(path)), Some(0), "{raw}");
+        }
+        for raw in ["/administrator", "/admin%252F", "/adm/in"] {
+            let path = canonical(raw.as_bytes(), &mut scratch).unwrap();
+            assert_eq!(index(m.lookup(path)), None, "{raw}");
+        }
+    }
+
+    #[test]
+    fn prefixes_are_listed_longest_first() {
+        let all = |p: &'static [u8]| prefixes_longest_first(p).collect::<Vec<_>>();
+        assert_eq!(all(b"/a/b"), vec![&b"/a/b"[..], b"/a", b"/"]);
+        assert_eq!(all(b"/"), vec![&b"/"[..]]);
+        assert_eq!(all(b"/abc"), vec![&b"/abc"[..], b"/"]);
+        assert_eq!(all(b""), vec![&b""[..]]);
+        assert_eq!(all(b"ab"), vec![&b"ab"[..]]);
+    }
+}
