@@ -107,7 +107,12 @@ pub struct Decision<'s> {
 
 impl Snapshot {
     /// Decides a request from its head. Pure, no allocation.
-    pub fn decide(&self, facts: &RequestFacts<'_>) -> Decision<'_> {
+    /// `scratch` holds the canonical path when the raw one must be rewritten.
+    pub fn decide<'s>(
+        &'s self,
+        facts: &RequestFacts<'_>,
+        scratch: &mut crate::path::PathScratch,
+    ) -> Decision<'s> {
         let host = self.hosts.lookup(facts.host);
         let (mut limits, action) = match host {
             Some(id) => {
@@ -118,7 +123,14 @@ impl Snapshot {
         };
         let mut route = None;
         if let Some(HostAction::Proxy(proxy)) = action {
-            route = proxy.route(&matching_path(facts.path));
+            let Ok(canonical) = crate::path::canonical(facts.path, scratch) else {
+                return Decision {
+                    verdict: Verdict::Refuse(ErrorStatus::BadRequest),
+                    host,
+                    limits,
+                };
+            };
+            route = proxy.route(canonical);
             if let Some(r) = route {
                 limits.max_body_bytes = r.limits.max_body_bytes;
             }
@@ -155,18 +167,6 @@ impl Snapshot {
     }
 }
 
-/// The path routes match on: the path without its query, lowercased.
-/// Allocates only for a path that is not already lowercase.
-fn matching_path(path: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    let end = path.iter().position(|&b| b == b'?').unwrap_or(path.len());
-    let p = &path[..end];
-    if p.iter().any(u8::is_ascii_uppercase) {
-        std::borrow::Cow::Owned(p.to_ascii_lowercase())
-    } else {
-        std::borrow::Cow::Borrowed(p)
-    }
-}
-
 /// The status that answers a limit refusal.
 pub fn limit_status(r: LimitRefusal) -> ErrorStatus {
     match r {
@@ -181,6 +181,11 @@ pub fn limit_status(r: LimitRefusal) -> ErrorStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn decide<'s>(s: &'s Snapshot, f: &RequestFacts<'_>) -> Decision<'s> {
+        let mut scratch = Box::new([0u8; crate::path::MAX_PATH_BYTES]);
+        s.decide(f, &mut scratch)
+    }
 
     fn snapshot() -> Snapshot {
         let mut hosts = HostTable::default();
@@ -209,7 +214,7 @@ mod tests {
     #[test]
     fn known_host_gets_its_answer() {
         let s = snapshot();
-        let d = s.decide(&RequestFacts {
+        let d = decide(&s, &RequestFacts {
             host: Some(b"a.test"),
             target: b"/",
             ..Default::default()
@@ -220,7 +225,7 @@ mod tests {
     #[test]
     fn unknown_host_gets_the_configured_status() {
         let s = snapshot();
-        let d = s.decide(&RequestFacts {
+        let d = decide(&s, &RequestFacts {
             host: Some(b"b.test"),
             target: b"/",
             ..Default::default()
@@ -234,7 +239,7 @@ mod tests {
     #[test]
     fn host_body_limit_refuses_a_declared_body() {
         let s = snapshot();
-        let d = s.decide(&RequestFacts {
+        let d = decide(&s, &RequestFacts {
             host: Some(b"a.test"),
             target: b"/",
             content_length: Some(11),
@@ -250,7 +255,7 @@ mod tests {
     fn head_limits_answer_414_and_431() {
         let s = snapshot();
         let long = vec![b'/'; 8193];
-        let d = s.decide(&RequestFacts {
+        let d = decide(&s, &RequestFacts {
             host: Some(b"a.test"),
             target: &long,
             ..Default::default()
@@ -259,7 +264,7 @@ mod tests {
             d.verdict,
             Verdict::Refuse(ErrorStatus::UriTooLong)
         ));
-        let d = s.decide(&RequestFacts {
+        let d = decide(&s, &RequestFacts {
             host: Some(b"a.test"),
             target: b"/",
             header_count: 101,

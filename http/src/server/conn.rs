@@ -313,7 +313,10 @@ impl Conn {
                 _ => None,
             },
         };
-        let decision = snap.decide(&facts);
+        let decision = {
+            let mut scratch = shard.scratch.borrow_mut();
+            snap.decide(&facts, &mut scratch)
+        };
         self.served += 1;
         if let Verdict::Forward(route, group) = decision.verdict {
             let limits = decision.limits;

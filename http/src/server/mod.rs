@@ -47,6 +47,8 @@ pub struct Shard {
     /// Request ids: a per-process prefix, the shard, a counter.
     id_prefix: u32,
     id_counter: Cell<u64>,
+    /// Room for a rewritten canonical path (16 KiB, allocated once).
+    pub scratch: RefCell<Box<gapura_gate::path::PathScratch>>,
 }
 
 impl Shard {
@@ -72,6 +74,7 @@ impl Shard {
             board,
             id_prefix,
             id_counter: Cell::new(0),
+            scratch: RefCell::new(Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES])),
         }
     }
 
