@@ -78,6 +78,7 @@ fn example_profile_compiles_with_every_layer() {
     {
         HostAction::Respond(a) => a.status,
         HostAction::Redirect(r) => r.status,
+        HostAction::Proxy(_) => 0,
     };
     assert_eq!(kind(b"www.example.com"), 200);
     assert_eq!(kind(b"blog.example.com"), 404);
