@@ -1,18 +1,20 @@
 //! Semantic checks of `proxy` hosts and their `[[host.route]]` entries.
 //!
-//! A route's path is compared with the request's canonical matching path,
-//! so a route must itself be written canonically: a path the matcher could
-//! never produce would be a route no request reaches. [`canonical_path`]
-//! computes the canonical spelling; a path that differs from it is refused
-//! with that spelling in the message (`route.path.notCanonical`), and a path
-//! that has none (a query, a space, an escape of a byte no path holds) is
-//! `route.path.invalid`. Routes carry one limits layer, `max_body_bytes`,
-//! laid over the host's resolved limits when the profile is compiled.
+//! A route's path is compared with the request's canonical matching path
+//! (the gate's [`gapura_gate::path`]), so a route must itself be written as
+//! a canonical path, decoded and in lowercase: any other spelling would be a
+//! route no request reaches, or one that silently means something else. The
+//! checks are the gate's own ([`compile_pattern`]) plus lowercase; a refused
+//! path gets the canonical spelling to write in its message. Routes carry one
+//! limits layer, `max_body_bytes`, laid over the host's resolved limits when
+//! the profile is compiled.
 
 use crate::error::Errors;
 use crate::layer::LimitsLayer;
 use crate::schema::{HeaderList, RawHost, RawLimits, RawRoute};
 use crate::validate::{check_body_limit, choice};
+use gapura_gate::path::{canonicalize, MAX_PATH_BYTES};
+use gapura_gate::pathmatch::{compile_pattern, PatternError};
 use gapura_gate::upstream::{RequestId, RouteMatch, UpstreamId};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -134,12 +136,7 @@ fn check_route(
     .or(r.matching.is_none().then_some(false));
     let path = check_path(r, base, span.clone(), e);
     if let (Some(p), Some(exact)) = (&path, exact) {
-        // A prefix matches the same with or without its trailing '/'.
-        let key = if exact || p.get_ref() == "/" {
-            p.get_ref().clone()
-        } else {
-            p.get_ref().trim_end_matches('/').to_string()
-        };
+        let key = p.get_ref().clone();
         match first_at.get(&(exact, key.clone())) {
             Some(first) => e.push(
                 "route.path.duplicate",
@@ -231,25 +228,70 @@ fn check_path(
         return None;
     };
     let v = p.get_ref();
-    match canonical_path(v) {
-        Err(why) => {
-            e.push("route.path.invalid", path, p.span(), format!("{v:?} {why}"));
-            None
-        }
-        Ok(c) if c != *v => {
-            e.push(
-                "route.path.notCanonical",
-                path,
-                p.span(),
-                format!(
-                    "{v:?} is not canonical: requests are matched on their canonical path, \
-                     so write it as {c:?}"
-                ),
-            );
-            None
-        }
-        Ok(_) => Some(p.clone()),
+    let spelling = || match canonical_spelling(v) {
+        Some(c) => format!("write it as {c:?}"),
+        None => "no route can be written for it".to_string(),
+    };
+    let (code, message) = match check_pattern(v) {
+        Ok(()) => return Some(p.clone()),
+        Err(PathProblem::Invalid) => (
+            "route.path.invalid",
+            format!(
+                "{v:?} is not a path: it must start with '/' and hold no '?' or control character"
+            ),
+        ),
+        Err(PathProblem::Encoded) => (
+            "route.path.encoded",
+            match canonical_spelling(v) {
+                Some(c) => {
+                    format!("{v:?} has '%' escapes: routes are written decoded; write it as {c:?}")
+                }
+                None => format!("{v:?} has '%' escapes: routes are written decoded, without them"),
+            },
+        ),
+        Err(PathProblem::NotCanonical) => (
+            "route.path.notCanonical",
+            format!(
+                "{v:?} is not canonical: requests are matched on their canonical path, so {}",
+                spelling()
+            ),
+        ),
+    };
+    e.push(code, path, p.span(), message);
+    None
+}
+
+/// Why a route path was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PathProblem {
+    /// Not a path at all: empty, no leading `/`, a `?` or a control character.
+    Invalid,
+    /// Holds a `%`: routes are written decoded.
+    Encoded,
+    /// A path whose canonical spelling differs from it.
+    NotCanonical,
+}
+
+/// Checks a route path the way the gate checks patterns
+/// ([`compile_pattern`]), and further requires it in lowercase, so that a
+/// route is written exactly as the canonical paths it is compared with.
+pub(crate) fn check_pattern(p: &str) -> Result<(), PathProblem> {
+    match compile_pattern(p) {
+        Err(PatternError::Invalid) => Err(PathProblem::Invalid),
+        Err(PatternError::Encoded) => Err(PathProblem::Encoded),
+        Err(PatternError::NotCanonical) => Err(PathProblem::NotCanonical),
+        Ok(_) if p.bytes().any(|b| b.is_ascii_uppercase()) => Err(PathProblem::NotCanonical),
+        Ok(_) => Ok(()),
     }
+}
+
+/// The gate's canonical form of `p` when it is itself a valid route path:
+/// the spelling to suggest. Allocates a 16 KiB scratch buffer.
+pub(crate) fn canonical_spelling(p: &str) -> Option<String> {
+    let mut scratch = vec![0u8; MAX_PATH_BYTES];
+    let c = canonicalize(p.as_bytes(), &mut scratch).ok()?;
+    let c = std::str::from_utf8(c).ok()?;
+    (check_pattern(c) == Ok(())).then(|| c.to_string())
 }
 
 /// A route's limits: `max_body_bytes` only.
@@ -289,131 +331,56 @@ fn check_route_limits(l: &RawLimits, prefix: &str, e: &mut Errors<'_>) -> Limits
     }
 }
 
-/// The canonical spelling of a route path, or why it has none.
-///
-/// The path must start with `/` and be printable ASCII without spaces, with
-/// no `?` or `#`. Then: `%XX` escapes are decoded (an escape must decode to
-/// printable ASCII other than space, `%`, `?` and `#`), `\` becomes `/`,
-/// letters are lowercased, `;parameters` are cut from every segment,
-/// trailing dots are cut from every segment other than `.` and `..`, empty
-/// segments (repeated `/`) and `.` segments are dropped and `..` removes the
-/// segment before it (never above the root). A trailing `/` is kept when the
-/// last segment was empty, `.` or `..`. O(len), allocates the result.
-pub(crate) fn canonical_path(p: &str) -> Result<String, &'static str> {
-    if !p.starts_with('/') {
-        return Err("must start with '/'");
-    }
-    if !p.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("must be printable ASCII without spaces");
-    }
-    if p.contains(['?', '#']) {
-        return Err("has a query or a fragment: routes match the path only");
-    }
-    let bytes = p.as_bytes();
-    let mut decoded = String::with_capacity(p.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if b != b'%' {
-            decoded.push(char::from(b));
-            i += 1;
-            continue;
-        }
-        let hex = |k: usize| bytes.get(k).and_then(|&h| char::from(h).to_digit(16));
-        let (Some(hi), Some(lo)) = (hex(i + 1), hex(i + 2)) else {
-            return Err("has a '%' that is not followed by two hex digits");
-        };
-        let c = u8::try_from(hi * 16 + lo).map_or('\0', char::from);
-        if !c.is_ascii_graphic() || matches!(c, '%' | '?' | '#') {
-            return Err(
-                "has an escape of a byte a route path cannot hold (a space, '%', '?', '#', \
-                 a control or a non-ASCII byte)",
-            );
-        }
-        decoded.push(c);
-        i += 3;
-    }
-    let decoded = decoded.replace('\\', "/").to_ascii_lowercase();
-    let mut segments: Vec<&str> = Vec::new();
-    let mut trailing = false;
-    for raw in decoded.split('/').skip(1) {
-        let seg = raw.split(';').next().unwrap_or("");
-        let seg = if seg == "." || seg == ".." {
-            seg
-        } else {
-            seg.trim_end_matches('.')
-        };
-        trailing = matches!(seg, "" | "." | "..");
-        match seg {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
-            }
-            s => segments.push(s),
-        }
-    }
-    let mut out = String::with_capacity(decoded.len());
-    for s in &segments {
-        out.push('/');
-        out.push_str(s);
-    }
-    if out.is_empty() || trailing {
-        out.push('/');
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn canonical_paths_are_their_own_spelling() {
+    fn canonical_lowercase_paths_are_routes() {
         for p in [
             "/",
             "/api",
-            "/api/",
             "/api/v2/users",
             "/a-b_c~d.e/f",
             "/.well-known/x",
+            "/café",
+            "/a b",
         ] {
-            assert_eq!(canonical_path(p).as_deref(), Ok(p), "{p:?}");
+            assert_eq!(check_pattern(p), Ok(()), "{p:?}");
         }
     }
 
     #[test]
-    fn redundant_spellings_have_one_canonical_form() {
-        for (p, c) in [
-            ("/API", "/api"),
-            ("/a//b", "/a/b"),
-            ("//a", "/a"),
-            ("/a/./b", "/a/b"),
-            ("/a/../b", "/b"),
-            ("/../a", "/a"),
-            ("/a/b/..", "/a/"),
-            ("/a/.", "/a/"),
-            ("/a\\b", "/a/b"),
-            ("/a%2Fb", "/a/b"),
-            ("/a%5cb", "/a/b"),
-            ("/%41pi", "/api"),
-            ("/a;jsessionid=1/b", "/a/b"),
-            ("/a/;x", "/a/"),
-            ("/admin.", "/admin"),
-            ("/admin../x", "/admin/x"),
-            ("/a/...", "/a/"),
-            ("/a/%2e%2e/b", "/b"),
+    fn redundant_spellings_are_refused_with_their_canonical_form() {
+        for (p, problem, c) in [
+            ("/API", PathProblem::NotCanonical, "/api"),
+            ("/api/", PathProblem::NotCanonical, "/api"),
+            ("/a//b", PathProblem::NotCanonical, "/a/b"),
+            ("//a", PathProblem::NotCanonical, "/a"),
+            ("/a/./b", PathProblem::NotCanonical, "/a/b"),
+            ("/a/../b", PathProblem::NotCanonical, "/b"),
+            ("/../a", PathProblem::NotCanonical, "/a"),
+            ("/a\\b", PathProblem::NotCanonical, "/a/b"),
+            ("/a;jsessionid=1/b", PathProblem::NotCanonical, "/a/b"),
+            ("/admin.", PathProblem::NotCanonical, "/admin"),
+            ("/a/...", PathProblem::NotCanonical, "/a"),
+            ("/a%2Fb", PathProblem::Encoded, "/a/b"),
+            ("/%41pi", PathProblem::Encoded, "/api"),
+            ("/a/%2e%2e/b", PathProblem::Encoded, "/b"),
         ] {
-            assert_eq!(canonical_path(p).as_deref(), Ok(c), "{p:?}");
+            assert_eq!(check_pattern(p), Err(problem), "{p:?}");
+            assert_eq!(canonical_spelling(p).as_deref(), Some(c), "{p:?}");
         }
     }
 
     #[test]
-    fn paths_without_a_canonical_form_are_refused() {
-        for p in [
-            "", "api", "/a b", "/é", "/a?b", "/a#b", "/a%", "/a%2", "/a%zz", "/a%20b", "/a%25",
-            "/a%3f", "/a%00", "/a%ff", "/a\tb",
-        ] {
-            assert!(canonical_path(p).is_err(), "{p:?}");
+    fn paths_without_a_writable_canonical_form_get_no_suggestion() {
+        for p in ["/a%25", "/a%3f", "/a%zz", "/a%"] {
+            assert_eq!(check_pattern(p), Err(PathProblem::Encoded), "{p:?}");
+            assert_eq!(canonical_spelling(p), None, "{p:?}");
+        }
+        for p in ["", "api", "/a?b", "/a\tb", "/a\u{7f}"] {
+            assert_eq!(check_pattern(p), Err(PathProblem::Invalid), "{p:?}");
         }
     }
 }
