@@ -2,14 +2,15 @@
 //!
 //! Nothing here can fail: every value was checked by `validate` and `host`.
 //! This is where the limit layers are stacked (built-in, then defaults, then
-//! the host) and where every fixed answer is rendered into bytes.
+//! the host, then a proxy route's own layer) and where every fixed answer is
+//! rendered into bytes.
 
 use crate::host::CheckedAction;
 use crate::layer::LimitsLayer;
 use crate::validate::Checked;
 use crate::Compiled;
 use gapura_gate::snapshot::HostEntry;
-use gapura_gate::{Answer, ErrorPages, HostAction, Redirect, Snapshot};
+use gapura_gate::{Answer, ErrorPages, HostAction, ProxyHost, Redirect, Route, Snapshot};
 
 /// Builds the snapshot (generation 0) and the runtime settings. Allocates
 /// every answer's bytes; O(profile).
@@ -18,10 +19,13 @@ pub(crate) fn compile(c: Checked) -> Compiled {
     let entries = c
         .entries
         .into_iter()
-        .map(|h| HostEntry {
-            label: h.label,
-            limits: LimitsLayer::merge(defaults, h.limits).resolve(),
-            action: action(h.action),
+        .map(|h| {
+            let host = LimitsLayer::merge(defaults, h.limits);
+            HostEntry {
+                label: h.label,
+                limits: host.resolve(),
+                action: action(h.action, host),
+            }
         })
         .collect();
     Compiled {
@@ -33,12 +37,13 @@ pub(crate) fn compile(c: Checked) -> Compiled {
             entries,
             default_limits: defaults.resolve(),
             pages: ErrorPages::builtin(),
-            upstreams: Vec::new(),
+            upstreams: c.upstreams,
         },
     }
 }
 
-fn action(a: CheckedAction) -> HostAction {
+/// `host` is the host's limits, resolved down to the built-ins.
+fn action(a: CheckedAction, host: LimitsLayer) -> HostAction {
     match a {
         CheckedAction::Respond {
             status,
@@ -63,5 +68,17 @@ fn action(a: CheckedAction) -> HostAction {
                 .collect();
             HostAction::Redirect(Redirect::new(status, &target, keep, &extra))
         }
+        CheckedAction::Proxy { routes } => HostAction::Proxy(ProxyHost {
+            routes: routes
+                .into_iter()
+                .map(|r| Route {
+                    matcher: r.matcher,
+                    upstream: r.upstream,
+                    limits: LimitsLayer::merge(host, r.limits).resolve(),
+                    websocket: r.websocket,
+                    request_id: r.request_id,
+                })
+                .collect(),
+        }),
     }
 }

@@ -4,13 +4,16 @@
 //! accepts is exactly what the gate can match; its refusals become
 //! `host.name.invalid` and `host.name.duplicate`. Everything written into a
 //! response (status, headers, body, redirect target) is checked here so the
-//! precomputed bytes are always well-formed HTTP.
+//! precomputed bytes are always well-formed HTTP. Proxy hosts and their
+//! routes are checked in `route`.
 
 use crate::error::{key_path, Errors};
 use crate::layer::LimitsLayer;
+use crate::route::{check_proxy, refuse_routes, CheckedRoute};
 use crate::schema::{HeaderList, RawHost};
 use crate::validate::{check_limits, choice};
 use gapura_gate::host::{valid_name, HostNameError, KeepTarget};
+use gapura_gate::upstream::UpstreamId;
 use gapura_gate::{HostId, HostTable};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -57,18 +60,24 @@ pub(crate) enum CheckedAction {
         keep: KeepTarget,
         headers: Vec<(String, String)>,
     },
+    Proxy {
+        routes: Vec<CheckedRoute>,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Respond,
     Redirect,
+    Proxy,
 }
 
 /// Checks every host and builds the host table. Returns one entry per host,
 /// in order, even for hosts with errors (their entries are placeholders).
+/// `upstreams` maps each upstream name to its id, for routes.
 pub(crate) fn check_hosts(
     hosts: &[Spanned<RawHost>],
+    upstreams: &HashMap<String, UpstreamId>,
     e: &mut Errors<'_>,
 ) -> (HostTable, Vec<CheckedHost>) {
     let mut table = HostTable::default();
@@ -106,12 +115,24 @@ pub(crate) fn check_hosts(
                 &[
                     ("respond", Some(Kind::Respond)),
                     ("redirect", Some(Kind::Redirect)),
+                    ("proxy", Some(Kind::Proxy)),
                 ],
                 None,
             ),
         };
-        let headers = check_headers(h.headers.as_ref(), &base, kind, e);
+        let headers = match kind {
+            Some(Kind::Proxy) => Vec::new(),
+            _ => check_headers(h.headers.as_ref(), &base, kind, e),
+        };
+        match kind {
+            Some(Kind::Respond) => refuse_routes(h, &base, "respond", e),
+            Some(Kind::Redirect) => refuse_routes(h, &base, "redirect", e),
+            Some(Kind::Proxy) | None => {}
+        }
         let action = match kind {
+            Some(Kind::Proxy) => CheckedAction::Proxy {
+                routes: check_proxy(h, &base, span, upstreams, e),
+            },
             Some(Kind::Redirect) => check_redirect(h, &base, span, headers, e),
             Some(Kind::Respond) => check_respond(h, &base, headers, e),
             None => CheckedAction::Respond {

@@ -6,21 +6,25 @@
 //! semantic problem at once, each with a stable code, its TOML key path and
 //! its line:column ([`ProfileError`]); it stacks the limit layers (built-in,
 //! `[defaults.limits]`, the host's own) field by field; and it renders every
-//! host's fixed answer into bytes. Codes are part of the interface and are
-//! listed in docs/profile.md.
+//! host's fixed answer into bytes; it compiles proxy routes and upstream
+//! groups, resolving server names once, at compile time. Codes are part of
+//! the interface and are listed in docs/profile.md.
 //!
-//! It must never do I/O beyond reading the profile file, never touch sockets,
-//! and never publish: the runtime binds the listeners and sets the snapshot's
-//! generation when it publishes.
+//! It must never do I/O beyond reading the profile file and resolving
+//! upstream names, never touch sockets (nothing connects to an upstream
+//! here), and never publish: the runtime binds the listeners and sets the
+//! snapshot's generation when it publishes.
 
 mod compile;
 mod error;
 mod host;
 mod layer;
+mod route;
 mod schema;
 mod settings;
 mod size;
 mod syntax;
+mod upstream;
 mod validate;
 
 #[cfg(test)]
@@ -45,7 +49,8 @@ pub struct Compiled {
 
 /// Compiles profile text. On failure returns every error found, in source
 /// order: all semantic errors at once, or the one syntax, unknown-key or
-/// type error that stopped reading. Allocates; O(profile).
+/// type error that stopped reading. Allocates; O(profile), plus one blocking
+/// system-resolver lookup per upstream server given by name.
 pub fn compile_str(src: &str) -> Result<Compiled, Vec<ProfileError>> {
     let raw: schema::RawProfile =
         toml::from_str(src).map_err(|e| syntax::parse_error(src, &e).into_sorted())?;

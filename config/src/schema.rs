@@ -27,6 +27,8 @@ pub(crate) struct RawProfile {
     pub defaults: RawDefaults,
     #[serde(default)]
     pub host: Vec<Spanned<RawHost>>,
+    #[serde(default)]
+    pub upstream: Vec<Spanned<RawUpstream>>,
 }
 
 /// `[server]`. Numbers are read as `i64` (TOML's integer) so that a negative
@@ -83,6 +85,89 @@ pub(crate) struct RawHost {
     pub keep: Opt<String>,
     #[serde(default)]
     pub limits: RawLimits,
+    /// `[[host.route]]`, proxy hosts only.
+    #[serde(default)]
+    pub route: Vec<Spanned<RawRoute>>,
+}
+
+/// One `[[host.route]]`. Its `limits` table has the shape of every limits
+/// layer so that a field a route may not set is a semantic error with a
+/// clear code, not an unknown key.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRoute {
+    pub path: Opt<String>,
+    #[serde(rename = "match")]
+    pub matching: Opt<String>,
+    pub upstream: Opt<String>,
+    pub websocket: Opt<bool>,
+    pub request_id: Opt<String>,
+    #[serde(default)]
+    pub limits: RawLimits,
+}
+
+/// One `[[upstream]]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUpstream {
+    pub name: Opt<String>,
+    pub servers: Option<Spanned<Vec<Spanned<RawServerEntry>>>>,
+    pub balance: Opt<String>,
+    pub host_header: Opt<String>,
+    pub connect_timeout_ms: Opt<i64>,
+    pub response_header_timeout_ms: Opt<i64>,
+    pub read_timeout_ms: Opt<i64>,
+    pub max_idle_per_server: Opt<i64>,
+    pub idle_timeout_ms: Opt<i64>,
+    pub fail_threshold: Opt<i64>,
+    pub fail_cooldown_ms: Opt<i64>,
+    pub health: Option<RawHealth>,
+}
+
+/// `[upstream.health]`. `expect_status` is `"NNN"`, `"NNN-NNN"` or `NNN`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHealth {
+    pub path: Opt<String>,
+    pub interval_ms: Opt<i64>,
+    pub timeout_ms: Opt<i64>,
+    pub expect_status: Opt<IntOrString>,
+}
+
+/// An element of `servers`: `"ADDRESS"` or `{ addr = "ADDRESS", weight = N }`.
+#[derive(Debug)]
+pub(crate) enum RawServerEntry {
+    /// The string form; its span is the element's.
+    Addr(String),
+    Table(RawServerTable),
+}
+
+/// The table form of a server.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServerTable {
+    pub addr: Spanned<String>,
+    pub weight: Opt<i64>,
+}
+
+impl<'de> Deserialize<'de> for RawServerEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawServerEntry;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an address string or a table { addr = \"...\", weight = N }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawServerEntry, E> {
+                Ok(RawServerEntry::Addr(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawServerEntry, A::Error> {
+                RawServerTable::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawServerEntry::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// An integer or a string: `shards = "auto" | 4`, `max_body_bytes = "10 MiB" | 1500`.

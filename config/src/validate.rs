@@ -2,7 +2,8 @@
 //!
 //! Every check records its error and goes on with a placeholder value, so a
 //! single run reports every problem of the profile; the result is only
-//! compiled when no error was recorded. Hosts are checked in `host`.
+//! compiled when no error was recorded. Hosts are checked in `host` (proxy
+//! hosts and routes in `route`), upstream groups in `upstream`.
 
 use crate::error::Errors;
 use crate::host::{check_hosts, CheckedHost};
@@ -10,7 +11,8 @@ use crate::layer::LimitsLayer;
 use crate::schema::{IntOrString, Opt, RawLimits, RawProfile, RawServer};
 use crate::settings::{Driver, RuntimeSettings, Shards, Steering};
 use crate::size::{format_size, parse_size, SizeError};
-use gapura_gate::{ErrorStatus, HostTable, ServerSettings};
+use crate::upstream::check_upstreams;
+use gapura_gate::{ErrorStatus, HostTable, ServerSettings, UpstreamGroup};
 use std::net::SocketAddr;
 
 /// A profile that passed every check, ready to compile.
@@ -22,6 +24,8 @@ pub(crate) struct Checked {
     pub hosts: HostTable,
     /// One per `[[host]]`, in order: index = `HostId`.
     pub entries: Vec<CheckedHost>,
+    /// One per `[[upstream]]`, in order: index = `UpstreamId`.
+    pub upstreams: Vec<UpstreamGroup>,
 }
 
 /// Checks the whole profile. The result is meaningful only when `errors`
@@ -29,13 +33,15 @@ pub(crate) struct Checked {
 pub(crate) fn check(raw: &RawProfile, errors: &mut Errors<'_>) -> Checked {
     let (runtime, server) = check_server(&raw.server, errors);
     let defaults = check_limits(&raw.defaults.limits, "defaults.limits", errors);
-    let (hosts, entries) = check_hosts(&raw.host, errors);
+    let upstreams = check_upstreams(&raw.upstream, errors);
+    let (hosts, entries) = check_hosts(&raw.host, &upstreams.ids, errors);
     Checked {
         runtime,
         server,
         defaults,
         hosts,
         entries,
+        upstreams: upstreams.groups,
     }
 }
 
@@ -289,22 +295,10 @@ fn check_admin(
 
 /// Checks one limits layer (`[defaults.limits]` or a host's `limits`).
 pub(crate) fn check_limits(l: &RawLimits, prefix: &str, e: &mut Errors<'_>) -> LimitsLayer {
-    use gapura_gate::limits::{
-        HEADER_BYTES_BOUNDS, HEADER_COUNT_BOUNDS, MAX_BODY_BYTES_BOUND, URL_BYTES_BOUNDS,
-    };
+    use gapura_gate::limits::{HEADER_BYTES_BOUNDS, HEADER_COUNT_BOUNDS, URL_BYTES_BOUNDS};
     let narrow = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
     LimitsLayer {
-        max_body_bytes: size_in(
-            e,
-            &l.max_body_bytes,
-            &format!("{prefix}.max_body_bytes"),
-            (
-                "limits.max_body_bytes.range",
-                "limits.max_body_bytes.invalid",
-            ),
-            (1, MAX_BODY_BYTES_BOUND),
-            true,
-        ),
+        max_body_bytes: check_body_limit(&l.max_body_bytes, &format!("{prefix}.max_body_bytes"), e),
         max_header_count: int_in(
             e,
             &l.max_header_count,
@@ -341,6 +335,25 @@ pub(crate) fn check_limits(l: &RawLimits, prefix: &str, e: &mut Errors<'_>) -> L
         )
         .map(narrow),
     }
+}
+
+/// A `max_body_bytes` value of any layer; `None` when absent or refused.
+pub(crate) fn check_body_limit(
+    v: &Opt<IntOrString>,
+    path: &str,
+    e: &mut Errors<'_>,
+) -> Option<u64> {
+    size_in(
+        e,
+        v,
+        path,
+        (
+            "limits.max_body_bytes.range",
+            "limits.max_body_bytes.invalid",
+        ),
+        (1, gapura_gate::limits::MAX_BODY_BYTES_BOUND),
+        true,
+    )
 }
 
 /// One of a fixed set of words.

@@ -133,9 +133,9 @@ fn only_one_host_may_be_the_default() {
 }
 
 #[test]
-fn kind_is_respond_or_redirect() {
+fn kind_is_respond_redirect_or_proxy() {
     assert_eq!(
-        one("[[host]]\nnames = [\"a.test\"]\nkind = \"proxy\"\n"),
+        one("[[host]]\nnames = [\"a.test\"]\nkind = \"forward\"\n"),
         at("host.kind.invalid", "host[0].kind", 3, 8)
     );
 }

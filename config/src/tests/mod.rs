@@ -5,7 +5,9 @@ mod hosts;
 mod limits;
 mod parse;
 mod profiles;
+mod proxy;
 mod server;
+mod upstreams;
 
 use crate::{compile_str, Compiled, ProfileError};
 

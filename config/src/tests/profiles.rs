@@ -78,12 +78,70 @@ fn example_profile_compiles_with_every_layer() {
     {
         HostAction::Respond(a) => a.status,
         HostAction::Redirect(r) => r.status,
+        HostAction::Proxy(_) => 0,
     };
     assert_eq!(kind(b"www.example.com"), 200);
     assert_eq!(kind(b"blog.example.com"), 404);
     assert_eq!(kind(b"upload.example.com"), 202);
     assert_eq!(kind(b"a.example.net"), 308);
     assert_eq!(kind(b"old.example.com"), 302);
+}
+
+#[test]
+fn example_proxy_host_routes_to_its_upstreams() {
+    let c = ok(EXAMPLE);
+    let id = c.snapshot.hosts.lookup(Some(b"app.example.com")).unwrap();
+    let entry = &c.snapshot.entries[id as usize];
+    let HostAction::Proxy(p) = &entry.action else {
+        panic!("app.example.com is a proxy host");
+    };
+    let host = RequestLimits {
+        max_body_bytes: 1 << 20,
+        ..c.snapshot.default_limits
+    };
+    assert_eq!(entry.limits, host);
+    let routes: Vec<(String, &str, bool, u64)> = p
+        .routes
+        .iter()
+        .map(|r| {
+            (
+                format!("{:?}", r.matcher),
+                c.snapshot.upstreams[r.upstream as usize].name.as_str(),
+                r.websocket,
+                r.limits.max_body_bytes,
+            )
+        })
+        .collect();
+    assert_eq!(
+        routes,
+        vec![
+            ("Prefix(\"/\")".to_string(), "app", false, 1 << 20),
+            ("Prefix(\"/api\")".to_string(), "app", false, 1 << 20),
+            ("Exact(\"/ws\")".to_string(), "app", true, 1 << 20),
+            ("Prefix(\"/assets\")".to_string(), "static", false, 1 << 20),
+            ("Prefix(\"/upload\")".to_string(), "app", false, 1 << 30),
+        ]
+    );
+    assert_eq!(p.routes[4].limits.max_url_bytes, host.max_url_bytes);
+    let app = &c.snapshot.upstreams[0];
+    let addrs: Vec<String> = app.servers.iter().map(|s| s.addr.to_string()).collect();
+    assert_eq!(addrs[..2], ["127.0.0.1:9001", "[::1]:9002"]);
+    // localhost:9003 gives one or two more servers.
+    assert!(
+        addrs[2..] == ["127.0.0.1:9003"]
+            || addrs[2..] == ["[::1]:9003"]
+            || addrs[2..] == ["127.0.0.1:9003", "[::1]:9003"]
+            || addrs[2..] == ["[::1]:9003", "127.0.0.1:9003"],
+        "{addrs:?}"
+    );
+    assert_eq!(app.servers[1].weight, 3);
+    assert_eq!(
+        app.active_health
+            .as_ref()
+            .map(|h| (h.interval_ms, h.timeout_ms)),
+        Some((1000, 500))
+    );
+    assert_eq!(c.snapshot.upstreams[1].name, "static");
 }
 
 #[test]

@@ -1,0 +1,670 @@
+//! Semantic checks of `[[upstream]]` groups, compiled straight into the
+//! gate's [`UpstreamGroup`].
+//!
+//! Server addresses are IP literals or `name:port`; names are resolved here,
+//! once, when the profile is compiled (the system resolver through
+//! [`ToSocketAddrs`]), and every address a name resolves to becomes a server
+//! of the same weight. Nothing connects: a server only has to parse and
+//! resolve. Each server gets a stable [`server_key`] so that per-shard state
+//! (pools, balancer counters, passive health) follows it across reloads.
+
+use crate::error::Errors;
+use crate::schema::{IntOrString, Opt, RawHealth, RawServerEntry, RawUpstream};
+use crate::validate::{choice, int_in};
+use gapura_gate::host::valid_name;
+use gapura_gate::upstream::{ActiveHealth, Balance, HostHeader, UpstreamId};
+use gapura_gate::{UpstreamGroup, UpstreamServer};
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::ops::Range;
+use toml::Spanned;
+
+/// Defaults of an `[[upstream]]`.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
+pub(crate) const DEFAULT_RESPONSE_HEADER_TIMEOUT_MS: u64 = 60_000;
+pub(crate) const DEFAULT_READ_TIMEOUT_MS: u64 = 60_000;
+pub(crate) const DEFAULT_MAX_IDLE_PER_SERVER: u32 = 64;
+pub(crate) const DEFAULT_IDLE_TIMEOUT_MS: u64 = 30_000;
+pub(crate) const DEFAULT_FAIL_THRESHOLD: u32 = 3;
+pub(crate) const DEFAULT_FAIL_COOLDOWN_MS: u64 = 10_000;
+
+/// Defaults of an `[upstream.health]`.
+pub(crate) const DEFAULT_HEALTH_PATH: &str = "/";
+pub(crate) const DEFAULT_HEALTH_INTERVAL_MS: u64 = 2_000;
+pub(crate) const DEFAULT_HEALTH_TIMEOUT_MS: u64 = 1_000;
+pub(crate) const DEFAULT_HEALTH_EXPECT: (u16, u16) = (200, 399);
+
+/// Every timeout of a group: 1 ms to 10 minutes.
+const TIMEOUT_BOUNDS: (i64, i64) = (1, 600_000);
+
+/// The checked groups, in profile order (index = [`UpstreamId`]), and the
+/// id of every valid name (the first group of a duplicated name).
+pub(crate) struct Upstreams {
+    pub groups: Vec<UpstreamGroup>,
+    pub ids: HashMap<String, UpstreamId>,
+}
+
+/// Checks every group and resolves its servers. Returns one group per
+/// `[[upstream]]`, in order, even for groups with errors.
+pub(crate) fn check_upstreams(raw: &[Spanned<RawUpstream>], e: &mut Errors<'_>) -> Upstreams {
+    let mut groups = Vec::with_capacity(raw.len());
+    let mut ids = HashMap::new();
+    let mut first_at: HashMap<String, String> = HashMap::new();
+    for (i, u) in raw.iter().enumerate() {
+        let base = format!("upstream[{i}]");
+        let span = u.span();
+        let u = u.get_ref();
+        let name = check_name(u, &base, span.clone(), e);
+        if let Some(n) = &name {
+            let path = format!("{base}.name");
+            match first_at.get(n.get_ref()) {
+                Some(first) => e.push(
+                    "upstream.name.duplicate",
+                    path,
+                    n.span(),
+                    format!("{:?} is already the name of {first}", n.get_ref()),
+                ),
+                None => {
+                    let id = UpstreamId::try_from(i).unwrap_or(UpstreamId::MAX);
+                    ids.insert(n.get_ref().clone(), id);
+                    first_at.insert(n.get_ref().clone(), base.clone());
+                }
+            }
+        }
+        let name = name.map(|n| n.into_inner()).unwrap_or_default();
+        groups.push(check_group(u, name, &base, span, e));
+    }
+    Upstreams { groups, ids }
+}
+
+/// The group's name, when present and valid.
+fn check_name(
+    u: &RawUpstream,
+    base: &str,
+    span: Range<usize>,
+    e: &mut Errors<'_>,
+) -> Option<Spanned<String>> {
+    let path = format!("{base}.name");
+    let Some(n) = &u.name else {
+        e.push(
+            "upstream.name.required",
+            path,
+            span,
+            "an upstream needs a name that routes refer to, such as name = \"app\"",
+        );
+        return None;
+    };
+    let v = n.get_ref();
+    let valid = (1..=64).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !valid {
+        e.push(
+            "upstream.name.invalid",
+            path,
+            n.span(),
+            format!("{v:?} is not an upstream name: use 1 to 64 of a-z, 0-9, '_' and '-'"),
+        );
+        return None;
+    }
+    Some(n.clone())
+}
+
+fn check_group(
+    u: &RawUpstream,
+    name: String,
+    base: &str,
+    span: Range<usize>,
+    e: &mut Errors<'_>,
+) -> UpstreamGroup {
+    let servers = check_servers(u, &name, base, span, e);
+    let balance = choice(
+        e,
+        &u.balance,
+        &format!("{base}.balance"),
+        "upstream.balance.invalid",
+        &[
+            ("round_robin", Balance::RoundRobin),
+            ("least_outstanding", Balance::LeastOutstanding),
+        ],
+        Balance::RoundRobin,
+    );
+    let host_header = check_host_header(&u.host_header, base, e);
+    let mut ms = |v: &Opt<i64>, field: &str, code, bounds, default: u64| {
+        int_in(e, v, &format!("{base}.{field}"), code, bounds).map_or(default, as_u64)
+    };
+    let connect_timeout_ms = ms(
+        &u.connect_timeout_ms,
+        "connect_timeout_ms",
+        "upstream.connect_timeout_ms.range",
+        TIMEOUT_BOUNDS,
+        DEFAULT_CONNECT_TIMEOUT_MS,
+    );
+    let response_header_timeout_ms = ms(
+        &u.response_header_timeout_ms,
+        "response_header_timeout_ms",
+        "upstream.response_header_timeout_ms.range",
+        TIMEOUT_BOUNDS,
+        DEFAULT_RESPONSE_HEADER_TIMEOUT_MS,
+    );
+    let read_timeout_ms = ms(
+        &u.read_timeout_ms,
+        "read_timeout_ms",
+        "upstream.read_timeout_ms.range",
+        TIMEOUT_BOUNDS,
+        DEFAULT_READ_TIMEOUT_MS,
+    );
+    let idle_timeout_ms = ms(
+        &u.idle_timeout_ms,
+        "idle_timeout_ms",
+        "upstream.idle_timeout_ms.range",
+        TIMEOUT_BOUNDS,
+        DEFAULT_IDLE_TIMEOUT_MS,
+    );
+    let fail_cooldown_ms = ms(
+        &u.fail_cooldown_ms,
+        "fail_cooldown_ms",
+        "upstream.fail_cooldown_ms.range",
+        (1, 3_600_000),
+        DEFAULT_FAIL_COOLDOWN_MS,
+    );
+    let max_idle_per_server = ms(
+        &u.max_idle_per_server,
+        "max_idle_per_server",
+        "upstream.max_idle_per_server.range",
+        (0, 65_536),
+        u64::from(DEFAULT_MAX_IDLE_PER_SERVER),
+    );
+    let fail_threshold = ms(
+        &u.fail_threshold,
+        "fail_threshold",
+        "upstream.fail_threshold.range",
+        (0, 1_000),
+        u64::from(DEFAULT_FAIL_THRESHOLD),
+    );
+    let active_health = u
+        .health
+        .as_ref()
+        .map(|h| check_health(h, &format!("{base}.health"), e));
+    UpstreamGroup {
+        name,
+        servers,
+        balance,
+        host_header,
+        connect_timeout_ms,
+        response_header_timeout_ms,
+        read_timeout_ms,
+        max_idle_per_server: narrow(max_idle_per_server),
+        idle_timeout_ms,
+        fail_threshold: narrow(fail_threshold),
+        fail_cooldown_ms,
+        active_health,
+    }
+}
+
+/// Parses and resolves `servers`; refuses an address reached twice.
+fn check_servers(
+    u: &RawUpstream,
+    name: &str,
+    base: &str,
+    span: Range<usize>,
+    e: &mut Errors<'_>,
+) -> Vec<UpstreamServer> {
+    let path = format!("{base}.servers");
+    let list = match &u.servers {
+        Some(list) if !list.get_ref().is_empty() => list,
+        other => {
+            let at = other.as_ref().map_or(span, |l| l.span());
+            e.push(
+                "upstream.servers.empty",
+                path,
+                at,
+                "an upstream needs at least one server, such as servers = [\"127.0.0.1:9000\"]",
+            );
+            return Vec::new();
+        }
+    };
+    let mut servers: Vec<UpstreamServer> = Vec::new();
+    let mut first_at: HashMap<SocketAddr, String> = HashMap::new();
+    for (j, item) in list.get_ref().iter().enumerate() {
+        let item_path = format!("{path}[{j}]");
+        let (addr, addr_path, addr_span, weight) = match item.get_ref() {
+            RawServerEntry::Addr(a) => (a, item_path.clone(), item.span(), 1),
+            RawServerEntry::Table(t) => {
+                let weight = int_in(
+                    e,
+                    &t.weight,
+                    &format!("{item_path}.weight"),
+                    "upstream.server.weight.range",
+                    (1, 1_000),
+                )
+                .map_or(1, |w| narrow(as_u64(w)));
+                (
+                    t.addr.get_ref(),
+                    format!("{item_path}.addr"),
+                    t.addr.span(),
+                    weight,
+                )
+            }
+        };
+        let resolved = match parse_server(addr) {
+            Err(why) => {
+                e.push(
+                    "upstream.server.invalid",
+                    addr_path,
+                    addr_span,
+                    format!("{addr:?} {why}"),
+                );
+                continue;
+            }
+            Ok(ServerAddr::Literal(a)) => vec![a],
+            Ok(ServerAddr::Name(host, port)) => match resolve(host, port) {
+                Ok(list) => list,
+                Err(why) => {
+                    e.push(
+                        "upstream.server.unresolved",
+                        addr_path,
+                        addr_span,
+                        format!("{host:?} did not resolve: {why}"),
+                    );
+                    continue;
+                }
+            },
+        };
+        if let Some((a, first)) = resolved
+            .iter()
+            .find_map(|a| first_at.get(a).map(|f| (a, f)))
+        {
+            let via = if addr.parse::<SocketAddr>().is_ok() {
+                String::new()
+            } else {
+                format!(" ({addr:?} resolves to it)")
+            };
+            e.push(
+                "upstream.server.duplicate",
+                addr_path,
+                addr_span,
+                format!("{a} is already a server of this upstream, from {first}{via}"),
+            );
+            continue;
+        }
+        for a in resolved {
+            first_at.insert(a, item_path.clone());
+            servers.push(UpstreamServer {
+                addr: a,
+                weight,
+                key: server_key(name, a),
+                health_slot: 0,
+            });
+        }
+    }
+    servers
+}
+
+/// A server address as written.
+#[derive(Debug, PartialEq, Eq)]
+enum ServerAddr<'a> {
+    Literal(SocketAddr),
+    Name(&'a str, u16),
+}
+
+/// Parses `IPv4:PORT`, `[IPv6]:PORT` or `NAME:PORT`.
+fn parse_server(s: &str) -> Result<ServerAddr<'_>, &'static str> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        if a.ip().is_unspecified() || a.ip().is_multicast() {
+            return Err("is not an address to connect to (unspecified or multicast)");
+        }
+        if a.port() == 0 {
+            return Err("needs a port from 1 to 65535");
+        }
+        return Ok(ServerAddr::Literal(a));
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(
+            "needs a port: use IPv4:PORT, [IPv6]:PORT or NAME:PORT, such as \"127.0.0.1:9000\"",
+        );
+    };
+    if host.starts_with('[') || host.contains(':') {
+        return Err("is not a valid [IPv6]:PORT address");
+    }
+    if !valid_name(host) {
+        return Err("has no valid host name: use IPv4:PORT, [IPv6]:PORT or NAME:PORT");
+    }
+    match port.parse::<u16>() {
+        Ok(p @ 1..) if port.bytes().all(|b| b.is_ascii_digit()) => Ok(ServerAddr::Name(host, p)),
+        _ => Err("needs a port from 1 to 65535"),
+    }
+}
+
+/// Every address `host` resolves to, in the resolver's order, without
+/// repeats. Blocks on the system resolver.
+fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    let mut out: Vec<SocketAddr> = Vec::new();
+    for a in (host, port).to_socket_addrs().map_err(|e| e.to_string())? {
+        if !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    if out.is_empty() {
+        return Err("no addresses".to_string());
+    }
+    Ok(out)
+}
+
+fn check_host_header(v: &Opt<String>, base: &str, e: &mut Errors<'_>) -> HostHeader {
+    let Some(v) = v else {
+        return HostHeader::PassThrough;
+    };
+    let s = v.get_ref();
+    if s == "pass" {
+        return HostHeader::PassThrough;
+    }
+    if !valid_authority(s) {
+        e.push(
+            "upstream.host_header.invalid",
+            format!("{base}.host_header"),
+            v.span(),
+            format!(
+                "{s:?} is neither \"pass\" nor a HOST or HOST:PORT (a host name or an [IPv6] \
+                 literal, port 1 to 65535)"
+            ),
+        );
+    }
+    HostHeader::Rewrite(s.clone())
+}
+
+/// `host` or `host:port`, host a name or `[IPv6]` literal.
+fn valid_authority(s: &str) -> bool {
+    let (host, port) = match s.rfind(':') {
+        Some(c) if !s[c..].contains(']') => (&s[..c], Some(&s[c + 1..])),
+        _ => (s, None),
+    };
+    let port_ok = port.is_none_or(|p| {
+        p.bytes().all(|b| b.is_ascii_digit()) && matches!(p.parse::<u16>(), Ok(1..))
+    });
+    port_ok && valid_name(host)
+}
+
+fn check_health(h: &RawHealth, base: &str, e: &mut Errors<'_>) -> ActiveHealth {
+    let path = match &h.path {
+        None => DEFAULT_HEALTH_PATH.to_string(),
+        Some(p) => {
+            let v = p.get_ref();
+            if !v.starts_with('/') || !v.bytes().all(|b| b.is_ascii_graphic()) {
+                e.push(
+                    "upstream.health.path.invalid",
+                    format!("{base}.path"),
+                    p.span(),
+                    format!(
+                        "{v:?} is not a request path: start with '/' and use printable ASCII \
+                         without spaces (percent-encode anything else)"
+                    ),
+                );
+            }
+            v.clone()
+        }
+    };
+    let interval = int_in(
+        e,
+        &h.interval_ms,
+        &format!("{base}.interval_ms"),
+        "upstream.health.interval_ms.range",
+        (100, 3_600_000),
+    );
+    let timeout = int_in(
+        e,
+        &h.timeout_ms,
+        &format!("{base}.timeout_ms"),
+        "upstream.health.timeout_ms.range",
+        (1, 60_000),
+    );
+    let interval_ms = interval.map_or(DEFAULT_HEALTH_INTERVAL_MS, as_u64);
+    let timeout_ms = timeout.map_or(DEFAULT_HEALTH_TIMEOUT_MS, as_u64);
+    // Compare only values that passed their own range (or defaults).
+    let interval_ok = h.interval_ms.is_none() || interval.is_some();
+    let timeout_ok = h.timeout_ms.is_none() || timeout.is_some();
+    if interval_ok && timeout_ok && timeout_ms >= interval_ms {
+        let (path, at) = match (&h.timeout_ms, &h.interval_ms) {
+            (Some(t), _) => (format!("{base}.timeout_ms"), t.span()),
+            (None, Some(i)) => (format!("{base}.interval_ms"), i.span()),
+            // Both defaults: never equal.
+            (None, None) => (format!("{base}.timeout_ms"), 0..0),
+        };
+        let interval_from = if h.interval_ms.is_some() {
+            ""
+        } else {
+            ", the default"
+        };
+        e.push(
+            "upstream.health.timeout_ms.range",
+            path,
+            at,
+            format!(
+                "timeout_ms ({timeout_ms}) must be less than interval_ms ({interval_ms}{interval_from})"
+            ),
+        );
+    }
+    let expect_status = match &h.expect_status {
+        None => DEFAULT_HEALTH_EXPECT,
+        Some(v) => match parse_status_range(v.get_ref()) {
+            Some(r) => r,
+            None => {
+                let shown = match v.get_ref() {
+                    IntOrString::Int(n) => n.to_string(),
+                    IntOrString::Str(s) => format!("{s:?}"),
+                };
+                e.push(
+                    "upstream.health.expect_status.invalid",
+                    format!("{base}.expect_status"),
+                    v.span(),
+                    format!(
+                        "must be a status \"NNN\" or a range \"NNN-NNN\" within 100..=599, low \
+                         end first, got {shown}"
+                    ),
+                );
+                DEFAULT_HEALTH_EXPECT
+            }
+        },
+    };
+    ActiveHealth {
+        path,
+        interval_ms,
+        timeout_ms,
+        expect_status,
+    }
+}
+
+/// `200`, `"200"` or `"200-399"`, within 100..=599, low end first.
+fn parse_status_range(v: &IntOrString) -> Option<(u16, u16)> {
+    let status = |s: &str| -> Option<u16> {
+        if s.len() != 3 || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        s.parse().ok().filter(|n| (100..=599).contains(n))
+    };
+    let (lo, hi) = match v {
+        IntOrString::Int(n) => {
+            let n = u16::try_from(*n).ok().filter(|n| (100..=599).contains(n))?;
+            (n, n)
+        }
+        IntOrString::Str(s) => match s.split_once('-') {
+            Some((a, b)) => (status(a)?, status(b)?),
+            None => {
+                let n = status(s)?;
+                (n, n)
+            }
+        },
+    };
+    (lo <= hi).then_some((lo, hi))
+}
+
+/// The stable identity of a server: 64-bit FNV-1a over the group name's
+/// bytes, one 0xFF byte (never in a name), then `4` and the four IPv4
+/// octets or `6` and the sixteen IPv6 octets, then the port big-endian.
+/// The same group and address give the same key in every process and
+/// release; the flow label and scope of an IPv6 address are not part of it.
+pub(crate) fn server_key(group: &str, addr: SocketAddr) -> u64 {
+    let mut h = Fnv1a::new();
+    h.write(group.as_bytes());
+    h.write(&[0xFF]);
+    match addr {
+        SocketAddr::V4(a) => {
+            h.write(&[4]);
+            h.write(&a.ip().octets());
+        }
+        SocketAddr::V6(a) => {
+            h.write(&[6]);
+            h.write(&a.ip().octets());
+        }
+    }
+    h.write(&addr.port().to_be_bytes());
+    h.finish()
+}
+
+/// 64-bit FNV-1a.
+struct Fnv1a(u64);
+
+impl Fnv1a {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    fn new() -> Fnv1a {
+        Fnv1a(Fnv1a::OFFSET)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(Fnv1a::PRIME);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+fn as_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+fn narrow(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fnv(bytes: &[u8]) -> u64 {
+        let mut h = Fnv1a::new();
+        h.write(bytes);
+        h.finish()
+    }
+
+    #[test]
+    fn fnv1a_matches_the_reference_vectors() {
+        assert_eq!(fnv(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn server_keys_hash_the_documented_bytes() {
+        let a: SocketAddr = "127.0.0.1:9001".parse().unwrap();
+        let mut bytes = b"app\xFF\x04".to_vec();
+        bytes.extend_from_slice(&[127, 0, 0, 1, 0x23, 0x29]);
+        assert_eq!(server_key("app", a), fnv(&bytes));
+        let b: SocketAddr = "[::1]:9002".parse().unwrap();
+        let mut bytes = b"app\xFF\x06".to_vec();
+        bytes.extend_from_slice(&[0; 15]);
+        bytes.extend_from_slice(&[1, 0x23, 0x2a]);
+        assert_eq!(server_key("app", b), fnv(&bytes));
+        assert_ne!(server_key("app", a), server_key("api", a));
+        assert_ne!(
+            server_key("app", a),
+            server_key("app", "127.0.0.1:9002".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn server_addresses_are_literals_or_names_with_ports() {
+        assert_eq!(
+            parse_server("127.0.0.1:9001"),
+            Ok(ServerAddr::Literal("127.0.0.1:9001".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_server("[::1]:9002"),
+            Ok(ServerAddr::Literal("[::1]:9002".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_server("localhost:9003"),
+            Ok(ServerAddr::Name("localhost", 9003))
+        );
+        assert_eq!(
+            parse_server("app-1.internal:80"),
+            Ok(ServerAddr::Name("app-1.internal", 80))
+        );
+        for bad in [
+            "",
+            "127.0.0.1",
+            "localhost",
+            "127.0.0.1:0",
+            "localhost:0",
+            "localhost:65536",
+            "localhost:+80",
+            "::1:80",
+            "[::1]",
+            "[zz]:80",
+            "0.0.0.0:80",
+            "[::]:80",
+            "224.0.0.1:80",
+            "bad name:80",
+            "a..b:80",
+            "http://a:80",
+        ] {
+            assert!(parse_server(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn host_header_values_are_hosts_with_optional_ports() {
+        for good in ["app.internal", "app.internal:8080", "[::1]:80", "10.0.0.1"] {
+            assert!(valid_authority(good), "{good:?}");
+        }
+        for bad in [
+            "",
+            "a b",
+            "app:0",
+            "app:x",
+            "app:",
+            "*.app",
+            "http://app",
+            "[zz]",
+        ] {
+            assert!(!valid_authority(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn status_ranges_are_one_status_or_low_high() {
+        let s = |v: &str| parse_status_range(&IntOrString::Str(v.into()));
+        assert_eq!(s("200"), Some((200, 200)));
+        assert_eq!(s("200-399"), Some((200, 399)));
+        assert_eq!(s("100-599"), Some((100, 599)));
+        assert_eq!(parse_status_range(&IntOrString::Int(204)), Some((204, 204)));
+        for bad in [
+            "",
+            "2xx",
+            "99",
+            "600",
+            "399-200",
+            "200-",
+            "200 - 399",
+            "0200",
+        ] {
+            assert_eq!(s(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_status_range(&IntOrString::Int(600)), None);
+    }
+}
