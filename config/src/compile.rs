@@ -68,8 +68,8 @@ fn action(a: CheckedAction, host: LimitsLayer) -> HostAction {
                 .collect();
             HostAction::Redirect(Redirect::new(status, &target, keep, &extra))
         }
-        CheckedAction::Proxy { routes } => HostAction::Proxy(ProxyHost {
-            routes: routes
+        CheckedAction::Proxy { routes } => {
+            let routes: Vec<Route> = routes
                 .into_iter()
                 .map(|r| Route {
                     matcher: r.matcher,
@@ -78,7 +78,9 @@ fn action(a: CheckedAction, host: LimitsLayer) -> HostAction {
                     websocket: r.websocket,
                     request_id: r.request_id,
                 })
-                .collect(),
-        }),
+                .collect();
+            // Route paths passed the same pattern check in validation.
+            HostAction::Proxy(ProxyHost::new(routes).unwrap_or_default())
+        }
     }
 }

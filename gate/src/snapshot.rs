@@ -214,22 +214,28 @@ mod tests {
     #[test]
     fn known_host_gets_its_answer() {
         let s = snapshot();
-        let d = decide(&s, &RequestFacts {
-            host: Some(b"a.test"),
-            target: b"/",
-            ..Default::default()
-        });
+        let d = decide(
+            &s,
+            &RequestFacts {
+                host: Some(b"a.test"),
+                target: b"/",
+                ..Default::default()
+            },
+        );
         assert!(matches!(d.verdict, Verdict::Respond(a) if a.status == 200));
     }
 
     #[test]
     fn unknown_host_gets_the_configured_status() {
         let s = snapshot();
-        let d = decide(&s, &RequestFacts {
-            host: Some(b"b.test"),
-            target: b"/",
-            ..Default::default()
-        });
+        let d = decide(
+            &s,
+            &RequestFacts {
+                host: Some(b"b.test"),
+                target: b"/",
+                ..Default::default()
+            },
+        );
         assert!(matches!(
             d.verdict,
             Verdict::Refuse(ErrorStatus::MisdirectedRequest)
@@ -239,12 +245,15 @@ mod tests {
     #[test]
     fn host_body_limit_refuses_a_declared_body() {
         let s = snapshot();
-        let d = decide(&s, &RequestFacts {
-            host: Some(b"a.test"),
-            target: b"/",
-            content_length: Some(11),
-            ..Default::default()
-        });
+        let d = decide(
+            &s,
+            &RequestFacts {
+                host: Some(b"a.test"),
+                target: b"/",
+                content_length: Some(11),
+                ..Default::default()
+            },
+        );
         assert!(matches!(
             d.verdict,
             Verdict::Refuse(ErrorStatus::PayloadTooLarge)
@@ -255,21 +264,27 @@ mod tests {
     fn head_limits_answer_414_and_431() {
         let s = snapshot();
         let long = vec![b'/'; 8193];
-        let d = decide(&s, &RequestFacts {
-            host: Some(b"a.test"),
-            target: &long,
-            ..Default::default()
-        });
+        let d = decide(
+            &s,
+            &RequestFacts {
+                host: Some(b"a.test"),
+                target: &long,
+                ..Default::default()
+            },
+        );
         assert!(matches!(
             d.verdict,
             Verdict::Refuse(ErrorStatus::UriTooLong)
         ));
-        let d = decide(&s, &RequestFacts {
-            host: Some(b"a.test"),
-            target: b"/",
-            header_count: 101,
-            ..Default::default()
-        });
+        let d = decide(
+            &s,
+            &RequestFacts {
+                host: Some(b"a.test"),
+                target: b"/",
+                header_count: 101,
+                ..Default::default()
+            },
+        );
         assert!(matches!(
             d.verdict,
             Verdict::Refuse(ErrorStatus::HeaderFieldsTooLarge)

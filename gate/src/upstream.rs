@@ -8,6 +8,7 @@
 //! server's stable `key` so it survives a reload.
 
 use crate::limits::RequestLimits;
+use crate::pathmatch::{PathKind, PathMatcher, PatternError};
 use std::net::SocketAddr;
 
 /// Index of a group in its snapshot.
@@ -102,24 +103,28 @@ pub struct Route {
 #[derive(Clone, Debug, Default)]
 pub struct ProxyHost {
     pub routes: Vec<Route>,
+    matcher: PathMatcher<()>,
 }
 
 impl ProxyHost {
-    /// The route for a canonical path. O(routes), no allocation.
-    pub fn route(&self, canonical: &[u8]) -> Option<&Route> {
-        let mut best: Option<(&Route, usize)> = None;
-        for r in &self.routes {
+    /// Compiles the routes' patterns. Allocates (compile time only).
+    pub fn new(routes: Vec<Route>) -> Result<ProxyHost, PatternError> {
+        let mut matcher = PathMatcher::new();
+        for r in &routes {
             match &r.matcher {
-                RouteMatch::Exact(p) if p.as_bytes() == canonical => return Some(r),
-                RouteMatch::Prefix(p) if prefix_matches(p.as_bytes(), canonical) => {
-                    if best.is_none_or(|(_, len)| p.len() > len) {
-                        best = Some((r, p.len()));
-                    }
-                }
-                _ => {}
-            }
+                RouteMatch::Exact(p) => matcher.insert(PathKind::Exact, p, ())?,
+                RouteMatch::Prefix(p) => matcher.insert(PathKind::Prefix, p, ())?,
+            };
         }
-        best.map(|(r, _)| r)
+        Ok(ProxyHost { routes, matcher })
+    }
+
+    /// The route for a canonical path. O(segments · log routes), no allocation.
+    #[inline]
+    pub fn route(&self, canonical: &[u8]) -> Option<&Route> {
+        self.matcher
+            .best_route(canonical)
+            .map(|(i, _)| &self.routes[i])
     }
 }
 
@@ -161,24 +166,21 @@ mod tests {
 
     #[test]
     fn exact_beats_prefix_and_longest_prefix_wins() {
-        let host = ProxyHost {
-            routes: vec![
-                route(RouteMatch::Prefix("/".into()), 0),
-                route(RouteMatch::Prefix("/api".into()), 1),
-                route(RouteMatch::Prefix("/api/v2".into()), 2),
-                route(RouteMatch::Exact("/api/health".into()), 3),
-                route(RouteMatch::Prefix("/api".into()), 4),
-            ],
-        };
+        let host = ProxyHost::new(vec![
+            route(RouteMatch::Prefix("/".into()), 0),
+            route(RouteMatch::Prefix("/api".into()), 1),
+            route(RouteMatch::Prefix("/api/v2".into()), 2),
+            route(RouteMatch::Exact("/api/health".into()), 3),
+            route(RouteMatch::Prefix("/api".into()), 4),
+        ])
+        .unwrap();
         let up = |p: &[u8]| host.route(p).map(|r| r.upstream);
         assert_eq!(up(b"/"), Some(0));
         assert_eq!(up(b"/apix"), Some(0));
         assert_eq!(up(b"/api/x"), Some(1));
         assert_eq!(up(b"/api/v2/x"), Some(2));
         assert_eq!(up(b"/api/health"), Some(3));
-        let no_root = ProxyHost {
-            routes: vec![route(RouteMatch::Prefix("/api".into()), 1)],
-        };
+        let no_root = ProxyHost::new(vec![route(RouteMatch::Prefix("/api".into()), 1)]).unwrap();
         assert!(no_root.route(b"/other").is_none());
     }
 }

@@ -89,72 +89,34 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
+type Getter = fn(&ShardStats) -> u64;
+
+/// The per-shard samples: name, type, help, value.
+#[rustfmt::skip]
+const SHARD_METRICS: &[(&str, &str, &str, Getter)] = &[
+    ("gapura_connections_accepted_total", "counter", "Connections accepted.", |s| s.connections_accepted.get()),
+    ("gapura_connections_closed_total", "counter", "Connections closed.", |s| s.connections_closed.get()),
+    ("gapura_connections_open", "gauge", "Connections open now.", |s| s.open_connections()),
+    ("gapura_connections_refused_total", "counter", "Connections closed at accept because the shard was full.", |s| s.connections_refused.get()),
+    ("gapura_idle_timeouts_total", "counter", "Keep-alive connections closed after the idle timeout.", |s| s.idle_timeouts.get()),
+    ("gapura_requests_total", "counter", "Requests received.", |s| s.requests.get()),
+    ("gapura_writes_total", "counter", "Socket writes of responses; pipelined answers ready together share one.", |s| s.writes.get()),
+    ("gapura_upstream_failures_total", "counter", "Upstream exchanges that failed (connect, timeout, reset, malformed answer).", |s| s.upstream_failures.get()),
+    ("gapura_upstream_idle_connections", "gauge", "Idle pooled upstream connections.", |s| s.upstream_idle.get()),
+    ("gapura_upgrades_total", "counter", "Connections tunnelled after 101 Switching Protocols.", |s| s.upgrades.get()),
+    ("gapura_snapshot_generation", "gauge", "Profile generation the shard serves.", |s| s.snapshot_generation.get()),
+];
+
 /// Renders every counter. Allocates (admin thread only).
+#[rustfmt::skip]
 pub fn render_metrics(admin: &Admin) -> String {
     let mut out = String::with_capacity(4096);
-    let per_shard =
-        |out: &mut String, name: &str, kind: &str, help: &str, get: &dyn Fn(&ShardStats) -> u64| {
-            family(out, name, kind, help);
-            for (i, s) in admin.shards.iter().enumerate() {
-                let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", get(s));
-            }
-        };
-    per_shard(
-        &mut out,
-        "gapura_connections_accepted_total",
-        "counter",
-        "Connections accepted.",
-        &|s| s.connections_accepted.get(),
-    );
-    per_shard(
-        &mut out,
-        "gapura_connections_closed_total",
-        "counter",
-        "Connections closed.",
-        &|s| s.connections_closed.get(),
-    );
-    per_shard(
-        &mut out,
-        "gapura_connections_open",
-        "gauge",
-        "Connections open now.",
-        &|s| s.open_connections(),
-    );
-    per_shard(
-        &mut out,
-        "gapura_connections_refused_total",
-        "counter",
-        "Connections closed at accept because the shard was full.",
-        &|s| s.connections_refused.get(),
-    );
-    per_shard(
-        &mut out,
-        "gapura_idle_timeouts_total",
-        "counter",
-        "Keep-alive connections closed after the idle timeout.",
-        &|s| s.idle_timeouts.get(),
-    );
-    per_shard(
-        &mut out,
-        "gapura_requests_total",
-        "counter",
-        "Requests received.",
-        &|s| s.requests.get(),
-    );
-    per_shard(
-        &mut out,
-        "gapura_writes_total",
-        "counter",
-        "Socket writes of responses; pipelined answers ready together share one.",
-        &|s| s.writes.get(),
-    );
-    per_shard(
-        &mut out,
-        "gapura_snapshot_generation",
-        "gauge",
-        "Profile generation the shard serves.",
-        &|s| s.snapshot_generation.get(),
-    );
+    for (name, kind, help, get) in SHARD_METRICS {
+        family(&mut out, name, kind, help);
+        for (i, s) in admin.shards.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", get(s));
+        }
+    }
     family(
         &mut out,
         "gapura_responses_total",

@@ -113,7 +113,7 @@ pub fn spawn(cell: Arc<SnapshotCell>, board: Arc<HealthBoard>, stop: Arc<AtomicB
                         };
                         board.set_down(server.health_slot, !ok);
                         let was_down = down.insert(server.key, !ok).unwrap_or(false);
-                        if was_down != !ok {
+                        if was_down == ok {
                             if ok {
                                 log!("upstream {} {}: healthy again", group.name, server.addr);
                             } else {

@@ -117,6 +117,23 @@ upstream = "c"
     assert_eq!(body("/ADMIN/x"), "B");
     assert_eq!(body("/admin/status"), "C");
     assert_eq!(body("/admin/status/more"), "B");
+    // No redundant spelling dodges a route.
+    for spelling in [
+        "/%61dmin/x",
+        "/admin%2Fx",
+        "/admin%5cx",
+        "/admin\\x",
+        "//admin//x",
+        "/x/../admin/x",
+        "/./admin/./x",
+        "/Admin;jsessionid=1/x",
+        "/admin./x",
+        "/%2e%2e/admin/x",
+    ] {
+        assert_eq!(body(spelling), "B", "{spelling}");
+    }
+    assert_eq!(body("/admin/%73tatus"), "C");
+    assert_eq!(get(&g, "/bad%zz").status, 400);
     // The upstream still receives the path as the client sent it.
     get(&g, "/ADMIN/x?q=1");
     assert_eq!(
@@ -128,8 +145,8 @@ upstream = "c"
 #[test]
 fn a_proxy_host_without_a_matching_route_answers_404() {
     let up = upstream::fixed(b"x");
-    let routes = format!("[[host.route]]\npath = \"/api\"\nupstream = \"app\"\n");
-    let g = Gapura::start(&proxy_profile(&[up.addr], "", &routes));
+    let routes = "[[host.route]]\npath = \"/api\"\nupstream = \"app\"\n";
+    let g = Gapura::start(&proxy_profile(&[up.addr], "", routes));
     assert_eq!(get(&g, "/other").status, 404);
     assert_eq!(get(&g, "/api/x").status, 200);
 }

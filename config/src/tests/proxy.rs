@@ -161,13 +161,17 @@ fn a_proxy_host_compiles_its_routes_in_order_with_layered_limits() {
 fn the_gate_routes_a_compiled_proxy_host_by_precedence() {
     let c = ok(FULL);
     let decide = |path: &'static [u8], body: Option<u64>| {
-        let d = c.snapshot.decide(&RequestFacts {
-            host: Some(b"app.test"),
-            target: path,
-            path,
-            content_length: body,
-            ..Default::default()
-        });
+        let mut scratch = Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES]);
+        let d = c.snapshot.decide(
+            &RequestFacts {
+                host: Some(b"app.test"),
+                target: path,
+                path,
+                content_length: body,
+                ..Default::default()
+            },
+            &mut scratch,
+        );
         match d.verdict {
             Verdict::Forward(r, g) => (format!("{:?}", r.matcher), g.name.clone()),
             Verdict::Refuse(s) => (format!("{s:?}"), String::new()),
