@@ -9,6 +9,7 @@
 //! buffer the caller owns. Allocation happens only when a snapshot is built.
 
 pub mod answer;
+pub mod cidr;
 pub mod glob;
 pub mod host;
 pub mod limits;
