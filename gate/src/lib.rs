@@ -17,6 +17,7 @@ pub mod limits;
 pub mod pages;
 pub mod path;
 pub mod pathmatch;
+pub mod proxyproto;
 pub mod snapshot;
 pub mod upstream;
 
