@@ -10,6 +10,7 @@
 
 pub mod answer;
 pub mod cidr;
+pub mod client;
 pub mod country;
 pub mod glob;
 pub mod host;
