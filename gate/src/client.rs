@@ -724,6 +724,51 @@ mod tests {
     }
 
     #[test]
+    fn hostile_header_bytes_never_panic_and_fall_back_to_the_peer() {
+        // Deterministic xorshift; bytes drawn mostly from the headers' own
+        // alphabet so the parsers get deep.
+        let mut x: u64 = 0x154A50;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let alphabet = b"0123456789abcdefABCDEF:.[]\",; =_-forFORunknown\t\xff";
+        let policies = [
+            forwarded(ForwardedHeader::XForwardedFor),
+            forwarded(ForwardedHeader::Forwarded),
+            cloudflare(),
+        ];
+        let mut line = Vec::new();
+        for _ in 0..20_000 {
+            line.clear();
+            for _ in 0..next() % 80 {
+                line.push(alphabet[(next() % alphabet.len() as u64) as usize]);
+            }
+            let name = [
+                "X-Forwarded-For",
+                "Forwarded",
+                "CF-Connecting-IP",
+                "CF-IPCountry",
+                "CF-Ray",
+            ][(next() % 5) as usize];
+            let h: &[(&str, &[u8])] = &[(name, &line), ("CF-Connecting-IP", b"1.1.1.1")];
+            for p in &policies {
+                for peer in ["10.0.0.5", CF_EDGE] {
+                    let r = resolve(p, peer, h);
+                    if r.via == Arrival::Direct {
+                        assert_eq!(r.addr, ip(peer));
+                    }
+                    if let Some(ray) = r.cf_ray {
+                        assert!(ray.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-'));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn arrival_names_are_stable() {
         assert_eq!(Arrival::Direct.as_str(), "direct");
         assert_eq!(Arrival::TrustedProxy.as_str(), "trusted_proxy");
