@@ -9,12 +9,16 @@
 //! buffer the caller owns. Allocation happens only when a snapshot is built.
 
 pub mod answer;
+pub mod cidr;
+pub mod client;
+pub mod country;
 pub mod glob;
 pub mod host;
 pub mod limits;
 pub mod pages;
 pub mod path;
 pub mod pathmatch;
+pub mod proxyproto;
 pub mod snapshot;
 pub mod upstream;
 

@@ -1,0 +1,177 @@
+//! The grammar of forwarding headers: the nodes of `X-Forwarded-For` and
+//! `Forwarded` (RFC 7239), the bare address of `CF-Connecting-IP`, and the
+//! `CF-Ray` characters kept. Every function reads borrowed bytes, is bounded
+//! by [`MAX_NODE_BYTES`] where it parses an address, and never allocates;
+//! anything malformed names nobody (`None`).
+
+use super::{MAX_CF_RAY_BYTES, MAX_NODE_BYTES};
+use crate::cidr::canonical;
+use std::net::IpAddr;
+
+fn trim_ows(b: &[u8]) -> &[u8] {
+    let start = b
+        .iter()
+        .position(|&c| c != b' ' && c != b'\t')
+        .unwrap_or(b.len());
+    let end = b
+        .iter()
+        .rposition(|&c| c != b' ' && c != b'\t')
+        .map_or(start, |e| e + 1);
+    &b[start..end]
+}
+
+pub(super) fn last_xff_element(line: &[u8]) -> Option<IpAddr> {
+    let last = line.rsplit(|&b| b == b',').next()?;
+    parse_node(last)
+}
+
+/// A bare address, as `CF-Connecting-IP` carries it.
+pub(super) fn parse_bare(value: &[u8]) -> Option<IpAddr> {
+    let v = trim_ows(value);
+    if v.len() > MAX_NODE_BYTES {
+        return None;
+    }
+    let ip: IpAddr = std::str::from_utf8(v).ok()?.parse().ok()?;
+    Some(canonical(ip))
+}
+
+/// An address as a forwarding header writes a node: `192.0.2.1`,
+/// `192.0.2.1:4711`, `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:4711`
+/// (a port may be obfuscated, `_x`). `unknown` and obfuscated identifiers
+/// are not addresses.
+fn parse_node(node: &[u8]) -> Option<IpAddr> {
+    let node = trim_ows(node);
+    if node.is_empty() || node.len() > MAX_NODE_BYTES {
+        return None;
+    }
+    let text = std::str::from_utf8(node).ok()?;
+    let ip = if let Some(rest) = text.strip_prefix('[') {
+        let (inner, after) = rest.split_once(']')?;
+        if !after.is_empty() && !after.strip_prefix(':').is_some_and(valid_port) {
+            return None;
+        }
+        IpAddr::V6(inner.parse().ok()?)
+    } else if let Ok(ip) = text.parse::<IpAddr>() {
+        ip
+    } else {
+        let (host, port) = text.split_once(':')?;
+        if !valid_port(port) {
+            return None;
+        }
+        IpAddr::V4(host.parse().ok()?)
+    };
+    Some(canonical(ip))
+}
+
+/// 1 to 5 digits up to 65535, or an obfuscated port (`_` then letters,
+/// digits, `.`, `_`, `-`).
+fn valid_port(p: &str) -> bool {
+    let b = p.as_bytes();
+    if let Some(obf) = b.strip_prefix(b"_") {
+        return !obf.is_empty()
+            && obf
+                .iter()
+                .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
+    }
+    !b.is_empty()
+        && b.len() <= 5
+        && b.iter().all(u8::is_ascii_digit)
+        && p.parse::<u32>().is_ok_and(|n| n <= 65535)
+}
+
+pub(super) fn valid_cf_ray(v: &[u8]) -> bool {
+    !v.is_empty()
+        && v.len() <= MAX_CF_RAY_BYTES
+        && v.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'-')
+}
+
+/// The `for=` of the last element of one `Forwarded` line. A malformed
+/// line (an unterminated quote, a pair without `=`, `for` twice in the
+/// element) names nobody.
+pub(super) fn last_forwarded_for(line: &[u8]) -> Option<IpAddr> {
+    // The last element starts after the last comma outside quotes.
+    let mut start = 0;
+    let (mut quoted, mut escaped) = (false, false);
+    for (i, &b) in line.iter().enumerate() {
+        if quoted {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                quoted = false;
+            }
+        } else if b == b'"' {
+            quoted = true;
+        } else if b == b',' {
+            start = i + 1;
+        }
+    }
+    if quoted {
+        return None;
+    }
+    let element = &line[start..];
+    // Its pairs are separated by semicolons outside quotes.
+    let mut found: Option<&[u8]> = None;
+    let mut pair_start = 0;
+    let (mut quoted, mut escaped) = (false, false);
+    for i in 0..=element.len() {
+        let b = element.get(i).copied();
+        if quoted {
+            match b {
+                _ if escaped => escaped = false,
+                Some(b'\\') => escaped = true,
+                Some(b'"') => quoted = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            Some(b'"') => quoted = true,
+            Some(b';') | None => {
+                let pair = trim_ows(&element[pair_start..i]);
+                pair_start = i + 1;
+                if pair.is_empty() {
+                    continue;
+                }
+                let eq = pair.iter().position(|&c| c == b'=')?;
+                if pair[..eq].eq_ignore_ascii_case(b"for") {
+                    if found.is_some() {
+                        return None;
+                    }
+                    found = Some(&pair[eq + 1..]);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut buf = [0u8; MAX_NODE_BYTES];
+    let node = unquote(found?, &mut buf)?;
+    parse_node(node)
+}
+
+/// A token as is, or a quoted string with its escapes undone into `buf`.
+fn unquote<'a>(v: &'a [u8], buf: &'a mut [u8; MAX_NODE_BYTES]) -> Option<&'a [u8]> {
+    let Some(inner) = v.strip_prefix(b"\"") else {
+        return if v.contains(&b'"') { None } else { Some(v) };
+    };
+    let inner = inner.strip_suffix(b"\"")?;
+    let mut n = 0;
+    let mut escaped = false;
+    for &b in inner {
+        if !escaped && b == b'\\' {
+            escaped = true;
+            continue;
+        }
+        if !escaped && b == b'"' {
+            return None;
+        }
+        escaped = false;
+        *buf.get_mut(n)? = b;
+        n += 1;
+    }
+    if escaped {
+        return None;
+    }
+    Some(&buf[..n])
+}

@@ -1,0 +1,195 @@
+//! Proves that CIDR lookups, client resolution, PROXY header parsing,
+//! country parsing and the access-list address decision allocate nothing.
+//! A counting global allocator counts the allocations of the current thread
+//! while a closure runs.
+
+use gapura_gate::cidr::{Cidr, CidrSet};
+use gapura_gate::client::{
+    cloudflare_ranges, ClientMode, ClientPolicy, ForwardedHeader, Peer, ResolvedClient,
+};
+use gapura_gate::country::{access_step, AddressRules, Country, CountryRules, Satisfy};
+use gapura_gate::proxyproto::{self, ProxyHeader};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::hint::black_box;
+use std::net::IpAddr;
+
+struct Counting;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    // `try_with`: the thread's locals may be gone while it exits.
+    let _ = COUNTING.try_with(|on| {
+        if on.get() {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+        }
+    });
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Allocations made by `f` on this thread.
+fn allocations<R>(f: impl FnOnce() -> R) -> u64 {
+    COUNT.with(|c| c.set(0));
+    COUNTING.with(|on| on.set(true));
+    black_box(f());
+    COUNTING.with(|on| on.set(false));
+    COUNT.with(|c| c.get())
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn the_counter_sees_an_allocation() {
+    assert_eq!(allocations(|| Vec::<u8>::with_capacity(8)), 1);
+}
+
+#[test]
+fn cidr_lookups_allocate_nothing() {
+    let entries: Vec<String> = (0..2000u32)
+        .map(|i| format!("{}.{}.{}.0/24", 10 + i / 65536, (i / 256) % 256, i % 256))
+        .collect();
+    let set = CidrSet::parse_list(&entries).unwrap();
+    let v6 = CidrSet::parse_list(&["2001:db8::/32", "::/0"]).unwrap();
+    let probes = [
+        ip("10.0.7.9"),
+        ip("192.0.2.1"),
+        ip("::ffff:10.0.0.1"),
+        ip("2001:db8::1"),
+    ];
+    let n = allocations(|| {
+        let mut hits = 0;
+        for _ in 0..100 {
+            for &a in &probes {
+                hits += usize::from(set.contains(black_box(a)));
+                hits += usize::from(v6.contains(black_box(a)));
+            }
+        }
+        hits
+    });
+    assert_eq!(n, 0);
+    let c = Cidr::parse("10.0.0.0/8").unwrap();
+    assert_eq!(allocations(|| c.contains(black_box(ip("10.1.2.3")))), 0);
+}
+
+#[test]
+fn client_resolution_allocates_nothing() {
+    let trusted = CidrSet::parse_list(&["10.0.0.5"]).unwrap();
+    let xff = ClientPolicy {
+        mode: ClientMode::TrustedProxy(ForwardedHeader::XForwardedFor),
+        trusted_proxies: trusted.clone(),
+        ..ClientPolicy::default()
+    };
+    let fwd = ClientPolicy {
+        mode: ClientMode::TrustedProxy(ForwardedHeader::Forwarded),
+        trusted_proxies: trusted,
+        ..ClientPolicy::default()
+    };
+    let cf = ClientPolicy {
+        mode: ClientMode::Cloudflare,
+        cloudflare_ranges: cloudflare_ranges(),
+        proxy_protocol_peers: CidrSet::parse_list(&["10.0.0.9"]).unwrap(),
+        ..ClientPolicy::default()
+    };
+    let h: &[(&str, &[u8])] = &[
+        ("Host", b"a.test"),
+        ("X-Forwarded-For", b"203.0.113.7, 198.51.100.9"),
+        ("x-forwarded-for", b" 1.1.1.1 ,  [2001:db8::1]:443 "),
+        (
+            "Forwarded",
+            b"for=192.0.2.43, for=\"[2001:db8::\\31]:4711\";proto=https",
+        ),
+        ("CF-Connecting-IP", b"2001:db8::77"),
+        ("CF-IPCountry", b"de"),
+        ("CF-Ray", b"8a1b2c3d4e5f6789-FRA"),
+    ];
+    let mut last: Option<ResolvedClient<'_>> = None;
+    let n = allocations(|| {
+        for peer in ["10.0.0.5", "::ffff:10.0.0.5", "172.64.1.1", "198.51.100.1"] {
+            let peer = Peer::tcp(ip(peer));
+            for p in [&xff, &fwd, &cf] {
+                last = Some(p.resolve(peer, black_box(h)));
+            }
+        }
+        let hdr = ProxyHeader::Tcp {
+            src: "198.51.100.4:5555".parse().unwrap(),
+            dst: "10.0.0.1:443".parse().unwrap(),
+        };
+        let peer = cf.accept_proxy_header(ip("10.0.0.9"), &hdr).unwrap();
+        cf.resolve(peer, h)
+    });
+    assert_eq!(n, 0);
+    assert!(last.is_some());
+}
+
+#[test]
+fn proxy_header_parsing_allocates_nothing() {
+    let mut v2 = Vec::new();
+    proxyproto::encode_v2(
+        &ProxyHeader::Tcp {
+            src: "[2001:db8::1]:1".parse().unwrap(),
+            dst: "[2001:db8::2]:2".parse().unwrap(),
+        },
+        &[(0x01, b"h2")],
+        &mut v2,
+    );
+    let v1 = b"PROXY TCP4 192.0.2.1 198.51.100.2 56324 443\r\nGET /";
+    let n = allocations(|| {
+        (
+            proxyproto::parse(black_box(v1)),
+            proxyproto::parse(black_box(&v2)),
+            proxyproto::parse(black_box(b"GET / HTTP/1.1\r\n")),
+            proxyproto::parse(black_box(&v2[..10])),
+        )
+    });
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn country_checks_allocate_nothing() {
+    let rules = AddressRules {
+        allow: CidrSet::parse_list(&["192.0.2.0/24"]).unwrap(),
+        deny: CidrSet::parse_list(&["192.0.2.66"]).unwrap(),
+        countries: CountryRules::parse(&["DE", "XX"], &["T1", "RU"]).unwrap(),
+    };
+    let n = allocations(|| {
+        let mut steps = 0;
+        for header in [&b"DE"[..], b"ru", b"T1", b"XX", b"", b"garbage"] {
+            let c = Country::from_header(black_box(header));
+            for addr in [ip("192.0.2.1"), ip("192.0.2.66"), ip("198.51.100.1")] {
+                let check = rules.check(black_box(addr), Some(c));
+                for satisfy in [Satisfy::All, Satisfy::Any] {
+                    let step = access_step(check.verdict, true, satisfy, false);
+                    steps += step as usize;
+                }
+            }
+        }
+        steps + rules.check(ip("192.0.2.1"), None).verdict.as_str().len()
+    });
+    assert_eq!(n, 0);
+}
