@@ -88,10 +88,19 @@ pub struct ParsedHead {
     pub head_len: usize,
 }
 
-/// Outcome of one parse attempt.
+/// The header array a parse fills: the parser's fixed bound of lines.
+pub type HeaderBuf<'b> = [MaybeUninit<httparse::Header<'b>>; OUTER_MAX_HEADERS];
+
+/// A fresh, uninitialised header array (no cost to create).
+pub fn header_buf<'b>() -> HeaderBuf<'b> {
+    [const { MaybeUninit::uninit() }; OUTER_MAX_HEADERS]
+}
+
+/// Outcome of one parse attempt. A complete head comes with its header
+/// lines, borrowed from the caller's array and buffer.
 #[derive(Debug)]
-pub enum Parse {
-    Complete(ParsedHead),
+pub enum Parse<'h, 'b> {
+    Complete(ParsedHead, &'h [httparse::Header<'b>]),
     /// Need more bytes; nothing is wrong so far.
     Partial,
     Error(HeadError),
@@ -127,12 +136,11 @@ fn parse_length(value: &[u8]) -> Option<u64> {
     found
 }
 
-/// Parses a request head at the start of `buf`. O(n), no allocation.
-pub fn parse_head(buf: &[u8]) -> Parse {
-    let mut headers: [MaybeUninit<httparse::Header<'_>>; OUTER_MAX_HEADERS] =
-        [const { MaybeUninit::uninit() }; OUTER_MAX_HEADERS];
+/// Parses a request head at the start of `buf` into `headers`. O(n), no
+/// allocation.
+pub fn parse_head<'h, 'b>(buf: &'b [u8], headers: &'h mut HeaderBuf<'b>) -> Parse<'h, 'b> {
     let mut req = httparse::Request::new(&mut []);
-    let head_len = match req.parse_with_uninit_headers(buf, &mut headers) {
+    let head_len = match req.parse_with_uninit_headers(buf, headers) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             return Parse::Partial.bounded(buf);
@@ -268,22 +276,26 @@ pub fn parse_head(buf: &[u8]) -> Parse {
     } else {
         conn_close
     };
-    Parse::Complete(ParsedHead {
-        method,
-        version,
-        target,
-        path: path_range,
-        host: host_from_target.or(host),
-        framing,
-        close,
-        keep_alive_10: version == 0 && conn_keep_alive && !conn_close,
-        upgrade,
-        expect_continue: expect_continue && version == 1,
-        wants_html,
-        header_count,
-        header_bytes,
-        head_len,
-    })
+    let lines: &'h [httparse::Header<'b>] = req.headers;
+    Parse::Complete(
+        ParsedHead {
+            method,
+            version,
+            target,
+            path: path_range,
+            host: host_from_target.or(host),
+            framing,
+            close,
+            keep_alive_10: version == 0 && conn_keep_alive && !conn_close,
+            upgrade,
+            expect_continue: expect_continue && version == 1,
+            wants_html,
+            header_count,
+            header_bytes,
+            head_len,
+        },
+        lines,
+    )
 }
 
 fn strip_scheme(target: &[u8]) -> Option<&[u8]> {
@@ -297,11 +309,11 @@ fn strip_scheme(target: &[u8]) -> Option<&[u8]> {
     }
 }
 
-impl Parse {
+impl Parse<'_, '_> {
     /// A partial head that already exceeds what any host could accept is
     /// refused now rather than buffered further: a request line longer than
     /// the largest target bound is 414, a head past the outer bound 431.
-    fn bounded(self, buf: &[u8]) -> Parse {
+    fn bounded(self, buf: &[u8]) -> Self {
         let line_end = memchr::memchr(b'\n', buf);
         let max_line = URL_BYTES_BOUNDS.1 as usize + 64;
         match line_end {
@@ -317,15 +329,20 @@ impl Parse {
 mod tests {
     use super::*;
 
+    fn parse<'b>(req: &'b [u8]) -> Parse<'b, 'b> {
+        let headers: &'b mut HeaderBuf<'b> = Box::leak(Box::new(header_buf()));
+        parse_head(req, headers)
+    }
+
     fn ok(req: &[u8]) -> ParsedHead {
-        match parse_head(req) {
-            Parse::Complete(h) => h,
+        match parse(req) {
+            Parse::Complete(h, _) => h,
             other => panic!("expected a head, got {other:?}"),
         }
     }
 
     fn malformed(req: &[u8]) {
-        match parse_head(req) {
+        match parse(req) {
             Parse::Error(HeadError::Malformed(_)) => {}
             other => panic!(
                 "expected malformed for {:?}, got {other:?}",
@@ -351,10 +368,7 @@ mod tests {
 
     #[test]
     fn partial_head_asks_for_more() {
-        assert!(matches!(
-            parse_head(b"GET / HTTP/1.1\r\nHo"),
-            Parse::Partial
-        ));
+        assert!(matches!(parse(b"GET / HTTP/1.1\r\nHo"), Parse::Partial));
     }
 
     #[test]
@@ -418,27 +432,18 @@ mod tests {
     fn oversized_heads_are_refused_early() {
         let mut long = b"GET /".to_vec();
         long.extend(std::iter::repeat_n(b'a', 20_000));
-        assert!(matches!(
-            parse_head(&long),
-            Parse::Error(HeadError::UrlTooLong)
-        ));
+        assert!(matches!(parse(&long), Parse::Error(HeadError::UrlTooLong)));
         let mut many = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
         for i in 0..200 {
             many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
         }
         many.extend_from_slice(b"\r\n");
-        assert!(matches!(
-            parse_head(&many),
-            Parse::Error(HeadError::TooLarge)
-        ));
+        assert!(matches!(parse(&many), Parse::Error(HeadError::TooLarge)));
         let mut big = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
         while big.len() < OUTER_MAX_HEAD_BYTES {
             big.extend_from_slice(b"X-Long: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
         }
-        assert!(matches!(
-            parse_head(&big),
-            Parse::Error(HeadError::TooLarge)
-        ));
+        assert!(matches!(parse(&big), Parse::Error(HeadError::TooLarge)));
     }
 
     #[test]

@@ -9,4 +9,4 @@ pub mod chunked;
 pub mod head;
 
 pub use chunked::{ChunkError, ChunkedDecoder, Step};
-pub use head::{parse_head, BodyFraming, HeadError, Method, ParsedHead};
+pub use head::{header_buf, parse_head, BodyFraming, HeadError, HeaderBuf, Method, ParsedHead};

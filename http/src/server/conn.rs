@@ -16,10 +16,15 @@
 use super::stats::ErrorKind;
 use super::Shard;
 use crate::codec::chunked::ChunkedDecoder;
-use crate::codec::head::{parse_head, BodyFraming, HeadError, Parse, ParsedHead};
+use crate::codec::head::{
+    header_buf, parse_head, BodyFraming, HeadError, Method, Parse, ParsedHead,
+};
+use crate::upstream::request::{write_request_head, Forwarding};
 use gapura_gate::answer::{end_head, WriteCtx};
 use gapura_gate::limits::{RequestLimits, OUTER_MAX_HEAD_BYTES};
 use gapura_gate::snapshot::{RequestFacts, Verdict};
+use gapura_gate::upstream::{Route, UpstreamGroup};
+use gapura_gate::Answer;
 use gapura_gate::{ErrorStatus, Snapshot};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
@@ -127,7 +132,8 @@ impl Conn {
 
     async fn run(&mut self) -> End {
         loop {
-            let parsed = parse_head(&self.rbuf[self.pos..]);
+            let mut headers = header_buf();
+            let parsed = parse_head(&self.rbuf[self.pos..], &mut headers);
             match parsed {
                 Parse::Partial => {
                     if let Err(end) = self.wait_for_more().await {
@@ -147,8 +153,26 @@ impl Conn {
                     self.write_page(&snap, status, false, false);
                     return self.close_after_refusal(kind).await;
                 }
-                Parse::Complete(head) => {
-                    if let Err(end) = self.handle(head).await {
+                Parse::Complete(head, lines) => {
+                    let snap = self.shard.snapshot();
+                    self.shard.stats.requests.inc();
+                    self.served += 1;
+                    let plan = prepare(
+                        Prep {
+                            shard: &self.shard,
+                            buf: &self.rbuf[self.pos..],
+                            wbuf: &mut self.wbuf,
+                            ubuf: &mut self.ubuf,
+                            peer: self.peer,
+                        },
+                        &snap,
+                        &head,
+                        lines,
+                    );
+                    self.pos += head.head_len;
+                    self.set_busy(true);
+                    self.head_deadline = None;
+                    if let Err(end) = self.execute(&snap, &head, plan).await {
                         return end;
                     }
                 }
@@ -292,73 +316,34 @@ impl Conn {
         End::Error(kind)
     }
 
-    /// Answers one complete head, including its body.
-    async fn handle(&mut self, head: ParsedHead) -> Result<(), End> {
-        let snap = self.shard.snapshot();
-        let shard = self.shard.clone();
-        let stats = &shard.stats;
-        stats.requests.inc();
-        self.set_busy(true);
-        self.head_deadline = None;
-        let base = self.pos;
-        let buf = &self.rbuf[base..];
-        let facts = RequestFacts {
-            host: head.host.clone().map(|r| &buf[r]),
-            target: &buf[head.target.clone()],
-            path: &buf[head.path.clone()],
-            header_count: head.header_count,
-            header_bytes: head.header_bytes,
-            content_length: match head.framing {
-                BodyFraming::Length(n) => Some(n),
-                _ => None,
-            },
+    /// Carries out a plan: the body, then the rest of the answer, or the
+    /// forwarding.
+    async fn execute(
+        &mut self,
+        snap: &Snapshot,
+        head: &ParsedHead,
+        plan: Plan<'_>,
+    ) -> Result<(), End> {
+        let (end, status, resp_start, limits) = match plan {
+            Plan::RefuseClose(kind) => return Err(self.close_after_refusal(kind).await),
+            Plan::Forward {
+                route,
+                group,
+                limits,
+            } => return self.forward(head, route, group, snap, limits).await,
+            Plan::Local {
+                end,
+                status,
+                resp_start,
+                limits,
+            } => (end, status, resp_start, limits),
         };
-        let decision = {
-            let mut scratch = shard.scratch.borrow_mut();
-            snap.decide(&facts, &mut scratch)
-        };
-        self.served += 1;
-        if let Verdict::Forward(route, group) = decision.verdict {
-            let limits = decision.limits;
-            return self.forward(&head, route, group, &snap, limits).await;
-        }
-        let head_only = head.method == crate::codec::head::Method::Head;
-        let (status, refusal_closes) = match decision.verdict {
-            Verdict::Respond(a) => (a.status, false),
-            Verdict::Redirect(r) => (r.status, false),
-            Verdict::Refuse(s) => (s.code(), is_limit(s)),
-            Verdict::Forward(..) => (0, false),
-        };
-        let page = match decision.verdict {
-            Verdict::Refuse(s) => Some(snap.pages.get(s, head.wants_html)),
-            _ => None,
-        };
-        let date = self.shard.date.line();
-        let resp_start = self.wbuf.len();
-        match (decision.verdict, page) {
-            (_, Some(p)) => p.write_start(&mut self.wbuf, &date),
-            (Verdict::Respond(a), _) => a.write_start(&mut self.wbuf, &date),
-            (Verdict::Redirect(r), _) => {
-                r.write_start(&mut self.wbuf, &buf[head.path.clone()], &date)
-            }
-            (Verdict::Refuse(_), None) | (Verdict::Forward(..), _) => {}
-        }
-        self.pos += head.head_len;
-        if refusal_closes {
-            end_head(&mut self.wbuf, &close_ctx(&date, head_only));
-            if let Some(p) = page {
-                if !head_only {
-                    self.wbuf.extend_from_slice(p.body());
-                }
-            }
-            stats.response(status);
-            return Err(self.close_after_refusal(ErrorKind::Limit).await);
-        }
+        let head_only = head.method == Method::Head;
         let body = match head.framing {
             BodyFraming::None => BodyEnd::Ok,
             BodyFraming::Length(n) => self.drain_length(n, head.expect_continue, resp_start).await,
             BodyFraming::Chunked => {
-                self.drain_chunked(&decision.limits, head.expect_continue, resp_start)
+                self.drain_chunked(&limits, head.expect_continue, resp_start)
                     .await
             }
         };
@@ -366,7 +351,7 @@ impl Conn {
             BodyEnd::Ok => {}
             BodyEnd::Refuse(s) => {
                 self.wbuf.truncate(resp_start);
-                self.write_page(&snap, s, head.wants_html, head_only);
+                self.write_page(snap, s, head.wants_html, head_only);
                 let kind = if s == ErrorStatus::PayloadTooLarge {
                     ErrorKind::Limit
                 } else {
@@ -382,16 +367,16 @@ impl Conn {
             || self.shard.is_draining()
             || (server.max_requests_per_connection != 0
                 && self.served >= server.max_requests_per_connection);
+        let date = self.shard.date.line();
         let ctx = WriteCtx {
             date_line: &date,
             head_only,
             close,
             keep_alive_10: head.keep_alive_10 && !close,
         };
-        match (decision.verdict, page) {
-            (_, Some(p)) => p.write_end(&mut self.wbuf, &ctx),
-            (Verdict::Respond(a), _) => a.write_end(&mut self.wbuf, &ctx),
-            _ => end_head(&mut self.wbuf, &ctx),
+        match end {
+            LocalEnd::Answer(a) => a.write_end(&mut self.wbuf, &ctx),
+            LocalEnd::HeadOnly => end_head(&mut self.wbuf, &ctx),
         }
         self.shard.stats.response(status);
         if close {
@@ -491,6 +476,127 @@ impl Conn {
                 return BodyEnd::End(end);
             }
         }
+    }
+}
+
+/// What `prepare` may touch: the connection's buffers, split so the
+/// request's header lines (borrowed from `buf`) can be read meanwhile.
+pub(super) struct Prep<'a> {
+    pub shard: &'a Shard,
+    /// The buffer from the head's first byte.
+    pub buf: &'a [u8],
+    pub wbuf: &'a mut Vec<u8>,
+    pub ubuf: &'a mut Vec<u8>,
+    pub peer: SocketAddr,
+}
+
+/// What a request's head decided, to be carried out once the borrows of
+/// the head have ended.
+pub(super) enum Plan<'s> {
+    /// The start of a local answer is in `wbuf` at `resp_start`; the rest
+    /// is written after the body is read.
+    Local {
+        end: LocalEnd<'s>,
+        status: u16,
+        resp_start: usize,
+        limits: RequestLimits,
+    },
+    /// A refusal written whole; close now.
+    RefuseClose(ErrorKind),
+    /// The upstream head is in `ubuf`.
+    Forward {
+        route: &'s Route,
+        group: &'s UpstreamGroup,
+        limits: RequestLimits,
+    },
+}
+
+pub(super) enum LocalEnd<'s> {
+    /// The answer's connection line, blank line and body.
+    Answer(&'s Answer),
+    /// Only the connection line and blank line (redirects).
+    HeadOnly,
+}
+
+/// Decides a complete head and writes what can be written before its body.
+/// Synchronous: everything borrowed from the head ends here. No allocation
+/// once the buffers have capacity.
+pub(super) fn prepare<'s>(
+    p: Prep<'_>,
+    snap: &'s Snapshot,
+    head: &ParsedHead,
+    lines: &[httparse::Header<'_>],
+) -> Plan<'s> {
+    let buf = p.buf;
+    let facts = RequestFacts {
+        host: head.host.clone().map(|r| &buf[r]),
+        target: &buf[head.target.clone()],
+        path: &buf[head.path.clone()],
+        header_count: head.header_count,
+        header_bytes: head.header_bytes,
+        content_length: match head.framing {
+            BodyFraming::Length(n) => Some(n),
+            _ => None,
+        },
+    };
+    let decision = {
+        let mut scratch = p.shard.scratch.borrow_mut();
+        snap.decide(&facts, &mut scratch)
+    };
+    let head_only = head.method == Method::Head;
+    let date = p.shard.date.line();
+    let resp_start = p.wbuf.len();
+    let (end, status) = match decision.verdict {
+        Verdict::Forward(route, group) => {
+            p.ubuf.clear();
+            let fwd = Forwarding {
+                client: p.peer.ip(),
+                proto: "http",
+                host: facts.host,
+                path: facts.path,
+                host_header: &group.host_header,
+                request_id: route.request_id,
+                upgrade: head.upgrade && route.websocket,
+            };
+            let raw = &buf[..head.head_len];
+            if write_request_head(raw, lines, &fwd, p.ubuf, &mut |o| {
+                p.shard.write_request_id(o)
+            }) {
+                return Plan::Forward {
+                    route,
+                    group,
+                    limits: decision.limits,
+                };
+            }
+            let page = snap.pages.get(ErrorStatus::BadRequest, head.wants_html);
+            page.write_into(p.wbuf, &close_ctx(&date, head_only));
+            p.shard.stats.response(400);
+            return Plan::RefuseClose(ErrorKind::BadRequest);
+        }
+        Verdict::Respond(a) => {
+            a.write_start(p.wbuf, &date);
+            (LocalEnd::Answer(a), a.status)
+        }
+        Verdict::Redirect(r) => {
+            r.write_start(p.wbuf, &buf[head.path.clone()], &date);
+            (LocalEnd::HeadOnly, r.status)
+        }
+        Verdict::Refuse(s) => {
+            let page = snap.pages.get(s, head.wants_html);
+            if is_limit(s) {
+                page.write_into(p.wbuf, &close_ctx(&date, head_only));
+                p.shard.stats.response(s.code());
+                return Plan::RefuseClose(ErrorKind::Limit);
+            }
+            page.write_start(p.wbuf, &date);
+            (LocalEnd::Answer(page), s.code())
+        }
+    };
+    Plan::Local {
+        end,
+        status,
+        resp_start,
+        limits: decision.limits,
     }
 }
 

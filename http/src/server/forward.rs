@@ -19,7 +19,6 @@ use super::conn::{Conn, End};
 use super::stats::ErrorKind;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
-use crate::upstream::request::{write_request_head, Forwarding};
 use crate::upstream::response::{parse_response, write_client_head, RespFraming, RespParse};
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::upstream::{Route, UpstreamGroup, UpstreamServer};
@@ -115,7 +114,8 @@ fn peer_closed(fd: i32) -> bool {
 }
 
 impl Conn {
-    /// Proxies one request whose head is at `self.pos`.
+    /// Proxies one request: its rewritten head is in `ubuf`, its body (if
+    /// any) starts at `self.pos`.
     pub(super) async fn forward(
         &mut self,
         head: &ParsedHead,
@@ -131,29 +131,6 @@ impl Conn {
             Method::Get | Method::Head | Method::Options | Method::Put | Method::Delete
         );
         let upgrade = head.upgrade && route.websocket;
-        let base = self.pos;
-        self.ubuf.clear();
-        {
-            let rbuf = &self.rbuf;
-            let slice = |r: &std::ops::Range<usize>| &rbuf[base + r.start..base + r.end];
-            let fwd = Forwarding {
-                client: self.peer.ip(),
-                proto: "http",
-                host: head.host.as_ref().map(slice),
-                path: slice(&head.path),
-                host_header: &group.host_header,
-                request_id: route.request_id,
-                upgrade,
-            };
-            let raw = &rbuf[base..base + head.head_len];
-            if !write_request_head(raw, &fwd, &mut self.ubuf, &mut |o| {
-                shard.write_request_id(o)
-            }) {
-                self.write_error(snap, ErrorStatus::BadRequest, head, true);
-                return Err(self.close_after_refusal(ErrorKind::BadRequest).await);
-            }
-        }
-        self.pos += head.head_len;
         let mut body = Body {
             framing: head.framing,
             decoder: ChunkedDecoder::new(),

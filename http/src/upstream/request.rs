@@ -9,10 +9,8 @@
 //! `X-Request-Id`, and `Host` passed through or rewritten. O(head), no
 //! allocation once `out` has capacity.
 
-use gapura_gate::limits::OUTER_MAX_HEADERS;
 use gapura_gate::upstream::{HostHeader, RequestId};
 use std::io::Write as _;
-use std::mem::MaybeUninit;
 use std::net::IpAddr;
 
 /// Most `Connection` tokens honoured when removing listed headers.
@@ -38,31 +36,24 @@ fn is_hop_by_hop(name: &[u8]) -> bool {
         || (name.len() >= 6 && name[..6].eq_ignore_ascii_case(b"proxy-"))
 }
 
-/// Writes the upstream request head for the client head `raw` into `out`.
-/// `new_id` writes a fresh request id when one is needed. Returns false if
-/// `raw` does not parse (it always does: the server parsed it before).
+/// Writes the upstream request head into `out` for a client head `raw`
+/// (its request line gives the method) whose parsed lines are `headers`.
+/// `new_id` writes a fresh request id when one is needed.
 pub fn write_request_head(
     raw: &[u8],
+    headers: &[httparse::Header<'_>],
     fwd: &Forwarding<'_>,
     out: &mut Vec<u8>,
     new_id: &mut dyn FnMut(&mut Vec<u8>),
 ) -> bool {
-    let mut headers: [MaybeUninit<httparse::Header<'_>>; OUTER_MAX_HEADERS] =
-        [const { MaybeUninit::uninit() }; OUTER_MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut []);
-    if !matches!(
-        req.parse_with_uninit_headers(raw, &mut headers),
-        Ok(httparse::Status::Complete(_))
-    ) {
-        return false;
-    }
-    let Some(method) = req.method else {
+    let Some(space) = raw.iter().position(|&b| b == b' ') else {
         return false;
     };
+    let method = &raw[..space];
     // Names the client's Connection header lists are hop-by-hop too.
     let mut listed: [&[u8]; MAX_CONNECTION_TOKENS] = [b""; MAX_CONNECTION_TOKENS];
     let mut n_listed = 0;
-    for h in req.headers.iter() {
+    for h in headers.iter() {
         if h.name.eq_ignore_ascii_case("connection") {
             for t in h.value.split(|&b| b == b',') {
                 let t = t.trim_ascii();
@@ -75,7 +66,7 @@ pub fn write_request_head(
     }
     let listed = &listed[..n_listed];
 
-    out.extend_from_slice(method.as_bytes());
+    out.extend_from_slice(method);
     out.push(b' ');
     out.extend_from_slice(fwd.path);
     out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
@@ -87,7 +78,7 @@ pub fn write_request_head(
 
     let mut id_seen = false;
     let mut upgrade_value: Option<&[u8]> = None;
-    for h in req.headers.iter() {
+    for h in headers.iter() {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"upgrade") {
             upgrade_value = Some(h.value);
@@ -117,7 +108,7 @@ pub fn write_request_head(
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"X-Forwarded-For: ");
-    for h in req.headers.iter() {
+    for h in headers.iter() {
         if h.name.eq_ignore_ascii_case("x-forwarded-for") {
             let v = h.value.trim_ascii();
             if !v.is_empty() {
@@ -156,8 +147,14 @@ mod tests {
     use super::*;
 
     fn head(raw: &[u8], fwd: &Forwarding<'_>) -> String {
+        let mut buf = crate::codec::header_buf();
+        let crate::codec::head::Parse::Complete(_, lines) = crate::codec::parse_head(raw, &mut buf)
+        else {
+            panic!("test head parses");
+        };
         let mut out = Vec::new();
-        assert!(write_request_head(raw, fwd, &mut out, &mut |o| o.extend_from_slice(b"gen-1")));
+        assert!(write_request_head(raw, lines, fwd, &mut out, &mut |o| o
+            .extend_from_slice(b"gen-1")));
         String::from_utf8(out).unwrap()
     }
 
