@@ -89,10 +89,10 @@ pub fn text(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
         String::new()
     };
     let span = match cfg.duration {
-        Some(d) => format!("{:.3}s", d.as_secs_f64())
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string(),
+        Some(d) => {
+            let secs = format!("{:.3}", d.as_secs_f64());
+            format!("{}s", secs.trim_end_matches('0').trim_end_matches('.'))
+        }
         None => format!("{} requests", cfg.requests.unwrap_or(0)),
     };
     s += &format!("Running {span} test @ {target}{more}\n");
