@@ -19,7 +19,9 @@ use super::conn::{Conn, End};
 use super::stats::ErrorKind;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
-use crate::upstream::response::{parse_response, write_client_head, RespFraming, RespParse};
+use crate::upstream::response::{
+    parse_response, resp_header_buf, write_client_head, RespFraming, RespParse,
+};
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::upstream::{Route, UpstreamGroup, UpstreamServer};
 use gapura_gate::{ErrorStatus, Snapshot};
@@ -363,32 +365,47 @@ impl Conn {
         }
         self.urbuf.clear();
         let deadline = Instant::now() + Duration::from_millis(group.response_header_timeout_ms);
-        let resp = loop {
-            match parse_response(&self.urbuf, head_only) {
-                RespParse::Complete(r) if r.status / 100 == 1 && r.status != 101 => {
-                    // Interim (100, 103): pass it on and read on.
-                    let n = r.head_len;
-                    if !write_client_head(&self.urbuf[..n], &mut self.wbuf, false) {
+        let server = &self.shard.snapshot().server;
+        let close_anyway = head.close
+            || self.shard.is_draining()
+            || (server.max_requests_per_connection != 0
+                && self.served >= server.max_requests_per_connection);
+        let (resp, close) = loop {
+            // Parse and, when complete, write the client's head in one step
+            // while the lines are borrowed.
+            let mut lines = resp_header_buf();
+            let outcome = match parse_response(&self.urbuf, &mut lines, head_only) {
+                RespParse::Complete(r, reason, lines) => {
+                    let close = close_anyway || r.framing == RespFraming::Close;
+                    let interim = r.status / 100 == 1 && r.status != 101;
+                    if r.status == 101 && !upgrade {
                         return Attempt::Fail {
                             status: ErrorStatus::BadGateway,
                             count_failure: true,
                         };
                     }
-                    self.shard.stats.response(r.status);
-                    self.urbuf.drain(..n);
-                    if self.flush().await.is_err() {
-                        return Attempt::ClientGone;
-                    }
-                    continue;
+                    write_client_head(r.status, reason, lines, &mut self.wbuf, close && !interim);
+                    Some((r, close, interim))
                 }
-                RespParse::Complete(r) => break r,
                 RespParse::Malformed => {
                     return Attempt::Fail {
                         status: ErrorStatus::BadGateway,
                         count_failure: true,
                     }
                 }
-                RespParse::Partial => {}
+                RespParse::Partial => None,
+            };
+            if let Some((r, close, interim)) = outcome {
+                self.shard.stats.response(r.status);
+                if !interim {
+                    break (r, close);
+                }
+                // Interim (100, 103): passed on; read on.
+                self.urbuf.drain(..r.head_len);
+                if self.flush().await.is_err() {
+                    return Attempt::ClientGone;
+                }
+                continue;
             }
             let got_nothing = self.urbuf.is_empty();
             match self.read_upstream(up, deadline).await {
@@ -415,40 +432,14 @@ impl Conn {
                 Err(UpRead::ClientGone) => return Attempt::ClientGone,
             }
         };
-        // 4. The client's head.
+        // 4. A 101 switches to a tunnel.
         if resp.status == 101 {
-            if !upgrade {
-                return Attempt::Fail {
-                    status: ErrorStatus::BadGateway,
-                    count_failure: true,
-                };
-            }
-            if !write_client_head(&self.urbuf[..resp.head_len], &mut self.wbuf, false) {
-                return Attempt::Fail {
-                    status: ErrorStatus::BadGateway,
-                    count_failure: true,
-                };
-            }
-            self.shard.stats.response(101);
             if self.flush().await.is_err() {
                 return Attempt::ClientGone;
             }
             let pending = self.urbuf.split_off(resp.head_len);
             return Attempt::Upgrade(pending);
         }
-        let server = &self.shard.snapshot().server;
-        let close = head.close
-            || self.shard.is_draining()
-            || resp.framing == RespFraming::Close
-            || (server.max_requests_per_connection != 0
-                && self.served >= server.max_requests_per_connection);
-        if !write_client_head(&self.urbuf[..resp.head_len], &mut self.wbuf, close) {
-            return Attempt::Fail {
-                status: ErrorStatus::BadGateway,
-                count_failure: true,
-            };
-        }
-        self.shard.stats.response(resp.status);
         // 5. The body.
         let mut reusable = resp.keep_alive && body.done;
         let start = resp.head_len;

@@ -32,10 +32,19 @@ pub struct RespHead {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub enum RespParse {
-    Complete(RespHead),
+pub enum RespParse<'h, 'b> {
+    /// The head, its reason phrase and its header lines (borrowed).
+    Complete(RespHead, &'b [u8], &'h [httparse::Header<'b>]),
     Partial,
     Malformed,
+}
+
+/// The header array a response parse fills.
+pub type RespHeaderBuf<'b> = [MaybeUninit<httparse::Header<'b>>; OUTER_MAX_HEADERS];
+
+/// A fresh, uninitialised array (no cost to create).
+pub fn resp_header_buf<'b>() -> RespHeaderBuf<'b> {
+    [const { MaybeUninit::uninit() }; OUTER_MAX_HEADERS]
 }
 
 fn parse_length(v: &[u8]) -> Option<u64> {
@@ -46,16 +55,16 @@ fn parse_length(v: &[u8]) -> Option<u64> {
     Some(v.iter().fold(0u64, |a, &d| a * 10 + u64::from(d - b'0')))
 }
 
-/// Parses a response head at the start of `buf`.
-pub fn parse_response(buf: &[u8], request_was_head: bool) -> RespParse {
-    let mut headers: [MaybeUninit<httparse::Header<'_>>; OUTER_MAX_HEADERS] =
-        [const { MaybeUninit::uninit() }; OUTER_MAX_HEADERS];
+/// Parses a response head at the start of `buf` into `headers`.
+pub fn parse_response<'h, 'b>(
+    buf: &'b [u8],
+    headers: &'h mut RespHeaderBuf<'b>,
+    request_was_head: bool,
+) -> RespParse<'h, 'b> {
     let mut resp = httparse::Response::new(&mut []);
-    let head_len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
-        &mut resp,
-        buf,
-        &mut headers,
-    ) {
+    let head_len = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, buf, headers)
+    {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             return if buf.len() >= MAX_RESPONSE_HEAD_BYTES {
@@ -119,39 +128,35 @@ pub fn parse_response(buf: &[u8], request_was_head: bool) -> RespParse {
             None => RespFraming::Close,
         }
     };
-    RespParse::Complete(RespHead {
-        status,
-        head_len,
-        keep_alive: !close && framing != RespFraming::Close,
-        framing,
-    })
+    let reason: &'b [u8] = resp.reason.unwrap_or("").as_bytes();
+    let lines: &'h [httparse::Header<'b>] = resp.headers;
+    RespParse::Complete(
+        RespHead {
+            status,
+            head_len,
+            keep_alive: !close && framing != RespFraming::Close,
+            framing,
+        },
+        reason,
+        lines,
+    )
 }
 
-/// Writes the client's copy of the response head `raw`: the status line as
-/// HTTP/1.1, headers without the hop-by-hop ones, `Connection: close` when
-/// the client connection ends after it, `Connection: upgrade` and `Upgrade`
-/// for a 101. Returns false if `raw` does not parse.
-pub fn write_client_head(raw: &[u8], out: &mut Vec<u8>, close: bool) -> bool {
-    let mut headers: [MaybeUninit<httparse::Header<'_>>; OUTER_MAX_HEADERS] =
-        [const { MaybeUninit::uninit() }; OUTER_MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut []);
-    if !matches!(
-        httparse::ParserConfig::default().parse_response_with_uninit_headers(
-            &mut resp,
-            raw,
-            &mut headers
-        ),
-        Ok(httparse::Status::Complete(_))
-    ) {
-        return false;
-    }
-    let Some(status) = resp.code else {
-        return false;
-    };
+/// Writes the client's copy of a response head (`status`, `reason`, its
+/// parsed `lines`): the status line as HTTP/1.1, headers without the
+/// hop-by-hop ones, `Connection: close` when the client connection ends
+/// after it, `Connection: upgrade` and `Upgrade` for a 101. O(head).
+pub fn write_client_head(
+    status: u16,
+    reason: &[u8],
+    lines: &[httparse::Header<'_>],
+    out: &mut Vec<u8>,
+    close: bool,
+) {
     let upgrade = status == 101;
     let mut listed: [&[u8]; 16] = [b""; 16];
     let mut n = 0;
-    for h in resp.headers.iter() {
+    for h in lines.iter() {
         if h.name.eq_ignore_ascii_case("connection") {
             for t in h.value.split(|&b| b == b',') {
                 let t = t.trim_ascii();
@@ -171,9 +176,9 @@ pub fn write_client_head(raw: &[u8], out: &mut Vec<u8>, close: bool) -> bool {
     ];
     out.extend_from_slice(&code);
     out.push(b' ');
-    out.extend_from_slice(resp.reason.unwrap_or("").as_bytes());
+    out.extend_from_slice(reason);
     out.extend_from_slice(b"\r\n");
-    for h in resp.headers.iter() {
+    for h in lines.iter() {
         let name = h.name.as_bytes();
         let hop = name.eq_ignore_ascii_case(b"connection")
             || name.eq_ignore_ascii_case(b"keep-alive")
@@ -198,7 +203,6 @@ pub fn write_client_head(raw: &[u8], out: &mut Vec<u8>, close: bool) -> bool {
         out.extend_from_slice(b"Connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    true
 }
 
 #[cfg(test)]
@@ -206,10 +210,21 @@ mod tests {
     use super::*;
 
     fn complete(buf: &[u8], head: bool) -> RespHead {
-        match parse_response(buf, head) {
-            RespParse::Complete(h) => h,
+        let mut lines = resp_header_buf();
+        match parse_response(buf, &mut lines, head) {
+            RespParse::Complete(h, _, _) => h,
             other => panic!("{other:?}"),
         }
+    }
+
+    fn client_head(raw: &[u8], close: bool) -> Vec<u8> {
+        let mut lines = resp_header_buf();
+        let RespParse::Complete(h, reason, lines) = parse_response(raw, &mut lines, false) else {
+            panic!("parses");
+        };
+        let mut out = Vec::new();
+        write_client_head(h.status, reason, lines, &mut out, close);
+        out
     }
 
     #[test]
@@ -258,15 +273,17 @@ mod tests {
             b"NOT HTTP\r\n\r\n",
             b"HTTP/1.1 2000 OK\r\n\r\n",
         ] {
+            let mut lines = resp_header_buf();
             assert_eq!(
-                parse_response(bad, false),
+                parse_response(bad, &mut lines, false),
                 RespParse::Malformed,
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );
         }
+        let mut lines = resp_header_buf();
         assert_eq!(
-            parse_response(b"HTTP/1.1 200 OK\r\nX: y", false),
+            parse_response(b"HTTP/1.1 200 OK\r\nX: y", &mut lines, false),
             RespParse::Partial
         );
     }
@@ -274,15 +291,13 @@ mod tests {
     #[test]
     fn client_head_drops_hop_by_hop() {
         let raw = b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\nServer: up\r\n\r\n";
-        let mut out = Vec::new();
-        assert!(write_client_head(raw, &mut out, true));
+        let out = client_head(raw, true);
         assert_eq!(
             out,
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nServer: up\r\nConnection: close\r\n\r\n"
         );
         let raw = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: a\r\n\r\n";
-        out.clear();
-        assert!(write_client_head(raw, &mut out, false));
+        let out = client_head(raw, false);
         assert_eq!(
             out,
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: a\r\nConnection: upgrade\r\n\r\n"
