@@ -2,8 +2,8 @@
 //!
 //! **Layout.** A fixed power-of-two array of 16-byte entries, chosen at
 //! construction and never grown. An entry is a fingerprint word (the policy
-//! [`Slot`] in bits 63..48, the top 48 bits of the 64-bit partition key below;
-//! 0 means empty) and a state word. A 48-bit fingerprint in a 256 Ki table
+//! [`Slot`] in bits 63..48, 48 bits of the 64-bit partition key below; 0
+//! means empty) and a state word. A 48-bit fingerprint in a 256 Ki table
 //! makes two partition keys sharing a bucket about a 2^-40 event per probe;
 //! a collision only makes a limit stricter.
 //!
@@ -260,9 +260,11 @@ impl std::fmt::Debug for RateTable {
     }
 }
 
+/// The slot over 48 bits of the key: its top 48 bits with the low 16 folded
+/// in, so keys that differ anywhere differ here.
 #[inline]
 fn fingerprint(slot: Slot, key: u64) -> u64 {
-    ((slot.get() as u64) << 48) | (key >> 16)
+    ((slot.get() as u64) << 48) | ((key >> 16) ^ (key & 0xffff))
 }
 
 #[inline]
