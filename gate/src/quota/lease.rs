@@ -150,7 +150,7 @@ impl LeaseTable {
             records: records.into_boxed_slice(),
             free: (0..max_leases).rev().collect(),
             active: 0,
-            operation_active: vec![0; operations.min(NONE16) as usize].into_boxed_slice(),
+            operation_active: vec![0; operations as usize].into_boxed_slice(),
             stats: LeaseStats::default(),
         }
     }
