@@ -257,12 +257,14 @@ impl Quota {
     ) -> QuotaDecision {
         let class = req.class;
         let window = self.windows.roll(now_ms);
-        let boundary_ms = until_boundary_ms(now_ms, self.windows.window_ms());
+        // Only a refusal pays for the division.
+        let window_ms = self.windows.window_ms();
+        let boundary_ms = move || until_boundary_ms(now_ms, window_ms);
 
         // 1. Budgets: check all, then count all.
         if let Some(b) = limits.global {
             if !self.global.fits(window, b.threshold(class)) {
-                return self.refuse(Level::Global, false, boundary_ms);
+                return self.refuse(Level::Global, false, boundary_ms());
             }
         }
         let (level, budget, key) = match class {
@@ -273,7 +275,7 @@ impl Quota {
             Some(b) => match self.windows.check(key, b.threshold(class), class, now_ms) {
                 Ok(pass) => Some(pass),
                 Err(e) => {
-                    return self.refuse(level, e == WindowRefusal::Untracked, boundary_ms);
+                    return self.refuse(level, e == WindowRefusal::Untracked, boundary_ms());
                 }
             },
             None => None,
@@ -284,7 +286,7 @@ impl Quota {
         if let Some((i, ops)) = operation {
             if let (Some(b), Some(w)) = (ops.requests, self.operations.get(i as usize)) {
                 if !w.fits(window, b.threshold(class)) {
-                    return self.refuse(Level::Operation, false, boundary_ms);
+                    return self.refuse(Level::Operation, false, boundary_ms());
                 }
             }
         }
@@ -326,7 +328,11 @@ impl Quota {
                 .try_consume(id, b.threshold(class), class, now_ms)
             {
                 self.leases.release(lease);
-                return self.refuse(Level::Identity, e == WindowRefusal::Untracked, boundary_ms);
+                return self.refuse(
+                    Level::Identity,
+                    e == WindowRefusal::Untracked,
+                    boundary_ms(),
+                );
             }
         }
 

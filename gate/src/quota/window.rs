@@ -182,6 +182,8 @@ pub struct WindowTable {
     keys: TrackedKeys,
     window_ms: u64,
     window: u64,
+    /// Where the current window ends, so a roll inside it costs no division.
+    window_end_ms: u64,
     pub stats: WindowStats,
 }
 
@@ -200,6 +202,7 @@ impl WindowTable {
             keys: TrackedKeys::new(ceiling),
             window_ms,
             window: 0,
+            window_end_ms: window_ms,
             stats: WindowStats::default(),
         })
     }
@@ -213,9 +216,10 @@ impl WindowTable {
     /// in the current one. O(1).
     #[inline]
     pub fn roll(&mut self, now_ms: u64) -> u64 {
-        let w = window_index(now_ms, self.window_ms);
-        if w > self.window {
+        if now_ms >= self.window_end_ms {
+            let w = window_index(now_ms, self.window_ms);
             self.window = w;
+            self.window_end_ms = (w + 1).saturating_mul(self.window_ms);
             self.keys.clear_all();
         }
         self.window
