@@ -76,6 +76,11 @@ pub struct PolicySlots {
     reload: u32,
     /// Slots retired or clearing.
     pending: u32,
+    /// The earliest grace end of a retired slot (u64::MAX: none known), and
+    /// the earliest sweeper position that frees a clearing slot: `advance`
+    /// scans the slots only when one of them is reached.
+    due_ms: u64,
+    due_swept: u64,
 }
 
 impl PolicySlots {
@@ -99,6 +104,8 @@ impl PolicySlots {
             grace_ms,
             reload: 0,
             pending: 0,
+            due_ms: u64::MAX,
+            due_swept: u64::MAX,
         }
     }
 
@@ -156,6 +163,9 @@ impl PolicySlots {
             }
         }
         self.pending += retired;
+        if retired > 0 {
+            self.due_ms = self.due_ms.min(now_ms.saturating_add(self.grace_ms));
+        }
         retired
     }
 
@@ -170,6 +180,7 @@ impl PolicySlots {
         }
         r.state = SlotState::Retired { since_ms: now_ms };
         self.pending += 1;
+        self.due_ms = self.due_ms.min(now_ms.saturating_add(self.grace_ms));
         true
     }
 
@@ -223,31 +234,41 @@ impl PolicySlots {
 
     /// Moves retired slots past their grace into clearing (recording the
     /// sweeper position after which the table holds none of their entries),
-    /// and clearing slots whose lap is done into free. O(slots) when a
-    /// retirement is pending, else O(1).
+    /// and clearing slots whose lap is done into free. O(slots) when one of
+    /// those moves is due, else O(1).
     pub(crate) fn advance(&mut self, now_ms: u64, swept_total: u64, table_entries: u64) {
-        if self.pending == 0 {
+        if self.pending == 0 || (now_ms < self.due_ms && swept_total < self.due_swept) {
             return;
         }
+        let (mut due_ms, mut due_swept) = (u64::MAX, u64::MAX);
         for slot in 1..self.records.len() {
             let r = &mut self.records[slot];
             match r.state {
-                SlotState::Retired { since_ms }
-                    if now_ms >= since_ms.saturating_add(self.grace_ms) =>
-                {
-                    r.state = SlotState::Clearing {
-                        until_swept: swept_total + table_entries,
-                    };
+                SlotState::Retired { since_ms } => {
+                    let end = since_ms.saturating_add(self.grace_ms);
+                    if now_ms >= end {
+                        let until_swept = swept_total + table_entries;
+                        r.state = SlotState::Clearing { until_swept };
+                        due_swept = due_swept.min(until_swept);
+                    } else {
+                        due_ms = due_ms.min(end);
+                    }
                 }
-                SlotState::Clearing { until_swept } if swept_total >= until_swept => {
-                    r.state = SlotState::Free;
-                    r.policy = None;
-                    self.pending -= 1;
-                    self.free.push(slot as u16);
+                SlotState::Clearing { until_swept } => {
+                    if swept_total >= until_swept {
+                        r.state = SlotState::Free;
+                        r.policy = None;
+                        self.pending -= 1;
+                        self.free.push(slot as u16);
+                    } else {
+                        due_swept = due_swept.min(until_swept);
+                    }
                 }
                 _ => {}
             }
         }
+        self.due_ms = due_ms;
+        self.due_swept = due_swept;
     }
 
     pub(crate) fn sweep_view(&self, slot: u16) -> SweepView<'_> {
