@@ -31,14 +31,19 @@ pub mod window;
 
 pub use decide::{
     Level, OperationLimits, Quota, QuotaCounters, QuotaDecision, QuotaLimits, QuotaRequest,
-    QuotaSizes, QuotaTicket, Refusal,
+    QuotaSizes, QuotaTicket, Refusal, SizeError,
 };
 pub use key::{fingerprint, mask_source, Domain, Fingerprint, Keyer, MaskedSource, SourcePrefix};
-pub use lease::{LeaseLimits, LeaseRefusal, LeaseTable, LeaseToken};
-pub use rate::{Decision, Peek, RateCheck, RatePolicy, RatePolicyError, RateTable};
+pub use lease::{LeaseLimits, LeaseRefusal, LeaseStats, LeaseTable, LeaseToken};
+pub use rate::{
+    CapacityError, Decision, Peek, RateCheck, RatePolicy, RatePolicyError, RateStats, RateTable,
+};
 pub use slots::{PolicySlots, SlotError};
 pub use tracked::{Ceiling, CeilingError};
-pub use window::{Budget, BudgetError, FixedWindow, WindowRefusal, WindowTable};
+pub use window::{
+    Budget, BudgetError, FixedWindow, WindowLengthError, WindowPass, WindowRefusal, WindowStats,
+    WindowTable,
+};
 
 use std::num::NonZeroU16;
 
