@@ -19,6 +19,7 @@ pub mod pages;
 pub mod path;
 pub mod pathmatch;
 pub mod proxyproto;
+pub mod quota;
 pub mod snapshot;
 pub mod upstream;
 

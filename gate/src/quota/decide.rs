@@ -1,0 +1,426 @@
+//! The combined quota decision of one request, in enforcement order.
+//!
+//! [`Quota`] is one shard's quota state: the rate table and its slots, the
+//! window table, the global and per-operation window counters, and the
+//! leases. [`Quota::decide`] runs the levels in this order and stops at the
+//! first refusal ([`Level`]):
+//!
+//! 1. **Budgets, before anything costs**: the global budget, then the source
+//!    prefix's (a health probe's own health budget instead), then the
+//!    operation's. They are checked together and counted together: a request
+//!    refused at any of them counts in none, so a prefix past its budget does
+//!    not also drain the global one.
+//! 2. **Leases**: global, source prefix and operation concurrency. A request
+//!    that reaches this level has spent its budgets, whatever follows.
+//! 3. **Identity budget** (when the request carries an identity key): after
+//!    the address levels, so invalid credentials cannot skip them. The
+//!    caller computes it the same way whether or not the resource exists.
+//! 4. **Rate limits**: the token buckets of the route's policy (one bucket,
+//!    or the IPv6 tiers all together).
+//!
+//! A refusal at 3 or 4 releases the lease taken at 2. Every refusal names
+//! its level, says whether it failed closed on a full table, and carries a
+//! Retry-After in whole seconds, 1..=3600 ([`retry_after_s`]): the time to the
+//! window boundary for budgets, the time to one token for rate limits, and
+//! 1 s for leases (a lease has no schedule).
+//!
+//! An admitted request gets a [`QuotaTicket`]; the caller's guard hands it
+//! back through [`Quota::release`] when the request ends in any way (see
+//! [`lease`](super::lease)). O(probe windows); no allocation.
+
+use super::lease::{LeaseLimits, LeaseRefusal, LeaseTable, LeaseToken};
+use super::rate::{CapacityError, RateCheck, RateTable};
+use super::slots::PolicySlots;
+use super::tracked::Ceiling;
+use super::window::{until_boundary_ms, Budget, FixedWindow, WindowRefusal, WindowTable};
+use super::{retry_after_s, Class, SweepReport};
+
+/// A level of the decision, in enforcement order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Level {
+    Global = 0,
+    Source = 1,
+    Health = 2,
+    Operation = 3,
+    ConcurrentGlobal = 4,
+    ConcurrentSource = 5,
+    ConcurrentOperation = 6,
+    Identity = 7,
+    Rate = 8,
+}
+
+impl Level {
+    pub const COUNT: usize = 9;
+    pub const ALL: [Level; Level::COUNT] = [
+        Level::Global,
+        Level::Source,
+        Level::Health,
+        Level::Operation,
+        Level::ConcurrentGlobal,
+        Level::ConcurrentSource,
+        Level::ConcurrentOperation,
+        Level::Identity,
+        Level::Rate,
+    ];
+
+    /// The metrics label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Global => "global",
+            Level::Source => "source",
+            Level::Health => "health",
+            Level::Operation => "operation",
+            Level::ConcurrentGlobal => "concurrent_global",
+            Level::ConcurrentSource => "concurrent_source",
+            Level::ConcurrentOperation => "concurrent_operation",
+            Level::Identity => "identity",
+            Level::Rate => "rate",
+        }
+    }
+}
+
+/// Why a request was refused: answered 429 with `Retry-After`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub level: Level,
+    /// The level's table was at its ceiling for a new key (fail closed),
+    /// rather than the key being over its limit.
+    pub untracked: bool,
+    /// Whole seconds, 1..=3600.
+    pub retry_after_s: u32,
+}
+
+/// An admitted request's hold on its leases. A plain value: see
+/// [`lease`](super::lease) for the guard that hands it back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QuotaTicket {
+    lease: LeaseToken,
+}
+
+/// The answer of [`Quota::decide`].
+#[must_use]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaDecision {
+    Admit(QuotaTicket),
+    Refuse(Refusal),
+}
+
+/// Limits of one operation (a route class the profile names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OperationLimits {
+    /// Requests per window, all sources of the shard together.
+    pub requests: Option<Budget>,
+    /// Requests running at once.
+    pub concurrent: Option<Budget>,
+}
+
+/// The quota part of a snapshot: immutable, per-shard values (a `split`
+/// scope already divided). `None` means no limit at that level.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuotaLimits {
+    /// Requests per window on the shard.
+    pub global: Option<Budget>,
+    /// Requests per window per source prefix.
+    pub source: Option<Budget>,
+    /// Health-probe requests per window per source prefix.
+    pub health: Option<Budget>,
+    /// Requests per window per identity.
+    pub identity: Option<Budget>,
+    /// Indexed by operation id.
+    pub operations: Box<[OperationLimits]>,
+    /// Global and per-source concurrency.
+    pub leases: LeaseLimits,
+}
+
+/// One request's quota facts. Keys are computed by the caller with the
+/// shard's [`Keyer`](super::Keyer).
+#[derive(Clone, Copy, Debug)]
+pub struct QuotaRequest<'a> {
+    pub class: Class,
+    /// The source prefix key: `Domain::SourceBudget` over
+    /// `SourcePrefix::BUDGET` (IPv4 /24, IPv6 /56). Budgets and leases of the
+    /// prefix both use it; a health probe's budget derives its own key.
+    pub source: u64,
+    /// The operation id (its index in [`QuotaLimits::operations`]).
+    pub operation: Option<u16>,
+    /// The identity key (`Keyer::identity`), when the route has one.
+    pub identity: Option<u64>,
+    /// The rate buckets to take a token from: empty for none, one for a
+    /// policy, several for IPv6 tiers (all or none).
+    pub rate: &'a [RateCheck<'a>],
+}
+
+/// Table sizes of one shard, fixed at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuotaSizes {
+    /// Rate buckets: a power of two, 16..=16 Mi.
+    pub rate_entries: usize,
+    /// Rate policy slots (policy x host pairs), 1..=65535.
+    pub policy_slots: u16,
+    /// How long a retired slot's buckets are kept.
+    pub slot_grace_ms: u64,
+    /// The length of every budget window.
+    pub window_ms: u64,
+    /// Ceiling of the window table (source, health and identity keys).
+    pub window_keys: Ceiling,
+    /// Ceiling of the lease table's source keys.
+    pub lease_keys: Ceiling,
+    /// Requests running at once on the shard (lease records).
+    pub max_leases: u32,
+    /// Operation counters.
+    pub operations: u16,
+}
+
+/// Why table sizes were refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeError {
+    /// `quota.rate_table_entries.range`
+    RateEntries,
+    /// `quota.window_ms.range`
+    WindowMs,
+}
+
+impl SizeError {
+    pub fn code(self) -> &'static str {
+        match self {
+            SizeError::RateEntries => "quota.rate_table_entries.range",
+            SizeError::WindowMs => "quota.window_ms.range",
+        }
+    }
+}
+
+/// Plain counters owned by the shard, read by `/metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotaCounters {
+    pub admitted: u64,
+    /// Refusals per [`Level`] (index `level as usize`), fail-closed included.
+    pub refused: [u64; Level::COUNT],
+    /// Of those, refusals because a table was at its ceiling.
+    pub untracked: [u64; Level::COUNT],
+    /// Tickets released (a second release is not counted).
+    pub released: u64,
+}
+
+impl QuotaCounters {
+    pub fn refused(&self, level: Level) -> u64 {
+        self.refused[level as usize]
+    }
+
+    pub fn untracked(&self, level: Level) -> u64 {
+        self.untracked[level as usize]
+    }
+}
+
+/// Health probes count in the window table under their own key, derived
+/// from the source key (a keyed PRF output, so the derived keys are as
+/// unrelated to other sources' keys as any two keys are).
+const HEALTH_TWEAK: u64 = 0x6865_616c_7468_7072;
+
+/// One shard's quota state. See the module doc.
+#[derive(Debug)]
+pub struct Quota {
+    rate: RateTable,
+    slots: PolicySlots,
+    windows: WindowTable,
+    global: FixedWindow,
+    operations: Box<[FixedWindow]>,
+    leases: LeaseTable,
+    pub counters: QuotaCounters,
+}
+
+impl Quota {
+    /// Builds every table. Allocates, once.
+    pub fn new(sizes: &QuotaSizes) -> Result<Quota, SizeError> {
+        let rate =
+            RateTable::new(sizes.rate_entries).map_err(|CapacityError| SizeError::RateEntries)?;
+        let windows = WindowTable::new(sizes.window_ms, sizes.window_keys)
+            .map_err(|_| SizeError::WindowMs)?;
+        Ok(Quota {
+            rate,
+            slots: PolicySlots::new(sizes.policy_slots, sizes.slot_grace_ms),
+            windows,
+            global: FixedWindow::default(),
+            operations: vec![FixedWindow::default(); sizes.operations as usize].into_boxed_slice(),
+            leases: LeaseTable::new(sizes.max_leases, sizes.lease_keys, sizes.operations),
+            counters: QuotaCounters::default(),
+        })
+    }
+
+    /// Decides one request at `now_ms`. See the module doc for the order.
+    /// O(probe windows); no allocation.
+    pub fn decide(
+        &mut self,
+        limits: &QuotaLimits,
+        req: &QuotaRequest<'_>,
+        now_ms: u64,
+    ) -> QuotaDecision {
+        let class = req.class;
+        let window = self.windows.roll(now_ms);
+        // Only a refusal pays for the division.
+        let window_ms = self.windows.window_ms();
+        let boundary_ms = move || until_boundary_ms(now_ms, window_ms);
+
+        // 1. Budgets: check all, then count all.
+        if let Some(b) = limits.global {
+            if !self.global.fits(window, b.threshold(class)) {
+                return self.refuse(Level::Global, false, boundary_ms());
+            }
+        }
+        let (level, budget, key) = match class {
+            Class::Health => (Level::Health, limits.health, req.source ^ HEALTH_TWEAK),
+            _ => (Level::Source, limits.source, req.source),
+        };
+        let source_pass = match budget {
+            Some(b) => match self.windows.check(key, b.threshold(class), class, now_ms) {
+                Ok(pass) => Some(pass),
+                Err(e) => {
+                    return self.refuse(level, e == WindowRefusal::Untracked, boundary_ms());
+                }
+            },
+            None => None,
+        };
+        let operation = req
+            .operation
+            .and_then(|i| Some((i, *limits.operations.get(i as usize)?)));
+        if let Some((i, ops)) = operation {
+            if let (Some(b), Some(w)) = (ops.requests, self.operations.get(i as usize)) {
+                if !w.fits(window, b.threshold(class)) {
+                    return self.refuse(Level::Operation, false, boundary_ms());
+                }
+            }
+        }
+        self.global.add(window);
+        if let Some(pass) = source_pass {
+            self.windows.commit(pass);
+        }
+        if let Some((i, _)) = operation {
+            if let Some(w) = self.operations.get_mut(i as usize) {
+                w.add(window);
+            }
+        }
+
+        // 2. Leases.
+        let lease_op = req
+            .operation
+            .map(|i| (i, operation.and_then(|(_, o)| o.concurrent)));
+        let lease = match self
+            .leases
+            .acquire(class, &limits.leases, req.source, lease_op)
+        {
+            Ok(token) => token,
+            Err(e) => {
+                let (level, untracked) = match e {
+                    LeaseRefusal::Global => (Level::ConcurrentGlobal, false),
+                    LeaseRefusal::NoRecord => (Level::ConcurrentGlobal, true),
+                    LeaseRefusal::Key => (Level::ConcurrentSource, false),
+                    LeaseRefusal::UntrackedKey => (Level::ConcurrentSource, true),
+                    LeaseRefusal::Operation => (Level::ConcurrentOperation, false),
+                };
+                return self.refuse(level, untracked, 1_000);
+            }
+        };
+
+        // 3. Identity.
+        if let (Some(id), Some(b)) = (req.identity, limits.identity) {
+            if let Err(e) = self
+                .windows
+                .try_consume(id, b.threshold(class), class, now_ms)
+            {
+                self.leases.release(lease);
+                return self.refuse(
+                    Level::Identity,
+                    e == WindowRefusal::Untracked,
+                    boundary_ms(),
+                );
+            }
+        }
+
+        // 4. Rate.
+        let d = match req.rate {
+            [] => None,
+            [one] => Some(self.rate.try_acquire(one.policy, one.slot, one.key, now_ms)),
+            tiers => Some(self.rate.try_acquire_all(tiers, now_ms)),
+        };
+        if let Some(d) = d {
+            if !d.allowed {
+                self.leases.release(lease);
+                return self.refuse(Level::Rate, false, d.retry_after_ms);
+            }
+        }
+
+        self.counters.admitted += 1;
+        QuotaDecision::Admit(QuotaTicket { lease })
+    }
+
+    #[inline]
+    fn refuse(&mut self, level: Level, untracked: bool, wait_ms: u64) -> QuotaDecision {
+        self.counters.refused[level as usize] += 1;
+        if untracked {
+            self.counters.untracked[level as usize] += 1;
+        }
+        QuotaDecision::Refuse(Refusal {
+            level,
+            untracked,
+            retry_after_s: retry_after_s(wait_ms),
+        })
+    }
+
+    /// Ends an admitted request's leases. A second release of the same
+    /// ticket does nothing and returns false. O(1).
+    pub fn release(&mut self, ticket: QuotaTicket) -> bool {
+        let released = self.leases.release(ticket.lease);
+        if released {
+            self.counters.released += 1;
+        }
+        released
+    }
+
+    /// One step of the rate sweeper: visits up to `budget` buckets. Call it
+    /// from the shard's loop with a budget that bounds its cost (a few
+    /// thousand entries a turn laps a 256 Ki table in seconds).
+    pub fn sweep(&mut self, now_ms: u64, budget: usize) -> SweepReport {
+        self.rate.sweep(&mut self.slots, now_ms, budget)
+    }
+
+    pub fn rate(&self) -> &RateTable {
+        &self.rate
+    }
+
+    pub fn rate_mut(&mut self) -> &mut RateTable {
+        &mut self.rate
+    }
+
+    /// The slot registry: bind each (policy, host) pair on reload.
+    pub fn slots(&self) -> &PolicySlots {
+        &self.slots
+    }
+
+    pub fn slots_mut(&mut self) -> &mut PolicySlots {
+        &mut self.slots
+    }
+
+    pub fn windows(&self) -> &WindowTable {
+        &self.windows
+    }
+
+    pub fn leases(&self) -> &LeaseTable {
+        &self.leases
+    }
+
+    /// Requests counted by the global budget in the current window.
+    pub fn global_count(&self) -> u32 {
+        self.global.count(self.windows.window())
+    }
+
+    /// Requests counted by `operation`'s budget in the current window.
+    pub fn operation_count(&self, operation: u16) -> u32 {
+        self.operations
+            .get(operation as usize)
+            .map_or(0, |w| w.count(self.windows.window()))
+    }
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;
