@@ -2,14 +2,16 @@
 # Side-by-side comparison of Gapura, nginx and HAProxy (DESIGN §11).
 #
 # Every server gives the same answer (200, text/plain, "hello, world\n"), runs
-# with one worker pinned to one core, and is loaded by `wrk -t1` pinned to
-# another core. Per run the script records wrk's requests/s, p50/p99 latency
-# and errors, and the server's CPU time (user + system over its whole process
-# tree, from /proc) across the measured window, so servers are ranked by CPU
-# per request measured in the same run. See bench/README.md.
+# with one worker pinned to one core, and is loaded by one load-generator
+# thread pinned to another core: gapura-loadtest (the default, cheaper per
+# request) or wrk. Per run the script records the generator's requests/s,
+# p50/p99 latency, errors and its own CPU per request, and the server's CPU
+# time (user + system over its whole process tree, from /proc) across the
+# measured window, so servers are ranked by CPU per request measured in the
+# same run. See bench/README.md.
 #
 # Usage: bench/compare.sh [--servers LIST] [--scenarios LIST] [--duration S]
-#                         [--warmup S] [--quick] [--no-build] [--help]
+#                         [--warmup S] [--quick] [--generator G] [--no-build]
 set -euo pipefail
 
 PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
@@ -42,6 +44,7 @@ declare -A SCENARIO_TEXT=(
 )
 SCENARIO_ORDER=(respond-c64 respond-c256 pipelined16 proxy-c64 proxy-c256)
 KNOWN_SERVERS=(gapura nginx haproxy)
+KNOWN_GENERATORS=(gapura-loadtest wrk)
 
 # ----------------------------------------------------------------- defaults --
 SERVERS=gapura,nginx,haproxy
@@ -49,6 +52,8 @@ SCENARIOS=respond-c64,respond-c256,pipelined16
 DURATION=10
 WARMUP=2
 BUILD=1
+GENERATOR=gapura-loadtest
+GENERATOR_EXPLICIT=0 # 1 when --generator was given: then no fallback to wrk
 SERVER_CORE=0
 LOAD_CORE=1
 PORT_BASE=18080
@@ -60,7 +65,7 @@ usage() {
 Usage: bench/compare.sh [options]
 
 Compares Gapura, nginx and HAProxy on the same answer, each with one worker
-pinned to core $SERVER_CORE, loaded by wrk -t1 pinned to core $LOAD_CORE.
+pinned to core $SERVER_CORE, loaded by one generator thread pinned to core $LOAD_CORE.
 
 Options:
   --servers LIST     comma-separated subset of: ${KNOWN_SERVERS[*]} (default: $SERVERS)
@@ -69,18 +74,24 @@ Options:
   --duration S       measured seconds per run (default: $DURATION)
   --warmup S         warm-up seconds per run before measuring (default: $WARMUP; 0 skips)
   --quick            smoke check: --duration 3 --warmup 1
-  --no-build         do not run cargo; use \$GAPURA_BIN or target/release/gapura
+  --generator G      load generator: gapura-loadtest or wrk (default: $GENERATOR).
+                     When gapura-loadtest is the default and its binary is missing
+                     and cannot be built, wrk is used and the report says so;
+                     asked for explicitly, a missing binary is an error
+  --no-build         do not run cargo; use \$GAPURA_BIN / \$LOADTEST_BIN or the
+                     binaries in target/release
   --server-core N    core the server under test is pinned to (default: $SERVER_CORE)
-  --load-core N      core wrk (and the proxy upstream) is pinned to (default: $LOAD_CORE)
+  --load-core N      core the load generator (and the proxy upstream) is pinned to (default: $LOAD_CORE)
   --port-base N      first loopback port to try (default: $PORT_BASE; up to $PORT_LAST)
   --results-dir DIR  where the report goes (default: bench/results)
   -h, --help         this text
 
 Environment:
   GAPURA_BIN         Gapura binary to use; set, it also skips the build
+  LOADTEST_BIN       gapura-loadtest binary to use; set, it also skips its build
 
 The report (markdown) goes to stdout and to DIR/compare-YYYYmmdd-HHMMSS.md, with
-wrk's raw output and server logs in the .log file beside it.
+the generator's raw output and server logs in the .log file beside it.
 EOF
 }
 
@@ -103,6 +114,8 @@ while [[ $# -gt 0 ]]; do
     --warmup) need_value "$@"; WARMUP=$2; shift 2 ;;
     --warmup=*) WARMUP=${1#*=}; shift ;;
     --quick) DURATION=3; WARMUP=1; shift ;;
+    --generator) need_value "$@"; GENERATOR=$2; GENERATOR_EXPLICIT=1; shift 2 ;;
+    --generator=*) GENERATOR=${1#*=}; GENERATOR_EXPLICIT=1; shift ;;
     --no-build) BUILD=0; shift ;;
     --server-core) need_value "$@"; SERVER_CORE=$2; shift 2 ;;
     --server-core=*) SERVER_CORE=${1#*=}; shift ;;
@@ -125,6 +138,7 @@ is_uint "$SERVER_CORE" || die "--server-core must be a core number"
 is_uint "$LOAD_CORE" || die "--load-core must be a core number"
 ((SERVER_CORE != LOAD_CORE)) || die "--server-core and --load-core must differ"
 is_uint "$PORT_BASE" || die "--port-base must be a port number"
+[[ " ${KNOWN_GENERATORS[*]} " == *" $GENERATOR "* ]] || die "unknown generator '$GENERATOR' (known: ${KNOWN_GENERATORS[*]})"
 ((PORT_BASE >= 1024 && PORT_BASE <= PORT_LAST)) || die "--port-base must be in 1024..$PORT_LAST"
 
 SEL_SERVERS=()
@@ -161,7 +175,7 @@ cores=$(nproc)
 # -------------------------------------------------------------------- tools --
 # Debian package for each command the script runs.
 declare -A PACKAGE_OF=([nginx]=nginx [haproxy]=haproxy [wrk]=wrk [curl]=curl
-    [taskset]=util-linux [pgrep]=procps [ss]=iproute2)
+    [taskset]=util-linux [pgrep]=procps [ss]=iproute2 [python3]=python3)
 
 ensure_tools() {
     local missing=() t
@@ -174,16 +188,16 @@ ensure_tools() {
     apt-get update && apt-get install -y "${missing[@]}"
 }
 
-tools=(wrk curl taskset pgrep)
+tools=(curl taskset pgrep)
 selected_server nginx || any_proxy_scenario && tools+=(nginx)
 selected_server haproxy && tools+=(haproxy)
 ensure_tools "${tools[@]}"
 
 # ------------------------------------------------------------------- gapura --
+target_dir=${CARGO_TARGET_DIR:-$REPO_ROOT/target}
 GAPURA_BIN=${GAPURA_BIN:-}
 if selected_server gapura; then
     if [[ -z $GAPURA_BIN ]]; then
-        target_dir=${CARGO_TARGET_DIR:-$REPO_ROOT/target}
         if ((BUILD)); then
             say "building: cargo build --release -p gapura"
             (cd "$REPO_ROOT" && cargo build --release -p gapura)
@@ -191,6 +205,43 @@ if selected_server gapura; then
         GAPURA_BIN=$target_dir/release/gapura
     fi
     [[ -x $GAPURA_BIN ]] || die "no Gapura binary at $GAPURA_BIN (build it, set GAPURA_BIN, or leave gapura out of --servers)"
+fi
+
+# ------------------------------------------------------------ load generator --
+# gapura-loadtest by default. When it was not asked for by name and there is
+# no binary and no way to build one, wrk takes its place and the report says so.
+GENERATOR_NOTE= # said in the report's header when set
+LOADTEST_BIN=${LOADTEST_BIN:-}
+if [[ $GENERATOR == gapura-loadtest ]]; then
+    unusable=
+    if [[ -n $LOADTEST_BIN ]]; then
+        [[ -x $LOADTEST_BIN ]] || unusable="LOADTEST_BIN=$LOADTEST_BIN is not an executable"
+    else
+        LOADTEST_BIN=$target_dir/release/gapura-loadtest
+        if ((BUILD)); then
+            say "building: cargo build --release -p gapura-loadtest"
+            if ! (cd "$REPO_ROOT" && cargo build --release -p gapura-loadtest); then
+                if [[ -x $LOADTEST_BIN ]]; then
+                    GENERATOR_NOTE="\`cargo build --release -p gapura-loadtest\` failed; the existing $LOADTEST_BIN was used and may be older than the tree"
+                    say "note: $GENERATOR_NOTE"
+                else
+                    unusable="no binary at $LOADTEST_BIN and \`cargo build --release -p gapura-loadtest\` failed"
+                fi
+            fi
+        fi
+        [[ -n $unusable || -x $LOADTEST_BIN ]] || unusable="no binary at $LOADTEST_BIN and --no-build was given"
+    fi
+    if [[ -n $unusable ]]; then
+        ((!GENERATOR_EXPLICIT)) || die "--generator gapura-loadtest: $unusable"
+        GENERATOR=wrk
+        GENERATOR_NOTE="gapura-loadtest was not used ($unusable); wrk generated the load instead"
+        say "note: $GENERATOR_NOTE"
+    fi
+fi
+if [[ $GENERATOR == wrk ]]; then
+    ensure_tools wrk
+else
+    ensure_tools python3 # reads the --json report (peers/loadtest-report.py)
 fi
 
 # ----------------------------------------------------- processes and cleanup --
@@ -390,23 +441,97 @@ printf 'hello, world\n' >"$WORK/expected.body"
 cp "$PEERS/wrk-report.lua" "$WORK/wrk-respond.lua"
 cat "$PEERS/wrk-pipeline.lua" "$PEERS/wrk-report.lua" >"$WORK/wrk-pipeline.lua"
 
-wrk_args() { # wrk_args CONNS DEPTH SECONDS PORT: sets WRK_ARGS
-    local script=$WORK/wrk-respond.lua
-    (($2 > 1)) && script=$WORK/wrk-pipeline.lua
-    WRK_ARGS=(taskset -c "$LOAD_CORE" wrk -t1 -c"$1" -d"$3s" --latency -s "$script" "http://127.0.0.1:$4/")
-    (($2 > 1)) && WRK_ARGS+=(-- "$2")
+# load_args CONNS DEPTH SECONDS PORT JSON: sets LOAD_ARGS, the generator's
+# command for one run of SECONDS measured seconds (JSON: gapura-loadtest's report).
+# gapura-loadtest warms up inside the measured process (--warmup); wrk has no
+# such option, so its warm-up is a separate run of the same command.
+load_args() {
+    local conns=$1 depth=$2 secs=$3 port=$4 json=$5 script=$WORK/wrk-respond.lua
+    if [[ $GENERATOR == wrk ]]; then
+        ((depth > 1)) && script=$WORK/wrk-pipeline.lua
+        LOAD_ARGS=(taskset -c "$LOAD_CORE" wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$script" "http://127.0.0.1:$port/")
+        ((depth > 1)) && LOAD_ARGS+=(-- "$depth")
+    else
+        LOAD_ARGS=(taskset -c "$LOAD_CORE" "$LOADTEST_BIN" -t1 -c"$conns" -d"${secs}s")
+        ((WARMUP > 0)) && LOAD_ARGS+=(--warmup "${WARMUP}s")
+        ((depth > 1)) && LOAD_ARGS+=(--pipeline "$depth")
+        LOAD_ARGS+=(--no-progress --json "$json" "http://127.0.0.1:$port/")
+    fi
     return 0
 }
 
-run_wrk() { # run_wrk OUTFILE ARGS...: runs wrk in the background so cleanup can stop it
-    local out=$1 pid rc=0
+shown_args() { # shown_args: LOAD_ARGS as the report prints them, without temp-dir and repo prefixes
+    local shown=${LOAD_ARGS[*]}
+    shown=${shown//$WORK\//}
+    echo "${shown//$REPO_ROOT\//}"
+}
+
+now_us() { # sets REPLY to the wall clock in microseconds, without forking
+    local t=${EPOCHREALTIME/[.,]/}
+    REPLY=$((10#$t))
+}
+
+reaped_child_ticks() { # sets REPLY to cutime + cstime of this shell: CPU of the children it has reaped
+    local line f
+    read -r line <"/proc/$$/stat"
+    line=${line##*) }
+    read -r -a f <<<"$line"
+    REPLY=$((f[13] + f[14]))
+}
+
+run_warmup() { # run_warmup OUTFILE ARGS...: runs a discarded load in the background so cleanup can stop it
+    local out=$1 pid
     shift
     "$@" >"$out" 2>&1 &
     pid=$!
     TRACKED+=("$pid")
-    wait "$pid" || rc=$?
+    wait "$pid" || true
     untrack "$pid"
-    return "$rc"
+}
+
+# measure SERVER_PID OUTFILE OFFSET_US ARGS...: runs the load generator ARGS in
+# the background (tracked, so cleanup can stop it) and waits for it. The
+# server's CPU counters are read where the generator's measured window begins,
+# OFFSET_US after the launch (0: just before it), and again once it exited.
+# Sets M_RC (exit status), M_T0/M_T1 (µs), M_C0U/M_C0S/M_C1U/M_C1S (ticks),
+# M_LATE_US (how late the first read came after the window began) and
+# M_GEN_TICKS: the generator's whole CPU time, user + system, by how much this
+# shell's cutime + cstime grew while `wait` reaped it (nothing else is reaped
+# then: the counters are read right around that wait).
+measure() {
+    local spid=$1 out=$2 offset_us=$3 pid launch pause g0 g1
+    shift 3
+    M_RC=0
+    M_LATE_US=0
+    if ((offset_us == 0)); then
+        read -r M_C0U M_C0S <<<"$(tree_cpu "$spid")"
+        now_us
+        M_T0=$REPLY
+    fi
+    "$@" >"$out" 2>&1 &
+    pid=$!
+    now_us
+    launch=$REPLY
+    TRACKED+=("$pid")
+    if ((offset_us > 0)); then
+        now_us
+        pause=$((launch + offset_us - REPLY))
+        if ((pause > 0)); then sleep "$((pause / 1000000)).$(printf '%06d' $((pause % 1000000)))"; fi
+        read -r M_C0U M_C0S <<<"$(tree_cpu "$spid")"
+        now_us
+        M_T0=$REPLY
+        M_LATE_US=$((M_T0 - launch - offset_us))
+    fi
+    reaped_child_ticks
+    g0=$REPLY
+    wait "$pid" || M_RC=$?
+    reaped_child_ticks
+    g1=$REPLY
+    untrack "$pid"
+    now_us
+    M_T1=$REPLY
+    read -r M_C1U M_C1S <<<"$(tree_cpu "$spid")"
+    M_GEN_TICKS=$((g1 - g0))
 }
 
 declare -A RES # "scenario|server|field" -> value
@@ -428,7 +553,7 @@ log_section() { # log_section TITLE FILE...
 # run_one SCENARIO SERVER: start, check, warm up, measure, stop; fills RES.
 run_one() {
     local sc=$1 srv=$2 kind conns depth dir port admin=0 upstream=0 spid="" upid=""
-    local key="$sc|$srv" c0u c0s c1u c1s t0 t1 stat line wrc=0
+    local key="$sc|$srv" stat line
     local -A W=()
     read -r kind conns depth <<<"${SCENARIO_SPEC[$sc]}"
     dir=$WORK/$sc/$srv
@@ -472,49 +597,71 @@ run_one() {
     fi
     RES[$key|answer_bytes]=$ANSWER_BYTES
 
+    local json=$dir/load.json offset_us=0
     if ((WARMUP > 0)); then
-        wrk_args "$conns" "$depth" "$WARMUP" "$port"
-        run_wrk "$dir/warmup.out" "${WRK_ARGS[@]}" || true
+        if [[ $GENERATOR == wrk ]]; then
+            load_args "$conns" "$depth" "$WARMUP" "$port" ""
+            run_warmup "$dir/warmup.out" "${LOAD_ARGS[@]}"
+        else
+            # gapura-loadtest's measured window opens 20 ms after it starts
+            # (its shards' common start) plus --warmup.
+            offset_us=$((20000 + WARMUP * 1000000))
+        fi
     fi
 
-    wrk_args "$conns" "$depth" "$DURATION" "$port"
-    read -r c0u c0s <<<"$(tree_cpu "$spid")"
-    t0=$(date +%s%N)
-    run_wrk "$dir/wrk.out" "${WRK_ARGS[@]}" || wrc=$?
-    t1=$(date +%s%N)
-    read -r c1u c1s <<<"$(tree_cpu "$spid")"
+    load_args "$conns" "$depth" "$DURATION" "$port" "$json"
+    measure "$spid" "$dir/load.out" "$offset_us" "${LOAD_ARGS[@]}"
 
     if ! is_running "$spid"; then
         RES[$key|status]="failed: $srv exited during the run"
     fi
     stop_tree "$spid"
     stop_tree "$upid"
-    log_section "$sc $srv: ${WRK_ARGS[*]}" "$dir/wrk.out" "$dir"/server/*.log "$dir"/server/error.log
+    if [[ $GENERATOR == gapura-loadtest ]]; then
+        if [[ -s $json ]]; then
+            python3 "$PEERS/loadtest-report.py" "$json" >>"$dir/load.out" 2>&1 || true
+        fi
+        echo "(server CPU read $((M_LATE_US / 1000)) ms after the measured window opened; generator CPU by /proc: $M_GEN_TICKS ticks)" >>"$dir/load.out"
+    fi
+    log_section "$sc $srv: $(shown_args)" "$dir/load.out" "$json" "$dir"/server/*.log "$dir"/server/error.log
 
-    line=$(grep '^WRKSTAT ' "$dir/wrk.out" | tail -n 1 || true)
+    line=$(grep -E '^(WRKSTAT|LOADSTAT) ' "$dir/load.out" | tail -n 1 || true)
     if [[ -z $line ]]; then
-        RES[$key|status]="failed: wrk gave no summary (exit $wrc)"
+        RES[$key|status]="failed: $GENERATOR gave no summary (exit $M_RC)"
         return 0
     fi
-    for stat in ${line#WRKSTAT }; do W[${stat%%=*}]=${stat#*=}; done
+    for stat in ${line#* }; do W[${stat%%=*}]=${stat#*=}; done
     if [[ ${W[requests]:-0} == 0 ]]; then
         RES[$key|status]="failed: no responses"
         return 0
     fi
+    if [[ ${W[missing_shards]:-0} != 0 ]]; then
+        RES[$key|status]="failed: ${W[missing_shards]} gapura-loadtest shard(s) did not report"
+        return 0
+    fi
+    local socket_errors=$((W[connect] + W[read] + W[write] + W[timeout] + ${W[parse]:-0}))
+    local all_responses=$((W[requests] + ${W[warmup_requests]:-0}))
     RES[$key|requests]=${W[requests]}
+    RES[$key|warmup_requests]=${W[warmup_requests]:-0}
     RES[$key|p50_us]=${W[p50_us]}
     RES[$key|p99_us]=${W[p99_us]}
     RES[$key|non2xx]=${W[status]}
-    RES[$key|socket_errors]=$((W[connect] + W[read] + W[write] + W[timeout]))
-    RES[$key|errors]=$((W[connect] + W[read] + W[write] + W[timeout] + W[status]))
+    RES[$key|socket_errors]=$socket_errors
+    RES[$key|errors]=$((socket_errors + W[status]))
+    # The generator's CPU per response over its whole process (warm-up included
+    # on both sides of the division): its own count where it reports one
+    # (gapura-loadtest's cpu.per_request_us), else /proc.
+    RES[$key|gen_proc_us]=$(awk -v t="$M_GEN_TICKS" -v tck="$CLK_TCK" -v n="$all_responses" \
+        'BEGIN { printf "%.2f", t / tck * 1e6 / n }')
+    RES[$key|gen_cpu_us]=${W[gen_cpu_us]:-${RES[$key|gen_proc_us]}}
     local rps cpu_us user_us sys_us busy_pct
     read -r rps cpu_us user_us sys_us busy_pct < <(
         awk -v n="${W[requests]}" -v d="${W[duration_us]}" \
-            -v du=$((c1u - c0u)) -v ds=$((c1s - c0s)) -v tck="$CLK_TCK" \
-            -v wall=$((t1 - t0)) 'BEGIN {
+            -v du=$((M_C1U - M_C0U)) -v ds=$((M_C1S - M_C0S)) -v tck="$CLK_TCK" \
+            -v wall=$((M_T1 - M_T0)) 'BEGIN {
                 printf "%.1f %.3f %.3f %.3f %.1f\n",
                     n / (d / 1e6), (du + ds) / tck * 1e6 / n, du / tck * 1e6 / n,
-                    ds / tck * 1e6 / n, (du + ds) / tck / (wall / 1e9) * 100
+                    ds / tck * 1e6 / n, (du + ds) / tck / (wall / 1e6) * 100
             }')
     RES[$key|rps]=$rps
     RES[$key|cpu_us]=$cpu_us
@@ -524,7 +671,8 @@ run_one() {
 }
 
 # ------------------------------------------------------------------ report --
-# 0 is wrk's answer when its histogram walk finds no value (see NA_NOTE).
+# 0 is wrk's answer when its histogram walk finds no value (see NA_NOTE);
+# gapura-loadtest reports a percentile of every non-empty histogram.
 fmt_us() { awk -v u="$1" 'BEGIN { if (u == 0) printf "n/a"; else if (u < 1000) printf "%d µs", u; else printf "%.2f ms", u / 1000 }'; }
 NA_NOTE="n/a: wrk 4.1 found no value at that percentile. Its coordinated-omission correction adds samples spaced by the mean per-connection request interval, which pipelining makes 16 times too short; samples added below the recorded minimum are counted but never reached, so high percentiles come back as 0. Rank pipelined runs by req/s and CPU per request."
 fmt_rps() { awk -v r="$1" 'BEGIN { printf "%.0f", r }'; }
@@ -533,24 +681,22 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f×", a / b; el
 scenario_table() { # prints the markdown section of one scenario
     local sc=$1 srv key base kind conns depth
     read -r kind conns depth <<<"${SCENARIO_SPEC[$sc]}"
-    wrk_args "$conns" "$depth" "$DURATION" PORT
-    local shown=${WRK_ARGS[*]}
-    shown=${shown//$WORK\//}
+    load_args "$conns" "$depth" "$DURATION" PORT "$sc/SERVER/load.json"
     echo
     echo "## $sc"
     echo
     echo "${SCENARIO_TEXT[$sc]}."
-    echo "Load: \`$shown\`"
-    [[ $kind == proxy ]] && echo "Upstream: nginx \`return 200\`, one worker, pinned to core $LOAD_CORE beside wrk."
+    echo "Load: \`$(shown_args)\`"
+    [[ $kind == proxy ]] && echo "Upstream: nginx \`return 200\`, one worker, pinned to core $LOAD_CORE beside the load generator."
     echo
-    echo "| server | req/s | p50 | p99 | CPU µs/req | user / sys µs/req | CPU/req vs nginx | req/s vs nginx | core $SERVER_CORE busy | errors |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| server | req/s | p50 | p99 | CPU µs/req | user / sys µs/req | CPU/req vs nginx | req/s vs nginx | core $SERVER_CORE busy | $GENERATOR CPU µs/req | errors |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     base="$sc|nginx"
     [[ ${RES[$base|status]-} == ok ]] || base=
     for srv in "${SEL_SERVERS[@]}"; do
         key="$sc|$srv"
         if [[ ${RES[$key|status]} != ok ]]; then
-            echo "| $srv | ${RES[$key|status]} | | | | | | | | |"
+            echo "| $srv | ${RES[$key|status]} | | | | | | | | | |"
             continue
         fi
         local cpu_ratio="—" rps_ratio="—" errs=${RES[$key|errors]}
@@ -559,15 +705,16 @@ scenario_table() { # prints the markdown section of one scenario
             rps_ratio=$(ratio "${RES[$key|rps]}" "${RES[$base|rps]}")
         fi
         ((errs == 0)) || errs="$errs (non-2xx ${RES[$key|non2xx]}, socket ${RES[$key|socket_errors]})"
-        printf '| %s | %s | %s | %s | %.2f | %.2f / %.2f | %s | %s | %.0f %% | %s |\n' \
+        printf '| %s | %s | %s | %s | %.2f | %.2f / %.2f | %s | %s | %.0f %% | %.2f | %s |\n' \
             "$srv" "$(fmt_rps "${RES[$key|rps]}")" "$(fmt_us "${RES[$key|p50_us]}")" \
             "$(fmt_us "${RES[$key|p99_us]}")" "${RES[$key|cpu_us]}" "${RES[$key|user_us]}" \
-            "${RES[$key|sys_us]}" "$cpu_ratio" "$rps_ratio" "${RES[$key|busy_pct]}" "$errs"
+            "${RES[$key|sys_us]}" "$cpu_ratio" "$rps_ratio" "${RES[$key|busy_pct]}" \
+            "${RES[$key|gen_cpu_us]}" "$errs"
     done
     echo
     for srv in "${SEL_SERVERS[@]}"; do
         key="$sc|$srv"
-        if [[ ${RES[$key|status]} == ok && (${RES[$key|p50_us]} == 0 || ${RES[$key|p99_us]} == 0) ]]; then
+        if [[ $GENERATOR == wrk && ${RES[$key|status]} == ok && (${RES[$key|p50_us]} == 0 || ${RES[$key|p99_us]} == 0) ]]; then
             echo "$NA_NOTE"
             echo
             break
@@ -577,7 +724,11 @@ scenario_table() { # prints the markdown section of one scenario
     for srv in "${SEL_SERVERS[@]}"; do
         key="$sc|$srv"
         [[ ${RES[$key|status]} == ok ]] || continue
-        notes+=("$srv ${RES[$key|requests]} requests, answer ${RES[$key|answer_bytes]} bytes")
+        if [[ $GENERATOR == wrk ]]; then
+            notes+=("$srv ${RES[$key|requests]} requests, answer ${RES[$key|answer_bytes]} bytes")
+        else
+            notes+=("$srv ${RES[$key|requests]} requests (+${RES[$key|warmup_requests]} in warm-up), answer ${RES[$key|answer_bytes]} bytes, generator CPU ${RES[$key|gen_proc_us]} µs/req by /proc")
+        fi
     done
     if ((${#notes[@]})); then
         local IFS=';'
@@ -592,6 +743,12 @@ tool_version() {
     nginx) out=$(nginx -v 2>&1 || true); sed -n '1s/^nginx version: nginx\//nginx /p' <<<"$out" ;;
     haproxy) out=$(haproxy -v 2>&1 || true); sed -n '1s/ - https.*//; 1s/ version / /p' <<<"$out" ;;
     wrk) out=$(wrk -v 2>&1 || true); sed -n '1s/ Copyright.*//p' <<<"$out" ;;
+    gapura-loadtest)
+        local v
+        v=$(timeout 5 "$LOADTEST_BIN" --version 2>/dev/null) || v=
+        v=${v%%$'\n'*}
+        echo "${v:-gapura-loadtest} (\`$LOADTEST_BIN\`)"
+        ;;
     gapura)
         local v rev
         v=$(timeout 5 "$GAPURA_BIN" --version 2>/dev/null) || v=
@@ -613,9 +770,8 @@ cpu_model() {
 }
 
 report_header() {
-    local builds versions=() s
+    local builds versions=() s sc kind conns depth warm
     builds=$(pgrep -c -x 'cargo|rustc' 2>/dev/null || true)
-    versions+=("$(tool_version wrk)")
     selected_server nginx || any_proxy_scenario && versions+=("$(tool_version nginx)")
     selected_server haproxy && versions+=("$(tool_version haproxy)")
     selected_server gapura && versions+=("$(tool_version gapura)")
@@ -626,13 +782,33 @@ report_header() {
     echo "- Kernel: $(uname -srm)"
     echo "- CPU: $(cpu_model), $cores cores online"
     for s in "${versions[@]}"; do echo "- $s"; done
-    echo "- Layout: server under test pinned to core $SERVER_CORE with one worker (nginx \`worker_processes 1\`, HAProxy \`nbthread 1\`, Gapura \`shards = 1\`); \`wrk -t1\` pinned to core $LOAD_CORE; ${WARMUP} s warm-up, then ${DURATION} s measured per run; \`ulimit -n\` $NOFILE"
+    echo "- Load generator: **$GENERATOR**, $(tool_version "$GENERATOR"), one thread (\`-t1\`) pinned to core $LOAD_CORE. Exact command per scenario (PORT: each server's port; SERVER: its name):"
+    for sc in "${SEL_SCENARIOS[@]}"; do
+        read -r kind conns depth <<<"${SCENARIO_SPEC[$sc]}"
+        load_args "$conns" "$depth" "$DURATION" PORT "$sc/SERVER/load.json"
+        echo "  - $sc: \`$(shown_args)\`"
+    done
+    [[ -z $GENERATOR_NOTE ]] || echo "- **Note:** $GENERATOR_NOTE."
+    if ((WARMUP == 0)); then
+        warm="no warm-up"
+    elif [[ $GENERATOR == wrk ]]; then
+        warm="${WARMUP} s warm-up (a separate wrk run of the same command, discarded)"
+    else
+        warm="${WARMUP} s warm-up (\`--warmup\`, in the same process and on the same connections; the server's CPU is read when the measured window opens)"
+    fi
+    echo "- Layout: server under test pinned to core $SERVER_CORE with one worker (nginx \`worker_processes 1\`, HAProxy \`nbthread 1\`, Gapura \`shards = 1\`); the load generator pinned to core $LOAD_CORE; $warm, then ${DURATION} s measured per run; \`ulimit -n\` $NOFILE"
     echo "- Load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
     if [[ ${builds:-0} -gt 0 ]]; then
         echo "- **Warning:** $builds cargo/rustc processes were running at start; these figures are noise."
     fi
     echo
-    echo "CPU µs/req is the server's user + system CPU time (whole process tree) over the measured window divided by the responses wrk counted; lower is better. Ratios are against nginx in this same run. \"core $SERVER_CORE busy\" is that CPU time over the window's wall time: below ~100 % the server was waiting on the load generator, so its req/s says more about wrk than about the server."
+    echo "CPU µs/req is the server's user + system CPU time (whole process tree) over the measured window divided by the responses $GENERATOR counted; lower is better. Ratios are against nginx in this same run. \"core $SERVER_CORE busy\" is that CPU time over the window's wall time: below ~100 % the server was waiting on the load generator, so its req/s says more about the generator than about the server."
+    echo
+    if [[ $GENERATOR == wrk ]]; then
+        echo "\"wrk CPU µs/req\" is the load generator's own cost: wrk's user + system CPU time over its measured run (from /proc: this script's cutime + cstime when it reaps wrk) divided by the responses wrk counted. It is not part of the server's figure; it shows how hard the generator worked for each request, so runs with either generator can be compared."
+    else
+        echo "\"gapura-loadtest CPU µs/req\" is the load generator's own cost as it reports it (\`cpu.per_request_us\` in its JSON: user + system CPU time of its process over warm-up and measured window, getrusage, divided by the responses in both). \"Measured\" under each table also gives the same from /proc (its whole process, start and exit included). It is not part of the server's figure; it shows how hard the generator worked for each request, so runs with either generator can be compared (wrk spent about 1.3× gapura-loadtest's CPU per request in docs/loadtest.md)."
+    fi
 }
 
 # --------------------------------------------------------------------- main --
@@ -651,7 +827,7 @@ for sc in "${SEL_SCENARIOS[@]}"; do
     done
     scenario_table "$sc" | tee -a "$REPORT"
 done
-say "report: $REPORT (raw wrk output and server logs: $LOG_FILE)"
+say "report: $REPORT (raw $GENERATOR output and server logs: $LOG_FILE)"
 
 # Exit non-zero when a run failed (a server that is skipped on purpose is not a failure).
 for key in "${!RES[@]}"; do
