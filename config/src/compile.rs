@@ -25,6 +25,7 @@ pub(crate) fn compile(c: Checked) -> Compiled {
                 label: h.label,
                 limits: host.resolve(),
                 action: action(h.action, host),
+                policy: Default::default(),
             }
         })
         .collect();
@@ -38,6 +39,7 @@ pub(crate) fn compile(c: Checked) -> Compiled {
             default_limits: defaults.resolve(),
             pages: ErrorPages::builtin(),
             upstreams: c.upstreams,
+            gate: Default::default(),
         },
     }
 }
@@ -77,6 +79,7 @@ fn action(a: CheckedAction, host: LimitsLayer) -> HostAction {
                     limits: LimitsLayer::merge(host, r.limits).resolve(),
                     websocket: r.websocket,
                     request_id: r.request_id,
+                    policy: Default::default(),
                 })
                 .collect();
             // Route paths passed the same pattern check in validation.

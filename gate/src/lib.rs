@@ -9,15 +9,18 @@
 //! buffer the caller owns. Allocation happens only when a snapshot is built.
 
 pub mod answer;
+pub mod chain;
 pub mod cidr;
 pub mod client;
 pub mod country;
 pub mod glob;
 pub mod host;
 pub mod limits;
+pub mod mode;
 pub mod pages;
 pub mod path;
 pub mod pathmatch;
+pub mod policy;
 pub mod proxyproto;
 pub mod quota;
 pub mod snapshot;

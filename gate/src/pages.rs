@@ -111,6 +111,80 @@ pub struct Page {
 #[derive(Clone, Debug)]
 pub struct ErrorPages {
     pages: Vec<Page>,
+    /// The 429 with its `Retry-After` value in header and body: text, html.
+    rate_limited: [RetryPage; 2],
+}
+
+/// A page whose body carries a number (the 429's `Retry-After` seconds):
+/// the head without `Content-Length`, and the body split around the number.
+#[derive(Clone, Debug)]
+pub struct RetryPage {
+    head: Box<[u8]>,
+    body_pre: Box<[u8]>,
+    body_post: Box<[u8]>,
+}
+
+/// Appends `n` in decimal. No allocation once `out` has capacity.
+pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+fn decimal_len(mut n: u64) -> u64 {
+    let mut len = 1;
+    while n >= 10 {
+        n /= 10;
+        len += 1;
+    }
+    len
+}
+
+impl RetryPage {
+    fn new(headers: &[(&str, &str)], body_pre: &str, body_post: &str) -> RetryPage {
+        let mut head = format!("HTTP/1.1 429 {}\r\n", reason_phrase(429));
+        for (n, v) in headers {
+            head.push_str(&format!("{n}: {v}\r\n"));
+        }
+        RetryPage {
+            head: head.into_bytes().into_boxed_slice(),
+            body_pre: body_pre.as_bytes().into(),
+            body_post: body_post.as_bytes().into(),
+        }
+    }
+
+    /// Writes the 429 with `retry_after_s` in `Retry-After` and the body.
+    /// No allocation once `out` has capacity.
+    pub fn write_into(
+        &self,
+        out: &mut Vec<u8>,
+        retry_after_s: u32,
+        ctx: &crate::answer::WriteCtx<'_>,
+    ) {
+        let n = u64::from(retry_after_s);
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(b"Content-Length: ");
+        let len = self.body_pre.len() as u64 + decimal_len(n) + self.body_post.len() as u64;
+        push_decimal(out, len);
+        out.extend_from_slice(b"\r\nRetry-After: ");
+        push_decimal(out, n);
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(ctx.date_line);
+        crate::answer::end_head(out, ctx);
+        if !ctx.head_only {
+            out.extend_from_slice(&self.body_pre);
+            push_decimal(out, n);
+            out.extend_from_slice(&self.body_post);
+        }
+    }
 }
 
 impl ErrorPages {
@@ -142,7 +216,39 @@ impl ErrorPages {
                 }
             })
             .collect();
-        ErrorPages { pages }
+        let common: [(&str, &str); 3] = [
+            ("Cache-Control", "no-store"),
+            ("Referrer-Policy", "no-referrer"),
+            ("X-Content-Type-Options", "nosniff"),
+        ];
+        let mut text_headers = vec![("Content-Type", "text/plain; charset=utf-8")];
+        text_headers.extend_from_slice(&common);
+        let mut html_headers = vec![("Content-Type", "text/html; charset=utf-8")];
+        html_headers.extend_from_slice(&common);
+        html_headers.push(("Content-Security-Policy", csp.as_str()));
+        let html = builtin_html(ErrorStatus::TooManyRequests);
+        let marker = "</p><footer>";
+        let at = html.find(marker).unwrap_or(html.len());
+        let html_pre = format!("{} Retry after ", &html[..at]);
+        let html_post = format!(" seconds.{}", &html[at..]);
+        let rate_limited = [
+            RetryPage::new(
+                &text_headers,
+                "429 Too Many Requests\nRateLimited: too many requests. Retry after ",
+                " seconds.\n",
+            ),
+            RetryPage::new(&html_headers, &html_pre, &html_post),
+        ];
+        ErrorPages {
+            pages,
+            rate_limited,
+        }
+    }
+
+    /// The 429 page with a `Retry-After` value, in the client's form. O(1).
+    #[inline]
+    pub fn rate_limited(&self, wants_html: bool) -> &RetryPage {
+        &self.rate_limited[usize::from(wants_html)]
     }
 
     /// The page for `status` in the form the client asked for. O(1).
@@ -203,6 +309,31 @@ mod tests {
         assert!(accepts_html(b"TEXT/HTML"));
         assert!(!accepts_html(b"*/*"));
         assert!(!accepts_html(b"application/json"));
+    }
+
+    #[test]
+    fn rate_limited_page_carries_retry_after_in_header_and_body() {
+        let pages = ErrorPages::builtin();
+        let ctx = crate::answer::WriteCtx {
+            date_line: b"Date: x\r\n",
+            head_only: false,
+            close: false,
+            keep_alive_10: false,
+        };
+        let mut out = Vec::new();
+        pages.rate_limited(false).write_into(&mut out, 17, &ctx);
+        let text = String::from_utf8(out).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 429 Too Many Requests\r\n"));
+        assert!(head.contains("\r\nRetry-After: 17\r\n"));
+        assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
+        assert!(body.contains("RateLimited") && body.contains("Retry after 17 seconds."));
+        let mut out = Vec::new();
+        pages.rate_limited(true).write_into(&mut out, 3600, &ctx);
+        let text = String::from_utf8(out).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
+        assert!(body.contains("Retry after 3600 seconds.</p>"));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! [`Snapshot::decide`] is the gate's entry: pure, O(host name), no allocation.
 
 use crate::answer::Answer;
-use crate::host::{HostAction, HostId, HostTable, Redirect};
+use crate::host::{HostAction, HostTable, Redirect};
 use crate::limits::{LimitRefusal, RequestLimits};
 use crate::pages::{ErrorPages, ErrorStatus};
 use crate::upstream::{Route, UpstreamGroup};
@@ -52,6 +52,8 @@ pub struct HostEntry {
     pub label: String,
     pub limits: RequestLimits,
     pub action: HostAction,
+    /// The host's blocks, merged over the defaults.
+    pub policy: crate::policy::RequestPolicy,
 }
 
 /// Everything a shard needs to answer, compiled.
@@ -67,21 +69,8 @@ pub struct Snapshot {
     pub pages: ErrorPages,
     /// Upstream groups, indexed by `Route::upstream`.
     pub upstreams: Vec<UpstreamGroup>,
-}
-
-/// The facts of a request head the gate decides on. Borrowed, no copies.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RequestFacts<'a> {
-    pub host: Option<&'a [u8]>,
-    /// Raw request target as sent.
-    pub target: &'a [u8],
-    /// Path and query (origin form; the path part of an absolute form).
-    pub path: &'a [u8],
-    pub header_count: usize,
-    /// Names plus values, in bytes.
-    pub header_bytes: usize,
-    /// Declared body length, if any.
-    pub content_length: Option<u64>,
+    /// What every host's blocks share: client resolution, quotas, rate limits.
+    pub gate: crate::policy::GatePolicy,
 }
 
 /// What to do with a request.
@@ -95,76 +84,6 @@ pub enum Verdict<'s> {
     Refuse(ErrorStatus),
     /// Forward along this route to its group.
     Forward(&'s Route, &'s UpstreamGroup),
-}
-
-/// A decision and the body limit that applies while the body is read.
-#[derive(Clone, Copy, Debug)]
-pub struct Decision<'s> {
-    pub verdict: Verdict<'s>,
-    pub host: Option<HostId>,
-    pub limits: RequestLimits,
-}
-
-impl Snapshot {
-    /// Decides a request from its head. Pure, no allocation.
-    /// `scratch` holds the canonical path when the raw one must be rewritten.
-    pub fn decide<'s>(
-        &'s self,
-        facts: &RequestFacts<'_>,
-        scratch: &mut crate::path::PathScratch,
-    ) -> Decision<'s> {
-        let host = self.hosts.lookup(facts.host);
-        let (mut limits, action) = match host {
-            Some(id) => {
-                let e = &self.entries[id as usize];
-                (e.limits, Some(&e.action))
-            }
-            None => (self.default_limits, None),
-        };
-        let mut route = None;
-        if let Some(HostAction::Proxy(proxy)) = action {
-            let Ok(canonical) = crate::path::canonical(facts.path, scratch) else {
-                return Decision {
-                    verdict: Verdict::Refuse(ErrorStatus::BadRequest),
-                    host,
-                    limits,
-                };
-            };
-            route = proxy.route(canonical);
-            if let Some(r) = route {
-                limits.max_body_bytes = r.limits.max_body_bytes;
-            }
-        }
-        let refuse = |s| Decision {
-            verdict: Verdict::Refuse(s),
-            host,
-            limits,
-        };
-        if let Err(r) =
-            limits.check_head(facts.target.len(), facts.header_count, facts.header_bytes)
-        {
-            return refuse(limit_status(r));
-        }
-        if let Some(len) = facts.content_length {
-            if limits.check_declared_body(len).is_err() {
-                return refuse(ErrorStatus::PayloadTooLarge);
-            }
-        }
-        let verdict = match action {
-            Some(HostAction::Respond(a)) => Verdict::Respond(a),
-            Some(HostAction::Redirect(r)) => Verdict::Redirect(r),
-            Some(HostAction::Proxy(_)) => match route {
-                Some(r) => Verdict::Forward(r, &self.upstreams[r.upstream as usize]),
-                None => Verdict::Refuse(ErrorStatus::NotFound),
-            },
-            None => Verdict::Refuse(self.server.unknown_host),
-        };
-        Decision {
-            verdict,
-            host,
-            limits,
-        }
-    }
 }
 
 /// The status that answers a limit refusal.
@@ -181,10 +100,46 @@ pub fn limit_status(r: LimitRefusal) -> ErrorStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chain::{Decision, GateState, NoTrace, Request};
+    use crate::client::Peer;
+    use crate::quota::{Ceiling, QuotaSizes};
 
-    fn decide<'s>(s: &'s Snapshot, f: &RequestFacts<'_>) -> Decision<'s> {
+    fn state() -> GateState {
+        let sizes = QuotaSizes {
+            rate_entries: 1024,
+            policy_slots: 16,
+            slot_grace_ms: 1000,
+            window_ms: 1000,
+            window_keys: Ceiling::new(64, 8).unwrap(),
+            lease_keys: Ceiling::new(64, 8).unwrap(),
+            max_leases: 64,
+            operations: 4,
+        };
+        GateState::new(&sizes, [7; 16]).unwrap()
+    }
+
+    struct Facts<'a> {
+        host: Option<&'a [u8]>,
+        target: &'a [u8],
+        header_count: usize,
+        content_length: Option<u64>,
+    }
+
+    fn decide<'s>(s: &'s Snapshot, f: Facts<'_>) -> Decision<'s> {
         let mut scratch = Box::new([0u8; crate::path::MAX_PATH_BYTES]);
-        s.decide(f, &mut scratch)
+        let headers: [(&str, &[u8]); 0] = [];
+        let req = Request {
+            peer: Peer::tcp("127.0.0.1".parse().unwrap()),
+            method: b"GET",
+            host: f.host,
+            target: f.target,
+            path: f.target,
+            header_count: f.header_count,
+            header_bytes: 0,
+            content_length: f.content_length,
+            headers: &headers[..],
+        };
+        s.decide(&req, &mut state(), 0, &mut scratch, &mut NoTrace)
     }
 
     fn snapshot() -> Snapshot {
@@ -204,38 +159,35 @@ mod tests {
                     ..RequestLimits::default()
                 },
                 action: HostAction::Respond(Answer::new(200, &[], b"a")),
+                policy: Default::default(),
             }],
             default_limits: RequestLimits::default(),
             pages: ErrorPages::builtin(),
             upstreams: Vec::new(),
+            gate: Default::default(),
+        }
+    }
+
+    fn facts(host: &'static [u8], target: &'static [u8]) -> Facts<'static> {
+        Facts {
+            host: Some(host),
+            target,
+            header_count: 0,
+            content_length: None,
         }
     }
 
     #[test]
     fn known_host_gets_its_answer() {
         let s = snapshot();
-        let d = decide(
-            &s,
-            &RequestFacts {
-                host: Some(b"a.test"),
-                target: b"/",
-                ..Default::default()
-            },
-        );
+        let d = decide(&s, facts(b"a.test", b"/"));
         assert!(matches!(d.verdict, Verdict::Respond(a) if a.status == 200));
     }
 
     #[test]
     fn unknown_host_gets_the_configured_status() {
         let s = snapshot();
-        let d = decide(
-            &s,
-            &RequestFacts {
-                host: Some(b"b.test"),
-                target: b"/",
-                ..Default::default()
-            },
-        );
+        let d = decide(&s, facts(b"b.test", b"/"));
         assert!(matches!(
             d.verdict,
             Verdict::Refuse(ErrorStatus::MisdirectedRequest)
@@ -247,11 +199,9 @@ mod tests {
         let s = snapshot();
         let d = decide(
             &s,
-            &RequestFacts {
-                host: Some(b"a.test"),
-                target: b"/",
+            Facts {
                 content_length: Some(11),
-                ..Default::default()
+                ..facts(b"a.test", b"/")
             },
         );
         assert!(matches!(
@@ -263,26 +213,17 @@ mod tests {
     #[test]
     fn head_limits_answer_414_and_431() {
         let s = snapshot();
-        let long = vec![b'/'; 8193];
-        let d = decide(
-            &s,
-            &RequestFacts {
-                host: Some(b"a.test"),
-                target: &long,
-                ..Default::default()
-            },
-        );
+        let long: &'static [u8] = Box::leak(vec![b'/'; 8193].into_boxed_slice());
+        let d = decide(&s, facts(b"a.test", long));
         assert!(matches!(
             d.verdict,
             Verdict::Refuse(ErrorStatus::UriTooLong)
         ));
         let d = decide(
             &s,
-            &RequestFacts {
-                host: Some(b"a.test"),
-                target: b"/",
+            Facts {
                 header_count: 101,
-                ..Default::default()
+                ..facts(b"a.test", b"/")
             },
         );
         assert!(matches!(

@@ -96,6 +96,8 @@ pub struct Route {
     pub limits: RequestLimits,
     pub websocket: bool,
     pub request_id: RequestId,
+    /// The route's blocks, merged over the host's.
+    pub policy: crate::policy::RequestPolicy,
 }
 
 /// A proxy host's routes. Precedence: an exact match beats any prefix; among
@@ -152,6 +154,7 @@ mod tests {
             limits: RequestLimits::default(),
             websocket: false,
             request_id: RequestId::Keep,
+            policy: crate::policy::RequestPolicy::default(),
         }
     }
 

@@ -104,6 +104,9 @@ const SHARD_METRICS: &[(&str, &str, &str, Getter)] = &[
     ("gapura_upstream_failures_total", "counter", "Upstream exchanges that failed (connect, timeout, reset, malformed answer).", |s| s.upstream_failures.get()),
     ("gapura_upstream_idle_connections", "gauge", "Idle pooled upstream connections.", |s| s.upstream_idle.get()),
     ("gapura_upgrades_total", "counter", "Connections tunnelled after 101 Switching Protocols.", |s| s.upgrades.get()),
+    ("gapura_quota_admitted_total", "counter", "Requests admitted by the quota step.", |s| s.quota_admitted.get()),
+    ("gapura_quota_shadow_total", "counter", "Quota refusals let through by shadow mode.", |s| s.quota_shadow.get()),
+    ("gapura_quota_exempt_total", "counter", "Requests exempt from quotas (robots.txt).", |s| s.quota_exempt.get()),
     ("gapura_snapshot_generation", "gauge", "Profile generation the shard serves.", |s| s.snapshot_generation.get()),
 ];
 
@@ -130,6 +133,22 @@ pub fn render_metrics(admin: &Admin) -> String {
                 "gapura_responses_total{{shard=\"{i}\",class=\"{}xx\"}} {}",
                 c + 1,
                 counter.get()
+            );
+        }
+    }
+    family(
+        &mut out,
+        "gapura_quota_refused_total",
+        "counter",
+        "Requests refused with 429 by quota level.",
+    );
+    for (i, s) in admin.shards.iter().enumerate() {
+        for level in gapura_gate::quota::Level::ALL {
+            let _ = writeln!(
+                out,
+                "gapura_quota_refused_total{{shard=\"{i}\",level=\"{}\"}} {}",
+                level.name(),
+                s.quota_refused[level as usize].get()
             );
         }
     }

@@ -90,6 +90,7 @@ fn start(
     slots.assign(&mut first);
     let cell = Arc::new(SnapshotCell::new(first));
     let board = Arc::new(gapura_http::upstream::HealthBoard::default());
+    let key_seed = random_seed();
     let id_prefix = {
         let t = SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -138,6 +139,7 @@ fn start(
             control: control.clone(),
             board: board.clone(),
             id_prefix,
+            key_seed,
         };
         let tx = tx.clone();
         let handle = std::thread::Builder::new()
@@ -279,4 +281,23 @@ fn do_reload(
             );
         }
     }
+}
+
+/// 16 random bytes for the gate's keyed hashes, from the kernel.
+fn random_seed() -> [u8; 16] {
+    let mut seed = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        if f.read_exact(&mut seed).is_ok() {
+            return seed;
+        }
+    }
+    // No /dev/urandom: fall back to the clock and pid, still per process.
+    let t = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    seed[..8].copy_from_slice(&(t as u64).to_le_bytes());
+    seed[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+    seed
 }

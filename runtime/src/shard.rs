@@ -42,6 +42,8 @@ pub struct ShardSpec {
     pub board: Arc<gapura_http::upstream::HealthBoard>,
     /// Per-process prefix of generated request ids.
     pub id_prefix: u32,
+    /// Per-process random seed of the gate's keyed hashes.
+    pub key_seed: [u8; 16],
 }
 
 /// What a shard reports once it is serving (or why it could not).
@@ -99,6 +101,17 @@ pub fn run(spec: ShardSpec, started: mpsc::Sender<Started>) {
 
 async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::Sender<Started>) {
     let first = spec.cell.load();
+    let gate = match gapura_gate::chain::GateState::new(&first.gate.quota_sizes, spec.key_seed) {
+        Ok(g) => g,
+        Err(e) => {
+            let _ = started.send(Err(format!(
+                "shard {}: quota tables: {}",
+                spec.id,
+                e.code()
+            )));
+            return;
+        }
+    };
     let shard = Rc::new(Shard::new(
         spec.id,
         Box::new(Feed(spec.cell.clone())),
@@ -106,6 +119,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         spec.stats.clone(),
         spec.board.clone(),
         spec.id_prefix,
+        gate,
     ));
     let mut listeners = Vec::new();
     for (addr, std_listener) in spec.listeners {
@@ -127,6 +141,9 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
             monoio::time::sleep(Duration::from_millis(1000)).await;
             ticker.date.refresh();
             ticker.upstreams.sweep();
+            let now_ms = ticker.now_ms();
+            ticker.gate.borrow_mut().sweep(now_ms, 4096);
+            ticker.publish_gate_counters();
             ticker
                 .stats
                 .upstream_idle

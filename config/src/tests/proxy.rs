@@ -1,5 +1,6 @@
 use super::*;
-use gapura_gate::snapshot::RequestFacts;
+use gapura_gate::chain::{GateState, NoTrace, Request};
+use gapura_gate::client::Peer;
 use gapura_gate::upstream::{RequestId, RouteMatch};
 use gapura_gate::{ErrorStatus, HostAction, ProxyHost, RequestLimits, Verdict};
 
@@ -162,16 +163,22 @@ fn the_gate_routes_a_compiled_proxy_host_by_precedence() {
     let c = ok(FULL);
     let decide = |path: &'static [u8], body: Option<u64>| {
         let mut scratch = Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES]);
-        let d = c.snapshot.decide(
-            &RequestFacts {
-                host: Some(b"app.test"),
-                target: path,
-                path,
-                content_length: body,
-                ..Default::default()
-            },
-            &mut scratch,
-        );
+        let headers: [(&str, &[u8]); 0] = [];
+        let req = Request {
+            peer: Peer::tcp("127.0.0.1".parse().unwrap()),
+            method: b"GET",
+            host: Some(b"app.test"),
+            target: path,
+            path,
+            header_count: 0,
+            header_bytes: 0,
+            content_length: body,
+            headers: &headers[..],
+        };
+        let mut state = GateState::small();
+        let d = c
+            .snapshot
+            .decide(&req, &mut state, 0, &mut scratch, &mut NoTrace);
         match d.verdict {
             Verdict::Forward(r, g) => (format!("{:?}", r.matcher), g.name.clone()),
             Verdict::Refuse(s) => (format!("{s:?}"), String::new()),

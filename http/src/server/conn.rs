@@ -14,15 +14,19 @@
 //! write timeout each write. A timed-out connection is closed.
 
 use super::stats::ErrorKind;
-use super::Shard;
+use super::{Lines, Shard};
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{
     header_buf, parse_head, BodyFraming, HeadError, Method, Parse, ParsedHead,
 };
 use crate::upstream::request::{write_request_head, Forwarding};
 use gapura_gate::answer::{end_head, WriteCtx};
+use gapura_gate::chain::{NoTrace, Request};
+use gapura_gate::client::Peer;
 use gapura_gate::limits::{RequestLimits, OUTER_MAX_HEAD_BYTES};
-use gapura_gate::snapshot::{RequestFacts, Verdict};
+use gapura_gate::pages::RetryPage;
+use gapura_gate::quota::QuotaTicket;
+use gapura_gate::snapshot::Verdict;
 use gapura_gate::upstream::{Route, UpstreamGroup};
 use gapura_gate::Answer;
 use gapura_gate::{ErrorStatus, Snapshot};
@@ -324,19 +328,30 @@ impl Conn {
         head: &ParsedHead,
         plan: Plan<'_>,
     ) -> Result<(), End> {
-        let (end, status, resp_start, limits) = match plan {
+        let leases = |ticket: Option<QuotaTicket>| {
+            ticket.map(|ticket| Leases {
+                shard: self.shard.clone(),
+                ticket,
+            })
+        };
+        let (end, status, resp_start, limits, _leases) = match plan {
             Plan::RefuseClose(kind) => return Err(self.close_after_refusal(kind).await),
             Plan::Forward {
                 route,
                 group,
                 limits,
-            } => return self.forward(head, route, group, snap, limits).await,
+                ticket,
+            } => {
+                let _leases = leases(ticket);
+                return self.forward(head, route, group, snap, limits).await;
+            }
             Plan::Local {
                 end,
                 status,
                 resp_start,
                 limits,
-            } => (end, status, resp_start, limits),
+                ticket,
+            } => (end, status, resp_start, limits, leases(ticket)),
         };
         let head_only = head.method == Method::Head;
         let body = match head.framing {
@@ -377,6 +392,9 @@ impl Conn {
         match end {
             LocalEnd::Answer(a) => a.write_end(&mut self.wbuf, &ctx),
             LocalEnd::HeadOnly => end_head(&mut self.wbuf, &ctx),
+            LocalEnd::RateLimited(page, retry_after_s) => {
+                page.write_into(&mut self.wbuf, retry_after_s, &ctx)
+            }
         }
         self.shard.stats.response(status);
         if close {
@@ -500,6 +518,7 @@ pub(super) enum Plan<'s> {
         status: u16,
         resp_start: usize,
         limits: RequestLimits,
+        ticket: Option<QuotaTicket>,
     },
     /// A refusal written whole; close now.
     RefuseClose(ErrorKind),
@@ -508,7 +527,23 @@ pub(super) enum Plan<'s> {
         route: &'s Route,
         group: &'s UpstreamGroup,
         limits: RequestLimits,
+        ticket: Option<QuotaTicket>,
     },
+}
+
+/// Holds a request's quota leases; gives them back when dropped, however
+/// the request ends (completion, error, client abort).
+pub(super) struct Leases {
+    shard: Rc<Shard>,
+    ticket: QuotaTicket,
+}
+
+impl Drop for Leases {
+    fn drop(&mut self) {
+        if let Ok(mut gate) = self.shard.gate.try_borrow_mut() {
+            gate.release(self.ticket);
+        }
+    }
 }
 
 pub(super) enum LocalEnd<'s> {
@@ -516,6 +551,8 @@ pub(super) enum LocalEnd<'s> {
     Answer(&'s Answer),
     /// Only the connection line and blank line (redirects).
     HeadOnly,
+    /// The whole 429 with its Retry-After (nothing was written before).
+    RateLimited(&'s RetryPage, u32),
 }
 
 /// Decides a complete head and writes what can be written before its body.
@@ -528,21 +565,35 @@ pub(super) fn prepare<'s>(
     lines: &[httparse::Header<'_>],
 ) -> Plan<'s> {
     let buf = p.buf;
-    let facts = RequestFacts {
-        host: head.host.clone().map(|r| &buf[r]),
+    let host = head.host.clone().map(|r| &buf[r]);
+    let path = &buf[head.path.clone()];
+    let headers = Lines(lines);
+    let req = Request {
+        peer: Peer::tcp(p.peer.ip()),
+        method: &buf[..buf.iter().position(|&b| b == b' ').unwrap_or(0)],
+        host,
         target: &buf[head.target.clone()],
-        path: &buf[head.path.clone()],
+        path,
         header_count: head.header_count,
         header_bytes: head.header_bytes,
         content_length: match head.framing {
             BodyFraming::Length(n) => Some(n),
             _ => None,
         },
+        headers: &headers,
     };
     let decision = {
+        let mut gate = p.shard.gate.borrow_mut();
+        let now_ms = if snap.gate.uses_clock() {
+            p.shard.now_ms()
+        } else {
+            0
+        };
+        gate.adopt(snap, now_ms);
         let mut scratch = p.shard.scratch.borrow_mut();
-        snap.decide(&facts, &mut scratch)
+        snap.decide(&req, &mut gate, now_ms, &mut scratch, &mut NoTrace)
     };
+    let ticket = decision.ticket;
     let head_only = head.method == Method::Head;
     let date = p.shard.date.line();
     let resp_start = p.wbuf.len();
@@ -552,8 +603,8 @@ pub(super) fn prepare<'s>(
             let fwd = Forwarding {
                 client: p.peer.ip(),
                 proto: "http",
-                host: facts.host,
-                path: facts.path,
+                host,
+                path,
                 host_header: &group.host_header,
                 request_id: route.request_id,
                 upgrade: head.upgrade && route.websocket,
@@ -566,6 +617,7 @@ pub(super) fn prepare<'s>(
                     route,
                     group,
                     limits: decision.limits,
+                    ticket,
                 };
             }
             let page = snap.pages.get(ErrorStatus::BadRequest, head.wants_html);
@@ -581,6 +633,13 @@ pub(super) fn prepare<'s>(
             r.write_start(p.wbuf, &buf[head.path.clone()], &date);
             (LocalEnd::HeadOnly, r.status)
         }
+        Verdict::Refuse(ErrorStatus::TooManyRequests) if decision.retry_after_s > 0 => (
+            LocalEnd::RateLimited(
+                snap.pages.rate_limited(head.wants_html),
+                decision.retry_after_s,
+            ),
+            429,
+        ),
         Verdict::Refuse(s) => {
             let page = snap.pages.get(s, head.wants_html);
             if is_limit(s) {
@@ -597,6 +656,7 @@ pub(super) fn prepare<'s>(
         status,
         resp_start,
         limits: decision.limits,
+        ticket,
     }
 }
 

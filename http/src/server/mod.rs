@@ -7,6 +7,8 @@ pub mod stats;
 mod tunnel;
 
 use crate::upstream::{HealthBoard, Upstreams};
+use gapura_gate::chain::GateState;
+use gapura_gate::client::HeaderLines;
 use gapura_gate::Snapshot;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -49,6 +51,21 @@ pub struct Shard {
     id_counter: Cell<u64>,
     /// Room for a rewritten canonical path (16 KiB, allocated once).
     pub scratch: RefCell<Box<gapura_gate::path::PathScratch>>,
+    /// The gate's tables (quotas, rate buckets) and counters of this shard.
+    pub gate: RefCell<GateState>,
+    started: monoio::time::Instant,
+}
+
+/// Request header lines as the gate reads them: every line of a name.
+pub struct Lines<'a, 'b>(pub &'a [httparse::Header<'b>]);
+
+impl HeaderLines for Lines<'_, '_> {
+    fn lines<'x>(&'x self, name: &'x str) -> impl Iterator<Item = &'x [u8]> + 'x {
+        self.0
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
 }
 
 impl Shard {
@@ -59,6 +76,7 @@ impl Shard {
         stats: Arc<ShardStats>,
         board: Arc<HealthBoard>,
         id_prefix: u32,
+        gate: GateState,
     ) -> Shard {
         stats.snapshot_generation.set(first.generation);
         Shard {
@@ -75,7 +93,27 @@ impl Shard {
             id_prefix,
             id_counter: Cell::new(0),
             scratch: RefCell::new(Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES])),
+            gate: RefCell::new(gate),
+            started: monoio::time::Instant::now(),
         }
+    }
+
+    /// Milliseconds since the shard started: the gate's clock.
+    #[inline]
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Copies the gate's counters to the shared stats (the ticker calls it).
+    pub fn publish_gate_counters(&self) {
+        let gate = self.gate.borrow();
+        let q = &gate.quota.counters;
+        self.stats.quota_admitted.set(q.admitted);
+        for (i, c) in self.stats.quota_refused.iter().enumerate() {
+            c.set(q.refused[i]);
+        }
+        self.stats.quota_shadow.set(gate.counters.quota_shadow);
+        self.stats.quota_exempt.set(gate.counters.quota_exempt);
     }
 
     /// Writes a new request id: 24 hex digits, unique per process run

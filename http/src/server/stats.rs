@@ -96,6 +96,14 @@ pub struct ShardStats {
     pub upstream_idle: Counter,
     /// Connections switched to a tunnel after 101.
     pub upgrades: Counter,
+    /// Requests the quota step admitted (budgets, leases, rate).
+    pub quota_admitted: Counter,
+    /// Quota refusals (429) by level, in `gapura_gate::quota::Level` order.
+    pub quota_refused: [Counter; gapura_gate::quota::Level::COUNT],
+    /// Quota refusals let through by shadow mode.
+    pub quota_shadow: Counter,
+    /// Requests exempt from quotas (`robots.txt`).
+    pub quota_exempt: Counter,
     /// Socket writes of responses (pipelined answers ready together share one).
     pub writes: Counter,
     /// The snapshot generation this shard serves.

@@ -1,0 +1,132 @@
+//! The compiled policy of a snapshot: what the chain's blocks are told.
+//!
+//! [`GatePolicy`] holds what the whole snapshot shares: how the client
+//! address is resolved, the quota tables' sizes and per-shard limits, the
+//! named rate limits and their (policy, host) pairs, the operations routes
+//! name. [`RequestPolicy`] is what one host or route applies, already merged
+//! field by field (defaults, host, route) when the profile was compiled, so
+//! the request path reads one small struct and never merges anything.
+
+use crate::client::ClientPolicy;
+use crate::mode::Mode;
+use crate::quota::{Class, QuotaLimits, QuotaSizes, RatePolicy, SourcePrefix};
+
+/// How a rate limit partitions clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RateKey {
+    /// The client address (IPv4 whole, IPv6 by /64).
+    Ip,
+    /// The client address and the canonical path.
+    IpPath,
+    /// A header's value (lowercase name); absent or empty falls back to the
+    /// address in its own hash domain.
+    Header(Box<str>),
+}
+
+/// A named rate limit, per shard (a `split` scope already divided).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateLimitDef {
+    pub name: String,
+    pub policy: RatePolicy,
+    pub key: RateKey,
+    /// Extra IPv6 buckets taken together with the main one (/56, /48).
+    pub ipv6_tiers: Vec<(SourcePrefix, RatePolicy)>,
+    pub mode: Mode,
+}
+
+/// One (rate limit, host) pair: its buckets' stable identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RatePair {
+    /// Stable across reloads: a hash of the limit's and the host's names.
+    pub identity: u64,
+    /// Index in [`GatePolicy::rate_limits`].
+    pub limit: u32,
+}
+
+/// What the whole snapshot shares.
+#[derive(Clone, Debug)]
+pub struct GatePolicy {
+    pub client: ClientPolicy,
+    pub quota_sizes: QuotaSizes,
+    /// Per-shard budgets and leases (None at a level: no limit there).
+    pub quota: QuotaLimits,
+    pub quota_mode: Mode,
+    /// The credential header whose SHA-256 keys identity budgets.
+    pub identity_header: Option<Box<str>>,
+    pub rate_limits: Vec<RateLimitDef>,
+    pub rate_pairs: Vec<RatePair>,
+    /// Operation names; a route's `operation` indexes this list.
+    pub operations: Vec<String>,
+}
+
+impl Default for GatePolicy {
+    fn default() -> Self {
+        GatePolicy {
+            client: ClientPolicy::default(),
+            quota_sizes: default_quota_sizes(),
+            quota: QuotaLimits::default(),
+            quota_mode: Mode::Enforce,
+            identity_header: None,
+            rate_limits: Vec::new(),
+            rate_pairs: Vec::new(),
+            operations: Vec::new(),
+        }
+    }
+}
+
+impl GatePolicy {
+    /// Whether the chain needs the shard's clock (tables keyed by time).
+    #[inline]
+    pub fn uses_clock(&self) -> bool {
+        !self.rate_pairs.is_empty() || self.has_budgets()
+    }
+
+    /// Whether any quota level is set (the chain skips the tables otherwise).
+    pub fn has_budgets(&self) -> bool {
+        let q = &self.quota;
+        q.global.is_some()
+            || q.source.is_some()
+            || q.health.is_some()
+            || q.identity.is_some()
+            || q.leases.global.is_some()
+            || q.leases.per_key.is_some()
+            || !q.operations.is_empty()
+    }
+}
+
+/// The built-in table sizes of one shard (docs/limits.md).
+pub fn default_quota_sizes() -> QuotaSizes {
+    use crate::quota::Ceiling;
+    QuotaSizes {
+        rate_entries: 1 << 18,
+        policy_slots: 4096,
+        slot_grace_ms: 60_000,
+        window_ms: 1000,
+        // Constants inside the bounds; no profile value reaches these calls.
+        window_keys: Ceiling::new(65_536, 4096).expect("constant ceiling"),
+        lease_keys: Ceiling::new(65_536, 4096).expect("constant ceiling"),
+        max_leases: 16_384,
+        operations: 64,
+    }
+}
+
+/// What one host or route applies, merged when the profile was compiled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestPolicy {
+    /// Index in [`GatePolicy::rate_pairs`].
+    pub rate_pair: Option<u32>,
+    /// Normal, critical (may use the reserve while shedding) or health probe.
+    pub class: Class,
+    /// Index in [`GatePolicy::operations`].
+    pub operation: Option<u16>,
+}
+
+impl Default for RequestPolicy {
+    fn default() -> Self {
+        RequestPolicy {
+            rate_pair: None,
+            class: Class::Normal,
+            operation: None,
+        }
+    }
+}
