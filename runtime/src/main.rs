@@ -6,6 +6,7 @@
 //! compiled snapshot, which the config crate builds.
 
 mod admin;
+mod explain;
 mod health;
 mod listeners;
 mod log;
@@ -22,6 +23,8 @@ gapura: a thread-per-core reverse proxy with an abuse-protection gate
 usage:
   gapura run [--profile FILE] [--watch]   serve (the embedded default profile without --profile)
   gapura check FILE                       validate a profile; every error with code and line:column
+  gapura explain [--profile FILE] [--json] [METHOD] URL ...
+                                          run the gate's chain for a described request, step by step
   gapura --version
 
 run options:
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
             Some(file) if args.len() == 2 => check(file),
             _ => usage_error("check takes one profile file"),
         },
+        Some("explain") => explain::run(&args[1..]),
         Some("--version" | "-V") => {
             println!("gapura {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

@@ -1,0 +1,316 @@
+//! `gapura explain`: runs the gate's chain for a described request and
+//! prints every step with its facts and a sentence, then the answer.
+//!
+//! It uses the same `Snapshot::decide` as the server, with a recording
+//! trace and fresh shard tables of its own, so it changes no table, counter
+//! or cache of a running server and cannot disagree with it about a
+//! request that meets empty tables.
+
+use gapura_gate::chain::{GateState, QuotaOutcome, Request, Step, Trace};
+use gapura_gate::client::Peer;
+use gapura_gate::limits::LimitRefusal;
+use gapura_gate::Verdict;
+use std::net::IpAddr;
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: gapura explain [--profile FILE] [--json] [--peer IP] [--client IP --via direct|proxy|cloudflare]
+                      [--country CC] [-H 'Name: value']... [METHOD] URL
+
+  URL        http://host[:port]/path?query (the host is the Host header)
+  --peer     the TCP peer (default 127.0.0.1, or --client when --via direct)
+  --client   the client address a trusted proxy or Cloudflare names
+  --via      how the request arrives: direct (default), proxy (adds X-Forwarded-For),
+             cloudflare (adds CF-Connecting-IP and, with --country, CF-IPCountry)
+";
+
+struct Recorder {
+    lines: Vec<(String, String)>,
+}
+
+impl Trace for Recorder {
+    fn step(&mut self, step: Step<'_>) {
+        let (name, sentence) = match step {
+            Step::Client { peer, client, via } => (
+                "client",
+                if peer == client {
+                    format!("the client is the peer {client} ({})", via.as_str())
+                } else {
+                    format!(
+                        "the client is {client}, named by peer {peer} ({})",
+                        via.as_str()
+                    )
+                },
+            ),
+            Step::Host { label } => (
+                "host",
+                match label {
+                    Some(l) => format!("matched host {l}"),
+                    None => "no host takes this Host header".to_string(),
+                },
+            ),
+            Step::Path { canonical } => (
+                "path",
+                match canonical {
+                    Ok(p) => format!("canonical path {p}"),
+                    Err(e) => format!("the path cannot be made canonical ({e:?}): 400"),
+                },
+            ),
+            Step::Route { index } => (
+                "route",
+                match index {
+                    Some(i) => format!("route #{i} takes it"),
+                    None => "no route takes this path: 404".to_string(),
+                },
+            ),
+            Step::Quota { outcome } => (
+                "quota",
+                match outcome {
+                    QuotaOutcome::NotApplied => "no budget or rate limit applies".to_string(),
+                    QuotaOutcome::Exempt => "robots.txt is never limited".to_string(),
+                    QuotaOutcome::Admitted => {
+                        "within every budget and rate limit (on empty tables)".to_string()
+                    }
+                    QuotaOutcome::Refused {
+                        level,
+                        retry_after_s,
+                    } => format!(
+                        "over the {} limit: 429, retry after {retry_after_s} s",
+                        level.name()
+                    ),
+                    QuotaOutcome::Shadowed { level } => format!(
+                        "over the {} limit, but in shadow mode: counted and let through",
+                        level.name()
+                    ),
+                },
+            ),
+            Step::RequestLimits { refusal } => (
+                "request limits",
+                match refusal {
+                    None => "within the host's request limits".to_string(),
+                    Some(LimitRefusal::UrlTooLong) => "target longer than allowed: 414".into(),
+                    Some(LimitRefusal::TooManyHeaders) => "too many header lines: 431".into(),
+                    Some(LimitRefusal::HeadersTooLarge) => {
+                        "header bytes over the limit: 431".into()
+                    }
+                    Some(LimitRefusal::BodyTooLarge) => "declared body over the limit: 413".into(),
+                },
+            ),
+        };
+        self.lines.push((name.to_string(), sentence));
+    }
+
+    fn enabled(&self) -> bool {
+        true
+    }
+}
+
+struct Args {
+    profile: Option<String>,
+    json: bool,
+    method: String,
+    url: String,
+    headers: Vec<(String, String)>,
+    peer: Option<IpAddr>,
+    client: Option<IpAddr>,
+    via: String,
+    country: Option<String>,
+}
+
+fn parse(args: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        profile: None,
+        json: false,
+        method: "GET".into(),
+        url: String::new(),
+        headers: Vec::new(),
+        peer: None,
+        client: None,
+        via: "direct".into(),
+        country: None,
+    };
+    let mut positional = Vec::new();
+    let mut it = args.iter();
+    let ip = |v: Option<&String>, flag: &str| -> Result<IpAddr, String> {
+        v.ok_or(format!("{flag} needs an address"))?
+            .parse()
+            .map_err(|_| format!("{flag}: not an IP address"))
+    };
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--profile" | "-p" => {
+                a.profile = Some(it.next().ok_or("--profile needs a file")?.clone())
+            }
+            "--json" => a.json = true,
+            "--peer" => a.peer = Some(ip(it.next(), "--peer")?),
+            "--client" => a.client = Some(ip(it.next(), "--client")?),
+            "--via" => a.via = it.next().ok_or("--via needs a value")?.clone(),
+            "--country" => a.country = Some(it.next().ok_or("--country needs a code")?.clone()),
+            "-H" | "--header" => {
+                let h = it.next().ok_or("-H needs 'Name: value'")?;
+                let (n, v) = h.split_once(':').ok_or("-H needs 'Name: value'")?;
+                a.headers.push((n.trim().to_string(), v.trim().to_string()));
+            }
+            s if s.starts_with('-') => return Err(format!("unknown option {s}")),
+            s => positional.push(s.to_string()),
+        }
+    }
+    match positional.len() {
+        1 => a.url = positional.remove(0),
+        2 => {
+            a.method = positional.remove(0).to_ascii_uppercase();
+            a.url = positional.remove(0);
+        }
+        _ => return Err("give [METHOD] URL".into()),
+    }
+    if !matches!(a.via.as_str(), "direct" | "proxy" | "cloudflare") {
+        return Err("--via is direct, proxy or cloudflare".into());
+    }
+    Ok(a)
+}
+
+fn verdict_text(v: &Verdict<'_>, snap: &gapura_gate::Snapshot, retry: u32) -> (u16, String) {
+    match v {
+        Verdict::Respond(a) => (a.status, format!("answer {} from the host", a.status)),
+        Verdict::Redirect(r) => (r.status, format!("redirect {}", r.status)),
+        Verdict::Refuse(s) if s.code() == 429 => (429, format!("refuse 429, Retry-After {retry}")),
+        Verdict::Refuse(s) => (s.code(), format!("refuse {} with its page", s.code())),
+        Verdict::Forward(route, group) => {
+            let servers: Vec<String> = group.servers.iter().map(|s| s.addr.to_string()).collect();
+            let _ = snap;
+            (
+                0,
+                format!(
+                    "forward along route {:?} to group {} ({})",
+                    route.matcher,
+                    group.name,
+                    servers.join(", ")
+                ),
+            )
+        }
+    }
+}
+
+pub fn run(args: &[String]) -> ExitCode {
+    let a = match parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("gapura explain: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let compiled = match &a.profile {
+        Some(p) => gapura_config::load_file(std::path::Path::new(p)),
+        None => gapura_config::compile_str(gapura_config::DEFAULT_PROFILE),
+    };
+    let compiled = match compiled {
+        Ok(c) => c,
+        Err(errors) => {
+            for e in errors {
+                eprintln!(
+                    "{}:{e}",
+                    a.profile.as_deref().unwrap_or("<embedded default>")
+                );
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let snap = compiled.snapshot;
+    let Some(rest) = a
+        .url
+        .strip_prefix("http://")
+        .or_else(|| a.url.strip_prefix("https://"))
+    else {
+        eprintln!("gapura explain: the URL must start with http:// or https://");
+        return ExitCode::from(2);
+    };
+    let split = rest.find('/').unwrap_or(rest.len());
+    let host = rest[..split].to_string();
+    let path = if split == rest.len() {
+        "/".to_string()
+    } else {
+        rest[split..].to_string()
+    };
+    let mut headers = a.headers.clone();
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        headers.insert(0, ("Host".into(), host.clone()));
+    }
+    let client = a
+        .client
+        .unwrap_or_else(|| "127.0.0.1".parse().expect("literal"));
+    let peer = match a.via.as_str() {
+        "direct" => a.peer.or(a.client).unwrap_or(client),
+        "proxy" => {
+            headers.push(("X-Forwarded-For".into(), client.to_string()));
+            a.peer
+                .unwrap_or_else(|| "127.0.0.1".parse().expect("literal"))
+        }
+        _ => {
+            headers.push(("CF-Connecting-IP".into(), client.to_string()));
+            if let Some(c) = &a.country {
+                headers.push(("CF-IPCountry".into(), c.clone()));
+            }
+            a.peer
+                .unwrap_or_else(|| "173.245.48.1".parse().expect("literal"))
+        }
+    };
+    let lines: Vec<(&str, &[u8])> = headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_bytes()))
+        .collect();
+    let header_bytes = headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+    let content_length = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok());
+    let host_value = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("host"))
+        .map(|(_, v)| v.as_bytes());
+    let req = Request {
+        peer: Peer::tcp(peer),
+        method: a.method.as_bytes(),
+        host: host_value,
+        target: path.as_bytes(),
+        path: path.as_bytes(),
+        header_count: headers.len(),
+        header_bytes,
+        content_length,
+        headers: &lines[..],
+    };
+    let mut state = GateState::small();
+    state.adopt(&snap, 0);
+    let mut scratch = Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES]);
+    let mut rec = Recorder { lines: Vec::new() };
+    let d = snap.decide(&req, &mut state, 0, &mut scratch, &mut rec);
+    let (status, answer) = verdict_text(&d.verdict, &snap, d.retry_after_s);
+    if a.json {
+        let steps: Vec<serde_json::Value> = rec
+            .lines
+            .iter()
+            .map(|(n, s)| serde_json::json!({ "step": n, "says": s }))
+            .collect();
+        let out = serde_json::json!({
+            "request": { "method": a.method, "url": a.url, "peer": peer.to_string() },
+            "steps": steps,
+            "answer": {
+                "kind": match d.verdict {
+                    Verdict::Respond(_) => "respond",
+                    Verdict::Redirect(_) => "redirect",
+                    Verdict::Refuse(_) => "refuse",
+                    Verdict::Forward(..) => "forward",
+                },
+                "status": if status == 0 { serde_json::Value::Null } else { status.into() },
+                "says": answer,
+            },
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    } else {
+        println!("{} {} from {peer}", a.method, a.url);
+        for (n, s) in &rec.lines {
+            println!("  {n:<15} {s}");
+        }
+        println!("  {:<15} {answer}", "answer");
+    }
+    ExitCode::SUCCESS
+}
