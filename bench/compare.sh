@@ -38,7 +38,7 @@ declare -A SCENARIO_SPEC=(
 declare -A SCENARIO_TEXT=(
     [respond-c64]="fixed 200 answered by the server itself, 64 keep-alive connections, one request in flight per connection"
     [respond-c256]="fixed 200 answered by the server itself, 256 keep-alive connections, one request in flight per connection"
-    [pipelined16]="fixed 200 answered by the server itself, 64 keep-alive connections, 16 pipelined requests per write; latency is per batch (from writing the 16 requests to reading the 16th response)"
+    [pipelined16]="fixed 200 answered by the server itself, 64 keep-alive connections, 16 pipelined requests per write; latency counts from the batch's write (gapura-loadtest: a sample per response; wrk: one per batch, at its 16th response)"
     [proxy-c64]="the server forwards to an upstream nginx (on the load core) that answers the fixed 200, 64 keep-alive connections"
     [proxy-c256]="the server forwards to an upstream nginx (on the load core) that answers the fixed 200, 256 keep-alive connections"
 )
@@ -422,19 +422,28 @@ check_answer() {
 # ------------------------------------------------------------- measurement --
 CLK_TCK=$(getconf CLK_TCK)
 
-# tree_cpu PID: "USER SYS" clock ticks used so far by PID (all its threads, and
-# children it has reaped) and every live descendant (nginx's worker).
-tree_cpu() {
+# cpu_of PID...: sets REPLY to "USER SYS", the clock ticks used so far by each
+# PID (all its threads, and children it has reaped), summed. Reads /proc with
+# builtins only, so it forks nothing and takes well under a millisecond.
+cpu_of() {
     local p line f user=0 sys=0
-    for p in "$1" $(descendants "$1"); do
-        line=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+    for p in "$@"; do
+        read -r line 2>/dev/null <"/proc/$p/stat" || continue
         line=${line##*) }
         read -r -a f <<<"$line"
         # f[0] is field 3 (state): utime=14, stime=15, cutime=16, cstime=17.
         user=$((user + f[11] + f[13]))
         sys=$((sys + f[12] + f[14]))
     done
-    echo "$user $sys"
+    REPLY="$user $sys"
+}
+
+# tree_cpu PID: prints "USER SYS" ticks of PID and every live descendant (nginx's worker).
+tree_cpu() {
+    local pids
+    mapfile -t pids <<<"$1"$'\n'"$(descendants "$1")"
+    cpu_of "${pids[@]}"
+    echo "$REPLY"
 }
 
 printf 'hello, world\n' >"$WORK/expected.body"
@@ -489,39 +498,62 @@ run_warmup() { # run_warmup OUTFILE ARGS...: runs a discarded load in the backgr
     untrack "$pid"
 }
 
-# measure SERVER_PID OUTFILE OFFSET_US ARGS...: runs the load generator ARGS in
+exec {NAP_FD}<> <(:) # never readable: `read -t` on it sleeps without forking
+nap() { # nap MICROSECONDS
+    local s
+    (($1 > 0)) || return 0
+    printf -v s '%d.%06d' $(($1 / 1000000)) $(($1 % 1000000))
+    read -r -t "$s" -u "$NAP_FD" _ || true
+}
+
+# measure SERVER_PID OUTFILE OPEN_US ARGS...: runs the load generator ARGS in
 # the background (tracked, so cleanup can stop it) and waits for it. The
-# server's CPU counters are read where the generator's measured window begins,
-# OFFSET_US after the launch (0: just before it), and again once it exited.
+# server's CPU counters are read where the generator's measured window opens,
+# and again once the generator has exited. OPEN_US 0: the window opens at the
+# launch, and the counters are read just before it. OPEN_US > 0 (gapura-
+# loadtest): the window opens OPEN_US after the generator computes its start
+# time, which it does just before it spawns its first shard thread; the script
+# watches /proc/PID/task for that thread (every 0.5 ms) and reads the counters
+# OPEN_US later, with builtins only, so the read lands within a millisecond or
+# two of the opening (M_LATE_US says how late it came).
 # Sets M_RC (exit status), M_T0/M_T1 (µs), M_C0U/M_C0S/M_C1U/M_C1S (ticks),
-# M_LATE_US (how late the first read came after the window began) and
-# M_GEN_TICKS: the generator's whole CPU time, user + system, by how much this
-# shell's cutime + cstime grew while `wait` reaped it (nothing else is reaped
-# then: the counters are read right around that wait).
+# M_LATE_US and M_GEN_TICKS: the generator's whole CPU time, user + system, by
+# how much this shell's cutime + cstime grew while `wait` reaped it (nothing
+# else is reaped then: the counters are read right around that wait).
 measure() {
-    local spid=$1 out=$2 offset_us=$3 pid launch pause g0 g1
+    local spid=$1 out=$2 open_us=$3 pid anchor i pids tasks
     shift 3
     M_RC=0
     M_LATE_US=0
-    if ((offset_us == 0)); then
-        read -r M_C0U M_C0S <<<"$(tree_cpu "$spid")"
+    mapfile -t pids <<<"$spid"$'\n'"$(descendants "$spid")"
+    if ((open_us == 0)); then
+        cpu_of "${pids[@]}"
+        read -r M_C0U M_C0S <<<"$REPLY"
         now_us
         M_T0=$REPLY
     fi
     "$@" >"$out" 2>&1 &
     pid=$!
-    now_us
-    launch=$REPLY
     TRACKED+=("$pid")
-    if ((offset_us > 0)); then
+    now_us
+    anchor=$REPLY
+    if ((open_us > 0)); then
+        for ((i = 0; i < 4000; i++)); do # up to about 2 s
+            tasks=("/proc/$pid/task/"*)
+            ((${#tasks[@]} < 2)) || break
+            [[ -d /proc/$pid/task ]] || break
+            nap 500
+        done
         now_us
-        pause=$((launch + offset_us - REPLY))
-        if ((pause > 0)); then sleep "$((pause / 1000000)).$(printf '%06d' $((pause % 1000000)))"; fi
-        read -r M_C0U M_C0S <<<"$(tree_cpu "$spid")"
+        ((i == 4000)) || anchor=$REPLY
+        nap $((anchor + open_us - REPLY))
         now_us
         M_T0=$REPLY
-        M_LATE_US=$((M_T0 - launch - offset_us))
+        cpu_of "${pids[@]}"
+        read -r M_C0U M_C0S <<<"$REPLY"
+        M_LATE_US=$((M_T0 - anchor - open_us))
     fi
+    local g0 g1
     reaped_child_ticks
     g0=$REPLY
     wait "$pid" || M_RC=$?
@@ -603,8 +635,8 @@ run_one() {
             load_args "$conns" "$depth" "$WARMUP" "$port" ""
             run_warmup "$dir/warmup.out" "${LOAD_ARGS[@]}"
         else
-            # gapura-loadtest's measured window opens 20 ms after it starts
-            # (its shards' common start) plus --warmup.
+            # gapura-loadtest's measured window opens --warmup after its
+            # shards' common start, which it sets 20 ms after computing it.
             offset_us=$((20000 + WARMUP * 1000000))
         fi
     fi

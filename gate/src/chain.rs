@@ -246,12 +246,9 @@ impl Snapshot {
         };
 
         // The canonical path, when something reads it.
+        // Routes match on it; quotas read it for the robots.txt exemption
+        // and path-keyed rate limits.
         let needs_path = matches!(entry.action, HostAction::Proxy(_))
-            || self
-                .gate
-                .rate_limits
-                .iter()
-                .any(|r| r.key == RateKey::IpPath)
             || self.gate.has_budgets()
             || entry.policy.rate_pair.is_some();
         let canonical: &[u8] = if needs_path {
