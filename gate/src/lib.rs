@@ -8,6 +8,7 @@
 //! path: time and request facts are passed in, answers are written into a
 //! buffer the caller owns. Allocation happens only when a snapshot is built.
 
+pub mod access;
 pub mod answer;
 pub mod chain;
 pub mod cidr;

@@ -92,12 +92,42 @@ pub fn builtin_csp() -> String {
 }
 
 fn builtin_html(status: ErrorStatus) -> String {
-    let code = status.code();
+    builtin_html_for(status.code(), status.sentence())
+}
+
+fn builtin_html_for(code: u16, sentence: &str) -> String {
     let reason = reason_phrase(code);
     format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{code} {reason}</title><style>{STYLE}</style></head><body><main><p class=\"s\">{code}</p><h1>{reason}</h1><p>{}</p><footer>gapura</footer></main></body></html>\n",
-        status.sentence()
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{code} {reason}</title><style>{STYLE}</style></head><body><main><p class=\"s\">{code}</p><h1>{reason}</h1><p>{sentence}</p><footer>gapura</footer></main></body></html>\n"
     )
+}
+
+/// A built-in page for a status [`ErrorStatus`] does not list (401, a 429
+/// with `Retry-After`): the same HTML and CSP, `text` as the plain-text
+/// body, `extra` headers before the common ones. `sentence` must be plain
+/// text without markup. Allocates (compile time only).
+pub fn builtin_page(code: u16, sentence: &str, text: &str, extra: &[(&str, &str)]) -> Page {
+    let csp = builtin_csp();
+    let common: [(&str, &str); 3] = [
+        ("Cache-Control", "no-store"),
+        ("Referrer-Policy", "no-referrer"),
+        ("X-Content-Type-Options", "nosniff"),
+    ];
+    let mut html_headers = extra.to_vec();
+    html_headers.push(("Content-Type", "text/html; charset=utf-8"));
+    html_headers.extend_from_slice(&common);
+    html_headers.push(("Content-Security-Policy", csp.as_str()));
+    let mut text_headers = extra.to_vec();
+    text_headers.push(("Content-Type", "text/plain; charset=utf-8"));
+    text_headers.extend_from_slice(&common);
+    Page {
+        html: Answer::new(
+            code,
+            &html_headers,
+            builtin_html_for(code, sentence).as_bytes(),
+        ),
+        text: Answer::new(code, &text_headers, text.as_bytes()),
+    }
 }
 
 /// A page in its two forms.
