@@ -114,6 +114,16 @@ fn kind(out: &AccessOutcome<'_>) -> &'static str {
 
 const SECRET: [u8; 32] = [9; 32];
 
+/// (name, list, client, country, header lines, expected kind)
+type Case<'a> = (
+    &'a str,
+    &'a AccessList,
+    &'a str,
+    Option<Country>,
+    Vec<(&'a str, Vec<u8>)>,
+    &'a str,
+);
+
 #[test]
 fn the_counter_sees_an_allocation() {
     assert_eq!(allocations(|| Vec::<u8>::with_capacity(8)), 1);
@@ -136,14 +146,7 @@ fn synchronous_decisions_allocate_nothing() {
     huge.extend(std::iter::repeat_n(b'A', 5000));
     let ru = Country::parse_code("RU");
     let header = |v: &[u8]| -> Vec<(&'static str, Vec<u8>)> { vec![("authorization", v.to_vec())] };
-    let cases: Vec<(
-        &str,
-        &AccessList,
-        &str,
-        Option<Country>,
-        Vec<(&str, Vec<u8>)>,
-        &str,
-    )> = vec![
+    let cases: Vec<Case<'_>> = vec![
         ("pass, no rules", &open, "192.0.2.1", None, vec![], "pass"),
         (
             "allowed address under any",
