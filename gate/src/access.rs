@@ -43,7 +43,6 @@ use password::{Verifier, DEFAULT_ITERATIONS};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::net::IpAddr;
-use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 /// Most users one list may hold (`accessList.users.tooMany`): the name
 /// comparison touches every one on each credentialed request.
@@ -521,8 +520,10 @@ impl AccessList {
     }
 
     /// Compares `name` with every user's name in constant time, without an
-    /// early exit. Returns the matching index (0 when none) and whether one
-    /// matched. O(users × 64).
+    /// early exit: eight 64-bit XORs and the length per user, folded with
+    /// bit operations only (no branch depends on a byte of a name). Returns
+    /// the matching index (0 when none) and whether one matched.
+    /// O(users), about a nanosecond per user.
     fn find_user(&self, name: &[u8]) -> (usize, bool) {
         let mut candidate = [0u8; MAX_NAME_BYTES];
         let len = name.len().min(MAX_NAME_BYTES);
@@ -530,13 +531,18 @@ impl AccessList {
         // A name longer than 64 bytes cannot match: its length never equals.
         let cand_len = name.len().min(usize::from(u8::MAX)) as u8;
         let mut index = 0u32;
-        let mut found = subtle::Choice::from(0);
+        let mut found = 0u64;
         for (i, u) in self.users.iter().enumerate() {
-            let eq = u.name.ct_eq(&candidate) & u.name_len.ct_eq(&cand_len);
-            index.conditional_assign(&(i as u32), eq);
+            let diff = std::hint::black_box(
+                name_diff(&u.name, &candidate) | u64::from(u.name_len ^ cand_len),
+            );
+            // 1 when diff == 0, else 0, without a branch.
+            let eq = ((diff | diff.wrapping_neg()) >> 63) ^ 1;
+            let mask = 0u32.wrapping_sub(eq as u32);
+            index = (index & !mask) | (i as u32 & mask);
             found |= eq;
         }
-        (index as usize, bool::from(found))
+        (index as usize, found == 1)
     }
 
     /// The decision once the pool's verdict is back: pass (stripping
@@ -551,6 +557,18 @@ impl AccessList {
             AccessDecision::Challenge(&self.challenge)
         }
     }
+}
+
+/// The OR of the XORs of two padded names, word by word: 0 iff equal.
+#[inline(always)]
+fn name_diff(a: &[u8; MAX_NAME_BYTES], b: &[u8; MAX_NAME_BYTES]) -> u64 {
+    let mut diff = 0u64;
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        let x = u64::from_ne_bytes(x.try_into().expect("8 bytes"));
+        let y = u64::from_ne_bytes(y.try_into().expect("8 bytes"));
+        diff |= x ^ y;
+    }
+    diff
 }
 
 #[cfg(test)]

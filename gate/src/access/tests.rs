@@ -560,3 +560,26 @@ fn users_print_without_secrets() {
     assert_eq!(u.name(), b"alice");
     assert!(!User::new("x", None).has_password());
 }
+
+#[test]
+fn names_match_exactly_at_any_index_and_length() {
+    let mut users: Vec<User> = (0..50).map(|i| user(&format!("user{i}"), "pw")).collect();
+    users.push(user("alice", "wonderland"));
+    let l = AccessList::from_parts(AccessListParts {
+        name: "many".into(),
+        users,
+        ..AccessListParts::default()
+    });
+    assert_eq!(l.find_user(b"alice"), (50, true));
+    assert_eq!(l.find_user(b"user0"), (0, true));
+    assert_eq!(l.find_user(b"user49"), (49, true));
+    // Zero padding never makes a longer or shorter name equal.
+    assert!(!l.find_user(b"alice\0").1);
+    assert!(!l.find_user(b"alic").1);
+    assert_eq!(l.find_user(b"user4"), (4, true));
+    assert!(!l.find_user(&[b'a'; 64]).1);
+    let job = job_for(&l, ALLOWED, &basic("alice\0:wonderland"));
+    assert_eq!(job.subject(), Subject::UnknownUser);
+    let job = job_for(&l, ALLOWED, &basic("alice:wonderland"));
+    assert_eq!(job.run(), VerifyResult::Ok);
+}
