@@ -9,6 +9,7 @@
 //! figure is the median of 7 rounds of ns per operation; addresses rotate
 //! over 4,096 probes inside the allow list.
 
+use gapura_gate::access::basic::{read_authorization, Authorization};
 use gapura_gate::access::cache::{CacheKeyer, VerifyCache};
 use gapura_gate::access::password::{hash_password, Verifier, DEFAULT_ITERATIONS};
 use gapura_gate::access::{AccessDecision, AccessList, AccessListParts, User};
@@ -189,6 +190,12 @@ fn main() {
     }
     measure("cache key (SHA-256, 16-byte credentials)", 1_000_000, |i| {
         keyer.credentials_key(7, black_box(probes[i & mask]), b"alice:wonderland") & 1 == 0
+    });
+    measure("read Authorization: Basic (16-byte credentials)", 2_000_000, |_| {
+        matches!(
+            read_authorization(black_box(&with_right[..])),
+            Authorization::Basic(_)
+        )
     });
     measure("cache lookup (4,096 live entries, hit)", 5_000_000, |i| {
         cache.lookup(black_box(keys[i & mask]), 1)
