@@ -191,12 +191,16 @@ fn main() {
     measure("cache key (SHA-256, 16-byte credentials)", 1_000_000, |i| {
         keyer.credentials_key(7, black_box(probes[i & mask]), b"alice:wonderland") & 1 == 0
     });
-    measure("read Authorization: Basic (16-byte credentials)", 2_000_000, |_| {
-        matches!(
-            read_authorization(black_box(&with_right[..])),
-            Authorization::Basic(_)
-        )
-    });
+    measure(
+        "read Authorization: Basic (16-byte credentials)",
+        2_000_000,
+        |_| {
+            matches!(
+                read_authorization(black_box(&with_right[..])),
+                Authorization::Basic(_)
+            )
+        },
+    );
     measure("cache lookup (4,096 live entries, hit)", 5_000_000, |i| {
         cache.lookup(black_box(keys[i & mask]), 1)
     });
