@@ -24,6 +24,8 @@ pub mod pathmatch;
 pub mod policy;
 pub mod proxyproto;
 pub mod quota;
+pub mod robots;
+pub mod ruleset;
 pub mod snapshot;
 pub mod upstream;
 

@@ -1,0 +1,571 @@
+//! Rule sets: ordered rules on path, method and user agent; the first match
+//! decides.
+//!
+//! A rule states any combination of a path condition (exact, prefix, glob or
+//! regex over the canonical matching path of [`crate::path`]), a method set
+//! (compared ignoring ASCII case) and a user-agent condition (substrings found
+//! ignoring case in *any* `User-Agent` line, so a request that sends two
+//! cannot hide a name in the one the upstream reads; or `empty`, a missing or
+//! blank user agent). Every condition it states must hold. Its action is
+//! deny (403 and the Forbidden page), drop (abort, no answer) or allow (end
+//! the set here; the rest of the chain still runs).
+//!
+//! Guarantee: the outcome is the matching rule with the lowest index, exactly
+//! as if every rule were tried in order, and deciding it allocates nothing
+//! (a regex may allocate its new lazy-DFA states once per path shape; see
+//! [`regex`](self::MAX_REGEX_BYTES)). How it is built for that:
+//!
+//! - exact and prefix paths sit in a [`PathMatcher`], found by binary search
+//!   (O(segments · log n)) with the rule's other conditions checked only on
+//!   candidates that could still win;
+//! - rules without an indexed path (none, glob, regex) are scanned in order,
+//!   only below the best index found so far;
+//! - inside a rule the cheap conditions run first (method, then user agent),
+//!   the glob or regex last;
+//! - every user-agent substring of the set is in one automaton
+//!   (see `ua.rs`): one pass over the `User-Agent` lines answers every rule's
+//!   condition at once, made lazily, only when a rule needs it;
+//! - globs and regexes read each path byte once: linear in the path.
+//!
+//! A regex search can give up (see [`MAX_REGEX_BYTES`] and the module
+//! `regex.rs`): then the rule's action decides, failing closed (a deny or
+//! drop counts it as a match, an allow as no match) and the outcome counts
+//! the give-up.
+//!
+//! The set itself is immutable (it lives in the snapshot). What changes per
+//! request lives with the caller, per shard: the regexes' lazy-DFA caches
+//! ([`RegexCaches`], made for one set) and the counters ([`RuleSetCounters`],
+//! plain `u64`s keyed by the set's stable name, so they survive a reload).
+//!
+//! `GET`/`HEAD /robots.txt` is exempt from rule sets: the caller skips the set
+//! for it ([`crate::robots::is_robots_request`]).
+
+mod presets;
+mod regex;
+mod spec;
+#[cfg(test)]
+mod tests;
+mod ua;
+
+pub use presets::{Preset, KNOWN_SCANNERS};
+pub use regex::{
+    GIVE_UP_AFTER_CLEARS, MAX_REGEX_BYTES, MIN_BYTES_PER_STATE, REGEX_CACHE_BYTES,
+    REGEX_NEST_LIMIT, REGEX_NFA_BYTES,
+};
+pub use spec::{
+    Action, PathPatternKind, PathSpec, RuleError, RuleSetError, RuleSpec, UserAgentSpec,
+    MAX_METHODS, MAX_METHOD_BYTES, MAX_RULES, MAX_UA_SUBSTRINGS, MAX_UA_SUBSTRING_CHARS,
+};
+pub use ua::RuleBits;
+
+use crate::glob::Glob;
+use crate::mode::Mode;
+use crate::pathmatch::{compile_pattern, PathKind, PathMatcher};
+use regex::{PathRegex, RegexResult};
+use regex_automata::hybrid::dfa::Cache;
+use std::sync::atomic::{AtomicU64, Ordering};
+use ua::UaNeedles;
+
+/// Identifies a compiled set, so caches made for another are never used.
+static NEXT_SET_ID: AtomicU64 = AtomicU64::new(1);
+
+#[derive(Clone, Copy, Debug)]
+struct Method {
+    bytes: [u8; MAX_METHOD_BYTES],
+    len: u8,
+}
+
+impl Method {
+    fn new(upper: &str) -> Method {
+        let mut bytes = [0; MAX_METHOD_BYTES];
+        bytes[..upper.len()].copy_from_slice(upper.as_bytes());
+        Method {
+            bytes,
+            len: upper.len() as u8,
+        }
+    }
+
+    #[inline]
+    fn matches(&self, method: &[u8]) -> bool {
+        self.bytes[..usize::from(self.len)].eq_ignore_ascii_case(method)
+    }
+}
+
+#[derive(Clone, Debug)]
+enum PathCond {
+    None,
+    /// Exact or prefix: in the set's matcher.
+    Indexed,
+    Glob(Glob),
+    /// Index into the set's regexes.
+    Regex(usize),
+}
+
+#[derive(Clone, Debug)]
+struct Rule {
+    action: Action,
+    methods: Box<[Method]>,
+    ua_contains: bool,
+    ua_empty: bool,
+    path: PathCond,
+}
+
+/// A compiled rule set. Immutable; lives in the snapshot.
+#[derive(Clone, Debug)]
+pub struct RuleSet {
+    id: u64,
+    /// The rules as stated, normalised (methods upper case and sorted,
+    /// substrings trimmed and unique), for explain.
+    specs: Box<[RuleSpec]>,
+    rules: Box<[Rule]>,
+    /// Exact and prefix paths; the value is the rule index.
+    matcher: PathMatcher<usize>,
+    /// Rules without an indexed path, ascending.
+    scan: Box<[usize]>,
+    ua: UaNeedles,
+    regexes: Box<[PathRegex]>,
+    needs_path: bool,
+}
+
+/// The request facts a rule set reads. Borrowed, nothing copied.
+#[derive(Clone, Debug)]
+pub struct RuleRequest<'a, U> {
+    /// The method as sent.
+    pub method: &'a [u8],
+    /// The canonical matching path ([`crate::path::canonical`]); needed only
+    /// when [`RuleSet::needs_path`], else it may be empty.
+    pub path: &'a [u8],
+    /// Every `User-Agent` header value, in order (none when missing). Cloned
+    /// to be read again, so it should be a cheap iterator (a filter over the
+    /// parsed header array, or a slice's).
+    pub user_agents: U,
+}
+
+/// What a set decided for one request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleOutcome {
+    /// The matching rule, counted from 0 (explain counts from 1).
+    pub rule: Option<usize>,
+    /// Its action; `None` when no rule matched (the request goes on).
+    pub action: Option<Action>,
+    /// Regex searches that gave up during this evaluation.
+    pub regex_give_ups: u32,
+}
+
+/// A refusal the chain must carry out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleRefusal {
+    /// Answer 403 with the Forbidden page.
+    Deny,
+    /// Abort the connection without an answer.
+    Drop,
+}
+
+/// An outcome and what is left to carry out under the set's mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuleDecision {
+    pub outcome: RuleOutcome,
+    /// `None`: the request goes on (no match, an allow, or a shadowed
+    /// refusal).
+    pub refusal: Option<RuleRefusal>,
+}
+
+/// One shard's counters for one set: plain integers, kept by the shard under
+/// the set's stable name so they survive a reload.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleSetCounters {
+    pub denied: u64,
+    pub dropped: u64,
+    pub allowed: u64,
+    /// Regex searches that gave up (each decided by its rule's action).
+    pub regex_give_ups: u64,
+    /// Refusals a shadowed set would have made.
+    pub shadow_hits: u64,
+}
+
+impl RuleSetCounters {
+    /// Counts an outcome and applies `mode` to its refusal: enforced, a deny
+    /// or drop is returned; shadowed it is counted in `shadow_hits` and the
+    /// request goes on. O(1), no allocation.
+    #[inline]
+    pub fn record(&mut self, outcome: &RuleOutcome, mode: Mode) -> Option<RuleRefusal> {
+        self.regex_give_ups += u64::from(outcome.regex_give_ups);
+        let would = match outcome.action {
+            Some(Action::Deny) => Some(RuleRefusal::Deny),
+            Some(Action::Drop) => Some(RuleRefusal::Drop),
+            Some(Action::Allow) => {
+                self.allowed += 1;
+                None
+            }
+            None => None,
+        };
+        let refusal = mode.apply(would, &mut self.shadow_hits);
+        match refusal {
+            Some(RuleRefusal::Deny) => self.denied += 1,
+            Some(RuleRefusal::Drop) => self.dropped += 1,
+            None => {}
+        }
+        refusal
+    }
+}
+
+/// One shard's lazy-DFA caches for the regexes of one compiled set.
+#[derive(Clone, Debug)]
+pub struct RegexCaches {
+    set_id: u64,
+    caches: Box<[Cache]>,
+}
+
+impl RegexCaches {
+    /// Caches that fit no set: every regex search with them gives up (and so
+    /// fails closed). For a set without regexes they are all it needs.
+    pub fn none() -> RegexCaches {
+        RegexCaches {
+            set_id: 0,
+            caches: Box::new([]),
+        }
+    }
+}
+
+/// Per-request state of one evaluation.
+struct Eval<'a, 'c, U> {
+    method: &'a [u8],
+    path: &'a [u8],
+    user_agents: U,
+    ua_found: Option<RuleBits>,
+    ua_blank: Option<bool>,
+    caches: &'c mut RegexCaches,
+    give_ups: u32,
+}
+
+impl<'a, U: Iterator<Item = &'a [u8]> + Clone> Eval<'a, '_, U> {
+    fn ua_blank(&mut self) -> bool {
+        *self.ua_blank.get_or_insert_with(|| {
+            self.user_agents
+                .clone()
+                .all(|line| line.iter().all(|&b| b == b' ' || b == b'\t'))
+        })
+    }
+
+    fn ua_found(&mut self, needles: &UaNeedles) -> &RuleBits {
+        let lines = &self.user_agents;
+        self.ua_found.get_or_insert_with(|| {
+            let mut found = RuleBits::default();
+            for line in lines.clone() {
+                needles.scan(line, &mut found);
+            }
+            found
+        })
+    }
+}
+
+impl RuleSet {
+    /// Compiles a whole set, collecting every error. Allocates; compile time
+    /// only. See [`RuleSetBuilder`] for the costs.
+    pub fn compile(specs: &[RuleSpec]) -> Result<RuleSet, Vec<RuleSetError>> {
+        let mut builder = RuleSetBuilder::new();
+        let mut errors = Vec::new();
+        for spec in specs {
+            if let Err(e) = builder.push(spec) {
+                let stop = e == RuleSetError::TooManyRules;
+                errors.push(e);
+                if stop {
+                    break;
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(builder.build())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Number of rules.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Rule `index` as stated (normalised), for explain and docs.
+    pub fn rule(&self, index: usize) -> Option<&RuleSpec> {
+        self.specs.get(index)
+    }
+
+    /// Whether any rule reads the path: only then must the caller compute
+    /// the canonical path for [`RuleRequest::path`].
+    pub fn needs_path(&self) -> bool {
+        self.needs_path
+    }
+
+    /// Number of regex rules (each holds a lazy-DFA cache per shard).
+    pub fn regex_count(&self) -> usize {
+        self.regexes.len()
+    }
+
+    /// Fresh caches for this set, one per regex, for one shard. Allocates (a
+    /// few KiB per regex, growing to at most [`REGEX_CACHE_BYTES`] each as
+    /// path shapes are met); made when a shard first uses a new snapshot.
+    pub fn new_regex_caches(&self) -> RegexCaches {
+        RegexCaches {
+            set_id: self.id,
+            caches: self.regexes.iter().map(PathRegex::create_cache).collect(),
+        }
+    }
+
+    /// Whether `caches` were made for this set.
+    pub fn owns(&self, caches: &RegexCaches) -> bool {
+        caches.set_id == self.id && caches.caches.len() == self.regexes.len()
+    }
+
+    /// The first rule the request matches, counting nothing. Only regexes
+    /// touch `caches`; caches made for another set make every regex give up
+    /// (fail closed). Cost: one matcher lookup (O(segments · log n)), then
+    /// the unindexed rules below the best index, each O(1) for method and
+    /// user agent (after one O(user-agent bytes) pass for the whole set) and
+    /// O(path) for a glob or regex. No allocation (a regex's first meeting
+    /// with a path shape may allocate its new DFA states).
+    pub fn evaluate<'a, U>(&self, req: &RuleRequest<'a, U>, caches: &mut RegexCaches) -> RuleOutcome
+    where
+        U: Iterator<Item = &'a [u8]> + Clone,
+    {
+        let mut ev = Eval {
+            method: req.method,
+            path: req.path,
+            user_agents: req.user_agents.clone(),
+            ua_found: None,
+            ua_blank: None,
+            caches,
+            give_ups: 0,
+        };
+        let mut best = usize::MAX;
+        if !self.matcher.is_empty() {
+            if let Some((_, &i)) = self
+                .matcher
+                .lookup_where(req.path, |_, &i| self.cheap_conditions_hold(i, &mut ev))
+            {
+                best = i;
+            }
+        }
+        for &i in self.scan.iter() {
+            if i >= best {
+                break;
+            }
+            if self.cheap_conditions_hold(i, &mut ev) && self.path_condition_holds(i, &mut ev) {
+                best = i;
+                break;
+            }
+        }
+        let rule = (best != usize::MAX).then_some(best);
+        RuleOutcome {
+            rule,
+            action: rule.map(|i| self.rules[i].action),
+            regex_give_ups: ev.give_ups,
+        }
+    }
+
+    /// [`evaluate`](Self::evaluate), then [`RuleSetCounters::record`]: the
+    /// outcome, counted, and the refusal left under `mode`. Same cost.
+    #[inline]
+    pub fn decide<'a, U>(
+        &self,
+        req: &RuleRequest<'a, U>,
+        caches: &mut RegexCaches,
+        counters: &mut RuleSetCounters,
+        mode: Mode,
+    ) -> RuleDecision
+    where
+        U: Iterator<Item = &'a [u8]> + Clone,
+    {
+        let outcome = self.evaluate(req, caches);
+        let refusal = counters.record(&outcome, mode);
+        RuleDecision { outcome, refusal }
+    }
+
+    /// Method, then user agent.
+    #[inline]
+    fn cheap_conditions_hold<'a, U>(&self, i: usize, ev: &mut Eval<'a, '_, U>) -> bool
+    where
+        U: Iterator<Item = &'a [u8]> + Clone,
+    {
+        let rule = &self.rules[i];
+        if !rule.methods.is_empty() && !rule.methods.iter().any(|m| m.matches(ev.method)) {
+            return false;
+        }
+        if rule.ua_contains || rule.ua_empty {
+            let holds = (rule.ua_empty && ev.ua_blank())
+                || (rule.ua_contains && ev.ua_found(&self.ua).get(i));
+            if !holds {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The path condition of an unindexed rule.
+    #[inline]
+    fn path_condition_holds<'a, U>(&self, i: usize, ev: &mut Eval<'a, '_, U>) -> bool
+    where
+        U: Iterator<Item = &'a [u8]> + Clone,
+    {
+        let rule = &self.rules[i];
+        match &rule.path {
+            PathCond::None => true,
+            PathCond::Indexed => false,
+            PathCond::Glob(glob) => glob.matches(ev.path),
+            PathCond::Regex(slot) => {
+                let result = if ev.caches.set_id == self.id {
+                    match ev.caches.caches.get_mut(*slot) {
+                        Some(cache) => self.regexes[*slot].search(cache, ev.path),
+                        None => RegexResult::GaveUp,
+                    }
+                } else {
+                    RegexResult::GaveUp
+                };
+                match result {
+                    RegexResult::Match => true,
+                    RegexResult::NoMatch => false,
+                    RegexResult::GaveUp => {
+                        ev.give_ups += 1;
+                        rule.action != Action::Allow
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Builds a [`RuleSet`] one rule at a time, validating each as it comes, so
+/// a profile compiler can report every refused rule with its position.
+/// Allocates; compile time only. A regex is compiled here (its NFA is
+/// bounded by [`REGEX_NFA_BYTES`]).
+#[derive(Debug, Default)]
+pub struct RuleSetBuilder {
+    specs: Vec<RuleSpec>,
+    rules: Vec<Rule>,
+    matcher: PathMatcher<usize>,
+    regexes: Vec<PathRegex>,
+    needles: Vec<(usize, String)>,
+    /// Rules pushed, refused ones included.
+    pushed: usize,
+}
+
+impl RuleSetBuilder {
+    pub fn new() -> RuleSetBuilder {
+        RuleSetBuilder::default()
+    }
+
+    /// Rules accepted so far.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Validates and adds a rule; returns its index in the set. A refused
+    /// rule is not added; an error names the rule by its position among
+    /// every rule pushed, refused ones included (its place in the profile).
+    pub fn push(&mut self, spec: &RuleSpec) -> Result<usize, RuleSetError> {
+        let position = self.pushed;
+        self.pushed += 1;
+        if self.rules.len() >= MAX_RULES {
+            return Err(RuleSetError::TooManyRules);
+        }
+        let index = self.rules.len();
+        self.compile_rule(index, spec)
+            .map_err(|error| RuleSetError::Rule {
+                index: position,
+                error,
+            })?;
+        Ok(index)
+    }
+
+    fn compile_rule(&mut self, index: usize, spec: &RuleSpec) -> Result<(), RuleError> {
+        let methods = spec::normalize_methods(&spec.methods)?;
+        let contains = spec::normalize_user_agents(&spec.user_agent.contains)?;
+        if spec.path.is_none()
+            && methods.is_empty()
+            && contains.is_empty()
+            && !spec.user_agent.empty
+        {
+            return Err(RuleError::Empty);
+        }
+        let mut stated = spec.clone();
+        let path = match &spec.path {
+            None => PathCond::None,
+            Some(p) => match p.kind {
+                PathPatternKind::Exact | PathPatternKind::Prefix => {
+                    let lower = compile_pattern(&p.pattern).map_err(RuleError::Path)?;
+                    stated.path.as_mut().expect("path").pattern =
+                        String::from_utf8(lower.into_vec()).expect("pattern was a str");
+                    PathCond::Indexed
+                }
+                PathPatternKind::Glob => {
+                    let glob = Glob::compile(&p.pattern).map_err(RuleError::Glob)?;
+                    stated.path.as_mut().expect("path").pattern = glob.as_str().to_owned();
+                    PathCond::Glob(glob)
+                }
+                PathPatternKind::Regex => {
+                    let re = PathRegex::compile(&p.pattern).map_err(RuleError::Regex)?;
+                    self.regexes.push(re);
+                    PathCond::Regex(self.regexes.len() - 1)
+                }
+            },
+        };
+        // Every check has passed: commit.
+        if let Some(p) = &spec.path {
+            let kind = match p.kind {
+                PathPatternKind::Exact => Some(PathKind::Exact),
+                PathPatternKind::Prefix => Some(PathKind::Prefix),
+                _ => None,
+            };
+            if let Some(kind) = kind {
+                self.matcher
+                    .insert(kind, &p.pattern, index)
+                    .map_err(RuleError::Path)?;
+            }
+        }
+        self.needles
+            .extend(contains.iter().map(|s| (index, s.clone())));
+        self.rules.push(Rule {
+            action: spec.action,
+            methods: methods.iter().map(|m| Method::new(m)).collect(),
+            ua_contains: !contains.is_empty(),
+            ua_empty: spec.user_agent.empty,
+            path,
+        });
+        stated.methods = methods;
+        stated.user_agent.contains = contains;
+        self.specs.push(stated);
+        Ok(())
+    }
+
+    /// The compiled set. Builds the user-agent automaton: O(total substring
+    /// bytes).
+    pub fn build(self) -> RuleSet {
+        let needles: Vec<(usize, &str)> =
+            self.needles.iter().map(|(i, s)| (*i, s.as_str())).collect();
+        let scan = self
+            .rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !matches!(r.path, PathCond::Indexed))
+            .map(|(i, _)| i)
+            .collect();
+        RuleSet {
+            id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed),
+            needs_path: self.rules.iter().any(|r| !matches!(r.path, PathCond::None)),
+            specs: self.specs.into_boxed_slice(),
+            rules: self.rules.into_boxed_slice(),
+            matcher: self.matcher,
+            scan,
+            ua: UaNeedles::build(&needles),
+            regexes: self.regexes.into_boxed_slice(),
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! Regex path conditions: regex-automata's lazy DFA, bounded in size.
+//!
+//! A regex is compiled when the snapshot is built into a Thompson NFA and a
+//! lazy (hybrid) DFA over it. The search reads each byte of the path once,
+//! so it runs in time linear in the path whatever the pattern: `^(a+)+$`,
+//! which a backtracking engine takes exponential time on, costs no more than
+//! a literal. DFA states are built on demand into a per-shard [`Cache`] and
+//! reused, so a path shape seen before is matched with no allocation; a new
+//! shape allocates its few new states once.
+//!
+//! Bounds that keep a hostile pattern from taking memory or time:
+//!
+//! - the pattern is at most [`MAX_REGEX_BYTES`] and nests at most
+//!   [`REGEX_NEST_LIMIT`] deep, so parsing is bounded;
+//! - the compiled NFA is at most [`REGEX_NFA_BYTES`]; a counted repetition
+//!   that would exceed it (`(a{100}){100}`) is refused at validation, not
+//!   discovered at run time;
+//! - the lazy DFA's cache is at most [`REGEX_CACHE_BYTES`] per shard, filled
+//!   lazily: a pattern whose DFA would be exponential (`(a|b)*a(a|b){20}`)
+//!   never materialises it; the cache is cleared when full;
+//! - once the cache has been cleared [`GIVE_UP_AFTER_CLEARS`] times and new
+//!   states come faster than one per [`MIN_BYTES_PER_STATE`] bytes, the
+//!   search gives up rather than keep rebuilding states. The rule's action
+//!   then decides (fail closed: a deny or drop counts it as a match, an allow
+//!   as no match), the give-up is counted, and the cache is reset so the next
+//!   request starts fresh.
+//!
+//! Syntax: regex-automata's (Rust `regex`) syntax, matched unanchored over
+//! the canonical path's bytes (`^` and `$` anchor), ASCII case ignored
+//! (the canonical path is lowercase), Unicode classes off: `\w`, `\d`, `\s`
+//! and `.` are byte classes, which is what a path holds.
+
+use regex_automata::hybrid::dfa::{Cache, DFA};
+use regex_automata::nfa::thompson;
+use regex_automata::util::syntax;
+use regex_automata::Input;
+
+/// Longest regex pattern, in bytes.
+pub const MAX_REGEX_BYTES: usize = 1024;
+/// Deepest nesting of groups and repetitions.
+pub const REGEX_NEST_LIMIT: u32 = 32;
+/// Most heap one regex's NFA may use while it is compiled (the NFA kept is
+/// smaller: a 1,024-byte literal keeps about 41 KiB).
+pub const REGEX_NFA_BYTES: usize = 256 * 1024;
+/// Largest lazy DFA cache of one regex, per shard.
+pub const REGEX_CACHE_BYTES: usize = 256 * 1024;
+/// Cache clears tolerated before an inefficient search gives up.
+pub const GIVE_UP_AFTER_CLEARS: usize = 3;
+/// Bytes searched per new state below which the search counts as
+/// inefficient (only after [`GIVE_UP_AFTER_CLEARS`] clears).
+pub const MIN_BYTES_PER_STATE: usize = 10;
+
+/// A compiled regex condition. Immutable; lives in the snapshot.
+#[derive(Clone, Debug)]
+pub(crate) struct PathRegex {
+    dfa: DFA,
+}
+
+/// What one search said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RegexResult {
+    Match,
+    NoMatch,
+    /// The lazy DFA gave up (its cache was cleared too often): unknown.
+    GaveUp,
+}
+
+impl PathRegex {
+    /// Compiles `pattern` under the bounds above; the error is the message
+    /// for `ruleSet.rule.path.regex.invalid`. Allocates; compile time only.
+    pub(crate) fn compile(pattern: &str) -> Result<PathRegex, String> {
+        if pattern.is_empty() {
+            return Err("the regex is empty".to_owned());
+        }
+        if pattern.len() > MAX_REGEX_BYTES {
+            return Err(format!("a regex is at most {MAX_REGEX_BYTES} bytes"));
+        }
+        let dfa = DFA::builder()
+            .syntax(
+                syntax::Config::new()
+                    .case_insensitive(true)
+                    .unicode(false)
+                    .utf8(false)
+                    .nest_limit(REGEX_NEST_LIMIT),
+            )
+            .thompson(
+                thompson::Config::new()
+                    .utf8(false)
+                    .nfa_size_limit(Some(REGEX_NFA_BYTES)),
+            )
+            .configure(
+                DFA::config()
+                    .cache_capacity(REGEX_CACHE_BYTES)
+                    .minimum_cache_clear_count(Some(GIVE_UP_AFTER_CLEARS))
+                    .minimum_bytes_per_state(Some(MIN_BYTES_PER_STATE)),
+            )
+            .build(pattern)
+            .map_err(|e| error_chain(&e))?;
+        Ok(PathRegex { dfa })
+    }
+
+    /// A fresh cache for one shard. Allocates.
+    pub(crate) fn create_cache(&self) -> Cache {
+        self.dfa.create_cache()
+    }
+
+    /// Whether the regex matches anywhere in `path`. O(path length); no
+    /// allocation once the states this path needs are cached. A give-up
+    /// resets the cache (a small allocation, on that path only).
+    #[inline]
+    pub(crate) fn search(&self, cache: &mut Cache, path: &[u8]) -> RegexResult {
+        match self
+            .dfa
+            .try_search_fwd(cache, &Input::new(path).earliest(true))
+        {
+            Ok(Some(_)) => RegexResult::Match,
+            Ok(None) => RegexResult::NoMatch,
+            Err(_) => {
+                cache.reset(&self.dfa);
+                RegexResult::GaveUp
+            }
+        }
+    }
+}
+
+/// The error and its sources, innermost last: regex-automata's build error
+/// says only which stage failed; the parse or size error is its source.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(pattern: &str, path: &str) -> RegexResult {
+        let re = PathRegex::compile(pattern).unwrap();
+        let mut cache = re.create_cache();
+        re.search(&mut cache, path.as_bytes())
+    }
+
+    #[test]
+    fn unanchored_case_insensitive_byte_matching() {
+        assert_eq!(run(r"\.php$", "/a/index.php"), RegexResult::Match);
+        assert_eq!(run(r"\.php$", "/a/index.php/x"), RegexResult::NoMatch);
+        assert_eq!(run(r"^/wp-", "/wp-login.php"), RegexResult::Match);
+        assert_eq!(run(r"^/wp-", "/x/wp-login.php"), RegexResult::NoMatch);
+        assert_eq!(run(r"ADMIN", "/admin"), RegexResult::Match);
+        assert_eq!(run(r"/\d+/edit", "/users/42/edit"), RegexResult::Match);
+        assert_eq!(
+            run(r"caf.$", "/caf\u{e9}"),
+            RegexResult::NoMatch,
+            "é is two bytes"
+        );
+        assert_eq!(run(r"caf..$", "/caf\u{e9}"), RegexResult::Match);
+    }
+
+    #[test]
+    fn hostile_and_oversized_patterns_are_refused_with_the_parse_error() {
+        let msg = PathRegex::compile("(").unwrap_err();
+        assert!(msg.contains("unclosed group"), "{msg}");
+        assert!(PathRegex::compile("").is_err());
+        assert!(PathRegex::compile(&"a".repeat(MAX_REGEX_BYTES + 1)).is_err());
+        assert!(PathRegex::compile(&"a".repeat(MAX_REGEX_BYTES)).is_ok());
+        let nested = format!("{}a{}", "(".repeat(40), ")".repeat(40));
+        assert!(PathRegex::compile(&nested).is_err());
+        let huge = PathRegex::compile("(a{100}){100}").unwrap_err();
+        assert!(huge.contains("exceeded limit of 262144"), "{huge}");
+        // Unicode is off: a Unicode class must be asked for with (?u).
+        assert!(PathRegex::compile(r"\p{L}").is_err());
+    }
+
+    #[test]
+    fn catastrophic_backtracking_pattern_is_linear() {
+        let re = PathRegex::compile(r"^/(a+)+$").unwrap();
+        let mut cache = re.create_cache();
+        let mut path = b"/".to_vec();
+        path.extend(std::iter::repeat_n(b'a', 8_000));
+        path.push(b'!');
+        let t = std::time::Instant::now();
+        assert_eq!(re.search(&mut cache, &path), RegexResult::NoMatch);
+        path.pop();
+        assert_eq!(re.search(&mut cache, &path), RegexResult::Match);
+        println!("^/(a+)+$ over 8,000 characters, twice: {:?}", t.elapsed());
+    }
+
+    #[test]
+    fn exponential_dfa_gives_up_instead_of_rebuilding_forever() {
+        let re = PathRegex::compile(r"(a|b)*a(a|b){20}x").unwrap();
+        let mut cache = re.create_cache();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut path = b"/".to_vec();
+        for _ in 0..16_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            path.push(if x & 1 == 0 { b'a' } else { b'b' });
+        }
+        let t = std::time::Instant::now();
+        assert_eq!(re.search(&mut cache, &path), RegexResult::GaveUp);
+        println!("exponential DFA gave up after {:?}", t.elapsed());
+        // The reset cache serves an ordinary path again.
+        assert_eq!(re.search(&mut cache, b"/ab"), RegexResult::NoMatch);
+    }
+}

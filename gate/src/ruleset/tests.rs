@@ -1,0 +1,519 @@
+use super::*;
+use crate::path::{canonical, MAX_PATH_BYTES};
+use crate::pathmatch::PatternError;
+use crate::robots::AI_CRAWLERS;
+use PathPatternKind::{Exact, Glob as GlobKind, Prefix, Regex};
+
+fn set(specs: &[RuleSpec]) -> RuleSet {
+    RuleSet::compile(specs).unwrap()
+}
+
+/// (rule, action) for a request with the given user-agent lines.
+fn eval(s: &RuleSet, method: &str, path: &str, uas: &[&str]) -> (Option<usize>, Option<Action>) {
+    let mut caches = s.new_regex_caches();
+    let out = eval_with(s, &mut caches, method, path, uas);
+    (out.rule, out.action)
+}
+
+fn eval_with(
+    s: &RuleSet,
+    caches: &mut RegexCaches,
+    method: &str,
+    path: &str,
+    uas: &[&str],
+) -> RuleOutcome {
+    let mut scratch = [0u8; MAX_PATH_BYTES];
+    let path = canonical(path.as_bytes(), &mut scratch).unwrap();
+    let req = RuleRequest {
+        method: method.as_bytes(),
+        path,
+        user_agents: uas.iter().map(|u| u.as_bytes()),
+    };
+    s.evaluate(&req, caches)
+}
+
+fn deny() -> RuleSpec {
+    RuleSpec::new(Action::Deny)
+}
+
+#[test]
+fn first_match_decides_across_exact_prefix_glob_and_regex_rules() {
+    let s = set(&[
+        deny().path(Regex, r"\.bak$"),                             // 0
+        deny().path(Prefix, "/admin"),                             // 1
+        RuleSpec::new(Action::Allow).path(Exact, "/admin/health"), // 2: shadowed by 1
+        RuleSpec::new(Action::Drop).path(GlobKind, "/**/.env"),    // 3
+        deny().path(Exact, "/.env"),                               // 4: shadowed by 3
+        RuleSpec::new(Action::Allow).path(Prefix, "/"),            // 5
+    ]);
+    assert_eq!(
+        eval(&s, "GET", "/admin/x.bak", &[]),
+        (Some(0), Some(Action::Deny))
+    );
+    assert_eq!(
+        eval(&s, "GET", "/admin/health", &[]),
+        (Some(1), Some(Action::Deny))
+    );
+    assert_eq!(eval(&s, "GET", "/.env", &[]), (Some(3), Some(Action::Drop)));
+    assert_eq!(
+        eval(&s, "GET", "/app/.env", &[]),
+        (Some(3), Some(Action::Drop))
+    );
+    assert_eq!(
+        eval(&s, "GET", "/index.html", &[]),
+        (Some(5), Some(Action::Allow))
+    );
+    // The same rules in another order: the order is the precedence.
+    let s = set(&[
+        RuleSpec::new(Action::Allow).path(Exact, "/admin/health"),
+        deny().path(Prefix, "/admin"),
+        deny().path(Regex, r"\.bak$"),
+    ]);
+    assert_eq!(
+        eval(&s, "GET", "/admin/health", &[]),
+        (Some(0), Some(Action::Allow))
+    );
+    assert_eq!(
+        eval(&s, "GET", "/admin/x.bak", &[]),
+        (Some(1), Some(Action::Deny))
+    );
+    assert_eq!(
+        eval(&s, "GET", "/x.bak", &[]),
+        (Some(2), Some(Action::Deny))
+    );
+    assert_eq!(eval(&s, "GET", "/administrator", &[]), (None, None));
+}
+
+#[test]
+fn an_indexed_match_is_beaten_by_an_earlier_scanned_rule_only() {
+    let s = set(&[
+        deny().path(GlobKind, "/a/*"), // 0
+        deny().path(Exact, "/a/b"),    // 1
+        deny().methods(&["POST"]),     // 2
+        deny().path(Prefix, "/a"),     // 3
+    ]);
+    assert_eq!(eval(&s, "GET", "/a/b", &[]).0, Some(0));
+    assert_eq!(eval(&s, "GET", "/a/b/c", &[]).0, Some(3));
+    assert_eq!(eval(&s, "POST", "/a/b/c", &[]).0, Some(2));
+    assert_eq!(eval(&s, "POST", "/a/b", &[]).0, Some(0));
+}
+
+#[test]
+fn no_spelling_of_a_path_dodges_a_rule() {
+    let s = set(&[deny().path(Prefix, "/admin")]);
+    for raw in [
+        "/ADMIN",
+        "//admin/",
+        "/x/../admin",
+        "/%61dmin",
+        "/admin;x=1",
+        "/admin.",
+        "/static/..%2Fadmin",
+        "/static\\..\\admin/panel",
+    ] {
+        assert_eq!(eval(&s, "GET", raw, &[]).0, Some(0), "{raw}");
+    }
+    assert_eq!(eval(&s, "GET", "/administrator", &[]).0, None);
+}
+
+#[test]
+fn methods_compare_ignoring_case() {
+    let s = set(&[deny().methods(&["post", "Delete"]).path(Prefix, "/api")]);
+    for m in ["POST", "post", "PoSt", "DELETE", "delete"] {
+        assert_eq!(eval(&s, m, "/api/x", &[]).0, Some(0), "{m}");
+    }
+    for m in ["GET", "POS", "POSTS", ""] {
+        assert_eq!(eval(&s, m, "/api/x", &[]).0, None, "{m:?}");
+    }
+    assert_eq!(
+        eval(&s, "POST", "/other", &[]).0,
+        None,
+        "both conditions must hold"
+    );
+    assert_eq!(s.rule(0).unwrap().methods, vec!["DELETE", "POST"]);
+}
+
+#[test]
+fn user_agent_substrings_are_read_on_every_line() {
+    let s = set(&[deny().user_agent_contains(&["sqlmap", "Nikto"])]);
+    assert_eq!(eval(&s, "GET", "/", &["sqlmap/1.7.2#stable"]).0, Some(0));
+    assert_eq!(eval(&s, "GET", "/", &["Mozilla/5.0 (NIKTO)"]).0, Some(0));
+    // A second User-Agent line cannot hide the name from the gate.
+    assert_eq!(
+        eval(&s, "GET", "/", &["Mozilla/5.0 Firefox/120", "sqlmap/1.7"]).0,
+        Some(0)
+    );
+    assert_eq!(eval(&s, "GET", "/", &["Mozilla/5.0", "curl/8"]).0, None);
+    assert_eq!(
+        eval(&s, "GET", "/", &[]).0,
+        None,
+        "no user agent contains nothing"
+    );
+    assert_eq!(eval(&s, "GET", "/", &["sql", "map"]).0, None);
+}
+
+#[test]
+fn empty_user_agent_matches_a_missing_or_blank_one() {
+    let s = set(&[deny().user_agent_empty()]);
+    assert_eq!(eval(&s, "GET", "/", &[]).0, Some(0));
+    assert_eq!(eval(&s, "GET", "/", &[""]).0, Some(0));
+    assert_eq!(eval(&s, "GET", "/", &["  \t"]).0, Some(0));
+    assert_eq!(eval(&s, "GET", "/", &["", " "]).0, Some(0));
+    assert_eq!(eval(&s, "GET", "/", &["", "curl/8"]).0, None);
+    assert_eq!(eval(&s, "GET", "/", &["x"]).0, None);
+    // `empty` with substrings: either holds.
+    let s = set(&[deny().user_agent_contains(&["bot"]).user_agent_empty()]);
+    assert_eq!(eval(&s, "GET", "/", &[]).0, Some(0));
+    assert_eq!(eval(&s, "GET", "/", &["Somebot"]).0, Some(0));
+    assert_eq!(eval(&s, "GET", "/", &["Firefox"]).0, None);
+}
+
+#[test]
+fn allow_ends_the_set_and_leaves_the_rest_of_the_chain_to_run() {
+    let s = set(&[
+        RuleSpec::new(Action::Allow).path(Prefix, "/admin/public"),
+        deny().path(Prefix, "/admin"),
+    ]);
+    let mut counters = RuleSetCounters::default();
+    let mut caches = s.new_regex_caches();
+    let mut run = |path: &str| {
+        let req = RuleRequest {
+            method: b"GET",
+            path: path.as_bytes(),
+            user_agents: std::iter::empty(),
+        };
+        s.decide(&req, &mut caches, &mut counters, Mode::Enforce)
+    };
+    let allowed = run("/admin/public/x");
+    assert_eq!(allowed.outcome.action, Some(Action::Allow));
+    assert_eq!(allowed.refusal, None);
+    assert_eq!(run("/admin/x").refusal, Some(RuleRefusal::Deny));
+    assert_eq!(run("/x").refusal, None);
+    assert_eq!(
+        counters,
+        RuleSetCounters {
+            denied: 1,
+            allowed: 1,
+            ..Default::default()
+        }
+    );
+}
+
+#[test]
+fn shadow_mode_counts_the_refusal_and_lets_the_request_on() {
+    let s = set(&[
+        deny().path(Exact, "/a"),
+        RuleSpec::new(Action::Drop).path(Exact, "/b"),
+        RuleSpec::new(Action::Allow).path(Exact, "/c"),
+    ]);
+    let mut counters = RuleSetCounters::default();
+    let mut caches = s.new_regex_caches();
+    for path in ["/a", "/b", "/c", "/d"] {
+        let req = RuleRequest {
+            method: b"GET",
+            path: path.as_bytes(),
+            user_agents: std::iter::empty(),
+        };
+        let d = s.decide(&req, &mut caches, &mut counters, Mode::Shadow);
+        assert_eq!(d.refusal, None, "{path}");
+    }
+    assert_eq!(
+        counters,
+        RuleSetCounters {
+            allowed: 1,
+            shadow_hits: 2,
+            ..Default::default()
+        }
+    );
+}
+
+#[test]
+fn a_regex_that_gives_up_fails_closed_for_deny_and_drop_and_open_for_allow() {
+    // Caches made for another set make every search give up: deterministic.
+    let other = set(&[deny().path(Regex, "x")]);
+    for (action, want) in [
+        (Action::Deny, Some(0)),
+        (Action::Drop, Some(0)),
+        (Action::Allow, None),
+    ] {
+        let s = set(&[RuleSpec::new(action).path(Regex, r"^/never$")]);
+        let mut foreign = other.new_regex_caches();
+        assert!(!s.owns(&foreign));
+        let out = eval_with(&s, &mut foreign, "GET", "/x", &[]);
+        assert_eq!(out.rule, want, "{action:?}");
+        assert_eq!(out.regex_give_ups, 1);
+        let mut counters = RuleSetCounters::default();
+        counters.record(&out, Mode::Enforce);
+        assert_eq!(counters.regex_give_ups, 1);
+    }
+    // A real give-up: a pattern whose DFA is exponential, a path that meets
+    // a new state at almost every byte.
+    let hostile = r"(a|b)*a(a|b){20}x";
+    let mut path = String::from("/");
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for _ in 0..16_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        path.push(if x & 1 == 0 { 'a' } else { 'b' });
+    }
+    let s = set(&[
+        RuleSpec::new(Action::Allow).path(Regex, hostile),
+        deny().path(Regex, hostile),
+        RuleSpec::new(Action::Allow).path(Prefix, "/"),
+    ]);
+    let mut caches = s.new_regex_caches();
+    let mut scratch = [0u8; MAX_PATH_BYTES];
+    let p = canonical(path.as_bytes(), &mut scratch).unwrap();
+    let req = RuleRequest {
+        method: b"GET",
+        path: p,
+        user_agents: std::iter::empty(),
+    };
+    let out = s.evaluate(&req, &mut caches);
+    assert_eq!(out.regex_give_ups, 2, "both searches gave up");
+    assert_eq!((out.rule, out.action), (Some(1), Some(Action::Deny)));
+    // After the give-up the caches serve ordinary paths again.
+    assert_eq!(eval_with(&s, &mut caches, "GET", "/abx", &[]).rule, Some(2));
+}
+
+#[test]
+fn catastrophic_regex_and_glob_worst_cases_stay_linear() {
+    let s = set(&[
+        deny().path(Regex, r"^/(a+)+$").methods(&["POST"]),
+        deny().path(GlobKind, "/**/a*a*a*a*a*b"),
+    ]);
+    let path = format!("/{}", "a".repeat(8_000));
+    let started = std::time::Instant::now();
+    assert_eq!(eval(&s, "GET", &path, &[]).0, None);
+    assert_eq!(eval(&s, "POST", &path, &[]).0, Some(0));
+    assert_eq!(eval(&s, "GET", &format!("{path}b"), &[]).0, Some(1));
+    assert_eq!(eval(&s, "POST", &format!("{path}!"), &[]).0, None);
+    println!(
+        "rule set with ^/(a+)+$ and /**/a*a*a*a*a*b over 8,000 characters, four requests: {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn needs_path_only_when_a_rule_reads_it() {
+    assert!(!set(&[deny().user_agent_empty(), deny().methods(&["TRACE"])]).needs_path());
+    assert!(set(&[deny().methods(&["TRACE"]), deny().path(Exact, "/x")]).needs_path());
+    assert!(set(&[deny().path(GlobKind, "/*.php")]).needs_path());
+    assert!(set(&[deny().path(Regex, "x")]).needs_path());
+    assert!(!set(&[]).needs_path());
+    assert_eq!(eval(&set(&[]), "GET", "/", &[]), (None, None));
+}
+
+#[test]
+fn every_validation_code() {
+    let code = |spec: RuleSpec| RuleSet::compile(&[spec]).unwrap_err()[0].code();
+    assert_eq!(code(deny()), "ruleSet.rule.empty");
+    assert_eq!(code(deny().user_agent_contains(&[])), "ruleSet.rule.empty");
+    assert_eq!(
+        code(deny().path(Exact, "admin")),
+        "ruleSet.rule.path.invalid"
+    );
+    assert_eq!(
+        code(deny().path(Prefix, "/a%2fb")),
+        "ruleSet.rule.path.encoded"
+    );
+    assert_eq!(
+        code(deny().path(Prefix, "/a/")),
+        "ruleSet.rule.path.notCanonical"
+    );
+    assert_eq!(
+        code(deny().path(GlobKind, "/a***")),
+        "ruleSet.rule.path.glob.invalid"
+    );
+    assert_eq!(
+        code(deny().path(GlobKind, "a/*")),
+        "ruleSet.rule.path.glob.invalid"
+    );
+    assert_eq!(
+        code(deny().path(Regex, "(")),
+        "ruleSet.rule.path.regex.invalid"
+    );
+    assert_eq!(
+        code(deny().path(Regex, "(a{100}){100}")),
+        "ruleSet.rule.path.regex.invalid"
+    );
+    assert_eq!(
+        code(deny().methods(&["GE T"])),
+        "ruleSet.rule.methods.invalid"
+    );
+    assert_eq!(code(deny().methods(&[""])), "ruleSet.rule.methods.invalid");
+    assert_eq!(
+        code(deny().methods(&["BASELINE-CONTROLS"])),
+        "ruleSet.rule.methods.invalid"
+    );
+    let seventeen: Vec<String> = (0..17).map(|i| format!("M{i}")).collect();
+    let many: Vec<&str> = seventeen.iter().map(String::as_str).collect();
+    assert_eq!(code(deny().methods(&many)), "ruleSet.rule.methods.invalid");
+    assert_eq!(
+        code(deny().user_agent_contains(&["caf\u{e9}"])),
+        "ruleSet.rule.userAgent.invalid"
+    );
+    assert_eq!(
+        code(deny().user_agent_contains(&["  "])),
+        "ruleSet.rule.userAgent.invalid"
+    );
+    let long = "a".repeat(129);
+    assert_eq!(
+        code(deny().user_agent_contains(&[&long])),
+        "ruleSet.rule.userAgent.invalid"
+    );
+    let hundred_one: Vec<String> = (0..101).map(|i| format!("bot{i}")).collect();
+    let many: Vec<&str> = hundred_one.iter().map(String::as_str).collect();
+    assert_eq!(
+        code(deny().user_agent_contains(&many)),
+        "ruleSet.rule.userAgent.invalid"
+    );
+    // Bounds are inclusive.
+    assert!(RuleSet::compile(&[deny().methods(&["BASELINE-CONTROL"])]).is_ok());
+    assert!(RuleSet::compile(&[deny().user_agent_contains(&[&"a".repeat(128)])]).is_ok());
+    assert!(RuleSet::compile(&[deny().user_agent_contains(&many[..100])]).is_ok());
+}
+
+#[test]
+fn errors_carry_the_rule_position_and_key() {
+    let errors = RuleSet::compile(&[
+        deny().path(Exact, "/ok"),
+        deny().methods(&["GET", "B@D"]),
+        deny(),
+        deny().user_agent_contains(&["ok", "\u{1}"]),
+        deny().path(Regex, "[z-a]"),
+    ])
+    .unwrap_err();
+    let got: Vec<_> = errors
+        .iter()
+        .map(|e| match e {
+            RuleSetError::Rule { index, error } => (*index, error.code(), error.key()),
+            RuleSetError::TooManyRules => unreachable!(),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, "ruleSet.rule.methods.invalid", ("methods", Some(1))),
+            (2, "ruleSet.rule.empty", ("", None)),
+            (
+                3,
+                "ruleSet.rule.userAgent.invalid",
+                ("userAgent.contains", Some(1))
+            ),
+            (4, "ruleSet.rule.path.regex.invalid", ("path", None)),
+        ]
+    );
+    let RuleSetError::Rule {
+        error: RuleError::Regex(msg),
+        ..
+    } = &errors[3]
+    else {
+        panic!("{:?}", errors[3]);
+    };
+    assert!(msg.contains("invalid character class range"), "{msg}");
+    assert_eq!(
+        RuleError::Path(PatternError::NotCanonical).to_string(),
+        PatternError::NotCanonical.to_string()
+    );
+}
+
+#[test]
+fn more_than_200_rules_is_too_many() {
+    let ok: Vec<RuleSpec> = (0..200)
+        .map(|i| deny().path(Exact, &format!("/p{i}")))
+        .collect();
+    let s = set(&ok);
+    assert_eq!(s.len(), 200);
+    assert_eq!(eval(&s, "GET", "/p199", &[]).0, Some(199));
+    let mut too_many = ok.clone();
+    too_many.push(deny().path(Exact, "/last"));
+    let errors = RuleSet::compile(&too_many).unwrap_err();
+    assert_eq!(errors, vec![RuleSetError::TooManyRules]);
+    assert_eq!(errors[0].code(), "ruleSet.rules.tooMany");
+    let mut b = RuleSetBuilder::new();
+    for spec in &ok {
+        b.push(spec).unwrap();
+    }
+    assert_eq!(b.push(&ok[0]), Err(RuleSetError::TooManyRules));
+    assert_eq!(b.len(), 200);
+}
+
+#[test]
+fn stated_rules_are_normalised_for_explain() {
+    let s = set(&[deny()
+        .path(Prefix, "/Admin")
+        .methods(&["post", "GET", "get"])
+        .user_agent_contains(&[" Zgrab ", "curl", "ZGRAB", "Bot"])]);
+    let r = s.rule(0).unwrap();
+    assert_eq!(r.path.as_ref().unwrap().pattern, "/admin");
+    assert_eq!(r.methods, vec!["GET", "POST"]);
+    assert_eq!(r.user_agent.contains, vec!["Bot", "curl", "Zgrab"]);
+    let s = set(&[deny().path(GlobKind, "/**/*.PHP")]);
+    assert_eq!(
+        s.rule(0).unwrap().path.as_ref().unwrap().pattern,
+        "/**/*.php"
+    );
+}
+
+#[test]
+fn presets_refuse_what_they_name() {
+    let ai = Preset::BlockAiCrawlers.compile();
+    assert_eq!(ai.len(), 1);
+    assert_eq!(
+        ai.rule(0).unwrap().user_agent.contains.len(),
+        AI_CRAWLERS.len()
+    );
+    for name in AI_CRAWLERS {
+        let ua = format!("Mozilla/5.0 (compatible; {name}/1.0; +https://example.com)");
+        assert_eq!(
+            eval(&ai, "GET", "/", &[&ua]),
+            (Some(0), Some(Action::Deny)),
+            "{name}"
+        );
+    }
+    let browsers = [
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_7_1) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.1 Safari/605.1.15",
+        "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0",
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.1 Mobile/15E148 Safari/604.1",
+        "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+        "curl/8.11.0",
+    ];
+    let scanners = Preset::BlockKnownScanners.compile();
+    for b in browsers {
+        assert_eq!(eval(&ai, "GET", "/", &[b]).0, None, "{b}");
+        assert_eq!(eval(&scanners, "GET", "/", &[b]).0, None, "{b}");
+    }
+    for ua in [
+        "sqlmap/1.8#stable (https://sqlmap.org)",
+        "Mozilla/5.00 (Nikto/2.5.0) (Evasions:None) (Test:000001)",
+        "Mozilla/5.0 (compatible; Nmap Scripting Engine; https://nmap.org/book/nse.html)",
+        "masscan/1.3 (https://github.com/robertdavidgraham/masscan)",
+        "Mozilla/5.0 zgrab/0.x",
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) Nuclei - Open-source project",
+    ] {
+        assert_eq!(eval(&scanners, "GET", "/", &[ua]).0, Some(0), "{ua}");
+    }
+    let empty = Preset::BlockEmptyUserAgent.compile();
+    assert_eq!(eval(&empty, "GET", "/", &[]).0, Some(0));
+    assert_eq!(eval(&empty, "GET", "/", &["curl/8"]).0, None);
+    for p in Preset::ALL {
+        assert_eq!(Preset::from_name(p.name()), Some(p));
+        assert!(!p.compile().needs_path());
+    }
+    assert_eq!(Preset::from_name("block-everything"), None);
+}
+
+#[test]
+fn cheap_conditions_spare_the_regex() {
+    // A method that does not match means the regex never runs: caches that
+    // would give up are not consulted.
+    let s = set(&[deny().methods(&["POST"]).path(Regex, "x")]);
+    let mut foreign = RegexCaches::none();
+    let out = eval_with(&s, &mut foreign, "GET", "/x", &[]);
+    assert_eq!((out.rule, out.regex_give_ups), (None, 0));
+    let out = eval_with(&s, &mut foreign, "POST", "/x", &[]);
+    assert_eq!((out.rule, out.regex_give_ups), (Some(0), 1));
+}

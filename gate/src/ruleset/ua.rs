@@ -1,0 +1,328 @@
+//! User-agent substrings of a whole rule set, found in one pass per line.
+//!
+//! Every `contains` substring of every rule goes into one Aho-Corasick
+//! automaton over ASCII-lowercased bytes. Each automaton state carries the
+//! set of rules ([`RuleBits`]) that some substring ending there belongs to,
+//! its failure chain included, so reading a `User-Agent` line once yields
+//! the rules whose condition holds, whatever the number of rules or
+//! substrings: O(line length) amortised (a failure hop is paid for by the
+//! byte that went one level deeper), with no per-match work and no
+//! allocation.
+//!
+//! Most bytes of a real user agent start no substring, so the scan skips
+//! ahead while it is at the root: a 64 Ki-bit table of the substrings'
+//! first two bytes (a one-byte substring marks every pair it starts) tells
+//! whether a position can start a match. Skipping from the root never loses
+//! one: every occurrence starts at a marked position, and the automaton is
+//! only left running while some prefix is still open.
+
+/// One bit per rule of a set (at most 256; a set holds at most 200).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleBits(pub [u64; 4]);
+
+impl RuleBits {
+    #[inline]
+    pub fn set(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+
+    #[inline]
+    pub fn get(&self, i: usize) -> bool {
+        self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    #[inline]
+    pub fn or(&mut self, other: &RuleBits) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a |= b;
+        }
+    }
+
+    #[inline]
+    pub fn contains_all(&self, other: &RuleBits) -> bool {
+        self.0.iter().zip(other.0).all(|(a, b)| a & b == b)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0 == [0; 4]
+    }
+}
+
+const ROOT: u32 = 0;
+
+/// The automaton of one rule set's user-agent substrings. Immutable.
+#[derive(Clone, Debug)]
+pub struct UaNeedles {
+    /// Root transitions, dense: 0 means "stay at the root".
+    root: Box<[u32; 256]>,
+    /// Other states' transitions: `trans[start[s]..start[s + 1]]`, as
+    /// (lowercase byte, next state), sorted by byte.
+    start: Box<[u32]>,
+    trans: Box<[(u8, u32)]>,
+    fail: Box<[u32]>,
+    /// Per state, an index into `outs` (0: no rule ends here).
+    out: Box<[u32]>,
+    outs: Box<[RuleBits]>,
+    /// Bit `b0 * 256 + b1`: some substring can start with lowercase `b0 b1`.
+    pairs: Box<[u64; 1024]>,
+    /// The rules that have substrings at all.
+    all: RuleBits,
+}
+
+impl Default for UaNeedles {
+    fn default() -> Self {
+        UaNeedles::build(&[])
+    }
+}
+
+impl UaNeedles {
+    /// Builds the automaton from (rule index, substring) pairs; substrings
+    /// are non-empty printable ASCII (checked by the caller). Allocates;
+    /// O(total substring bytes).
+    pub fn build(needles: &[(usize, &str)]) -> UaNeedles {
+        // Trie with sparse transitions.
+        let mut trie: Vec<Vec<(u8, u32)>> = vec![Vec::new()];
+        let mut bits: Vec<RuleBits> = vec![RuleBits::default()];
+        let mut pairs = Box::new([0u64; 1024]);
+        let mut all = RuleBits::default();
+        for &(rule, needle) in needles {
+            let lower = needle.as_bytes().to_ascii_lowercase();
+            if lower.is_empty() {
+                continue;
+            }
+            all.set(rule);
+            let b0 = usize::from(lower[0]);
+            match lower.get(1) {
+                Some(&b1) => mark(&mut pairs, b0 * 256 + usize::from(b1)),
+                None => (0..256).for_each(|b1| mark(&mut pairs, b0 * 256 + b1)),
+            }
+            let mut s = ROOT as usize;
+            for &b in &lower {
+                s = match trie[s].iter().find(|(c, _)| *c == b) {
+                    Some(&(_, next)) => next as usize,
+                    None => {
+                        let next = trie.len();
+                        trie.push(Vec::new());
+                        bits.push(RuleBits::default());
+                        trie[s].push((b, next as u32));
+                        next
+                    }
+                };
+            }
+            bits[s].set(rule);
+        }
+        // Failure links, breadth first; outputs inherit along them.
+        let mut fail = vec![ROOT; trie.len()];
+        let mut queue = std::collections::VecDeque::new();
+        for &(_, next) in &trie[ROOT as usize] {
+            queue.push_back(next);
+        }
+        while let Some(s) = queue.pop_front() {
+            let f = fail[s as usize] as usize;
+            let inherited = bits[f];
+            bits[s as usize].or(&inherited);
+            for &(b, next) in &trie[s as usize].clone() {
+                let mut g = f;
+                let target = loop {
+                    if let Some(&(_, t)) = trie[g].iter().find(|(c, _)| *c == b) {
+                        break t;
+                    }
+                    if g == ROOT as usize {
+                        break ROOT;
+                    }
+                    g = fail[g] as usize;
+                };
+                fail[next as usize] = target;
+                queue.push_back(next);
+            }
+        }
+        // Flatten.
+        let mut root = Box::new([ROOT; 256]);
+        for &(b, next) in &trie[ROOT as usize] {
+            root[usize::from(b)] = next;
+        }
+        let mut start = Vec::with_capacity(trie.len() + 1);
+        let mut trans = Vec::new();
+        for t in &mut trie {
+            start.push(trans.len() as u32);
+            t.sort_unstable();
+            trans.extend_from_slice(t);
+        }
+        start.push(trans.len() as u32);
+        let mut outs = vec![RuleBits::default()];
+        let out = bits
+            .iter()
+            .map(|b| {
+                if b.is_empty() {
+                    0
+                } else if let Some(i) = outs.iter().position(|o| o == b) {
+                    i as u32
+                } else {
+                    outs.push(*b);
+                    (outs.len() - 1) as u32
+                }
+            })
+            .collect();
+        UaNeedles {
+            root,
+            start: start.into_boxed_slice(),
+            trans: trans.into_boxed_slice(),
+            fail: fail.into_boxed_slice(),
+            out,
+            outs: outs.into_boxed_slice(),
+            pairs,
+            all,
+        }
+    }
+
+    /// Adds to `found` the rules with a substring in `line`, ASCII case
+    /// ignored. O(line length) amortised, no allocation.
+    pub fn scan(&self, line: &[u8], found: &mut RuleBits) {
+        let n = line.len();
+        let mut i = 0;
+        let mut s = ROOT;
+        while i < n {
+            if s == ROOT {
+                // Skip positions that cannot start a substring.
+                loop {
+                    let b0 = usize::from(line[i].to_ascii_lowercase());
+                    let b1 = line
+                        .get(i + 1)
+                        .map_or(0, |b| usize::from(b.to_ascii_lowercase()));
+                    let single = i + 1 == n;
+                    if single
+                        || self.pairs[(b0 * 256 + b1) / 64] & (1 << ((b0 * 256 + b1) % 64)) != 0
+                    {
+                        break;
+                    }
+                    i += 1;
+                    if i == n {
+                        return;
+                    }
+                }
+            }
+            s = self.next(s, line[i].to_ascii_lowercase());
+            let o = self.out[s as usize];
+            if o != 0 {
+                found.or(&self.outs[o as usize]);
+                if found.contains_all(&self.all) {
+                    return;
+                }
+            }
+            i += 1;
+        }
+    }
+
+    #[inline]
+    fn next(&self, mut s: u32, b: u8) -> u32 {
+        loop {
+            if s == ROOT {
+                return self.root[usize::from(b)];
+            }
+            let (lo, hi) = (
+                self.start[s as usize] as usize,
+                self.start[s as usize + 1] as usize,
+            );
+            if let Some(&(_, t)) = self.trans[lo..hi].iter().find(|(c, _)| *c == b) {
+                return t;
+            }
+            s = self.fail[s as usize];
+        }
+    }
+}
+
+#[inline]
+fn mark(pairs: &mut [u64; 1024], bit: usize) {
+    pairs[bit / 64] |= 1 << (bit % 64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(needles: &[(usize, &str)], lines: &[&str]) -> Vec<usize> {
+        let ua = UaNeedles::build(needles);
+        let mut bits = RuleBits::default();
+        for l in lines {
+            ua.scan(l.as_bytes(), &mut bits);
+        }
+        (0..256).filter(|&i| bits.get(i)).collect()
+    }
+
+    #[test]
+    fn substrings_are_found_anywhere_ignoring_case() {
+        let n = [(0, "sqlmap"), (1, "GPTBot"), (2, "nikto")];
+        assert_eq!(found(&n, &["sqlmap/1.7"]), vec![0]);
+        assert_eq!(
+            found(&n, &["Mozilla/5.0 (compatible; gptbot/1.0)"]),
+            vec![1]
+        );
+        assert_eq!(found(&n, &["xx SQLMAP xx Nikto"]), vec![0, 2]);
+        assert_eq!(found(&n, &["Mozilla/5.0 Chrome/120"]), Vec::<usize>::new());
+        assert_eq!(
+            found(&n, &["sqlma", "p"]),
+            Vec::<usize>::new(),
+            "no match across lines"
+        );
+    }
+
+    #[test]
+    fn overlapping_and_nested_substrings_all_count() {
+        let n = [(0, "abcd"), (1, "bc"), (2, "c"), (3, "abce"), (4, "d")];
+        assert_eq!(found(&n, &["xabcd"]), vec![0, 1, 2, 4]);
+        assert_eq!(found(&n, &["abce"]), vec![1, 2, 3]);
+        assert_eq!(found(&n, &["aabcabce"]), vec![1, 2, 3]);
+        // A failure link into a longer partial match.
+        let n = [(0, "aab"), (1, "ab")];
+        assert_eq!(found(&n, &["aaab"]), vec![0, 1]);
+        let n = [(0, "she"), (1, "he"), (2, "hers")];
+        assert_eq!(found(&n, &["ushers"]), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn one_byte_substrings_and_line_ends() {
+        let n = [(5, "z"), (6, "yz")];
+        assert_eq!(found(&n, &["z"]), vec![5]);
+        assert_eq!(found(&n, &["aaz"]), vec![5]);
+        assert_eq!(found(&n, &["Yz"]), vec![5, 6]);
+        assert_eq!(found(&n, &["y"]), Vec::<usize>::new());
+        assert_eq!(found(&n, &[""]), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn rule_index_beyond_the_first_word() {
+        let n = [(199, "bot"), (64, "spider")];
+        assert_eq!(found(&n, &["a spider bot"]), vec![64, 199]);
+    }
+
+    #[test]
+    fn agrees_with_naive_search() {
+        let needles = [
+            (0, "ab"),
+            (1, "ba"),
+            (2, "aab"),
+            (3, "bab"),
+            (4, "a"),
+            (5, "bbbb"),
+            (6, "abab"),
+        ];
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..2_000 {
+            let mut line = Vec::new();
+            for _ in 0..(x % 12) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                line.push([b'a', b'b', b'A', b'B', b'c'][(x % 5) as usize]);
+            }
+            x = x.wrapping_add(1);
+            let line = String::from_utf8(line).unwrap();
+            let want: Vec<usize> = needles
+                .iter()
+                .filter(|(_, n)| line.to_ascii_lowercase().contains(n))
+                .map(|(i, _)| *i)
+                .collect();
+            assert_eq!(found(&needles, &[&line]), want, "{line:?}");
+        }
+    }
+}
