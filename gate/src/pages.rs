@@ -82,7 +82,7 @@ impl ErrorStatus {
     }
 }
 
-const STYLE: &str = "body{margin:0;font:16px/1.5 system-ui,sans-serif;background:#f4f1ea;color:#2b2620;display:flex;min-height:100vh;align-items:center;justify-content:center}main{background:#fff;border:1px solid #ddd3c0;border-radius:8px;padding:2rem 2.5rem;max-width:32rem}p.s{color:#8a7f6d;margin:0}h1{margin:.25rem 0 1rem;font-size:1.6rem}footer{margin-top:1.5rem;color:#8a7f6d;font-size:.8rem}";
+pub(crate) const STYLE: &str = "body{margin:0;font:16px/1.5 system-ui,sans-serif;background:#f4f1ea;color:#2b2620;display:flex;min-height:100vh;align-items:center;justify-content:center}main{background:#fff;border:1px solid #ddd3c0;border-radius:8px;padding:2rem 2.5rem;max-width:32rem}p.s{color:#8a7f6d;margin:0}h1{margin:.25rem 0 1rem;font-size:1.6rem}footer{margin-top:1.5rem;color:#8a7f6d;font-size:.8rem}";
 
 /// The CSP of a built-in page: nothing loads, only the one hashed style applies.
 pub fn builtin_csp() -> String {
