@@ -40,13 +40,14 @@
 //! `GET`/`HEAD /robots.txt` is exempt from rule sets: the caller skips the set
 //! for it ([`crate::robots::is_robots_request`]).
 
+mod needles;
 mod presets;
 mod regex;
 mod spec;
 #[cfg(test)]
 mod tests;
-mod ua;
 
+pub use needles::RuleBits;
 pub use presets::{Preset, KNOWN_SCANNERS};
 pub use regex::{
     GIVE_UP_AFTER_CLEARS, MAX_REGEX_BYTES, MIN_BYTES_PER_STATE, REGEX_CACHE_BYTES,
@@ -56,15 +57,14 @@ pub use spec::{
     Action, PathPatternKind, PathSpec, RuleError, RuleSetError, RuleSpec, UserAgentSpec,
     MAX_METHODS, MAX_METHOD_BYTES, MAX_RULES, MAX_UA_SUBSTRINGS, MAX_UA_SUBSTRING_CHARS,
 };
-pub use ua::RuleBits;
 
 use crate::glob::Glob;
 use crate::mode::Mode;
 use crate::pathmatch::{compile_pattern, PathKind, PathMatcher};
+use needles::Needles;
 use regex::{PathRegex, RegexResult};
 use regex_automata::hybrid::dfa::Cache;
 use std::sync::atomic::{AtomicU64, Ordering};
-use ua::UaNeedles;
 
 /// Identifies a compiled set, so caches made for another are never used.
 static NEXT_SET_ID: AtomicU64 = AtomicU64::new(1);
@@ -96,9 +96,57 @@ enum PathCond {
     None,
     /// Exact or prefix: in the set's matcher.
     Indexed,
-    Glob(Glob),
+    Glob(GlobCond),
     /// Index into the set's regexes.
     Regex(usize),
+}
+
+/// A glob and the literal text every path it takes must start and end
+/// with: most globs (`/**/*.php`, `/**/.env`) are refused by these two
+/// comparisons without running the automaton.
+#[derive(Clone, Debug)]
+struct GlobCond {
+    glob: Glob,
+    /// The pattern up to its first `*`.
+    prefix: Box<[u8]>,
+    /// The pattern after its last `*`. After a `/**/` this includes the `/`,
+    /// which the path also holds there: `/**/` is left only after a `/`.
+    suffix: Box<[u8]>,
+    /// The longest piece between `*`s, when it is worth a search (two bytes
+    /// or more): it is in the set's path needles.
+    literal: Option<Box<str>>,
+}
+
+impl GlobCond {
+    fn new(glob: Glob) -> GlobCond {
+        let p = glob.as_str().as_bytes();
+        let first = p.iter().position(|&b| b == b'*').unwrap_or(p.len());
+        let last = p.iter().rposition(|&b| b == b'*').map_or(0, |i| i + 1);
+        // Every piece between `*`s occurs in a path the glob takes (a piece
+        // after `/**/` starts with the `/` the path holds there).
+        let literal = glob
+            .as_str()
+            .split('*')
+            .max_by_key(|piece| piece.len())
+            .filter(|piece| piece.len() >= 2 && first < p.len())
+            .map(Box::from);
+        GlobCond {
+            prefix: p[..first].into(),
+            suffix: p[last.max(first).min(p.len())..].into(),
+            literal,
+            glob,
+        }
+    }
+
+    /// The O(1) checks: the path starts with the prefix and ends with the
+    /// suffix.
+    #[inline]
+    fn ends_fit(&self, path: &[u8]) -> bool {
+        let (p, s) = (self.prefix.len(), self.suffix.len());
+        path.len() >= p.max(s)
+            && path[..p].eq_ignore_ascii_case(&self.prefix)
+            && path[path.len() - s..].eq_ignore_ascii_case(&self.suffix)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -122,7 +170,9 @@ pub struct RuleSet {
     matcher: PathMatcher<usize>,
     /// Rules without an indexed path, ascending.
     scan: Box<[usize]>,
-    ua: UaNeedles,
+    ua: Needles,
+    /// The globs' literal pieces.
+    path_needles: Needles,
     regexes: Box<[PathRegex]>,
     needs_path: bool,
 }
@@ -234,6 +284,7 @@ struct Eval<'a, 'c, U> {
     user_agents: U,
     ua_found: Option<RuleBits>,
     ua_blank: Option<bool>,
+    path_found: Option<RuleBits>,
     caches: &'c mut RegexCaches,
     give_ups: u32,
 }
@@ -247,7 +298,7 @@ impl<'a, U: Iterator<Item = &'a [u8]> + Clone> Eval<'a, '_, U> {
         })
     }
 
-    fn ua_found(&mut self, needles: &UaNeedles) -> &RuleBits {
+    fn ua_found(&mut self, needles: &Needles) -> &RuleBits {
         let lines = &self.user_agents;
         self.ua_found.get_or_insert_with(|| {
             let mut found = RuleBits::default();
@@ -338,6 +389,7 @@ impl RuleSet {
             user_agents: req.user_agents.clone(),
             ua_found: None,
             ua_blank: None,
+            path_found: None,
             caches,
             give_ups: 0,
         };
@@ -415,7 +467,23 @@ impl RuleSet {
         match &rule.path {
             PathCond::None => true,
             PathCond::Indexed => false,
-            PathCond::Glob(glob) => glob.matches(ev.path),
+            PathCond::Glob(glob) => {
+                if !glob.ends_fit(ev.path) {
+                    return false;
+                }
+                if glob.literal.is_some() {
+                    let path = ev.path;
+                    let found = ev.path_found.get_or_insert_with(|| {
+                        let mut found = RuleBits::default();
+                        self.path_needles.scan(path, &mut found);
+                        found
+                    });
+                    if !found.get(i) {
+                        return false;
+                    }
+                }
+                glob.glob.matches(ev.path)
+            }
             PathCond::Regex(slot) => {
                 let result = if ev.caches.set_id == self.id {
                     match ev.caches.caches.get_mut(*slot) {
@@ -449,6 +517,7 @@ pub struct RuleSetBuilder {
     matcher: PathMatcher<usize>,
     regexes: Vec<PathRegex>,
     needles: Vec<(usize, String)>,
+    path_needles: Vec<(usize, String)>,
     /// Rules pushed, refused ones included.
     pushed: usize,
 }
@@ -508,7 +577,11 @@ impl RuleSetBuilder {
                 PathPatternKind::Glob => {
                     let glob = Glob::compile(&p.pattern).map_err(RuleError::Glob)?;
                     stated.path.as_mut().expect("path").pattern = glob.as_str().to_owned();
-                    PathCond::Glob(glob)
+                    let cond = GlobCond::new(glob);
+                    if let Some(l) = &cond.literal {
+                        self.path_needles.push((index, l.to_string()));
+                    }
+                    PathCond::Glob(cond)
                 }
                 PathPatternKind::Regex => {
                     let re = PathRegex::compile(&p.pattern).map_err(RuleError::Regex)?;
@@ -548,8 +621,6 @@ impl RuleSetBuilder {
     /// The compiled set. Builds the user-agent automaton: O(total substring
     /// bytes).
     pub fn build(self) -> RuleSet {
-        let needles: Vec<(usize, &str)> =
-            self.needles.iter().map(|(i, s)| (*i, s.as_str())).collect();
         let scan = self
             .rules
             .iter()
@@ -564,7 +635,8 @@ impl RuleSetBuilder {
             rules: self.rules.into_boxed_slice(),
             matcher: self.matcher,
             scan,
-            ua: UaNeedles::build(&needles),
+            ua: Needles::build(&self.needles),
+            path_needles: Needles::build(&self.path_needles),
             regexes: self.regexes.into_boxed_slice(),
         }
     }

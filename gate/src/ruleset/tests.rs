@@ -517,3 +517,69 @@ fn cheap_conditions_spare_the_regex() {
     let out = eval_with(&s, &mut foreign, "POST", "/x", &[]);
     assert_eq!((out.rule, out.regex_give_ups), (Some(0), 1));
 }
+
+#[test]
+fn glob_prefilters_never_change_the_answer() {
+    let patterns = [
+        "/**/.env",
+        "/**/*.php",
+        "/**/.git/**",
+        "/*/admin/*",
+        "/a**b",
+        "/**",
+        "/admin",
+        "/x/**/",
+        "/**/**/x",
+        "/*.php",
+        "/a/*",
+        "/**.php",
+        "/**/backup*",
+        "/api/**/admin",
+    ];
+    let paths = [
+        "/",
+        "/.env",
+        "/a/.env",
+        "/a.env",
+        "/index.php",
+        "/a/b/c.php",
+        "/.git/config",
+        "/x/.git/head",
+        "/a/admin/b",
+        "/admin",
+        "/ab",
+        "/a/x/b",
+        "/x",
+        "/x/a",
+        "/a/backup.tar",
+        "/api/admin",
+        "/api/v1/admin",
+        "/php",
+        "/p",
+    ];
+    let globs: Vec<crate::glob::Glob> = patterns
+        .iter()
+        .map(|p| crate::glob::Glob::compile(p).unwrap())
+        .collect();
+    let one_each: Vec<RuleSet> = patterns
+        .iter()
+        .map(|p| set(&[deny().path(GlobKind, p)]))
+        .collect();
+    let all = set(&patterns
+        .iter()
+        .map(|p| deny().path(GlobKind, p))
+        .collect::<Vec<_>>());
+    for path in paths {
+        for (k, glob) in globs.iter().enumerate() {
+            let want = glob.matches(path.as_bytes());
+            assert_eq!(
+                eval(&one_each[k], "GET", path, &[]).0.is_some(),
+                want,
+                "{} on {path}",
+                patterns[k]
+            );
+        }
+        let first = globs.iter().position(|g| g.matches(path.as_bytes()));
+        assert_eq!(eval(&all, "GET", path, &[]).0, first, "{path}");
+    }
+}

@@ -1,20 +1,23 @@
-//! User-agent substrings of a whole rule set, found in one pass per line.
+//! Substrings of a whole rule set, found in one pass over a text.
 //!
-//! Every `contains` substring of every rule goes into one Aho-Corasick
-//! automaton over ASCII-lowercased bytes. Each automaton state carries the
-//! set of rules ([`RuleBits`]) that some substring ending there belongs to,
-//! its failure chain included, so reading a `User-Agent` line once yields
-//! the rules whose condition holds, whatever the number of rules or
-//! substrings: O(line length) amortised (a failure hop is paid for by the
-//! byte that went one level deeper), with no per-match work and no
-//! allocation.
+//! Two texts are searched this way: the `User-Agent` lines (every
+//! `contains` substring of every rule) and the canonical path (the longest
+//! literal piece of every glob, a necessary condition checked before the
+//! glob's automaton runs). The substrings go into one Aho-Corasick automaton
+//! over ASCII-lowercased bytes. Each state carries the set of rules
+//! ([`RuleBits`]) that some substring ending there belongs to, its failure
+//! chain included, so reading the text once yields every rule whose
+//! substring occurs, whatever the number of rules or substrings: O(text
+//! length) amortised (a failure hop is paid for by the byte that went one
+//! level deeper), with no per-match work and no allocation.
 //!
-//! Most bytes of a real user agent start no substring, so the scan skips
-//! ahead while it is at the root: a 64 Ki-bit table of the substrings'
-//! first two bytes (a one-byte substring marks every pair it starts) tells
-//! whether a position can start a match. Skipping from the root never loses
-//! one: every occurrence starts at a marked position, and the automaton is
-//! only left running while some prefix is still open.
+//! Most bytes of a real text start no substring, so the scan skips ahead
+//! while it is at the root: a 64 Ki-bit table of the substrings' first two
+//! bytes in every case (a one-byte substring marks every pair it starts)
+//! tells with one test on the raw bytes whether a position can start a
+//! match. Skipping from the root never loses one: every occurrence starts at
+//! a marked position, and the automaton is only left running while some
+//! prefix is still open.
 
 /// One bit per rule of a set (at most 256; a set holds at most 200).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,9 +53,9 @@ impl RuleBits {
 
 const ROOT: u32 = 0;
 
-/// The automaton of one rule set's user-agent substrings. Immutable.
+/// The automaton of one rule set's substrings of one kind. Immutable.
 #[derive(Clone, Debug)]
-pub struct UaNeedles {
+pub struct Needles {
     /// Root transitions, dense: 0 means "stay at the root".
     root: Box<[u32; 256]>,
     /// Other states' transitions: `trans[start[s]..start[s + 1]]`, as
@@ -63,38 +66,38 @@ pub struct UaNeedles {
     /// Per state, an index into `outs` (0: no rule ends here).
     out: Box<[u32]>,
     outs: Box<[RuleBits]>,
-    /// Bit `b0 * 256 + b1`: some substring can start with lowercase `b0 b1`.
+    /// Bit `b0 | b1 << 8` (raw bytes): some substring can start with them.
     pairs: Box<[u64; 1024]>,
     /// The rules that have substrings at all.
     all: RuleBits,
 }
 
-impl Default for UaNeedles {
+impl Default for Needles {
     fn default() -> Self {
-        UaNeedles::build(&[])
+        Needles::build::<&str>(&[])
     }
 }
 
-impl UaNeedles {
+impl Needles {
     /// Builds the automaton from (rule index, substring) pairs; substrings
     /// are non-empty printable ASCII (checked by the caller). Allocates;
     /// O(total substring bytes).
-    pub fn build(needles: &[(usize, &str)]) -> UaNeedles {
+    pub fn build<S: AsRef<str>>(needles: &[(usize, S)]) -> Needles {
         // Trie with sparse transitions.
         let mut trie: Vec<Vec<(u8, u32)>> = vec![Vec::new()];
         let mut bits: Vec<RuleBits> = vec![RuleBits::default()];
         let mut pairs = Box::new([0u64; 1024]);
         let mut all = RuleBits::default();
-        for &(rule, needle) in needles {
-            let lower = needle.as_bytes().to_ascii_lowercase();
+        for (rule, needle) in needles {
+            let rule = *rule;
+            let lower = needle.as_ref().as_bytes().to_ascii_lowercase();
             if lower.is_empty() {
                 continue;
             }
             all.set(rule);
-            let b0 = usize::from(lower[0]);
             match lower.get(1) {
-                Some(&b1) => mark(&mut pairs, b0 * 256 + usize::from(b1)),
-                None => (0..256).for_each(|b1| mark(&mut pairs, b0 * 256 + b1)),
+                Some(&b1) => mark(&mut pairs, lower[0], b1),
+                None => (0..=255).for_each(|b1| mark(&mut pairs, lower[0], b1)),
             }
             let mut s = ROOT as usize;
             for &b in &lower {
@@ -163,7 +166,7 @@ impl UaNeedles {
                 }
             })
             .collect();
-        UaNeedles {
+        Needles {
             root,
             start: start.into_boxed_slice(),
             trans: trans.into_boxed_slice(),
@@ -183,21 +186,20 @@ impl UaNeedles {
         let mut s = ROOT;
         while i < n {
             if s == ROOT {
-                // Skip positions that cannot start a substring.
-                loop {
-                    let b0 = usize::from(line[i].to_ascii_lowercase());
-                    let b1 = line
-                        .get(i + 1)
-                        .map_or(0, |b| usize::from(b.to_ascii_lowercase()));
-                    let single = i + 1 == n;
-                    if single
-                        || self.pairs[(b0 * 256 + b1) / 64] & (1 << ((b0 * 256 + b1) % 64)) != 0
-                    {
-                        break;
-                    }
-                    i += 1;
-                    if i == n {
-                        return;
+                // Skip positions that cannot start a substring: one table
+                // test per position on the raw two bytes.
+                match line[i..]
+                    .windows(2)
+                    .position(|w| self.pair_may_start(w[0], w[1]))
+                {
+                    Some(skip) => i += skip,
+                    None => {
+                        // Only a one-byte substring can still start, at the
+                        // last byte.
+                        i = n - 1;
+                        if !self.single_may_start(line[i]) {
+                            return;
+                        }
                     }
                 }
             }
@@ -211,6 +213,19 @@ impl UaNeedles {
             }
             i += 1;
         }
+    }
+
+    #[inline(always)]
+    fn pair_may_start(&self, b0: u8, b1: u8) -> bool {
+        let k = usize::from(u16::from_le_bytes([b0, b1]));
+        self.pairs[k >> 6] >> (k & 63) & 1 != 0
+    }
+
+    #[inline]
+    fn single_may_start(&self, b0: u8) -> bool {
+        // A one-byte substring marks its byte with every successor, 0
+        // included.
+        self.pair_may_start(b0, 0)
     }
 
     #[inline]
@@ -231,9 +246,15 @@ impl UaNeedles {
     }
 }
 
-#[inline]
-fn mark(pairs: &mut [u64; 1024], bit: usize) {
-    pairs[bit / 64] |= 1 << (bit % 64);
+/// Marks the raw byte pairs that lowercase to `b0 b1`: every case
+/// variant, so the scan needs no lowercasing to test a position.
+fn mark(pairs: &mut [u64; 1024], b0: u8, b1: u8) {
+    for x in [b0, b0.to_ascii_uppercase()] {
+        for y in [b1, b1.to_ascii_uppercase()] {
+            let k = usize::from(u16::from_le_bytes([x, y]));
+            pairs[k >> 6] |= 1 << (k & 63);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -241,7 +262,7 @@ mod tests {
     use super::*;
 
     fn found(needles: &[(usize, &str)], lines: &[&str]) -> Vec<usize> {
-        let ua = UaNeedles::build(needles);
+        let ua = Needles::build(needles);
         let mut bits = RuleBits::default();
         for l in lines {
             ua.scan(l.as_bytes(), &mut bits);
