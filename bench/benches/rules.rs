@@ -184,6 +184,54 @@ fn main() {
         |i| run(i & 7),
     );
 
+    // Worst cases: a hostile path against the classic quadratic glob, and an
+    // operator's exponential regex against a path built to need a new DFA
+    // state at almost every byte (it gives up and fails closed).
+    let worst = RuleSet::compile(&[
+        RuleSpec::new(Action::Deny).path(PathPatternKind::Glob, "/**/a*a*a*a*a*b"),
+        RuleSpec::new(Action::Deny).path(PathPatternKind::Regex, r"(a|b)*a(a|b){20}x"),
+    ])
+    .unwrap();
+    let mut worst_caches = worst.new_regex_caches();
+    let mut worst_counters = RuleSetCounters::default();
+    let glob_path = format!("/{}", "a".repeat(8_000));
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut regex_path = String::from("/");
+    for _ in 0..8_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        regex_path.push(if x & 1 == 0 { 'a' } else { 'b' });
+    }
+    let mut run_worst = |path: &str| {
+        let req = RuleRequest {
+            method: b"GET",
+            path: path.as_bytes(),
+            user_agents: std::iter::empty(),
+        };
+        let d = worst.decide(
+            black_box(&req),
+            &mut worst_caches,
+            &mut worst_counters,
+            Mode::Enforce,
+        );
+        d.outcome.rule.map_or(99, |r| r as u64)
+    };
+    measure(
+        "worst case: glob /**/a*a*a*a*a*b, 8,000 characters",
+        2_000,
+        |_| run_worst(&glob_path),
+    );
+    measure(
+        "worst case: regex (a|b)*a(a|b){20}x, 8,000 characters",
+        40,
+        |_| run_worst(&regex_path),
+    );
+    println!(
+        "worst-case regex: {} give-ups counted over the runs",
+        worst_counters.regex_give_ups
+    );
+
     let robots = Robots::compile(RobotsMode::BlockAiCrawlers, None).unwrap();
     let ctx = WriteCtx {
         date_line: b"Date: Mon, 30 Nov 2026 05:00:00 GMT\r\n",

@@ -12,8 +12,8 @@
 //!
 //! Guarantee: the outcome is the matching rule with the lowest index, exactly
 //! as if every rule were tried in order, and deciding it allocates nothing
-//! (a regex may allocate its new lazy-DFA states once per path shape; see
-//! [`regex`](self::MAX_REGEX_BYTES)). How it is built for that:
+//! (a regex may allocate its new lazy-DFA states the first time it meets a
+//! path shape; see [`REGEX_CACHE_BYTES`]). How it is built for that:
 //!
 //! - exact and prefix paths sit in a [`PathMatcher`], found by binary search
 //!   (O(segments · log n)) with the rule's other conditions checked only on
@@ -22,15 +22,18 @@
 //!   only below the best index found so far;
 //! - inside a rule the cheap conditions run first (method, then user agent),
 //!   the glob or regex last;
-//! - every user-agent substring of the set is in one automaton
-//!   (see `ua.rs`): one pass over the `User-Agent` lines answers every rule's
-//!   condition at once, made lazily, only when a rule needs it;
-//! - globs and regexes read each path byte once: linear in the path.
+//! - every user-agent substring of the set is in one automaton (module
+//!   `needles`): one pass over the `User-Agent` lines answers every rule's
+//!   condition at once, made lazily, when the first rule needs it;
+//! - a glob is first tried on its literal prefix and suffix (O(1)), then on
+//!   its longest literal piece, found for every glob of the set in one more
+//!   automaton pass over the path; only then does its own automaton run;
+//! - globs, regexes and both passes read each byte once: linear in the
+//!   path and the user agent.
 //!
-//! A regex search can give up (see [`MAX_REGEX_BYTES`] and the module
-//! `regex.rs`): then the rule's action decides, failing closed (a deny or
-//! drop counts it as a match, an allow as no match) and the outcome counts
-//! the give-up.
+//! A regex search can give up (see [`GIVE_UP_AFTER_CLEARS`]): then the
+//! rule's action decides, failing closed (a deny or drop counts it as a
+//! match, an allow as no match), and the outcome counts the give-up.
 //!
 //! The set itself is immutable (it lives in the snapshot). What changes per
 //! request lives with the caller, per shard: the regexes' lazy-DFA caches
