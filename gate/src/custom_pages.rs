@@ -71,8 +71,8 @@ pub fn is_customizable(status: ErrorStatus) -> bool {
     CUSTOMIZABLE.contains(&status)
 }
 
-/// An entry's key in the profile: `errorPages.<status>` or
-/// `errorPages.maintenance`.
+/// An entry's key in the profile: `error_pages.<status>` or
+/// `error_pages.maintenance`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PageKey {
     Status(ErrorStatus),
@@ -91,7 +91,7 @@ impl PageKey {
     }
 }
 
-/// Which form an entry takes. Profile key `errorPages.<key>.mode`.
+/// Which form an entry takes. Profile key `error_pages.<key>.mode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PageForm {
     /// Heading and sentence in the built-in layout.

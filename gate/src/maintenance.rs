@@ -3,7 +3,7 @@
 //!
 //! Compiled per snapshot into a [`Maintenance`] (absent when the host has it
 //! off): the status (503 by default), a `Retry-After` folded into the head,
-//! and the page, which is the host's `errorPages.maintenance` entry or the
+//! and the page, which is the host's `error_pages.maintenance` entry or the
 //! built-in "Down for maintenance" message, in HTML for clients that ask for
 //! it and plain text otherwise.
 //!
@@ -37,7 +37,7 @@ pub struct MaintenanceSpec {
     pub enabled: bool,
     pub status: u16,
     pub retry_after_seconds: u32,
-    /// The host's `errorPages.maintenance` entry, if any.
+    /// The host's `error_pages.maintenance` entry, if any.
     pub page: Option<PageEntrySpec>,
 }
 
@@ -58,10 +58,10 @@ pub enum MaintenanceError {
     /// Not one of [`MAINTENANCE_STATUSES`] (`maintenance.status.invalid`).
     Status,
     /// Over [`MAX_RETRY_AFTER_SECONDS`]
-    /// (`maintenance.retryAfterSeconds.invalid`).
+    /// (`maintenance.retry_after_seconds.invalid`).
     RetryAfter,
     /// The maintenance page entry (`errorPages.*`, under
-    /// `errorPages.maintenance`).
+    /// `error_pages.maintenance`).
     Page(PageError),
 }
 
@@ -69,7 +69,7 @@ impl MaintenanceError {
     pub fn code(&self) -> &'static str {
         match self {
             MaintenanceError::Status => "maintenance.status.invalid",
-            MaintenanceError::RetryAfter => "maintenance.retryAfterSeconds.invalid",
+            MaintenanceError::RetryAfter => "maintenance.retry_after_seconds.invalid",
             MaintenanceError::Page(e) => e.code(),
         }
     }
@@ -82,7 +82,7 @@ impl std::fmt::Display for MaintenanceError {
                 f.write_str("status is one of 503, 200, 500, 502, 504, 403, 404 or 410")
             }
             MaintenanceError::RetryAfter => {
-                f.write_str("retryAfterSeconds is 0 (none) to 604800 (a week)")
+                f.write_str("retry_after_seconds is 0 (none) to 604800 (a week)")
             }
             MaintenanceError::Page(e) => e.fmt(f),
         }
@@ -357,7 +357,7 @@ mod tests {
             codes,
             vec![
                 "maintenance.status.invalid",
-                "maintenance.retryAfterSeconds.invalid",
+                "maintenance.retry_after_seconds.invalid",
                 "errorPages.variable.unknown",
                 "errorPages.text.required",
             ]

@@ -73,7 +73,7 @@ pub enum RobotsMode {
     DisallowAll,
     /// Every [`AI_CRAWLERS`] entry disallowed, everyone else allowed.
     BlockAiCrawlers,
-    /// The operator's text (`robots.customText`).
+    /// The operator's text (`robots.custom_text`).
     Custom,
 }
 
@@ -82,8 +82,8 @@ impl RobotsMode {
     pub fn parse(s: &str) -> Option<RobotsMode> {
         Some(match s {
             "passthrough" => RobotsMode::Passthrough,
-            "disallowAll" => RobotsMode::DisallowAll,
-            "blockAiCrawlers" => RobotsMode::BlockAiCrawlers,
+            "disallow_all" => RobotsMode::DisallowAll,
+            "block_ai_crawlers" => RobotsMode::BlockAiCrawlers,
             "custom" => RobotsMode::Custom,
             _ => return None,
         })
@@ -93,8 +93,8 @@ impl RobotsMode {
     pub fn as_str(self) -> &'static str {
         match self {
             RobotsMode::Passthrough => "passthrough",
-            RobotsMode::DisallowAll => "disallowAll",
-            RobotsMode::BlockAiCrawlers => "blockAiCrawlers",
+            RobotsMode::DisallowAll => "disallow_all",
+            RobotsMode::BlockAiCrawlers => "block_ai_crawlers",
             RobotsMode::Custom => "custom",
         }
     }
@@ -115,9 +115,9 @@ impl RobotsError {
     /// The profile error code.
     pub fn code(&self) -> &'static str {
         match self {
-            RobotsError::CustomTextRequired => "robots.customText.required",
-            RobotsError::CustomTextTooLong => "robots.customText.tooLong",
-            RobotsError::CustomTextInvalid => "robots.customText.invalid",
+            RobotsError::CustomTextRequired => "robots.custom_text.required",
+            RobotsError::CustomTextTooLong => "robots.custom_text.too_long",
+            RobotsError::CustomTextInvalid => "robots.custom_text.invalid",
         }
     }
 }
@@ -125,10 +125,10 @@ impl RobotsError {
 impl std::fmt::Display for RobotsError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            RobotsError::CustomTextRequired => "mode \"custom\" needs a non-empty customText",
-            RobotsError::CustomTextTooLong => "customText is at most 64 KiB",
+            RobotsError::CustomTextRequired => "mode \"custom\" needs a non-empty custom_text",
+            RobotsError::CustomTextTooLong => "custom_text is at most 64 KiB",
             RobotsError::CustomTextInvalid => {
-                "customText holds no control characters other than tab and line breaks"
+                "custom_text holds no control characters other than tab and line breaks"
             }
         })
     }
@@ -367,7 +367,7 @@ mod tests {
         );
         assert_eq!(
             RobotsError::CustomTextTooLong.code(),
-            "robots.customText.tooLong"
+            "robots.custom_text.too_long"
         );
     }
 

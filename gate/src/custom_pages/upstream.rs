@@ -8,7 +8,7 @@
 
 use crate::pages::ErrorStatus;
 
-/// The host setting `errorPages.replaceUpstream` (built-in `off`).
+/// The host setting `error_pages.replace_upstream` (built-in `off`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReplaceUpstream {
     #[default]

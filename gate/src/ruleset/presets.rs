@@ -39,9 +39,9 @@ impl Preset {
     /// The reserved name a profile uses.
     pub fn name(self) -> &'static str {
         match self {
-            Preset::BlockAiCrawlers => "block-ai-crawlers",
-            Preset::BlockKnownScanners => "block-known-scanners",
-            Preset::BlockEmptyUserAgent => "block-empty-user-agent",
+            Preset::BlockAiCrawlers => "block_ai_crawlers",
+            Preset::BlockKnownScanners => "block_known_scanners",
+            Preset::BlockEmptyUserAgent => "block_empty_user_agent",
         }
     }
 

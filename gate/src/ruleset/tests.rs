@@ -503,7 +503,7 @@ fn presets_refuse_what_they_name() {
         assert_eq!(Preset::from_name(p.name()), Some(p));
         assert!(!p.compile().needs_path());
     }
-    assert_eq!(Preset::from_name("block-everything"), None);
+    assert_eq!(Preset::from_name("block_everything"), None);
 }
 
 #[test]
