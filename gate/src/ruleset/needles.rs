@@ -317,6 +317,30 @@ mod tests {
     }
 
     #[test]
+    fn skipping_never_loses_a_match() {
+        // No one-byte substring: most positions are skipped.
+        let needles = [(0, "xyz"), (1, "yzq"), (2, "zz"), (3, "qxq")];
+        let mut x = 0x1234_5678_9ABC_DEF1u64;
+        for _ in 0..2_000 {
+            let mut line = Vec::new();
+            for _ in 0..(x % 16) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                line.push(b"xyzqXYZQab"[(x % 10) as usize]);
+            }
+            x = x.wrapping_add(1);
+            let line = String::from_utf8(line).unwrap();
+            let want: Vec<usize> = needles
+                .iter()
+                .filter(|(_, n)| line.to_ascii_lowercase().contains(n))
+                .map(|(i, _)| *i)
+                .collect();
+            assert_eq!(found(&needles, &[&line]), want, "{line:?}");
+        }
+    }
+
+    #[test]
     fn agrees_with_naive_search() {
         let needles = [
             (0, "ab"),

@@ -583,3 +583,15 @@ fn glob_prefilters_never_change_the_answer() {
         assert_eq!(eval(&all, "GET", path, &[]).0, first, "{path}");
     }
 }
+
+#[test]
+fn compiled_blocks_can_be_shared_by_every_shard() {
+    fn shared<T: Send + Sync>() {}
+    fn owned<T: Send>() {}
+    shared::<RuleSet>();
+    shared::<crate::robots::Robots>();
+    shared::<crate::custom_pages::CustomPages>();
+    shared::<crate::maintenance::Maintenance>();
+    owned::<RegexCaches>();
+    owned::<RuleSetCounters>();
+}
