@@ -26,6 +26,7 @@ pub(crate) fn compile(c: Checked) -> Compiled {
                 limits: host.resolve(),
                 action: action(h.action, host),
                 policy: Default::default(),
+                extras: Default::default(),
             }
         })
         .collect();

@@ -185,7 +185,7 @@ impl GateState {
 }
 
 /// The chain's answer for one request.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct Decision<'s> {
     pub verdict: Verdict<'s>,
     pub host: Option<HostId>,
@@ -197,6 +197,11 @@ pub struct Decision<'s> {
     pub ticket: Option<QuotaTicket>,
     /// Retry-After seconds of a 429.
     pub retry_after_s: u32,
+    /// The password check to run off the shard (with `Verdict::Verify`).
+    pub job: Option<crate::access::VerifyJob>,
+    /// The access list took the credentials: remove `Authorization` before
+    /// the upstream.
+    pub strip_authorization: bool,
 }
 
 fn is_robots(method: &[u8], canonical: &[u8]) -> bool {
@@ -240,6 +245,8 @@ impl Snapshot {
             client,
             ticket: None,
             retry_after_s: 0,
+            job: None,
+            strip_authorization: false,
         };
         let Some(entry) = entry else {
             return self.finish_limits(decision, req, trace);

@@ -7,8 +7,13 @@
 //! field by field (defaults, host, route) when the profile was compiled, so
 //! the request path reads one small struct and never merges anything.
 
+use crate::access::AccessList;
 use crate::client::ClientPolicy;
+use crate::custom_pages::{CustomPages, ReplaceUpstream};
+use crate::maintenance::Maintenance;
 use crate::mode::Mode;
+use crate::robots::Robots;
+use crate::ruleset::RuleSet;
 use crate::quota::{Class, QuotaLimits, QuotaSizes, RatePolicy, SourcePrefix};
 
 /// How a rate limit partitions clients.
@@ -57,6 +62,15 @@ pub struct GatePolicy {
     pub rate_pairs: Vec<RatePair>,
     /// Operation names; a route's `operation` indexes this list.
     pub operations: Vec<String>,
+    /// Access lists, indexed by [`BlockRef::index`].
+    pub access_lists: Vec<AccessList>,
+    /// Rule sets (presets included when named), indexed by [`BlockRef::index`];
+    /// `rule_set_names[i]` names set `i` for counters and explain.
+    pub rule_sets: Vec<RuleSet>,
+    pub rule_set_names: Vec<String>,
+    /// The list checked at accept: an address it drops or denies is closed
+    /// before any byte is read (the address side only).
+    pub accept_list: Option<u32>,
 }
 
 impl Default for GatePolicy {
@@ -70,6 +84,10 @@ impl Default for GatePolicy {
             rate_limits: Vec::new(),
             rate_pairs: Vec::new(),
             operations: Vec::new(),
+            access_lists: Vec::new(),
+            rule_sets: Vec::new(),
+            rule_set_names: Vec::new(),
+            accept_list: None,
         }
     }
 }
@@ -119,6 +137,38 @@ pub struct RequestPolicy {
     pub class: Class,
     /// Index in [`GatePolicy::operations`].
     pub operation: Option<u16>,
+    /// The access list (address refusal, then passwords).
+    pub access: Option<BlockRef>,
+    /// The rule set.
+    pub rules: Option<BlockRef>,
+}
+
+/// A block a host or route applies: its index in the snapshot's list and
+/// whether it enforces or only counts (shadow).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockRef {
+    pub index: u32,
+    pub mode: Mode,
+}
+
+/// A host's maintenance: the page, its mode, the list whose address side
+/// lets clients past it.
+#[derive(Clone, Debug)]
+pub struct HostMaintenance {
+    pub page: Maintenance,
+    pub mode: Mode,
+    /// Index in [`GatePolicy::access_lists`].
+    pub bypass: Option<u32>,
+}
+
+/// What only a host has: its managed robots.txt, maintenance, custom error
+/// pages and upstream error replacement.
+#[derive(Clone, Debug, Default)]
+pub struct HostExtras {
+    pub robots: Option<Robots>,
+    pub maintenance: Option<HostMaintenance>,
+    pub pages: Option<CustomPages>,
+    pub replace_upstream: ReplaceUpstream,
 }
 
 impl Default for RequestPolicy {
@@ -127,6 +177,8 @@ impl Default for RequestPolicy {
             rate_pair: None,
             class: Class::Normal,
             operation: None,
+            access: None,
+            rules: None,
         }
     }
 }

@@ -54,6 +54,8 @@ pub struct HostEntry {
     pub action: HostAction,
     /// The host's blocks, merged over the defaults.
     pub policy: crate::policy::RequestPolicy,
+    /// Robots, maintenance, custom pages.
+    pub extras: crate::policy::HostExtras,
 }
 
 /// Everything a shard needs to answer, compiled.
@@ -84,6 +86,15 @@ pub enum Verdict<'s> {
     Refuse(ErrorStatus),
     /// Forward along this route to its group.
     Forward(&'s Route, &'s UpstreamGroup),
+    /// Close the connection without an answer.
+    Drop,
+    /// 401 with this page (it carries `WWW-Authenticate`).
+    Challenge(&'s crate::pages::Page),
+    /// A password must be verified off the shard: run the decision's job,
+    /// then decide again from the step after this access list.
+    Verify(u32),
+    /// The host is in maintenance: this page.
+    Maintenance(&'s crate::maintenance::Maintenance),
 }
 
 /// The status that answers a limit refusal.
@@ -160,6 +171,7 @@ mod tests {
                 },
                 action: HostAction::Respond(Answer::new(200, &[], b"a")),
                 policy: Default::default(),
+                extras: Default::default(),
             }],
             default_limits: RequestLimits::default(),
             pages: ErrorPages::builtin(),
