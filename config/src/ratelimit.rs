@@ -251,13 +251,16 @@ fn per_name(per_ms: u64) -> &'static str {
     }
 }
 
-/// `n` per `per_ms` as tokens per second, in words.
+/// `n` per `per_ms` as tokens per second, in words, exactly.
 fn per_second_text(n: u64, per_ms: u64) -> String {
-    let per_s = n as f64 * 1000.0 / per_ms as f64;
-    if per_s >= 1.0 {
-        format!("{per_s} per second")
+    let scaled = u128::from(n) * 1000;
+    let per_ms = u128::from(per_ms);
+    if scaled % per_ms == 0 {
+        format!("{} per second", scaled / per_ms)
+    } else if per_ms % scaled == 0 {
+        format!("one every {} seconds", per_ms / scaled)
     } else {
-        format!("one every {} seconds", 1.0 / per_s)
+        format!("{n} every {per_ms} ms")
     }
 }
 
