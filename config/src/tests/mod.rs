@@ -3,6 +3,7 @@
 
 mod client;
 mod decide;
+mod docs;
 mod hosts;
 mod limits;
 mod parse;
