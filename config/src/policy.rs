@@ -218,7 +218,7 @@ pub(crate) fn resolve_policies(
         // (limit) -> pair index, for this host.
         let mut of_host: HashMap<u32, u32> = HashMap::new();
         let label = host.label.clone();
-        let mut pair = |limit: u32, at: &Range<usize>, e: &mut Errors<'_>| -> Option<u32> {
+        let mut pair = |limit: u32, (path, at): (String, &Range<usize>), e: &mut Errors<'_>| {
             if let Some(&p) = of_host.get(&limit) {
                 return Some(p);
             }
@@ -227,7 +227,7 @@ pub(crate) fn resolve_policies(
                     exhausted = true;
                     let (path, at) = match &slots_at {
                         Some(s) => ("quota.policy_slots".to_string(), s.clone()),
-                        None => (format!("host[{i}]"), at.clone()),
+                        None => (path, at.clone()),
                     };
                     e.push(
                         "rate_limit.slots.exhausted",
@@ -255,18 +255,20 @@ pub(crate) fn resolve_policies(
             .refs
             .rate_limit
             .as_ref()
-            .and_then(|(l, at)| pair(*l, at, e));
+            .and_then(|(l, at)| pair(*l, (format!("host[{i}].rate_limit"), at), e));
         host.policy = RequestPolicy {
             rate_pair: host_pair,
             class: host_class,
             operation: None,
         };
         if let CheckedAction::Proxy { routes } = &mut host.action {
-            for r in routes {
+            for (j, r) in routes.iter_mut().enumerate() {
                 let rate_pair = match &r.refs.rate_limit {
                     RouteRate::Inherit => host_pair,
                     RouteRate::Off => None,
-                    RouteRate::Named(l, at) => pair(*l, at, e),
+                    RouteRate::Named(l, at) => {
+                        pair(*l, (format!("host[{i}].route[{j}].rate_limit"), at), e)
+                    }
                 };
                 r.policy = RequestPolicy {
                     rate_pair,

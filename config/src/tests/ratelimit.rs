@@ -331,3 +331,23 @@ fn more_pairs_than_policy_slots_is_refused() {
     let c = ok(&format!("[quota]\npolicy_slots = 2\n{hosts}"));
     assert_eq!(c.snapshot.gate.rate_pairs.len(), 2);
 }
+
+#[test]
+fn past_the_builtin_policy_slots_the_reference_that_needs_one_more_is_refused() {
+    let mut src = String::from("[[rate_limit]]\nname = \"a\"\nrequests = 1\n");
+    for i in 0..4097 {
+        src.push_str(&format!(
+            "[[host]]\nnames = [\"h{i}.test\"]\nrate_limit = \"a\"\n"
+        ));
+    }
+    // Host 4096 starts on line 4 + 3 x 4096; its rate_limit is two lines on.
+    assert_eq!(
+        one(&src),
+        at(
+            "rate_limit.slots.exhausted",
+            "host[4096].rate_limit",
+            4 + 3 * 4096 + 2,
+            14
+        )
+    );
+}
