@@ -124,7 +124,10 @@ pub(crate) fn check_quota(q: &RawQuota, shards: u32, e: &mut Errors<'_>) -> Chec
         }
     }
     let (operations, operation_ids, op_limits) = check_operations(q, shards, max_leases, e);
-    limits.operations = op_limits.into_boxed_slice();
+    // Operations that limit nothing leave the tables out of the chain.
+    if op_limits.iter().any(|o| *o != OperationLimits::default()) {
+        limits.operations = op_limits.into_boxed_slice();
+    }
     CheckedQuota {
         sizes,
         limits,

@@ -395,4 +395,7 @@ fn operations_need_unique_valid_names_and_at_most_sixty_four() {
     let c = ok(&many[..many.len() - "[[quota.operation]]\nname = \"op64\"\n".len()]);
     assert_eq!(c.snapshot.gate.operations.len(), 64);
     assert_eq!(c.snapshot.gate.operations[63], "op63");
+    // Named operations that limit nothing keep the quota tables out of the chain.
+    assert!(c.snapshot.gate.quota.operations.is_empty());
+    assert!(!c.snapshot.gate.has_budgets());
 }
