@@ -93,3 +93,17 @@ fn the_example_profile_compiles_its_gate_sections() {
         ]
     );
 }
+
+#[test]
+fn load_file_with_divides_split_limits_by_the_given_cores() {
+    use gapura_gate::quota::RatePolicy;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/example.toml");
+    let full = RatePolicy::per_second(20, 40).unwrap();
+    for cores in [1, 4] {
+        let c = crate::load_file_with(&path, cores).unwrap();
+        assert_eq!(
+            c.snapshot.gate.rate_limits[1].policy,
+            full.split(cores).unwrap()
+        );
+    }
+}
