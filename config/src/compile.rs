@@ -25,7 +25,7 @@ pub(crate) fn compile(c: Checked) -> Compiled {
                 label: h.label,
                 limits: host.resolve(),
                 action: action(h.action, host),
-                policy: Default::default(),
+                policy: h.policy,
                 extras: Default::default(),
             }
         })
@@ -40,7 +40,7 @@ pub(crate) fn compile(c: Checked) -> Compiled {
             default_limits: defaults.resolve(),
             pages: ErrorPages::builtin(),
             upstreams: c.upstreams,
-            gate: Default::default(),
+            gate: c.gate,
         },
     }
 }
@@ -80,7 +80,7 @@ fn action(a: CheckedAction, host: LimitsLayer) -> HostAction {
                     limits: LimitsLayer::merge(host, r.limits).resolve(),
                     websocket: r.websocket,
                     request_id: r.request_id,
-                    policy: Default::default(),
+                    policy: r.policy,
                 })
                 .collect();
             // Route paths passed the same pattern check in validation.

@@ -9,10 +9,12 @@
 
 use crate::error::{key_path, Errors};
 use crate::layer::LimitsLayer;
+use crate::policy::{check_host_refs, HostRefs, Known};
 use crate::route::{check_proxy, refuse_routes, CheckedRoute};
 use crate::schema::{HeaderList, RawHost};
 use crate::validate::{check_limits, choice};
 use gapura_gate::host::{valid_name, HostNameError, KeepTarget};
+use gapura_gate::policy::RequestPolicy;
 use gapura_gate::upstream::UpstreamId;
 use gapura_gate::{HostId, HostTable};
 use std::collections::HashMap;
@@ -45,6 +47,10 @@ pub(crate) struct CheckedHost {
     pub label: String,
     pub limits: LimitsLayer,
     pub action: CheckedAction,
+    /// `rate_limit` and `class`, checked.
+    pub refs: HostRefs,
+    /// Resolved over the layers by `policy::resolve_policies`.
+    pub policy: RequestPolicy,
 }
 
 pub(crate) enum CheckedAction {
@@ -74,10 +80,12 @@ enum Kind {
 
 /// Checks every host and builds the host table. Returns one entry per host,
 /// in order, even for hosts with errors (their entries are placeholders).
-/// `upstreams` maps each upstream name to its id, for routes.
+/// `upstreams` maps each upstream name to its id, for routes; `known` holds
+/// the rate limits and operations hosts and routes may name.
 pub(crate) fn check_hosts(
     hosts: &[Spanned<RawHost>],
     upstreams: &HashMap<String, UpstreamId>,
+    known: &Known<'_>,
     e: &mut Errors<'_>,
 ) -> (HostTable, Vec<CheckedHost>) {
     let mut table = HostTable::default();
@@ -131,7 +139,7 @@ pub(crate) fn check_hosts(
         }
         let action = match kind {
             Some(Kind::Proxy) => CheckedAction::Proxy {
-                routes: check_proxy(h, &base, span, upstreams, e),
+                routes: check_proxy(h, &base, span, upstreams, known, e),
             },
             Some(Kind::Redirect) => check_redirect(h, &base, span, headers, e),
             Some(Kind::Respond) => check_respond(h, &base, headers, e),
@@ -143,10 +151,13 @@ pub(crate) fn check_hosts(
             },
         };
         let limits = check_limits(&h.limits, &format!("{base}.limits"), e);
+        let refs = check_host_refs(h, &base, known, e);
         entries.push(CheckedHost {
             label,
             limits,
             action,
+            refs,
+            policy: RequestPolicy::default(),
         });
     }
     (table, entries)
@@ -485,7 +496,7 @@ fn check_headers(
 }
 
 /// An HTTP token (RFC 9110 §5.6.2).
-fn is_token(s: &str) -> bool {
+pub(crate) fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))

@@ -7,18 +7,25 @@
 //! its line:column ([`ProfileError`]); it stacks the limit layers (built-in,
 //! `[defaults.limits]`, the host's own) field by field; and it renders every
 //! host's fixed answer into bytes; it compiles proxy routes and upstream
-//! groups, resolving server names once, at compile time. Codes are part of
-//! the interface and are listed in docs/profile.md.
+//! groups, resolving server names once, at compile time; and it compiles the
+//! gate's policy (client address resolution, quotas, rate limits and their
+//! (limit, host) pairs), divided per shard where a limit's scope says so.
+//! Codes are part of the interface and are listed in docs/profile.md.
 //!
 //! It must never do I/O beyond reading the profile file and resolving
 //! upstream names, never touch sockets (nothing connects to an upstream
 //! here), and never publish: the runtime binds the listeners and sets the
 //! snapshot's generation when it publishes.
 
+mod client;
 mod compile;
 mod error;
 mod host;
 mod layer;
+mod policy;
+mod quota;
+mod ratelimit;
+mod rawgate;
 mod route;
 mod schema;
 mod settings;
@@ -47,24 +54,40 @@ pub struct Compiled {
     pub snapshot: gapura_gate::Snapshot,
 }
 
+/// Compiles profile text for as many shards as this process may use
+/// (`std::thread::available_parallelism`, 1 when unknown): see
+/// [`compile_with`].
+pub fn compile_str(src: &str) -> Result<Compiled, Vec<ProfileError>> {
+    compile_with(src, usable_cores())
+}
+
 /// Compiles profile text. On failure returns every error found, in source
 /// order: all semantic errors at once, or the one syntax, unknown-key or
-/// type error that stopped reading. Allocates; O(profile), plus one blocking
-/// system-resolver lookup per upstream server given by name.
-pub fn compile_str(src: &str) -> Result<Compiled, Vec<ProfileError>> {
+/// type error that stopped reading. Limits with `scope = "split"` are
+/// divided by the shard count: `server.shards`, or `cores` when it is
+/// `"auto"`. Allocates; O(profile), plus one blocking system-resolver
+/// lookup per upstream server given by name.
+pub fn compile_with(src: &str, cores: u32) -> Result<Compiled, Vec<ProfileError>> {
     let raw: schema::RawProfile =
         toml::from_str(src).map_err(|e| syntax::parse_error(src, &e).into_sorted())?;
     let mut errors = error::Errors::new(src);
-    let checked = validate::check(&raw, &mut errors);
+    let checked = validate::check(&raw, cores, &mut errors);
     if !errors.is_empty() {
         return Err(errors.into_sorted());
     }
     Ok(compile::compile(checked))
 }
 
-/// Reads and compiles a profile file. A file that cannot be read (or is not
-/// UTF-8) gives one error with code `profile.read` at line 0, column 0.
+/// Reads and compiles a profile file for as many shards as this process
+/// may use: see [`load_file_with`].
 pub fn load_file(path: &Path) -> Result<Compiled, Vec<ProfileError>> {
+    load_file_with(path, usable_cores())
+}
+
+/// Reads and compiles a profile file, `"auto"` shards meaning `cores` (see
+/// [`compile_with`]). A file that cannot be read (or is not UTF-8) gives one
+/// error with code `profile.read` at line 0, column 0.
+pub fn load_file_with(path: &Path, cores: u32) -> Result<Compiled, Vec<ProfileError>> {
     let src = std::fs::read_to_string(path).map_err(|e| {
         vec![ProfileError {
             code: "profile.read",
@@ -74,5 +97,10 @@ pub fn load_file(path: &Path) -> Result<Compiled, Vec<ProfileError>> {
             message: format!("cannot read {}: {e}", path.display()),
         }]
     })?;
-    compile_str(&src)
+    compile_with(&src, cores)
+}
+
+/// The cores this process may run on: what `shards = "auto"` means.
+fn usable_cores() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1024))
 }

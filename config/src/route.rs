@@ -11,10 +11,12 @@
 
 use crate::error::Errors;
 use crate::layer::LimitsLayer;
+use crate::policy::{check_route_refs, Known, RouteRefs};
 use crate::schema::{HeaderList, RawHost, RawLimits, RawRoute};
 use crate::validate::{check_body_limit, choice};
 use gapura_gate::path::{canonicalize, MAX_PATH_BYTES};
 use gapura_gate::pathmatch::{compile_pattern, PatternError};
+use gapura_gate::policy::RequestPolicy;
 use gapura_gate::upstream::{RequestId, RouteMatch, UpstreamId};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -27,6 +29,10 @@ pub(crate) struct CheckedRoute {
     pub limits: LimitsLayer,
     pub websocket: bool,
     pub request_id: RequestId,
+    /// `rate_limit`, `class` and `operation`, checked.
+    pub refs: RouteRefs,
+    /// Resolved over the host by `policy::resolve_policies`.
+    pub policy: RequestPolicy,
 }
 
 /// Checks a proxy host: refuses the fixed-answer fields and checks every
@@ -36,6 +42,7 @@ pub(crate) fn check_proxy(
     base: &str,
     span: Range<usize>,
     upstreams: &HashMap<String, UpstreamId>,
+    known: &Known<'_>,
     e: &mut Errors<'_>,
 ) -> Vec<CheckedRoute> {
     for (field, code, at) in [
@@ -94,7 +101,7 @@ pub(crate) fn check_proxy(
     let mut routes = Vec::with_capacity(h.route.len());
     for (j, r) in h.route.iter().enumerate() {
         let path = format!("{base}.route[{j}]");
-        routes.push(check_route(r, &path, upstreams, &mut first_at, e));
+        routes.push(check_route(r, &path, upstreams, known, &mut first_at, e));
     }
     routes
 }
@@ -120,6 +127,7 @@ fn check_route(
     r: &Spanned<RawRoute>,
     base: &str,
     upstreams: &HashMap<String, UpstreamId>,
+    known: &Known<'_>,
     first_at: &mut HashMap<(bool, String), String>,
     e: &mut Errors<'_>,
 ) -> CheckedRoute {
@@ -207,6 +215,8 @@ fn check_route(
         limits: check_route_limits(&r.limits, &format!("{base}.limits"), e),
         websocket: r.websocket.as_ref().is_some_and(|w| *w.get_ref()),
         request_id,
+        refs: check_route_refs(r, base, known, e),
+        policy: RequestPolicy::default(),
     }
 }
 

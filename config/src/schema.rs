@@ -8,6 +8,7 @@
 //! (`limits.max_body_bytes = 1`), and no check needs one, except the hosts,
 //! which are array elements and always have a span.
 
+use crate::rawgate::{RawClient, RawListenEntry, RawQuota, RawRateLimit, RawRateRef};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use std::fmt;
 use toml::Spanned;
@@ -29,6 +30,12 @@ pub(crate) struct RawProfile {
     pub host: Vec<Spanned<RawHost>>,
     #[serde(default)]
     pub upstream: Vec<Spanned<RawUpstream>>,
+    #[serde(default)]
+    pub quota: RawQuota,
+    #[serde(default)]
+    pub rate_limit: Vec<Spanned<RawRateLimit>>,
+    #[serde(default)]
+    pub client: RawClient,
 }
 
 /// `[server]`. Numbers are read as `i64` (TOML's integer) so that a negative
@@ -39,7 +46,7 @@ pub(crate) struct RawServer {
     pub shards: Opt<IntOrString>,
     pub driver: Opt<String>,
     pub steering: Opt<String>,
-    pub listen: Option<StrList>,
+    pub listen: Option<Spanned<Vec<Spanned<RawListenEntry>>>>,
     pub admin: Opt<String>,
     pub drain_timeout_ms: Opt<i64>,
     pub header_timeout_ms: Opt<i64>,
@@ -83,6 +90,8 @@ pub(crate) struct RawHost {
     pub headers: Option<HeaderList>,
     pub target: Opt<String>,
     pub keep: Opt<String>,
+    pub rate_limit: Opt<String>,
+    pub class: Opt<String>,
     #[serde(default)]
     pub limits: RawLimits,
     /// `[[host.route]]`, proxy hosts only.
@@ -102,6 +111,9 @@ pub(crate) struct RawRoute {
     pub upstream: Opt<String>,
     pub websocket: Opt<bool>,
     pub request_id: Opt<String>,
+    pub rate_limit: Opt<RawRateRef>,
+    pub class: Opt<String>,
+    pub operation: Opt<String>,
     #[serde(default)]
     pub limits: RawLimits,
 }

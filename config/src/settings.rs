@@ -10,6 +10,10 @@ pub struct RuntimeSettings {
     pub steering: Steering,
     /// Public listeners; never empty, no duplicates (port 0 means an ephemeral port).
     pub listen: Vec<SocketAddr>,
+    /// The listen addresses (a subset of `listen`, in its order) that expect
+    /// a PROXY protocol header before anything else; their peers must be in
+    /// the snapshot's `gate.client.proxy_protocol_peers`.
+    pub proxy_protocol: Vec<SocketAddr>,
     /// The admin listener (metrics); `None` when `admin = "off"`.
     pub admin: Option<SocketAddr>,
     /// How long a drain waits for open requests before closing.
@@ -23,6 +27,7 @@ impl Default for RuntimeSettings {
             driver: Driver::Auto,
             steering: Steering::Source,
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
+            proxy_protocol: Vec::new(),
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             drain_timeout_ms: 10_000,
         }

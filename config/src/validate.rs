@@ -3,15 +3,22 @@
 //! Every check records its error and goes on with a placeholder value, so a
 //! single run reports every problem of the profile; the result is only
 //! compiled when no error was recorded. Hosts are checked in `host` (proxy
-//! hosts and routes in `route`), upstream groups in `upstream`.
+//! hosts and routes in `route`), upstream groups in `upstream`, `[quota]` in
+//! `quota`, `[[rate_limit]]` in `ratelimit`, `[client]` in `client`, and the
+//! hosts' and routes' gate keys in `policy`.
 
+use crate::client::{check_client, ProxyListener};
 use crate::error::Errors;
 use crate::host::{check_hosts, CheckedHost};
 use crate::layer::LimitsLayer;
+use crate::policy::{resolve_policies, Known};
+use crate::quota::check_quota;
+use crate::ratelimit::check_rate_limits;
 use crate::schema::{IntOrString, Opt, RawLimits, RawProfile, RawServer};
 use crate::settings::{Driver, RuntimeSettings, Shards, Steering};
 use crate::size::{format_size, parse_size, SizeError};
 use crate::upstream::check_upstreams;
+use gapura_gate::policy::GatePolicy;
 use gapura_gate::{ErrorStatus, HostTable, ServerSettings, UpstreamGroup};
 use std::net::SocketAddr;
 
@@ -19,6 +26,8 @@ use std::net::SocketAddr;
 pub(crate) struct Checked {
     pub runtime: RuntimeSettings,
     pub server: ServerSettings,
+    /// Client resolution, quotas, rate limits and their pairs, per shard.
+    pub gate: GatePolicy,
     /// `[defaults.limits]` (not yet merged over the built-ins).
     pub defaults: LimitsLayer,
     pub hosts: HostTable,
@@ -28,16 +37,47 @@ pub(crate) struct Checked {
     pub upstreams: Vec<UpstreamGroup>,
 }
 
-/// Checks the whole profile. The result is meaningful only when `errors`
-/// stays empty.
-pub(crate) fn check(raw: &RawProfile, errors: &mut Errors<'_>) -> Checked {
-    let (runtime, server) = check_server(&raw.server, errors);
+/// Checks the whole profile; `cores` is the shard count when `shards` is
+/// `"auto"`. The result is meaningful only when `errors` stays empty.
+pub(crate) fn check(raw: &RawProfile, cores: u32, errors: &mut Errors<'_>) -> Checked {
+    let (runtime, server, proxy_listener) = check_server(&raw.server, errors);
+    let shards = match runtime.shards {
+        Shards::Count(n) => n,
+        Shards::Auto => cores.max(1),
+    };
     let defaults = check_limits(&raw.defaults.limits, "defaults.limits", errors);
     let upstreams = check_upstreams(&raw.upstream, errors);
-    let (hosts, entries) = check_hosts(&raw.host, &upstreams.ids, errors);
+    let quota = check_quota(&raw.quota, shards, errors);
+    let rates = check_rate_limits(&raw.rate_limit, shards, errors);
+    let client = check_client(&raw.client, proxy_listener.as_ref(), errors);
+    let known = Known {
+        rate_limits: &rates.ids,
+        operations: &quota.operation_ids,
+    };
+    let (hosts, mut entries) = check_hosts(&raw.host, &upstreams.ids, &known, errors);
+    let names: Vec<String> = rates.defs.iter().map(|d| d.name.clone()).collect();
+    let rate_pairs = resolve_policies(
+        &mut entries,
+        &names,
+        quota.sizes.policy_slots,
+        quota.policy_slots_at.clone(),
+        errors,
+    );
+    let gate = GatePolicy {
+        client,
+        quota_sizes: quota.sizes,
+        quota: quota.limits,
+        quota_mode: quota.mode,
+        identity_header: quota.identity_header,
+        rate_limits: rates.defs,
+        rate_pairs,
+        operations: quota.operations,
+        ..GatePolicy::default()
+    };
     Checked {
         runtime,
         server,
+        gate,
         defaults,
         hosts,
         entries,
@@ -45,7 +85,10 @@ pub(crate) fn check(raw: &RawProfile, errors: &mut Errors<'_>) -> Checked {
     }
 }
 
-fn check_server(s: &RawServer, e: &mut Errors<'_>) -> (RuntimeSettings, ServerSettings) {
+fn check_server(
+    s: &RawServer,
+    e: &mut Errors<'_>,
+) -> (RuntimeSettings, ServerSettings, Option<ProxyListener>) {
     let d = RuntimeSettings::default();
     let shards = match &s.shards {
         None => d.shards,
@@ -94,7 +137,7 @@ fn check_server(s: &RawServer, e: &mut Errors<'_>) -> (RuntimeSettings, ServerSe
         &[("source", Steering::Source), ("kernel", Steering::Kernel)],
         d.steering,
     );
-    let listen = check_listen(s, &d, e);
+    let (listen, proxy_protocol, proxy_listener) = check_listen(s, &d, e);
     let admin = check_admin(s, &d, &listen, e);
     let drain_timeout_ms = int_in(
         e,
@@ -178,17 +221,24 @@ fn check_server(s: &RawServer, e: &mut Errors<'_>) -> (RuntimeSettings, ServerSe
         driver,
         steering,
         listen,
+        proxy_protocol,
         admin,
         drain_timeout_ms,
     };
-    (runtime, server)
+    (runtime, server, proxy_listener)
 }
 
 const ADDRESS_FORM: &str = "IPv4:PORT or [IPv6]:PORT, such as \"127.0.0.1:8080\" or \"[::1]:8080\"";
 
-fn check_listen(s: &RawServer, d: &RuntimeSettings, e: &mut Errors<'_>) -> Vec<SocketAddr> {
+/// The listen addresses, those that expect a PROXY header, and the first
+/// of those as (flag path, flag span) for `[client]`'s checks.
+fn check_listen(
+    s: &RawServer,
+    d: &RuntimeSettings,
+    e: &mut Errors<'_>,
+) -> (Vec<SocketAddr>, Vec<SocketAddr>, Option<ProxyListener>) {
     let Some(list) = &s.listen else {
-        return d.listen.clone();
+        return (d.listen.clone(), Vec::new(), None);
     };
     if list.get_ref().is_empty() {
         e.push(
@@ -199,34 +249,39 @@ fn check_listen(s: &RawServer, d: &RuntimeSettings, e: &mut Errors<'_>) -> Vec<S
         );
     }
     let mut listen: Vec<SocketAddr> = Vec::new();
+    let mut proxy: Vec<SocketAddr> = Vec::new();
+    let mut first_proxy: Option<ProxyListener> = None;
     let mut first_at: Vec<usize> = Vec::new();
     for (i, item) in list.get_ref().iter().enumerate() {
-        let path = format!("server.listen[{i}]");
-        match item.get_ref().parse::<SocketAddr>() {
+        let (text, span, suffix) = item.get_ref().addr(item.span());
+        let path = format!("server.listen[{i}]{suffix}");
+        match text.parse::<SocketAddr>() {
             Err(_) => e.push(
                 "server.listen.invalid",
                 path,
-                item.span(),
-                format!(
-                    "{:?} is not a socket address: use {ADDRESS_FORM}",
-                    item.get_ref()
-                ),
+                span,
+                format!("{text:?} is not a socket address: use {ADDRESS_FORM}"),
             ),
             Ok(a) => match listen.iter().position(|&b| b == a && a.port() != 0) {
                 Some(k) => e.push(
                     "server.listen.duplicate",
                     path,
-                    item.span(),
+                    span,
                     format!("{a} is already listed at server.listen[{}]", first_at[k]),
                 ),
                 None => {
                     listen.push(a);
                     first_at.push(i);
+                    if let Some(flag) = item.get_ref().proxy_protocol() {
+                        proxy.push(a);
+                        first_proxy
+                            .get_or_insert((format!("server.listen[{i}].proxy_protocol"), flag));
+                    }
                 }
             },
         }
     }
-    listen
+    (listen, proxy, first_proxy)
 }
 
 fn check_admin(
@@ -276,9 +331,10 @@ fn check_admin(
                     l.get_ref()
                         .iter()
                         .enumerate()
-                        .find(|(_, i)| i.get_ref().parse() == Ok(a))
+                        .map(|(k, i)| (k, i.get_ref().addr(i.span())))
+                        .find(|(_, (text, _, _))| text.parse() == Ok(a))
                 })
-                .map_or((0, 0..0), |(k, i)| (k, i.span()));
+                .map_or((0, 0..0), |(k, (_, span, _))| (k, span));
             e.push(
                 "server.admin.conflict",
                 "server.admin",

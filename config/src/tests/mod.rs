@@ -1,15 +1,21 @@
 //! Whole-profile tests: every error code from a small profile, with its
 //! exact path and position, and the shipped profiles.
 
+mod client;
+mod decide;
+mod docs;
 mod hosts;
 mod limits;
 mod parse;
+mod policy;
 mod profiles;
 mod proxy;
+mod quota;
+mod ratelimit;
 mod server;
 mod upstreams;
 
-use crate::{compile_str, Compiled, ProfileError};
+use crate::{compile_str, compile_with, Compiled, ProfileError};
 
 /// Compiles a profile that must be valid.
 fn ok(src: &str) -> Compiled {
@@ -17,6 +23,30 @@ fn ok(src: &str) -> Compiled {
         Ok(c) => c,
         Err(errors) => panic!("profile should compile, got {errors:#?}"),
     }
+}
+
+/// Compiles a profile that must be valid, `"auto"` shards meaning `cores`.
+fn ok_with(src: &str, cores: u32) -> Compiled {
+    match compile_with(src, cores) {
+        Ok(c) => c,
+        Err(errors) => panic!("profile should compile on {cores} cores, got {errors:#?}"),
+    }
+}
+
+/// The only error of a profile that must fail on `cores` cores, as
+/// (code, path, line, column), its code checked to be documented.
+fn one_with(src: &str, cores: u32) -> (&'static str, String, u32, u32) {
+    let e = match compile_with(src, cores) {
+        Ok(_) => panic!("profile should fail on {cores} cores:\n{src}"),
+        Err(errors) => errors,
+    };
+    assert_eq!(e.len(), 1, "expected one error, got {e:#?}");
+    assert!(
+        DOC.contains(&format!("| `{}` |", e[0].code)),
+        "{} is missing from docs/profile.md",
+        e[0].code
+    );
+    key(&e[0])
 }
 
 /// The profile reference; every code a test sees must be listed there.

@@ -1,0 +1,461 @@
+//! Semantic checks of `[quota]`: one shard's table sizes, the budgets and
+//! concurrency limits, and the operations routes name.
+//!
+//! Bounds are the gate's own (docs/limits.md), so a profile that passes
+//! cannot make a constructor in `gapura_gate::quota` fail. Budgets on keys
+//! a shard cannot see all of (global, identity, operations) are divided
+//! here by the shard count when their `scope` is `"split"`, so the snapshot
+//! holds per-shard values; source and health budgets are keyed by the
+//! steered source and are never divided.
+
+use crate::error::{key_path, Errors};
+use crate::host::is_token;
+use crate::rawgate::RawQuota;
+use crate::schema::Opt;
+use crate::validate::{choice, int_in};
+use gapura_gate::mode::Mode;
+use gapura_gate::policy::default_quota_sizes;
+use gapura_gate::quota::lease::MAX_LEASES;
+use gapura_gate::quota::rate::MAX_RATE_ENTRIES;
+use gapura_gate::quota::tracked::MAX_TRACKED_KEYS;
+use gapura_gate::quota::window::WINDOW_MS_BOUNDS;
+use gapura_gate::quota::{Budget, Ceiling, OperationLimits, QuotaLimits, QuotaSizes, Scope};
+use std::collections::HashMap;
+use std::ops::Range;
+use toml::Spanned;
+
+/// Smallest `rate_table_entries` a profile may ask for.
+pub(crate) const MIN_RATE_TABLE_ENTRIES: i64 = 1024;
+/// Most `[[quota.operation]]` entries (the shard's operation counters).
+pub(crate) const MAX_OPERATIONS: usize = 64;
+/// A count per window: 1..=u32::MAX.
+const COUNT_BOUNDS: (i64, i64) = (1, u32::MAX as i64);
+
+/// `[quota]` after its checks, divided for one of `shards` shards.
+pub(crate) struct CheckedQuota {
+    pub sizes: QuotaSizes,
+    pub limits: QuotaLimits,
+    pub mode: Mode,
+    /// Lowercase; set only with an identity budget.
+    pub identity_header: Option<Box<str>>,
+    /// Operation names, index = operation id.
+    pub operations: Vec<String>,
+    pub operation_ids: HashMap<String, u16>,
+    /// `quota.policy_slots` when written, for `rate_limit.slots.exhausted`.
+    pub policy_slots_at: Option<Range<usize>>,
+}
+
+/// `[a-z0-9_-]{1,64}`: the names of operations and rate limits.
+pub(crate) fn valid_policy_name(v: &str) -> bool {
+    (1..=64).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+/// Checks `[quota]` for one of `shards` shards.
+pub(crate) fn check_quota(q: &RawQuota, shards: u32, e: &mut Errors<'_>) -> CheckedQuota {
+    let sizes = check_sizes(q, e);
+    let mode = choice(
+        e,
+        &q.mode,
+        "quota.mode",
+        "quota.mode.invalid",
+        &[("enforce", Mode::Enforce), ("shadow", Mode::Shadow)],
+        Mode::Enforce,
+    );
+    let max_leases = sizes.max_leases;
+    let mut limits = QuotaLimits::default();
+    if let Some(g) = &q.global {
+        let scope = scope(e, &g.scope, "quota.global.scope");
+        let b = Fields::new("quota.global", &g.requests, &g.optional);
+        limits.global = b.budget(e).map(|b| b.for_shards(scope, shards));
+        let c = Fields::new("quota.global", &g.concurrent, &g.concurrent_optional);
+        limits.leases.global = c
+            .concurrency(e, max_leases)
+            .map(|b| b.for_shards(scope, shards));
+    }
+    if let Some(s) = &q.source {
+        limits.source = Fields::new("quota.source", &s.requests, &s.optional).budget(e);
+        limits.leases.per_key = Fields::new("quota.source", &s.concurrent, &s.concurrent_optional)
+            .concurrency(e, max_leases);
+    }
+    if let Some(h) = &q.health {
+        limits.health = Fields::new("quota.health", &h.requests, &None).budget(e);
+    }
+    let mut identity_header = None;
+    if let Some(i) = &q.identity {
+        let scope = scope(e, &i.scope, "quota.identity.scope");
+        let budget = Fields::new("quota.identity", &i.requests, &i.optional).budget(e);
+        let header = i.header.as_ref().and_then(|h| {
+            if is_token(h.get_ref()) {
+                Some(h.get_ref().to_ascii_lowercase())
+            } else {
+                e.push(
+                    "quota.identity.header.invalid",
+                    "quota.identity.header",
+                    h.span(),
+                    format!(
+                        "{:?} is not a header name: use letters, digits and !#$%&'*+-.^_`|~",
+                        h.get_ref()
+                    ),
+                );
+                None
+            }
+        });
+        match (&i.header, &i.requests) {
+            (None, Some(r)) => e.push(
+                "quota.identity.header.required",
+                "quota.identity.header",
+                r.span(),
+                "an identity budget needs the credential header it is keyed by, \
+                 such as header = \"authorization\"",
+            ),
+            (Some(h), None) => e.push(
+                "quota.identity.requests.required",
+                "quota.identity.requests",
+                h.span(),
+                "an identity header needs a budget: set requests (per window)",
+            ),
+            _ => {}
+        }
+        if let (Some(b), Some(h)) = (budget, header) {
+            limits.identity = Some(b.for_shards(scope, shards));
+            identity_header = Some(h.into_boxed_str());
+        }
+    }
+    let (operations, operation_ids, op_limits) = check_operations(q, shards, max_leases, e);
+    // Operations that limit nothing leave the tables out of the chain.
+    if op_limits.iter().any(|o| *o != OperationLimits::default()) {
+        limits.operations = op_limits.into_boxed_slice();
+    }
+    CheckedQuota {
+        sizes,
+        limits,
+        mode,
+        identity_header,
+        operations,
+        operation_ids,
+        policy_slots_at: q.policy_slots.as_ref().map(|v| v.span()),
+    }
+}
+
+fn check_sizes(q: &RawQuota, e: &mut Errors<'_>) -> QuotaSizes {
+    let d = default_quota_sizes();
+    let as_u64 = |n: i64| u64::try_from(n).unwrap_or(0);
+    let as_u32 = |n: i64| u32::try_from(n).unwrap_or(0);
+    let rate_entries = match &q.rate_table_entries {
+        Some(v) => {
+            let n = *v.get_ref();
+            let max = MAX_RATE_ENTRIES as i64;
+            if (MIN_RATE_TABLE_ENTRIES..=max).contains(&n) && n.count_ones() == 1 {
+                usize::try_from(n).unwrap_or(d.rate_entries)
+            } else {
+                e.push(
+                    "quota.rate_table_entries.range",
+                    "quota.rate_table_entries",
+                    v.span(),
+                    format!(
+                        "must be a power of two between {MIN_RATE_TABLE_ENTRIES} and {max}, got {n}"
+                    ),
+                );
+                d.rate_entries
+            }
+        }
+        None => d.rate_entries,
+    };
+    let policy_slots = int_in(
+        e,
+        &q.policy_slots,
+        "quota.policy_slots",
+        "quota.policy_slots.range",
+        (1, i64::from(u16::MAX)),
+    )
+    .map_or(d.policy_slots, |n| u16::try_from(n).unwrap_or(u16::MAX));
+    let slot_grace_ms = int_in(
+        e,
+        &q.slot_grace_ms,
+        "quota.slot_grace_ms",
+        "quota.slot_grace_ms.range",
+        (0, 3_600_000),
+    )
+    .map_or(d.slot_grace_ms, as_u64);
+    let window_ms = int_in(
+        e,
+        &q.window_ms,
+        "quota.window_ms",
+        "quota.window_ms.range",
+        (WINDOW_MS_BOUNDS.0 as i64, WINDOW_MS_BOUNDS.1 as i64),
+    )
+    .map_or(d.window_ms, as_u64);
+    let window_keys = ceiling(
+        e,
+        ("quota.tracked_keys", &q.tracked_keys),
+        ("quota.critical_reserve", &q.critical_reserve),
+        d.window_keys,
+    );
+    let lease_keys = ceiling(
+        e,
+        ("quota.lease_tracked_keys", &q.lease_tracked_keys),
+        ("quota.lease_critical_reserve", &q.lease_critical_reserve),
+        d.lease_keys,
+    );
+    let max_leases = int_in(
+        e,
+        &q.max_leases,
+        "quota.max_leases",
+        "quota.max_leases.range",
+        (1, i64::from(MAX_LEASES)),
+    )
+    .map_or(d.max_leases, as_u32);
+    QuotaSizes {
+        rate_entries,
+        policy_slots,
+        slot_grace_ms,
+        window_ms,
+        window_keys,
+        lease_keys,
+        max_leases,
+        operations: d.operations,
+    }
+}
+
+/// A tracked-key ceiling: `max_keys` in 1..=8 Mi, the reserve below it
+/// (default: a sixteenth of a written `max_keys`, else the built-in).
+fn ceiling(
+    e: &mut Errors<'_>,
+    (keys_path, keys): (&str, &Opt<i64>),
+    (reserve_path, reserve): (&str, &Opt<i64>),
+    default: Ceiling,
+) -> Ceiling {
+    let max_keys = int_in(
+        e,
+        keys,
+        keys_path,
+        "quota.tracked_keys.range",
+        (1, i64::from(MAX_TRACKED_KEYS)),
+    )
+    .map(|n| u32::try_from(n).unwrap_or(1));
+    let max = max_keys.unwrap_or(default.max_keys());
+    let critical_reserve = match reserve {
+        None => match max_keys {
+            Some(m) => m / 16,
+            None => default.critical_reserve(),
+        },
+        Some(r) => {
+            let n = *r.get_ref();
+            match u32::try_from(n) {
+                Ok(n) if n < max => n,
+                _ => {
+                    e.push(
+                        "quota.critical_reserve.range",
+                        reserve_path,
+                        r.span(),
+                        format!("must be at least 0 and less than {keys_path} ({max}), got {n}"),
+                    );
+                    0
+                }
+            }
+        }
+    };
+    Ceiling::new(max, critical_reserve).unwrap_or(default)
+}
+
+/// `scope` of a budget: `"split"` (the default) or `"per_shard"`.
+fn scope(e: &mut Errors<'_>, v: &Opt<String>, path: &str) -> Scope {
+    choice(
+        e,
+        v,
+        path,
+        "quota.scope.invalid",
+        &[("split", Scope::Split), ("per_shard", Scope::PerShard)],
+        Scope::Split,
+    )
+}
+
+/// A full threshold and its optional-work threshold, under `base`:
+/// `requests`/`optional` or `concurrent`/`concurrent_optional`.
+struct Fields<'a> {
+    base: &'a str,
+    full: &'a Opt<i64>,
+    optional: &'a Opt<i64>,
+}
+
+impl<'a> Fields<'a> {
+    fn new(base: &'a str, full: &'a Opt<i64>, optional: &'a Opt<i64>) -> Fields<'a> {
+        Fields {
+            base,
+            full,
+            optional,
+        }
+    }
+
+    /// `requests` and `optional`: a budget per window.
+    fn budget(&self, e: &mut Errors<'_>) -> Option<Budget> {
+        self.check(
+            e,
+            ("requests", "optional"),
+            "quota.requests.range",
+            COUNT_BOUNDS.1,
+        )
+    }
+
+    /// `concurrent` and `concurrent_optional`: at most `max_leases`.
+    fn concurrency(&self, e: &mut Errors<'_>, max_leases: u32) -> Option<Budget> {
+        self.check(
+            e,
+            ("concurrent", "concurrent_optional"),
+            "quota.concurrent.range",
+            i64::from(max_leases),
+        )
+    }
+
+    fn check(
+        &self,
+        e: &mut Errors<'_>,
+        (full_key, optional_key): (&str, &str),
+        full_code: &'static str,
+        max: i64,
+    ) -> Option<Budget> {
+        let full_path = key_path(self.base, full_key);
+        let optional_path = key_path(self.base, optional_key);
+        let full = match self.full {
+            Some(v) => {
+                let n = *v.get_ref();
+                if (1..=max).contains(&n) {
+                    Some(n)
+                } else {
+                    let why = if max == COUNT_BOUNDS.1 {
+                        String::new()
+                    } else {
+                        " (quota.max_leases)".to_string()
+                    };
+                    e.push(
+                        full_code,
+                        full_path,
+                        v.span(),
+                        format!("must be between 1 and {max}{why}, got {n}"),
+                    );
+                    None
+                }
+            }
+            None => None,
+        };
+        let optional = match (self.optional, self.full) {
+            (None, _) => None,
+            (Some(o), None) => {
+                e.push(
+                    "quota.optional.unexpected",
+                    optional_path,
+                    o.span(),
+                    format!("{optional_key} is a part of {full_key}: set {full_key} too"),
+                );
+                None
+            }
+            (Some(o), Some(_)) => {
+                let n = *o.get_ref();
+                let hi = full.unwrap_or(max);
+                if (1..=hi).contains(&n) {
+                    Some(n)
+                } else {
+                    e.push(
+                        "quota.optional.range",
+                        optional_path,
+                        o.span(),
+                        format!("must be between 1 and {full_key} ({hi}), got {n}"),
+                    );
+                    None
+                }
+            }
+        };
+        let full = u32::try_from(full?).ok()?;
+        let optional = optional.map_or(full, |n| u32::try_from(n).unwrap_or(full));
+        Budget::new(full, optional).ok()
+    }
+}
+
+/// `[[quota.operation]]`: names, ids and per-shard limits.
+fn check_operations(
+    q: &RawQuota,
+    shards: u32,
+    max_leases: u32,
+    e: &mut Errors<'_>,
+) -> (Vec<String>, HashMap<String, u16>, Vec<OperationLimits>) {
+    let mut names = Vec::new();
+    let mut ids: HashMap<String, u16> = HashMap::new();
+    let mut limits = Vec::new();
+    for (i, op) in q.operation.iter().enumerate() {
+        let base = format!("quota.operation[{i}]");
+        let span = op.span();
+        let op = op.get_ref();
+        if i == MAX_OPERATIONS {
+            e.push(
+                "quota.operation.too_many",
+                base.clone(),
+                span.clone(),
+                format!(
+                    "a profile may name at most {MAX_OPERATIONS} operations; this is number {}",
+                    q.operation.len()
+                ),
+            );
+        }
+        let name = check_operation_name(&op.name, &base, span, &ids, e);
+        let scope = scope(e, &op.scope, &format!("{base}.scope"));
+        let requests = Fields::new(&base, &op.requests, &op.optional).budget(e);
+        let concurrent =
+            Fields::new(&base, &op.concurrent, &op.concurrent_optional).concurrency(e, max_leases);
+        if i >= MAX_OPERATIONS {
+            continue;
+        }
+        let id = u16::try_from(i).unwrap_or(u16::MAX);
+        if let Some(n) = name {
+            ids.insert(n.clone(), id);
+            names.push(n);
+        } else {
+            names.push(String::new());
+        }
+        limits.push(OperationLimits {
+            requests: requests.map(|b| b.for_shards(scope, shards)),
+            concurrent: concurrent.map(|b| b.for_shards(scope, shards)),
+        });
+    }
+    (names, ids, limits)
+}
+
+fn check_operation_name(
+    name: &Option<Spanned<String>>,
+    base: &str,
+    span: Range<usize>,
+    ids: &HashMap<String, u16>,
+    e: &mut Errors<'_>,
+) -> Option<String> {
+    let path = format!("{base}.name");
+    let Some(n) = name else {
+        e.push(
+            "quota.operation.name.required",
+            path,
+            span,
+            "an operation needs a name that routes refer to, such as name = \"login\"",
+        );
+        return None;
+    };
+    let v = n.get_ref();
+    if !valid_policy_name(v) {
+        e.push(
+            "quota.operation.name.invalid",
+            path,
+            n.span(),
+            format!("{v:?} is not an operation name: use 1 to 64 of a-z, 0-9, '_' and '-'"),
+        );
+        return None;
+    }
+    if let Some(&first) = ids.get(v) {
+        e.push(
+            "quota.operation.name.duplicate",
+            path,
+            n.span(),
+            format!("{v:?} is already the name of quota.operation[{first}]"),
+        );
+        return None;
+    }
+    Some(v.clone())
+}

@@ -1,0 +1,238 @@
+//! The raw `[quota]`, `[[rate_limit]]` and `[client]` tables and the gate
+//! keys of hosts, routes and listeners, as serde reads them.
+//!
+//! Like `schema`, these mirror the TOML one to one, closed to unknown keys,
+//! every scalar and array [`Spanned`]; `validate` and the modules it calls
+//! (`quota`, `ratelimit`, `client`, `policy`) check the values. The shapes
+//! that take two types (`listen` entries, `cloudflare_ranges`, a route's
+//! `rate_limit`) have their own visitors so that either form keeps its span.
+
+use crate::schema::{Opt, StrList};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::fmt;
+use toml::Spanned;
+
+/// `[quota]`: one shard's table sizes, the budgets and the operations.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawQuota {
+    pub rate_table_entries: Opt<i64>,
+    pub policy_slots: Opt<i64>,
+    pub slot_grace_ms: Opt<i64>,
+    pub window_ms: Opt<i64>,
+    pub tracked_keys: Opt<i64>,
+    pub critical_reserve: Opt<i64>,
+    pub lease_tracked_keys: Opt<i64>,
+    pub lease_critical_reserve: Opt<i64>,
+    pub max_leases: Opt<i64>,
+    pub mode: Opt<String>,
+    pub global: Option<RawGlobalBudget>,
+    pub source: Option<RawSourceBudget>,
+    pub health: Option<RawHealthBudget>,
+    pub identity: Option<RawIdentityBudget>,
+    #[serde(default)]
+    pub operation: Vec<Spanned<RawOperation>>,
+}
+
+/// `[quota.global]`: requests per window and requests running, on the shard.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGlobalBudget {
+    pub requests: Opt<i64>,
+    pub optional: Opt<i64>,
+    pub concurrent: Opt<i64>,
+    pub concurrent_optional: Opt<i64>,
+    pub scope: Opt<String>,
+}
+
+/// `[quota.source]`: per source prefix (steered, so no scope).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSourceBudget {
+    pub requests: Opt<i64>,
+    pub optional: Opt<i64>,
+    pub concurrent: Opt<i64>,
+    pub concurrent_optional: Opt<i64>,
+}
+
+/// `[quota.health]`: health-probe requests per source prefix. Probes may
+/// use the whole budget, so there is no `optional`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHealthBudget {
+    pub requests: Opt<i64>,
+}
+
+/// `[quota.identity]`: requests per window per credential fingerprint.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawIdentityBudget {
+    pub header: Opt<String>,
+    pub requests: Opt<i64>,
+    pub optional: Opt<i64>,
+    pub scope: Opt<String>,
+}
+
+/// One `[[quota.operation]]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOperation {
+    pub name: Opt<String>,
+    pub requests: Opt<i64>,
+    pub optional: Opt<i64>,
+    pub concurrent: Opt<i64>,
+    pub concurrent_optional: Opt<i64>,
+    pub scope: Opt<String>,
+}
+
+/// One `[[rate_limit]]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRateLimit {
+    pub name: Opt<String>,
+    pub requests: Opt<i64>,
+    pub per: Opt<String>,
+    pub burst: Opt<i64>,
+    pub key: Opt<String>,
+    pub header: Opt<String>,
+    pub scope: Opt<String>,
+    pub ipv6_tiers: Option<Spanned<Vec<Spanned<RawTier>>>>,
+    pub mode: Opt<String>,
+}
+
+/// One element of `ipv6_tiers`: `{ prefix = 56, requests = 100, burst = 200 }`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTier {
+    pub prefix: Opt<i64>,
+    pub requests: Opt<i64>,
+    pub burst: Opt<i64>,
+}
+
+/// `[client]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawClient {
+    pub mode: Opt<String>,
+    pub trusted_proxies: Option<StrList>,
+    pub cloudflare_ranges: Opt<RawRanges>,
+    pub proxy_protocol_peers: Option<StrList>,
+}
+
+/// `cloudflare_ranges = "builtin"` or a list of networks.
+#[derive(Debug)]
+pub(crate) enum RawRanges {
+    Word(String),
+    List(Vec<Spanned<String>>),
+}
+
+impl<'de> Deserialize<'de> for RawRanges {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawRanges;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"builtin\" or an array of addresses and networks")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawRanges, E> {
+                Ok(RawRanges::Word(v.to_string()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<RawRanges, A::Error> {
+                Vec::<Spanned<String>>::deserialize(de::value::SeqAccessDeserializer::new(seq))
+                    .map(RawRanges::List)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A route's `rate_limit`: a name, or `false` for none.
+#[derive(Debug)]
+pub(crate) enum RawRateRef {
+    Name(String),
+    Flag(bool),
+}
+
+impl<'de> Deserialize<'de> for RawRateRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawRateRef;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("the name of a [[rate_limit]], or false")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawRateRef, E> {
+                Ok(RawRateRef::Name(v.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawRateRef, E> {
+                Ok(RawRateRef::Flag(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// An element of `server.listen`: `"ADDRESS"` or
+/// `{ addr = "ADDRESS", proxy_protocol = true }`.
+#[derive(Debug)]
+pub(crate) enum RawListenEntry {
+    /// The string form; its span is the element's.
+    Addr(String),
+    Table(RawListenTable),
+}
+
+/// The table form of a listen entry.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListenTable {
+    pub addr: Spanned<String>,
+    pub proxy_protocol: Opt<bool>,
+}
+
+impl RawListenEntry {
+    /// The address text, its span and the key path suffix that names it
+    /// (`""` for the string form, `".addr"` for a table), given the
+    /// element's span.
+    pub(crate) fn addr(
+        &self,
+        element: std::ops::Range<usize>,
+    ) -> (&str, std::ops::Range<usize>, &'static str) {
+        match self {
+            RawListenEntry::Addr(a) => (a, element, ""),
+            RawListenEntry::Table(t) => (t.addr.get_ref(), t.addr.span(), ".addr"),
+        }
+    }
+
+    /// `proxy_protocol = true`, with the flag's span.
+    pub(crate) fn proxy_protocol(&self) -> Option<std::ops::Range<usize>> {
+        match self {
+            RawListenEntry::Table(RawListenTable {
+                proxy_protocol: Some(p),
+                ..
+            }) if *p.get_ref() => Some(p.span()),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RawListenEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawListenEntry;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "an address string or a table { addr = \"...\", proxy_protocol = true }",
+                )
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawListenEntry, E> {
+                Ok(RawListenEntry::Addr(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawListenEntry, A::Error> {
+                RawListenTable::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawListenEntry::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

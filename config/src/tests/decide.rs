@@ -1,0 +1,196 @@
+//! Compiled profiles through the gate's chain: what a request gets.
+
+use super::*;
+use gapura_gate::chain::{GateState, NoTrace, Request};
+use gapura_gate::client::Peer;
+use gapura_gate::path::MAX_PATH_BYTES;
+use gapura_gate::{ErrorStatus, Snapshot, Verdict};
+
+/// What a request got, without borrowing the snapshot.
+#[derive(Debug, PartialEq, Eq)]
+enum Got {
+    /// A fixed answer with this status.
+    Answer(u16),
+    Forward,
+    /// Refused with this status and Retry-After.
+    Refused(ErrorStatus, u32),
+}
+
+/// One `GET` from `client` to `host` at `now_ms`; its leases are given back.
+fn get(
+    s: &Snapshot,
+    state: &mut GateState,
+    client: &str,
+    host: &[u8],
+    path: &[u8],
+    now_ms: u64,
+) -> Got {
+    let mut scratch = Box::new([0u8; MAX_PATH_BYTES]);
+    let headers: [(&str, &[u8]); 0] = [];
+    let req = Request {
+        peer: Peer::tcp(client.parse().unwrap()),
+        method: b"GET",
+        host: Some(host),
+        target: path,
+        path,
+        header_count: 1,
+        header_bytes: 0,
+        content_length: None,
+        headers: &headers[..],
+    };
+    state.adopt(s, now_ms);
+    let d = s.decide(&req, state, now_ms, &mut scratch, &mut NoTrace);
+    if let Some(t) = d.ticket {
+        state.release(t);
+    }
+    match d.verdict {
+        Verdict::Respond(a) => Got::Answer(a.status),
+        Verdict::Redirect(r) => Got::Answer(r.status),
+        Verdict::Forward(..) => Got::Forward,
+        Verdict::Refuse(st) => Got::Refused(st, d.retry_after_s),
+        other => panic!("unexpected verdict {other:?}"),
+    }
+}
+
+const ONE_A_MINUTE: &str = r#"
+[[rate_limit]]
+name = "slow"
+requests = 1
+per = "minute"
+
+[[host]]
+names = ["a.test"]
+rate_limit = "slow"
+body = "hi"
+
+[[host]]
+names = ["free.test"]
+"#;
+
+#[test]
+fn a_one_per_minute_limit_refuses_the_second_request_with_retry_after() {
+    let c = ok(ONE_A_MINUTE);
+    let s = &c.snapshot;
+    let mut state = GateState::small();
+    let client = "192.0.2.1";
+    assert_eq!(
+        get(s, &mut state, client, b"a.test", b"/", 1_000),
+        Got::Answer(200)
+    );
+    assert_eq!(
+        get(s, &mut state, client, b"a.test", b"/", 1_000),
+        Got::Refused(ErrorStatus::TooManyRequests, 60)
+    );
+    // 30 s later the token is 30 s away.
+    assert_eq!(
+        get(s, &mut state, client, b"a.test", b"/other", 31_000),
+        Got::Refused(ErrorStatus::TooManyRequests, 30)
+    );
+    // Another client has its own bucket; a host without a limit has none.
+    assert_eq!(
+        get(s, &mut state, "192.0.2.2", b"a.test", b"/", 31_000),
+        Got::Answer(200)
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            get(s, &mut state, client, b"free.test", b"/", 31_000),
+            Got::Answer(200)
+        );
+    }
+    // robots.txt is never limited.
+    assert_eq!(
+        get(s, &mut state, client, b"a.test", b"/robots.txt", 31_000),
+        Got::Answer(200)
+    );
+    // One minute after the first, one more.
+    assert_eq!(
+        get(s, &mut state, client, b"a.test", b"/", 61_000),
+        Got::Answer(200)
+    );
+    assert_eq!(
+        get(s, &mut state, client, b"a.test", b"/", 61_000),
+        Got::Refused(ErrorStatus::TooManyRequests, 60)
+    );
+}
+
+#[test]
+fn a_shadowed_limit_lets_the_request_on_and_counts_it() {
+    let src = ONE_A_MINUTE.replace("per = \"minute\"", "per = \"minute\"\nmode = \"shadow\"");
+    let c = ok(&src);
+    let mut state = GateState::small();
+    for _ in 0..3 {
+        assert_eq!(
+            get(&c.snapshot, &mut state, "192.0.2.1", b"a.test", b"/", 0),
+            Got::Answer(200)
+        );
+    }
+    assert_eq!(state.counters.quota_shadow, 2);
+}
+
+#[test]
+fn a_route_without_the_hosts_limit_forwards_every_time() {
+    let c = ok(r#"
+[[rate_limit]]
+name = "slow"
+requests = 1
+per = "hour"
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001"]
+[[host]]
+names = ["app.test"]
+kind = "proxy"
+rate_limit = "slow"
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+  [[host.route]]
+  path = "/free"
+  upstream = "app"
+  rate_limit = false
+"#);
+    let s = &c.snapshot;
+    let mut state = GateState::small();
+    let me = "2001:db8::1";
+    assert_eq!(get(s, &mut state, me, b"app.test", b"/a", 0), Got::Forward);
+    assert_eq!(
+        get(s, &mut state, me, b"app.test", b"/b", 0),
+        Got::Refused(ErrorStatus::TooManyRequests, 3600)
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            get(s, &mut state, me, b"app.test", b"/free/x", 0),
+            Got::Forward
+        );
+    }
+}
+
+#[test]
+fn a_source_budget_refuses_past_its_requests_until_the_window_ends() {
+    let c = ok(
+        "[quota]\nwindow_ms = 1000\n[quota.source]\nrequests = 2\n[[host]]\nnames = [\"a.test\"]\n",
+    );
+    let s = &c.snapshot;
+    let mut state = GateState::small();
+    // 192.0.2.1 and 192.0.2.200 share a /24.
+    assert_eq!(
+        get(s, &mut state, "192.0.2.1", b"a.test", b"/", 100),
+        Got::Answer(200)
+    );
+    assert_eq!(
+        get(s, &mut state, "192.0.2.200", b"a.test", b"/", 100),
+        Got::Answer(200)
+    );
+    assert_eq!(
+        get(s, &mut state, "192.0.2.1", b"a.test", b"/", 100),
+        Got::Refused(ErrorStatus::TooManyRequests, 1)
+    );
+    assert_eq!(
+        get(s, &mut state, "198.51.100.1", b"a.test", b"/", 100),
+        Got::Answer(200)
+    );
+    assert_eq!(
+        get(s, &mut state, "192.0.2.1", b"a.test", b"/", 1_000),
+        Got::Answer(200)
+    );
+}

@@ -1,0 +1,401 @@
+use super::*;
+use gapura_gate::mode::Mode;
+use gapura_gate::policy::{default_quota_sizes, RequestPolicy};
+use gapura_gate::quota::{Budget, Ceiling, LeaseLimits, OperationLimits, QuotaLimits, QuotaSizes};
+
+const HOST: &str = "[[host]]\nnames = [\"a.test\"]\n";
+
+fn budget(limit: u32, normal: u32) -> Option<Budget> {
+    Some(Budget::new(limit, normal).unwrap())
+}
+
+#[test]
+fn a_profile_without_quota_keys_compiles_to_no_budgets_and_builtin_sizes() {
+    let c = ok(HOST);
+    let g = &c.snapshot.gate;
+    assert_eq!(g.quota, QuotaLimits::default());
+    assert!(!g.has_budgets());
+    assert!(!g.uses_clock());
+    assert_eq!(g.quota_sizes, default_quota_sizes());
+    assert_eq!(g.quota_mode, Mode::Enforce);
+    assert_eq!(g.identity_header, None);
+    assert!(g.operations.is_empty());
+    assert!(g.rate_limits.is_empty());
+    assert!(g.rate_pairs.is_empty());
+    assert_eq!(c.snapshot.entries[0].policy, RequestPolicy::default());
+    assert!(c.runtime.proxy_protocol.is_empty());
+}
+
+#[test]
+fn sizes_compile_into_the_shard_tables() {
+    let c = ok(r#"
+[quota]
+rate_table_entries = 1024
+policy_slots = 16
+slot_grace_ms = 0
+window_ms = 100
+tracked_keys = 1000
+critical_reserve = 10
+lease_tracked_keys = 64
+lease_critical_reserve = 0
+max_leases = 32
+mode = "shadow"
+"#);
+    let g = &c.snapshot.gate;
+    assert_eq!(
+        g.quota_sizes,
+        QuotaSizes {
+            rate_entries: 1024,
+            policy_slots: 16,
+            slot_grace_ms: 0,
+            window_ms: 100,
+            window_keys: Ceiling::new(1000, 10).unwrap(),
+            lease_keys: Ceiling::new(64, 0).unwrap(),
+            max_leases: 32,
+            operations: 64,
+        }
+    );
+    assert_eq!(g.quota_mode, Mode::Shadow);
+    // The tables can be built from what the profile accepted.
+    assert!(gapura_gate::quota::Quota::new(&g.quota_sizes).is_ok());
+    let c = ok(
+        "[quota]\nrate_table_entries = 16777216\ntracked_keys = 8388608\nmax_leases = 16777216\n",
+    );
+    assert_eq!(c.snapshot.gate.quota_sizes.rate_entries, 1 << 24);
+}
+
+#[test]
+fn a_written_tracked_keys_reserves_a_sixteenth_by_default() {
+    let c = ok("[quota]\ntracked_keys = 1600\nlease_tracked_keys = 15\n");
+    let s = c.snapshot.gate.quota_sizes;
+    assert_eq!(s.window_keys, Ceiling::new(1600, 100).unwrap());
+    assert_eq!(s.lease_keys, Ceiling::new(15, 0).unwrap());
+    // Only a reserve: the built-in ceiling stays.
+    let c = ok("[quota]\ncritical_reserve = 0\n");
+    assert_eq!(
+        c.snapshot.gate.quota_sizes.window_keys,
+        Ceiling::new(65_536, 0).unwrap()
+    );
+}
+
+#[test]
+fn each_size_refuses_values_out_of_range() {
+    let cases: [(&str, &str, &str); 17] = [
+        (
+            "rate_table_entries",
+            "512",
+            "quota.rate_table_entries.range",
+        ),
+        (
+            "rate_table_entries",
+            "3000",
+            "quota.rate_table_entries.range",
+        ),
+        (
+            "rate_table_entries",
+            "33554432",
+            "quota.rate_table_entries.range",
+        ),
+        ("policy_slots", "0", "quota.policy_slots.range"),
+        ("policy_slots", "65536", "quota.policy_slots.range"),
+        ("slot_grace_ms", "-1", "quota.slot_grace_ms.range"),
+        ("slot_grace_ms", "3600001", "quota.slot_grace_ms.range"),
+        ("window_ms", "99", "quota.window_ms.range"),
+        ("window_ms", "3600001", "quota.window_ms.range"),
+        ("tracked_keys", "0", "quota.tracked_keys.range"),
+        ("tracked_keys", "8388609", "quota.tracked_keys.range"),
+        ("lease_tracked_keys", "0", "quota.tracked_keys.range"),
+        ("critical_reserve", "65536", "quota.critical_reserve.range"),
+        (
+            "lease_critical_reserve",
+            "-1",
+            "quota.critical_reserve.range",
+        ),
+        ("max_leases", "0", "quota.max_leases.range"),
+        ("max_leases", "16777217", "quota.max_leases.range"),
+        ("mode", "\"off\"", "quota.mode.invalid"),
+    ];
+    for (field, value, code) in cases {
+        let src = format!("[quota]\n{field} = {value}\n");
+        let column = field.len() as u32 + 4;
+        assert_eq!(
+            one(&src),
+            at(code, &format!("quota.{field}"), 2, column),
+            "{field} = {value}"
+        );
+    }
+    let e = errors("[quota]\nrate_table_entries = 3000\n");
+    assert_eq!(
+        e[0].message,
+        "must be a power of two between 1024 and 16777216, got 3000"
+    );
+    let e = errors("[quota]\ntracked_keys = 100\ncritical_reserve = 100\n");
+    assert_eq!(
+        (e[0].code, e[0].line, e[0].message.as_str()),
+        (
+            "quota.critical_reserve.range",
+            3,
+            "must be at least 0 and less than quota.tracked_keys (100), got 100"
+        )
+    );
+}
+
+const BUDGETS: &str = r#"
+[quota.global]
+requests = 100
+optional = 80
+concurrent = 10
+concurrent_optional = 7
+scope = "split"
+
+[quota.source]
+requests = 2000
+optional = 1600
+concurrent = 128
+concurrent_optional = 100
+
+[quota.health]
+requests = 100
+
+[quota.identity]
+header = "Authorization"
+requests = 600
+optional = 500
+
+[[quota.operation]]
+name = "login"
+requests = 200
+concurrent = 16
+
+[[quota.operation]]
+name = "export"
+requests = 3
+optional = 2
+scope = "per_shard"
+"#;
+
+#[test]
+fn budgets_compile_per_shard_split_over_two_and_four_shards() {
+    // Source and health budgets are steered: never divided.
+    let source = budget(2000, 1600);
+    let source_leases = budget(128, 100);
+    let health = budget(100, 100);
+    let export = OperationLimits {
+        requests: budget(3, 2),
+        concurrent: None,
+    };
+    for (cores, global, leases, identity, login) in [
+        (1, (100, 80), (10, 7), (600, 500), (200, 16)),
+        (2, (50, 40), (5, 3), (300, 250), (100, 8)),
+        (4, (25, 20), (2, 1), (150, 125), (50, 4)),
+    ] {
+        let c = ok_with(BUDGETS, cores);
+        let g = &c.snapshot.gate;
+        assert_eq!(
+            g.quota,
+            QuotaLimits {
+                global: budget(global.0, global.1),
+                source,
+                health,
+                identity: budget(identity.0, identity.1),
+                operations: vec![
+                    OperationLimits {
+                        requests: budget(login.0, login.0),
+                        concurrent: budget(login.1, login.1),
+                    },
+                    export,
+                ]
+                .into_boxed_slice(),
+                leases: LeaseLimits {
+                    global: budget(leases.0, leases.1),
+                    per_key: source_leases,
+                },
+            },
+            "{cores} cores"
+        );
+        assert_eq!(g.identity_header.as_deref(), Some("authorization"));
+        assert_eq!(g.operations, ["login", "export"]);
+        assert!(g.has_budgets());
+    }
+}
+
+#[test]
+fn a_fixed_shard_count_overrides_the_cores_and_splits_clamp_at_one() {
+    let src = format!("[server]\nshards = 2\n{BUDGETS}");
+    let c = ok_with(&src, 8);
+    assert_eq!(c.snapshot.gate.quota.global, budget(50, 40));
+    let c = ok_with("[quota.global]\nrequests = 3\nconcurrent = 1\n", 4);
+    let g = &c.snapshot.gate.quota;
+    assert_eq!(g.global, budget(1, 1));
+    assert_eq!(g.leases.global, budget(1, 1));
+    let c = ok_with("[quota.global]\nrequests = 100\nscope = \"per_shard\"\n", 4);
+    assert_eq!(c.snapshot.gate.quota.global, budget(100, 100));
+}
+
+#[test]
+fn budget_bounds_and_their_codes() {
+    assert_eq!(
+        one("[quota.global]\nrequests = 0\n"),
+        at("quota.requests.range", "quota.global.requests", 2, 12)
+    );
+    assert_eq!(
+        one("[quota.source]\nrequests = 4294967296\n"),
+        at("quota.requests.range", "quota.source.requests", 2, 12)
+    );
+    assert_eq!(
+        one("[quota.health]\nrequests = -5\n"),
+        at("quota.requests.range", "quota.health.requests", 2, 12)
+    );
+    assert_eq!(
+        one("[quota.global]\nrequests = 100\noptional = 101\n"),
+        at("quota.optional.range", "quota.global.optional", 3, 12)
+    );
+    assert_eq!(
+        one("[quota.identity]\nheader = \"x-key\"\nrequests = 10\noptional = 0\n"),
+        at("quota.optional.range", "quota.identity.optional", 4, 12)
+    );
+    assert_eq!(
+        one("[quota]\nmax_leases = 8\n[quota.global]\nconcurrent = 9\n"),
+        at("quota.concurrent.range", "quota.global.concurrent", 4, 14)
+    );
+    assert_eq!(
+        one("[quota.source]\nconcurrent = 16385\n"),
+        at("quota.concurrent.range", "quota.source.concurrent", 2, 14)
+    );
+    assert_eq!(
+        one("[quota.global]\nconcurrent = 4\nconcurrent_optional = 5\n"),
+        at(
+            "quota.optional.range",
+            "quota.global.concurrent_optional",
+            3,
+            23
+        )
+    );
+    assert_eq!(
+        one("[quota.global]\noptional = 5\n"),
+        at("quota.optional.unexpected", "quota.global.optional", 2, 12)
+    );
+    assert_eq!(
+        one("[quota.source]\nconcurrent_optional = 3\n"),
+        at(
+            "quota.optional.unexpected",
+            "quota.source.concurrent_optional",
+            2,
+            23
+        )
+    );
+    assert_eq!(
+        one("[quota.global]\nscope = \"global\"\n"),
+        at("quota.scope.invalid", "quota.global.scope", 2, 9)
+    );
+    assert_eq!(
+        one("[quota.identity]\nheader = \"k\"\nrequests = 1\nscope = \"all\"\n"),
+        at("quota.scope.invalid", "quota.identity.scope", 4, 9)
+    );
+    let e = errors("[quota.global]\nrequests = 100\noptional = 101\n");
+    assert_eq!(
+        e[0].message,
+        "must be between 1 and requests (100), got 101"
+    );
+    let e = errors("[quota]\nmax_leases = 8\n[quota.global]\nconcurrent = 9\n");
+    assert_eq!(
+        e[0].message,
+        "must be between 1 and 8 (quota.max_leases), got 9"
+    );
+}
+
+#[test]
+fn source_and_health_budgets_have_no_scope_and_health_no_optional() {
+    assert_eq!(
+        one("[quota.source]\nrequests = 1\nscope = \"split\"\n"),
+        at("profile.unknown_key", "quota.source.scope", 3, 1)
+    );
+    assert_eq!(
+        one("[quota.health]\nrequests = 2\noptional = 1\n"),
+        at("profile.unknown_key", "quota.health.optional", 3, 1)
+    );
+}
+
+#[test]
+fn an_identity_budget_needs_a_valid_header_and_requests() {
+    assert_eq!(
+        one("[quota.identity]\nheader = \"x key\"\nrequests = 5\n"),
+        at(
+            "quota.identity.header.invalid",
+            "quota.identity.header",
+            2,
+            10
+        )
+    );
+    assert_eq!(
+        one("[quota.identity]\nrequests = 5\n"),
+        at(
+            "quota.identity.header.required",
+            "quota.identity.header",
+            2,
+            12
+        )
+    );
+    assert_eq!(
+        one("[quota.identity]\nheader = \"x-key\"\n"),
+        at(
+            "quota.identity.requests.required",
+            "quota.identity.requests",
+            2,
+            10
+        )
+    );
+}
+
+#[test]
+fn operations_need_unique_valid_names_and_at_most_sixty_four() {
+    assert_eq!(
+        one("[[quota.operation]]\nrequests = 5\n"),
+        at(
+            "quota.operation.name.required",
+            "quota.operation[0].name",
+            1,
+            1
+        )
+    );
+    assert_eq!(
+        one("[[quota.operation]]\nname = \"Login\"\n"),
+        at(
+            "quota.operation.name.invalid",
+            "quota.operation[0].name",
+            2,
+            8
+        )
+    );
+    assert_eq!(
+        one("[[quota.operation]]\nname = \"a\"\n[[quota.operation]]\nname = \"a\"\n"),
+        at(
+            "quota.operation.name.duplicate",
+            "quota.operation[1].name",
+            4,
+            8
+        )
+    );
+    let e = errors("[[quota.operation]]\nname = \"a\"\n[[quota.operation]]\nname = \"a\"\n");
+    assert_eq!(
+        e[0].message,
+        "\"a\" is already the name of quota.operation[0]"
+    );
+    assert_eq!(
+        one("[[quota.operation]]\nname = \"login\"\nrequests = 10\nscope = \"all\"\n"),
+        at("quota.scope.invalid", "quota.operation[0].scope", 4, 9)
+    );
+    let many: String = (0..65)
+        .map(|i| format!("[[quota.operation]]\nname = \"op{i}\"\n"))
+        .collect();
+    assert_eq!(
+        one(&many),
+        at("quota.operation.too_many", "quota.operation[64]", 129, 1)
+    );
+    let c = ok(&many[..many.len() - "[[quota.operation]]\nname = \"op64\"\n".len()]);
+    assert_eq!(c.snapshot.gate.operations.len(), 64);
+    assert_eq!(c.snapshot.gate.operations[63], "op63");
+    // Named operations that limit nothing keep the quota tables out of the chain.
+    assert!(c.snapshot.gate.quota.operations.is_empty());
+    assert!(!c.snapshot.gate.has_budgets());
+}
