@@ -7,9 +7,13 @@
 //! the shard's monotonic milliseconds. O(host + path + header lines read),
 //! no allocation.
 
+use crate::access::cache::{CacheKeyer, VerifyCache};
+use crate::access::{AccessDecision, CredentialsFact};
 use crate::client::{Arrival, HeaderLines, Peer};
+use crate::country::RuleVerdict;
 use crate::host::{HostAction, HostId};
 use crate::limits::{LimitRefusal, RequestLimits};
+use crate::maintenance::{MaintenanceCounters, MaintenanceOutcome};
 use crate::mode::Mode;
 use crate::pages::ErrorStatus;
 use crate::path::{PathError, PathScratch};
@@ -18,6 +22,7 @@ use crate::quota::{
     Keyer, Level, Quota, QuotaDecision, QuotaRequest, QuotaSizes, QuotaTicket, RateCheck,
     SizeError, Slot, SourcePrefix,
 };
+use crate::ruleset::{RegexCaches, RuleRefusal, RuleRequest, RuleSetCounters};
 use crate::snapshot::{limit_status, Snapshot, Verdict};
 use crate::upstream::Route;
 use std::net::IpAddr;
@@ -63,6 +68,45 @@ pub enum Step<'s> {
     RequestLimits {
         refusal: Option<LimitRefusal>,
     },
+    /// The access list's address side, before the rule set.
+    AccessAddress {
+        list: &'s str,
+        refused: Option<crate::access::AddressRefusal>,
+        mode: Mode,
+    },
+    RuleSet {
+        set: &'s str,
+        rule: Option<usize>,
+        action: Option<crate::ruleset::Action>,
+        mode: Mode,
+        exempt: bool,
+    },
+    /// The access list in full: address, country, credentials.
+    Access {
+        list: &'s str,
+        outcome: AccessStepOutcome,
+        credentials: CredentialsFact,
+        mode: Mode,
+    },
+    Robots {
+        served: bool,
+    },
+    Maintenance {
+        outcome: MaintenanceOutcome,
+    },
+}
+
+/// What the access step decided, for explain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessStepOutcome {
+    Pass,
+    Refuse,
+    Drop,
+    Challenge,
+    /// A password must be verified (explain stops here: it never runs PBKDF2).
+    Verify,
+    /// Verified off the shard and resumed.
+    Verified,
 }
 
 /// What the quota step did.
@@ -109,6 +153,33 @@ pub struct ChainCounters {
     pub quota_shadow: u64,
     /// Requests exempt from quotas (`robots.txt`).
     pub quota_exempt: u64,
+    /// Managed robots.txt answers.
+    pub robots_served: u64,
+}
+
+/// One access list's counters on one shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AccessCounters {
+    pub allowed: u64,
+    pub refused: u64,
+    pub dropped: u64,
+    pub challenged: u64,
+    pub cache_hits: u64,
+    pub verifications: u64,
+    pub verify_failures: u64,
+    /// Refused because the verification line was full or the wait ran out.
+    pub queue_refusals: u64,
+    pub shadow_hits: u64,
+}
+
+/// Where the chain starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    Beginning,
+    /// After a password verified off the shard: the access list passed.
+    AfterAccess {
+        strip_authorization: bool,
+    },
 }
 
 /// A shard's mutable gate state: the quota tables, their keyer, the rate
@@ -120,18 +191,46 @@ pub struct GateState {
     pair_slots: Vec<Option<Slot>>,
     adopted: u64,
     pub counters: ChainCounters,
+    /// Per rule set of the adopted snapshot: regex caches and counters.
+    regex_caches: Vec<RegexCaches>,
+    pub rule_counters: Vec<RuleSetCounters>,
+    /// Per access list of the adopted snapshot.
+    pub access_counters: Vec<AccessCounters>,
+    /// Per host of the adopted snapshot.
+    pub maintenance_counters: Vec<MaintenanceCounters>,
+    /// Names the counters above were kept under, to carry them across a
+    /// reload (lists and sets by name, hosts by label).
+    rule_names: Vec<String>,
+    access_names: Vec<String>,
+    host_names: Vec<String>,
+    pub verify_cache: VerifyCache,
+    pub cache_keyer: CacheKeyer,
 }
 
 impl GateState {
     /// Tables sized by `sizes` (allocates, once per shard), keys seeded by
     /// `seed` (random per process).
     pub fn new(sizes: &QuotaSizes, seed: [u8; 16]) -> Result<GateState, SizeError> {
+        let mut secret = [0u8; 32];
+        secret[..16].copy_from_slice(&seed);
+        for (i, b) in seed.iter().enumerate() {
+            secret[16 + i] = b.rotate_left(3) ^ 0xa5;
+        }
         Ok(GateState {
             quota: Quota::new(sizes)?,
             keyer: Keyer::new(seed),
             pair_slots: Vec::new(),
             adopted: u64::MAX,
             counters: ChainCounters::default(),
+            regex_caches: Vec::new(),
+            rule_counters: Vec::new(),
+            access_counters: Vec::new(),
+            maintenance_counters: Vec::new(),
+            rule_names: Vec::new(),
+            access_names: Vec::new(),
+            host_names: Vec::new(),
+            verify_cache: VerifyCache::with_capacity(crate::access::cache::DEFAULT_CAPACITY),
+            cache_keyer: CacheKeyer::new(&secret),
         })
     }
 
@@ -171,6 +270,49 @@ impl GateState {
                 .push(slots.bind(pair.identity, *policy).ok());
         }
         slots.finish_reload(now_ms);
+        // Per-block state follows the blocks by name across the reload.
+        fn carry<C: Copy + Default>(old_names: &[String], old: &[C], new_names: &[&str]) -> Vec<C> {
+            new_names
+                .iter()
+                .map(|n| {
+                    old_names
+                        .iter()
+                        .position(|o| o == n)
+                        .and_then(|i| old.get(i).copied())
+                        .unwrap_or_default()
+                })
+                .collect()
+        }
+        let gate = &snap.gate;
+        let rule_names: Vec<&str> = gate.rule_set_names.iter().map(String::as_str).collect();
+        self.rule_counters = carry(&self.rule_names, &self.rule_counters, &rule_names);
+        self.rule_names = rule_names.iter().map(|s| s.to_string()).collect();
+        self.regex_caches = gate
+            .rule_sets
+            .iter()
+            .map(|s| s.new_regex_caches())
+            .collect();
+        let access_names: Vec<&str> = gate.access_lists.iter().map(|l| l.name()).collect();
+        self.access_counters = carry(&self.access_names, &self.access_counters, &access_names);
+        self.access_names = access_names.iter().map(|s| s.to_string()).collect();
+        let host_names: Vec<&str> = snap.entries.iter().map(|e| e.label.as_str()).collect();
+        self.maintenance_counters =
+            carry(&self.host_names, &self.maintenance_counters, &host_names);
+        self.host_names = host_names.iter().map(|s| s.to_string()).collect();
+    }
+
+    /// The names the per-block counters are kept under (rule sets, access
+    /// lists, hosts), for metrics.
+    pub fn rule_set_names(&self) -> &[String] {
+        &self.rule_names
+    }
+
+    pub fn access_list_names(&self) -> &[String] {
+        &self.access_names
+    }
+
+    pub fn host_names(&self) -> &[String] {
+        &self.host_names
     }
 
     /// Sweeps retired rate slots, expired windows; bounded work per call.
@@ -219,6 +361,20 @@ impl Snapshot {
         scratch: &mut PathScratch,
         trace: &mut T,
     ) -> Decision<'s> {
+        self.decide_from(req, state, now_ms, scratch, trace, Start::Beginning)
+    }
+
+    /// [`decide`](Self::decide) from a given step: after a verified
+    /// password the chain goes on past the access list.
+    pub fn decide_from<'s, H: HeaderLines + ?Sized, T: Trace>(
+        &'s self,
+        req: &Request<'_, H>,
+        state: &mut GateState,
+        now_ms: u64,
+        scratch: &mut PathScratch,
+        trace: &mut T,
+        start: Start,
+    ) -> Decision<'s> {
         // 3. The client address (facts only).
         let resolved = self.gate.client.resolve(req.peer, req.headers);
         let client = resolved.addr;
@@ -257,7 +413,12 @@ impl Snapshot {
         // and path-keyed rate limits.
         let needs_path = matches!(entry.action, HostAction::Proxy(_))
             || self.gate.has_budgets()
-            || entry.policy.rate_pair.is_some();
+            || entry.policy.rate_pair.is_some()
+            || entry.extras.robots.is_some()
+            || entry
+                .policy
+                .rules
+                .is_some_and(|b| self.gate.rule_sets[b.index as usize].needs_path());
         let canonical: &[u8] = if needs_path {
             match crate::path::canonical(req.path, scratch) {
                 Ok(p) => p,
@@ -295,6 +456,163 @@ impl Snapshot {
             }
         }
         let policy: &RequestPolicy = route.map_or(&entry.policy, |r| &r.policy);
+        let robots = is_robots(req.method, canonical);
+
+        if let Start::AfterAccess {
+            strip_authorization,
+        } = start
+        {
+            decision.strip_authorization = strip_authorization;
+            if trace.enabled() {
+                if let Some(b) = policy.access {
+                    trace.step(Step::Access {
+                        list: self.gate.access_lists[b.index as usize].name(),
+                        outcome: AccessStepOutcome::Verified,
+                        credentials: CredentialsFact::Deferred,
+                        mode: b.mode,
+                    });
+                }
+            }
+        } else {
+            // 4. The access list's address side.
+            if let Some(b) = policy.access {
+                let list = &self.gate.access_lists[b.index as usize];
+                let refused = list.address_only_verdict(client);
+                if trace.enabled() {
+                    trace.step(Step::AccessAddress {
+                        list: list.name(),
+                        refused,
+                        mode: b.mode,
+                    });
+                }
+                if let Some(r) = refused {
+                    let counters = &mut state.access_counters[b.index as usize];
+                    if b.mode == Mode::Shadow {
+                        counters.shadow_hits += 1;
+                    } else {
+                        decision.verdict = match r {
+                            crate::access::AddressRefusal::Drop => {
+                                counters.dropped += 1;
+                                Verdict::Drop
+                            }
+                            crate::access::AddressRefusal::Deny => {
+                                counters.refused += 1;
+                                Verdict::Refuse(ErrorStatus::Forbidden)
+                            }
+                        };
+                        return decision;
+                    }
+                }
+            }
+            // 5. The rule set (robots.txt is never ruled on).
+            if let Some(b) = policy.rules {
+                let i = b.index as usize;
+                let set = &self.gate.rule_sets[i];
+                let (rule, action, refusal) = if robots {
+                    (None, None, None)
+                } else {
+                    let rr = RuleRequest {
+                        method: req.method,
+                        path: canonical,
+                        user_agents: req.headers.lines("user-agent"),
+                    };
+                    let d = set.decide(
+                        &rr,
+                        &mut state.regex_caches[i],
+                        &mut state.rule_counters[i],
+                        b.mode,
+                    );
+                    (d.outcome.rule, d.outcome.action, d.refusal)
+                };
+                if trace.enabled() {
+                    trace.step(Step::RuleSet {
+                        set: &self.gate.rule_set_names[i],
+                        rule,
+                        action,
+                        mode: b.mode,
+                        exempt: robots,
+                    });
+                }
+                match refusal {
+                    Some(RuleRefusal::Deny) => {
+                        decision.verdict = Verdict::Refuse(ErrorStatus::Forbidden);
+                        return decision;
+                    }
+                    Some(RuleRefusal::Drop) => {
+                        decision.verdict = Verdict::Drop;
+                        return decision;
+                    }
+                    None => {}
+                }
+            }
+            // 6. The access list in full: country and credentials.
+            if let Some(b) = policy.access {
+                let i = b.index as usize;
+                let list = &self.gate.access_lists[i];
+                let out = list.decide(
+                    client,
+                    resolved.country,
+                    req.headers,
+                    Some(&mut state.verify_cache),
+                    &state.cache_keyer,
+                    now_ms,
+                );
+                let counters = &mut state.access_counters[i];
+                if out.credentials == CredentialsFact::CacheHit {
+                    counters.cache_hits += 1;
+                }
+                let shadow = b.mode == Mode::Shadow;
+                let (outcome, verdict) = match out.decision {
+                    AccessDecision::Pass {
+                        strip_authorization,
+                    } => {
+                        counters.allowed += 1;
+                        decision.strip_authorization = strip_authorization;
+                        (AccessStepOutcome::Pass, None)
+                    }
+                    AccessDecision::Refuse => (
+                        AccessStepOutcome::Refuse,
+                        Some(Verdict::Refuse(ErrorStatus::Forbidden)),
+                    ),
+                    AccessDecision::Drop => (AccessStepOutcome::Drop, Some(Verdict::Drop)),
+                    AccessDecision::Challenge(page) => {
+                        (AccessStepOutcome::Challenge, Some(Verdict::Challenge(page)))
+                    }
+                    AccessDecision::Verify(job) => {
+                        if shadow {
+                            // A shadowed list never costs a verification.
+                            (AccessStepOutcome::Verify, Some(Verdict::Verify(b.index)))
+                        } else {
+                            counters.verifications += 1;
+                            decision.job = Some(job);
+                            (AccessStepOutcome::Verify, Some(Verdict::Verify(b.index)))
+                        }
+                    }
+                };
+                if trace.enabled() {
+                    trace.step(Step::Access {
+                        list: list.name(),
+                        outcome,
+                        credentials: out.credentials,
+                        mode: b.mode,
+                    });
+                }
+                if let Some(v) = verdict {
+                    if shadow {
+                        counters.shadow_hits += 1;
+                    } else {
+                        match v {
+                            Verdict::Refuse(_) => counters.refused += 1,
+                            Verdict::Drop => counters.dropped += 1,
+                            Verdict::Challenge(_) => counters.challenged += 1,
+                            _ => {}
+                        }
+                        decision.verdict = v;
+                        return decision;
+                    }
+                }
+            }
+        }
 
         // 7. Budgets, leases and the rate limit.
         match self.quota_step(req, policy, client, canonical, state, now_ms, trace) {
@@ -311,6 +629,52 @@ impl Snapshot {
             limits.max_body_bytes = r.limits.max_body_bytes;
         }
         decision.limits = limits;
+        if let Some(r) = self.limit_refusal(&limits, req, trace) {
+            decision.verdict = Verdict::Refuse(limit_status(r));
+            return decision;
+        }
+        // 9. The managed robots.txt.
+        if let Some(r) = &entry.extras.robots {
+            let answer = if robots {
+                r.answer(req.method, canonical)
+            } else {
+                None
+            };
+            if trace.enabled() && r.is_managed() {
+                trace.step(Step::Robots {
+                    served: answer.is_some(),
+                });
+            }
+            if let Some(a) = answer {
+                state.counters.robots_served += 1;
+                decision.verdict = Verdict::Respond(a);
+                return decision;
+            }
+        }
+        // 10. Maintenance.
+        if let (Some(m), Some(id)) = (&entry.extras.maintenance, host) {
+            let bypassed = m.bypass.is_some_and(|i| {
+                self.gate.access_lists[i as usize]
+                    .rules()
+                    .check(client, resolved.country)
+                    .verdict
+                    == RuleVerdict::Allowed
+            });
+            let mut scratch_counters = MaintenanceCounters::default();
+            let counters = state
+                .maintenance_counters
+                .get_mut(id as usize)
+                .unwrap_or(&mut scratch_counters);
+            let outcome = m.page.decide(bypassed, m.mode, counters);
+            if trace.enabled() {
+                trace.step(Step::Maintenance { outcome });
+            }
+            if outcome.serves() {
+                decision.verdict = Verdict::Maintenance(&m.page);
+                return decision;
+            }
+        }
+        // 11. The host's answer.
         decision.verdict = match &entry.action {
             HostAction::Respond(a) => Verdict::Respond(a),
             HostAction::Redirect(r) => Verdict::Redirect(r),
@@ -319,17 +683,29 @@ impl Snapshot {
                 None => Verdict::Refuse(ErrorStatus::NotFound),
             },
         };
-        self.finish_limits(decision, req, trace)
+        decision
     }
 
-    /// Step 8: the target and header limits, then the declared body.
+    /// Step 8 for a request no host takes: its limits, else the unknown-host answer.
     fn finish_limits<'s, H: HeaderLines + ?Sized, T: Trace>(
         &'s self,
         mut decision: Decision<'s>,
         req: &Request<'_, H>,
         trace: &mut T,
     ) -> Decision<'s> {
-        let limits = decision.limits;
+        if let Some(r) = self.limit_refusal(&decision.limits, req, trace) {
+            decision.verdict = Verdict::Refuse(limit_status(r));
+        }
+        decision
+    }
+
+    /// Step 8: the target and header limits, then the declared body.
+    fn limit_refusal<H: HeaderLines + ?Sized, T: Trace>(
+        &self,
+        limits: &RequestLimits,
+        req: &Request<'_, H>,
+        trace: &mut T,
+    ) -> Option<LimitRefusal> {
         let refusal = limits
             .check_head(req.target.len(), req.header_count, req.header_bytes)
             .err()
@@ -340,10 +716,7 @@ impl Snapshot {
         if trace.enabled() {
             trace.step(Step::RequestLimits { refusal });
         }
-        if let Some(r) = refusal {
-            decision.verdict = Verdict::Refuse(limit_status(r));
-        }
-        decision
+        refusal
     }
 
     /// Budgets, leases and rate. Ok(ticket) admits; Err(retry) refuses.

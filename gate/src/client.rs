@@ -106,12 +106,12 @@ pub fn too_broad_to_trust(c: &Cidr) -> bool {
 pub trait HeaderLines {
     /// Every line of header `name` (ASCII case-insensitive; callers pass
     /// lower case), in the order they arrived. Must not allocate.
-    fn lines<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a;
+    fn lines<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + Clone + 'a;
 }
 
 /// Name and value pairs, as tests and explain hold a request.
 impl<'x> HeaderLines for [(&'x str, &'x [u8])] {
-    fn lines<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+    fn lines<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + Clone + 'a {
         self.iter()
             .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| *v)

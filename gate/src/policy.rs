@@ -12,9 +12,9 @@ use crate::client::ClientPolicy;
 use crate::custom_pages::{CustomPages, ReplaceUpstream};
 use crate::maintenance::Maintenance;
 use crate::mode::Mode;
+use crate::quota::{Class, QuotaLimits, QuotaSizes, RatePolicy, SourcePrefix};
 use crate::robots::Robots;
 use crate::ruleset::RuleSet;
-use crate::quota::{Class, QuotaLimits, QuotaSizes, RatePolicy, SourcePrefix};
 
 /// How a rate limit partitions clients.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -136,6 +136,7 @@ pub fn render_metrics(admin: &Admin) -> String {
             );
         }
     }
+    render_blocks(&mut out, admin);
     family(
         &mut out,
         "gapura_quota_refused_total",
@@ -199,4 +200,135 @@ pub fn render_metrics(admin: &Admin) -> String {
     family(&mut out, "gapura_shards", "gauge", "Shards running.");
     let _ = writeln!(out, "gapura_shards {}", admin.shards.len());
     out
+}
+
+/// Per rule set, access list and maintenance counters, summed per name over
+/// the shards (names come from the profile; no addresses or credentials).
+fn render_blocks(out: &mut String, admin: &Admin) {
+    use std::collections::BTreeMap;
+    let mut rules: BTreeMap<String, [u64; 5]> = BTreeMap::new();
+    let mut access: BTreeMap<String, [u64; 9]> = BTreeMap::new();
+    let mut maint: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+    let mut robots = 0;
+    for s in &admin.shards {
+        let Ok(b) = s.blocks.lock() else { continue };
+        robots += b.robots_served;
+        for (n, c) in &b.rule_sets {
+            let e = rules.entry(n.clone()).or_default();
+            for (i, v) in [
+                c.denied,
+                c.dropped,
+                c.allowed,
+                c.regex_give_ups,
+                c.shadow_hits,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                e[i] += v;
+            }
+        }
+        for (n, c) in &b.access_lists {
+            let e = access.entry(n.clone()).or_default();
+            let vals = [
+                c.allowed,
+                c.refused,
+                c.dropped,
+                c.challenged,
+                c.cache_hits,
+                c.verifications,
+                c.verify_failures,
+                c.queue_refusals,
+                c.shadow_hits,
+            ];
+            for (i, v) in vals.into_iter().enumerate() {
+                e[i] += v;
+            }
+        }
+        for (n, c) in &b.maintenance {
+            let e = maint.entry(n.clone()).or_default();
+            for (i, v) in [c.served, c.bypassed, c.shadow_hits]
+                .into_iter()
+                .enumerate()
+            {
+                e[i] += v;
+            }
+        }
+    }
+    family(
+        out,
+        "gapura_rule_set_total",
+        "counter",
+        "Rule-set outcomes by set and result.",
+    );
+    for (n, v) in &rules {
+        for (label, x) in ["denied", "dropped", "allowed", "regex_give_up", "shadow"]
+            .iter()
+            .zip(v)
+        {
+            let _ = writeln!(
+                out,
+                "gapura_rule_set_total{{set=\"{n}\",result=\"{label}\"}} {x}"
+            );
+        }
+    }
+    family(
+        out,
+        "gapura_access_list_total",
+        "counter",
+        "Access-list outcomes by list and result.",
+    );
+    let labels = [
+        "allowed",
+        "refused",
+        "dropped",
+        "challenged",
+        "cache_hit",
+        "verification",
+        "verification_failed",
+        "queue_refused",
+        "shadow",
+    ];
+    for (n, v) in &access {
+        for (label, x) in labels.iter().zip(v) {
+            let _ = writeln!(
+                out,
+                "gapura_access_list_total{{list=\"{n}\",result=\"{label}\"}} {x}"
+            );
+        }
+    }
+    family(
+        out,
+        "gapura_maintenance_total",
+        "counter",
+        "Maintenance outcomes by host.",
+    );
+    for (n, v) in &maint {
+        for (label, x) in ["served", "bypassed", "shadow"].iter().zip(v) {
+            let _ = writeln!(
+                out,
+                "gapura_maintenance_total{{host=\"{n}\",result=\"{label}\"}} {x}"
+            );
+        }
+    }
+    family(
+        out,
+        "gapura_robots_served_total",
+        "counter",
+        "Managed robots.txt answers.",
+    );
+    let _ = writeln!(out, "gapura_robots_served_total {robots}");
+    let drops: u64 = admin.shards.iter().map(|s| s.gate_drops.get()).sum();
+    let accept_drops: u64 = admin.shards.iter().map(|s| s.accept_drops.get()).sum();
+    family(
+        out,
+        "gapura_gate_drops_total",
+        "counter",
+        "Connections closed without an answer, by where.",
+    );
+    let _ = writeln!(out, "gapura_gate_drops_total{{at=\"request\"}} {drops}");
+    let _ = writeln!(
+        out,
+        "gapura_gate_drops_total{{at=\"accept\"}} {accept_drops}"
+    );
 }

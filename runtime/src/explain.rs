@@ -84,6 +84,66 @@ impl Trace for Recorder {
                     ),
                 },
             ),
+            Step::AccessAddress {
+                list,
+                refused,
+                mode,
+            } => (
+                "access address",
+                match refused {
+                    None => format!("list {list}: the address alone refuses nothing"),
+                    Some(r) => format!(
+                        "list {list}: the address is refused ({r:?}){}",
+                        shadow_note(mode)
+                    ),
+                },
+            ),
+            Step::RuleSet {
+                set,
+                rule,
+                action,
+                mode,
+                exempt,
+            } => (
+                "rule set",
+                if exempt {
+                    format!("set {set}: robots.txt is never ruled on")
+                } else {
+                    match (rule, action) {
+                        (Some(i), Some(a)) => format!(
+                            "set {set}: rule {} matches: {a:?}{}",
+                            i + 1,
+                            shadow_note(mode)
+                        ),
+                        _ => format!("set {set}: no rule matches"),
+                    }
+                },
+            ),
+            Step::Access {
+                list,
+                outcome,
+                credentials,
+                mode,
+            } => (
+                "access list",
+                format!(
+                    "list {list}: {outcome:?} (credentials: {}){}",
+                    credentials.as_str(),
+                    shadow_note(mode)
+                ),
+            ),
+            Step::Robots { served } => (
+                "robots.txt",
+                if served {
+                    "answered with the managed robots.txt".to_string()
+                } else {
+                    "not a robots.txt request".to_string()
+                },
+            ),
+            Step::Maintenance { outcome } => (
+                "maintenance",
+                format!("the host is in maintenance: {outcome:?}"),
+            ),
             Step::RequestLimits { refusal } => (
                 "request limits",
                 match refusal {
@@ -102,6 +162,14 @@ impl Trace for Recorder {
 
     fn enabled(&self) -> bool {
         true
+    }
+}
+
+fn shadow_note(mode: gapura_gate::mode::Mode) -> &'static str {
+    if mode == gapura_gate::mode::Mode::Shadow {
+        " (shadow mode: counted, let through)"
+    } else {
+        ""
     }
 }
 
@@ -175,6 +243,16 @@ fn verdict_text(v: &Verdict<'_>, snap: &gapura_gate::Snapshot, retry: u32) -> (u
         Verdict::Redirect(r) => (r.status, format!("redirect {}", r.status)),
         Verdict::Refuse(s) if s.code() == 429 => (429, format!("refuse 429, Retry-After {retry}")),
         Verdict::Refuse(s) => (s.code(), format!("refuse {} with its page", s.code())),
+        Verdict::Drop => (0, "close the connection without an answer".to_string()),
+        Verdict::Challenge(_) => (401, "answer 401, asking for a password".to_string()),
+        Verdict::Verify(_) => (
+            0,
+            "check the password on the verification pool (explain runs no PBKDF2)".to_string(),
+        ),
+        Verdict::Maintenance(m) => (
+            m.status(),
+            format!("answer {} with the maintenance page", m.status()),
+        ),
         Verdict::Forward(route, group) => {
             let servers: Vec<String> = group.servers.iter().map(|s| s.addr.to_string()).collect();
             let _ = snap;
@@ -299,6 +377,10 @@ pub fn run(args: &[String]) -> ExitCode {
                     Verdict::Redirect(_) => "redirect",
                     Verdict::Refuse(_) => "refuse",
                     Verdict::Forward(..) => "forward",
+                    Verdict::Drop => "drop",
+                    Verdict::Challenge(_) => "challenge",
+                    Verdict::Verify(_) => "verify",
+                    Verdict::Maintenance(_) => "maintenance",
                 },
                 "status": if status == 0 { serde_json::Value::Null } else { status.into() },
                 "says": answer,

@@ -103,6 +103,9 @@ pub fn check_port_free(addr: SocketAddr) -> io::Result<()> {
 
 /// One address's group: socket `i` belongs to shard `i`.
 pub struct Group {
+    /// The address as the profile wrote it (port 0 stays 0).
+    pub requested: SocketAddr,
+    /// The bound address.
     pub addr: SocketAddr,
     pub sockets: Vec<TcpListener>,
 }
@@ -141,6 +144,7 @@ pub fn bind_group(addr: SocketAddr, shards: usize, steer: bool) -> io::Result<Gr
         }
     }
     Ok(Group {
+        requested: addr,
         addr: bound,
         sockets,
     })

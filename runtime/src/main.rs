@@ -10,9 +10,11 @@ mod explain;
 mod health;
 mod listeners;
 mod log;
+mod passwd;
 mod publish;
 mod run;
 mod shard;
+mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,6 +27,7 @@ usage:
   gapura check FILE                       validate a profile; every error with code and line:column
   gapura explain [--profile FILE] [--json] [METHOD] URL ...
                                           run the gate's chain for a described request, step by step
+  gapura passwd [--iterations N]          make a password hash for a profile's users
   gapura --version
 
 run options:
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
             _ => usage_error("check takes one profile file"),
         },
         Some("explain") => explain::run(&args[1..]),
+        Some("passwd") => passwd::run(&args[1..]),
         Some("--version" | "-V") => {
             println!("gapura {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

@@ -21,10 +21,18 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime};
 
+/// The cores shards may run on; `shards = "auto"` means one per core.
+fn cores() -> u32 {
+    core_affinity::get_core_ids()
+        .map(|c| c.len())
+        .unwrap_or(1)
+        .max(1) as u32
+}
+
 fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
     let result = match profile {
-        Some(p) => gapura_config::load_file(p),
-        None => gapura_config::compile_str(gapura_config::DEFAULT_PROFILE),
+        Some(p) => gapura_config::load_file_with(p, cores()),
+        None => gapura_config::compile_with(gapura_config::DEFAULT_PROFILE, cores()),
     };
     result.map_err(|errors| {
         let name = profile
@@ -106,11 +114,15 @@ fn start(
         .generation
         .store(cell.generation(), Ordering::Relaxed);
 
-    let mut per_shard: Vec<Vec<(std::net::SocketAddr, std::net::TcpListener)>> =
+    let verify_threads = (cores.len() / 4).max(1);
+    let verifier = crate::verify::Pool::start(verify_threads)
+        .map_err(|e| format!("verification pool: {e}"))?;
+    let mut per_shard: Vec<Vec<(std::net::SocketAddr, std::net::TcpListener, bool)>> =
         (0..shard_count).map(|_| Vec::new()).collect();
     for group in groups {
+        let proxy_protocol = settings.proxy_protocol.contains(&group.requested);
         for (i, sock) in group.sockets.into_iter().enumerate() {
-            per_shard[i].push((group.addr, sock));
+            per_shard[i].push((group.addr, sock, proxy_protocol));
         }
         log!(
             "listening on http://{} ({} shards, steering {})",
@@ -140,6 +152,7 @@ fn start(
             board: board.clone(),
             id_prefix,
             key_seed,
+            verifier: verifier.clone(),
         };
         let tx = tx.clone();
         let handle = std::thread::Builder::new()

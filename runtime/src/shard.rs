@@ -35,7 +35,8 @@ pub struct ShardSpec {
     pub id: usize,
     pub core: Option<core_affinity::CoreId>,
     pub driver: Driver,
-    pub listeners: Vec<(SocketAddr, std::net::TcpListener)>,
+    /// Each listener with whether it expects a PROXY header.
+    pub listeners: Vec<(SocketAddr, std::net::TcpListener, bool)>,
     pub cell: Arc<SnapshotCell>,
     pub stats: Arc<ShardStats>,
     pub control: Arc<Control>,
@@ -44,6 +45,7 @@ pub struct ShardSpec {
     pub id_prefix: u32,
     /// Per-process random seed of the gate's keyed hashes.
     pub key_seed: [u8; 16],
+    pub verifier: Arc<dyn gapura_http::server::verify::VerifyPool>,
 }
 
 /// What a shard reports once it is serving (or why it could not).
@@ -112,22 +114,25 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
             return;
         }
     };
-    let shard = Rc::new(Shard::new(
-        spec.id,
-        Box::new(Feed(spec.cell.clone())),
-        first,
-        spec.stats.clone(),
-        spec.board.clone(),
-        spec.id_prefix,
-        gate,
-    ));
+    let shard = Rc::new(
+        Shard::new(
+            spec.id,
+            Box::new(Feed(spec.cell.clone())),
+            first,
+            spec.stats.clone(),
+            spec.board.clone(),
+            spec.id_prefix,
+            gate,
+        )
+        .with_verifier(spec.verifier.clone()),
+    );
     let mut listeners = Vec::new();
-    for (addr, std_listener) in spec.listeners {
+    for (addr, std_listener, proxy_protocol) in spec.listeners {
         let setup = std_listener
             .set_nonblocking(legacy)
             .and_then(|_| TcpListener::from_std(std_listener));
         match setup {
-            Ok(l) => listeners.push(l),
+            Ok(l) => listeners.push((l, proxy_protocol)),
             Err(e) => {
                 let _ = started.send(Err(format!("shard {}: listener {addr}: {e}", spec.id)));
                 return;
@@ -151,8 +156,8 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         }
     });
     let mut accepting = Vec::new();
-    for l in listeners {
-        accepting.push(monoio::spawn(accept_loop(l, shard.clone())));
+    for (l, proxy_protocol) in listeners {
+        accepting.push(monoio::spawn(accept_loop(l, shard.clone(), proxy_protocol)));
     }
     // Wait for the drain signal.
     while !spec.control.draining.load(Ordering::Acquire) {
@@ -176,7 +181,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
 }
 
 /// Accepts until the shard drains; the listener closes when this returns.
-async fn accept_loop(listener: TcpListener, shard: Rc<Shard>) {
+async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, proxy_protocol: bool) {
     let mut error_logged = false;
     while !shard.is_draining() {
         let accepted =
@@ -190,7 +195,7 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>) {
                     drop(stream);
                     continue;
                 }
-                monoio::spawn(serve(stream, peer, shard.clone()));
+                monoio::spawn(serve(stream, peer, shard.clone(), proxy_protocol));
             }
             Ok(Err(e)) => {
                 // EMFILE/ENFILE and friends: back off instead of spinning.

@@ -14,15 +14,19 @@
 //! write timeout each write. A timed-out connection is closed.
 
 use super::stats::ErrorKind;
+use super::verify::VerifyPool;
 use super::{Lines, Shard};
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{
     header_buf, parse_head, BodyFraming, HeadError, Method, Parse, ParsedHead,
 };
 use crate::upstream::request::{write_request_head, Forwarding};
+use gapura_gate::access::line::Ticket;
+use gapura_gate::access::VerifyJob;
 use gapura_gate::answer::{end_head, WriteCtx};
-use gapura_gate::chain::{NoTrace, Request};
+use gapura_gate::chain::{NoTrace, Request, Start};
 use gapura_gate::client::Peer;
+use gapura_gate::custom_pages::PageVars;
 use gapura_gate::limits::{RequestLimits, OUTER_MAX_HEAD_BYTES};
 use gapura_gate::pages::RetryPage;
 use gapura_gate::quota::QuotaTicket;
@@ -35,6 +39,7 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -52,6 +57,10 @@ const LINGER_BYTES: usize = 256 * 1024;
 const LINGER_MS: u64 = 1000;
 
 const CONTINUE_100: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+/// Longest wait for a password check before answering 429.
+const VERIFY_MAX_WAIT_MS: u64 = 10_000;
+/// How often a waiting connection looks for its check's result.
+const VERIFY_POLL_MS: u64 = 3;
 
 /// Why a connection ended (for counters; never shown to the peer).
 #[derive(Debug)]
@@ -80,10 +89,32 @@ pub(super) struct Conn {
     busy: bool,
     pub(super) served: u64,
     head_deadline: Option<Instant>,
+    /// How the head in the buffer resumes after a password check.
+    resume: Option<Resume>,
+    /// The peer the gate sees: the TCP peer, or a trusted PROXY header's source.
+    pub(super) client_peer: Peer,
+}
+
+/// The outcome of a password check, for the head decided again.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Resume {
+    Passed {
+        list: u32,
+        generation: u64,
+    },
+    Failed {
+        list: u32,
+        generation: u64,
+    },
+    /// The line was full or the wait ran out: 429, Retry-After 1.
+    Busy {
+        list: u32,
+        generation: u64,
+    },
 }
 
 /// Serves one accepted connection until it ends. Never panics on input.
-pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>) {
+pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_protocol: bool) {
     let _ = stream.set_nodelay(true);
     shard.stats.connections_accepted.inc();
     shard.open.set(shard.open.get() + 1);
@@ -99,8 +130,13 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>) {
         busy: false,
         served: 0,
         head_deadline: None,
+        resume: None,
+        client_peer: Peer::tcp(peer.ip()),
     };
-    let end = conn.run().await;
+    let end = match conn.accept(proxy_protocol).await {
+        Ok(()) => conn.run().await,
+        Err(end) => end,
+    };
     conn.set_busy(false);
     match end {
         End::Done => {}
@@ -134,6 +170,44 @@ impl Conn {
         }
     }
 
+    /// Connection-level checks before the first request: the PROXY header
+    /// on listeners that expect one (from trusted peers only; anyone else's
+    /// bytes are read as HTTP), then the server's access list on the address.
+    async fn accept(&mut self, proxy_protocol: bool) -> Result<(), End> {
+        let snap = self.shard.snapshot();
+        let tcp_ip = self.peer.ip();
+        if proxy_protocol && snap.gate.client.proxy_protocol_trusted(tcp_ip) {
+            let deadline = Instant::now() + Duration::from_millis(snap.server.header_timeout_ms);
+            loop {
+                match gapura_gate::proxyproto::parse(&self.rbuf) {
+                    Ok(Some((header, used))) => {
+                        match snap.gate.client.accept_proxy_header(tcp_ip, &header) {
+                            Some(peer) => self.client_peer = peer,
+                            None => return Err(End::Error(ErrorKind::BadRequest)),
+                        }
+                        self.pos = used;
+                        break;
+                    }
+                    Ok(None) => match self.read_more(deadline).await {
+                        Ok(n) if n > 0 => {}
+                        Ok(_) | Err(ReadFail::Io) => return Err(End::Error(ErrorKind::Io)),
+                        Err(ReadFail::Timeout) => return Err(End::Error(ErrorKind::HeaderTimeout)),
+                    },
+                    Err(_) => return Err(End::Error(ErrorKind::BadRequest)),
+                }
+            }
+        }
+        if let Some(i) = snap.gate.accept_list {
+            if let Some(list) = snap.gate.access_lists.get(i as usize) {
+                if list.address_only_verdict(self.client_peer.addr()).is_some() {
+                    self.shard.stats.accept_drops.inc();
+                    return Err(End::Done);
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn run(&mut self) -> End {
         loop {
             let mut headers = header_buf();
@@ -159,28 +233,119 @@ impl Conn {
                 }
                 Parse::Complete(head, lines) => {
                     let snap = self.shard.snapshot();
-                    self.shard.stats.requests.inc();
-                    self.served += 1;
+                    let resume = self.resume.take();
+                    if resume.is_none() {
+                        self.shard.stats.requests.inc();
+                        self.served += 1;
+                    }
                     let plan = prepare(
                         Prep {
                             shard: &self.shard,
                             buf: &self.rbuf[self.pos..],
                             wbuf: &mut self.wbuf,
                             ubuf: &mut self.ubuf,
-                            peer: self.peer,
+                            peer: self.client_peer,
+                            resume,
                         },
                         &snap,
                         &head,
                         lines,
                     );
-                    self.pos += head.head_len;
                     self.set_busy(true);
                     self.head_deadline = None;
-                    if let Err(end) = self.execute(&snap, &head, plan).await {
-                        return end;
+                    match plan {
+                        Plan::Verify { job, list } => {
+                            // The head stays in the buffer: it is decided
+                            // again once the password is checked.
+                            if let Err(end) = self.verify(job, list, snap.generation).await {
+                                return end;
+                            }
+                            continue;
+                        }
+                        Plan::Drop => {
+                            self.shard.stats.gate_drops.inc();
+                            return End::Done;
+                        }
+                        plan => {
+                            self.pos += head.head_len;
+                            if let Err(end) = self.execute(&snap, &head, plan).await {
+                                return end;
+                            }
+                        }
                     }
                 }
             }
+        }
+    }
+
+    /// Runs a password check on the verification pool and records how the
+    /// request resumes. Polls every few milliseconds, watching for the
+    /// client going away; the line's place is given back however it ends.
+    async fn verify(&mut self, job: Box<VerifyJob>, list: u32, generation: u64) -> Result<(), End> {
+        if !self.wbuf.is_empty() {
+            self.flush().await?;
+        }
+        let shard = self.shard.clone();
+        let Some(pool) = shard.verifier.clone() else {
+            self.resume = Some(Resume::Busy { list, generation });
+            return Ok(());
+        };
+        let cache_key = job.cache_key();
+        let ticket = match pool.submit(*job, shard.now_ms()) {
+            Ok(t) => t,
+            Err(_) => {
+                self.resume = Some(Resume::Busy { list, generation });
+                return Ok(());
+            }
+        };
+        struct Place<'a> {
+            pool: &'a dyn VerifyPool,
+            ticket: Option<Ticket>,
+        }
+        impl Drop for Place<'_> {
+            fn drop(&mut self) {
+                if let Some(t) = self.ticket.take() {
+                    self.pool.cancel(t);
+                }
+            }
+        }
+        let mut place = Place {
+            pool: &*pool,
+            ticket: Some(ticket),
+        };
+        let deadline = Instant::now() + Duration::from_millis(VERIFY_MAX_WAIT_MS);
+        loop {
+            if let Some(result) = pool.poll(ticket) {
+                place.ticket = None;
+                if result.is_ok() {
+                    let now_ms = shard.now_ms();
+                    shard
+                        .gate
+                        .borrow_mut()
+                        .verify_cache
+                        .insert(cache_key, now_ms);
+                    self.resume = Some(Resume::Passed { list, generation });
+                } else {
+                    if let Some(c) = shard
+                        .gate
+                        .borrow_mut()
+                        .access_counters
+                        .get_mut(list as usize)
+                    {
+                        c.verify_failures += 1;
+                    }
+                    self.resume = Some(Resume::Failed { list, generation });
+                }
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                self.resume = Some(Resume::Busy { list, generation });
+                return Ok(());
+            }
+            if super::forward::peer_closed(self.stream.as_raw_fd()) {
+                return Err(End::Error(ErrorKind::Io));
+            }
+            monoio::time::sleep(Duration::from_millis(VERIFY_POLL_MS)).await;
         }
     }
 
@@ -336,6 +501,7 @@ impl Conn {
         };
         let (end, status, resp_start, limits, _leases) = match plan {
             Plan::RefuseClose(kind) => return Err(self.close_after_refusal(kind).await),
+            Plan::Drop | Plan::Verify { .. } => return Err(End::Done),
             Plan::Forward {
                 route,
                 group,
@@ -395,6 +561,7 @@ impl Conn {
             LocalEnd::RateLimited(page, retry_after_s) => {
                 page.write_into(&mut self.wbuf, retry_after_s, &ctx)
             }
+            LocalEnd::Written => {}
         }
         self.shard.stats.response(status);
         if close {
@@ -505,7 +672,8 @@ pub(super) struct Prep<'a> {
     pub buf: &'a [u8],
     pub wbuf: &'a mut Vec<u8>,
     pub ubuf: &'a mut Vec<u8>,
-    pub peer: SocketAddr,
+    pub peer: Peer,
+    pub resume: Option<Resume>,
 }
 
 /// What a request's head decided, to be carried out once the borrows of
@@ -522,6 +690,12 @@ pub(super) enum Plan<'s> {
     },
     /// A refusal written whole; close now.
     RefuseClose(ErrorKind),
+    /// Close without an answer.
+    Drop,
+    /// Check a password off the shard, then decide the head again.
+    /// Boxed: the job carries a copy of the password, far larger than the
+    /// other plans, and this path is about to wait for PBKDF2 anyway.
+    Verify { job: Box<VerifyJob>, list: u32 },
     /// The upstream head is in `ubuf`.
     Forward {
         route: &'s Route,
@@ -553,6 +727,8 @@ pub(super) enum LocalEnd<'s> {
     HeadOnly,
     /// The whole 429 with its Retry-After (nothing was written before).
     RateLimited(&'s RetryPage, u32),
+    /// The answer is already written whole.
+    Written,
 }
 
 /// Decides a complete head and writes what can be written before its body.
@@ -569,7 +745,7 @@ pub(super) fn prepare<'s>(
     let path = &buf[head.path.clone()];
     let headers = Lines(lines);
     let req = Request {
-        peer: Peer::tcp(p.peer.ip()),
+        peer: p.peer,
         method: &buf[..buf.iter().position(|&b| b == b' ').unwrap_or(0)],
         host,
         target: &buf[head.target.clone()],
@@ -582,32 +758,92 @@ pub(super) fn prepare<'s>(
         },
         headers: &headers,
     };
+    let head_only = head.method == Method::Head;
+    let date = p.shard.date.line();
+    let resp_start = p.wbuf.len();
+    let close_now = head.close || p.shard.is_draining();
+    let whole_ctx = WriteCtx {
+        date_line: &date,
+        head_only,
+        close: close_now,
+        keep_alive_10: head.keep_alive_10 && !close_now,
+    };
+    // A head decided again after a password check.
+    let mut start = Start::Beginning;
+    match p.resume {
+        Some(Resume::Passed { list, generation }) if generation == snap.generation => {
+            start = Start::AfterAccess {
+                strip_authorization: snap
+                    .gate
+                    .access_lists
+                    .get(list as usize)
+                    .is_some_and(|l| !l.pass_credentials()),
+            };
+        }
+        Some(Resume::Failed { list, generation } | Resume::Busy { list, generation })
+            if generation == snap.generation =>
+        {
+            if let Some(l) = snap.gate.access_lists.get(list as usize) {
+                let busy = matches!(p.resume, Some(Resume::Busy { .. }));
+                let page = if busy {
+                    l.busy_page()
+                } else {
+                    l.challenge_page()
+                };
+                let answer = if head.wants_html {
+                    &page.html
+                } else {
+                    &page.text
+                };
+                answer.write_into(p.wbuf, &whole_ctx);
+                if busy {
+                    if let Some(c) = p
+                        .shard
+                        .gate
+                        .borrow_mut()
+                        .access_counters
+                        .get_mut(list as usize)
+                    {
+                        c.queue_refusals += 1;
+                    }
+                }
+                return Plan::Local {
+                    end: LocalEnd::Written,
+                    status: answer.status,
+                    resp_start,
+                    limits: snap.default_limits,
+                    ticket: None,
+                };
+            }
+        }
+        _ => {}
+    }
     let decision = {
         let mut gate = p.shard.gate.borrow_mut();
-        let now_ms = if snap.gate.uses_clock() {
+        let now_ms = if snap.gate.uses_clock() || !snap.gate.access_lists.is_empty() {
             p.shard.now_ms()
         } else {
             0
         };
         gate.adopt(snap, now_ms);
         let mut scratch = p.shard.scratch.borrow_mut();
-        snap.decide(&req, &mut gate, now_ms, &mut scratch, &mut NoTrace)
+        snap.decide_from(&req, &mut gate, now_ms, &mut scratch, &mut NoTrace, start)
     };
     let ticket = decision.ticket;
-    let head_only = head.method == Method::Head;
-    let date = p.shard.date.line();
-    let resp_start = p.wbuf.len();
+    let entry = decision.host.map(|id| &snap.entries[id as usize]);
+    let custom = entry.and_then(|e| e.extras.pages.as_ref());
     let (end, status) = match decision.verdict {
         Verdict::Forward(route, group) => {
             p.ubuf.clear();
             let fwd = Forwarding {
-                client: p.peer.ip(),
+                client: p.peer.addr(),
                 proto: "http",
                 host,
                 path,
                 host_header: &group.host_header,
                 request_id: route.request_id,
                 upgrade: head.upgrade && route.websocket,
+                strip_authorization: decision.strip_authorization,
             };
             let raw = &buf[..head.head_len];
             if write_request_head(raw, lines, &fwd, p.ubuf, &mut |o| {
@@ -633,6 +869,46 @@ pub(super) fn prepare<'s>(
             r.write_start(p.wbuf, &buf[head.path.clone()], &date);
             (LocalEnd::HeadOnly, r.status)
         }
+        Verdict::Drop => return Plan::Drop,
+        Verdict::Verify(list) => match decision.job {
+            Some(job) => {
+                return Plan::Verify {
+                    job: Box::new(job),
+                    list,
+                }
+            }
+            // The chain hands a Verify on only with its job; without one,
+            // answer as a failed check would.
+            None => {
+                let page = snap.gate.access_lists[list as usize].challenge_page();
+                let answer = if head.wants_html {
+                    &page.html
+                } else {
+                    &page.text
+                };
+                answer.write_into(p.wbuf, &whole_ctx);
+                (LocalEnd::Written, answer.status)
+            }
+        },
+        Verdict::Challenge(page) => {
+            let answer = if head.wants_html {
+                &page.html
+            } else {
+                &page.text
+            };
+            answer.write_into(p.wbuf, &whole_ctx);
+            (LocalEnd::Written, answer.status)
+        }
+        Verdict::Maintenance(m) => {
+            let id = p.shard.request_id();
+            let vars = PageVars {
+                request_id: &id,
+                host: host.unwrap_or(b""),
+                cf_ray: b"",
+            };
+            m.write_into(p.wbuf, head.wants_html, &vars, &whole_ctx);
+            (LocalEnd::Written, m.status())
+        }
         Verdict::Refuse(ErrorStatus::TooManyRequests) if decision.retry_after_s > 0 => (
             LocalEnd::RateLimited(
                 snap.pages.rate_limited(head.wants_html),
@@ -641,14 +917,35 @@ pub(super) fn prepare<'s>(
             429,
         ),
         Verdict::Refuse(s) => {
-            let page = snap.pages.get(s, head.wants_html);
-            if is_limit(s) {
-                page.write_into(p.wbuf, &close_ctx(&date, head_only));
-                p.shard.stats.response(s.code());
-                return Plan::RefuseClose(ErrorKind::Limit);
+            let custom_page = if head.wants_html {
+                custom.and_then(|c| c.get(s))
+            } else {
+                None
+            };
+            if let Some(cp) = custom_page {
+                let id = p.shard.request_id();
+                let vars = PageVars {
+                    request_id: &id,
+                    host: host.unwrap_or(b""),
+                    cf_ray: b"",
+                };
+                if is_limit(s) {
+                    cp.write_into(p.wbuf, &vars, b"", &close_ctx(&date, head_only));
+                    p.shard.stats.response(s.code());
+                    return Plan::RefuseClose(ErrorKind::Limit);
+                }
+                cp.write_into(p.wbuf, &vars, b"", &whole_ctx);
+                (LocalEnd::Written, s.code())
+            } else {
+                let page = snap.pages.get(s, head.wants_html);
+                if is_limit(s) {
+                    page.write_into(p.wbuf, &close_ctx(&date, head_only));
+                    p.shard.stats.response(s.code());
+                    return Plan::RefuseClose(ErrorKind::Limit);
+                }
+                page.write_start(p.wbuf, &date);
+                (LocalEnd::Answer(page), s.code())
             }
-            page.write_start(p.wbuf, &date);
-            (LocalEnd::Answer(page), s.code())
         }
     };
     Plan::Local {

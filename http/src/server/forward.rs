@@ -101,7 +101,7 @@ async fn connect(server: &UpstreamServer, timeout_ms: u64) -> std::io::Result<Tc
 }
 
 /// Whether the peer closed `fd` (EOF waiting), without consuming data.
-fn peer_closed(fd: i32) -> bool {
+pub(super) fn peer_closed(fd: i32) -> bool {
     let mut b = [0u8; 1];
     // SAFETY: a one-byte peek into a stack buffer on a socket we own.
     let n = unsafe {

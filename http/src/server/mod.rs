@@ -5,6 +5,7 @@ pub mod date;
 mod forward;
 pub mod stats;
 mod tunnel;
+pub mod verify;
 
 use crate::upstream::{HealthBoard, Upstreams};
 use gapura_gate::chain::GateState;
@@ -54,13 +55,15 @@ pub struct Shard {
     /// The gate's tables (quotas, rate buckets) and counters of this shard.
     pub gate: RefCell<GateState>,
     started: monoio::time::Instant,
+    /// Where password checks run (none: every check answers 429).
+    pub verifier: Option<Arc<dyn verify::VerifyPool>>,
 }
 
 /// Request header lines as the gate reads them: every line of a name.
 pub struct Lines<'a, 'b>(pub &'a [httparse::Header<'b>]);
 
 impl HeaderLines for Lines<'_, '_> {
-    fn lines<'x>(&'x self, name: &'x str) -> impl Iterator<Item = &'x [u8]> + 'x {
+    fn lines<'x>(&'x self, name: &'x str) -> impl Iterator<Item = &'x [u8]> + Clone + 'x {
         self.0
             .iter()
             .filter(move |h| h.name.eq_ignore_ascii_case(name))
@@ -95,7 +98,35 @@ impl Shard {
             scratch: RefCell::new(Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES])),
             gate: RefCell::new(gate),
             started: monoio::time::Instant::now(),
+            verifier: None,
         }
+    }
+
+    /// Sets the verification pool (at start).
+    pub fn with_verifier(mut self, pool: Arc<dyn verify::VerifyPool>) -> Shard {
+        self.verifier = Some(pool);
+        self
+    }
+
+    /// A fresh request id as 24 hex digits, for pages. No allocation.
+    pub fn request_id(&self) -> [u8; 24] {
+        let mut out = [0u8; 24];
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let n = self.id_counter.get().wrapping_add(1);
+        self.id_counter.set(n);
+        let parts = [
+            (u64::from(self.id_prefix), 8usize),
+            (self.id as u64 & 0xffff, 4),
+            (n & 0xffff_ffff_ffff, 12),
+        ];
+        let mut at = 0;
+        for (v, digits) in parts {
+            for i in (0..digits).rev() {
+                out[at] = HEX[((v >> (i * 4)) & 0xf) as usize];
+                at += 1;
+            }
+        }
+        out
     }
 
     /// Milliseconds since the shard started: the gate's clock.
@@ -114,6 +145,24 @@ impl Shard {
         }
         self.stats.quota_shadow.set(gate.counters.quota_shadow);
         self.stats.quota_exempt.set(gate.counters.quota_exempt);
+        fn zip<C: Copy>(names: &[String], v: &[C]) -> Vec<(String, C)> {
+            names.iter().cloned().zip(v.iter().copied()).collect()
+        }
+        let blocks = stats::BlockStats {
+            rule_sets: zip(gate.rule_set_names(), &gate.rule_counters),
+            access_lists: zip(gate.access_list_names(), &gate.access_counters),
+            maintenance: gate
+                .host_names()
+                .iter()
+                .cloned()
+                .zip(gate.maintenance_counters.iter().copied())
+                .filter(|(_, c)| *c != Default::default())
+                .collect(),
+            robots_served: gate.counters.robots_served,
+        };
+        if let Ok(mut b) = self.stats.blocks.lock() {
+            *b = blocks;
+        }
     }
 
     /// Writes a new request id: 24 hex digits, unique per process run

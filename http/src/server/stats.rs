@@ -104,8 +104,15 @@ pub struct ShardStats {
     pub quota_shadow: Counter,
     /// Requests exempt from quotas (`robots.txt`).
     pub quota_exempt: Counter,
+    /// Requests closed without an answer by a `drop` rule or list.
+    pub gate_drops: Counter,
+    /// Connections closed at accept by the server's access list.
+    pub accept_drops: Counter,
     /// Socket writes of responses (pipelined answers ready together share one).
     pub writes: Counter,
+    /// Per-list and per-set counters, copied by the shard's ticker once a
+    /// second (the lock is taken by the ticker and the admin thread only).
+    pub blocks: std::sync::Mutex<BlockStats>,
     /// The snapshot generation this shard serves.
     pub snapshot_generation: Counter,
 }
@@ -127,4 +134,13 @@ impl ShardStats {
             .get()
             .saturating_sub(self.connections_closed.get())
     }
+}
+
+/// Counters of named blocks, keyed by the names in the profile.
+#[derive(Clone, Debug, Default)]
+pub struct BlockStats {
+    pub rule_sets: Vec<(String, gapura_gate::ruleset::RuleSetCounters)>,
+    pub access_lists: Vec<(String, gapura_gate::chain::AccessCounters)>,
+    pub maintenance: Vec<(String, gapura_gate::maintenance::MaintenanceCounters)>,
+    pub robots_served: u64,
 }

@@ -28,6 +28,8 @@ pub struct Forwarding<'a> {
     pub request_id: RequestId,
     /// Forward `Upgrade` and say `Connection: upgrade`.
     pub upgrade: bool,
+    /// Remove `Authorization` (an access list took the credentials).
+    pub strip_authorization: bool,
 }
 
 fn is_hop_by_hop(name: &[u8]) -> bool {
@@ -94,6 +96,9 @@ pub fn write_request_head(
         }
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
             // Appended to below, after the client's own entries.
+            continue;
+        }
+        if fwd.strip_authorization && name.eq_ignore_ascii_case(b"authorization") {
             continue;
         }
         if name.eq_ignore_ascii_case(b"x-request-id") {
@@ -171,6 +176,7 @@ mod tests {
             host_header,
             request_id,
             upgrade,
+            strip_authorization: false,
         }
     }
 

@@ -1,0 +1,103 @@
+//! `gapura passwd`: makes a password hash line for a profile's users.
+//!
+//! The password comes from `GAPURA_PASSWORD` (for scripts) or is read from
+//! the terminal without echo (twice, and both must match) or from standard
+//! input when it is not a terminal. The hash is PBKDF2-SHA256 with a random
+//! salt from the kernel, in the format the access lists read.
+
+use gapura_gate::access::password::{
+    hash_password, DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS,
+};
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: gapura passwd [--iterations N]\n\
+  reads the password from GAPURA_PASSWORD, the terminal (no echo) or stdin,\n\
+  and prints a line for a user's `password` in a profile\n";
+
+fn read_hidden(prompt: &str) -> std::io::Result<String> {
+    let stdin = std::io::stdin();
+    let fd = 0;
+    // SAFETY: termios calls on our own standard input, restored below.
+    let mut old: libc::termios = unsafe { std::mem::zeroed() };
+    let is_tty = unsafe { libc::tcgetattr(fd, &mut old) } == 0;
+    if is_tty {
+        let mut quiet = old;
+        quiet.c_lflag &= !libc::ECHO;
+        unsafe { libc::tcsetattr(fd, libc::TCSANOW, &quiet) };
+    }
+    eprint!("{prompt}");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    let r = stdin.lock().read_line(&mut line);
+    if is_tty {
+        unsafe { libc::tcsetattr(fd, libc::TCSANOW, &old) };
+        eprintln!();
+    }
+    r?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_string())
+}
+
+fn salt() -> std::io::Result<[u8; 16]> {
+    let mut s = [0u8; 16];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut s)?;
+    Ok(s)
+}
+
+pub fn run(args: &[String]) -> ExitCode {
+    let mut iterations = DEFAULT_ITERATIONS;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--iterations" => match it.next().and_then(|v| v.parse().ok()) {
+                Some(n) if (MIN_ITERATIONS..=MAX_ITERATIONS).contains(&n) => iterations = n,
+                _ => {
+                    eprintln!("gapura passwd: --iterations must be {MIN_ITERATIONS} to {MAX_ITERATIONS}\n\n{USAGE}");
+                    return ExitCode::from(2);
+                }
+            },
+            _ => {
+                eprint!("gapura passwd: unknown argument {a}\n\n{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let password = match std::env::var("GAPURA_PASSWORD") {
+        Ok(p) => p,
+        Err(_) if std::io::stdin().is_terminal() => {
+            let first = read_hidden("password: ");
+            let second = read_hidden("again: ");
+            match (first, second) {
+                (Ok(a), Ok(b)) if a == b => a,
+                (Ok(_), Ok(_)) => {
+                    eprintln!("gapura passwd: the two passwords differ");
+                    return ExitCode::FAILURE;
+                }
+                _ => {
+                    eprintln!("gapura passwd: cannot read the password");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        Err(_) => match read_hidden("") {
+            Ok(p) => p,
+            Err(_) => {
+                eprintln!("gapura passwd: cannot read the password");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    if password.is_empty() {
+        eprintln!("gapura passwd: the password is empty");
+        return ExitCode::FAILURE;
+    }
+    let salt = match salt() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gapura passwd: no random salt: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", hash_password(password.as_bytes(), iterations, &salt));
+    ExitCode::SUCCESS
+}
