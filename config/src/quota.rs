@@ -43,6 +43,55 @@ pub(crate) struct CheckedQuota {
     pub operation_ids: HashMap<String, u16>,
     /// `quota.policy_slots` when written, for `rate_limit.slots.exhausted`.
     pub policy_slots_at: Option<Range<usize>>,
+    pub connections: Option<gapura_gate::policy::ConnectionLimits>,
+}
+
+/// `[quota.connections]`: connections open at once and new connections
+/// per second per source prefix, refused at accept.
+fn check_connections(
+    q: &RawQuota,
+    e: &mut Errors<'_>,
+) -> Option<gapura_gate::policy::ConnectionLimits> {
+    let c = q.connections.as_ref()?;
+    let concurrent = int_in(
+        e,
+        &c.concurrent,
+        "quota.connections.concurrent",
+        "quota.connections.concurrent.range",
+        (1, 1 << 20),
+    )
+    .map(|n| n as u32);
+    let per_second = int_in(
+        e,
+        &c.per_second,
+        "quota.connections.per_second",
+        "quota.connections.per_second.range",
+        (1, 1_000_000),
+    );
+    let burst = int_in(
+        e,
+        &c.burst,
+        "quota.connections.burst",
+        "quota.connections.burst.range",
+        (1, 1_048_575),
+    );
+    let mode = choice(
+        e,
+        &c.mode,
+        "quota.connections.mode",
+        "quota.connections.mode.invalid",
+        &[("enforce", Mode::Enforce), ("shadow", Mode::Shadow)],
+        Mode::Enforce,
+    );
+    let rate = per_second.and_then(|r| {
+        let burst = burst.unwrap_or(r).min(1_048_575) as u32;
+        gapura_gate::quota::RatePolicy::per_second(r as u64, burst).ok()
+    });
+    Some(gapura_gate::policy::ConnectionLimits {
+        concurrent,
+        rate,
+        mode,
+    })
 }
 
 /// `[a-z0-9_-]{1,64}`: the names of operations and rate limits.
@@ -128,7 +177,9 @@ pub(crate) fn check_quota(q: &RawQuota, shards: u32, e: &mut Errors<'_>) -> Chec
     if op_limits.iter().any(|o| *o != OperationLimits::default()) {
         limits.operations = op_limits.into_boxed_slice();
     }
+    let connections = check_connections(q, e);
     CheckedQuota {
+        connections,
         sizes,
         limits,
         mode,

@@ -32,6 +32,17 @@ pub(crate) struct RawQuota {
     pub identity: Option<RawIdentityBudget>,
     #[serde(default)]
     pub operation: Vec<Spanned<RawOperation>>,
+    pub connections: Option<RawConnections>,
+}
+
+/// `[quota.connections]`: per source prefix, checked at accept.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConnections {
+    pub concurrent: Opt<i64>,
+    pub per_second: Opt<i64>,
+    pub burst: Opt<i64>,
+    pub mode: Opt<String>,
 }
 
 /// `[quota.global]`: requests per window and requests running, on the shard.

@@ -72,6 +72,7 @@ pub(crate) fn check(raw: &RawProfile, cores: u32, errors: &mut Errors<'_>) -> Ch
         rate_limits: rates.defs,
         rate_pairs,
         operations: quota.operations,
+        connections: quota.connections,
         ..GatePolicy::default()
     };
     Checked {

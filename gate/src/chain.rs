@@ -205,7 +205,31 @@ pub struct GateState {
     host_names: Vec<String>,
     pub verify_cache: VerifyCache,
     pub cache_keyer: CacheKeyer,
+    /// Accept-time tables: open connections and new connections per prefix.
+    conn_leases: crate::quota::LeaseTable,
+    conn_rate: crate::quota::RateTable,
+    pub connection_counters: ConnectionCounters,
 }
+
+/// Accept-time refusals on one shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionCounters {
+    pub refused_concurrent: u64,
+    pub refused_rate: u64,
+    pub shadow_hits: u64,
+}
+
+/// Which accept-time limit refused a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectionRefusal {
+    Concurrent,
+    Rate,
+}
+
+/// A connection's hold on its prefix's concurrency: give it back with
+/// [`GateState::release_connection`] when the connection ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionToken(crate::quota::LeaseToken);
 
 impl GateState {
     /// Tables sized by `sizes` (allocates, once per shard), keys seeded by
@@ -231,6 +255,10 @@ impl GateState {
             host_names: Vec::new(),
             verify_cache: VerifyCache::with_capacity(crate::access::cache::DEFAULT_CAPACITY),
             cache_keyer: CacheKeyer::new(&secret),
+            conn_leases: crate::quota::LeaseTable::new(sizes.max_leases, sizes.lease_keys, 0),
+            conn_rate: crate::quota::RateTable::new((sizes.rate_entries / 16).max(1024))
+                .map_err(|_| SizeError::RateEntries)?,
+            connection_counters: ConnectionCounters::default(),
         })
     }
 
@@ -313,6 +341,71 @@ impl GateState {
 
     pub fn host_names(&self) -> &[String] {
         &self.host_names
+    }
+
+    /// Admits a new connection from `addr` under the snapshot's connection
+    /// limits: `Ok(Some(token))` holds a concurrency place, `Ok(None)` means
+    /// nothing is counted, `Err` says which limit refused (close it now).
+    /// O(probe), no allocation.
+    pub fn admit_connection(
+        &mut self,
+        limits: Option<&crate::policy::ConnectionLimits>,
+        addr: IpAddr,
+        now_ms: u64,
+    ) -> Result<Option<ConnectionToken>, ConnectionRefusal> {
+        let Some(l) = limits else {
+            return Ok(None);
+        };
+        let shadow = l.mode == Mode::Shadow;
+        if let Some(policy) = &l.rate {
+            let key = self.keyer.source(
+                crate::quota::Domain::ConnectionRate,
+                addr,
+                SourcePrefix::BUDGET,
+            );
+            let slot = Slot::new(1).expect("1 is a slot");
+            if !self
+                .conn_rate
+                .try_acquire(policy, slot, key, now_ms)
+                .allowed
+            {
+                if shadow {
+                    self.connection_counters.shadow_hits += 1;
+                } else {
+                    self.connection_counters.refused_rate += 1;
+                    return Err(ConnectionRefusal::Rate);
+                }
+            }
+        }
+        if let Some(n) = l.concurrent {
+            let key = self.keyer.source(
+                crate::quota::Domain::ConnectionLease,
+                addr,
+                SourcePrefix::BUDGET,
+            );
+            let per_key = crate::quota::Budget::new(n.max(1), n.max(1)).ok();
+            let limits = crate::quota::LeaseLimits {
+                global: None,
+                per_key,
+            };
+            match self
+                .conn_leases
+                .acquire(crate::quota::Class::Normal, &limits, key, None)
+            {
+                Ok(t) => return Ok(Some(ConnectionToken(t))),
+                Err(_) if shadow => self.connection_counters.shadow_hits += 1,
+                Err(_) => {
+                    self.connection_counters.refused_concurrent += 1;
+                    return Err(ConnectionRefusal::Concurrent);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Gives a connection's place back. A second release does nothing.
+    pub fn release_connection(&mut self, token: ConnectionToken) {
+        let _ = self.conn_leases.release(token.0);
     }
 
     /// Sweeps retired rate slots, expired windows; bounded work per call.

@@ -71,6 +71,19 @@ pub struct GatePolicy {
     /// The list checked at accept: an address it drops or denies is closed
     /// before any byte is read (the address side only).
     pub accept_list: Option<u32>,
+    /// Connections per source prefix, checked at accept.
+    pub connections: Option<ConnectionLimits>,
+}
+
+/// Limits on connections per source prefix (IPv4 /24, IPv6 /56), checked
+/// at accept before any byte is read: a refused connection is closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections open at once per prefix.
+    pub concurrent: Option<u32>,
+    /// New connections per prefix (a token bucket).
+    pub rate: Option<RatePolicy>,
+    pub mode: Mode,
 }
 
 impl Default for GatePolicy {
@@ -88,6 +101,7 @@ impl Default for GatePolicy {
             rule_sets: Vec::new(),
             rule_set_names: Vec::new(),
             accept_list: None,
+            connections: None,
         }
     }
 }

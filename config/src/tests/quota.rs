@@ -399,3 +399,34 @@ fn operations_need_unique_valid_names_and_at_most_sixty_four() {
     assert!(c.snapshot.gate.quota.operations.is_empty());
     assert!(!c.snapshot.gate.has_budgets());
 }
+
+#[test]
+fn connection_limits_compile_and_refuse_values_out_of_range() {
+    let c = ok("[quota.connections]\nconcurrent = 64\nper_second = 20\nburst = 40\n");
+    let l = c.snapshot.gate.connections.expect("connection limits");
+    assert_eq!(l.concurrent, Some(64));
+    let rate = l.rate.expect("a connection rate");
+    assert_eq!((rate.requests(), rate.burst()), (20, 40));
+    assert_eq!(l.mode, Mode::Enforce);
+    assert!(ok(HOST).snapshot.gate.connections.is_none());
+    let cases: [(&str, &str, &str); 5] = [
+        ("concurrent", "0", "quota.connections.concurrent.range"),
+        ("per_second", "0", "quota.connections.per_second.range"),
+        (
+            "per_second",
+            "1000001",
+            "quota.connections.per_second.range",
+        ),
+        ("burst", "1048576", "quota.connections.burst.range"),
+        ("mode", "\"soft\"", "quota.connections.mode.invalid"),
+    ];
+    for (field, value, code) in cases {
+        let src = format!("[quota.connections]\n{field} = {value}\n");
+        let column = field.len() as u32 + 4;
+        assert_eq!(
+            one(&src),
+            at(code, &format!("quota.connections.{field}"), 2, column),
+            "{field} = {value}"
+        );
+    }
+}

@@ -93,6 +93,8 @@ pub(super) struct Conn {
     resume: Option<Resume>,
     /// The peer the gate sees: the TCP peer, or a trusted PROXY header's source.
     pub(super) client_peer: Peer,
+    /// The connection's place in its prefix's concurrency limit.
+    connection_token: Option<gapura_gate::chain::ConnectionToken>,
 }
 
 /// The outcome of a password check, for the head decided again.
@@ -132,6 +134,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
         head_deadline: None,
         resume: None,
         client_peer: Peer::tcp(peer.ip()),
+        connection_token: None,
     };
     let end = match conn.accept(proxy_protocol).await {
         Ok(()) => conn.run().await,
@@ -144,9 +147,23 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
         End::Error(kind) => shard.stats.error(kind),
         End::Upgrade(upstream, pending) => {
             let client_pending = conn.rbuf.split_off(conn.pos);
+            let token = conn.connection_token.take();
             let idle_ms = shard.snapshot().server.idle_timeout_ms;
             shard.stats.upgrades.inc();
             super::tunnel::tunnel(conn.stream, client_pending, upstream, pending, idle_ms).await;
+            if let Some(t) = token {
+                if let Ok(mut gate) = shard.gate.try_borrow_mut() {
+                    gate.release_connection(t);
+                }
+            }
+            shard.open.set(shard.open.get() - 1);
+            shard.stats.connections_closed.inc();
+            return;
+        }
+    }
+    if let Some(t) = conn.connection_token.take() {
+        if let Ok(mut gate) = shard.gate.try_borrow_mut() {
+            gate.release_connection(t);
         }
     }
     shard.open.set(shard.open.get() - 1);
@@ -195,6 +212,18 @@ impl Conn {
                     },
                     Err(_) => return Err(End::Error(ErrorKind::BadRequest)),
                 }
+            }
+        }
+        let now_ms = self.shard.now_ms();
+        match self.shard.gate.borrow_mut().admit_connection(
+            snap.gate.connections.as_ref(),
+            self.client_peer.addr(),
+            now_ms,
+        ) {
+            Ok(token) => self.connection_token = token,
+            Err(_) => {
+                self.shard.stats.connections_refused.inc();
+                return Err(End::Done);
             }
         }
         if let Some(i) = snap.gate.accept_list {
