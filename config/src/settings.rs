@@ -59,4 +59,6 @@ pub enum Steering {
     Source,
     /// The kernel's SO_REUSEPORT hash.
     Kernel,
+    /// By source prefix (IPv4 /24, IPv6 /56): prefix budgets are exact too.
+    Prefix,
 }

@@ -135,7 +135,11 @@ fn check_server(
         &s.steering,
         "server.steering",
         "server.steering.invalid",
-        &[("source", Steering::Source), ("kernel", Steering::Kernel)],
+        &[
+            ("source", Steering::Source),
+            ("prefix", Steering::Prefix),
+            ("kernel", Steering::Kernel),
+        ],
         d.steering,
     );
     let (listen, proxy_protocol, proxy_listener) = check_listen(s, &d, e);

@@ -21,6 +21,7 @@ const SKF_NET_OFF: i32 = -0x10_0000;
 const BPF_LD_W_ABS: u16 = 0x20;
 const BPF_ALU_MOD_K: u16 = 0x04 | 0x90;
 const BPF_ALU_XOR_X: u16 = 0x04 | 0xa0 | 0x08;
+const BPF_ALU_AND_K: u16 = 0x04 | 0x50;
 const BPF_MISC_TAX: u16 = 0x07;
 const BPF_RET_A: u16 = 0x06 | 0x10;
 
@@ -33,29 +34,33 @@ fn op(code: u16, k: u32) -> libc::sock_filter {
     }
 }
 
-/// The steering program for one group of `shards` sockets.
-pub fn steering_program(ipv6: bool, shards: u32) -> Vec<libc::sock_filter> {
+/// The steering program for one group of `shards` sockets: by the whole
+/// IPv4 address and the IPv6 /64, or with `prefix` by the IPv4 /24 and the
+/// IPv6 /56 (the source-prefix budgets' partition).
+pub fn steering_program(ipv6: bool, shards: u32, prefix: bool) -> Vec<libc::sock_filter> {
+    let mut p = Vec::with_capacity(7);
     if ipv6 {
-        // The /64: words at +8 and +12 of the IPv6 header, xored.
-        vec![
-            op(BPF_LD_W_ABS, (SKF_NET_OFF + 8) as u32),
-            op(BPF_MISC_TAX, 0),
-            op(BPF_LD_W_ABS, (SKF_NET_OFF + 12) as u32),
-            op(BPF_ALU_XOR_X, 0),
-            op(BPF_ALU_MOD_K, shards),
-            op(BPF_RET_A, 0),
-        ]
+        // Words at +8 and +12 of the IPv6 header are the first 64 bits.
+        p.push(op(BPF_LD_W_ABS, (SKF_NET_OFF + 8) as u32));
+        p.push(op(BPF_MISC_TAX, 0));
+        p.push(op(BPF_LD_W_ABS, (SKF_NET_OFF + 12) as u32));
+        if prefix {
+            p.push(op(BPF_ALU_AND_K, 0xffff_ff00));
+        }
+        p.push(op(BPF_ALU_XOR_X, 0));
     } else {
-        vec![
-            op(BPF_LD_W_ABS, (SKF_NET_OFF + 12) as u32),
-            op(BPF_ALU_MOD_K, shards),
-            op(BPF_RET_A, 0),
-        ]
+        p.push(op(BPF_LD_W_ABS, (SKF_NET_OFF + 12) as u32));
+        if prefix {
+            p.push(op(BPF_ALU_AND_K, 0xffff_ff00));
+        }
     }
+    p.push(op(BPF_ALU_MOD_K, shards));
+    p.push(op(BPF_RET_A, 0));
+    p
 }
 
-fn attach_steering(sock: &Socket, ipv6: bool, shards: u32) -> io::Result<()> {
-    let prog = steering_program(ipv6, shards);
+fn attach_steering(sock: &Socket, ipv6: bool, shards: u32, prefix: bool) -> io::Result<()> {
+    let prog = steering_program(ipv6, shards, prefix);
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,
@@ -113,7 +118,15 @@ pub struct Group {
 /// Binds `shards` reuseport sockets on `addr` (a port of 0 is chosen by the
 /// first bind and shared by the rest), listening in shard order, with
 /// steering attached when asked.
-pub fn bind_group(addr: SocketAddr, shards: usize, steer: bool) -> io::Result<Group> {
+/// How a group steers: not at all (the kernel's hash), by source, by prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Steer {
+    Kernel,
+    Source,
+    Prefix,
+}
+
+pub fn bind_group(addr: SocketAddr, shards: usize, steer: Steer) -> io::Result<Group> {
     let mut bound = addr;
     let mut sockets = Vec::with_capacity(shards);
     let mut first: Option<Socket> = None;
@@ -137,9 +150,9 @@ pub fn bind_group(addr: SocketAddr, shards: usize, steer: bool) -> io::Result<Gr
         }
         sockets.push(TcpListener::from(sock));
     }
-    if steer && shards > 1 {
+    if steer != Steer::Kernel && shards > 1 {
         if let Some(sock) = &first {
-            attach_steering(sock, addr.is_ipv6(), shards as u32)
+            attach_steering(sock, addr.is_ipv6(), shards as u32, steer == Steer::Prefix)
                 .map_err(|e| io::Error::new(e.kind(), format!("steering on {bound}: {e}")))?;
         }
     }
@@ -158,11 +171,14 @@ mod tests {
 
     #[test]
     fn steering_program_shapes() {
-        let v4 = steering_program(false, 4);
+        let v4 = steering_program(false, 4, false);
         assert_eq!(v4.len(), 3);
         assert_eq!(v4[0].k, (SKF_NET_OFF + 12) as u32);
         assert_eq!(v4[1].k, 4);
-        assert_eq!(steering_program(true, 2).len(), 6);
+        assert_eq!(steering_program(true, 2, false).len(), 6);
+        let v4 = steering_program(false, 4, true);
+        assert_eq!((v4[1].code, v4[1].k), (BPF_ALU_AND_K, 0xffff_ff00));
+        assert_eq!(steering_program(true, 2, true).len(), 7);
     }
 
     #[test]
@@ -177,7 +193,7 @@ mod tests {
 
     #[test]
     fn steered_group_sends_one_source_to_one_socket() {
-        let group = bind_group("127.0.0.1:0".parse().unwrap(), 2, true).unwrap();
+        let group = bind_group("127.0.0.1:0".parse().unwrap(), 2, Steer::Source).unwrap();
         for s in &group.sockets {
             s.set_nonblocking(true).unwrap();
         }
@@ -197,5 +213,29 @@ mod tests {
                 assert!(group.sockets[1 - want].accept().is_err());
             }
         }
+    }
+
+    #[test]
+    fn prefix_steering_sends_a_whole_24_to_one_socket() {
+        let group = bind_group("127.0.0.1:0".parse().unwrap(), 2, Steer::Prefix).unwrap();
+        for s in &group.sockets {
+            s.set_nonblocking(true).unwrap();
+        }
+        let mut seen = Vec::new();
+        for src in ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"] {
+            let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            let local: SocketAddr = format!("{src}:0").parse().unwrap();
+            sock.bind(&local.into()).unwrap();
+            sock.connect(&group.addr.into()).unwrap();
+            let mut c: TcpStream = sock.into();
+            c.write_all(b"x").unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let on = (0..2)
+                .find(|&i| group.sockets[i].accept().is_ok())
+                .expect("accepted on one socket");
+            seen.push(on);
+        }
+        // 127.0.0.0/24 is one prefix: every source lands on the same socket.
+        assert!(seen.iter().all(|&s| s == seen[0]), "{seen:?}");
     }
 }

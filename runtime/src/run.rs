@@ -80,7 +80,11 @@ fn start(
     for addr in settings.listen.iter().chain(settings.admin.iter()) {
         listeners::check_port_free(*addr).map_err(|e| e.to_string())?;
     }
-    let steer = settings.steering == Steering::Source;
+    let steer = match settings.steering {
+        Steering::Source => listeners::Steer::Source,
+        Steering::Prefix => listeners::Steer::Prefix,
+        Steering::Kernel => listeners::Steer::Kernel,
+    };
     let mut groups = Vec::new();
     for addr in &settings.listen {
         let group = listeners::bind_group(*addr, shard_count, steer).map_err(|e| e.to_string())?;
@@ -128,7 +132,11 @@ fn start(
             "listening on http://{} ({} shards, steering {})",
             group.addr,
             shard_count,
-            if steer { "source" } else { "kernel" }
+            match steer {
+                listeners::Steer::Source => "source",
+                listeners::Steer::Prefix => "prefix",
+                listeners::Steer::Kernel => "kernel",
+            }
         );
     }
     let stats: Vec<Arc<ShardStats>> = (0..shard_count)
