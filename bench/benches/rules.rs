@@ -8,13 +8,14 @@
 //! computed inside the measured call as the gate does. The regex's lazy DFA
 //! is warmed by the first rounds.
 
+use gapura_bench::reference::fifty_rules;
 use gapura_gate::answer::WriteCtx;
 use gapura_gate::custom_pages::{CustomPage, PageEntrySpec, PageVars};
 use gapura_gate::mode::Mode;
 use gapura_gate::path::{canonical, PathScratch, MAX_PATH_BYTES};
-use gapura_gate::robots::{Robots, RobotsMode, AI_CRAWLERS};
+use gapura_gate::robots::{Robots, RobotsMode};
 use gapura_gate::ruleset::{
-    Action, PathPatternKind, RuleRequest, RuleSet, RuleSetCounters, RuleSpec, KNOWN_SCANNERS,
+    Action, PathPatternKind, RuleRequest, RuleSet, RuleSetCounters, RuleSpec,
 };
 use std::hint::black_box;
 use std::time::Instant;
@@ -39,74 +40,6 @@ fn measure(name: &str, iters: u64, mut f: impl FnMut(usize) -> u64) {
         "{name:<52} {:>7.1} ns/op  (min {:.1}, max {:.1})",
         rounds[3], rounds[0], rounds[6]
     );
-}
-
-/// 50 rules: 24 exact or prefix paths, 16 globs, 4 method rules, 3
-/// user-agent rules, 2 allows and 1 regex, in an operator-like order.
-fn fifty_rules() -> Vec<RuleSpec> {
-    use PathPatternKind::*;
-    let deny = || RuleSpec::new(Action::Deny);
-    let mut rules = vec![
-        RuleSpec::new(Action::Allow).path(Exact, "/wp-admin/admin-ajax.php"),
-        RuleSpec::new(Action::Allow).path(Prefix, "/.well-known"),
-        deny().user_agent_contains(KNOWN_SCANNERS),
-        deny().user_agent_contains(AI_CRAWLERS),
-        deny().user_agent_empty().methods(&["POST", "PUT"]),
-        deny().methods(&["TRACE"]),
-        deny().methods(&["TRACK"]),
-        deny().methods(&["CONNECT"]),
-        deny().methods(&["PROPFIND"]).path(Prefix, "/"),
-    ];
-    for p in [
-        "/wp-admin",
-        "/wp-login.php",
-        "/xmlrpc.php",
-        "/phpmyadmin",
-        "/pma",
-        "/.git",
-        "/.svn",
-        "/.hg",
-        "/server-status",
-        "/server-info",
-        "/cgi-bin",
-        "/actuator",
-        "/vendor/phpunit",
-        "/solr/admin",
-        "/manager/html",
-        "/console",
-        "/.aws",
-        "/.ssh",
-        "/boaform",
-        "/hnap1",
-    ] {
-        rules.push(deny().path(Prefix, p));
-    }
-    for p in ["/config.json", "/.ds_store", "/web.config", "/id_rsa"] {
-        rules.push(RuleSpec::new(Action::Drop).path(Exact, p));
-    }
-    for g in [
-        "/**/.env",
-        "/**/.env.*",
-        "/**/*.php",
-        "/**/*.asp",
-        "/**/*.aspx",
-        "/**/*.jsp",
-        "/**/*.cgi",
-        "/**/.git/**",
-        "/**/wp-includes/**",
-        "/**/*.sql",
-        "/**/*.tar.gz",
-        "/**/*.zip",
-        "/**/backup*",
-        "/**/dump*",
-        "/*/admin/*",
-        "/**/.htpasswd",
-    ] {
-        rules.push(deny().path(Glob, g));
-    }
-    rules.push(deny().path(Regex, r"\.(bak|old|orig|save|swp|tmp)$"));
-    assert_eq!(rules.len(), 50);
-    rules
 }
 
 fn main() {
