@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Side-by-side cost of a profile change: Gapura with profile A and with
+profile B under the same load, alternating, in one run.
+
+The server runs on core 0 (one shard), gapura-loadtest on core 1 (-t1),
+and for `--upstream` a one-worker nginx `return 200` on core 1 beside the
+generator. Per round and profile: server CPU (user + system from /proc)
+per request the generator completed. The report gives each round, the
+medians and the ratio B/A of the medians.
+
+  bench/overhead.py --a PROFILE_A --b PROFILE_B [--upstream] [--rounds 3]
+                    [--duration 5] [--connections 64]
+
+Profiles are templates: @PORT@, @ADMIN_PORT@ and @UPSTREAM_PORT@ are
+replaced. Needs target/release/gapura and target/release/gapura-loadtest
+(built with `cargo build --release -p gapura -p gapura-loadtest`).
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GAPURA = os.environ.get("GAPURA_BIN", os.path.join(ROOT, "target/release/gapura"))
+LOADTEST = os.environ.get("LOADTEST_BIN", os.path.join(ROOT, "target/release/gapura-loadtest"))
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def wait_port(port, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def start_upstream(tmp):
+    port = free_port()
+    conf = os.path.join(tmp, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""worker_processes 1; daemon off; master_process off;
+pid {tmp}/nginx.pid; error_log {tmp}/nginx.err warn;
+events {{ worker_connections 8192; }}
+http {{ access_log off; keepalive_requests 1000000;
+client_body_temp_path {tmp}/cb; proxy_temp_path {tmp}/pt; fastcgi_temp_path {tmp}/ft;
+uwsgi_temp_path {tmp}/ut; scgi_temp_path {tmp}/st;
+server {{ listen 127.0.0.1:{port}; location / {{ default_type text/plain; return 200 "hello, world\\n"; }} }} }}
+""")
+    proc = subprocess.Popen(["taskset", "-c", "1", "nginx", "-c", conf, "-p", tmp],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if not wait_port(port):
+        proc.kill()
+        sys.exit("upstream nginx did not start")
+    return proc, port
+
+
+def run_once(template, tmp, upstream_port, args):
+    port, admin = free_port(), free_port()
+    text = open(template).read()
+    text = text.replace("@PORT@", str(port)).replace("@ADMIN_PORT@", str(admin))
+    text = text.replace("@UPSTREAM_PORT@", str(upstream_port or 0))
+    profile = os.path.join(tmp, "profile.toml")
+    with open(profile, "w") as f:
+        f.write(text)
+    server = subprocess.Popen(["taskset", "-c", "0", GAPURA, "run", "--profile", profile],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        if not wait_port(port):
+            sys.exit(f"gapura did not start with {template}")
+        report = os.path.join(tmp, "lt.json")
+        load = subprocess.Popen(
+            ["taskset", "-c", "1", LOADTEST, "-t1", f"-c{args.connections}",
+             f"-d{args.duration}s", "--warmup", "1s", "--no-progress", "-q",
+             "--json", report, "-H", "Host: app.test",
+             "-H", "User-Agent: " + "Mozilla/5.0 (X11; Linux x86_64) Chrome/131.0.0.0",
+             f"http://127.0.0.1:{port}/products/item-42?x=1"])
+        time.sleep(1.0 + 0.02)
+        before = cpu_seconds(server.pid)
+        load.wait(timeout=args.duration + 30)
+        after = cpu_seconds(server.pid)
+        with open(report) as f:
+            r = json.load(f)
+        requests = r["summary"]["requests"]
+        statuses = r.get("status_counts", {})
+        return (after - before) * 1e6 / max(requests, 1), requests, statuses
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--a", required=True)
+    ap.add_argument("--b", required=True)
+    ap.add_argument("--upstream", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=5)
+    ap.add_argument("--connections", type=int, default=64)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="gapura-overhead-")
+    up = None
+    try:
+        up_port = None
+        if args.upstream:
+            up, up_port = start_upstream(tmp)
+        results = {"a": [], "b": []}
+        for i in range(args.rounds):
+            for name, path in (("a", args.a), ("b", args.b)):
+                us, n, st = run_once(path, tmp, up_port, args)
+                results[name].append(us)
+                print(f"round {i + 1} {name}: {us:.2f} µs/req over {n} requests, status {st}")
+        ma, mb = statistics.median(results["a"]), statistics.median(results["b"])
+        print(f"\nmedian A ({os.path.basename(args.a)}): {ma:.2f} µs/req")
+        print(f"median B ({os.path.basename(args.b)}): {mb:.2f} µs/req")
+        print(f"ratio B/A: {mb / ma:.3f}")
+    finally:
+        if up:
+            up.terminate()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
