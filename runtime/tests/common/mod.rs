@@ -308,3 +308,47 @@ pub fn request(addr: SocketAddr, req: &[u8]) -> Response {
     c.send(req);
     c.response(req.starts_with(b"HEAD "))
 }
+
+impl Client {
+    /// A connection from the local address `src` (any address of
+    /// 127.0.0.0/8), so a test can speak as several clients.
+    pub fn connect_from(src: &str, addr: SocketAddr) -> Client {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let local: SocketAddr = format!("{src}:0").parse().unwrap();
+        sock.bind(&local.into()).unwrap();
+        sock.connect(&addr.into()).unwrap();
+        let stream: TcpStream = sock.into();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+}
+
+/// Sends `req` from the local address `src` on a fresh connection and
+/// returns the first response.
+pub fn request_from(src: &str, addr: SocketAddr, req: &[u8]) -> Response {
+    let mut c = Client::connect_from(src, addr);
+    c.send(req);
+    c.response(req.starts_with(b"HEAD "))
+}
+
+impl Gapura {
+    /// Polls a sample until it reads `want` or `timeout` passes, and returns
+    /// the last value read (the gate's counters reach `/metrics` once a
+    /// second).
+    pub fn wait_metric(&self, sample: &str, want: u64, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let v = self.metric(sample);
+            if v == want || Instant::now() > deadline {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
