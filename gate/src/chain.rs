@@ -939,6 +939,10 @@ impl Snapshot {
                     gate.quota_mode
                 };
                 if mode == Mode::Shadow {
+                    // Let through: a shadow hit, not a refusal (the tables
+                    // counted one when they refused).
+                    let refused = &mut state.quota.counters.refused[r.level as usize];
+                    *refused = refused.saturating_sub(1);
                     state.counters.quota_shadow += 1;
                     if trace.enabled() {
                         trace.step(Step::Quota {

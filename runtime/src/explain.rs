@@ -226,7 +226,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
     match positional.len() {
         1 => a.url = positional.remove(0),
         2 => {
-            a.method = positional.remove(0).to_ascii_uppercase();
+            // As sent: the server compares methods as they arrive.
+            a.method = positional.remove(0);
             a.url = positional.remove(0);
         }
         _ => return Err("give [METHOD] URL".into()),

@@ -859,7 +859,6 @@ fn a_rate_limit_in_shadow_mode_counts_what_it_would_refuse_and_lets_it_through()
 }
 
 #[test]
-#[ignore = "shadowed refusals are counted in gapura_quota_refused_total (\"refused with 429\")"]
 fn shadowed_rate_refusals_are_not_counted_as_429s() {
     let g = Gapura::start(&shadow_profile("shadow", true));
     let mut c = Client::connect(g.addr);
@@ -896,7 +895,6 @@ fn a_rate_limit_taken_off_and_put_back_within_the_grace_period_keeps_its_bucket(
 }
 
 #[test]
-#[ignore = "a 413, 414 or 431 of the host's request limits keeps the lease its quota step took"]
 fn leases_are_given_back_when_a_request_is_refused_for_its_size() {
     let text = profile(
         "",

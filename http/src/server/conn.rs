@@ -859,6 +859,14 @@ pub(super) fn prepare<'s>(
         snap.decide_from(&req, &mut gate, now_ms, &mut scratch, &mut NoTrace, start)
     };
     let ticket = decision.ticket;
+    // A plan that does not carry the ticket gives its leases back now.
+    let release = || {
+        if let Some(t) = ticket {
+            if let Ok(mut gate) = p.shard.gate.try_borrow_mut() {
+                gate.release(t);
+            }
+        }
+    };
     let entry = decision.host.map(|id| &snap.entries[id as usize]);
     let custom = entry.and_then(|e| e.extras.pages.as_ref());
     let (end, status) = match decision.verdict {
@@ -888,6 +896,7 @@ pub(super) fn prepare<'s>(
             let page = snap.pages.get(ErrorStatus::BadRequest, head.wants_html);
             page.write_into(p.wbuf, &close_ctx(&date, head_only));
             p.shard.stats.response(400);
+            release();
             return Plan::RefuseClose(ErrorKind::BadRequest);
         }
         Verdict::Respond(a) => {
@@ -898,13 +907,17 @@ pub(super) fn prepare<'s>(
             r.write_start(p.wbuf, &buf[head.path.clone()], &date);
             (LocalEnd::HeadOnly, r.status)
         }
-        Verdict::Drop => return Plan::Drop,
+        Verdict::Drop => {
+            release();
+            return Plan::Drop;
+        }
         Verdict::Verify(list) => match decision.job {
             Some(job) => {
+                release();
                 return Plan::Verify {
                     job: Box::new(job),
                     list,
-                }
+                };
             }
             // The chain hands a Verify on only with its job; without one,
             // answer as a failed check would.
@@ -961,6 +974,7 @@ pub(super) fn prepare<'s>(
                 if is_limit(s) {
                     cp.write_into(p.wbuf, &vars, b"", &close_ctx(&date, head_only));
                     p.shard.stats.response(s.code());
+                    release();
                     return Plan::RefuseClose(ErrorKind::Limit);
                 }
                 cp.write_into(p.wbuf, &vars, b"", &whole_ctx);
@@ -970,6 +984,7 @@ pub(super) fn prepare<'s>(
                 if is_limit(s) {
                     page.write_into(p.wbuf, &close_ctx(&date, head_only));
                     p.shard.stats.response(s.code());
+                    release();
                     return Plan::RefuseClose(ErrorKind::Limit);
                 }
                 page.write_start(p.wbuf, &date);
