@@ -536,9 +536,10 @@ impl Conn {
                 group,
                 limits,
                 ticket,
+                extras,
             } => {
                 let _leases = leases(ticket);
-                return self.forward(head, route, group, snap, limits).await;
+                return self.forward(head, route, group, snap, limits, extras).await;
             }
             Plan::Local {
                 end,
@@ -731,6 +732,8 @@ pub(super) enum Plan<'s> {
         group: &'s UpstreamGroup,
         limits: RequestLimits,
         ticket: Option<QuotaTicket>,
+        /// The host's custom pages and upstream error replacement.
+        extras: Option<&'s gapura_gate::policy::HostExtras>,
     },
 }
 
@@ -891,6 +894,7 @@ pub(super) fn prepare<'s>(
                     group,
                     limits: decision.limits,
                     ticket,
+                    extras: entry.map(|e| &e.extras),
                 };
             }
             let page = snap.pages.get(ErrorStatus::BadRequest, head.wants_html);

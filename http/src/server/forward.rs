@@ -22,7 +22,11 @@ use crate::codec::head::{BodyFraming, Method, ParsedHead};
 use crate::upstream::response::{
     parse_response, resp_header_buf, write_client_head, RespFraming, RespParse,
 };
+use gapura_gate::custom_pages::{
+    replace_upstream, write_error_page, PageVars, ReplaceUpstream, UpstreamHead,
+};
 use gapura_gate::limits::RequestLimits;
+use gapura_gate::policy::HostExtras;
 use gapura_gate::upstream::{Route, UpstreamGroup, UpstreamServer};
 use gapura_gate::{ErrorStatus, Snapshot};
 use monoio::buf::IoBufMut;
@@ -125,8 +129,13 @@ impl Conn {
         group: &UpstreamGroup,
         snap: &Snapshot,
         limits: RequestLimits,
+        extras: Option<&HostExtras>,
     ) -> Result<(), End> {
         let shard = self.shard.clone();
+        let replace = Replace {
+            extras: extras.filter(|x| x.replace_upstream != ReplaceUpstream::Off),
+            pages: &snap.pages,
+        };
         let head_only = head.method == Method::Head;
         let idempotent = matches!(
             head.method,
@@ -178,7 +187,7 @@ impl Conn {
             shard.upstreams.begin(server);
             let outcome = self
                 .attempt(
-                    &mut up, reused, head, group, &mut body, &limits, upgrade, head_only,
+                    &mut up, reused, head, group, &mut body, &limits, upgrade, head_only, &replace,
                 )
                 .await;
             shard.upstreams.end(server);
@@ -318,6 +327,7 @@ impl Conn {
         limits: &RequestLimits,
         upgrade: bool,
         head_only: bool,
+        replace: &Replace<'_>,
     ) -> Attempt {
         let read_timeout = Duration::from_millis(group.read_timeout_ms);
         // 1. The head and buffered body, in one write (kept for a replay).
@@ -382,6 +392,42 @@ impl Conn {
                         return Attempt::Fail {
                             status: ErrorStatus::BadGateway,
                             count_failure: true,
+                        };
+                    }
+                    if let Some(status) = replace.status(&r, lines, upgrade) {
+                        // The host's page instead of the upstream's error:
+                        // its body is dropped unread, so the connection is
+                        // not pooled.
+                        let date = self.shard.date.line();
+                        let id = self.shard.request_id();
+                        let ctx = gapura_gate::WriteCtx {
+                            date_line: &date,
+                            head_only,
+                            close,
+                            keep_alive_10: head.keep_alive_10 && !close,
+                        };
+                        let vars = PageVars {
+                            request_id: &id,
+                            host: b"",
+                            cf_ray: b"",
+                        };
+                        write_error_page(
+                            &mut self.wbuf,
+                            replace.pages,
+                            replace.extras.and_then(|x| x.pages.as_ref()),
+                            status,
+                            head.wants_html,
+                            &vars,
+                            b"",
+                            &ctx,
+                        );
+                        self.shard.stats.response(r.status);
+                        if self.flush().await.is_err() {
+                            return Attempt::ClientGone;
+                        }
+                        return Attempt::Done {
+                            reusable: false,
+                            close,
                         };
                     }
                     write_client_head(r.status, reason, lines, &mut self.wbuf, close && !interim);
@@ -684,6 +730,40 @@ impl Conn {
             }
             Err(_) => Err(UpRead::Timeout),
         }
+    }
+}
+
+/// The host's upstream error replacement, when it has one.
+struct Replace<'a> {
+    extras: Option<&'a HostExtras>,
+    pages: &'a gapura_gate::ErrorPages,
+}
+
+impl Replace<'_> {
+    /// The page that replaces this response, if any. O(headers) only when
+    /// replacement is on; the plain path is one `None` check.
+    fn status(
+        &self,
+        r: &crate::upstream::response::RespHead,
+        lines: &[httparse::Header<'_>],
+        upgrade: bool,
+    ) -> Option<ErrorStatus> {
+        let x = self.extras?;
+        if r.status < 400 {
+            return None;
+        }
+        let content_type = lines
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("content-type"))
+            .map(|h| h.value);
+        replace_upstream(
+            x.replace_upstream,
+            &UpstreamHead {
+                status: r.status,
+                content_type,
+                is_upgrade: upgrade,
+            },
+        )
     }
 }
 
