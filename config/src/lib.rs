@@ -17,16 +17,21 @@
 //! here), and never publish: the runtime binds the listeners and sets the
 //! snapshot's generation when it publishes.
 
+mod access;
+mod blocks;
 mod client;
 mod compile;
 mod error;
 mod host;
+mod hostlayer;
 mod layer;
 mod policy;
 mod quota;
 mod ratelimit;
+mod rawblocks;
 mod rawgate;
 mod route;
+mod ruleset;
 mod schema;
 mod settings;
 mod size;
@@ -52,6 +57,10 @@ pub struct Compiled {
     pub runtime: RuntimeSettings,
     /// Generation 0; the runtime sets it when it publishes.
     pub snapshot: gapura_gate::Snapshot,
+    /// What loads but deserves a look (a user without a password hash, an
+    /// access list that names nothing), in source order, each with its
+    /// code, key path and position.
+    pub warnings: Vec<ProfileError>,
 }
 
 /// Compiles profile text for as many shards as this process may use
@@ -75,7 +84,9 @@ pub fn compile_with(src: &str, cores: u32) -> Result<Compiled, Vec<ProfileError>
     if !errors.is_empty() {
         return Err(errors.into_sorted());
     }
-    Ok(compile::compile(checked))
+    let mut compiled = compile::compile(checked);
+    compiled.warnings = errors.take_warnings();
+    Ok(compiled)
 }
 
 /// Reads and compiles a profile file for as many shards as this process

@@ -70,7 +70,12 @@ pub(crate) fn pair_identity(limit: &str, host: &str) -> u64 {
     h.finish()
 }
 
-fn class(e: &mut Errors<'_>, v: &Opt<String>, path: &str, code: &'static str) -> Option<Class> {
+pub(crate) fn class(
+    e: &mut Errors<'_>,
+    v: &Opt<String>,
+    path: &str,
+    code: &'static str,
+) -> Option<Class> {
     v.as_ref()?;
     choice(
         e,
@@ -87,7 +92,7 @@ fn class(e: &mut Errors<'_>, v: &Opt<String>, path: &str, code: &'static str) ->
 }
 
 /// `known: a, b` or `the profile has no [[rate_limit]]`, for messages.
-fn known_list<T>(names: &HashMap<String, T>, table: &str) -> String {
+pub(crate) fn known_list<T>(names: &HashMap<String, T>, table: &str) -> String {
     let mut known: Vec<&str> = names.keys().map(String::as_str).collect();
     known.sort_unstable();
     if known.is_empty() {
@@ -98,7 +103,7 @@ fn known_list<T>(names: &HashMap<String, T>, table: &str) -> String {
 }
 
 /// A rate limit named at `path`; None (with an error) when unknown.
-fn rate_limit(
+pub(crate) fn rate_limit(
     e: &mut Errors<'_>,
     name: &str,
     at: Range<usize>,
