@@ -4,18 +4,23 @@
 //! This crate owns the profile format. It reads a profile (serde, with every
 //! table closed to unknown keys), checks every value and reports *every*
 //! semantic problem at once, each with a stable code, its TOML key path and
-//! its line:column ([`ProfileError`]); it stacks the limit layers (built-in,
-//! `[defaults.limits]`, the host's own) field by field; and it renders every
-//! host's fixed answer into bytes; it compiles proxy routes and upstream
-//! groups, resolving server names once, at compile time; and it compiles the
-//! gate's policy (client address resolution, quotas, rate limits and their
-//! (limit, host) pairs), divided per shard where a limit's scope says so.
-//! Codes are part of the interface and are listed in docs/profile.md.
+//! its line:column ([`ProfileError`]), and warnings beside them; it stacks
+//! host-level settings field by field (built-in, `[defaults]`, a
+//! `[[bundle]]`, the host's own, a proxy route's), limits included; and it
+//! renders every host's fixed answer into bytes; it compiles proxy routes
+//! and upstream groups, resolving server names once, at compile time; and
+//! it compiles the gate's policy (client address resolution, quotas, rate
+//! limits and their (limit, host) pairs, access lists, rule sets and
+//! presets, each host's robots.txt, maintenance and error pages), divided
+//! per shard where a limit's scope says so. Codes are part of the
+//! interface and are listed in docs/profile.md. [`password::hash`] makes
+//! the hash lines access-list users hold.
 //!
-//! It must never do I/O beyond reading the profile file and resolving
-//! upstream names, never touch sockets (nothing connects to an upstream
-//! here), and never publish: the runtime binds the listeners and sets the
-//! snapshot's generation when it publishes.
+//! It must never do I/O beyond reading the profile file, resolving
+//! upstream names and drawing a password salt from `/dev/urandom`, never
+//! touch sockets (nothing connects to an upstream here), and never publish:
+//! the runtime binds the listeners and sets the snapshot's generation when
+//! it publishes.
 
 mod access;
 mod blocks;
@@ -38,6 +43,8 @@ mod size;
 mod syntax;
 mod upstream;
 mod validate;
+
+pub mod password;
 
 #[cfg(test)]
 mod tests;
