@@ -1,6 +1,7 @@
 //! Whole-profile tests: every error code from a small profile, with its
 //! exact path and position, and the shipped profiles.
 
+mod access;
 mod client;
 mod decide;
 mod docs;
