@@ -13,6 +13,7 @@ mod profiles;
 mod proxy;
 mod quota;
 mod ratelimit;
+mod rulesets;
 mod server;
 mod upstreams;
 
