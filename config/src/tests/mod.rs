@@ -2,6 +2,7 @@
 //! exact path and position, and the shipped profiles.
 
 mod access;
+mod bundles;
 mod client;
 mod decide;
 mod docs;
