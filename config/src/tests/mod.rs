@@ -6,6 +6,7 @@ mod bundles;
 mod client;
 mod decide;
 mod docs;
+mod extras;
 mod hosts;
 mod limits;
 mod parse;
