@@ -108,3 +108,105 @@ fn load_file_with_divides_split_limits_by_the_given_cores() {
         );
     }
 }
+
+#[test]
+fn the_example_profile_compiles_every_block() {
+    use gapura_gate::access::password::verify;
+    use gapura_gate::access::AddressRefusal;
+    use gapura_gate::custom_pages::ReplaceUpstream;
+    use gapura_gate::mode::Mode;
+    use gapura_gate::policy::BlockRef;
+    use gapura_gate::robots::RobotsMode;
+    use gapura_gate::ErrorStatus;
+    let c = ok_with(include_str!("../../../profiles/example.toml"), 2);
+    assert!(c.warnings.is_empty(), "{:#?}", c.warnings);
+    let s = &c.snapshot;
+    let g = &s.gate;
+    let lists: Vec<&str> = g.access_lists.iter().map(|l| l.name()).collect();
+    assert_eq!(lists, ["office", "blocklist"]);
+    assert_eq!(g.accept_list, Some(1));
+    assert_eq!(
+        g.access_lists[1].address_only_verdict("198.51.100.7".parse().unwrap()),
+        Some(AddressRefusal::Drop)
+    );
+    assert_eq!(
+        g.rule_set_names,
+        ["edge", "block_ai_crawlers", "block_known_scanners"]
+    );
+    assert_eq!(g.rule_sets[0].len(), 5);
+    // The example user's line is what its comment says.
+    let users = g.access_lists[0].users();
+    assert_eq!(users.len(), 1);
+    let line = include_str!("../../../profiles/example.toml")
+        .split('"')
+        .find(|s| s.starts_with("$pbkdf2-sha256$"))
+        .unwrap();
+    assert!(verify(line, b"example-password"));
+
+    let b = |index, mode| Some(BlockRef { index, mode });
+    let entry = |name: &[u8]| &s.entries[s.hosts.lookup(Some(name)).unwrap() as usize];
+    let intranet = entry(b"intranet.example.com");
+    assert_eq!(intranet.policy.access, b(0, Mode::Enforce));
+    assert_eq!(intranet.policy.rules, b(0, Mode::Shadow));
+    assert_eq!(intranet.limits.max_body_bytes, 5 << 20);
+    let gapura_gate::HostAction::Proxy(p) = &intranet.action else {
+        panic!("intranet.example.com is a proxy host");
+    };
+    let routes: Vec<_> = p
+        .routes
+        .iter()
+        .map(|r| (r.policy.access, r.policy.rules))
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            (b(0, Mode::Enforce), b(0, Mode::Shadow)),
+            (None, b(2, Mode::Enforce)),
+            (b(0, Mode::Enforce), b(0, Mode::Enforce)),
+        ]
+    );
+    let x = &intranet.extras;
+    assert_eq!(
+        x.robots.as_ref().map(|r| r.mode()),
+        Some(RobotsMode::DisallowAll)
+    );
+    assert_eq!(x.replace_upstream, ReplaceUpstream::Html);
+    let pages = x.pages.as_ref().unwrap();
+    assert!(pages.get(ErrorStatus::Forbidden).is_some());
+    assert!(pages.get(ErrorStatus::NotFound).is_some());
+    assert!(x.maintenance.is_none());
+
+    let shop = entry(b"shop.example.com");
+    assert_eq!(
+        (shop.policy.access, shop.policy.rules),
+        (None, b(1, Mode::Enforce))
+    );
+    let m = shop.extras.maintenance.as_ref().unwrap();
+    assert_eq!(
+        (
+            m.page.status(),
+            m.page.retry_after_seconds(),
+            m.bypass,
+            m.mode
+        ),
+        (503, 600, Some(0), Mode::Enforce)
+    );
+    let robots = shop.extras.robots.as_ref().unwrap();
+    let body = robots.answer(b"GET", b"/robots.txt").unwrap().body();
+    assert_eq!(body, b"User-agent: *\nDisallow: /cart/\n");
+
+    // The defaults reach every host that sets nothing of its own.
+    let main = entry(b"example.com");
+    assert_eq!(
+        main.extras.robots.as_ref().map(|r| r.mode()),
+        Some(RobotsMode::BlockAiCrawlers)
+    );
+    assert!(main
+        .extras
+        .pages
+        .as_ref()
+        .unwrap()
+        .get(ErrorStatus::NotFound)
+        .is_some());
+    assert_eq!((main.policy.access, main.policy.rules), (None, None));
+}
