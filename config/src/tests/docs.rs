@@ -210,3 +210,162 @@ fn the_example_profile_compiles_every_block() {
         .is_some());
     assert_eq!((main.policy.access, main.policy.rules), (None, None));
 }
+
+#[test]
+fn the_block_examples_of_profile_md_compile() {
+    let mut seen = Vec::new();
+    for b in toml_blocks(DOC) {
+        let first = b.lines().next().unwrap_or("");
+        if ["[defaults]", "[[access_list]]", "[[rule_set]]"].contains(&first)
+            || b.starts_with("[[host]]\nnames = [\"shop.example.com\"]")
+        {
+            let c = ok_with(b, 4);
+            seen.push((first, c.warnings.len()));
+        }
+    }
+    // The access-list example has one user without a hash: a warning.
+    assert_eq!(
+        seen,
+        [
+            ("[defaults]", 0),
+            ("[[access_list]]", 1),
+            ("[[rule_set]]", 0),
+            ("[[host]]", 0)
+        ]
+    );
+}
+
+#[test]
+fn the_profile_keys_examples_of_the_block_docs_compile() {
+    for (name, doc) in [
+        ("access.md", include_str!("../../../docs/access.md")),
+        ("rules.md", include_str!("../../../docs/rules.md")),
+        (
+            "client-address.md",
+            include_str!("../../../docs/client-address.md"),
+        ),
+    ] {
+        let section = &doc[doc.find("## Profile keys").expect(name)..];
+        let example = toml_blocks(section)[0];
+        let c = match crate::compile_with(example, 4) {
+            Ok(c) => c,
+            Err(e) => panic!("{name}: {e:#?}"),
+        };
+        let g = &c.snapshot.gate;
+        match name {
+            "access.md" => {
+                let lists: Vec<&str> = g.access_lists.iter().map(|l| l.name()).collect();
+                assert_eq!(lists, ["staff", "admins"]);
+                assert_eq!(c.warnings.len(), 1, "carol has no hash");
+            }
+            "rules.md" => {
+                assert_eq!(g.rule_set_names, ["edge"]);
+                let shop = &c.snapshot.entries[0].extras;
+                assert!(shop.robots.is_some() && shop.pages.is_some());
+                assert_eq!(shop.maintenance.as_ref().map(|m| m.bypass), Some(Some(0)));
+            }
+            _ => assert_eq!(g.accept_list, Some(0)),
+        }
+    }
+}
+
+#[test]
+fn every_code_the_blocks_can_give_is_documented() {
+    use gapura_gate::custom_pages::{PageError, PageField, PageProblem};
+    use gapura_gate::glob::GlobError;
+    use gapura_gate::maintenance::MaintenanceError;
+    use gapura_gate::pathmatch::PatternError;
+    use gapura_gate::robots::RobotsError;
+    use gapura_gate::ruleset::{RuleError, RuleSetError};
+    let mut all: Vec<&str> = vec![
+        RobotsError::CustomTextRequired.code(),
+        RobotsError::CustomTextTooLong.code(),
+        RobotsError::CustomTextInvalid.code(),
+        MaintenanceError::Status.code(),
+        MaintenanceError::RetryAfter.code(),
+        RuleSetError::TooManyRules.code(),
+        RuleError::Empty.code(),
+        RuleError::Glob(GlobError::NotRooted).code(),
+        RuleError::Regex(String::new()).code(),
+        RuleError::Methods { item: None }.code(),
+        RuleError::UserAgent { item: None }.code(),
+    ];
+    for p in [
+        PatternError::Invalid,
+        PatternError::Encoded,
+        PatternError::NotCanonical,
+    ] {
+        all.push(RuleError::Path(p).code());
+    }
+    for field in [PageField::Heading, PageField::Text, PageField::Html] {
+        for problem in [
+            PageProblem::Required,
+            PageProblem::TooLong,
+            PageProblem::Invalid,
+            PageProblem::Unexpected,
+            PageProblem::UnknownVariable(String::new()),
+        ] {
+            all.push(PageError { field, problem }.code());
+        }
+    }
+    // The codes the config crate itself gives for the blocks and layers.
+    all.extend([
+        "errorPages.status.unsupported",
+        "accessList.name.required",
+        "accessList.name.invalid",
+        "accessList.name.duplicate",
+        "accessList.ip.dropDenied.withoutAddresses",
+        "accessList.realm.invalid",
+        "accessList.satisfy.invalid",
+        "accessList.users.tooMany",
+        "accessList.user.username.invalid",
+        "accessList.user.username.duplicate",
+        "accessList.user.password.plain",
+        "accessList.user.password.malformed",
+        "accessList.user.password.iterations",
+        "accessList.countries.noSource",
+        "accessList.user.noPassword",
+        "accessList.empty",
+        "country.invalid",
+        "country.duplicate",
+        "country.conflict",
+        "ruleSet.name.required",
+        "ruleSet.name.invalid",
+        "ruleSet.name.duplicate",
+        "ruleSet.id.reserved",
+        "ruleSet.rule.action.required",
+        "ruleSet.rule.action.invalid",
+        "ruleSet.rule.path.kind",
+        "bundle.name.required",
+        "bundle.name.invalid",
+        "bundle.name.duplicate",
+        "host.bundle.unknown",
+        "server.accessList.unknown",
+        "server.accessList.noAddresses",
+        "host.accessList.unknown",
+        "host.accessList.invalid",
+        "host.accessList.mode.invalid",
+        "host.ruleSet.unknown",
+        "host.ruleSet.invalid",
+        "host.ruleSet.mode.invalid",
+        "route.accessList.unknown",
+        "route.accessList.invalid",
+        "route.accessList.mode.invalid",
+        "route.ruleSet.unknown",
+        "route.ruleSet.invalid",
+        "route.ruleSet.mode.invalid",
+        "host.robots.invalid",
+        "robots.custom_text.unexpected",
+        "maintenance.mode.invalid",
+        "host.maintenance.bypassUnknown",
+        "host.replace_upstream.invalid",
+    ]);
+    let missing: Vec<&&str> = all
+        .iter()
+        .filter(|c| !DOC.contains(&format!("| `{c}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "missing from docs/profile.md: {missing:?}"
+    );
+}
