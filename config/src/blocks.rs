@@ -81,11 +81,12 @@ pub(crate) fn layer_hosts(
         let own = check_layer(&LayerFields::host(h), &base, names, e);
         let below = SettingsLayer::merge(&defaults, &bundle);
         entry.limits = LimitsLayer::merge(bundle.limits, entry.limits);
-        entry.refs.rate_limit = entry
-            .refs
-            .rate_limit
-            .take()
-            .or_else(|| below.rate_limit.clone());
+        if entry.refs.rate_limit.is_none() {
+            if let Some((limit, at, path)) = below.rate_limit.clone() {
+                entry.refs.rate_limit = Some((limit, at));
+                entry.refs.rate_limit_path = Some(path);
+            }
+        }
         entry.refs.class = entry.refs.class.or(below.class);
         let routes = match entry.action {
             CheckedAction::Proxy { .. } => h

@@ -101,7 +101,8 @@ pub(crate) struct RobotsValue {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SettingsLayer {
     pub limits: LimitsLayer,
-    pub rate_limit: Option<(u32, Range<usize>)>,
+    /// The limit's index, the reference's span and key path.
+    pub rate_limit: Option<(u32, Range<usize>, String)>,
     pub class: Option<Class>,
     /// Position among `[[access_list]]`.
     pub access: BlockLayer<usize>,
@@ -337,14 +338,16 @@ pub(crate) fn check_layer(
         check_limits(l, &format!("{base}.limits"), e)
     });
     let rate_limit = f.rate_limit.and_then(Option::as_ref).and_then(|r| {
+        let path = format!("{base}.rate_limit");
         rate_limit(
             e,
             r.get_ref(),
             r.span(),
-            format!("{base}.rate_limit"),
+            path.clone(),
             "host.rate_limit.unknown",
             names.known,
         )
+        .map(|(i, at)| (i, at, path))
     });
     let class = f
         .class

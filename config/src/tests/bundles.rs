@@ -386,3 +386,17 @@ fn a_maintenance_bypass_uses_its_list_only_while_maintenance_is_on() {
         block(0, Mode::Enforce)
     );
 }
+
+#[test]
+fn an_inherited_rate_limit_past_the_builtin_slots_is_refused_where_it_is_written() {
+    let mut src = String::from(
+        "[[rate_limit]]\nname = \"a\"\nrequests = 1\n[defaults]\nrate_limit = \"a\"\n",
+    );
+    for i in 0..4097 {
+        src.push_str(&format!("[[host]]\nnames = [\"h{i}.test\"]\n"));
+    }
+    assert_eq!(
+        one(&src),
+        at("rate_limit.slots.exhausted", "defaults.rate_limit", 5, 14)
+    );
+}
