@@ -19,14 +19,15 @@ pub(crate) fn compile(c: Checked) -> Compiled {
     let entries = c
         .entries
         .into_iter()
-        .map(|h| {
+        .zip(c.extras)
+        .map(|(h, extras)| {
             let host = LimitsLayer::merge(defaults, h.limits);
             HostEntry {
                 label: h.label,
                 limits: host.resolve(),
                 action: action(h.action, host),
                 policy: h.policy,
-                extras: Default::default(),
+                extras,
             }
         })
         .collect();
@@ -42,6 +43,7 @@ pub(crate) fn compile(c: Checked) -> Compiled {
             upstreams: c.upstreams,
             gate: c.gate,
         },
+        warnings: Vec::new(),
     }
 }
 

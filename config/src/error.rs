@@ -70,10 +70,12 @@ fn sat_u32(n: usize) -> u32 {
 }
 
 /// Collects errors while a profile is checked; every check goes on after an
-/// error so that one run reports them all.
+/// error so that one run reports them all. Warnings (the profile still
+/// loads) are collected beside them.
 pub(crate) struct Errors<'s> {
     positions: Positions<'s>,
     list: Vec<ProfileError>,
+    warnings: Vec<ProfileError>,
 }
 
 impl<'s> Errors<'s> {
@@ -81,7 +83,33 @@ impl<'s> Errors<'s> {
         Errors {
             positions: Positions::new(src),
             list: Vec::new(),
+            warnings: Vec::new(),
         }
+    }
+
+    /// Records a warning at the start of byte range `span`.
+    pub(crate) fn warn(
+        &mut self,
+        code: &'static str,
+        path: impl Into<String>,
+        span: Range<usize>,
+        message: impl Into<String>,
+    ) {
+        let (line, column) = self.positions.line_column(span.start);
+        self.warnings.push(ProfileError {
+            code,
+            path: path.into(),
+            line,
+            column,
+            message: message.into(),
+        });
+    }
+
+    /// The warnings in source order.
+    pub(crate) fn take_warnings(&mut self) -> Vec<ProfileError> {
+        let mut w = std::mem::take(&mut self.warnings);
+        w.sort_by_key(|e| (e.line, e.column));
+        w
     }
 
     /// Records an error at the start of byte range `span`.

@@ -4,35 +4,47 @@
 //! This crate owns the profile format. It reads a profile (serde, with every
 //! table closed to unknown keys), checks every value and reports *every*
 //! semantic problem at once, each with a stable code, its TOML key path and
-//! its line:column ([`ProfileError`]); it stacks the limit layers (built-in,
-//! `[defaults.limits]`, the host's own) field by field; and it renders every
-//! host's fixed answer into bytes; it compiles proxy routes and upstream
-//! groups, resolving server names once, at compile time; and it compiles the
-//! gate's policy (client address resolution, quotas, rate limits and their
-//! (limit, host) pairs), divided per shard where a limit's scope says so.
-//! Codes are part of the interface and are listed in docs/profile.md.
+//! its line:column ([`ProfileError`]), and warnings beside them; it stacks
+//! host-level settings field by field (built-in, `[defaults]`, a
+//! `[[bundle]]`, the host's own, a proxy route's), limits included; and it
+//! renders every host's fixed answer into bytes; it compiles proxy routes
+//! and upstream groups, resolving server names once, at compile time; and
+//! it compiles the gate's policy (client address resolution, quotas, rate
+//! limits and their (limit, host) pairs, access lists, rule sets and
+//! presets, each host's robots.txt, maintenance and error pages), divided
+//! per shard where a limit's scope says so. Codes are part of the
+//! interface and are listed in docs/profile.md. [`password::hash`] makes
+//! the hash lines access-list users hold.
 //!
-//! It must never do I/O beyond reading the profile file and resolving
-//! upstream names, never touch sockets (nothing connects to an upstream
-//! here), and never publish: the runtime binds the listeners and sets the
-//! snapshot's generation when it publishes.
+//! It must never do I/O beyond reading the profile file, resolving
+//! upstream names and drawing a password salt from `/dev/urandom`, never
+//! touch sockets (nothing connects to an upstream here), and never publish:
+//! the runtime binds the listeners and sets the snapshot's generation when
+//! it publishes.
 
+mod access;
+mod blocks;
 mod client;
 mod compile;
 mod error;
 mod host;
+mod hostlayer;
 mod layer;
 mod policy;
 mod quota;
 mod ratelimit;
+mod rawblocks;
 mod rawgate;
 mod route;
+mod ruleset;
 mod schema;
 mod settings;
 mod size;
 mod syntax;
 mod upstream;
 mod validate;
+
+pub mod password;
 
 #[cfg(test)]
 mod tests;
@@ -52,6 +64,10 @@ pub struct Compiled {
     pub runtime: RuntimeSettings,
     /// Generation 0; the runtime sets it when it publishes.
     pub snapshot: gapura_gate::Snapshot,
+    /// What loads but deserves a look (a user without a password hash, an
+    /// access list that names nothing), in source order, each with its
+    /// code, key path and position.
+    pub warnings: Vec<ProfileError>,
 }
 
 /// Compiles profile text for as many shards as this process may use
@@ -75,7 +91,9 @@ pub fn compile_with(src: &str, cores: u32) -> Result<Compiled, Vec<ProfileError>
     if !errors.is_empty() {
         return Err(errors.into_sorted());
     }
-    Ok(compile::compile(checked))
+    let mut compiled = compile::compile(checked);
+    compiled.warnings = errors.take_warnings();
+    Ok(compiled)
 }
 
 /// Reads and compiles a profile file for as many shards as this process

@@ -34,6 +34,9 @@ pub(crate) struct Known<'a> {
 pub(crate) struct HostRefs {
     /// The limit's index and the span of the reference.
     pub rate_limit: Option<(u32, Range<usize>)>,
+    /// The reference's key path when a lower layer (`[defaults]`, a
+    /// bundle) wrote it; `None`: the host's own `rate_limit`.
+    pub rate_limit_path: Option<String>,
     pub class: Option<Class>,
 }
 
@@ -70,7 +73,12 @@ pub(crate) fn pair_identity(limit: &str, host: &str) -> u64 {
     h.finish()
 }
 
-fn class(e: &mut Errors<'_>, v: &Opt<String>, path: &str, code: &'static str) -> Option<Class> {
+pub(crate) fn class(
+    e: &mut Errors<'_>,
+    v: &Opt<String>,
+    path: &str,
+    code: &'static str,
+) -> Option<Class> {
     v.as_ref()?;
     choice(
         e,
@@ -87,7 +95,7 @@ fn class(e: &mut Errors<'_>, v: &Opt<String>, path: &str, code: &'static str) ->
 }
 
 /// `known: a, b` or `the profile has no [[rate_limit]]`, for messages.
-fn known_list<T>(names: &HashMap<String, T>, table: &str) -> String {
+pub(crate) fn known_list<T>(names: &HashMap<String, T>, table: &str) -> String {
     let mut known: Vec<&str> = names.keys().map(String::as_str).collect();
     known.sort_unstable();
     if known.is_empty() {
@@ -98,7 +106,7 @@ fn known_list<T>(names: &HashMap<String, T>, table: &str) -> String {
 }
 
 /// A rate limit named at `path`; None (with an error) when unknown.
-fn rate_limit(
+pub(crate) fn rate_limit(
     e: &mut Errors<'_>,
     name: &str,
     at: Range<usize>,
@@ -142,6 +150,7 @@ pub(crate) fn check_host_refs(
     });
     HostRefs {
         rate_limit,
+        rate_limit_path: None,
         class: class(e, &h.class, &format!("{base}.class"), "host.class.invalid"),
     }
 }
@@ -251,11 +260,11 @@ pub(crate) fn resolve_policies(
             Some(p)
         };
         let host_class = host.refs.class.unwrap_or(Class::Normal);
-        let host_pair = host
-            .refs
-            .rate_limit
-            .as_ref()
-            .and_then(|(l, at)| pair(*l, (format!("host[{i}].rate_limit"), at), e));
+        let host_pair = host.refs.rate_limit.as_ref().and_then(|(l, at)| {
+            let path = host.refs.rate_limit_path.clone();
+            let path = path.unwrap_or_else(|| format!("host[{i}].rate_limit"));
+            pair(*l, (path, at), e)
+        });
         host.policy = RequestPolicy {
             rate_pair: host_pair,
             class: host_class,

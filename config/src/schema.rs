@@ -8,6 +8,9 @@
 //! (`limits.max_body_bytes = 1`), and no check needs one, except the hosts,
 //! which are array elements and always have a span.
 
+use crate::rawblocks::{
+    RawAccessList, RawBundle, RawErrorPages, RawMaintenance, RawNameRef, RawRuleSet,
+};
 use crate::rawgate::{RawClient, RawListenEntry, RawQuota, RawRateLimit, RawRateRef};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use std::fmt;
@@ -36,6 +39,12 @@ pub(crate) struct RawProfile {
     pub rate_limit: Vec<Spanned<RawRateLimit>>,
     #[serde(default)]
     pub client: RawClient,
+    #[serde(default)]
+    pub access_list: Vec<Spanned<RawAccessList>>,
+    #[serde(default)]
+    pub rule_set: Vec<Spanned<RawRuleSet>>,
+    #[serde(default)]
+    pub bundle: Vec<Spanned<RawBundle>>,
 }
 
 /// `[server]`. Numbers are read as `i64` (TOML's integer) so that a negative
@@ -56,14 +65,27 @@ pub(crate) struct RawServer {
     pub max_requests_per_connection: Opt<i64>,
     pub max_connections_per_shard: Opt<i64>,
     pub unknown_host: Opt<i64>,
+    /// The access list checked at accept (its address side).
+    pub access_list: Opt<String>,
 }
 
-/// `[defaults]`.
+/// `[defaults]`: every host-level setting (see `rawblocks::RawBundle`).
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDefaults {
     #[serde(default)]
     pub limits: RawLimits,
+    pub access_list: Opt<RawNameRef>,
+    pub access_list_mode: Opt<String>,
+    pub rule_set: Opt<RawNameRef>,
+    pub rule_set_mode: Opt<String>,
+    pub rate_limit: Opt<String>,
+    pub class: Opt<String>,
+    pub robots: Opt<String>,
+    pub robots_text: Opt<String>,
+    pub maintenance: Option<RawMaintenance>,
+    pub error_pages: Option<RawErrorPages>,
+    pub replace_upstream: Opt<String>,
 }
 
 /// `[defaults.limits]` and `[host.limits]`. Byte sizes are an integer or a
@@ -94,6 +116,18 @@ pub(crate) struct RawHost {
     pub class: Opt<String>,
     #[serde(default)]
     pub limits: RawLimits,
+    /// The `[[bundle]]` this host stacks on.
+    #[serde(rename = "use")]
+    pub uses: Opt<String>,
+    pub access_list: Opt<RawNameRef>,
+    pub access_list_mode: Opt<String>,
+    pub rule_set: Opt<RawNameRef>,
+    pub rule_set_mode: Opt<String>,
+    pub robots: Opt<String>,
+    pub robots_text: Opt<String>,
+    pub maintenance: Option<RawMaintenance>,
+    pub error_pages: Option<RawErrorPages>,
+    pub replace_upstream: Opt<String>,
     /// `[[host.route]]`, proxy hosts only.
     #[serde(default)]
     pub route: Vec<Spanned<RawRoute>>,
@@ -116,6 +150,10 @@ pub(crate) struct RawRoute {
     pub operation: Opt<String>,
     #[serde(default)]
     pub limits: RawLimits,
+    pub access_list: Opt<RawNameRef>,
+    pub access_list_mode: Opt<String>,
+    pub rule_set: Opt<RawNameRef>,
+    pub rule_set_mode: Opt<String>,
 }
 
 /// One `[[upstream]]`.

@@ -4,21 +4,27 @@
 //! single run reports every problem of the profile; the result is only
 //! compiled when no error was recorded. Hosts are checked in `host` (proxy
 //! hosts and routes in `route`), upstream groups in `upstream`, `[quota]` in
-//! `quota`, `[[rate_limit]]` in `ratelimit`, `[client]` in `client`, and the
-//! hosts' and routes' gate keys in `policy`.
+//! `quota`, `[[rate_limit]]` in `ratelimit`, `[client]` in `client`, the
+//! hosts' and routes' gate keys in `policy`, `[[access_list]]` in `access`,
+//! `[[rule_set]]` in `ruleset`, and the layered host-level settings
+//! (`[defaults]`, `[[bundle]]`) in `hostlayer` and `blocks`.
 
+use crate::access::check_access_lists;
+use crate::blocks::{finish, layer_hosts};
 use crate::client::{check_client, ProxyListener};
 use crate::error::Errors;
 use crate::host::{check_hosts, CheckedHost};
+use crate::hostlayer::Names;
 use crate::layer::LimitsLayer;
 use crate::policy::{resolve_policies, Known};
 use crate::quota::check_quota;
 use crate::ratelimit::check_rate_limits;
+use crate::ruleset::check_rule_sets;
 use crate::schema::{IntOrString, Opt, RawLimits, RawProfile, RawServer};
 use crate::settings::{Driver, RuntimeSettings, Shards, Steering};
 use crate::size::{format_size, parse_size, SizeError};
 use crate::upstream::check_upstreams;
-use gapura_gate::policy::GatePolicy;
+use gapura_gate::policy::{GatePolicy, HostExtras};
 use gapura_gate::{ErrorStatus, HostTable, ServerSettings, UpstreamGroup};
 use std::net::SocketAddr;
 
@@ -35,6 +41,8 @@ pub(crate) struct Checked {
     pub entries: Vec<CheckedHost>,
     /// One per `[[upstream]]`, in order: index = `UpstreamId`.
     pub upstreams: Vec<UpstreamGroup>,
+    /// One per `[[host]]`, in order.
+    pub extras: Vec<HostExtras>,
 }
 
 /// Checks the whole profile; `cores` is the shard count when `shards` is
@@ -55,6 +63,18 @@ pub(crate) fn check(raw: &RawProfile, cores: u32, errors: &mut Errors<'_>) -> Ch
         operations: &quota.operation_ids,
     };
     let (hosts, mut entries) = check_hosts(&raw.host, &upstreams.ids, &known, errors);
+    let lists = check_access_lists(&raw.access_list, &raw.client.mode, errors);
+    let sets = check_rule_sets(&raw.rule_set, errors);
+    let layers = layer_hosts(
+        raw,
+        &Names {
+            lists: &lists.ids,
+            sets: &sets,
+            known: &known,
+        },
+        &mut entries,
+        errors,
+    );
     let names: Vec<String> = rates.defs.iter().map(|d| d.name.clone()).collect();
     let rate_pairs = resolve_policies(
         &mut entries,
@@ -63,6 +83,7 @@ pub(crate) fn check(raw: &RawProfile, cores: u32, errors: &mut Errors<'_>) -> Ch
         quota.policy_slots_at.clone(),
         errors,
     );
+    let blocks = finish(raw, lists, sets, &layers, &mut entries, errors);
     let gate = GatePolicy {
         client,
         quota_sizes: quota.sizes,
@@ -73,7 +94,10 @@ pub(crate) fn check(raw: &RawProfile, cores: u32, errors: &mut Errors<'_>) -> Ch
         rate_pairs,
         operations: quota.operations,
         connections: quota.connections,
-        ..GatePolicy::default()
+        access_lists: blocks.access_lists,
+        rule_sets: blocks.rule_sets,
+        rule_set_names: blocks.rule_set_names,
+        accept_list: blocks.accept_list,
     };
     Checked {
         runtime,
@@ -83,6 +107,7 @@ pub(crate) fn check(raw: &RawProfile, cores: u32, errors: &mut Errors<'_>) -> Ch
         hosts,
         entries,
         upstreams: upstreams.groups,
+        extras: blocks.extras,
     }
 }
 

@@ -108,3 +108,264 @@ fn load_file_with_divides_split_limits_by_the_given_cores() {
         );
     }
 }
+
+#[test]
+fn the_example_profile_compiles_every_block() {
+    use gapura_gate::access::password::verify;
+    use gapura_gate::access::AddressRefusal;
+    use gapura_gate::custom_pages::ReplaceUpstream;
+    use gapura_gate::mode::Mode;
+    use gapura_gate::policy::BlockRef;
+    use gapura_gate::robots::RobotsMode;
+    use gapura_gate::ErrorStatus;
+    let c = ok_with(include_str!("../../../profiles/example.toml"), 2);
+    assert!(c.warnings.is_empty(), "{:#?}", c.warnings);
+    let s = &c.snapshot;
+    let g = &s.gate;
+    let lists: Vec<&str> = g.access_lists.iter().map(|l| l.name()).collect();
+    assert_eq!(lists, ["office", "blocklist"]);
+    assert_eq!(g.accept_list, Some(1));
+    assert_eq!(
+        g.access_lists[1].address_only_verdict("198.51.100.7".parse().unwrap()),
+        Some(AddressRefusal::Drop)
+    );
+    assert_eq!(
+        g.rule_set_names,
+        ["edge", "block_ai_crawlers", "block_known_scanners"]
+    );
+    assert_eq!(g.rule_sets[0].len(), 5);
+    // The example user's line is what its comment says.
+    let users = g.access_lists[0].users();
+    assert_eq!(users.len(), 1);
+    let line = include_str!("../../../profiles/example.toml")
+        .split('"')
+        .find(|s| s.starts_with("$pbkdf2-sha256$"))
+        .unwrap();
+    assert!(verify(line, b"example-password"));
+
+    let b = |index, mode| Some(BlockRef { index, mode });
+    let entry = |name: &[u8]| &s.entries[s.hosts.lookup(Some(name)).unwrap() as usize];
+    let intranet = entry(b"intranet.example.com");
+    assert_eq!(intranet.policy.access, b(0, Mode::Enforce));
+    assert_eq!(intranet.policy.rules, b(0, Mode::Shadow));
+    assert_eq!(intranet.limits.max_body_bytes, 5 << 20);
+    let gapura_gate::HostAction::Proxy(p) = &intranet.action else {
+        panic!("intranet.example.com is a proxy host");
+    };
+    let routes: Vec<_> = p
+        .routes
+        .iter()
+        .map(|r| (r.policy.access, r.policy.rules))
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            (b(0, Mode::Enforce), b(0, Mode::Shadow)),
+            (None, b(2, Mode::Enforce)),
+            (b(0, Mode::Enforce), b(0, Mode::Enforce)),
+        ]
+    );
+    let x = &intranet.extras;
+    assert_eq!(
+        x.robots.as_ref().map(|r| r.mode()),
+        Some(RobotsMode::DisallowAll)
+    );
+    assert_eq!(x.replace_upstream, ReplaceUpstream::Html);
+    let pages = x.pages.as_ref().unwrap();
+    assert!(pages.get(ErrorStatus::Forbidden).is_some());
+    assert!(pages.get(ErrorStatus::NotFound).is_some());
+    assert!(x.maintenance.is_none());
+
+    let shop = entry(b"shop.example.com");
+    assert_eq!(
+        (shop.policy.access, shop.policy.rules),
+        (None, b(1, Mode::Enforce))
+    );
+    let m = shop.extras.maintenance.as_ref().unwrap();
+    assert_eq!(
+        (
+            m.page.status(),
+            m.page.retry_after_seconds(),
+            m.bypass,
+            m.mode
+        ),
+        (503, 600, Some(0), Mode::Enforce)
+    );
+    let robots = shop.extras.robots.as_ref().unwrap();
+    let body = robots.answer(b"GET", b"/robots.txt").unwrap().body();
+    assert_eq!(body, b"User-agent: *\nDisallow: /cart/\n");
+
+    // The defaults reach every host that sets nothing of its own.
+    let main = entry(b"example.com");
+    assert_eq!(
+        main.extras.robots.as_ref().map(|r| r.mode()),
+        Some(RobotsMode::BlockAiCrawlers)
+    );
+    assert!(main
+        .extras
+        .pages
+        .as_ref()
+        .unwrap()
+        .get(ErrorStatus::NotFound)
+        .is_some());
+    assert_eq!((main.policy.access, main.policy.rules), (None, None));
+}
+
+#[test]
+fn the_block_examples_of_profile_md_compile() {
+    let mut seen = Vec::new();
+    for b in toml_blocks(DOC) {
+        let first = b.lines().next().unwrap_or("");
+        if ["[defaults]", "[[access_list]]", "[[rule_set]]"].contains(&first)
+            || b.starts_with("[[host]]\nnames = [\"shop.example.com\"]")
+        {
+            let c = ok_with(b, 4);
+            seen.push((first, c.warnings.len()));
+        }
+    }
+    // The access-list example has one user without a hash: a warning.
+    assert_eq!(
+        seen,
+        [
+            ("[defaults]", 0),
+            ("[[access_list]]", 1),
+            ("[[rule_set]]", 0),
+            ("[[host]]", 0)
+        ]
+    );
+}
+
+#[test]
+fn the_profile_keys_examples_of_the_block_docs_compile() {
+    for (name, doc) in [
+        ("access.md", include_str!("../../../docs/access.md")),
+        ("rules.md", include_str!("../../../docs/rules.md")),
+        (
+            "client-address.md",
+            include_str!("../../../docs/client-address.md"),
+        ),
+    ] {
+        let section = &doc[doc.find("## Profile keys").expect(name)..];
+        let example = toml_blocks(section)[0];
+        let c = match crate::compile_with(example, 4) {
+            Ok(c) => c,
+            Err(e) => panic!("{name}: {e:#?}"),
+        };
+        let g = &c.snapshot.gate;
+        match name {
+            "access.md" => {
+                let lists: Vec<&str> = g.access_lists.iter().map(|l| l.name()).collect();
+                assert_eq!(lists, ["staff", "admins"]);
+                assert_eq!(c.warnings.len(), 1, "carol has no hash");
+            }
+            "rules.md" => {
+                assert_eq!(g.rule_set_names, ["edge"]);
+                let shop = &c.snapshot.entries[0].extras;
+                assert!(shop.robots.is_some() && shop.pages.is_some());
+                assert_eq!(shop.maintenance.as_ref().map(|m| m.bypass), Some(Some(0)));
+            }
+            _ => assert_eq!(g.accept_list, Some(0)),
+        }
+    }
+}
+
+#[test]
+fn every_code_the_blocks_can_give_is_documented() {
+    use gapura_gate::custom_pages::{PageError, PageField, PageProblem};
+    use gapura_gate::glob::GlobError;
+    use gapura_gate::maintenance::MaintenanceError;
+    use gapura_gate::pathmatch::PatternError;
+    use gapura_gate::robots::RobotsError;
+    use gapura_gate::ruleset::{RuleError, RuleSetError};
+    let mut all: Vec<&str> = vec![
+        RobotsError::CustomTextRequired.code(),
+        RobotsError::CustomTextTooLong.code(),
+        RobotsError::CustomTextInvalid.code(),
+        MaintenanceError::Status.code(),
+        MaintenanceError::RetryAfter.code(),
+        RuleSetError::TooManyRules.code(),
+        RuleError::Empty.code(),
+        RuleError::Glob(GlobError::NotRooted).code(),
+        RuleError::Regex(String::new()).code(),
+        RuleError::Methods { item: None }.code(),
+        RuleError::UserAgent { item: None }.code(),
+    ];
+    for p in [
+        PatternError::Invalid,
+        PatternError::Encoded,
+        PatternError::NotCanonical,
+    ] {
+        all.push(RuleError::Path(p).code());
+    }
+    for field in [PageField::Heading, PageField::Text, PageField::Html] {
+        for problem in [
+            PageProblem::Required,
+            PageProblem::TooLong,
+            PageProblem::Invalid,
+            PageProblem::Unexpected,
+            PageProblem::UnknownVariable(String::new()),
+        ] {
+            all.push(PageError { field, problem }.code());
+        }
+    }
+    // The codes the config crate itself gives for the blocks and layers.
+    all.extend([
+        "errorPages.status.unsupported",
+        "accessList.name.required",
+        "accessList.name.invalid",
+        "accessList.name.duplicate",
+        "accessList.ip.dropDenied.withoutAddresses",
+        "accessList.realm.invalid",
+        "accessList.satisfy.invalid",
+        "accessList.users.tooMany",
+        "accessList.user.username.invalid",
+        "accessList.user.username.duplicate",
+        "accessList.user.password.plain",
+        "accessList.user.password.malformed",
+        "accessList.user.password.iterations",
+        "accessList.countries.noSource",
+        "accessList.user.noPassword",
+        "accessList.empty",
+        "country.invalid",
+        "country.duplicate",
+        "country.conflict",
+        "ruleSet.name.required",
+        "ruleSet.name.invalid",
+        "ruleSet.name.duplicate",
+        "ruleSet.id.reserved",
+        "ruleSet.rule.action.required",
+        "ruleSet.rule.action.invalid",
+        "ruleSet.rule.path.kind",
+        "bundle.name.required",
+        "bundle.name.invalid",
+        "bundle.name.duplicate",
+        "host.bundle.unknown",
+        "server.accessList.unknown",
+        "server.accessList.noAddresses",
+        "host.accessList.unknown",
+        "host.accessList.invalid",
+        "host.accessList.mode.invalid",
+        "host.ruleSet.unknown",
+        "host.ruleSet.invalid",
+        "host.ruleSet.mode.invalid",
+        "route.accessList.unknown",
+        "route.accessList.invalid",
+        "route.accessList.mode.invalid",
+        "route.ruleSet.unknown",
+        "route.ruleSet.invalid",
+        "route.ruleSet.mode.invalid",
+        "host.robots.invalid",
+        "robots.custom_text.unexpected",
+        "maintenance.mode.invalid",
+        "host.maintenance.bypassUnknown",
+        "host.replace_upstream.invalid",
+    ]);
+    let missing: Vec<&&str> = all
+        .iter()
+        .filter(|c| !DOC.contains(&format!("| `{c}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "missing from docs/profile.md: {missing:?}"
+    );
+}

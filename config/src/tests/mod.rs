@@ -1,9 +1,12 @@
 //! Whole-profile tests: every error code from a small profile, with its
 //! exact path and position, and the shipped profiles.
 
+mod access;
+mod bundles;
 mod client;
 mod decide;
 mod docs;
+mod extras;
 mod hosts;
 mod limits;
 mod parse;
@@ -12,6 +15,7 @@ mod profiles;
 mod proxy;
 mod quota;
 mod ratelimit;
+mod rulesets;
 mod server;
 mod upstreams;
 

@@ -1,0 +1,350 @@
+//! Layering hosts over `[defaults]` and their bundle, and compiling what
+//! they use: access lists, rule sets, robots.txt, maintenance and error
+//! pages.
+//!
+//! [`layer_hosts`] runs before the rate-limit pairs are made: it stacks
+//! each host's settings (defaults → bundle → host), lays the bundle's limits
+//! under the host's (the defaults' are laid under both when the snapshot is
+//! compiled, so a profile without bundles compiles exactly as before) and
+//! gives the host the rate limit and class its layers name. [`finish`] runs
+//! after: it resolves every host's and route's access list and rule set,
+//! puts the lists and sets that anything uses into the snapshot in a stable
+//! order (profile order; presets after the profile's own sets, in
+//! [`Preset::ALL`] order), and compiles each host's [`HostExtras`].
+
+use crate::access::AccessLists;
+use crate::error::Errors;
+use crate::host::{CheckedAction, CheckedHost};
+use crate::hostlayer::{
+    check_bundles, check_layer, check_route_blocks, BlockLayer, LayerFields, Names, RouteBlocks,
+    SettingsLayer,
+};
+use crate::layer::LimitsLayer;
+use crate::policy::known_list;
+use crate::ruleset::{RuleSets, SetTarget};
+use crate::schema::{RawHost, RawProfile};
+use gapura_gate::access::AccessList;
+use gapura_gate::custom_pages::{CustomPages, PageKey};
+use gapura_gate::maintenance::{Maintenance, MaintenanceSpec};
+use gapura_gate::mode::Mode;
+use gapura_gate::policy::{BlockRef, HostExtras, HostMaintenance};
+use gapura_gate::robots::{Robots, RobotsError, RobotsMode};
+use gapura_gate::ruleset::{Preset, RuleSet};
+use std::collections::{HashMap, HashSet};
+use toml::Spanned;
+
+/// Every host's layered settings.
+pub(crate) struct HostLayers {
+    /// Per host: defaults → bundle → host.
+    pub hosts: Vec<SettingsLayer>,
+    /// Per host, one per route of a proxy host (none otherwise).
+    pub routes: Vec<Vec<RouteBlocks>>,
+}
+
+/// Checks `[defaults]`, the bundles and every host's own settings, stacks
+/// them, and applies the stacked limits, rate limit and class to
+/// `entries` (one per `raw.host`, in order).
+pub(crate) fn layer_hosts(
+    raw: &RawProfile,
+    names: &Names<'_>,
+    entries: &mut [CheckedHost],
+    e: &mut Errors<'_>,
+) -> HostLayers {
+    let defaults = check_layer(&LayerFields::defaults(&raw.defaults), "defaults", names, e);
+    let bundles = check_bundles(&raw.bundle, names, e);
+    let mut layers = HostLayers {
+        hosts: Vec::with_capacity(entries.len()),
+        routes: Vec::with_capacity(entries.len()),
+    };
+    for (i, (h, entry)) in raw.host.iter().zip(entries.iter_mut()).enumerate() {
+        let base = format!("host[{i}]");
+        let h: &RawHost = h.get_ref();
+        let bundle = match &h.uses {
+            None => SettingsLayer::default(),
+            Some(u) => match bundles.ids.get(u.get_ref()) {
+                Some(&b) => bundles.layers[b].clone(),
+                None => {
+                    e.push(
+                        "host.bundle.unknown",
+                        format!("{base}.use"),
+                        u.span(),
+                        format!(
+                            "no [[bundle]] is named {:?} ({})",
+                            u.get_ref(),
+                            known_list(&bundles.ids, "bundle")
+                        ),
+                    );
+                    SettingsLayer::default()
+                }
+            },
+        };
+        let own = check_layer(&LayerFields::host(h), &base, names, e);
+        let below = SettingsLayer::merge(&defaults, &bundle);
+        entry.limits = LimitsLayer::merge(bundle.limits, entry.limits);
+        if entry.refs.rate_limit.is_none() {
+            if let Some((limit, at, path)) = below.rate_limit.clone() {
+                entry.refs.rate_limit = Some((limit, at));
+                entry.refs.rate_limit_path = Some(path);
+            }
+        }
+        entry.refs.class = entry.refs.class.or(below.class);
+        let routes = match entry.action {
+            CheckedAction::Proxy { .. } => h
+                .route
+                .iter()
+                .enumerate()
+                .map(|(j, r)| {
+                    check_route_blocks(r.get_ref(), &format!("{base}.route[{j}]"), names, e)
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        layers.hosts.push(SettingsLayer::merge(&below, &own));
+        layers.routes.push(routes);
+    }
+    layers
+}
+
+/// What the snapshot's policy and hosts get from the blocks.
+pub(crate) struct Blocks {
+    pub access_lists: Vec<AccessList>,
+    pub rule_sets: Vec<RuleSet>,
+    pub rule_set_names: Vec<String>,
+    pub accept_list: Option<u32>,
+    /// One per host, in order.
+    pub extras: Vec<HostExtras>,
+}
+
+type Effective = (Option<(usize, Mode)>, Option<(SetTarget, Mode)>);
+
+fn effective(access: &BlockLayer<usize>, rules: &BlockLayer<SetTarget>) -> Effective {
+    (access.effective(), rules.effective())
+}
+
+/// Resolves every host's and route's blocks into `entries` and builds the
+/// snapshot's lists, sets and host extras.
+pub(crate) fn finish(
+    raw: &RawProfile,
+    lists: AccessLists,
+    sets: RuleSets,
+    layers: &HostLayers,
+    entries: &mut [CheckedHost],
+    e: &mut Errors<'_>,
+) -> Blocks {
+    let mut used_lists = vec![false; lists.compiled.len()];
+    let mut used_sets: HashSet<SetTarget> = HashSet::new();
+    let accept = raw
+        .server
+        .access_list
+        .as_ref()
+        .and_then(|a| match lists.ids.get(a.get_ref()) {
+            None => {
+                e.push(
+                    "server.accessList.unknown",
+                    "server.access_list",
+                    a.span(),
+                    format!(
+                        "no [[access_list]] is named {:?} ({})",
+                        a.get_ref(),
+                        known_list(&lists.ids, "access_list")
+                    ),
+                );
+                None
+            }
+            Some(&d) if !lists.has_addresses[d] => {
+                e.push(
+                    "server.accessList.noAddresses",
+                    "server.access_list",
+                    a.span(),
+                    format!(
+                        "the list checked at accept refuses by address only, and \
+                         access_list[{d}] ({:?}) has no allow or deny addresses",
+                        a.get_ref()
+                    ),
+                );
+                None
+            }
+            Some(&d) => Some(d),
+        });
+    if let Some(d) = accept {
+        used_lists[d] = true;
+    }
+    // Every host's and route's blocks in force, and what they use.
+    let mut hosts: Vec<(Effective, Vec<Effective>)> = Vec::with_capacity(entries.len());
+    for (host, routes) in layers.hosts.iter().zip(&layers.routes) {
+        let own = effective(&host.access, &host.rules);
+        let routes: Vec<Effective> = routes
+            .iter()
+            .map(|r| {
+                effective(
+                    &BlockLayer::merge(host.access, r.access),
+                    &BlockLayer::merge(host.rules, r.rules),
+                )
+            })
+            .collect();
+        for (access, rules) in std::iter::once(&own).chain(&routes) {
+            if let Some((d, _)) = access {
+                used_lists[*d] = true;
+            }
+            if let Some((t, _)) = rules {
+                used_sets.insert(*t);
+            }
+        }
+        if host.maintenance.enabled == Some(true) {
+            if let Some(d) = host.maintenance.bypass {
+                used_lists[d] = true;
+            }
+        }
+        hosts.push((own, routes));
+    }
+
+    // The used lists and sets, in profile order: index = position.
+    let mut list_index: Vec<Option<u32>> = vec![None; lists.compiled.len()];
+    let mut access_lists = Vec::new();
+    for (d, list) in lists.compiled.into_iter().enumerate() {
+        if let (true, Some(list)) = (used_lists[d], list) {
+            list_index[d] = Some(index(access_lists.len()));
+            access_lists.push(list);
+        }
+    }
+    let mut set_index: HashMap<SetTarget, u32> = HashMap::new();
+    let mut rule_sets = Vec::new();
+    let mut rule_set_names = Vec::new();
+    for (d, (set, name)) in sets.compiled.into_iter().zip(sets.names).enumerate() {
+        if let (true, Some(set)) = (used_sets.contains(&SetTarget::User(d)), set) {
+            set_index.insert(SetTarget::User(d), index(rule_sets.len()));
+            rule_sets.push(set);
+            rule_set_names.push(name);
+        }
+    }
+    for p in Preset::ALL {
+        if used_sets.contains(&SetTarget::Preset(p)) {
+            set_index.insert(SetTarget::Preset(p), index(rule_sets.len()));
+            rule_sets.push(p.compile());
+            rule_set_names.push(p.name().to_string());
+        }
+    }
+
+    let access_ref = |a: &Option<(usize, Mode)>| {
+        a.and_then(|(d, mode)| list_index[d].map(|index| BlockRef { index, mode }))
+    };
+    let rules_ref = |r: &Option<(SetTarget, Mode)>| {
+        r.and_then(|(t, mode)| set_index.get(&t).map(|&index| BlockRef { index, mode }))
+    };
+    let mut reported = HashSet::new();
+    let mut extras = Vec::with_capacity(entries.len());
+    for (i, (entry, (own, routes))) in entries.iter_mut().zip(&hosts).enumerate() {
+        entry.policy.access = access_ref(&own.0);
+        entry.policy.rules = rules_ref(&own.1);
+        if let CheckedAction::Proxy { routes: checked } = &mut entry.action {
+            for (r, (access, rules)) in checked.iter_mut().zip(routes) {
+                r.policy.access = access_ref(access);
+                r.policy.rules = rules_ref(rules);
+            }
+        }
+        let host_span = raw.host.get(i).map_or(0..0, Spanned::span);
+        extras.push(host_extras(
+            &layers.hosts[i],
+            &list_index,
+            (&format!("host[{i}]"), host_span),
+            &mut reported,
+            e,
+        ));
+    }
+    Blocks {
+        access_lists,
+        rule_sets,
+        rule_set_names,
+        accept_list: accept.and_then(|d| list_index[d]),
+        extras,
+    }
+}
+
+fn index(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// A host's robots.txt, maintenance, pages and upstream replacement, from
+/// its stacked settings. Every value was checked in the layer that wrote
+/// it; the one problem only the stack shows is a custom robots.txt with no
+/// text in any layer, reported once at the `robots` that asks for it.
+fn host_extras(
+    m: &SettingsLayer,
+    list_index: &[Option<u32>],
+    (base, span): (&str, std::ops::Range<usize>),
+    reported: &mut HashSet<usize>,
+    e: &mut Errors<'_>,
+) -> HostExtras {
+    let robots = match &m.robots {
+        Some(r) if r.mode != RobotsMode::Passthrough => {
+            match Robots::compile(r.mode, m.robots_text.as_deref()) {
+                Ok(robots) => Some(robots),
+                Err(err) => {
+                    if err == RobotsError::CustomTextRequired
+                        && m.robots_text.is_none()
+                        && reported.insert(r.span.start)
+                    {
+                        e.push(
+                            err.code(),
+                            r.path.clone(),
+                            r.span.clone(),
+                            "robots = \"custom\" needs robots_text, the file to serve, in this \
+                             layer or one below",
+                        );
+                    }
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let statuses: Vec<_> = m
+        .pages
+        .iter()
+        .filter_map(|(k, spec)| match k {
+            PageKey::Status(s) => Some((*s, spec.clone())),
+            PageKey::Maintenance => None,
+        })
+        .collect();
+    // Entries were validated where written: compiling them cannot fail.
+    let pages = (!statuses.is_empty())
+        .then(|| CustomPages::compile(&statuses).ok())
+        .flatten();
+    let spec = MaintenanceSpec {
+        enabled: m.maintenance.enabled.unwrap_or(false),
+        status: m.maintenance.status.unwrap_or(503),
+        retry_after_seconds: m.maintenance.retry_after_seconds.unwrap_or(0),
+        page: m
+            .pages
+            .iter()
+            .find(|(k, _)| *k == PageKey::Maintenance)
+            .map(|(_, spec)| spec.clone()),
+    };
+    let maintenance = match Maintenance::compile(&spec) {
+        Ok(page) => page.map(|page| HostMaintenance {
+            page,
+            mode: m.maintenance.mode.unwrap_or_default(),
+            bypass: m.maintenance.bypass.and_then(|d| list_index[d]),
+        }),
+        Err(errs) => {
+            // Checked per layer already: a backstop that never doubles them.
+            if e.is_empty() {
+                for err in errs {
+                    e.push(
+                        err.code(),
+                        format!("{base}.maintenance"),
+                        span.clone(),
+                        err.to_string(),
+                    );
+                }
+            }
+            None
+        }
+    };
+    HostExtras {
+        robots,
+        maintenance,
+        pages,
+        replace_upstream: m.replace_upstream.unwrap_or_default(),
+    }
+}

@@ -1,0 +1,641 @@
+//! Host-level settings as layers: `[defaults]`, a `[[bundle]]` and a
+//! `[[host]]` each hold any of them, and a route holds its access list and
+//! rule set. A layer's fields are all optional; [`SettingsLayer::merge`]
+//! stacks two layers field by field (a field the upper layer leaves out is
+//! inherited), so a host's settings are defaults → bundle → host, and a
+//! route's blocks are that → route.
+//!
+//! A reference to an access list or a rule set is a name, or `false` for
+//! none; its mode (`access_list_mode`, `rule_set_mode`) is a field of its
+//! own, so a layer may shadow whatever list a lower layer names. Error pages
+//! merge per entry: an entry is replaced whole by the layer that sets it.
+//!
+//! Values are checked in the layer that writes them, so a problem in
+//! `[defaults]` or a bundle is reported once, at its own key, however many
+//! hosts inherit it. Host-level layers share the `host.*` codes: the key
+//! path tells which layer (`defaults.rule_set`, `bundle[1].rule_set`,
+//! `host[0].rule_set`).
+
+use crate::error::{key_path, Errors};
+use crate::layer::LimitsLayer;
+use crate::policy::{class, known_list, rate_limit, Known};
+use crate::quota::valid_policy_name;
+use crate::rawblocks::{RawBundle, RawErrorPages, RawMaintenance, RawNameRef};
+use crate::ruleset::{RuleSets, SetTarget};
+use crate::schema::{Opt, RawDefaults, RawHost, RawLimits, RawRoute};
+use crate::validate::{check_limits, choice, int_in};
+use gapura_gate::custom_pages::{
+    validate_entry, PageEntrySpec, PageForm, PageKey, ReplaceUpstream,
+};
+use gapura_gate::maintenance::{MaintenanceError, MAINTENANCE_STATUSES, MAX_RETRY_AFTER_SECONDS};
+use gapura_gate::mode::Mode;
+use gapura_gate::quota::Class;
+use gapura_gate::robots::{normalize_custom_text, RobotsMode};
+use std::collections::HashMap;
+use std::ops::Range;
+use toml::Spanned;
+
+/// A layer's reference: a block, or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pick<T> {
+    /// `false`: none, whatever a lower layer names.
+    Off,
+    On(T),
+}
+
+/// A layer's access list or rule set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BlockLayer<T> {
+    pub pick: Option<Pick<T>>,
+    pub mode: Option<Mode>,
+}
+
+impl<T> Default for BlockLayer<T> {
+    fn default() -> Self {
+        BlockLayer {
+            pick: None,
+            mode: None,
+        }
+    }
+}
+
+impl<T: Copy> BlockLayer<T> {
+    /// `over` on top of `base`, field by field.
+    pub(crate) fn merge(base: BlockLayer<T>, over: BlockLayer<T>) -> BlockLayer<T> {
+        BlockLayer {
+            pick: over.pick.or(base.pick),
+            mode: over.mode.or(base.mode),
+        }
+    }
+
+    /// The block in force and its mode (enforce unless a layer says shadow).
+    pub(crate) fn effective(&self) -> Option<(T, Mode)> {
+        match self.pick {
+            Some(Pick::On(t)) => Some((t, self.mode.unwrap_or_default())),
+            _ => None,
+        }
+    }
+}
+
+/// A layer's `maintenance` table.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MaintenanceLayer {
+    pub enabled: Option<bool>,
+    pub status: Option<u16>,
+    pub retry_after_seconds: Option<u32>,
+    /// The bypass list's position among `[[access_list]]`.
+    pub bypass: Option<usize>,
+    pub mode: Option<Mode>,
+}
+
+/// The `robots` value of a layer, with where it is written (for a custom
+/// file without text).
+#[derive(Clone, Debug)]
+pub(crate) struct RobotsValue {
+    pub mode: RobotsMode,
+    pub path: String,
+    pub span: Range<usize>,
+}
+
+/// One layer of host-level settings, each field optional.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SettingsLayer {
+    pub limits: LimitsLayer,
+    /// The limit's index, the reference's span and key path.
+    pub rate_limit: Option<(u32, Range<usize>, String)>,
+    pub class: Option<Class>,
+    /// Position among `[[access_list]]`.
+    pub access: BlockLayer<usize>,
+    pub rules: BlockLayer<SetTarget>,
+    pub robots: Option<RobotsValue>,
+    pub robots_text: Option<String>,
+    pub maintenance: MaintenanceLayer,
+    /// Entries by key, each whole.
+    pub pages: Vec<(PageKey, PageEntrySpec)>,
+    pub replace_upstream: Option<ReplaceUpstream>,
+}
+
+impl SettingsLayer {
+    /// `over` on top of `base`, field by field; error pages entry by entry.
+    pub(crate) fn merge(base: &SettingsLayer, over: &SettingsLayer) -> SettingsLayer {
+        let m = (&base.maintenance, &over.maintenance);
+        let mut pages = base.pages.clone();
+        for (key, spec) in &over.pages {
+            match pages.iter_mut().find(|(k, _)| k == key) {
+                Some(slot) => slot.1 = spec.clone(),
+                None => pages.push((*key, spec.clone())),
+            }
+        }
+        SettingsLayer {
+            limits: LimitsLayer::merge(base.limits, over.limits),
+            rate_limit: over.rate_limit.clone().or_else(|| base.rate_limit.clone()),
+            class: over.class.or(base.class),
+            access: BlockLayer::merge(base.access, over.access),
+            rules: BlockLayer::merge(base.rules, over.rules),
+            robots: over.robots.clone().or_else(|| base.robots.clone()),
+            robots_text: over
+                .robots_text
+                .clone()
+                .or_else(|| base.robots_text.clone()),
+            maintenance: MaintenanceLayer {
+                enabled: m.1.enabled.or(m.0.enabled),
+                status: m.1.status.or(m.0.status),
+                retry_after_seconds: m.1.retry_after_seconds.or(m.0.retry_after_seconds),
+                bypass: m.1.bypass.or(m.0.bypass),
+                mode: m.1.mode.or(m.0.mode),
+            },
+            pages,
+            replace_upstream: over.replace_upstream.or(base.replace_upstream),
+        }
+    }
+}
+
+/// The names a layer may refer to.
+pub(crate) struct Names<'a> {
+    /// Access list name → position.
+    pub lists: &'a HashMap<String, usize>,
+    pub sets: &'a RuleSets,
+    pub known: &'a Known<'a>,
+}
+
+/// The host-level keys of one layer, wherever they are written. `limits`,
+/// `rate_limit` and `class` are `None` where another check reads them
+/// (`[defaults.limits]` in `validate`, a host's own in `host`).
+pub(crate) struct LayerFields<'a> {
+    pub limits: Option<&'a RawLimits>,
+    pub rate_limit: Option<&'a Opt<String>>,
+    pub class: Option<&'a Opt<String>>,
+    pub access_list: &'a Opt<RawNameRef>,
+    pub access_list_mode: &'a Opt<String>,
+    pub rule_set: &'a Opt<RawNameRef>,
+    pub rule_set_mode: &'a Opt<String>,
+    pub robots: &'a Opt<String>,
+    pub robots_text: &'a Opt<String>,
+    pub maintenance: Option<&'a RawMaintenance>,
+    pub error_pages: Option<&'a RawErrorPages>,
+    pub replace_upstream: &'a Opt<String>,
+}
+
+macro_rules! fields {
+    ($r:expr, $limits:expr, $rate:expr, $class:expr) => {
+        LayerFields {
+            limits: $limits,
+            rate_limit: $rate,
+            class: $class,
+            access_list: &$r.access_list,
+            access_list_mode: &$r.access_list_mode,
+            rule_set: &$r.rule_set,
+            rule_set_mode: &$r.rule_set_mode,
+            robots: &$r.robots,
+            robots_text: &$r.robots_text,
+            maintenance: $r.maintenance.as_ref(),
+            error_pages: $r.error_pages.as_ref(),
+            replace_upstream: &$r.replace_upstream,
+        }
+    };
+}
+
+impl<'a> LayerFields<'a> {
+    pub(crate) fn defaults(d: &'a RawDefaults) -> LayerFields<'a> {
+        fields!(d, None, Some(&d.rate_limit), Some(&d.class))
+    }
+
+    pub(crate) fn bundle(b: &'a RawBundle) -> LayerFields<'a> {
+        fields!(b, Some(&b.limits), Some(&b.rate_limit), Some(&b.class))
+    }
+
+    pub(crate) fn host(h: &'a RawHost) -> LayerFields<'a> {
+        fields!(h, None, None, None)
+    }
+}
+
+/// The codes of one kind of reference at one level.
+struct Codes {
+    unknown: &'static str,
+    invalid: &'static str,
+    mode: &'static str,
+}
+
+const HOST_ACCESS: Codes = Codes {
+    unknown: "host.accessList.unknown",
+    invalid: "host.accessList.invalid",
+    mode: "host.accessList.mode.invalid",
+};
+const ROUTE_ACCESS: Codes = Codes {
+    unknown: "route.accessList.unknown",
+    invalid: "route.accessList.invalid",
+    mode: "route.accessList.mode.invalid",
+};
+const HOST_RULES: Codes = Codes {
+    unknown: "host.ruleSet.unknown",
+    invalid: "host.ruleSet.invalid",
+    mode: "host.ruleSet.mode.invalid",
+};
+const ROUTE_RULES: Codes = Codes {
+    unknown: "route.ruleSet.unknown",
+    invalid: "route.ruleSet.invalid",
+    mode: "route.ruleSet.mode.invalid",
+};
+
+/// `key` and `key_mode` of a layer: a reference and its mode.
+#[allow(clippy::too_many_arguments)]
+fn block<T>(
+    e: &mut Errors<'_>,
+    (value, mode): (&Opt<RawNameRef>, &Opt<String>),
+    base: &str,
+    key: &str,
+    codes: &Codes,
+    what: &str,
+    resolve: impl Fn(&str) -> Option<T>,
+    known: impl Fn() -> String,
+) -> BlockLayer<T> {
+    let path = format!("{base}.{key}");
+    let pick = value.as_ref().and_then(|v| match v.get_ref() {
+        RawNameRef::Flag(false) => Some(Pick::Off),
+        RawNameRef::Flag(true) => {
+            e.push(
+                codes.invalid,
+                path.clone(),
+                v.span(),
+                format!("{key} is the name of {what}, or false for none; leave it out to inherit"),
+            );
+            None
+        }
+        RawNameRef::Name(n) => match resolve(n) {
+            Some(t) => Some(Pick::On(t)),
+            None => {
+                e.push(
+                    codes.unknown,
+                    path.clone(),
+                    v.span(),
+                    format!("no {what} is named {n:?} ({})", known()),
+                );
+                None
+            }
+        },
+    });
+    let mode = choice(
+        e,
+        mode,
+        &format!("{base}.{key}_mode"),
+        codes.mode,
+        &[
+            ("enforce", Some(Mode::Enforce)),
+            ("shadow", Some(Mode::Shadow)),
+        ],
+        None,
+    );
+    BlockLayer { pick, mode }
+}
+
+fn access(
+    e: &mut Errors<'_>,
+    fields: (&Opt<RawNameRef>, &Opt<String>),
+    base: &str,
+    codes: &Codes,
+    names: &Names<'_>,
+) -> BlockLayer<usize> {
+    block(
+        e,
+        fields,
+        base,
+        "access_list",
+        codes,
+        "[[access_list]]",
+        |n| names.lists.get(n).copied(),
+        || known_list(names.lists, "access_list"),
+    )
+}
+
+fn rules(
+    e: &mut Errors<'_>,
+    fields: (&Opt<RawNameRef>, &Opt<String>),
+    base: &str,
+    codes: &Codes,
+    names: &Names<'_>,
+) -> BlockLayer<SetTarget> {
+    block(
+        e,
+        fields,
+        base,
+        "rule_set",
+        codes,
+        "[[rule_set]] or preset",
+        |n| names.sets.resolve(n),
+        || names.sets.known(),
+    )
+}
+
+/// Checks one host-level layer written at `base` (`defaults`,
+/// `bundle[N]`, `host[N]`).
+pub(crate) fn check_layer(
+    f: &LayerFields<'_>,
+    base: &str,
+    names: &Names<'_>,
+    e: &mut Errors<'_>,
+) -> SettingsLayer {
+    let limits = f.limits.map_or_else(LimitsLayer::default, |l| {
+        check_limits(l, &format!("{base}.limits"), e)
+    });
+    let rate_limit = f.rate_limit.and_then(Option::as_ref).and_then(|r| {
+        let path = format!("{base}.rate_limit");
+        rate_limit(
+            e,
+            r.get_ref(),
+            r.span(),
+            path.clone(),
+            "host.rate_limit.unknown",
+            names.known,
+        )
+        .map(|(i, at)| (i, at, path))
+    });
+    let class = f
+        .class
+        .and_then(|c| class(e, c, &format!("{base}.class"), "host.class.invalid"));
+    let access = access(
+        e,
+        (f.access_list, f.access_list_mode),
+        base,
+        &HOST_ACCESS,
+        names,
+    );
+    let rules = rules(e, (f.rule_set, f.rule_set_mode), base, &HOST_RULES, names);
+    let (robots, robots_text) = check_robots(f, base, e);
+    let maintenance = f
+        .maintenance
+        .map(|m| check_maintenance(m, &format!("{base}.maintenance"), names, e))
+        .unwrap_or_default();
+    let pages = f
+        .error_pages
+        .map(|p| check_pages(p, &format!("{base}.error_pages"), e))
+        .unwrap_or_default();
+    let replace_upstream = choice(
+        e,
+        f.replace_upstream,
+        &format!("{base}.replace_upstream"),
+        "host.replace_upstream.invalid",
+        &[
+            ("off", Some(ReplaceUpstream::Off)),
+            ("html", Some(ReplaceUpstream::Html)),
+            ("any", Some(ReplaceUpstream::Any)),
+        ],
+        None,
+    );
+    SettingsLayer {
+        limits,
+        rate_limit,
+        class,
+        access,
+        rules,
+        robots,
+        robots_text,
+        maintenance,
+        pages,
+        replace_upstream,
+    }
+}
+
+/// A route's access list and rule set.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RouteBlocks {
+    pub access: BlockLayer<usize>,
+    pub rules: BlockLayer<SetTarget>,
+}
+
+/// Checks a route's `access_list`, `rule_set` and their modes.
+pub(crate) fn check_route_blocks(
+    r: &RawRoute,
+    base: &str,
+    names: &Names<'_>,
+    e: &mut Errors<'_>,
+) -> RouteBlocks {
+    RouteBlocks {
+        access: access(
+            e,
+            (&r.access_list, &r.access_list_mode),
+            base,
+            &ROUTE_ACCESS,
+            names,
+        ),
+        rules: rules(
+            e,
+            (&r.rule_set, &r.rule_set_mode),
+            base,
+            &ROUTE_RULES,
+            names,
+        ),
+    }
+}
+
+/// `robots` and `robots_text`. A text is checked where it is written; a
+/// text beside a `robots` that is not `"custom"` is refused, since nothing
+/// would read it.
+fn check_robots(
+    f: &LayerFields<'_>,
+    base: &str,
+    e: &mut Errors<'_>,
+) -> (Option<RobotsValue>, Option<String>) {
+    let path = format!("{base}.robots");
+    let mode = choice(
+        e,
+        f.robots,
+        &path,
+        "host.robots.invalid",
+        &[
+            ("passthrough", Some(RobotsMode::Passthrough)),
+            ("disallow_all", Some(RobotsMode::DisallowAll)),
+            ("block_ai_crawlers", Some(RobotsMode::BlockAiCrawlers)),
+            ("custom", Some(RobotsMode::Custom)),
+        ],
+        None,
+    );
+    let robots = mode.zip(f.robots.as_ref()).map(|(mode, v)| RobotsValue {
+        mode,
+        path,
+        span: v.span(),
+    });
+    let text = f.robots_text.as_ref().map(|t| {
+        let path = format!("{base}.robots_text");
+        if let Some(m) = mode.filter(|m| *m != RobotsMode::Custom) {
+            e.push(
+                "robots.custom_text.unexpected",
+                path,
+                t.span(),
+                format!(
+                    "robots = {:?} serves no text of yours; robots_text belongs to \
+                     robots = \"custom\"",
+                    m.as_str()
+                ),
+            );
+        } else if let Err(err) = normalize_custom_text(t.get_ref()) {
+            e.push(err.code(), path, t.span(), err.to_string());
+        }
+        t.get_ref().clone()
+    });
+    (robots, text)
+}
+
+fn check_maintenance(
+    m: &RawMaintenance,
+    base: &str,
+    names: &Names<'_>,
+    e: &mut Errors<'_>,
+) -> MaintenanceLayer {
+    let status = m.status.as_ref().and_then(|s| {
+        let ok = u16::try_from(*s.get_ref())
+            .ok()
+            .filter(|c| MAINTENANCE_STATUSES.contains(c));
+        if ok.is_none() {
+            e.push(
+                MaintenanceError::Status.code(),
+                format!("{base}.status"),
+                s.span(),
+                format!("{}, got {}", MaintenanceError::Status, s.get_ref()),
+            );
+        }
+        ok
+    });
+    let retry_after_seconds = int_in(
+        e,
+        &m.retry_after_seconds,
+        &format!("{base}.retry_after_seconds"),
+        MaintenanceError::RetryAfter.code(),
+        (0, i64::from(MAX_RETRY_AFTER_SECONDS)),
+    )
+    .map(|n| u32::try_from(n).unwrap_or(0));
+    let bypass = m.bypass.as_ref().and_then(|b| {
+        let id = names.lists.get(b.get_ref()).copied();
+        if id.is_none() {
+            e.push(
+                "host.maintenance.bypassUnknown",
+                format!("{base}.bypass"),
+                b.span(),
+                format!(
+                    "no [[access_list]] is named {:?} ({})",
+                    b.get_ref(),
+                    known_list(names.lists, "access_list")
+                ),
+            );
+        }
+        id
+    });
+    let mode = choice(
+        e,
+        &m.mode,
+        &format!("{base}.mode"),
+        "maintenance.mode.invalid",
+        &[
+            ("enforce", Some(Mode::Enforce)),
+            ("shadow", Some(Mode::Shadow)),
+        ],
+        None,
+    );
+    MaintenanceLayer {
+        enabled: m.enabled.as_ref().map(|v| *v.get_ref()),
+        status,
+        retry_after_seconds,
+        bypass,
+        mode,
+    }
+}
+
+/// Every entry of an `error_pages` table: a customizable status or
+/// `maintenance`, a message or (with `html`) a document.
+fn check_pages(p: &RawErrorPages, base: &str, e: &mut Errors<'_>) -> Vec<(PageKey, PageEntrySpec)> {
+    let mut pages = Vec::with_capacity(p.0.len());
+    for (key, entry) in &p.0 {
+        let path = key_path(base, key.get_ref());
+        let Some(page_key) = PageKey::parse(key.get_ref()) else {
+            e.push(
+                "errorPages.status.unsupported",
+                path,
+                key.span(),
+                format!(
+                    "{:?} has no page a host may replace: use 403, 404, 413, 414, 421, 429, \
+                     431, 502, 503, 504 or maintenance",
+                    key.get_ref()
+                ),
+            );
+            continue;
+        };
+        let text = |v: &Opt<String>| v.as_ref().map(|v| v.get_ref().clone());
+        let spec = PageEntrySpec {
+            form: if entry.html.is_some() {
+                PageForm::Document
+            } else {
+                PageForm::Message
+            },
+            heading: text(&entry.heading),
+            text: text(&entry.text),
+            html: text(&entry.html),
+        };
+        for err in validate_entry(&spec) {
+            let field = err.field.name();
+            let value = match field {
+                "heading" => &entry.heading,
+                "text" => &entry.text,
+                _ => &entry.html,
+            };
+            let at = value.as_ref().map_or_else(|| key.span(), Spanned::span);
+            e.push(err.code(), key_path(&path, field), at, err.to_string());
+        }
+        pages.push((page_key, spec));
+    }
+    pages
+}
+
+/// The checked bundles, in profile order, and each valid name's position.
+pub(crate) struct Bundles {
+    pub layers: Vec<SettingsLayer>,
+    pub ids: HashMap<String, usize>,
+}
+
+/// Checks every `[[bundle]]`: its name and its settings.
+pub(crate) fn check_bundles(
+    raw: &[Spanned<RawBundle>],
+    names: &Names<'_>,
+    e: &mut Errors<'_>,
+) -> Bundles {
+    let mut bundles = Bundles {
+        layers: Vec::with_capacity(raw.len()),
+        ids: HashMap::new(),
+    };
+    for (i, b) in raw.iter().enumerate() {
+        let base = format!("bundle[{i}]");
+        let span = b.span();
+        let b = b.get_ref();
+        let path = format!("{base}.name");
+        match &b.name {
+            None => e.push(
+                "bundle.name.required",
+                path,
+                span,
+                "a bundle needs a name that hosts use, such as name = \"public-site\"",
+            ),
+            Some(n) if !valid_policy_name(n.get_ref()) => e.push(
+                "bundle.name.invalid",
+                path,
+                n.span(),
+                format!(
+                    "{:?} is not a bundle name: use 1 to 64 of a-z, 0-9, '_' and '-'",
+                    n.get_ref()
+                ),
+            ),
+            Some(n) => match bundles.ids.get(n.get_ref()) {
+                Some(first) => e.push(
+                    "bundle.name.duplicate",
+                    path,
+                    n.span(),
+                    format!("{:?} is already the name of bundle[{first}]", n.get_ref()),
+                ),
+                None => {
+                    bundles.ids.insert(n.get_ref().clone(), i);
+                }
+            },
+        }
+        bundles
+            .layers
+            .push(check_layer(&LayerFields::bundle(b), &base, names, e));
+    }
+    bundles
+}

@@ -1,0 +1,193 @@
+//! The raw `[[access_list]]`, `[[rule_set]]` and `[[bundle]]` tables and
+//! the host-level settings every layer may hold (`[defaults]`, a bundle, a
+//! host), as serde reads them.
+//!
+//! Like `schema`, these mirror the TOML one to one, closed to unknown keys,
+//! every scalar and array [`Spanned`]. References to a list or a set are a
+//! scalar (a name, or `false`) with their mode in a key of its own
+//! (`access_list_mode`), so every spelling TOML allows keeps its position:
+//! `toml` cannot give a span to a table written with dotted keys, so no
+//! value here is a spanned table.
+
+use crate::schema::{Opt, RawLimits, StrList};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use std::fmt;
+use toml::Spanned;
+
+/// One `[[access_list]]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAccessList {
+    pub name: Opt<String>,
+    pub allow: Option<StrList>,
+    pub deny: Option<StrList>,
+    pub countries: Option<RawCountries>,
+    pub drop_denied: Opt<bool>,
+    pub realm: Opt<String>,
+    pub satisfy: Opt<String>,
+    pub pass_credentials: Opt<bool>,
+    #[serde(default)]
+    pub users: Vec<Spanned<RawUser>>,
+}
+
+/// `countries = { allow = [...], deny = [...] }` of an access list.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCountries {
+    pub allow: Option<StrList>,
+    pub deny: Option<StrList>,
+}
+
+/// One user of an access list. `password` is read only to be refused
+/// (`accessList.user.password.plain`) with a clear message rather than as
+/// an unknown key.
+#[derive(Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUser {
+    pub name: Opt<String>,
+    pub password_hash: Opt<String>,
+    pub password: Opt<String>,
+}
+
+impl fmt::Debug for RawUser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Either field may hold a real password: never print them.
+        f.debug_struct("RawUser")
+            .field("name", &self.name)
+            .field("password_hash", &self.password_hash.as_ref().map(|_| ".."))
+            .field("password", &self.password.as_ref().map(|_| ".."))
+            .finish()
+    }
+}
+
+/// One `[[rule_set]]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRuleSet {
+    pub name: Opt<String>,
+    /// `[[rule_set.rule]]`, in order: the first match decides.
+    #[serde(default)]
+    pub rule: Vec<Spanned<RawRule>>,
+}
+
+/// One `[[rule_set.rule]]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRule {
+    pub path: Option<RawRulePath>,
+    pub methods: Option<StrList>,
+    pub user_agent: Option<RawUserAgent>,
+    pub action: Opt<String>,
+}
+
+/// A rule's `path`: exactly one of the four kinds.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRulePath {
+    pub exact: Opt<String>,
+    pub prefix: Opt<String>,
+    pub glob: Opt<String>,
+    pub regex: Opt<String>,
+}
+
+/// A rule's `user_agent`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUserAgent {
+    pub contains: Option<StrList>,
+    pub empty: Opt<bool>,
+}
+
+/// One `[[bundle]]`: a name and any host-level setting.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBundle {
+    pub name: Opt<String>,
+    #[serde(default)]
+    pub limits: RawLimits,
+    pub access_list: Opt<RawNameRef>,
+    pub access_list_mode: Opt<String>,
+    pub rule_set: Opt<RawNameRef>,
+    pub rule_set_mode: Opt<String>,
+    pub rate_limit: Opt<String>,
+    pub class: Opt<String>,
+    pub robots: Opt<String>,
+    pub robots_text: Opt<String>,
+    pub maintenance: Option<RawMaintenance>,
+    pub error_pages: Option<RawErrorPages>,
+    pub replace_upstream: Opt<String>,
+}
+
+/// `[host.maintenance]` (and in `[defaults]` and bundles).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMaintenance {
+    pub enabled: Opt<bool>,
+    pub status: Opt<i64>,
+    pub retry_after_seconds: Opt<i64>,
+    pub bypass: Opt<String>,
+    pub mode: Opt<String>,
+}
+
+/// One entry of `error_pages`: a message (`heading` and `text`) or, when it
+/// has `html`, a document.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPageEntry {
+    pub heading: Opt<String>,
+    pub text: Opt<String>,
+    pub html: Opt<String>,
+}
+
+/// `error_pages = { "404" = {...}, maintenance = {...} }` in document
+/// order, each key spanned (a key that is no status is a semantic error).
+#[derive(Debug, Default)]
+pub(crate) struct RawErrorPages(pub Vec<(Spanned<String>, RawPageEntry)>);
+
+impl<'de> Deserialize<'de> for RawErrorPages {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawErrorPages;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table of statuses (\"404\") or \"maintenance\" to page entries")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawErrorPages, A::Error> {
+                let mut list = Vec::new();
+                while let Some(key) = map.next_key::<Spanned<String>>()? {
+                    let entry = map.next_value::<RawPageEntry>()?;
+                    list.push((key, entry));
+                }
+                Ok(RawErrorPages(list))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// `access_list` and `rule_set`: a name, or `false` for none (`true` is
+/// read so that it is refused with a clear code).
+#[derive(Debug)]
+pub(crate) enum RawNameRef {
+    Name(String),
+    Flag(bool),
+}
+
+impl<'de> Deserialize<'de> for RawNameRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawNameRef;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a name, or false")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawNameRef, E> {
+                Ok(RawNameRef::Name(v.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawNameRef, E> {
+                Ok(RawNameRef::Flag(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
