@@ -83,6 +83,9 @@ fn usage_error(msg: &str) -> ExitCode {
 fn check(file: &str) -> ExitCode {
     match gapura_config::load_file(std::path::Path::new(file)) {
         Ok(c) => {
+            for w in &c.warnings {
+                eprintln!("{file}:{w} (warning)");
+            }
             println!(
                 "{file}: ok ({} hosts, {} listen addresses, shards {:?})",
                 c.snapshot.entries.len(),

@@ -5,9 +5,7 @@
 //! input when it is not a terminal. The hash is PBKDF2-SHA256 with a random
 //! salt from the kernel, in the format the access lists read.
 
-use gapura_gate::access::password::{
-    hash_password, DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS,
-};
+use gapura_gate::access::password::{DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS};
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
@@ -36,12 +34,6 @@ fn read_hidden(prompt: &str) -> std::io::Result<String> {
     }
     r?;
     Ok(line.trim_end_matches(['\r', '\n']).to_string())
-}
-
-fn salt() -> std::io::Result<[u8; 16]> {
-    let mut s = [0u8; 16];
-    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut s)?;
-    Ok(s)
 }
 
 pub fn run(args: &[String]) -> ExitCode {
@@ -91,13 +83,14 @@ pub fn run(args: &[String]) -> ExitCode {
         eprintln!("gapura passwd: the password is empty");
         return ExitCode::FAILURE;
     }
-    let salt = match salt() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("gapura passwd: no random salt: {e}");
-            return ExitCode::FAILURE;
+    match gapura_config::password::hash(&password, iterations) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
         }
-    };
-    println!("{}", hash_password(password.as_bytes(), iterations, &salt));
-    ExitCode::SUCCESS
+        Err(e) => {
+            eprintln!("gapura passwd: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -34,10 +34,15 @@ fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
         Some(p) => gapura_config::load_file_with(p, cores()),
         None => gapura_config::compile_with(gapura_config::DEFAULT_PROFILE, cores()),
     };
+    let name = profile
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "<embedded default>".into());
+    if let Ok(c) = &result {
+        for w in &c.warnings {
+            log!("warning: {name}:{w}");
+        }
+    }
     result.map_err(|errors| {
-        let name = profile
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "<embedded default>".into());
         errors
             .iter()
             .map(|e| format!("{name}:{e}"))
