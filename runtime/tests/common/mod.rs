@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod gate;
 pub mod upstream;
 
 use std::io::{BufRead, BufReader, Read, Write};
