@@ -5,7 +5,9 @@
 //! A request's canonical path (see [`crate::path`]) is looked up by binary
 //! search: once for the exact patterns, and once per segment boundary for the
 //! prefixes, so a lookup costs O(segments · log n) comparisons and allocates
-//! nothing. A prefix matches at segment boundaries only: `/admin` takes
+//! nothing. The arrays are ordered by length first, so most comparisons are
+//! settled by the lengths and bytes are compared only against patterns of
+//! the key's own length. A prefix matches at segment boundaries only: `/admin` takes
 //! `/admin` and `/admin/x`, never `/administrator`; the prefix `/` takes every
 //! path.
 //!
@@ -104,9 +106,9 @@ struct Entry {
 pub struct PathMatcher<T> {
     /// By insertion index.
     values: Vec<T>,
-    /// Sorted by (pattern, index).
+    /// Sorted by (pattern length, pattern, index).
     exact: Vec<Entry>,
-    /// Sorted by (pattern, index).
+    /// Sorted by (pattern length, pattern, index).
     prefix: Vec<Entry>,
 }
 
@@ -140,7 +142,7 @@ impl<T> PathMatcher<T> {
             PathKind::Prefix => &mut self.prefix,
         };
         // Every earlier entry has a lower index: insert after equal patterns.
-        let at = list.partition_point(|e| e.pattern <= pattern);
+        let at = list.partition_point(|e| order_key(&e.pattern) <= order_key(&pattern));
         list.insert(at, Entry { pattern, index });
         self.values.push(value);
         Ok(index)
@@ -215,8 +217,15 @@ impl<T> PathMatcher<T> {
 /// The entries whose pattern equals `key`, lowest index first.
 #[inline]
 fn equal_range<'l>(list: &'l [Entry], key: &'l [u8]) -> impl Iterator<Item = &'l Entry> + 'l {
-    let start = list.partition_point(|e| &*e.pattern < key);
+    let start = list.partition_point(|e| order_key(&e.pattern) < order_key(key));
     list[start..].iter().take_while(move |e| &*e.pattern == key)
+}
+
+/// The order of the arrays: length first (an integer comparison), then the
+/// bytes.
+#[inline(always)]
+fn order_key(pattern: &[u8]) -> (usize, &[u8]) {
+    (pattern.len(), pattern)
 }
 
 /// `path` itself, then `path` cut before each `/` from the right, then `/`:

@@ -18,6 +18,18 @@
 //! match. Skipping from the root never loses one: every occurrence starts at
 //! a marked position, and the automaton is only left running while some
 //! prefix is still open.
+//!
+//! When every substring is at least [`MIN_SHIFT_LEN`] bytes long, the skip
+//! looks further ahead first (Wu-Manber): with `m` the shortest substring's
+//! length (at most 8), the two bytes ending the window of `m` bytes that
+//! starts at the position index a table of how far the window may move
+//! without passing a possible start. A pair that ends no substring's first
+//! `m` bytes at an offset below `m - 1` moves it `m - 1` bytes at once; a
+//! pair that does moves it only so far that the occurrence it could belong to
+//! still starts at or after the window. Only a window the table cannot move
+//! reaches the pair test and the automaton. Pairs are hashed (case folded)
+//! into 4,096 slots; a slot keeps the smallest move of the pairs that share
+//! it, so a collision costs speed, never a match.
 
 /// One bit per rule of a set (at most 256; a set holds at most 200).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,6 +65,10 @@ impl RuleBits {
 
 const ROOT: u32 = 0;
 
+/// The shortest substring length for which the look-ahead skip is used.
+pub const MIN_SHIFT_LEN: usize = 3;
+const SHIFT_SLOTS: usize = 4096;
+
 /// The automaton of one rule set's substrings of one kind. Immutable.
 #[derive(Clone, Debug)]
 pub struct Needles {
@@ -70,6 +86,10 @@ pub struct Needles {
     pairs: Box<[u64; 1024]>,
     /// The rules that have substrings at all.
     all: RuleBits,
+    /// Window length `m` of the look-ahead skip (0: not used).
+    window: usize,
+    /// Per hashed pair, how far a window ending with it may move.
+    shift: Box<[u8; SHIFT_SLOTS]>,
 }
 
 impl Default for Needles {
@@ -88,6 +108,29 @@ impl Needles {
         let mut bits: Vec<RuleBits> = vec![RuleBits::default()];
         let mut pairs = Box::new([0u64; 1024]);
         let mut all = RuleBits::default();
+        let shortest = needles
+            .iter()
+            .map(|(_, n)| n.as_ref().len())
+            .filter(|&l| l > 0)
+            .min()
+            .unwrap_or(0);
+        let window = if shortest >= MIN_SHIFT_LEN {
+            shortest.min(8)
+        } else {
+            0
+        };
+        let mut shift = Box::new([window.saturating_sub(1) as u8; SHIFT_SLOTS]);
+        for (_, needle) in needles {
+            let b = needle.as_ref().as_bytes();
+            if window == 0 || b.is_empty() {
+                continue;
+            }
+            // The pair ending at offset q of the first `window` bytes.
+            for q in 1..window {
+                let slot = &mut shift[pair_slot(b[q - 1], b[q])];
+                *slot = (*slot).min((window - 1 - q) as u8);
+            }
+        }
         for (rule, needle) in needles {
             let rule = *rule;
             let lower = needle.as_ref().as_bytes().to_ascii_lowercase();
@@ -175,6 +218,8 @@ impl Needles {
             outs: outs.into_boxed_slice(),
             pairs,
             all,
+            window,
+            shift,
         }
     }
 
@@ -185,7 +230,26 @@ impl Needles {
         let mut i = 0;
         let mut s = ROOT;
         while i < n {
-            if s == ROOT {
+            if s == ROOT && self.window != 0 {
+                // Move a window of `m` bytes by its last pair while the
+                // table allows; every substring is at least `m` long, so
+                // none starts where the window no longer fits.
+                loop {
+                    let end = i + self.window - 1;
+                    if end >= n {
+                        return;
+                    }
+                    let by = self.shift[pair_slot(line[end - 1], line[end])];
+                    if by == 0 {
+                        break;
+                    }
+                    i += usize::from(by);
+                }
+                if !self.pair_may_start(line[i], line[i + 1]) {
+                    i += 1;
+                    continue;
+                }
+            } else if s == ROOT {
                 // Skip positions that cannot start a substring: one table
                 // test per position on the raw two bytes.
                 match line[i..]
@@ -244,6 +308,16 @@ impl Needles {
             s = self.fail[s as usize];
         }
     }
+}
+
+/// The slot of a pair in the shift table, ASCII case folded.
+#[inline(always)]
+fn pair_slot(b0: u8, b1: u8) -> usize {
+    let (a, b) = (
+        usize::from(b0.to_ascii_lowercase()),
+        usize::from(b1.to_ascii_lowercase()),
+    );
+    ((a << 5) ^ b ^ (a >> 3)) & (SHIFT_SLOTS - 1)
 }
 
 /// Marks the raw byte pairs that lowercase to `b0 b1`: every case
@@ -337,6 +411,37 @@ mod tests {
                 .map(|(i, _)| *i)
                 .collect();
             assert_eq!(found(&needles, &[&line]), want, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn look_ahead_skip_agrees_with_naive_search() {
+        // Every substring is three bytes or more: the window skip runs.
+        let sets: [&[(usize, &str)]; 3] = [
+            &[(0, "abc"), (1, "bcab"), (2, "cccc"), (3, "aXb")],
+            &[(0, "gptbot"), (1, "ccbot"), (2, "bot"), (3, "abca")],
+            &[(0, "aaaaaaaaaa"), (1, "abababab"), (2, "babbab")],
+        ];
+        for needles in sets {
+            assert!(Needles::build(needles).window >= MIN_SHIFT_LEN);
+            let mut x = 0x2545_F491_4F6C_DD1Du64;
+            for _ in 0..3_000 {
+                let mut line = Vec::new();
+                for _ in 0..(x % 40) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    line.push(b"abcABCxgptboGPTBO"[(x % 17) as usize]);
+                }
+                x = x.wrapping_add(1);
+                let line = String::from_utf8(line).unwrap();
+                let want: Vec<usize> = needles
+                    .iter()
+                    .filter(|(_, n)| line.to_ascii_lowercase().contains(&n.to_ascii_lowercase()))
+                    .map(|(i, _)| *i)
+                    .collect();
+                assert_eq!(found(needles, &[&line]), want, "{line:?}");
+            }
         }
     }
 
