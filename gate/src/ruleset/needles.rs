@@ -8,8 +8,9 @@
 //! ([`RuleBits`]) that some substring ending there belongs to, its failure
 //! chain included, so reading the text once yields every rule whose
 //! substring occurs, whatever the number of rules or substrings: O(text
-//! length) amortised (a failure hop is paid for by the byte that went one
-//! level deeper), with no per-match work and no allocation.
+//! length), with no per-match work and no allocation. Transitions are a
+//! dense table over byte classes (case folded) with the failure links
+//! already followed, so each byte read is one table load.
 //!
 //! Most bytes of a real text start no substring, so the scan skips ahead
 //! while it is at the root: a 64 Ki-bit table of the substrings' first two
@@ -72,13 +73,12 @@ const SHIFT_SLOTS: usize = 4096;
 /// The automaton of one rule set's substrings of one kind. Immutable.
 #[derive(Clone, Debug)]
 pub struct Needles {
-    /// Root transitions, dense: 0 means "stay at the root".
-    root: Box<[u32; 256]>,
-    /// Other states' transitions: `trans[start[s]..start[s + 1]]`, as
-    /// (lowercase byte, next state), sorted by byte.
-    start: Box<[u32]>,
-    trans: Box<[(u8, u32)]>,
-    fail: Box<[u32]>,
+    /// Per raw byte, its class (case folded; 0: in no substring).
+    class: Box<[u8; 256]>,
+    stride: u32,
+    /// `dense[state * stride + class]`: the next state, failure links
+    /// already followed.
+    dense: Box<[u32]>,
     /// Per state, an index into `outs` (0: no rule ends here).
     out: Box<[u32]>,
     outs: Box<[RuleBits]>,
@@ -163,7 +163,9 @@ impl Needles {
         for &(_, next) in &trie[ROOT as usize] {
             queue.push_back(next);
         }
+        let mut order = vec![ROOT];
         while let Some(s) = queue.pop_front() {
+            order.push(s);
             let f = fail[s as usize] as usize;
             let inherited = bits[f];
             bits[s as usize].or(&inherited);
@@ -182,19 +184,34 @@ impl Needles {
                 queue.push_back(next);
             }
         }
-        // Flatten.
-        let mut root = Box::new([ROOT; 256]);
-        for &(b, next) in &trie[ROOT as usize] {
-            root[usize::from(b)] = next;
+        // Dense transitions over byte classes (ASCII case folded, every byte
+        // of no substring in class 0), failure links resolved: states in
+        // breadth-first order, so a state's failure target is already done.
+        let mut class = Box::new([0u8; 256]);
+        let mut stride = 1usize;
+        for t in &trie {
+            for &(b, _) in t {
+                if class[usize::from(b)] == 0 {
+                    class[usize::from(b)] = stride as u8;
+                    class[usize::from(b.to_ascii_uppercase())] = stride as u8;
+                    stride += 1;
+                }
+            }
         }
-        let mut start = Vec::with_capacity(trie.len() + 1);
-        let mut trans = Vec::new();
-        for t in &mut trie {
-            start.push(trans.len() as u32);
-            t.sort_unstable();
-            trans.extend_from_slice(t);
+        let mut dense = vec![ROOT; trie.len() * stride];
+        for &s in &order {
+            let s = s as usize;
+            for c in 0..stride {
+                dense[s * stride + c] = if s == ROOT as usize {
+                    ROOT
+                } else {
+                    dense[fail[s] as usize * stride + c]
+                };
+            }
+            for &(b, next) in &trie[s] {
+                dense[s * stride + usize::from(class[usize::from(b)])] = next;
+            }
         }
-        start.push(trans.len() as u32);
         let mut outs = vec![RuleBits::default()];
         let out = bits
             .iter()
@@ -210,10 +227,9 @@ impl Needles {
             })
             .collect();
         Needles {
-            root,
-            start: start.into_boxed_slice(),
-            trans: trans.into_boxed_slice(),
-            fail: fail.into_boxed_slice(),
+            class,
+            stride: stride as u32,
+            dense: dense.into_boxed_slice(),
             out,
             outs: outs.into_boxed_slice(),
             pairs,
@@ -267,7 +283,8 @@ impl Needles {
                     }
                 }
             }
-            s = self.next(s, line[i].to_ascii_lowercase());
+            s = self.dense
+                [s as usize * self.stride as usize + usize::from(self.class[usize::from(line[i])])];
             let o = self.out[s as usize];
             if o != 0 {
                 found.or(&self.outs[o as usize]);
@@ -290,23 +307,6 @@ impl Needles {
         // A one-byte substring marks its byte with every successor, 0
         // included.
         self.pair_may_start(b0, 0)
-    }
-
-    #[inline]
-    fn next(&self, mut s: u32, b: u8) -> u32 {
-        loop {
-            if s == ROOT {
-                return self.root[usize::from(b)];
-            }
-            let (lo, hi) = (
-                self.start[s as usize] as usize,
-                self.start[s as usize + 1] as usize,
-            );
-            if let Some(&(_, t)) = self.trans[lo..hi].iter().find(|(c, _)| *c == b) {
-                return t;
-            }
-            s = self.fail[s as usize];
-        }
     }
 }
 
