@@ -265,7 +265,7 @@ fn presets_are_named_like_sets() {
 
 #[test]
 fn a_shadowed_rule_set_lets_the_request_through_and_counts_it() {
-    let text = profile(
+    let prof = profile(
         "",
         &format!(
             "{EDGE}\n{}",
@@ -275,7 +275,7 @@ fn a_shadowed_rule_set_lets_the_request_through_and_counts_it() {
             )
         ),
     );
-    let g = Gapura::start(&text);
+    let g = Gapura::start(&prof);
     let s = |method: &str, path: &str, headers: &[&str]| {
         status(&g, &req_with(method, "shadow.test", path, headers))
     };
@@ -299,7 +299,7 @@ fn a_shadowed_rule_set_lets_the_request_through_and_counts_it() {
 
 #[test]
 fn a_managed_robots_txt_answers_get_and_head_and_other_methods_fall_through() {
-    let text = profile(
+    let prof = profile(
         "",
         &format!(
             "{}{}{}{}",
@@ -312,11 +312,11 @@ fn a_managed_robots_txt_answers_get_and_head_and_other_methods_fall_through() {
             respond_host("plain.test", ""),
         ),
     );
-    let g = Gapura::start(&text);
+    let g = Gapura::start(&prof);
 
     let r = request(g.addr, &get("closed.test", "/robots.txt"));
     assert_eq!(r.status, 200);
-    assert_eq!(text_of(&r), "User-agent: *\nDisallow: /\n");
+    assert_eq!(text(&r), "User-agent: *\nDisallow: /\n");
     assert_eq!(r.header("Content-Type"), Some("text/plain; charset=utf-8"));
     assert_eq!(r.header("Cache-Control"), Some("max-age=3600"));
     assert_eq!(r.header("X-Content-Type-Options"), Some("nosniff"));
@@ -331,38 +331,34 @@ fn a_managed_robots_txt_answers_get_and_head_and_other_methods_fall_through() {
     assert_eq!(r.header("Content-Length"), Some(len.as_str()));
     for path in ["/ROBOTS.TXT?x=1", "//robots.txt", "/%72obots.txt"] {
         let r = request(g.addr, &get("closed.test", path));
-        assert_eq!(text_of(&r), "User-agent: *\nDisallow: /\n", "{path}");
+        assert_eq!(text(&r), "User-agent: *\nDisallow: /\n", "{path}");
     }
 
     let r = request(g.addr, &get("noai.test", "/robots.txt"));
-    let body = text_of(&r);
+    let body = text(&r);
     assert!(body.contains("User-agent: GPTBot\n"), "{body}");
     assert!(body.contains("User-agent: ClaudeBot\n"), "{body}");
     assert!(body.ends_with("User-agent: *\nAllow: /\n"), "{body}");
 
     let r = request(g.addr, &get("custom.test", "/robots.txt"));
-    assert_eq!(text_of(&r), "User-agent: *\nDisallow: /cart/\n");
+    assert_eq!(text(&r), "User-agent: *\nDisallow: /cart/\n");
 
     // Other methods, and other paths, go to the host.
     let r = request(
         g.addr,
         b"POST /robots.txt HTTP/1.1\r\nHost: closed.test\r\nContent-Length: 0\r\n\r\n",
     );
-    assert_eq!((r.status, text_of(&r).as_str()), (200, "site\n"));
+    assert_eq!((r.status, text(&r).as_str()), (200, "site\n"));
     let r = request(g.addr, &get("closed.test", "/robots.txt.bak"));
-    assert_eq!(text_of(&r), "site\n");
+    assert_eq!(text(&r), "site\n");
     // passthrough: the host answers.
     let r = request(g.addr, &get("plain.test", "/robots.txt"));
-    assert_eq!(text_of(&r), "site\n");
+    assert_eq!(text(&r), "site\n");
 
     assert_eq!(
         wait_sample(&g, "gapura_robots_served_total", 7, METRIC_WAIT),
         7
     );
-}
-
-fn text_of(r: &Response) -> String {
-    text(r)
 }
 
 // ---------------------------------------------------------------------
@@ -728,9 +724,9 @@ fn a_host_using_a_bundle_gets_its_settings_and_a_route_can_turn_the_access_list_
 
 #[test]
 fn explain_reports_the_rule_step_with_the_servers_answer() {
-    let text = rules_profile();
-    let file = ProfileFile::new(&text);
-    let g = Gapura::start(&text);
+    let prof = rules_profile();
+    let file = ProfileFile::new(&prof);
+    let g = Gapura::start(&prof);
 
     // A deny: rule 2 (prefix with methods), 403 on both.
     let said = explain_json(&file.path, &["POST", "http://rules.test/admin/x"]);
