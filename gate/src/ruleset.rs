@@ -262,11 +262,70 @@ impl RuleSetCounters {
     }
 }
 
-/// One shard's lazy-DFA caches for the regexes of one compiled set.
+/// One shard's lazy-DFA caches for the regexes of one compiled set, and a
+/// small memo of user-agent scans (most connections send one user agent
+/// over and over).
 #[derive(Clone, Debug)]
 pub struct RegexCaches {
     set_id: u64,
     caches: Box<[Cache]>,
+    /// Direct-mapped by a hash of the line; an entry is used only when its
+    /// stored bytes equal the line, so a collision costs a scan, never a
+    /// wrong answer. Empty for caches that fit no set.
+    ua_memo: Box<[UaMemo]>,
+}
+
+/// Entries of the user-agent memo.
+const UA_MEMO_ENTRIES: usize = 16;
+/// Longest user agent the memo keeps; longer ones are scanned each time.
+const UA_MEMO_BYTES: usize = 240;
+
+#[derive(Clone, Debug)]
+struct UaMemo {
+    len: u16,
+    bytes: [u8; UA_MEMO_BYTES],
+    found: RuleBits,
+}
+
+impl Default for UaMemo {
+    fn default() -> Self {
+        UaMemo {
+            len: u16::MAX,
+            bytes: [0; UA_MEMO_BYTES],
+            found: RuleBits::default(),
+        }
+    }
+}
+
+fn ua_memo_slot(line: &[u8]) -> usize {
+    // FNV-1a over the bytes: cheap, and only picks a slot.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in line {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    (h ^ (h >> 32)) as usize % UA_MEMO_ENTRIES
+}
+
+impl RegexCaches {
+    /// The memoised scan of one user-agent line, or a scan that fills the
+    /// memo. O(line) on a miss, O(line) compare on a hit; no allocation.
+    fn ua_scan(&mut self, needles: &Needles, line: &[u8]) -> RuleBits {
+        if self.ua_memo.is_empty() || line.len() > UA_MEMO_BYTES {
+            let mut found = RuleBits::default();
+            needles.scan(line, &mut found);
+            return found;
+        }
+        let e = &mut self.ua_memo[ua_memo_slot(line)];
+        if usize::from(e.len) == line.len() && &e.bytes[..line.len()] == line {
+            return e.found;
+        }
+        let mut found = RuleBits::default();
+        needles.scan(line, &mut found);
+        e.len = line.len() as u16;
+        e.bytes[..line.len()].copy_from_slice(line);
+        e.found = found;
+        found
+    }
 }
 
 impl RegexCaches {
@@ -276,6 +335,7 @@ impl RegexCaches {
         RegexCaches {
             set_id: 0,
             caches: Box::new([]),
+            ua_memo: Box::new([]),
         }
     }
 }
@@ -302,14 +362,14 @@ impl<'a, U: Iterator<Item = &'a [u8]> + Clone> Eval<'a, '_, U> {
     }
 
     fn ua_found(&mut self, needles: &Needles) -> &RuleBits {
-        let lines = &self.user_agents;
-        self.ua_found.get_or_insert_with(|| {
+        if self.ua_found.is_none() {
             let mut found = RuleBits::default();
-            for line in lines.clone() {
-                needles.scan(line, &mut found);
+            for line in self.user_agents.clone() {
+                found.or(&self.caches.ua_scan(needles, line));
             }
-            found
-        })
+            self.ua_found = Some(found);
+        }
+        self.ua_found.get_or_insert_with(RuleBits::default)
     }
 }
 
@@ -367,6 +427,7 @@ impl RuleSet {
         RegexCaches {
             set_id: self.id,
             caches: self.regexes.iter().map(PathRegex::create_cache).collect(),
+            ua_memo: (0..UA_MEMO_ENTRIES).map(|_| UaMemo::default()).collect(),
         }
     }
 

@@ -595,3 +595,46 @@ fn compiled_blocks_can_be_shared_by_every_shard() {
     owned::<RegexCaches>();
     owned::<RuleSetCounters>();
 }
+
+#[test]
+fn the_user_agent_memo_never_changes_an_answer() {
+    let s = set(&[
+        deny().user_agent_contains(&["gptbot", "ccbot"]),
+        deny().user_agent_contains(&["sqlmap"]).methods(&["POST"]),
+    ]);
+    let mut shared = s.new_regex_caches();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let names = [
+        "Mozilla/5.0",
+        "GPTBot/1.0",
+        "curl/8",
+        "sqlmap/1.7",
+        "CCBot",
+        "",
+    ];
+    for _ in 0..5000 {
+        // Short and long lines, repeats and near-repeats, so memo slots
+        // collide and entries are replaced.
+        let ua = format!(
+            "{} ({}) {}",
+            names[(next() % 6) as usize],
+            next() % 40,
+            "x".repeat((next() % 300) as usize)
+        );
+        let method = if next() % 2 == 0 { "GET" } else { "POST" };
+        let fresh = eval(&s, method, "/", &[&ua]);
+        let req = RuleRequest {
+            method: method.as_bytes(),
+            path: b"/",
+            user_agents: [ua.as_bytes()].into_iter(),
+        };
+        let memo = s.evaluate(&req, &mut shared);
+        assert_eq!((memo.rule, memo.action), fresh, "{ua:?}");
+    }
+}
