@@ -437,6 +437,8 @@ pub struct Decision<'s> {
     /// The access list took the credentials: remove `Authorization` before
     /// the upstream.
     pub strip_authorization: bool,
+    /// How the client address was learned (Cloudflare: `CF-Ray` is trusted).
+    pub via: Arrival,
 }
 
 fn is_robots(method: &[u8], canonical: &[u8]) -> bool {
@@ -496,6 +498,7 @@ impl Snapshot {
             retry_after_s: 0,
             job: None,
             strip_authorization: false,
+            via: resolved.via,
         };
         let Some(entry) = entry else {
             return self.finish_limits(decision, req, trace);
@@ -508,10 +511,8 @@ impl Snapshot {
             || self.gate.has_budgets()
             || entry.policy.rate_pair.is_some()
             || entry.extras.robots.is_some()
-            || entry
-                .policy
-                .rules
-                .is_some_and(|b| self.gate.rule_sets[b.index as usize].needs_path());
+            // A rule set never rules on robots.txt: telling it apart needs the path.
+            || entry.policy.rules.is_some();
         let canonical: &[u8] = if needs_path {
             match crate::path::canonical(req.path, scratch) {
                 Ok(p) => p,
@@ -581,7 +582,7 @@ impl Snapshot {
                 if let Some(r) = refused {
                     let counters = &mut state.access_counters[b.index as usize];
                     if b.mode == Mode::Shadow {
-                        counters.shadow_hits += 1;
+                        // Counted once, by the full step below.
                     } else {
                         decision.verdict = match r {
                             crate::access::AddressRefusal::Drop => {

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage: gapura passwd [--iterations N]\n\
   reads the password from GAPURA_PASSWORD, the terminal (no echo) or stdin,\n\
-  and prints a line for a user's `password` in a profile\n";
+  and prints the line for a user's `password_hash` in a profile\n";
 
 fn read_hidden(prompt: &str) -> std::io::Result<String> {
     let stdin = std::io::stdin();

@@ -25,7 +25,7 @@ use gapura_gate::access::line::Ticket;
 use gapura_gate::access::VerifyJob;
 use gapura_gate::answer::{end_head, WriteCtx};
 use gapura_gate::chain::{NoTrace, Request, Start};
-use gapura_gate::client::Peer;
+use gapura_gate::client::{HeaderLines, Peer};
 use gapura_gate::custom_pages::PageVars;
 use gapura_gate::limits::{RequestLimits, OUTER_MAX_HEAD_BYTES};
 use gapura_gate::pages::RetryPage;
@@ -95,6 +95,48 @@ pub(super) struct Conn {
     pub(super) client_peer: Peer,
     /// The connection's place in its prefix's concurrency limit.
     connection_token: Option<gapura_gate::chain::ConnectionToken>,
+    /// The current request's page variables, kept for an answer written
+    /// after its head's bytes are gone (an upstream error replaced).
+    pub(super) page_vars: PageCopy,
+}
+
+/// Copies of a request's `{host}` and `{cfRay}` (cut as pages cut them).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PageCopy {
+    host: [u8; 253],
+    host_len: u8,
+    ray: [u8; 64],
+    ray_len: u8,
+}
+
+impl Default for PageCopy {
+    fn default() -> Self {
+        PageCopy {
+            host: [0; 253],
+            host_len: 0,
+            ray: [0; 64],
+            ray_len: 0,
+        }
+    }
+}
+
+impl PageCopy {
+    fn set(&mut self, host: &[u8], ray: &[u8]) {
+        let h = host.len().min(self.host.len());
+        self.host[..h].copy_from_slice(&host[..h]);
+        self.host_len = h as u8;
+        let r = ray.len().min(self.ray.len());
+        self.ray[..r].copy_from_slice(&ray[..r]);
+        self.ray_len = r as u8;
+    }
+
+    pub(super) fn host(&self) -> &[u8] {
+        &self.host[..usize::from(self.host_len)]
+    }
+
+    pub(super) fn ray(&self) -> &[u8] {
+        &self.ray[..usize::from(self.ray_len)]
+    }
 }
 
 /// The outcome of a password check, for the head decided again.
@@ -135,6 +177,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
         resume: None,
         client_peer: Peer::tcp(peer.ip()),
         connection_token: None,
+        page_vars: PageCopy::default(),
     };
     let end = match conn.accept(proxy_protocol).await {
         Ok(()) => conn.run().await,
@@ -226,7 +269,11 @@ impl Conn {
                 return Err(End::Done);
             }
         }
-        if let Some(i) = snap.gate.accept_list {
+        // The server's list judges the peer only where the peer is the
+        // client: directly connected, or named by a trusted PROXY header.
+        let peer_is_client = snap.gate.client.mode == gapura_gate::client::ClientMode::Direct
+            || self.client_peer.via_proxy_protocol();
+        if let Some(i) = snap.gate.accept_list.filter(|_| peer_is_client) {
             if let Some(list) = snap.gate.access_lists.get(i as usize) {
                 if list.address_only_verdict(self.client_peer.addr()).is_some() {
                     self.shard.stats.accept_drops.inc();
@@ -275,6 +322,7 @@ impl Conn {
                             ubuf: &mut self.ubuf,
                             peer: self.client_peer,
                             resume,
+                            page_vars: &mut self.page_vars,
                         },
                         &snap,
                         &head,
@@ -704,6 +752,7 @@ pub(super) struct Prep<'a> {
     pub ubuf: &'a mut Vec<u8>,
     pub peer: Peer,
     pub resume: Option<Resume>,
+    pub page_vars: &'a mut PageCopy,
 }
 
 /// What a request's head decided, to be carried out once the borrows of
@@ -862,6 +911,11 @@ pub(super) fn prepare<'s>(
         snap.decide_from(&req, &mut gate, now_ms, &mut scratch, &mut NoTrace, start)
     };
     let ticket = decision.ticket;
+    let cf_ray: &[u8] = if decision.via == gapura_gate::client::Arrival::Cloudflare {
+        headers.lines("cf-ray").last().unwrap_or(b"")
+    } else {
+        b""
+    };
     // A plan that does not carry the ticket gives its leases back now.
     let release = || {
         if let Some(t) = ticket {
@@ -889,6 +943,11 @@ pub(super) fn prepare<'s>(
             if write_request_head(raw, lines, &fwd, p.ubuf, &mut |o| {
                 p.shard.write_request_id(o)
             }) {
+                if entry.is_some_and(|e| {
+                    e.extras.replace_upstream != gapura_gate::custom_pages::ReplaceUpstream::Off
+                }) {
+                    p.page_vars.set(host.unwrap_or(b""), cf_ray);
+                }
                 return Plan::Forward {
                     route,
                     group,
@@ -950,7 +1009,7 @@ pub(super) fn prepare<'s>(
             let vars = PageVars {
                 request_id: &id,
                 host: host.unwrap_or(b""),
-                cf_ray: b"",
+                cf_ray,
             };
             m.write_into(p.wbuf, head.wants_html, &vars, &whole_ctx);
             (LocalEnd::Written, m.status())
@@ -973,7 +1032,7 @@ pub(super) fn prepare<'s>(
                 let vars = PageVars {
                     request_id: &id,
                     host: host.unwrap_or(b""),
-                    cf_ray: b"",
+                    cf_ray,
                 };
                 if is_limit(s) {
                     cp.write_into(p.wbuf, &vars, b"", &close_ctx(&date, head_only));

@@ -406,10 +406,11 @@ impl Conn {
                             close,
                             keep_alive_10: head.keep_alive_10 && !close,
                         };
+                        let copy = self.page_vars;
                         let vars = PageVars {
                             request_id: &id,
-                            host: b"",
-                            cf_ray: b"",
+                            host: copy.host(),
+                            cf_ray: copy.ray(),
                         };
                         write_error_page(
                             &mut self.wbuf,
