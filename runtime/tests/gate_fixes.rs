@@ -5,7 +5,6 @@
 
 mod common;
 
-use common::gate::*;
 use common::upstream::{self, Reply, UpRequest};
 use common::*;
 use std::sync::Arc;
