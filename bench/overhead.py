@@ -94,6 +94,7 @@ def run_once(template, tmp, upstream_port, args):
              f"-d{args.duration}s", "--warmup", "1s", "--no-progress", "-q",
              "--json", report, "-H", "Host: app.test",
              "-H", "User-Agent: " + "Mozilla/5.0 (X11; Linux x86_64) Chrome/131.0.0.0",
+             "-H", "X-Forwarded-For: 203.0.113.7",
              f"http://127.0.0.1:{port}/products/item-42?x=1"])
         time.sleep(1.0 + 0.02)
         before = cpu_seconds(server.pid)
