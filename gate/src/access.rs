@@ -394,6 +394,14 @@ impl AccessList {
         &self.busy
     }
 
+    /// Whether the address side is the whole list: no users and no country
+    /// rules. Then [`address_only_verdict`](Self::address_only_verdict)
+    /// decides exactly what [`decide`](Self::decide) would, and a request
+    /// it lets through passes. O(1).
+    pub fn address_decides_all(&self) -> bool {
+        self.users.is_empty() && self.rules.countries.is_empty()
+    }
+
     /// What the address alone decides, for the runtime to apply at accept
     /// when the connection's address is the client (no trusted proxy, no
     /// PROXY header on the listener): `Some` only when the answer cannot

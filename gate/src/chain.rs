@@ -572,6 +572,10 @@ impl Snapshot {
             if let Some(b) = policy.access {
                 let list = &self.gate.access_lists[b.index as usize];
                 let refused = list.address_only_verdict(client);
+                if refused.is_none() && list.address_decides_all() {
+                    // Step 6 has nothing left to ask: the list passed.
+                    state.access_counters[b.index as usize].allowed += 1;
+                }
                 if trace.enabled() {
                     trace.step(Step::AccessAddress {
                         list: list.name(),
@@ -582,7 +586,11 @@ impl Snapshot {
                 if let Some(r) = refused {
                     let counters = &mut state.access_counters[b.index as usize];
                     if b.mode == Mode::Shadow {
-                        // Counted once, by the full step below.
+                        // Counted once: here when step 6 will not run,
+                        // else by step 6.
+                        if list.address_decides_all() {
+                            counters.shadow_hits += 1;
+                        }
                     } else {
                         decision.verdict = match r {
                             crate::access::AddressRefusal::Drop => {
@@ -639,8 +647,12 @@ impl Snapshot {
                     None => {}
                 }
             }
-            // 6. The access list in full: country and credentials.
-            if let Some(b) = policy.access {
+            // 6. The access list in full: country and credentials. A list
+            // without either was decided whole by step 4.
+            if let Some(b) = policy
+                .access
+                .filter(|b| !self.gate.access_lists[b.index as usize].address_decides_all())
+            {
                 let i = b.index as usize;
                 let list = &self.gate.access_lists[i];
                 let out = list.decide(
