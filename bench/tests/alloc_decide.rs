@@ -8,35 +8,10 @@ use gapura_gate::chain::{GateState, NoTrace, Request};
 use gapura_gate::client::Peer;
 use gapura_gate::path::MAX_PATH_BYTES;
 use gapura_gate::{ErrorStatus, Verdict};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 
-struct Counting;
-
-thread_local! {
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = COUNT.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = COUNT.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
-
-fn allocations() -> u64 {
-    COUNT.with(|c| c.get())
-}
+#[path = "../../gate/tests/common/mod.rs"]
+mod counting;
+use counting::allocations;
 
 #[derive(Debug, PartialEq, Eq)]
 enum Got {
@@ -216,9 +191,9 @@ fn every_synchronous_decision_allocates_nothing() {
         };
         // Warm once (a regex's lazy DFA fills its cache on new shapes).
         let _ = snap.decide(&req, state, 0, scratch, &mut NoTrace);
-        let before = allocations();
-        let d = snap.decide(&req, state, 0, scratch, &mut NoTrace);
-        let used = allocations() - before;
+        let mut d = None;
+        let used = allocations(|| d = Some(snap.decide(&req, state, 0, scratch, &mut NoTrace)));
+        let d = d.expect("decided");
         let got = match d.verdict {
             Verdict::Respond(a) => Got::Respond(a.status),
             Verdict::Refuse(s) => Got::Refuse(s),
