@@ -3,6 +3,7 @@
 pub mod conn;
 pub mod date;
 mod forward;
+mod prepare;
 pub mod stats;
 mod tunnel;
 pub mod verify;

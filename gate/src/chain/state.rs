@@ -1,0 +1,286 @@
+//! A shard's mutable gate state: the quota tables and their keys, the rate
+//! slots bound for the snapshot it serves, the rule sets' regex caches and
+//! user-agent memos, the verification cache, accept-time connection
+//! tables, and the per-block counters that follow their blocks by name
+//! across reloads. Owned by one shard: no atomics, no locks.
+
+use crate::access::cache::{CacheKeyer, VerifyCache};
+use crate::maintenance::MaintenanceCounters;
+use crate::mode::Mode;
+use crate::quota::{Keyer, Quota, QuotaSizes, QuotaTicket, SizeError, Slot, SourcePrefix};
+use crate::ruleset::{RegexCaches, RuleSetCounters};
+use crate::snapshot::Snapshot;
+use std::net::IpAddr;
+
+/// Counters of the chain's blocks, owned by the shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChainCounters {
+    /// Quota refusals let through by shadow mode.
+    pub quota_shadow: u64,
+    /// Requests exempt from quotas (`robots.txt`).
+    pub quota_exempt: u64,
+    /// Managed robots.txt answers.
+    pub robots_served: u64,
+}
+
+/// One access list's counters on one shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AccessCounters {
+    pub allowed: u64,
+    pub refused: u64,
+    pub dropped: u64,
+    pub challenged: u64,
+    pub cache_hits: u64,
+    pub verifications: u64,
+    pub verify_failures: u64,
+    /// Refused because the verification line was full or the wait ran out.
+    pub queue_refusals: u64,
+    pub shadow_hits: u64,
+}
+
+/// Where the chain starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    Beginning,
+    /// After a password verified off the shard: the access list passed.
+    AfterAccess {
+        strip_authorization: bool,
+    },
+}
+
+/// A shard's mutable gate state: the quota tables, their keyer, the rate
+/// slots bound for the snapshot it serves, and counters.
+pub struct GateState {
+    pub quota: Quota,
+    pub(super) keyer: Keyer,
+    /// Slot per rate pair of the adopted snapshot.
+    pub(super) pair_slots: Vec<Option<Slot>>,
+    adopted: u64,
+    pub counters: ChainCounters,
+    /// Per rule set of the adopted snapshot: regex caches and counters.
+    pub(super) regex_caches: Vec<RegexCaches>,
+    pub rule_counters: Vec<RuleSetCounters>,
+    /// Per access list of the adopted snapshot.
+    pub access_counters: Vec<AccessCounters>,
+    /// Per host of the adopted snapshot.
+    pub maintenance_counters: Vec<MaintenanceCounters>,
+    /// Names the counters above were kept under, to carry them across a
+    /// reload (lists and sets by name, hosts by label).
+    rule_names: Vec<String>,
+    access_names: Vec<String>,
+    host_names: Vec<String>,
+    pub verify_cache: VerifyCache,
+    pub cache_keyer: CacheKeyer,
+    /// Accept-time tables: open connections and new connections per prefix.
+    conn_leases: crate::quota::LeaseTable,
+    conn_rate: crate::quota::RateTable,
+    pub connection_counters: ConnectionCounters,
+}
+
+/// Accept-time refusals on one shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionCounters {
+    pub refused_concurrent: u64,
+    pub refused_rate: u64,
+    pub shadow_hits: u64,
+}
+
+/// Which accept-time limit refused a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectionRefusal {
+    Concurrent,
+    Rate,
+}
+
+/// A connection's hold on its prefix's concurrency: give it back with
+/// [`GateState::release_connection`] when the connection ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionToken(crate::quota::LeaseToken);
+
+impl GateState {
+    /// Tables sized by `sizes` (allocates, once per shard), keys seeded by
+    /// `seed` (random per process).
+    pub fn new(sizes: &QuotaSizes, seed: [u8; 16]) -> Result<GateState, SizeError> {
+        let mut secret = [0u8; 32];
+        secret[..16].copy_from_slice(&seed);
+        for (i, b) in seed.iter().enumerate() {
+            secret[16 + i] = b.rotate_left(3) ^ 0xa5;
+        }
+        Ok(GateState {
+            quota: Quota::new(sizes)?,
+            keyer: Keyer::new(seed),
+            pair_slots: Vec::new(),
+            adopted: u64::MAX,
+            counters: ChainCounters::default(),
+            regex_caches: Vec::new(),
+            rule_counters: Vec::new(),
+            access_counters: Vec::new(),
+            maintenance_counters: Vec::new(),
+            rule_names: Vec::new(),
+            access_names: Vec::new(),
+            host_names: Vec::new(),
+            verify_cache: VerifyCache::with_capacity(crate::access::cache::DEFAULT_CAPACITY),
+            cache_keyer: CacheKeyer::new(&secret),
+            conn_leases: crate::quota::LeaseTable::new(sizes.max_leases, sizes.lease_keys, 0),
+            conn_rate: crate::quota::RateTable::new((sizes.rate_entries / 16).max(1024))
+                .map_err(|_| SizeError::RateEntries)?,
+            connection_counters: ConnectionCounters::default(),
+        })
+    }
+
+    /// Small tables (a few KiB), for `gapura explain` and tests: one request
+    /// or a handful, never a server's load.
+    pub fn small() -> GateState {
+        use crate::quota::Ceiling;
+        let ceiling = |n| Ceiling::new(n, n / 8).expect("constant ceiling");
+        let sizes = QuotaSizes {
+            rate_entries: 1024,
+            policy_slots: 1024,
+            slot_grace_ms: 60_000,
+            window_ms: 1000,
+            window_keys: ceiling(1024),
+            lease_keys: ceiling(1024),
+            max_leases: 1024,
+            operations: 64,
+        };
+        GateState::new(&sizes, [0x5a; 16]).expect("constant sizes")
+    }
+
+    /// Binds the snapshot's rate pairs to slots, once per generation: a
+    /// pair keeps its slot (and buckets) across reloads; pairs gone are
+    /// retired and swept after their grace. Allocates only on a new
+    /// generation.
+    pub fn adopt(&mut self, snap: &Snapshot, now_ms: u64) {
+        if self.adopted == snap.generation {
+            return;
+        }
+        self.adopted = snap.generation;
+        let slots = self.quota.slots_mut();
+        slots.begin_reload();
+        self.pair_slots.clear();
+        for pair in &snap.gate.rate_pairs {
+            let policy = &snap.gate.rate_limits[pair.limit as usize].policy;
+            self.pair_slots
+                .push(slots.bind(pair.identity, *policy).ok());
+        }
+        slots.finish_reload(now_ms);
+        // Per-block state follows the blocks by name across the reload.
+        fn carry<C: Copy + Default>(old_names: &[String], old: &[C], new_names: &[&str]) -> Vec<C> {
+            new_names
+                .iter()
+                .map(|n| {
+                    old_names
+                        .iter()
+                        .position(|o| o == n)
+                        .and_then(|i| old.get(i).copied())
+                        .unwrap_or_default()
+                })
+                .collect()
+        }
+        let gate = &snap.gate;
+        let rule_names: Vec<&str> = gate.rule_set_names.iter().map(String::as_str).collect();
+        self.rule_counters = carry(&self.rule_names, &self.rule_counters, &rule_names);
+        self.rule_names = rule_names.iter().map(|s| s.to_string()).collect();
+        self.regex_caches = gate
+            .rule_sets
+            .iter()
+            .map(|s| s.new_regex_caches())
+            .collect();
+        let access_names: Vec<&str> = gate.access_lists.iter().map(|l| l.name()).collect();
+        self.access_counters = carry(&self.access_names, &self.access_counters, &access_names);
+        self.access_names = access_names.iter().map(|s| s.to_string()).collect();
+        let host_names: Vec<&str> = snap.entries.iter().map(|e| e.label.as_str()).collect();
+        self.maintenance_counters =
+            carry(&self.host_names, &self.maintenance_counters, &host_names);
+        self.host_names = host_names.iter().map(|s| s.to_string()).collect();
+    }
+
+    /// The names the per-block counters are kept under (rule sets, access
+    /// lists, hosts), for metrics.
+    pub fn rule_set_names(&self) -> &[String] {
+        &self.rule_names
+    }
+
+    pub fn access_list_names(&self) -> &[String] {
+        &self.access_names
+    }
+
+    pub fn host_names(&self) -> &[String] {
+        &self.host_names
+    }
+
+    /// Admits a new connection from `addr` under the snapshot's connection
+    /// limits: `Ok(Some(token))` holds a concurrency place, `Ok(None)` means
+    /// nothing is counted, `Err` says which limit refused (close it now).
+    /// O(probe), no allocation.
+    pub fn admit_connection(
+        &mut self,
+        limits: Option<&crate::policy::ConnectionLimits>,
+        addr: IpAddr,
+        now_ms: u64,
+    ) -> Result<Option<ConnectionToken>, ConnectionRefusal> {
+        let Some(l) = limits else {
+            return Ok(None);
+        };
+        let shadow = l.mode == Mode::Shadow;
+        if let Some(policy) = &l.rate {
+            let key = self.keyer.source(
+                crate::quota::Domain::ConnectionRate,
+                addr,
+                SourcePrefix::BUDGET,
+            );
+            let slot = Slot::new(1).expect("1 is a slot");
+            if !self
+                .conn_rate
+                .try_acquire(policy, slot, key, now_ms)
+                .allowed
+            {
+                if shadow {
+                    self.connection_counters.shadow_hits += 1;
+                } else {
+                    self.connection_counters.refused_rate += 1;
+                    return Err(ConnectionRefusal::Rate);
+                }
+            }
+        }
+        if let Some(n) = l.concurrent {
+            let key = self.keyer.source(
+                crate::quota::Domain::ConnectionLease,
+                addr,
+                SourcePrefix::BUDGET,
+            );
+            let per_key = crate::quota::Budget::new(n.max(1), n.max(1)).ok();
+            let limits = crate::quota::LeaseLimits {
+                global: None,
+                per_key,
+            };
+            match self
+                .conn_leases
+                .acquire(crate::quota::Class::Normal, &limits, key, None)
+            {
+                Ok(t) => return Ok(Some(ConnectionToken(t))),
+                Err(_) if shadow => self.connection_counters.shadow_hits += 1,
+                Err(_) => {
+                    self.connection_counters.refused_concurrent += 1;
+                    return Err(ConnectionRefusal::Concurrent);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Gives a connection's place back. A second release does nothing.
+    pub fn release_connection(&mut self, token: ConnectionToken) {
+        let _ = self.conn_leases.release(token.0);
+    }
+
+    /// Sweeps retired rate slots, expired windows; bounded work per call.
+    pub fn sweep(&mut self, now_ms: u64, budget: usize) {
+        let _ = self.quota.sweep(now_ms, budget);
+    }
+
+    /// Gives a ticket's leases back. A second release does nothing.
+    pub fn release(&mut self, ticket: QuotaTicket) {
+        let _ = self.quota.release(ticket);
+    }
+}

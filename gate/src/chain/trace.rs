@@ -1,0 +1,113 @@
+//! What the chain tells a trace: one [`Step`] per block it ran, with the
+//! facts it read. The server's [`NoTrace`] records nothing and its calls
+//! compile away; `gapura explain` records them.
+
+use crate::access::CredentialsFact;
+use crate::client::Arrival;
+use crate::limits::LimitRefusal;
+use crate::maintenance::MaintenanceOutcome;
+use crate::mode::Mode;
+use crate::path::PathError;
+use crate::quota::Level;
+use std::net::IpAddr;
+
+/// One step of the chain, for explain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step<'s> {
+    Client {
+        peer: IpAddr,
+        client: IpAddr,
+        via: Arrival,
+    },
+    Host {
+        label: Option<&'s str>,
+    },
+    Path {
+        canonical: Result<String, PathError>,
+    },
+    Route {
+        index: Option<usize>,
+    },
+    Quota {
+        outcome: QuotaOutcome,
+    },
+    RequestLimits {
+        refusal: Option<LimitRefusal>,
+    },
+    /// The access list's address side, before the rule set.
+    AccessAddress {
+        list: &'s str,
+        refused: Option<crate::access::AddressRefusal>,
+        mode: Mode,
+    },
+    RuleSet {
+        set: &'s str,
+        rule: Option<usize>,
+        action: Option<crate::ruleset::Action>,
+        mode: Mode,
+        exempt: bool,
+    },
+    /// The access list in full: address, country, credentials.
+    Access {
+        list: &'s str,
+        outcome: AccessStepOutcome,
+        credentials: CredentialsFact,
+        mode: Mode,
+    },
+    Robots {
+        served: bool,
+    },
+    Maintenance {
+        outcome: MaintenanceOutcome,
+    },
+}
+
+/// What the access step decided, for explain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessStepOutcome {
+    Pass,
+    Refuse,
+    Drop,
+    Challenge,
+    /// A password must be verified (explain stops here: it never runs PBKDF2).
+    Verify,
+    /// Verified off the shard and resumed.
+    Verified,
+}
+
+/// What the quota step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaOutcome {
+    /// No budget or rate limit applies.
+    NotApplied,
+    /// `GET`/`HEAD /robots.txt` is never limited.
+    Exempt,
+    Admitted,
+    Refused {
+        level: Level,
+        retry_after_s: u32,
+    },
+    /// Shadow mode: would have been refused, let through.
+    Shadowed {
+        level: Level,
+    },
+}
+
+/// Receives the chain's steps. The server's is a no-op.
+pub trait Trace {
+    fn step(&mut self, step: Step<'_>);
+    /// Whether steps are recorded (skips building their facts otherwise).
+    fn enabled(&self) -> bool;
+}
+
+/// The server's trace: nothing recorded, nothing built.
+pub struct NoTrace;
+
+impl Trace for NoTrace {
+    #[inline(always)]
+    fn step(&mut self, _: Step<'_>) {}
+    #[inline(always)]
+    fn enabled(&self) -> bool {
+        false
+    }
+}

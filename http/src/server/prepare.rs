@@ -1,0 +1,419 @@
+//! Deciding a request head: the gate's chain for it, and everything that can
+//! be written before its body is read (the start of a local answer, a whole
+//! refusal, the upstream head), as a [`Plan`] the connection then carries
+//! out. Synchronous on purpose: the head's header lines are borrowed from the
+//! connection's buffer here, and every such borrow ends before the
+//! connection awaits anything.
+
+use super::stats::ErrorKind;
+use super::{Lines, Shard};
+use crate::codec::head::{BodyFraming, Method, ParsedHead};
+use crate::upstream::request::{write_request_head, Forwarding};
+use gapura_gate::access::VerifyJob;
+use gapura_gate::answer::WriteCtx;
+use gapura_gate::chain::{NoTrace, Request, Start};
+use gapura_gate::client::{HeaderLines, Peer};
+use gapura_gate::custom_pages::PageVars;
+use gapura_gate::limits::RequestLimits;
+use gapura_gate::pages::RetryPage;
+use gapura_gate::quota::QuotaTicket;
+use gapura_gate::snapshot::Verdict;
+use gapura_gate::upstream::{Route, UpstreamGroup};
+use gapura_gate::Answer;
+use gapura_gate::{ErrorStatus, Snapshot};
+use std::rc::Rc;
+
+/// What `prepare` may touch: the connection's buffers, split so the
+/// request's header lines (borrowed from `buf`) can be read meanwhile.
+pub(super) struct Prep<'a> {
+    pub shard: &'a Shard,
+    /// The buffer from the head's first byte.
+    pub buf: &'a [u8],
+    pub wbuf: &'a mut Vec<u8>,
+    pub ubuf: &'a mut Vec<u8>,
+    pub peer: Peer,
+    pub resume: Option<Resume>,
+    pub page_vars: &'a mut PageCopy,
+}
+
+/// What a request's head decided, to be carried out once the borrows of
+/// the head have ended.
+pub(super) enum Plan<'s> {
+    /// The start of a local answer is in `wbuf` at `resp_start`; the rest
+    /// is written after the body is read.
+    Local {
+        end: LocalEnd<'s>,
+        status: u16,
+        resp_start: usize,
+        limits: RequestLimits,
+        ticket: Option<QuotaTicket>,
+    },
+    /// A refusal written whole; close now.
+    RefuseClose(ErrorKind),
+    /// Close without an answer.
+    Drop,
+    /// Check a password off the shard, then decide the head again.
+    /// Boxed: the job carries a copy of the password, far larger than the
+    /// other plans, and this path is about to wait for PBKDF2 anyway.
+    Verify { job: Box<VerifyJob>, list: u32 },
+    /// The upstream head is in `ubuf`.
+    Forward {
+        route: &'s Route,
+        group: &'s UpstreamGroup,
+        limits: RequestLimits,
+        ticket: Option<QuotaTicket>,
+        /// The host's custom pages and upstream error replacement.
+        extras: Option<&'s gapura_gate::policy::HostExtras>,
+    },
+}
+
+/// Holds a request's quota leases; gives them back when dropped, however
+/// the request ends (completion, error, client abort).
+pub(super) struct Leases {
+    pub(super) shard: Rc<Shard>,
+    pub(super) ticket: QuotaTicket,
+}
+
+impl Drop for Leases {
+    fn drop(&mut self) {
+        if let Ok(mut gate) = self.shard.gate.try_borrow_mut() {
+            gate.release(self.ticket);
+        }
+    }
+}
+
+pub(super) enum LocalEnd<'s> {
+    /// The answer's connection line, blank line and body.
+    Answer(&'s Answer),
+    /// Only the connection line and blank line (redirects).
+    HeadOnly,
+    /// The whole 429 with its Retry-After (nothing was written before).
+    RateLimited(&'s RetryPage, u32),
+    /// The answer is already written whole.
+    Written,
+}
+
+/// Decides a complete head and writes what can be written before its body.
+/// Synchronous: everything borrowed from the head ends here. No allocation
+/// once the buffers have capacity.
+pub(super) fn prepare<'s>(
+    p: Prep<'_>,
+    snap: &'s Snapshot,
+    head: &ParsedHead,
+    lines: &[httparse::Header<'_>],
+) -> Plan<'s> {
+    let buf = p.buf;
+    let host = head.host.clone().map(|r| &buf[r]);
+    let path = &buf[head.path.clone()];
+    let headers = Lines(lines);
+    let req = Request {
+        peer: p.peer,
+        method: &buf[..buf.iter().position(|&b| b == b' ').unwrap_or(0)],
+        host,
+        target: &buf[head.target.clone()],
+        path,
+        header_count: head.header_count,
+        header_bytes: head.header_bytes,
+        content_length: match head.framing {
+            BodyFraming::Length(n) => Some(n),
+            _ => None,
+        },
+        headers: &headers,
+    };
+    let head_only = head.method == Method::Head;
+    let date = p.shard.date.line();
+    let resp_start = p.wbuf.len();
+    let close_now = head.close || p.shard.is_draining();
+    let whole_ctx = WriteCtx {
+        date_line: &date,
+        head_only,
+        close: close_now,
+        keep_alive_10: head.keep_alive_10 && !close_now,
+    };
+    // A head decided again after a password check.
+    let mut start = Start::Beginning;
+    match p.resume {
+        Some(Resume::Passed { list, generation }) if generation == snap.generation => {
+            start = Start::AfterAccess {
+                strip_authorization: snap
+                    .gate
+                    .access_lists
+                    .get(list as usize)
+                    .is_some_and(|l| !l.pass_credentials()),
+            };
+        }
+        Some(Resume::Failed { list, generation } | Resume::Busy { list, generation })
+            if generation == snap.generation =>
+        {
+            if let Some(l) = snap.gate.access_lists.get(list as usize) {
+                let busy = matches!(p.resume, Some(Resume::Busy { .. }));
+                let page = if busy {
+                    l.busy_page()
+                } else {
+                    l.challenge_page()
+                };
+                let answer = if head.wants_html {
+                    &page.html
+                } else {
+                    &page.text
+                };
+                answer.write_into(p.wbuf, &whole_ctx);
+                if busy {
+                    if let Some(c) = p
+                        .shard
+                        .gate
+                        .borrow_mut()
+                        .access_counters
+                        .get_mut(list as usize)
+                    {
+                        c.queue_refusals += 1;
+                    }
+                }
+                return Plan::Local {
+                    end: LocalEnd::Written,
+                    status: answer.status,
+                    resp_start,
+                    limits: snap.default_limits,
+                    ticket: None,
+                };
+            }
+        }
+        _ => {}
+    }
+    let decision = {
+        let mut gate = p.shard.gate.borrow_mut();
+        let now_ms = if snap.gate.uses_clock() || !snap.gate.access_lists.is_empty() {
+            p.shard.now_ms()
+        } else {
+            0
+        };
+        gate.adopt(snap, now_ms);
+        let mut scratch = p.shard.scratch.borrow_mut();
+        snap.decide_from(&req, &mut gate, now_ms, &mut scratch, &mut NoTrace, start)
+    };
+    let ticket = decision.ticket;
+    let cf_ray: &[u8] = if decision.via == gapura_gate::client::Arrival::Cloudflare {
+        headers.lines("cf-ray").last().unwrap_or(b"")
+    } else {
+        b""
+    };
+    // A plan that does not carry the ticket gives its leases back now.
+    let release = || {
+        if let Some(t) = ticket {
+            if let Ok(mut gate) = p.shard.gate.try_borrow_mut() {
+                gate.release(t);
+            }
+        }
+    };
+    let entry = decision.host.map(|id| &snap.entries[id as usize]);
+    let custom = entry.and_then(|e| e.extras.pages.as_ref());
+    let (end, status) = match decision.verdict {
+        Verdict::Forward(route, group) => {
+            p.ubuf.clear();
+            let fwd = Forwarding {
+                client: p.peer.addr(),
+                proto: "http",
+                host,
+                path,
+                host_header: &group.host_header,
+                request_id: route.request_id,
+                upgrade: head.upgrade && route.websocket,
+                strip_authorization: decision.strip_authorization,
+            };
+            let raw = &buf[..head.head_len];
+            if write_request_head(raw, lines, &fwd, p.ubuf, &mut |o| {
+                p.shard.write_request_id(o)
+            }) {
+                if entry.is_some_and(|e| {
+                    e.extras.replace_upstream != gapura_gate::custom_pages::ReplaceUpstream::Off
+                }) {
+                    p.page_vars.set(host.unwrap_or(b""), cf_ray);
+                }
+                return Plan::Forward {
+                    route,
+                    group,
+                    limits: decision.limits,
+                    ticket,
+                    extras: entry.map(|e| &e.extras),
+                };
+            }
+            let page = snap.pages.get(ErrorStatus::BadRequest, head.wants_html);
+            page.write_into(p.wbuf, &close_ctx(&date, head_only));
+            p.shard.stats.response(400);
+            release();
+            return Plan::RefuseClose(ErrorKind::BadRequest);
+        }
+        Verdict::Respond(a) => {
+            a.write_start(p.wbuf, &date);
+            (LocalEnd::Answer(a), a.status)
+        }
+        Verdict::Redirect(r) => {
+            r.write_start(p.wbuf, &buf[head.path.clone()], &date);
+            (LocalEnd::HeadOnly, r.status)
+        }
+        Verdict::Drop => {
+            release();
+            return Plan::Drop;
+        }
+        Verdict::Verify(list) => match decision.job {
+            Some(job) => {
+                release();
+                return Plan::Verify {
+                    job: Box::new(job),
+                    list,
+                };
+            }
+            // The chain hands a Verify on only with its job; without one,
+            // answer as a failed check would.
+            None => {
+                let page = snap.gate.access_lists[list as usize].challenge_page();
+                let answer = if head.wants_html {
+                    &page.html
+                } else {
+                    &page.text
+                };
+                answer.write_into(p.wbuf, &whole_ctx);
+                (LocalEnd::Written, answer.status)
+            }
+        },
+        Verdict::Challenge(page) => {
+            let answer = if head.wants_html {
+                &page.html
+            } else {
+                &page.text
+            };
+            answer.write_into(p.wbuf, &whole_ctx);
+            (LocalEnd::Written, answer.status)
+        }
+        Verdict::Maintenance(m) => {
+            let id = p.shard.request_id();
+            let vars = PageVars {
+                request_id: &id,
+                host: host.unwrap_or(b""),
+                cf_ray,
+            };
+            m.write_into(p.wbuf, head.wants_html, &vars, &whole_ctx);
+            (LocalEnd::Written, m.status())
+        }
+        Verdict::Refuse(ErrorStatus::TooManyRequests) if decision.retry_after_s > 0 => (
+            LocalEnd::RateLimited(
+                snap.pages.rate_limited(head.wants_html),
+                decision.retry_after_s,
+            ),
+            429,
+        ),
+        Verdict::Refuse(s) => {
+            let custom_page = if head.wants_html {
+                custom.and_then(|c| c.get(s))
+            } else {
+                None
+            };
+            if let Some(cp) = custom_page {
+                let id = p.shard.request_id();
+                let vars = PageVars {
+                    request_id: &id,
+                    host: host.unwrap_or(b""),
+                    cf_ray,
+                };
+                if is_limit(s) {
+                    cp.write_into(p.wbuf, &vars, b"", &close_ctx(&date, head_only));
+                    p.shard.stats.response(s.code());
+                    release();
+                    return Plan::RefuseClose(ErrorKind::Limit);
+                }
+                cp.write_into(p.wbuf, &vars, b"", &whole_ctx);
+                (LocalEnd::Written, s.code())
+            } else {
+                let page = snap.pages.get(s, head.wants_html);
+                if is_limit(s) {
+                    page.write_into(p.wbuf, &close_ctx(&date, head_only));
+                    p.shard.stats.response(s.code());
+                    release();
+                    return Plan::RefuseClose(ErrorKind::Limit);
+                }
+                page.write_start(p.wbuf, &date);
+                (LocalEnd::Answer(page), s.code())
+            }
+        }
+    };
+    Plan::Local {
+        end,
+        status,
+        resp_start,
+        limits: decision.limits,
+        ticket,
+    }
+}
+
+pub(super) fn close_ctx(date: &[u8], head_only: bool) -> WriteCtx<'_> {
+    WriteCtx {
+        date_line: date,
+        head_only,
+        close: true,
+        keep_alive_10: false,
+    }
+}
+
+pub(super) fn is_limit(s: ErrorStatus) -> bool {
+    matches!(
+        s,
+        ErrorStatus::PayloadTooLarge | ErrorStatus::UriTooLong | ErrorStatus::HeaderFieldsTooLarge
+    )
+}
+
+/// Copies of a request's `{host}` and `{cfRay}` (cut as pages cut them).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PageCopy {
+    host: [u8; 253],
+    host_len: u8,
+    ray: [u8; 64],
+    ray_len: u8,
+}
+
+impl Default for PageCopy {
+    fn default() -> Self {
+        PageCopy {
+            host: [0; 253],
+            host_len: 0,
+            ray: [0; 64],
+            ray_len: 0,
+        }
+    }
+}
+
+impl PageCopy {
+    fn set(&mut self, host: &[u8], ray: &[u8]) {
+        let h = host.len().min(self.host.len());
+        self.host[..h].copy_from_slice(&host[..h]);
+        self.host_len = h as u8;
+        let r = ray.len().min(self.ray.len());
+        self.ray[..r].copy_from_slice(&ray[..r]);
+        self.ray_len = r as u8;
+    }
+
+    pub(super) fn host(&self) -> &[u8] {
+        &self.host[..usize::from(self.host_len)]
+    }
+
+    pub(super) fn ray(&self) -> &[u8] {
+        &self.ray[..usize::from(self.ray_len)]
+    }
+}
+
+/// The outcome of a password check, for the head decided again.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Resume {
+    Passed {
+        list: u32,
+        generation: u64,
+    },
+    Failed {
+        list: u32,
+        generation: u64,
+    },
+    /// The line was full or the wait ran out: 429, Retry-After 1.
+    Busy {
+        list: u32,
+        generation: u64,
+    },
+}
