@@ -101,7 +101,7 @@ impl Snapshot {
         trace: &mut T,
         start: Start,
     ) -> Decision<'s> {
-        // 3. The client address (facts only).
+        // 2. The client address (facts only).
         let resolved = self.gate.client.resolve(req.peer, req.headers);
         let client = resolved.addr;
         if trace.enabled() {
@@ -111,7 +111,7 @@ impl Snapshot {
                 via: resolved.via,
             });
         }
-        // 2. The host.
+        // 3. The host.
         let host = self.hosts.lookup(req.host);
         let entry = host.map(|id| &self.entries[id as usize]);
         if trace.enabled() {
