@@ -202,7 +202,7 @@ fn every_synchronous_decision_allocates_nothing() {
             Verdict::Verify(_) => Got::Verify,
             other => panic!("unexpected {other:?}"),
         };
-        let key = d.job.as_ref().map(|j| j.cache_key());
+        let key = state.take_job().map(|j| j.cache_key());
         (got, used, key)
     };
     for (name, host, method, path, ua, client, want) in cases {

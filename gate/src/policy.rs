@@ -113,6 +113,13 @@ impl GatePolicy {
         !self.rate_pairs.is_empty() || self.has_budgets()
     }
 
+    /// Whether a decision needs the shard's clock: the quota tables, or an
+    /// access list with users (its verification cache expires).
+    #[inline]
+    pub fn needs_clock(&self) -> bool {
+        self.uses_clock() || self.access_lists.iter().any(|l| !l.users().is_empty())
+    }
+
     /// Whether any quota level is set (the chain skips the tables otherwise).
     pub fn has_budgets(&self) -> bool {
         let q = &self.quota;

@@ -63,8 +63,6 @@ pub struct Decision<'s> {
     pub ticket: Option<QuotaTicket>,
     /// Retry-After seconds of a 429.
     pub retry_after_s: u32,
-    /// The password check to run off the shard (with `Verdict::Verify`).
-    pub job: Option<crate::access::VerifyJob>,
     /// The access list took the credentials: remove `Authorization` before
     /// the upstream.
     pub strip_authorization: bool,
@@ -127,7 +125,6 @@ impl Snapshot {
             client,
             ticket: None,
             retry_after_s: 0,
-            job: None,
             strip_authorization: false,
             via: resolved.via,
         };
@@ -321,7 +318,9 @@ impl Snapshot {
                             (AccessStepOutcome::Verify, Some(Verdict::Verify(b.index)))
                         } else {
                             counters.verifications += 1;
-                            decision.job = Some(job);
+                            // Kept in the shard's state, not in the decision:
+                            // the job is large and most decisions have none.
+                            state.pending_job = Some(job);
                             (AccessStepOutcome::Verify, Some(Verdict::Verify(b.index)))
                         }
                     }

@@ -75,6 +75,8 @@ pub struct GateState {
     conn_leases: crate::quota::LeaseTable,
     conn_rate: crate::quota::RateTable,
     pub connection_counters: ConnectionCounters,
+    /// The password check of the last `Verdict::Verify`, taken by the caller.
+    pub(super) pending_job: Option<crate::access::VerifyJob>,
 }
 
 /// Accept-time refusals on one shard.
@@ -125,6 +127,7 @@ impl GateState {
             conn_rate: crate::quota::RateTable::new((sizes.rate_entries / 16).max(1024))
                 .map_err(|_| SizeError::RateEntries)?,
             connection_counters: ConnectionCounters::default(),
+            pending_job: None,
         })
     }
 
@@ -267,6 +270,12 @@ impl GateState {
             }
         }
         Ok(None)
+    }
+
+    /// The password check a `Verdict::Verify` asked for: run it off the
+    /// shard. `None` when the last decision asked for none. O(1).
+    pub fn take_job(&mut self) -> Option<crate::access::VerifyJob> {
+        self.pending_job.take()
     }
 
     /// Gives a connection's place back. A second release does nothing.

@@ -180,16 +180,21 @@ pub(super) fn prepare<'s>(
         }
         _ => {}
     }
-    let decision = {
+    let (decision, job) = {
         let mut gate = p.shard.gate.borrow_mut();
-        let now_ms = if snap.gate.uses_clock() || !snap.gate.access_lists.is_empty() {
+        let now_ms = if snap.gate.needs_clock() {
             p.shard.now_ms()
         } else {
             0
         };
         gate.adopt(snap, now_ms);
         let mut scratch = p.shard.scratch.borrow_mut();
-        snap.decide_from(&req, &mut gate, now_ms, &mut scratch, &mut NoTrace, start)
+        let d = snap.decide_from(&req, &mut gate, now_ms, &mut scratch, &mut NoTrace, start);
+        let job = match d.verdict {
+            Verdict::Verify(_) => gate.take_job(),
+            _ => None,
+        };
+        (d, job)
     };
     let ticket = decision.ticket;
     let cf_ray: &[u8] = if decision.via == gapura_gate::client::Arrival::Cloudflare {
@@ -255,7 +260,7 @@ pub(super) fn prepare<'s>(
             release();
             return Plan::Drop;
         }
-        Verdict::Verify(list) => match decision.job {
+        Verdict::Verify(list) => match job {
             Some(job) => {
                 release();
                 return Plan::Verify {
