@@ -9,7 +9,7 @@ per request the generator completed. The report gives each round, the
 medians and the ratio B/A of the medians.
 
   bench/overhead.py --a PROFILE_A --b PROFILE_B [--upstream] [--rounds 3]
-                    [--duration 5] [--connections 64]
+                    [--duration 5] [--connections 64] [--b-env KEY=VALUE]
 
 Profiles are templates: @PORT@, @ADMIN_PORT@ and @UPSTREAM_PORT@ are
 replaced. Needs target/release/gapura and target/release/gapura-loadtest
@@ -75,7 +75,7 @@ server {{ listen 127.0.0.1:{port}; location / {{ default_type text/plain; return
     return proc, port
 
 
-def run_once(template, tmp, upstream_port, args):
+def run_once(template, tmp, upstream_port, args, env=None):
     port, admin = free_port(), free_port()
     text = open(template).read()
     text = text.replace("@PORT@", str(port)).replace("@ADMIN_PORT@", str(admin))
@@ -84,7 +84,8 @@ def run_once(template, tmp, upstream_port, args):
     with open(profile, "w") as f:
         f.write(text)
     server = subprocess.Popen(["taskset", "-c", "0", GAPURA, "run", "--profile", profile],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=dict(os.environ, **(env or {})))
     try:
         if not wait_port(port):
             sys.exit(f"gapura did not start with {template}")
@@ -121,6 +122,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--b-env", action="append", default=[],
+                    help="KEY=VALUE set in B's environment only (to compare a switch)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="gapura-overhead-")
     up = None
@@ -130,8 +133,9 @@ def main():
             up, up_port = start_upstream(tmp)
         results = {"a": [], "b": []}
         for i in range(args.rounds):
-            for name, path in (("a", args.a), ("b", args.b)):
-                us, n, st = run_once(path, tmp, up_port, args)
+            b_env = dict(kv.split("=", 1) for kv in args.b_env)
+            for name, path, env in (("a", args.a, None), ("b", args.b, b_env)):
+                us, n, st = run_once(path, tmp, up_port, args, env)
                 results[name].append(us)
                 print(f"round {i + 1} {name}: {us:.2f} µs/req over {n} requests, status {st}")
         ma, mb = statistics.median(results["a"]), statistics.median(results["b"])
