@@ -209,6 +209,7 @@ fn render_blocks(out: &mut String, admin: &Admin) {
     let mut rules: BTreeMap<String, [u64; 5]> = BTreeMap::new();
     let mut access: BTreeMap<String, [u64; 9]> = BTreeMap::new();
     let mut maint: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+    let mut rates: BTreeMap<String, [u64; 2]> = BTreeMap::new();
     let mut robots = 0;
     for s in &admin.shards {
         let Ok(b) = s.blocks.lock() else { continue };
@@ -244,6 +245,11 @@ fn render_blocks(out: &mut String, admin: &Admin) {
             for (i, v) in vals.into_iter().enumerate() {
                 e[i] += v;
             }
+        }
+        for (n, c) in &b.rate_limits {
+            let e = rates.entry(n.clone()).or_default();
+            e[0] += c.refused;
+            e[1] += c.shadow_hits;
         }
         for (n, c) in &b.maintenance {
             let e = maint.entry(n.clone()).or_default();
@@ -294,6 +300,20 @@ fn render_blocks(out: &mut String, admin: &Admin) {
             let _ = writeln!(
                 out,
                 "gapura_access_list_total{{list=\"{n}\",result=\"{label}\"}} {x}"
+            );
+        }
+    }
+    family(
+        out,
+        "gapura_rate_limit_total",
+        "counter",
+        "Rate-limit refusals (429) and shadow hits by limit.",
+    );
+    for (n, v) in &rates {
+        for (label, x) in ["refused", "shadow"].iter().zip(v) {
+            let _ = writeln!(
+                out,
+                "gapura_rate_limit_total{{limit=\"{n}\",result=\"{label}\"}} {x}"
             );
         }
     }

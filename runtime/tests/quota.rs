@@ -114,6 +114,15 @@ fn over_the_rate_limit_answers_429_with_retry_after_and_robots_txt_is_exempt() {
         g.wait_metric("gapura_quota_exempt_total{shard=\"0\"}", 4, METRIC_WAIT),
         4
     );
+    // The limit's own counters, by its name.
+    assert_eq!(
+        g.metric("gapura_rate_limit_total{limit=\"tight\",result=\"refused\"}"),
+        4
+    );
+    assert_eq!(
+        g.metric("gapura_rate_limit_total{limit=\"tight\",result=\"shadow\"}"),
+        0
+    );
     assert_eq!(
         g.metric("gapura_quota_refused_total{shard=\"0\",level=\"global\"}"),
         0

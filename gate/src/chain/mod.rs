@@ -12,7 +12,7 @@ mod trace;
 
 pub use state::{
     AccessCounters, ChainCounters, ConnectionCounters, ConnectionRefusal, ConnectionToken,
-    GateState, Start,
+    GateState, RateLimitCounters, Start,
 };
 pub use trace::{AccessStepOutcome, NoTrace, QuotaOutcome, Step, Trace};
 
@@ -581,6 +581,19 @@ impl Snapshot {
                 } else {
                     gate.quota_mode
                 };
+                // The rate limit that refused, for its own counters.
+                let limit = (r.level == Level::Rate)
+                    .then_some(policy.rate_pair)
+                    .flatten()
+                    .and_then(|p| gate.rate_pairs.get(p as usize))
+                    .map(|p| p.limit as usize);
+                if let Some(c) = limit.and_then(|l| state.rate_counters.get_mut(l)) {
+                    if mode == Mode::Shadow {
+                        c.shadow_hits += 1;
+                    } else {
+                        c.refused += 1;
+                    }
+                }
                 if mode == Mode::Shadow {
                     // Let through: a shadow hit, not a refusal (the tables
                     // counted one when they refused).

@@ -23,6 +23,15 @@ pub struct ChainCounters {
     pub robots_served: u64,
 }
 
+/// One rate limit's counters on one shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RateLimitCounters {
+    /// Requests answered 429 by this limit.
+    pub refused: u64,
+    /// Refusals a shadowed limit let through.
+    pub shadow_hits: u64,
+}
+
 /// One access list's counters on one shard.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AccessCounters {
@@ -68,6 +77,9 @@ pub struct GateState {
     /// reload (lists and sets by name, hosts by label).
     rule_names: Vec<String>,
     access_names: Vec<String>,
+    /// Per rate limit of the adopted snapshot (by name across reloads).
+    pub rate_counters: Vec<RateLimitCounters>,
+    rate_names: Vec<String>,
     host_names: Vec<String>,
     pub verify_cache: VerifyCache,
     pub cache_keyer: CacheKeyer,
@@ -120,6 +132,8 @@ impl GateState {
             maintenance_counters: Vec::new(),
             rule_names: Vec::new(),
             access_names: Vec::new(),
+            rate_counters: Vec::new(),
+            rate_names: Vec::new(),
             host_names: Vec::new(),
             verify_cache: VerifyCache::with_capacity(crate::access::cache::DEFAULT_CAPACITY),
             cache_keyer: CacheKeyer::new(&secret),
@@ -189,6 +203,9 @@ impl GateState {
             .iter()
             .map(|s| s.new_regex_caches())
             .collect();
+        let rate_names: Vec<&str> = gate.rate_limits.iter().map(|r| r.name.as_str()).collect();
+        self.rate_counters = carry(&self.rate_names, &self.rate_counters, &rate_names);
+        self.rate_names = rate_names.iter().map(|s| s.to_string()).collect();
         let access_names: Vec<&str> = gate.access_lists.iter().map(|l| l.name()).collect();
         self.access_counters = carry(&self.access_names, &self.access_counters, &access_names);
         self.access_names = access_names.iter().map(|s| s.to_string()).collect();
@@ -202,6 +219,10 @@ impl GateState {
     /// lists, hosts), for metrics.
     pub fn rule_set_names(&self) -> &[String] {
         &self.rule_names
+    }
+
+    pub fn rate_limit_names(&self) -> &[String] {
+        &self.rate_names
     }
 
     pub fn access_list_names(&self) -> &[String] {

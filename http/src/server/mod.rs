@@ -152,6 +152,7 @@ impl Shard {
         let blocks = stats::BlockStats {
             rule_sets: zip(gate.rule_set_names(), &gate.rule_counters),
             access_lists: zip(gate.access_list_names(), &gate.access_counters),
+            rate_limits: zip(gate.rate_limit_names(), &gate.rate_counters),
             maintenance: gate
                 .host_names()
                 .iter()

@@ -141,6 +141,7 @@ impl ShardStats {
 pub struct BlockStats {
     pub rule_sets: Vec<(String, gapura_gate::ruleset::RuleSetCounters)>,
     pub access_lists: Vec<(String, gapura_gate::chain::AccessCounters)>,
+    pub rate_limits: Vec<(String, gapura_gate::chain::RateLimitCounters)>,
     pub maintenance: Vec<(String, gapura_gate::maintenance::MaintenanceCounters)>,
     pub robots_served: u64,
 }
