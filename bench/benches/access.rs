@@ -9,6 +9,7 @@
 //! figure is the median of 7 rounds of ns per operation; addresses rotate
 //! over 4,096 probes inside the allow list.
 
+use gapura_bench::measure;
 use gapura_gate::access::basic::{read_authorization, Authorization};
 use gapura_gate::access::cache::{CacheKeyer, VerifyCache};
 use gapura_gate::access::password::{hash_password, Verifier, DEFAULT_ITERATIONS};
@@ -38,29 +39,6 @@ fn entries(r: &mut Rng) -> Vec<Cidr> {
             Cidr::new(IpAddr::V4(Ipv4Addr::from(a)), prefix).unwrap()
         })
         .collect()
-}
-
-/// Median ns per call of `f(i)` over 7 rounds of `iters` calls.
-fn measure(name: &str, iters: u64, mut f: impl FnMut(usize) -> bool) -> f64 {
-    let mut rounds = Vec::new();
-    let mut sink = 0u64;
-    for _ in 0..iters / 4 {
-        sink += u64::from(f(black_box(0)));
-    }
-    for _ in 0..7 {
-        let start = Instant::now();
-        for i in 0..iters as usize {
-            sink += u64::from(f(i));
-        }
-        rounds.push(start.elapsed().as_nanos() as f64 / iters as f64);
-    }
-    black_box(sink);
-    rounds.sort_by(f64::total_cmp);
-    println!(
-        "{name:<52} {:>9.1} ns/op  (min {:.1}, max {:.1})",
-        rounds[3], rounds[0], rounds[6]
-    );
-    rounds[3]
 }
 
 fn list(set: &CidrSet, satisfy: Satisfy, users: usize, verifier: Verifier) -> AccessList {

@@ -9,12 +9,12 @@
 //! branch-predictor-friendly case, for comparison with figures measured
 //! that way.
 
+use gapura_bench::measure;
 use gapura_gate::cidr::{Cidr, CidrSet};
 use gapura_gate::client::{cloudflare_ranges, ClientMode, ClientPolicy, ForwardedHeader, Peer};
 use gapura_gate::country::{AddressRules, Country, CountryRules};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::time::Instant;
 
 struct Rng(u64);
 impl Rng {
@@ -59,28 +59,6 @@ fn probes(r: &mut Rng, cidrs: &[Cidr]) -> Vec<IpAddr> {
             }
         })
         .collect()
-}
-
-/// Median ns per call of `f(i)` over 7 rounds of `iters` calls.
-fn measure(name: &str, iters: u64, mut f: impl FnMut(usize) -> bool) {
-    let mut rounds = Vec::new();
-    let mut sink = 0u64;
-    for _ in 0..iters / 4 {
-        sink += u64::from(f(black_box(0)));
-    }
-    for _ in 0..7 {
-        let start = Instant::now();
-        for i in 0..iters as usize {
-            sink += u64::from(f(i));
-        }
-        rounds.push(start.elapsed().as_nanos() as f64 / iters as f64);
-    }
-    black_box(sink);
-    rounds.sort_by(f64::total_cmp);
-    println!(
-        "{name:<44} {:>7.1} ns/op  (min {:.1}, max {:.1})",
-        rounds[3], rounds[0], rounds[6]
-    );
 }
 
 fn main() {

@@ -5,13 +5,13 @@
 //! `cargo bench -p gapura-bench --bench decide` (a few seconds). Each figure
 //! is the median of 7 rounds of ns per call.
 
+use gapura_bench::measure;
 use gapura_bench::reference::{snapshot, CHROME};
 use gapura_gate::chain::{GateState, NoTrace, Request};
 use gapura_gate::client::Peer;
 use gapura_gate::path::MAX_PATH_BYTES;
 use gapura_gate::Verdict;
 use std::hint::black_box;
-use std::time::Instant;
 
 fn main() {
     let snap = snapshot();
@@ -59,26 +59,9 @@ fn main() {
             content_length: None,
             headers: &headers[..],
         };
-        let iters = 200_000u64;
-        let mut rounds = Vec::new();
-        let mut sink = 0u64;
-        for _ in 0..iters / 4 {
-            let d = snap.decide(&req, &mut state, 0, &mut scratch, &mut NoTrace);
-            sink += matches!(d.verdict, Verdict::Respond(_)) as u64;
-        }
-        for _ in 0..7 {
-            let start = Instant::now();
-            for _ in 0..iters {
-                let d = snap.decide(black_box(&req), &mut state, 0, &mut scratch, &mut NoTrace);
-                sink += matches!(d.verdict, Verdict::Respond(_)) as u64;
-            }
-            rounds.push(start.elapsed().as_nanos() as f64 / iters as f64);
-        }
-        black_box(sink);
-        rounds.sort_by(f64::total_cmp);
-        println!(
-            "decide, {name:<44} {:>7.1} ns/op  (min {:.1}, max {:.1})",
-            rounds[3], rounds[0], rounds[6]
-        );
+        measure(&format!("decide, {name}"), 200_000, |_| {
+            let d = snap.decide(black_box(&req), &mut state, 0, &mut scratch, &mut NoTrace);
+            matches!(d.verdict, Verdict::Respond(_))
+        });
     }
 }

@@ -8,6 +8,7 @@
 //! computed inside the measured call as the gate does. The regex's lazy DFA
 //! is warmed by the first rounds.
 
+use gapura_bench::measure;
 use gapura_bench::reference::fifty_rules;
 use gapura_gate::answer::WriteCtx;
 use gapura_gate::custom_pages::{CustomPage, PageEntrySpec, PageVars};
@@ -18,29 +19,6 @@ use gapura_gate::ruleset::{
     Action, PathPatternKind, RuleRequest, RuleSet, RuleSetCounters, RuleSpec,
 };
 use std::hint::black_box;
-use std::time::Instant;
-
-/// Median ns per call of `f(i)` over 7 rounds of `iters` calls.
-fn measure(name: &str, iters: u64, mut f: impl FnMut(usize) -> u64) {
-    let mut rounds = Vec::new();
-    let mut sink = 0u64;
-    for i in 0..iters / 4 {
-        sink = sink.wrapping_add(f(black_box(i as usize)));
-    }
-    for _ in 0..7 {
-        let start = Instant::now();
-        for i in 0..iters as usize {
-            sink = sink.wrapping_add(f(i));
-        }
-        rounds.push(start.elapsed().as_nanos() as f64 / iters as f64);
-    }
-    black_box(sink);
-    rounds.sort_by(f64::total_cmp);
-    println!(
-        "{name:<52} {:>7.1} ns/op  (min {:.1}, max {:.1})",
-        rounds[3], rounds[0], rounds[6]
-    );
-}
 
 fn main() {
     let set = RuleSet::compile(&fifty_rules()).unwrap();
