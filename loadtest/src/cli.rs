@@ -101,6 +101,7 @@ pub struct Config {
     pub max_error_ratio: f64,
     pub find_max_start: f64,
     pub find_max_steps: u32,
+    pub find_max_retries: u32,
     pub source_ips: Option<SourceIps>,
     pub json: Option<PathBuf>,
     pub report: Option<PathBuf>,
@@ -137,6 +138,7 @@ URL is http://, https:// or udp://host:port. Extra URLs or paths rotate per requ
       --max-error-ratio F  error ratio bound for --find-max [0.001]
       --find-max-start R first rate tried [1000]
       --find-max-steps N at most N steps [16]
+      --find-max-retries N  re-run a failing step up to N times before it counts [1]
       --source-ips CIDR  bind connections round-robin to these local addresses
       --http2            HTTP/2 (h2c on http://, ALPN h2 on https://)
   -m, --streams N        HTTP/2 concurrent streams per connection [1]
@@ -225,6 +227,7 @@ const TAKES_VALUE: &[&str] = &[
     "max-error-ratio",
     "find-max-start",
     "find-max-steps",
+    "find-max-retries",
     "source-ips",
     "m",
     "streams",
@@ -327,6 +330,7 @@ fn build(opts: Vec<(String, Option<String>)>, positional: Vec<String>) -> Result
     let mut max_error_ratio = 0.001;
     let mut find_max_start = 1000.0;
     let mut find_max_steps = 16;
+    let mut find_max_retries = 1;
     let mut source_ips = None;
     let mut json = None;
     let mut report = None;
@@ -398,6 +402,7 @@ fn build(opts: Vec<(String, Option<String>)>, positional: Vec<String>) -> Result
                 }
             }
             "find-max-steps" => find_max_steps = parse_count(&v).map_err(err)?.clamp(1, 100) as u32,
+            "find-max-retries" => find_max_retries = parse_count(&v).map_err(err)?.min(10) as u32,
             "source-ips" => source_ips = Some(SourceIps::parse(&v)?),
             "json" => json = Some(PathBuf::from(v)),
             "report" => report = Some(PathBuf::from(v)),
@@ -534,6 +539,7 @@ fn build(opts: Vec<(String, Option<String>)>, positional: Vec<String>) -> Result
         max_error_ratio,
         find_max_start,
         find_max_steps,
+        find_max_retries,
         source_ips,
         json,
         report,

@@ -7,7 +7,10 @@
 //! lowest failing rate until they are within 3 % of each other or
 //! `--find-max-steps` runs are spent. A step passes when p99 ≤ the bound, the
 //! error ratio ≤ the bound, and the achieved rate is at least 90 % of the
-//! rate asked. Every step is printed as it ends: the curve walked.
+//! rate asked. A failing step is run again, up to `--find-max-retries` times
+//! (default 1), and counts as over only when every attempt fails: one stall
+//! of the machine must not cap the search far below the real capacity.
+//! Every attempt is printed as it ends: the curve walked.
 
 use std::sync::Arc;
 
@@ -23,6 +26,8 @@ pub struct Step {
     pub p99_ns: u64,
     pub error_ratio: f64,
     pub ok: bool,
+    /// 1 for the first run at this rate, 2.. for the re-runs of a failure.
+    pub attempt: u32,
 }
 
 /// The curve walked and its result.
@@ -64,7 +69,9 @@ pub fn run(cfg: &Arc<Config>, progress: bool) -> i32 {
             "rate", "achieved", "p99", "errors"
         );
     }
-    for _ in 0..cfg.find_max_steps {
+    let mut attempt = 1u32;
+    let mut step = 0u32;
+    while step < cfg.find_max_steps {
         let o = match execute(cfg, Some(rate), cfg.duration, progress) {
             Ok(o) => o,
             Err(e) => {
@@ -92,7 +99,13 @@ pub fn run(cfg: &Arc<Config>, progress: bool) -> i32 {
                 achieved,
                 fmt_ns(p99 as f64),
                 error_ratio * 100.0,
-                if ok { "ok" } else { "over" }
+                if ok {
+                    "ok"
+                } else if attempt <= cfg.find_max_retries {
+                    "over, run again"
+                } else {
+                    "over"
+                }
             );
         }
         curve.steps.push(Step {
@@ -101,7 +114,15 @@ pub fn run(cfg: &Arc<Config>, progress: bool) -> i32 {
             p99_ns: p99,
             error_ratio,
             ok,
+            attempt,
         });
+        if !ok && attempt <= cfg.find_max_retries {
+            attempt += 1;
+            last = Some(o);
+            continue;
+        }
+        attempt = 1;
+        step += 1;
         if ok {
             lo = Some(lo.map_or(rate, |l: f64| l.max(rate)));
             if best.as_ref().is_none_or(|(r, _)| rate > *r) {

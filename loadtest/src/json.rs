@@ -118,6 +118,7 @@ pub fn document(cfg: &Config, o: &Outcome, fm: Option<&Curve>) -> Value {
                     "p99_us": us(s.p99_ns),
                     "error_ratio": s.error_ratio,
                     "ok": s.ok,
+                    "attempt": s.attempt,
                 })).collect::<Vec<_>>(),
             }),
         },

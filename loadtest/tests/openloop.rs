@@ -103,6 +103,8 @@ fn find_max_converges_near_a_known_capacity() {
         "2",
         "--find-max-steps",
         "10",
+        "--warmup",
+        "100ms",
         &s.url(),
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -118,4 +120,43 @@ fn find_max_converges_near_a_known_capacity() {
         steps.iter().any(|s| s["ok"] == false),
         "the curve went past the capacity"
     );
+    // Every failing first attempt was run again at the same rate.
+    for (i, st) in steps.iter().enumerate() {
+        if st["ok"] == false && st["attempt"] == 1 {
+            let next = &steps[i + 1];
+            assert_eq!(next["rate"], st["rate"], "{}", r.stdout);
+            assert_eq!(next["attempt"], 2, "{}", r.stdout);
+        }
+    }
+}
+
+#[test]
+fn without_retries_a_failing_step_counts_at_once() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = http1(Behaviour::Capacity { per_s: 400.0 });
+    // 4000 req/s against 400: every attempt fails, the search halves.
+    let r = run(&[
+        "--find-max",
+        "--find-max-start",
+        "4000",
+        "--find-max-retries",
+        "0",
+        "--find-max-steps",
+        "1",
+        "--slo-p99",
+        "20ms",
+        "-d",
+        "300ms",
+        "-c",
+        "8",
+        "-t",
+        "2",
+        &s.url(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let steps = r.json["find_max"]["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1, "{}", r.stdout);
+    assert_eq!(steps[0]["ok"], false);
+    assert_eq!(steps[0]["attempt"], 1);
+    assert!(r.json["find_max"]["max_rate"].is_null());
 }
