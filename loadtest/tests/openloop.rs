@@ -57,8 +57,8 @@ fn open_loop_percentiles_match_the_co_corrected_expectation_and_closed_loop_hide
         let got = r.json["latency_us"]["percentiles"][key].as_f64().unwrap() / 1000.0;
         let want = expected_ms(p, period, pause) + base;
         assert!(
-            (got - want).abs() <= want * 0.05,
-            "p{key}: got {got:.2} ms, want {want:.2} ms ±5%"
+            (got - want).abs() <= want * 0.08,
+            "p{key}: got {got:.2} ms, want {want:.2} ms ±8%"
         );
     }
 
