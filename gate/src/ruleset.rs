@@ -171,8 +171,19 @@ pub struct RuleSet {
     rules: Box<[Rule]>,
     /// Exact and prefix paths; the value is the rule index.
     matcher: PathMatcher<usize>,
-    /// Rules without an indexed path, ascending.
-    scan: Box<[usize]>,
+    /// Rules without an indexed path.
+    scan: RuleBits,
+    /// Per method some rule names: the rules a request with that method may
+    /// still match (those naming it and those naming no method).
+    method_masks: Box<[(Method, RuleBits)]>,
+    /// The same for any other method: the rules naming no method.
+    other_methods: RuleBits,
+    /// Class of a path's last byte, case folded (see `last_masks`).
+    last_class: Box<[u8; 256]>,
+    /// Per class: the rules a path ending with a byte of that class may
+    /// still match. A glob whose pattern ends with a literal byte is in the
+    /// mask of that byte's class only; every other rule is in all of them.
+    last_masks: Box<[RuleBits]>,
     ua: Needles,
     /// The globs' literal pieces.
     path_needles: Needles,
@@ -347,7 +358,6 @@ impl RegexCaches {
 
 /// Per-request state of one evaluation.
 struct Eval<'a, 'c, U> {
-    method: &'a [u8],
     path: &'a [u8],
     user_agents: U,
     ua_found: Option<RuleBits>,
@@ -453,7 +463,6 @@ impl RuleSet {
         U: Iterator<Item = &'a [u8]> + Clone,
     {
         let mut ev = Eval {
-            method: req.method,
             path: req.path,
             user_agents: req.user_agents.clone(),
             ua_found: None,
@@ -462,22 +471,42 @@ impl RuleSet {
             caches,
             give_ups: 0,
         };
+        // The rules this method leaves, as one mask: the method is then
+        // known to hold for every rule tried.
+        let methods = self
+            .method_masks
+            .iter()
+            .find(|(m, _)| m.matches(req.method))
+            .map_or(&self.other_methods, |(_, bits)| bits);
         let mut best = usize::MAX;
         if !self.matcher.is_empty() {
-            if let Some((_, &i)) = self
-                .matcher
-                .lookup_where(req.path, |_, &i| self.cheap_conditions_hold(i, &mut ev))
-            {
+            if let Some((_, &i)) = self.matcher.lookup_where(req.path, |_, &i| {
+                methods.get(i) && self.user_agent_holds(i, &mut ev)
+            }) {
                 best = i;
             }
         }
-        for &i in self.scan.iter() {
-            if i >= best {
-                break;
-            }
-            if self.cheap_conditions_hold(i, &mut ev) && self.path_condition_holds(i, &mut ev) {
-                best = i;
-                break;
+        // Unindexed rules below the best, in order, with the method and the
+        // path's last byte already applied. Both masks only ever leave out
+        // rules that cannot match, so the first rule that holds is the
+        // first of the set.
+        let mut candidates = self.scan;
+        candidates.and(methods);
+        if let Some(&last) = req.path.last() {
+            candidates.and(&self.last_masks[usize::from(self.last_class[usize::from(last)])]);
+        }
+        'words: for (w, &word) in candidates.0.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                if i >= best {
+                    break 'words;
+                }
+                bits &= bits - 1;
+                if self.user_agent_holds(i, &mut ev) && self.path_condition_holds(i, &mut ev) {
+                    best = i;
+                    break 'words;
+                }
             }
         }
         let rule = (best != usize::MAX).then_some(best);
@@ -506,16 +535,13 @@ impl RuleSet {
         RuleDecision { outcome, refusal }
     }
 
-    /// Method, then user agent.
+    /// The user-agent condition (the method is known to hold).
     #[inline]
-    fn cheap_conditions_hold<'a, U>(&self, i: usize, ev: &mut Eval<'a, '_, U>) -> bool
+    fn user_agent_holds<'a, U>(&self, i: usize, ev: &mut Eval<'a, '_, U>) -> bool
     where
         U: Iterator<Item = &'a [u8]> + Clone,
     {
         let rule = &self.rules[i];
-        if !rule.methods.is_empty() && !rule.methods.iter().any(|m| m.matches(ev.method)) {
-            return false;
-        }
         if rule.ua_contains || rule.ua_empty {
             let holds = (rule.ua_empty && ev.ua_blank())
                 || (rule.ua_contains && ev.ua_found(&self.ua).get(i));
@@ -690,12 +716,62 @@ impl RuleSetBuilder {
     /// The compiled set. Builds the user-agent automaton: O(total substring
     /// bytes).
     pub fn build(self) -> RuleSet {
-        let scan = self
-            .rules
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| !matches!(r.path, PathCond::Indexed))
-            .map(|(i, _)| i)
+        let mut scan = RuleBits::default();
+        let mut other_methods = RuleBits::default();
+        let mut method_masks: Vec<(Method, RuleBits)> = Vec::new();
+        for (i, r) in self.rules.iter().enumerate() {
+            if !matches!(r.path, PathCond::Indexed) {
+                scan.set(i);
+            }
+            if r.methods.is_empty() {
+                other_methods.set(i);
+            }
+            for m in r.methods.iter() {
+                if !method_masks.iter().any(|(k, _)| k.bytes == m.bytes) {
+                    method_masks.push((*m, RuleBits::default()));
+                }
+            }
+        }
+        for (m, bits) in method_masks.iter_mut() {
+            for (i, r) in self.rules.iter().enumerate() {
+                if r.methods.is_empty() || r.methods.iter().any(|k| k.bytes == m.bytes) {
+                    bits.set(i);
+                }
+            }
+        }
+        // Class 0: a byte no glob's pattern ends with.
+        let mut last_class = Box::new([0u8; 256]);
+        let mut ends: Vec<u8> = Vec::new();
+        for r in self.rules.iter() {
+            if let PathCond::Glob(g) = &r.path {
+                if let Some(&b) = g.suffix.last() {
+                    let b = b.to_ascii_lowercase();
+                    if !ends.contains(&b) {
+                        ends.push(b);
+                    }
+                }
+            }
+        }
+        for (c, &b) in ends.iter().enumerate() {
+            last_class[usize::from(b)] = c as u8 + 1;
+            last_class[usize::from(b.to_ascii_uppercase())] = c as u8 + 1;
+        }
+        let last_masks = (0..=ends.len())
+            .map(|class| {
+                let mut bits = RuleBits::default();
+                for (i, r) in self.rules.iter().enumerate() {
+                    let fits = match &r.path {
+                        PathCond::Glob(g) => g.suffix.last().is_none_or(|&b| {
+                            class > 0 && ends[class - 1] == b.to_ascii_lowercase()
+                        }),
+                        _ => true,
+                    };
+                    if fits {
+                        bits.set(i);
+                    }
+                }
+                bits
+            })
             .collect();
         RuleSet {
             id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed),
@@ -704,6 +780,10 @@ impl RuleSetBuilder {
             rules: self.rules.into_boxed_slice(),
             matcher: self.matcher,
             scan,
+            method_masks: method_masks.into_boxed_slice(),
+            other_methods,
+            last_class,
+            last_masks,
             ua: Needles::build(&self.needles),
             path_needles: Needles::build(&self.path_needles),
             regexes: self.regexes.into_boxed_slice(),

@@ -55,6 +55,13 @@ impl RuleBits {
     }
 
     #[inline]
+    pub fn and(&mut self, other: &RuleBits) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a &= b;
+        }
+    }
+
+    #[inline]
     pub fn contains_all(&self, other: &RuleBits) -> bool {
         self.0.iter().zip(other.0).all(|(a, b)| a & b == b)
     }

@@ -34,6 +34,13 @@
 //! never cleared, so they never come near a give-up. Memory per regex: its
 //! NFA in the snapshot, and at most [`REGEX_CACHE_BYTES`] per shard.
 //!
+//! A regex that can only match at the end of the path (it ends with `$`,
+//! as most path regexes do: `\.(bak|old)$`) is searched backwards instead,
+//! anchored at the path's end, with a lazy DFA of the reversed pattern: the
+//! answer is the same (some match exists), but a path whose last bytes
+//! cannot end a match is refused after reading only those bytes instead of
+//! the whole path.
+//!
 //! Syntax: regex-automata's (Rust `regex`) syntax, matched unanchored over
 //! the canonical path's bytes (`^` and `$` anchor), ASCII case ignored
 //! (the canonical path is lowercase), Unicode classes off: `\w`, `\d`, `\s`
@@ -42,7 +49,8 @@
 use regex_automata::hybrid::dfa::{Cache, DFA};
 use regex_automata::nfa::thompson;
 use regex_automata::util::syntax;
-use regex_automata::Input;
+use regex_automata::{Anchored, Input};
+use regex_syntax::hir::Look;
 
 /// Longest regex pattern, in bytes.
 pub const MAX_REGEX_BYTES: usize = 1024;
@@ -63,6 +71,9 @@ pub const MIN_BYTES_PER_STATE: usize = 10;
 #[derive(Clone, Debug)]
 pub(crate) struct PathRegex {
     dfa: DFA,
+    /// Whether `dfa` is of the reversed pattern (every match ends at the
+    /// path's end): searched backwards, anchored at the end.
+    reverse: bool,
 }
 
 /// What one search said.
@@ -84,28 +95,42 @@ impl PathRegex {
         if pattern.len() > MAX_REGEX_BYTES {
             return Err(format!("a regex is at most {MAX_REGEX_BYTES} bytes"));
         }
-        let dfa = DFA::builder()
-            .syntax(
-                syntax::Config::new()
-                    .case_insensitive(true)
-                    .unicode(false)
-                    .utf8(false)
-                    .nest_limit(REGEX_NEST_LIMIT),
-            )
-            .thompson(
-                thompson::Config::new()
-                    .utf8(false)
-                    .nfa_size_limit(Some(REGEX_NFA_BYTES)),
-            )
-            .configure(
-                DFA::config()
-                    .cache_capacity(REGEX_CACHE_BYTES)
-                    .minimum_cache_clear_count(Some(GIVE_UP_AFTER_CLEARS))
-                    .minimum_bytes_per_state(Some(MIN_BYTES_PER_STATE)),
-            )
-            .build(pattern)
-            .map_err(|e| error_chain(&e))?;
-        Ok(PathRegex { dfa })
+        let syntax = syntax::Config::new()
+            .case_insensitive(true)
+            .unicode(false)
+            .utf8(false)
+            .nest_limit(REGEX_NEST_LIMIT);
+        let build = |reverse: bool| {
+            DFA::builder()
+                .syntax(syntax)
+                .thompson(
+                    thompson::Config::new()
+                        .utf8(false)
+                        .reverse(reverse)
+                        .nfa_size_limit(Some(REGEX_NFA_BYTES)),
+                )
+                .configure(
+                    DFA::config()
+                        .cache_capacity(REGEX_CACHE_BYTES)
+                        .minimum_cache_clear_count(Some(GIVE_UP_AFTER_CLEARS))
+                        .minimum_bytes_per_state(Some(MIN_BYTES_PER_STATE)),
+                )
+                .build(pattern)
+        };
+        // The forward build validates (its errors are the ones reported);
+        // an end-anchored pattern is then built reversed for searching.
+        let forward = build(false).map_err(|e| error_chain(&e))?;
+        let end_anchored = syntax::parse_with(pattern, &syntax)
+            .is_ok_and(|hir| hir.properties().look_set_suffix().contains(Look::End));
+        if end_anchored {
+            if let Ok(dfa) = build(true) {
+                return Ok(PathRegex { dfa, reverse: true });
+            }
+        }
+        Ok(PathRegex {
+            dfa: forward,
+            reverse: false,
+        })
     }
 
     /// A fresh cache for one shard. Allocates.
@@ -118,10 +143,14 @@ impl PathRegex {
     /// resets the cache (a small allocation, on that path only).
     #[inline]
     pub(crate) fn search(&self, cache: &mut Cache, path: &[u8]) -> RegexResult {
-        match self
-            .dfa
-            .try_search_fwd(cache, &Input::new(path).earliest(true))
-        {
+        let found = if self.reverse {
+            let input = Input::new(path).anchored(Anchored::Yes).earliest(true);
+            self.dfa.try_search_rev(cache, &input)
+        } else {
+            self.dfa
+                .try_search_fwd(cache, &Input::new(path).earliest(true))
+        };
+        match found {
             Ok(Some(_)) => RegexResult::Match,
             Ok(None) => RegexResult::NoMatch,
             Err(_) => {
@@ -169,6 +198,35 @@ mod tests {
             "é is two bytes"
         );
         assert_eq!(run(r"caf..$", "/caf\u{e9}"), RegexResult::Match);
+    }
+
+    #[test]
+    fn end_anchored_patterns_search_backwards_with_the_same_answers() {
+        let cases = [
+            (r"\.(bak|old|orig)$", "/db.bak", RegexResult::Match),
+            (r"\.(bak|old|orig)$", "/db.BAK", RegexResult::Match),
+            (r"\.(bak|old|orig)$", "/db.bak/x", RegexResult::NoMatch),
+            (
+                r"\.(bak|old|orig)$",
+                "/products/item-42",
+                RegexResult::NoMatch,
+            ),
+            (r"^/admin$", "/admin", RegexResult::Match),
+            (r"^/admin$", "/x/admin", RegexResult::NoMatch),
+            (r"x*$", "/anything", RegexResult::Match),
+            (r"/\d+$", "/users/42", RegexResult::Match),
+            (r"/\d+$", "/users/42a", RegexResult::NoMatch),
+            (r"(a$|b)", "/xb/y", RegexResult::Match),
+            (r"(?m)a$", "/xa", RegexResult::Match),
+        ];
+        for (pattern, path, want) in cases {
+            assert_eq!(run(pattern, path), want, "{pattern} on {path}");
+        }
+        assert!(PathRegex::compile(r"\.bak$").unwrap().reverse);
+        assert!(PathRegex::compile(r"^/a$").unwrap().reverse);
+        assert!(!PathRegex::compile(r"(a$|b)").unwrap().reverse);
+        assert!(!PathRegex::compile(r"/admin").unwrap().reverse);
+        assert!(!PathRegex::compile(r"(?m)a$").unwrap().reverse);
     }
 
     #[test]

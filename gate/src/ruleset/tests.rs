@@ -638,3 +638,120 @@ fn the_user_agent_memo_never_changes_an_answer() {
         assert_eq!((memo.rule, memo.action), fresh, "{ua:?}");
     }
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    const METHODS: [&str; 5] = ["GET", "POST", "PUT", "TRACE", "PROPFIND"];
+    const REQUEST_METHODS: [&str; 7] = ["GET", "get", "POST", "PUT", "TRACE", "DELETE", "PropFind"];
+    const PATHS: [(PathPatternKind, &str); 14] = [
+        (Exact, "/wp-login.php"),
+        (Prefix, "/wp-admin"),
+        (Prefix, "/"),
+        (Exact, "/"),
+        (GlobKind, "/**/*.php"),
+        (GlobKind, "/**/.env"),
+        (GlobKind, "/**/backup*"),
+        (GlobKind, "/*/admin/*"),
+        (GlobKind, "/**/*.PHP"),
+        (GlobKind, "/**/x"),
+        (Regex, r"\.(bak|old)$"),
+        (Regex, r"^/api/v\d+/"),
+        (Regex, r"admin"),
+        (Regex, r"(?i)X$"),
+    ];
+    const REQUEST_PATHS: [&str; 14] = [
+        "/",
+        "/wp-login.php",
+        "/wp-admin/setup.php",
+        "/a/b/index.php",
+        "/INDEX.PHP",
+        "/app/.env",
+        "/backup.tar",
+        "/x/admin/y",
+        "/api/v1/users",
+        "/db.BAK",
+        "/products/item-42",
+        "/x",
+        "/a/X",
+        "/static/app.js",
+    ];
+    const AGENTS: [&str; 4] = ["Mozilla/5.0 Chrome", "GPTBot/1.2", "sqlmap/1.0", " "];
+
+    #[derive(Clone, Debug)]
+    struct Pick {
+        methods: Vec<usize>,
+        path: Option<usize>,
+        ua_contains: Vec<usize>,
+        ua_empty: bool,
+        action: u8,
+    }
+
+    fn pick() -> impl Strategy<Value = Pick> {
+        (
+            proptest::collection::vec(0..METHODS.len(), 0..3),
+            proptest::option::of(0..PATHS.len()),
+            proptest::collection::vec(0..3usize, 0..2),
+            any::<bool>(),
+            0..3u8,
+        )
+            .prop_map(|(methods, path, ua_contains, ua_empty, action)| Pick {
+                methods,
+                path,
+                ua_contains,
+                ua_empty,
+                action,
+            })
+    }
+
+    fn spec(p: &Pick) -> RuleSpec {
+        let action = [Action::Deny, Action::Drop, Action::Allow][usize::from(p.action)];
+        let mut r = RuleSpec::new(action);
+        if !p.methods.is_empty() {
+            let m: Vec<&str> = p.methods.iter().map(|&i| METHODS[i]).collect();
+            r = r.methods(&m);
+        }
+        if let Some(i) = p.path {
+            r = r.path(PATHS[i].0, PATHS[i].1);
+        }
+        if !p.ua_contains.is_empty() {
+            let names: Vec<&str> = p.ua_contains.iter().map(|&i| &AGENTS[i][..5]).collect();
+            r = r.user_agent_contains(&names);
+        }
+        if p.ua_empty {
+            r = r.user_agent_empty();
+        }
+        r
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// The whole set decides what trying each rule alone, in order,
+        /// decides: no mask or index ever hides the first match.
+        #[test]
+        fn a_set_decides_like_its_rules_tried_one_by_one(
+            picks in proptest::collection::vec(pick(), 1..14),
+            method in 0..REQUEST_METHODS.len(),
+            path in 0..REQUEST_PATHS.len(),
+            agent in proptest::option::of(0..AGENTS.len()),
+        ) {
+            let specs: Vec<RuleSpec> = picks.iter().map(spec).collect();
+            let specs: Vec<RuleSpec> = specs
+                .into_iter()
+                .filter(|s| RuleSet::compile(std::slice::from_ref(s)).is_ok())
+                .collect();
+            prop_assume!(!specs.is_empty());
+            let whole = set(&specs);
+            let uas: Vec<&str> = agent.map(|a| AGENTS[a]).into_iter().collect();
+            let (m, p) = (REQUEST_METHODS[method], REQUEST_PATHS[path]);
+            let first = specs
+                .iter()
+                .position(|s| eval(&set(std::slice::from_ref(s)), m, p, &uas).0 == Some(0));
+            let got = eval(&whole, m, p, &uas);
+            prop_assert_eq!(got.0, first);
+            prop_assert_eq!(got.1, first.map(|i| specs[i].action));
+        }
+    }
+}
