@@ -116,10 +116,11 @@ impl PathRegex {
                         .minimum_bytes_per_state(Some(MIN_BYTES_PER_STATE)),
                 )
                 .build(pattern)
+                .map_err(|e| error_chain(&e))
         };
         // The forward build validates (its errors are the ones reported);
         // an end-anchored pattern is then built reversed for searching.
-        let forward = build(false).map_err(|e| error_chain(&e))?;
+        let forward = build(false)?;
         let end_anchored = syntax::parse_with(pattern, &syntax)
             .is_ok_and(|hir| hir.properties().look_set_suffix().contains(Look::End));
         if end_anchored {
