@@ -1,13 +1,15 @@
 //! Exact and prefix path patterns, looked up without allocating.
 //!
 //! A [`PathMatcher`] holds the exact and the prefix patterns of a route table
-//! or a rule set, each in its own array sorted by (pattern, insertion index).
-//! A request's canonical path (see [`crate::path`]) is looked up by binary
-//! search: once for the exact patterns, and once per segment boundary for the
-//! prefixes, so a lookup costs O(segments · log n) comparisons and allocates
-//! nothing. The arrays are ordered by length first, so most comparisons are
-//! settled by the lengths and bytes are compared only against patterns of
-//! the key's own length. A prefix matches at segment boundaries only: `/admin` takes
+//! or a rule set, each in its own array sorted by (pattern, insertion index),
+//! with an open-addressing hash index over the distinct patterns. A
+//! request's canonical path (see [`crate::path`]) is looked up once for the
+//! exact patterns and once per segment boundary for the prefixes; each
+//! look-up hashes the key in O(1) (its length and its first and last eight
+//! bytes), probes one or a few adjacent slots, and compares bytes only
+//! against the pattern whose hash it meets. A lookup costs O(segments) and
+//! allocates nothing; a path no pattern takes, the common case, is settled
+//! by the probes alone. A prefix matches at segment boundaries only: `/admin` takes
 //! `/admin` and `/admin/x`, never `/administrator`; the prefix `/` takes every
 //! path.
 //!
@@ -100,6 +102,105 @@ struct Entry {
     index: usize,
 }
 
+/// One slot of a [`HashIndex`]: the run `start..end` of a sorted list whose
+/// entries share one pattern, and that pattern's hash. `end == 0`: empty.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    hash: u64,
+    start: u32,
+    end: u32,
+}
+
+/// Open addressing (linear probing) over the distinct patterns of one
+/// sorted list; at most half full, so a probe ends within a few slots.
+#[derive(Clone, Debug, Default)]
+struct HashIndex {
+    slots: Box<[Slot]>,
+    /// 64 minus log2(slots): the hash's top bits pick the first slot.
+    shift: u32,
+}
+
+/// The hash of a pattern or key: its length and its first and last eight
+/// bytes, mixed. O(1) whatever the length; a collision costs one byte
+/// comparison, never a wrong match.
+#[inline]
+fn key_hash(key: &[u8]) -> u64 {
+    let n = key.len();
+    let (head, tail) = if n >= 8 {
+        (
+            u64::from_le_bytes(key[..8].try_into().expect("eight bytes")),
+            u64::from_le_bytes(key[n - 8..].try_into().expect("eight bytes")),
+        )
+    } else {
+        let mut w = [0u8; 8];
+        w[..n].copy_from_slice(key);
+        (u64::from_le_bytes(w), 0)
+    };
+    let h = head.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ tail.rotate_left(29).wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+        ^ n as u64;
+    (h ^ (h >> 31)).wrapping_mul(0x1656_67b1_9e37_79f9)
+}
+
+impl HashIndex {
+    /// Indexes the runs of equal patterns of `list`. Allocates; O(n).
+    fn build(list: &[Entry]) -> HashIndex {
+        let mut runs = Vec::new();
+        let mut start = 0;
+        while start < list.len() {
+            let end = start
+                + list[start..]
+                    .iter()
+                    .take_while(|e| e.pattern == list[start].pattern)
+                    .count();
+            runs.push((start, end));
+            start = end;
+        }
+        if runs.is_empty() {
+            return HashIndex::default();
+        }
+        let size = (runs.len() * 2).next_power_of_two().max(2);
+        let shift = 64 - size.trailing_zeros();
+        let mut slots = vec![Slot::default(); size].into_boxed_slice();
+        for (start, end) in runs {
+            let hash = key_hash(&list[start].pattern);
+            let mut at = (hash >> shift) as usize;
+            while slots[at].end != 0 {
+                at = (at + 1) & (size - 1);
+            }
+            slots[at] = Slot {
+                hash,
+                start: start as u32,
+                end: end as u32,
+            };
+        }
+        HashIndex { slots, shift }
+    }
+
+    /// The run of `list` whose pattern equals `key` (empty if none). O(1)
+    /// expected, no allocation.
+    #[inline]
+    fn find<'l>(&self, list: &'l [Entry], key: &[u8]) -> &'l [Entry] {
+        if self.slots.is_empty() {
+            return &[];
+        }
+        let hash = key_hash(key);
+        let mask = self.slots.len() - 1;
+        let mut at = (hash >> self.shift) as usize;
+        loop {
+            let slot = self.slots[at];
+            if slot.end == 0 {
+                return &[];
+            }
+            let run = &list[slot.start as usize..slot.end as usize];
+            if slot.hash == hash && *run[0].pattern == *key {
+                return run;
+            }
+            at = (at + 1) & mask;
+        }
+    }
+}
+
 /// Exact and prefix patterns with a value each. Immutable once built; lives
 /// in the snapshot.
 #[derive(Clone, Debug)]
@@ -110,6 +211,8 @@ pub struct PathMatcher<T> {
     exact: Vec<Entry>,
     /// Sorted by (pattern length, pattern, index).
     prefix: Vec<Entry>,
+    exact_index: HashIndex,
+    prefix_index: HashIndex,
 }
 
 impl<T> Default for PathMatcher<T> {
@@ -118,6 +221,8 @@ impl<T> Default for PathMatcher<T> {
             values: Vec::new(),
             exact: Vec::new(),
             prefix: Vec::new(),
+            exact_index: HashIndex::default(),
+            prefix_index: HashIndex::default(),
         }
     }
 }
@@ -128,7 +233,8 @@ impl<T> PathMatcher<T> {
     }
 
     /// Adds a pattern and returns its insertion index (0, 1, ...), which is
-    /// its precedence among equals. Allocates; O(n) (compile time only).
+    /// its precedence among equals. Allocates; O(n): the list's hash index
+    /// is rebuilt (compile time only).
     pub fn insert(
         &mut self,
         kind: PathKind,
@@ -144,6 +250,10 @@ impl<T> PathMatcher<T> {
         // Every earlier entry has a lower index: insert after equal patterns.
         let at = list.partition_point(|e| order_key(&e.pattern) <= order_key(&pattern));
         list.insert(at, Entry { pattern, index });
+        match kind {
+            PathKind::Exact => self.exact_index = HashIndex::build(&self.exact),
+            PathKind::Prefix => self.prefix_index = HashIndex::build(&self.prefix),
+        }
         self.values.push(value);
         Ok(index)
     }
@@ -163,7 +273,7 @@ impl<T> PathMatcher<T> {
     }
 
     /// The match with the lowest insertion index among every exact and
-    /// prefix pattern that takes `canonical_path`. O(segments · log n), no
+    /// prefix pattern that takes `canonical_path`. O(segments), no
     /// allocation.
     #[inline]
     pub fn lookup(&self, canonical_path: &[u8]) -> Option<(usize, &T)> {
@@ -172,7 +282,7 @@ impl<T> PathMatcher<T> {
 
     /// Like [`lookup`](Self::lookup), among the matches whose value `accept`
     /// takes (a rule's other conditions): the lowest accepted index. `accept`
-    /// runs only on candidates that could still win. O(segments · log n +
+    /// runs only on candidates that could still win. O(segments +
     /// candidates), no allocation.
     pub fn lookup_where(
         &self,
@@ -180,8 +290,8 @@ impl<T> PathMatcher<T> {
         mut accept: impl FnMut(usize, &T) -> bool,
     ) -> Option<(usize, &T)> {
         let mut best: Option<usize> = None;
-        let mut visit = |list: &[Entry], key: &[u8]| {
-            for e in equal_range(list, key) {
+        let mut visit = |run: &[Entry]| {
+            for e in run {
                 if best.is_some_and(|b| e.index >= b) {
                     break;
                 }
@@ -191,10 +301,10 @@ impl<T> PathMatcher<T> {
                 }
             }
         };
-        visit(&self.exact, canonical_path);
+        visit(self.exact_index.find(&self.exact, canonical_path));
         if !self.prefix.is_empty() {
             for key in prefixes_longest_first(canonical_path) {
-                visit(&self.prefix, key);
+                visit(self.prefix_index.find(&self.prefix, key));
             }
         }
         best.map(|i| (i, &self.values[i]))
@@ -202,23 +312,18 @@ impl<T> PathMatcher<T> {
 
     /// Route precedence: an exact match first, else the longest matching
     /// prefix; among equal patterns the lowest insertion index.
-    /// O(segments · log n), no allocation.
+    /// O(segments), no allocation.
     pub fn best_route(&self, canonical_path: &[u8]) -> Option<(usize, &T)> {
-        let found = equal_range(&self.exact, canonical_path)
-            .next()
+        let found = self
+            .exact_index
+            .find(&self.exact, canonical_path)
+            .first()
             .or_else(|| {
                 prefixes_longest_first(canonical_path)
-                    .find_map(|key| equal_range(&self.prefix, key).next())
+                    .find_map(|key| self.prefix_index.find(&self.prefix, key).first())
             })?;
         Some((found.index, &self.values[found.index]))
     }
-}
-
-/// The entries whose pattern equals `key`, lowest index first.
-#[inline]
-fn equal_range<'l>(list: &'l [Entry], key: &'l [u8]) -> impl Iterator<Item = &'l Entry> + 'l {
-    let start = list.partition_point(|e| order_key(&e.pattern) < order_key(key));
-    list[start..].iter().take_while(move |e| &*e.pattern == key)
 }
 
 /// The order of the arrays: length first (an integer comparison), then the

@@ -15,8 +15,8 @@
 //! (a regex may allocate its new lazy-DFA states the first time it meets a
 //! path shape; see [`REGEX_CACHE_BYTES`]). How it is built for that:
 //!
-//! - exact and prefix paths sit in a [`PathMatcher`], found by binary search
-//!   (O(segments · log n)) with the rule's other conditions checked only on
+//! - exact and prefix paths sit in a [`PathMatcher`], found by hashing
+//!   (O(segments)) with the rule's other conditions checked only on
 //!   candidates that could still win;
 //! - rules without an indexed path (none, glob, regex) are scanned in order,
 //!   only below the best index found so far;
@@ -453,7 +453,7 @@ impl RuleSet {
 
     /// The first rule the request matches, counting nothing. Only regexes
     /// touch `caches`; caches made for another set make every regex give up
-    /// (fail closed). Cost: one matcher lookup (O(segments · log n)), then
+    /// (fail closed). Cost: one matcher lookup (O(segments)), then
     /// the unindexed rules below the best index, each O(1) for method and
     /// user agent (after one O(user-agent bytes) pass for the whole set) and
     /// O(path) for a glob or regex. No allocation (a regex's first meeting

@@ -102,8 +102,11 @@ proptest! {
 }
 
 fn segments_path() -> impl Strategy<Value = String> {
-    prop::collection::vec(prop::sample::select(&["a", "b", "ab"][..]), 0..4)
-        .prop_map(|segments| format!("/{}", segments.join("/")))
+    prop::collection::vec(
+        prop::sample::select(&["a", "b", "ab", "segment-nine", "segment-ten"][..]),
+        0..4,
+    )
+    .prop_map(|segments| format!("/{}", segments.join("/")))
 }
 
 proptest! {
