@@ -121,7 +121,7 @@ struct HashIndex {
 }
 
 /// The hash of a pattern or key: its length and its first and last eight
-/// bytes, mixed. O(1) whatever the length; a collision costs one byte
+/// bytes (four, or three picked, for a shorter one), mixed. O(1) whatever the length; a collision costs one byte
 /// comparison, never a wrong match.
 #[inline]
 fn key_hash(key: &[u8]) -> u64 {
@@ -131,10 +131,16 @@ fn key_hash(key: &[u8]) -> u64 {
             u64::from_le_bytes(key[..8].try_into().expect("eight bytes")),
             u64::from_le_bytes(key[n - 8..].try_into().expect("eight bytes")),
         )
+    } else if n >= 4 {
+        (
+            u64::from(u32::from_le_bytes(key[..4].try_into().expect("four bytes"))),
+            u64::from(u32::from_le_bytes(key[n - 4..].try_into().expect("four bytes"))),
+        )
+    } else if n > 0 {
+        let b = |i: usize| u64::from(key[i]);
+        (b(0) | b(n / 2) << 8 | b(n - 1) << 16, 0)
     } else {
-        let mut w = [0u8; 8];
-        w[..n].copy_from_slice(key);
-        (u64::from_le_bytes(w), 0)
+        (0, 0)
     };
     let h = head.wrapping_mul(0x9e37_79b9_7f4a_7c15)
         ^ tail.rotate_left(29).wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
