@@ -134,7 +134,9 @@ fn key_hash(key: &[u8]) -> u64 {
     } else if n >= 4 {
         (
             u64::from(u32::from_le_bytes(key[..4].try_into().expect("four bytes"))),
-            u64::from(u32::from_le_bytes(key[n - 4..].try_into().expect("four bytes"))),
+            u64::from(u32::from_le_bytes(
+                key[n - 4..].try_into().expect("four bytes"),
+            )),
         )
     } else if n > 0 {
         let b = |i: usize| u64::from(key[i]);

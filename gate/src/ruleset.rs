@@ -184,6 +184,12 @@ pub struct RuleSet {
     /// still match. A glob whose pattern ends with a literal byte is in the
     /// mask of that byte's class only; every other rule is in all of them.
     last_masks: Box<[RuleBits]>,
+    /// Rules whose user-agent condition is substrings only: refuted by a
+    /// user-agent pass that did not find theirs.
+    ua_only: RuleBits,
+    /// Globs with a literal piece: refuted by a path pass that did not find
+    /// theirs.
+    glob_literals: RuleBits,
     ua: Needles,
     /// The globs' literal pieces.
     path_needles: Needles,
@@ -376,6 +382,16 @@ impl<'a, U: Iterator<Item = &'a [u8]> + Clone> Eval<'a, '_, U> {
         })
     }
 
+    /// The globs whose literal piece the path holds: one pass, made once.
+    fn path_found(&mut self, needles: &Needles) -> &RuleBits {
+        let path = self.path;
+        self.path_found.get_or_insert_with(|| {
+            let mut found = RuleBits::default();
+            needles.scan(path, &mut found);
+            found
+        })
+    }
+
     fn ua_found(&mut self, needles: &Needles) -> &RuleBits {
         if self.ua_found.is_none() {
             let mut found = RuleBits::default();
@@ -495,18 +511,38 @@ impl RuleSet {
         if let Some(&last) = req.path.last() {
             candidates.and(&self.last_masks[usize::from(self.last_class[usize::from(last)])]);
         }
-        'words: for (w, &word) in candidates.0.iter().enumerate() {
-            let mut bits = word;
-            while bits != 0 {
-                let i = w * 64 + bits.trailing_zeros() as usize;
-                if i >= best {
-                    break 'words;
+        // The first rule that needs the user-agent pass, or the path's
+        // literal pass, makes it; its answer then strikes out every later
+        // rule it refutes, so they are never looked at.
+        let mut w = 0;
+        while w < candidates.0.len() {
+            let bits = candidates.0[w];
+            if bits == 0 {
+                w += 1;
+                continue;
+            }
+            let i = w * 64 + bits.trailing_zeros() as usize;
+            if i >= best {
+                break;
+            }
+            candidates.0[w] = bits & (bits - 1);
+            if ev.ua_found.is_none() && self.ua_only.get(i) {
+                let found = *ev.ua_found(&self.ua);
+                candidates.and_not(&self.ua_only.without(&found));
+                if !found.get(i) {
+                    continue;
                 }
-                bits &= bits - 1;
-                if self.user_agent_holds(i, &mut ev) && self.path_condition_holds(i, &mut ev) {
-                    best = i;
-                    break 'words;
+            }
+            if ev.path_found.is_none() && self.glob_literals.get(i) {
+                let found = *ev.path_found(&self.path_needles);
+                candidates.and_not(&self.glob_literals.without(&found));
+                if !found.get(i) {
+                    continue;
                 }
+            }
+            if self.user_agent_holds(i, &mut ev) && self.path_condition_holds(i, &mut ev) {
+                best = i;
+                break;
             }
         }
         let rule = (best != usize::MAX).then_some(best);
@@ -566,16 +602,8 @@ impl RuleSet {
                 if !glob.ends_fit(ev.path) {
                     return false;
                 }
-                if glob.literal.is_some() {
-                    let path = ev.path;
-                    let found = ev.path_found.get_or_insert_with(|| {
-                        let mut found = RuleBits::default();
-                        self.path_needles.scan(path, &mut found);
-                        found
-                    });
-                    if !found.get(i) {
-                        return false;
-                    }
+                if glob.literal.is_some() && !ev.path_found(&self.path_needles).get(i) {
+                    return false;
                 }
                 glob.glob.matches(ev.path)
             }
@@ -718,6 +746,8 @@ impl RuleSetBuilder {
     pub fn build(self) -> RuleSet {
         let mut scan = RuleBits::default();
         let mut other_methods = RuleBits::default();
+        let mut ua_only = RuleBits::default();
+        let mut glob_literals = RuleBits::default();
         let mut method_masks: Vec<(Method, RuleBits)> = Vec::new();
         for (i, r) in self.rules.iter().enumerate() {
             if !matches!(r.path, PathCond::Indexed) {
@@ -725,6 +755,12 @@ impl RuleSetBuilder {
             }
             if r.methods.is_empty() {
                 other_methods.set(i);
+            }
+            if r.ua_contains && !r.ua_empty {
+                ua_only.set(i);
+            }
+            if matches!(&r.path, PathCond::Glob(g) if g.literal.is_some()) {
+                glob_literals.set(i);
             }
             for m in r.methods.iter() {
                 if !method_masks.iter().any(|(k, _)| k.bytes == m.bytes) {
@@ -784,6 +820,8 @@ impl RuleSetBuilder {
             other_methods,
             last_class,
             last_masks,
+            ua_only,
+            glob_literals,
             ua: Needles::build(&self.needles),
             path_needles: Needles::build(&self.path_needles),
             regexes: self.regexes.into_boxed_slice(),

@@ -61,6 +61,22 @@ impl RuleBits {
         }
     }
 
+    /// Clears the bits `other` has.
+    #[inline]
+    pub fn and_not(&mut self, other: &RuleBits) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a &= !b;
+        }
+    }
+
+    /// The bits of `self` that `other` lacks.
+    #[inline]
+    pub fn without(&self, other: &RuleBits) -> RuleBits {
+        let mut out = *self;
+        out.and_not(other);
+        out
+    }
+
     #[inline]
     pub fn contains_all(&self, other: &RuleBits) -> bool {
         self.0.iter().zip(other.0).all(|(a, b)| a & b == b)
