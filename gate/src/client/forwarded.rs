@@ -6,7 +6,7 @@
 
 use super::{MAX_CF_RAY_BYTES, MAX_NODE_BYTES};
 use crate::cidr::canonical;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 fn trim_ows(b: &[u8]) -> &[u8] {
     let start = b
@@ -44,6 +44,9 @@ fn parse_node(node: &[u8]) -> Option<IpAddr> {
     if node.is_empty() || node.len() > MAX_NODE_BYTES {
         return None;
     }
+    if let Some(v4) = plain_ipv4(node) {
+        return Some(IpAddr::V4(v4));
+    }
     let text = std::str::from_utf8(node).ok()?;
     let ip = if let Some(rest) = text.strip_prefix('[') {
         let (inner, after) = rest.split_once(']')?;
@@ -61,6 +64,44 @@ fn parse_node(node: &[u8]) -> Option<IpAddr> {
         IpAddr::V4(host.parse().ok()?)
     };
     Some(canonical(ip))
+}
+
+/// The common node, a dotted quad without a port, read straight from the
+/// bytes: four groups of one to three digits, each at most 255, without
+/// leading zeros. Anything else is `None` and left to the full parser, which
+/// reads every form this one takes the same way. O(length), no allocation.
+#[inline]
+fn plain_ipv4(b: &[u8]) -> Option<Ipv4Addr> {
+    if b.len() > 15 {
+        return None;
+    }
+    let mut octets = [0u8; 4];
+    let mut group = 0;
+    let mut value: u32 = 0;
+    let mut digits = 0;
+    for &c in b {
+        match c {
+            b'0'..=b'9' => {
+                if digits == 3 || (digits == 1 && value == 0) {
+                    return None;
+                }
+                value = value * 10 + u32::from(c - b'0');
+                digits += 1;
+            }
+            b'.' if digits > 0 && group < 3 => {
+                octets[group] = u8::try_from(value).ok()?;
+                group += 1;
+                value = 0;
+                digits = 0;
+            }
+            _ => return None,
+        }
+    }
+    if group != 3 || digits == 0 {
+        return None;
+    }
+    octets[3] = u8::try_from(value).ok()?;
+    Some(Ipv4Addr::from(octets))
 }
 
 /// 1 to 5 digits up to 65535, or an obfuscated port (`_` then letters,
@@ -174,4 +215,55 @@ fn unquote<'a>(v: &'a [u8], buf: &'a mut [u8; MAX_NODE_BYTES]) -> Option<&'a [u8
         return None;
     }
     Some(&buf[..n])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn plain_ipv4_takes_only_what_the_full_parser_reads_the_same() {
+        for ok in [
+            "0.0.0.0",
+            "203.0.113.7",
+            "255.255.255.255",
+            "10.0.0.1",
+            "1.2.3.4",
+        ] {
+            assert_eq!(plain_ipv4(ok.as_bytes()), ok.parse().ok(), "{ok}");
+        }
+        for other in [
+            "",
+            "1.2.3",
+            "1.2.3.4.5",
+            "256.0.0.1",
+            "01.2.3.4",
+            "1.2.3.04",
+            "1..2.3",
+            ".1.2.3",
+            "1.2.3.",
+            "1.2.3.4:80",
+            "1.2.3.4 ",
+            "1234.1.1.1",
+            "::1",
+            "unknown",
+        ] {
+            assert_eq!(plain_ipv4(other.as_bytes()), None, "{other}");
+        }
+        assert_eq!(parse_node(b" 203.0.113.7 "), "203.0.113.7".parse().ok());
+        assert_eq!(parse_node(b"203.0.113.7:4711"), "203.0.113.7".parse().ok());
+    }
+
+    proptest! {
+        #[test]
+        fn plain_ipv4_never_disagrees_with_the_full_parser(s in "[0-9.]{0,17}") {
+            if let Some(v4) = plain_ipv4(s.as_bytes()) {
+                prop_assert_eq!(Some(v4), s.parse::<Ipv4Addr>().ok());
+            }
+            // And the node parser's answer is the full parser's.
+            let full = s.parse::<IpAddr>().ok().map(canonical);
+            prop_assert_eq!(parse_node(s.as_bytes()), full);
+        }
+    }
 }
