@@ -273,6 +273,15 @@ pub struct CidrSet {
     /// Last key of each range; `ends[i] + 1 < starts[i + 1]` (disjoint and
     /// not adjacent: touching ranges are merged).
     ends: Box<[u128]>,
+    /// The same ranges clipped to the IPv4 block (`::ffff:0:0/96`), as
+    /// 32-bit addresses: a quarter of the bytes to search, so a cold lookup
+    /// touches a few cache lines instead of one per step.
+    v4_starts: Box<[u32]>,
+    v4_ends: Box<[u32]>,
+    /// `v4_by_octet[o]`: the first IPv4 range starting at or after `o.0.0.0`
+    /// (257 entries, the last one the count), so a lookup searches only the
+    /// ranges that start in its first octet.
+    v4_by_octet: Box<[u32]>,
 }
 
 /// Collects networks and ranges, then sorts and merges them into a set.
@@ -314,9 +323,25 @@ impl CidrSetBuilder {
                 _ => merged.push((lo, hi)),
             }
         }
+        let v4: Vec<(u32, u32)> = merged
+            .iter()
+            .filter(|r| r.1 >= V4_MAPPED_FIRST && r.0 <= V4_MAPPED_LAST)
+            .map(|r| {
+                (
+                    (r.0.max(V4_MAPPED_FIRST) - V4_MAPPED_FIRST) as u32,
+                    (r.1.min(V4_MAPPED_LAST) - V4_MAPPED_FIRST) as u32,
+                )
+            })
+            .collect();
+        let v4_by_octet = (0..=256u32)
+            .map(|o| v4.partition_point(|r| u64::from(r.0) < u64::from(o) << 24) as u32)
+            .collect();
         CidrSet {
             starts: merged.iter().map(|r| r.0).collect(),
             ends: merged.iter().map(|r| r.1).collect(),
+            v4_starts: v4.iter().map(|r| r.0).collect(),
+            v4_ends: v4.iter().map(|r| r.1).collect(),
+            v4_by_octet,
         }
     }
 }
@@ -355,8 +380,29 @@ impl CidrSet {
     /// Whether a key (see [`key`]) is in the set. O(log ranges).
     #[inline]
     pub fn contains_key(&self, k: u128) -> bool {
+        if (V4_MAPPED_FIRST..=V4_MAPPED_LAST).contains(&k) {
+            return self.contains_v4((k - V4_MAPPED_FIRST) as u32);
+        }
         let i = self.starts.partition_point(|&s| s <= k);
         i > 0 && self.ends[i - 1] >= k
+    }
+
+    /// An IPv4 address: the ranges starting before its octet all start
+    /// before it, those starting after its octet all after it, so the last
+    /// range starting at or before it is found among its octet's ranges
+    /// (or is the one just before them).
+    #[inline]
+    fn contains_v4(&self, a: u32) -> bool {
+        if self.v4_starts.is_empty() {
+            return false;
+        }
+        let o = (a >> 24) as usize;
+        let (lo, hi) = (
+            self.v4_by_octet[o] as usize,
+            self.v4_by_octet[o + 1] as usize,
+        );
+        let i = lo + self.v4_starts[lo..hi].partition_point(|&s| s <= a);
+        i > 0 && self.v4_ends[i - 1] >= a
     }
 
     /// Whether the set holds nothing.

@@ -31,6 +31,9 @@ pub(super) fn parse_bare(value: &[u8]) -> Option<IpAddr> {
     if v.len() > MAX_NODE_BYTES {
         return None;
     }
+    if let Some(v4) = plain_ipv4(v) {
+        return Some(IpAddr::V4(v4));
+    }
     let ip: IpAddr = std::str::from_utf8(v).ok()?.parse().ok()?;
     Some(canonical(ip))
 }
@@ -264,6 +267,7 @@ mod tests {
             // And the node parser's answer is the full parser's.
             let full = s.parse::<IpAddr>().ok().map(canonical);
             prop_assert_eq!(parse_node(s.as_bytes()), full);
+            prop_assert_eq!(parse_bare(s.as_bytes()), full);
         }
     }
 }
