@@ -6,7 +6,8 @@ The server runs on core 0 (one shard), gapura-loadtest on core 1 (-t1),
 and for `--upstream` a one-worker nginx `return 200` on core 1 beside the
 generator. Per round and profile: server CPU (user + system from /proc)
 per request the generator completed. The report gives each round, the
-medians and the ratio B/A of the medians.
+medians, the ratio B/A of the medians and the median of the per-round
+ratios (steadier when the machine's load drifts).
 
   bench/overhead.py --a PROFILE_A --b PROFILE_B [--upstream] [--rounds 3]
                     [--duration 5] [--connections 64] [--b-env KEY=VALUE]
@@ -142,6 +143,11 @@ def main():
         print(f"\nmedian A ({os.path.basename(args.a)}): {ma:.2f} µs/req")
         print(f"median B ({os.path.basename(args.b)}): {mb:.2f} µs/req")
         print(f"ratio B/A: {mb / ma:.3f}")
+        # Each round runs A then B back to back, so a round's own ratio
+        # cancels noise that drifts slower than a round; its median is the
+        # steadier figure on a shared machine.
+        paired = statistics.median(b / a for a, b in zip(results["a"], results["b"]))
+        print(f"median of the per-round ratios B/A: {paired:.3f}")
     finally:
         if up:
             up.terminate()
