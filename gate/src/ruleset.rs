@@ -182,7 +182,9 @@ pub struct RuleSet {
     last_class: Box<[u8; 256]>,
     /// Per class: the rules a path ending with a byte of that class may
     /// still match. A glob whose pattern ends with a literal byte is in the
-    /// mask of that byte's class only; every other rule is in all of them.
+    /// masks of that byte (either case) only, an end-anchored regex in those
+    /// of the bytes a match may end with; every other rule is in all of
+    /// them.
     last_masks: Box<[RuleBits]>,
     /// Rules whose user-agent condition is substrings only: refuted by a
     /// user-agent pass that did not find theirs.
@@ -775,40 +777,35 @@ impl RuleSetBuilder {
                 }
             }
         }
-        // Class 0: a byte no glob's pattern ends with.
+        // Per byte, the rules a path ending with it may match; equal masks
+        // share a class.
         let mut last_class = Box::new([0u8; 256]);
-        let mut ends: Vec<u8> = Vec::new();
-        for r in self.rules.iter() {
-            if let PathCond::Glob(g) = &r.path {
-                if let Some(&b) = g.suffix.last() {
-                    let b = b.to_ascii_lowercase();
-                    if !ends.contains(&b) {
-                        ends.push(b);
+        let mut last_masks: Vec<RuleBits> = Vec::new();
+        for b in 0..=255u8 {
+            let mut bits = RuleBits::default();
+            for (i, r) in self.rules.iter().enumerate() {
+                let fits = match &r.path {
+                    PathCond::Glob(g) => {
+                        g.suffix.last().is_none_or(|&e| e.eq_ignore_ascii_case(&b))
                     }
+                    PathCond::Regex(slot) => self.regexes[*slot].may_end_with(b),
+                    _ => true,
+                };
+                if fits {
+                    bits.set(i);
                 }
             }
-        }
-        for (c, &b) in ends.iter().enumerate() {
-            last_class[usize::from(b)] = c as u8 + 1;
-            last_class[usize::from(b.to_ascii_uppercase())] = c as u8 + 1;
-        }
-        let last_masks = (0..=ends.len())
-            .map(|class| {
-                let mut bits = RuleBits::default();
-                for (i, r) in self.rules.iter().enumerate() {
-                    let fits = match &r.path {
-                        PathCond::Glob(g) => g.suffix.last().is_none_or(|&b| {
-                            class > 0 && ends[class - 1] == b.to_ascii_lowercase()
-                        }),
-                        _ => true,
-                    };
-                    if fits {
-                        bits.set(i);
-                    }
+            let class = match last_masks.iter().position(|m| *m == bits) {
+                Some(c) => c,
+                None => {
+                    last_masks.push(bits);
+                    last_masks.len() - 1
                 }
-                bits
-            })
-            .collect();
+            };
+            // At most 256 classes, one per byte.
+            last_class[usize::from(b)] = class as u8;
+        }
+        let last_masks = last_masks.into_boxed_slice();
         RuleSet {
             id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed),
             needs_path: self.rules.iter().any(|r| !matches!(r.path, PathCond::None)),

@@ -74,6 +74,10 @@ pub(crate) struct PathRegex {
     /// Whether `dfa` is of the reversed pattern (every match ends at the
     /// path's end): searched backwards, anchored at the end.
     reverse: bool,
+    /// The bytes a matching path may end with (bit per byte): all of them
+    /// unless `reverse`, else those the reversed DFA does not refuse as its
+    /// first byte read. A path ending with another byte cannot match.
+    last_bytes: [u64; 4],
 }
 
 /// What one search said.
@@ -125,13 +129,25 @@ impl PathRegex {
             .is_ok_and(|hir| hir.properties().look_set_suffix().contains(Look::End));
         if end_anchored {
             if let Ok(dfa) = build(true) {
-                return Ok(PathRegex { dfa, reverse: true });
+                let last_bytes = possible_last_bytes(&dfa);
+                return Ok(PathRegex {
+                    dfa,
+                    reverse: true,
+                    last_bytes,
+                });
             }
         }
         Ok(PathRegex {
             dfa: forward,
             reverse: false,
+            last_bytes: [u64::MAX; 4],
         })
+    }
+
+    /// Whether a path ending with `b` may match (see `last_bytes`). O(1).
+    #[inline]
+    pub(crate) fn may_end_with(&self, b: u8) -> bool {
+        self.last_bytes[usize::from(b >> 6)] >> (b & 63) & 1 != 0
     }
 
     /// A fresh cache for one shard. Allocates.
@@ -160,6 +176,35 @@ impl PathRegex {
             }
         }
     }
+}
+
+/// For a reversed, end-anchored DFA: the bytes whose transition from the
+/// anchored start state is not dead, that is the bytes some match may end
+/// with. Every byte when the empty string matches at the end, or when the
+/// DFA cannot say (a quit or cache error): the set may be too wide, never
+/// too narrow. Allocates a scratch cache; compile time only.
+fn possible_last_bytes(dfa: &DFA) -> [u64; 4] {
+    let all = [u64::MAX; 4];
+    let mut cache = dfa.create_cache();
+    let mut set = [0u64; 4];
+    for b in 0..=255u8 {
+        let hay = [b];
+        let input = Input::new(&hay[..]).anchored(Anchored::Yes);
+        let Ok(start) = dfa.start_state_reverse(&mut cache, &input) else {
+            return all;
+        };
+        match dfa.next_eoi_state(&mut cache, start) {
+            Ok(eoi) if eoi.is_match() => return all,
+            Ok(_) => {}
+            Err(_) => return all,
+        }
+        match dfa.next_state(&mut cache, start, b) {
+            Ok(next) if next.is_dead() => {}
+            Ok(_) => set[usize::from(b >> 6)] |= 1 << (b & 63),
+            Err(_) => return all,
+        }
+    }
+    set
 }
 
 /// The error and its sources, innermost last: regex-automata's build error
@@ -228,6 +273,35 @@ mod tests {
         assert!(!PathRegex::compile(r"(a$|b)").unwrap().reverse);
         assert!(!PathRegex::compile(r"/admin").unwrap().reverse);
         assert!(!PathRegex::compile(r"(?m)a$").unwrap().reverse);
+    }
+
+    #[test]
+    fn the_last_byte_refuses_only_paths_that_cannot_match() {
+        let re = PathRegex::compile(r"\.(bak|old)$").unwrap();
+        let ends: Vec<u8> = (0..=255u8).filter(|&b| re.may_end_with(b)).collect();
+        assert_eq!(ends, b"DKdk".to_vec());
+        // Patterns that can end anywhere, or that match the empty end.
+        for pattern in [r"x*$", r"(a|)$", r"admin", r"\w$|/$"] {
+            let re = PathRegex::compile(pattern).unwrap();
+            let n = (0..=255u8).filter(|&b| re.may_end_with(b)).count();
+            assert!(n >= 36, "{pattern}: {n}");
+        }
+        // Whatever the pattern, a path the regex matches ends with an
+        // admitted byte.
+        for (pattern, path) in [
+            (r"\.(bak|old)$", "/db.BAK"),
+            (r"/\d+$", "/users/42"),
+            (r"^/a$", "/A"),
+            (r"[^/]$", "/x"),
+            (r"\b$", "/ab"),
+        ] {
+            let re = PathRegex::compile(pattern).unwrap();
+            assert_eq!(run(pattern, path), RegexResult::Match, "{pattern}");
+            assert!(
+                re.may_end_with(*path.as_bytes().last().unwrap()),
+                "{pattern}"
+            );
+        }
     }
 
     #[test]

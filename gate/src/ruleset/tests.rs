@@ -239,12 +239,16 @@ fn a_regex_that_gives_up_fails_closed_for_deny_and_drop_and_open_for_allow() {
         let s = set(&[RuleSpec::new(action).path(Regex, r"^/never$")]);
         let mut foreign = other.new_regex_caches();
         assert!(!s.owns(&foreign));
-        let out = eval_with(&s, &mut foreign, "GET", "/x", &[]);
+        // The path ends with a byte a match may end with, so the search
+        // runs (a path ending otherwise is refused before it).
+        let out = eval_with(&s, &mut foreign, "GET", "/xr", &[]);
         assert_eq!(out.rule, want, "{action:?}");
         assert_eq!(out.regex_give_ups, 1);
         let mut counters = RuleSetCounters::default();
         counters.record(&out, Mode::Enforce);
         assert_eq!(counters.regex_give_ups, 1);
+        let out = eval_with(&s, &mut foreign, "GET", "/x", &[]);
+        assert_eq!((out.rule, out.regex_give_ups), (None, 0), "{action:?}");
     }
     // A real give-up: a pattern whose DFA is exponential, a path that meets
     // a new state at almost every byte.
@@ -753,5 +757,31 @@ mod props {
             prop_assert_eq!(got.0, first);
             prop_assert_eq!(got.1, first.map(|i| specs[i].action));
         }
+    }
+}
+
+#[test]
+fn glob_pieces_are_found_the_same_in_short_and_long_paths() {
+    let s = set(&[
+        deny().path(GlobKind, "/**/backup*"),
+        deny().path(GlobKind, "/**/.git/**"),
+    ]);
+    let long = "/x".repeat(1500);
+    for (prefix, name) in [("", "short"), (long.as_str(), "long")] {
+        assert_eq!(
+            eval(&s, "GET", &format!("{prefix}/a/BACKUP.tar"), &[]).0,
+            Some(0),
+            "{name}"
+        );
+        assert_eq!(
+            eval(&s, "GET", &format!("{prefix}/.git/config"), &[]).0,
+            Some(1),
+            "{name}"
+        );
+        assert_eq!(
+            eval(&s, "GET", &format!("{prefix}/a/back/up"), &[]).0,
+            None,
+            "{name}"
+        );
     }
 }
