@@ -41,9 +41,10 @@ def free_port():
 
 
 def cpu_seconds(pid):
+    """(user, system) CPU seconds of a process."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
 
 
 def wait_port(port, timeout=10.0):
@@ -107,7 +108,8 @@ def run_once(template, tmp, upstream_port, args, env=None):
             r = json.load(f)
         requests = r["summary"]["requests"]
         statuses = r.get("status_counts", {})
-        return (after - before) * 1e6 / max(requests, 1), requests, statuses
+        per = [(a - b) * 1e6 / max(requests, 1) for a, b in zip(after, before)]
+        return sum(per), requests, statuses, per
     finally:
         server.terminate()
         try:
@@ -137,9 +139,10 @@ def main():
         for i in range(args.rounds):
             b_env = dict(kv.split("=", 1) for kv in args.b_env)
             for name, path, env in (("a", args.a, None), ("b", args.b, b_env)):
-                us, n, st = run_once(path, tmp, up_port, args, env)
+                us, n, st, (user, system) = run_once(path, tmp, up_port, args, env)
                 results[name].append(us)
-                print(f"round {i + 1} {name}: {us:.2f} µs/req over {n} requests, status {st}")
+                print(f"round {i + 1} {name}: {us:.2f} µs/req (user {user:.2f}, system "
+                      f"{system:.2f}) over {n} requests, status {st}")
         ma, mb = statistics.median(results["a"]), statistics.median(results["b"])
         print(f"\nmedian A ({os.path.basename(args.a)}): {ma:.2f} µs/req")
         print(f"median B ({os.path.basename(args.b)}): {mb:.2f} µs/req")
