@@ -195,8 +195,6 @@ pub struct RuleSet {
     ua: Needles,
     /// The globs' literal pieces.
     path_needles: Needles,
-    /// Per glob with a literal piece: the piece's [`pair_bloom`].
-    literal_sigs: Box<[(u32, u64)]>,
     regexes: Box<[PathRegex]>,
     needs_path: bool,
 }
@@ -366,21 +364,6 @@ impl RegexCaches {
     }
 }
 
-/// The bit of a byte pair (ASCII case folded) in a [`pair_bloom`]. O(1).
-#[inline(always)]
-fn pair_bit(a: u8, b: u8) -> u32 {
-    let x = u32::from(a.to_ascii_lowercase()) << 8 | u32::from(b.to_ascii_lowercase());
-    x.wrapping_mul(0x9e37_79b1) >> 26
-}
-
-/// A 64-bit filter of the byte pairs of `text`: a piece whose pairs' bits
-/// are not all set does not occur in it. O(text), in registers.
-#[inline]
-fn pair_bloom(text: &[u8]) -> u64 {
-    text.windows(2)
-        .fold(0u64, |acc, w| acc | 1u64 << pair_bit(w[0], w[1]))
-}
-
 /// Per-request state of one evaluation.
 struct Eval<'a, 'c, U> {
     path: &'a [u8],
@@ -533,7 +516,6 @@ impl RuleSet {
         // The first rule that needs the user-agent pass, or the path's
         // literal pass, makes it; its answer then strikes out every later
         // rule it refutes, so they are never looked at.
-        let mut bloom_done = false;
         let mut w = 0;
         while w < candidates.0.len() {
             let bits = candidates.0[w];
@@ -550,22 +532,6 @@ impl RuleSet {
                 let found = *ev.ua_found(&self.ua);
                 candidates.and_not(&self.ua_only.without(&found));
                 if !found.get(i) {
-                    continue;
-                }
-            }
-            if !bloom_done && self.glob_literals.get(i) {
-                // Every literal piece whose byte pairs the path lacks is
-                // absent: struck out from registers, no table read.
-                bloom_done = true;
-                let bloom = pair_bloom(req.path);
-                let mut absent = RuleBits::default();
-                for &(rule, sig) in self.literal_sigs.iter() {
-                    if sig & !bloom != 0 {
-                        absent.set(rule as usize);
-                    }
-                }
-                candidates.and_not(&absent);
-                if absent.get(i) {
                     continue;
                 }
             }
@@ -854,11 +820,6 @@ impl RuleSetBuilder {
             ua_only,
             glob_literals,
             ua: Needles::build(&self.needles),
-            literal_sigs: self
-                .path_needles
-                .iter()
-                .map(|(rule, piece)| (*rule as u32, pair_bloom(piece.as_bytes())))
-                .collect(),
             path_needles: Needles::build(&self.path_needles),
             regexes: self.regexes.into_boxed_slice(),
         }
