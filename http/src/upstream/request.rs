@@ -32,6 +32,30 @@ pub struct Forwarding<'a> {
     pub strip_authorization: bool,
 }
 
+/// Writes an address as its text: an IPv4 one digit by digit (the common
+/// case, without the formatting machinery), an IPv6 one by `Display`.
+fn write_addr(out: &mut Vec<u8>, addr: IpAddr) {
+    match addr {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                if octet >= 100 {
+                    out.push(b'0' + octet / 100);
+                }
+                if octet >= 10 {
+                    out.push(b'0' + octet / 10 % 10);
+                }
+                out.push(b'0' + octet % 10);
+            }
+        }
+        IpAddr::V6(_) => {
+            let _ = write!(out, "{addr}");
+        }
+    }
+}
+
 fn is_hop_by_hop(name: &[u8]) -> bool {
     const NAMES: [&[u8]; 5] = [b"connection", b"keep-alive", b"te", b"trailer", b"expect"];
     NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
@@ -122,7 +146,7 @@ pub fn write_request_head(
             }
         }
     }
-    let _ = write!(out, "{}", fwd.client);
+    write_addr(out, fwd.client);
     out.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
     out.extend_from_slice(fwd.proto.as_bytes());
     out.extend_from_slice(b"\r\n");
@@ -150,6 +174,31 @@ pub fn write_request_head(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for a in [
+            "0.0.0.0",
+            "1.2.3.4",
+            "10.0.0.7",
+            "99.100.199.200",
+            "255.255.255.255",
+            "203.0.113.7",
+            "::1",
+            "2001:db8::7",
+        ] {
+            let addr: IpAddr = a.parse().unwrap();
+            let mut out = Vec::new();
+            write_addr(&mut out, addr);
+            assert_eq!(out, addr.to_string().into_bytes(), "{a}");
+        }
+        for n in 0..=255u8 {
+            let addr = IpAddr::from([n, n / 3, 255 - n, n % 10]);
+            let mut out = Vec::new();
+            write_addr(&mut out, addr);
+            assert_eq!(out, addr.to_string().into_bytes());
+        }
+    }
 
     fn head(raw: &[u8], fwd: &Forwarding<'_>) -> String {
         let mut buf = crate::codec::header_buf();
