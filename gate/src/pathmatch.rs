@@ -118,6 +118,12 @@ struct HashIndex {
     slots: Box<[Slot]>,
     /// 64 minus log2(slots): the hash's top bits pick the first slot.
     shift: u32,
+    /// Bit `min(length, 63)` for every pattern length: a key of a length no
+    /// pattern has is settled without a probe.
+    lens: u64,
+    /// The run of the pattern `/`, which every prefix look-up asks for
+    /// (`end == 0`: none): found without a probe.
+    root: (u32, u32),
 }
 
 /// The hash of a pattern or key: its length and its first and last eight
@@ -170,7 +176,14 @@ impl HashIndex {
         let size = (runs.len() * 2).next_power_of_two().max(2);
         let shift = 64 - size.trailing_zeros();
         let mut slots = vec![Slot::default(); size].into_boxed_slice();
+        let mut lens = 0u64;
+        let mut root = (0, 0);
         for (start, end) in runs {
+            let pattern = &list[start].pattern;
+            lens |= 1 << pattern.len().min(63);
+            if **pattern == *b"/" {
+                root = (start as u32, end as u32);
+            }
             let hash = key_hash(&list[start].pattern);
             let mut at = (hash >> shift) as usize;
             while slots[at].end != 0 {
@@ -182,15 +195,23 @@ impl HashIndex {
                 end: end as u32,
             };
         }
-        HashIndex { slots, shift }
+        HashIndex {
+            slots,
+            shift,
+            lens,
+            root,
+        }
     }
 
     /// The run of `list` whose pattern equals `key` (empty if none). O(1)
     /// expected, no allocation.
     #[inline]
     fn find<'l>(&self, list: &'l [Entry], key: &[u8]) -> &'l [Entry] {
-        if self.slots.is_empty() {
+        if self.lens >> key.len().min(63) & 1 == 0 {
             return &[];
+        }
+        if key == b"/" {
+            return &list[self.root.0 as usize..self.root.1 as usize];
         }
         let hash = key_hash(key);
         let mask = self.slots.len() - 1;
