@@ -88,6 +88,22 @@ fn hex(b: u8) -> Option<u8> {
     }
 }
 
+/// The bytes [`is_canonical`] must look at: separators, dots, `%`, the
+/// bytes canonicalisation rewrites (upper case, `\\`, `;`, `?`) and
+/// controls. Every other byte passes as itself.
+static NEEDS_LOOK: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = matches!(c, b'/' | b'.' | b'%' | b'\\' | b';' | b'?' | b'A'..=b'Z')
+            || c < 0x20
+            || c == 0x7F;
+        b += 1;
+    }
+    t
+};
+
 /// Whether `path` (no query) is already canonical, that is whether
 /// [`canonicalize`] would return it unchanged. O(n), no allocation.
 pub fn is_canonical(path: &[u8]) -> bool {
@@ -101,6 +117,12 @@ pub fn is_canonical(path: &[u8]) -> bool {
     let mut i = 1;
     while i < path.len() {
         let b = path[i];
+        if !NEEDS_LOOK[usize::from(b)] {
+            // The common byte: nothing to check, it only becomes `prev`.
+            prev = b;
+            i += 1;
+            continue;
+        }
         match b {
             b'/' if prev == b'/' || prev == b'.' => return false,
             b'\\' | b';' | b'?' | b'A'..=b'Z' => return false,
