@@ -1,17 +1,17 @@
 //! Exact and prefix path patterns, looked up without allocating.
 //!
 //! A [`PathMatcher`] holds the exact and the prefix patterns of a route table
-//! or a rule set, each in its own array sorted by (pattern, insertion index),
-//! with an open-addressing hash index over the distinct patterns. A
+//! or a rule set, each kind grouped by pattern (a pattern's insertion
+//! indices ascending) with an open-addressing hash index over the groups. A
 //! request's canonical path (see [`crate::path`]) is looked up once for the
 //! exact patterns and once per segment boundary for the prefixes; each
 //! look-up hashes the key in O(1) (its length and its first and last eight
 //! bytes), probes one or a few adjacent slots, and compares bytes only
 //! against the pattern whose hash it meets. A lookup costs O(segments) and
 //! allocates nothing; a path no pattern takes, the common case, is settled
-//! by the probes alone. A prefix matches at segment boundaries only: `/admin` takes
-//! `/admin` and `/admin/x`, never `/administrator`; the prefix `/` takes every
-//! path.
+//! by the probes alone. A prefix matches at segment boundaries only:
+//! `/admin` takes `/admin` and `/admin/x`, never `/administrator`; the
+//! prefix `/` takes every path.
 //!
 //! Patterns are validated when inserted: they are written decoded and must be
 //! a path some request could canonicalise to, since any other pattern could
@@ -96,39 +96,42 @@ pub fn compile_pattern(pattern: &str) -> Result<Box<[u8]>, PatternError> {
     Ok(lower.into_boxed_slice())
 }
 
+/// The insertion indices of one pattern, ascending.
 #[derive(Clone, Debug)]
-struct Entry {
+struct Group {
     pattern: Box<[u8]>,
-    index: usize,
+    indices: Vec<usize>,
 }
 
-/// One slot of a [`HashIndex`]: the run `start..end` of a sorted list whose
-/// entries share one pattern, and that pattern's hash. `end == 0`: empty.
-#[derive(Clone, Copy, Debug, Default)]
+/// A slot of a [`Table`]'s hash index: a group and its pattern's hash.
+#[derive(Clone, Copy, Debug)]
 struct Slot {
     hash: u64,
-    start: u32,
-    end: u32,
+    group: u32,
 }
 
-/// Open addressing (linear probing) over the distinct patterns of one
-/// sorted list; at most half full, so a probe ends within a few slots.
-#[derive(Clone, Debug, Default)]
-struct HashIndex {
+const EMPTY: u32 = u32::MAX;
+
+/// The patterns of one kind, grouped by pattern, with an open-addressing
+/// (linear probing) hash index over the groups, at most half full so a
+/// probe ends within a few slots.
+#[derive(Clone, Debug)]
+struct Table {
+    groups: Vec<Group>,
     slots: Box<[Slot]>,
     /// 64 minus log2(slots): the hash's top bits pick the first slot.
     shift: u32,
     /// Bit `min(length, 63)` for every pattern length: a key of a length no
     /// pattern has is settled without a probe.
     lens: u64,
-    /// The run of the pattern `/`, which every prefix look-up asks for
-    /// (`end == 0`: none): found without a probe.
-    root: (u32, u32),
+    /// The group of the pattern `/`, which every prefix look-up asks for:
+    /// found without a probe.
+    root: Option<u32>,
 }
 
 /// The hash of a pattern or key: its length and its first and last eight
-/// bytes (four, or three picked, for a shorter one), mixed. O(1) whatever the length; a collision costs one byte
-/// comparison, never a wrong match.
+/// bytes (four, or three picked, for a shorter one), mixed. O(1) whatever
+/// the length; a collision costs one byte comparison, never a wrong match.
 #[inline]
 fn key_hash(key: &[u8]) -> u64 {
     let n = key.len();
@@ -156,77 +159,95 @@ fn key_hash(key: &[u8]) -> u64 {
     (h ^ (h >> 31)).wrapping_mul(0x1656_67b1_9e37_79f9)
 }
 
-impl HashIndex {
-    /// Indexes the runs of equal patterns of `list`. Allocates; O(n).
-    fn build(list: &[Entry]) -> HashIndex {
-        let mut runs = Vec::new();
-        let mut start = 0;
-        while start < list.len() {
-            let end = start
-                + list[start..]
-                    .iter()
-                    .take_while(|e| e.pattern == list[start].pattern)
-                    .count();
-            runs.push((start, end));
-            start = end;
+impl Default for Table {
+    fn default() -> Self {
+        Table {
+            groups: Vec::new(),
+            slots: Box::new([]),
+            shift: 64,
+            lens: 0,
+            root: None,
         }
-        if runs.is_empty() {
-            return HashIndex::default();
+    }
+}
+
+impl Table {
+    /// Adds `index` under `pattern`. Allocates; O(1) amortised (the index
+    /// doubles when half full).
+    fn insert(&mut self, pattern: Box<[u8]>, index: usize) {
+        if let Some(g) = self.group_of(&pattern) {
+            // Indices come in ascending order.
+            self.groups[g as usize].indices.push(index);
+            return;
         }
-        let size = (runs.len() * 2).next_power_of_two().max(2);
-        let shift = 64 - size.trailing_zeros();
-        let mut slots = vec![Slot::default(); size].into_boxed_slice();
-        let mut lens = 0u64;
-        let mut root = (0, 0);
-        for (start, end) in runs {
-            let pattern = &list[start].pattern;
-            lens |= 1 << pattern.len().min(63);
-            if **pattern == *b"/" {
-                root = (start as u32, end as u32);
+        let g = self.groups.len() as u32;
+        self.lens |= 1 << pattern.len().min(63);
+        if *pattern == *b"/" {
+            self.root = Some(g);
+        }
+        self.groups.push(Group {
+            pattern,
+            indices: vec![index],
+        });
+        if self.groups.len() * 2 > self.slots.len() {
+            let size = (self.groups.len() * 2).next_power_of_two().max(8);
+            self.slots = vec![
+                Slot {
+                    hash: 0,
+                    group: EMPTY,
+                };
+                size
+            ]
+            .into_boxed_slice();
+            self.shift = 64 - size.trailing_zeros();
+            for g in 0..self.groups.len() as u32 {
+                self.place(g);
             }
-            let hash = key_hash(&list[start].pattern);
-            let mut at = (hash >> shift) as usize;
-            while slots[at].end != 0 {
-                at = (at + 1) & (size - 1);
-            }
-            slots[at] = Slot {
-                hash,
-                start: start as u32,
-                end: end as u32,
-            };
-        }
-        HashIndex {
-            slots,
-            shift,
-            lens,
-            root,
+        } else {
+            self.place(g);
         }
     }
 
-    /// The run of `list` whose pattern equals `key` (empty if none). O(1)
-    /// expected, no allocation.
+    fn place(&mut self, group: u32) {
+        let hash = key_hash(&self.groups[group as usize].pattern);
+        let mask = self.slots.len() - 1;
+        let mut at = (hash >> self.shift) as usize;
+        while self.slots[at].group != EMPTY {
+            at = (at + 1) & mask;
+        }
+        self.slots[at] = Slot { hash, group };
+    }
+
+    /// The group whose pattern equals `key`. O(1) expected, no allocation.
     #[inline]
-    fn find<'l>(&self, list: &'l [Entry], key: &[u8]) -> &'l [Entry] {
+    fn group_of(&self, key: &[u8]) -> Option<u32> {
         if self.lens >> key.len().min(63) & 1 == 0 {
-            return &[];
+            return None;
         }
         if key == b"/" {
-            return &list[self.root.0 as usize..self.root.1 as usize];
+            return self.root;
         }
         let hash = key_hash(key);
         let mask = self.slots.len() - 1;
         let mut at = (hash >> self.shift) as usize;
         loop {
             let slot = self.slots[at];
-            if slot.end == 0 {
-                return &[];
+            if slot.group == EMPTY {
+                return None;
             }
-            let run = &list[slot.start as usize..slot.end as usize];
-            if slot.hash == hash && *run[0].pattern == *key {
-                return run;
+            if slot.hash == hash && *self.groups[slot.group as usize].pattern == *key {
+                return Some(slot.group);
             }
             at = (at + 1) & mask;
         }
+    }
+
+    /// The insertion indices of the pattern equal to `key`, ascending
+    /// (empty if none).
+    #[inline]
+    fn find(&self, key: &[u8]) -> &[usize] {
+        self.group_of(key)
+            .map_or(&[], |g| &self.groups[g as usize].indices)
     }
 }
 
@@ -236,22 +257,16 @@ impl HashIndex {
 pub struct PathMatcher<T> {
     /// By insertion index.
     values: Vec<T>,
-    /// Sorted by (pattern length, pattern, index).
-    exact: Vec<Entry>,
-    /// Sorted by (pattern length, pattern, index).
-    prefix: Vec<Entry>,
-    exact_index: HashIndex,
-    prefix_index: HashIndex,
+    exact: Table,
+    prefix: Table,
 }
 
 impl<T> Default for PathMatcher<T> {
     fn default() -> Self {
         PathMatcher {
             values: Vec::new(),
-            exact: Vec::new(),
-            prefix: Vec::new(),
-            exact_index: HashIndex::default(),
-            prefix_index: HashIndex::default(),
+            exact: Table::default(),
+            prefix: Table::default(),
         }
     }
 }
@@ -262,8 +277,8 @@ impl<T> PathMatcher<T> {
     }
 
     /// Adds a pattern and returns its insertion index (0, 1, ...), which is
-    /// its precedence among equals. Allocates; O(n): the list's hash index
-    /// is rebuilt (compile time only).
+    /// its precedence among equals. Allocates; O(pattern) amortised
+    /// (compile time only).
     pub fn insert(
         &mut self,
         kind: PathKind,
@@ -272,16 +287,9 @@ impl<T> PathMatcher<T> {
     ) -> Result<usize, PatternError> {
         let pattern = compile_pattern(pattern)?;
         let index = self.values.len();
-        let list = match kind {
-            PathKind::Exact => &mut self.exact,
-            PathKind::Prefix => &mut self.prefix,
-        };
-        // Every earlier entry has a lower index: insert after equal patterns.
-        let at = list.partition_point(|e| order_key(&e.pattern) <= order_key(&pattern));
-        list.insert(at, Entry { pattern, index });
         match kind {
-            PathKind::Exact => self.exact_index = HashIndex::build(&self.exact),
-            PathKind::Prefix => self.prefix_index = HashIndex::build(&self.prefix),
+            PathKind::Exact => self.exact.insert(pattern, index),
+            PathKind::Prefix => self.prefix.insert(pattern, index),
         }
         self.values.push(value);
         Ok(index)
@@ -319,21 +327,21 @@ impl<T> PathMatcher<T> {
         mut accept: impl FnMut(usize, &T) -> bool,
     ) -> Option<(usize, &T)> {
         let mut best: Option<usize> = None;
-        let mut visit = |run: &[Entry]| {
-            for e in run {
-                if best.is_some_and(|b| e.index >= b) {
+        let mut visit = |indices: &[usize]| {
+            for &i in indices {
+                if best.is_some_and(|b| i >= b) {
                     break;
                 }
-                if accept(e.index, &self.values[e.index]) {
-                    best = Some(e.index);
+                if accept(i, &self.values[i]) {
+                    best = Some(i);
                     break;
                 }
             }
         };
-        visit(self.exact_index.find(&self.exact, canonical_path));
-        if !self.prefix.is_empty() {
+        visit(self.exact.find(canonical_path));
+        if !self.prefix.groups.is_empty() {
             for key in prefixes_longest_first(canonical_path) {
-                visit(self.prefix_index.find(&self.prefix, key));
+                visit(self.prefix.find(key));
             }
         }
         best.map(|i| (i, &self.values[i]))
@@ -343,23 +351,11 @@ impl<T> PathMatcher<T> {
     /// prefix; among equal patterns the lowest insertion index.
     /// O(segments), no allocation.
     pub fn best_route(&self, canonical_path: &[u8]) -> Option<(usize, &T)> {
-        let found = self
-            .exact_index
-            .find(&self.exact, canonical_path)
-            .first()
-            .or_else(|| {
-                prefixes_longest_first(canonical_path)
-                    .find_map(|key| self.prefix_index.find(&self.prefix, key).first())
-            })?;
-        Some((found.index, &self.values[found.index]))
+        let &found = self.exact.find(canonical_path).first().or_else(|| {
+            prefixes_longest_first(canonical_path).find_map(|key| self.prefix.find(key).first())
+        })?;
+        Some((found, &self.values[found]))
     }
-}
-
-/// The order of the arrays: length first (an integer comparison), then the
-/// bytes.
-#[inline(always)]
-fn order_key(pattern: &[u8]) -> (usize, &[u8]) {
-    (pattern.len(), pattern)
 }
 
 /// `path` itself, then `path` cut before each `/` from the right, then `/`:
