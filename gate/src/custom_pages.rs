@@ -515,7 +515,7 @@ impl CustomPage {
         out.extend_from_slice(&self.head);
         out.extend_from_slice(extra_head);
         out.extend_from_slice(b"Content-Length: ");
-        write_decimal(out, self.body_len(vars));
+        crate::pages::push_decimal(out, self.body_len(vars) as u64);
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(ctx.date_line);
         end_head(out, ctx);
@@ -528,22 +528,6 @@ impl CustomPage {
 #[inline]
 fn cut(v: &[u8], max: usize) -> &[u8] {
     &v[..v.len().min(max)]
-}
-
-/// Appends `n` in decimal. No allocation.
-#[inline]
-pub(crate) fn write_decimal(out: &mut Vec<u8>, mut n: usize) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&buf[i..]);
 }
 
 /// A host's custom pages, by status. Immutable; lives in the snapshot.

@@ -354,9 +354,9 @@ fn host_pages_serve_html_clients_and_leave_plain_text_built_in() {
 
 #[test]
 fn decimal_lengths() {
-    for n in [0usize, 7, 10, 13, 65_536, usize::MAX] {
+    for n in [0u64, 7, 10, 13, 65_536, u64::MAX] {
         let mut out = Vec::new();
-        write_decimal(&mut out, n);
+        crate::pages::push_decimal(&mut out, n);
         assert_eq!(out, n.to_string().as_bytes());
     }
 }

@@ -188,6 +188,8 @@ fn possible_last_bytes(dfa: &DFA) -> [u64; 4] {
     let mut cache = dfa.create_cache();
     let mut set = [0u64; 4];
     for b in 0..=255u8 {
+        // The start state is asked for again each time: a cache clear
+        // during a transition invalidates the ids taken before it.
         let hay = [b];
         let input = Input::new(&hay[..]).anchored(Anchored::Yes);
         let Ok(start) = dfa.start_state_reverse(&mut cache, &input) else {

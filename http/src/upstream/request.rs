@@ -41,13 +41,7 @@ fn write_addr(out: &mut Vec<u8>, addr: IpAddr) {
                 if i > 0 {
                     out.push(b'.');
                 }
-                if octet >= 100 {
-                    out.push(b'0' + octet / 100);
-                }
-                if octet >= 10 {
-                    out.push(b'0' + octet / 10 % 10);
-                }
-                out.push(b'0' + octet % 10);
+                gapura_gate::pages::push_decimal(out, u64::from(octet));
             }
         }
         IpAddr::V6(_) => {
