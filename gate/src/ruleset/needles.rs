@@ -417,24 +417,7 @@ mod tests {
     fn skipping_never_loses_a_match() {
         // No one-byte substring: most positions are skipped.
         let needles = [(0, "xyz"), (1, "yzq"), (2, "zz"), (3, "qxq")];
-        let mut x = 0x1234_5678_9ABC_DEF1u64;
-        for _ in 0..2_000 {
-            let mut line = Vec::new();
-            for _ in 0..(x % 16) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                line.push(b"xyzqXYZQab"[(x % 10) as usize]);
-            }
-            x = x.wrapping_add(1);
-            let line = String::from_utf8(line).unwrap();
-            let want: Vec<usize> = needles
-                .iter()
-                .filter(|(_, n)| line.to_ascii_lowercase().contains(n))
-                .map(|(i, _)| *i)
-                .collect();
-            assert_eq!(found(&needles, &[&line]), want, "{line:?}");
-        }
+        agrees_on_random_lines(&needles, b"xyzqXYZQab", 16, 2_000, 0x1234_5678_9ABC_DEF1);
     }
 
     #[test]
@@ -447,24 +430,13 @@ mod tests {
         ];
         for needles in sets {
             assert!(Needles::build(needles).window >= MIN_SHIFT_LEN);
-            let mut x = 0x2545_F491_4F6C_DD1Du64;
-            for _ in 0..3_000 {
-                let mut line = Vec::new();
-                for _ in 0..(x % 40) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    line.push(b"abcABCxgptboGPTBO"[(x % 17) as usize]);
-                }
-                x = x.wrapping_add(1);
-                let line = String::from_utf8(line).unwrap();
-                let want: Vec<usize> = needles
-                    .iter()
-                    .filter(|(_, n)| line.to_ascii_lowercase().contains(&n.to_ascii_lowercase()))
-                    .map(|(i, _)| *i)
-                    .collect();
-                assert_eq!(found(needles, &[&line]), want, "{line:?}");
-            }
+            agrees_on_random_lines(
+                needles,
+                b"abcABCxgptboGPTBO",
+                40,
+                3_000,
+                0x2545_F491_4F6C_DD1D,
+            );
         }
     }
 
@@ -479,23 +451,36 @@ mod tests {
             (5, "bbbb"),
             (6, "abab"),
         ];
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        for _ in 0..2_000 {
+        agrees_on_random_lines(&needles, b"abABc", 12, 2_000, 0x9E37_79B9_7F4A_7C15);
+    }
+
+    /// `rounds` random lines of fewer than `max_len` bytes from `alphabet`:
+    /// the scan finds exactly the needles a naive case-folded search finds.
+    fn agrees_on_random_lines(
+        needles: &[(usize, &str)],
+        alphabet: &[u8],
+        max_len: u64,
+        rounds: usize,
+        seed: u64,
+    ) {
+        let mut x = seed;
+        for _ in 0..rounds {
             let mut line = Vec::new();
-            for _ in 0..(x % 12) {
+            for _ in 0..(x % max_len) {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                line.push([b'a', b'b', b'A', b'B', b'c'][(x % 5) as usize]);
+                line.push(alphabet[(x % alphabet.len() as u64) as usize]);
             }
             x = x.wrapping_add(1);
             let line = String::from_utf8(line).unwrap();
+            let lower = line.to_ascii_lowercase();
             let want: Vec<usize> = needles
                 .iter()
-                .filter(|(_, n)| line.to_ascii_lowercase().contains(n))
+                .filter(|(_, n)| lower.contains(&n.to_ascii_lowercase()))
                 .map(|(i, _)| *i)
                 .collect();
-            assert_eq!(found(&needles, &[&line]), want, "{line:?}");
+            assert_eq!(found(needles, &[&line]), want, "{line:?}");
         }
     }
 }
