@@ -54,41 +54,19 @@ fn main() {
     let expect: Vec<u64> = (0..requests.len()).map(&mut run).collect();
     println!("50-rule set: outcomes per request {expect:?} (99: no rule)");
     assert_eq!(expect, vec![99, 99, 99, 99, 10, 33, 3, 49]);
-    measure(
-        "rule set, 50 rules: browser GET static file (pass)",
-        1_000_000,
-        |_| run(0),
-    );
-    measure(
-        "rule set, 50 rules: browser GET / (pass)",
-        1_000_000,
-        |_| run(1),
-    );
-    measure(
-        "rule set, 50 rules: browser GET API with query (pass)",
-        1_000_000,
-        |_| run(2),
-    );
-    measure(
-        "rule set, 50 rules: GET /wp-login.php (prefix deny)",
-        1_000_000,
-        |_| run(4),
-    );
-    measure(
-        "rule set, 50 rules: GET /app/.env (glob drop)",
-        1_000_000,
-        |_| run(5),
-    );
-    measure(
-        "rule set, 50 rules: GPTBot (user-agent deny)",
-        1_000_000,
-        |_| run(6),
-    );
-    measure(
-        "rule set, 50 rules: non-canonical .BAK (regex deny)",
-        1_000_000,
-        |_| run(7),
-    );
+    for (name, i) in [
+        ("browser GET static file (pass)", 0),
+        ("browser GET / (pass)", 1),
+        ("browser GET API with query (pass)", 2),
+        ("GET /wp-login.php (prefix deny)", 4),
+        ("GET /app/.env (glob drop)", 5),
+        ("GPTBot (user-agent deny)", 6),
+        ("non-canonical .BAK (regex deny)", 7),
+    ] {
+        measure(&format!("rule set, 50 rules: {name}"), 1_000_000, |_| {
+            run(i)
+        });
+    }
     measure(
         "rule set, 50 rules: the 8 requests in turn",
         1_000_000,
