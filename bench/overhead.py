@@ -12,6 +12,10 @@ profile's best round (other load only ever adds CPU).
 
   bench/overhead.py --a PROFILE_A --b PROFILE_B [--upstream] [--rounds 3]
                     [--duration 5] [--connections 64] [--b-env KEY=VALUE]
+                    [--a-bin GAPURA_A] [--b-bin GAPURA_B]
+
+With --a-bin/--b-bin and one profile given as both A and B, it compares
+two builds instead (keep a copy of the old target/release/gapura).
 
 Profiles are templates: @PORT@, @ADMIN_PORT@ and @UPSTREAM_PORT@ are
 replaced. Needs target/release/gapura and target/release/gapura-loadtest
@@ -78,7 +82,7 @@ server {{ listen 127.0.0.1:{port}; location / {{ default_type text/plain; return
     return proc, port
 
 
-def run_once(template, tmp, upstream_port, args, env=None):
+def run_once(template, tmp, upstream_port, args, env=None, binary=GAPURA):
     port, admin = free_port(), free_port()
     text = open(template).read()
     text = text.replace("@PORT@", str(port)).replace("@ADMIN_PORT@", str(admin))
@@ -86,7 +90,7 @@ def run_once(template, tmp, upstream_port, args, env=None):
     profile = os.path.join(tmp, "profile.toml")
     with open(profile, "w") as f:
         f.write(text)
-    server = subprocess.Popen(["taskset", "-c", "0", GAPURA, "run", "--profile", profile],
+    server = subprocess.Popen(["taskset", "-c", "0", binary, "run", "--profile", profile],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env=dict(os.environ, **(env or {})))
     try:
@@ -126,6 +130,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--a-bin", default=GAPURA, help="the gapura binary A runs")
+    ap.add_argument("--b-bin", default=GAPURA,
+                    help="the gapura binary B runs (to compare two builds on one profile)")
     ap.add_argument("--b-env", action="append", default=[],
                     help="KEY=VALUE set in B's environment only (to compare a switch)")
     args = ap.parse_args()
@@ -138,8 +145,9 @@ def main():
         results = {"a": [], "b": []}
         for i in range(args.rounds):
             b_env = dict(kv.split("=", 1) for kv in args.b_env)
-            for name, path, env in (("a", args.a, None), ("b", args.b, b_env)):
-                us, n, st, (user, system) = run_once(path, tmp, up_port, args, env)
+            for name, path, env, binary in (("a", args.a, None, args.a_bin),
+                                            ("b", args.b, b_env, args.b_bin)):
+                us, n, st, (user, system) = run_once(path, tmp, up_port, args, env, binary)
                 results[name].append(us)
                 print(f"round {i + 1} {name}: {us:.2f} µs/req (user {user:.2f}, system "
                       f"{system:.2f}) over {n} requests, status {st}")

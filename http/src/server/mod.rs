@@ -5,6 +5,8 @@ pub mod date;
 mod forward;
 mod prepare;
 pub mod stats;
+#[cfg(feature = "decide-timing")]
+mod timing;
 mod tunnel;
 pub mod verify;
 

@@ -189,7 +189,11 @@ pub(super) fn prepare<'s>(
         };
         gate.adopt(snap, now_ms);
         let mut scratch = p.shard.scratch.borrow_mut();
+        #[cfg(feature = "decide-timing")]
+        let t0 = super::timing::stamp();
         let d = snap.decide_from(&req, &mut gate, now_ms, &mut scratch, &mut NoTrace, start);
+        #[cfg(feature = "decide-timing")]
+        super::timing::record(t0, super::timing::stamp());
         let job = match d.verdict {
             Verdict::Verify(_) => gate.take_job(),
             _ => None,
