@@ -11,9 +11,11 @@ use std::time::Instant;
 
 const EVERY: u64 = 100_000;
 
+/// Cycles summed, decisions, and the interval's start (clock, counter).
+type Interval = (u64, u64, Option<(Instant, u64)>);
+
 thread_local! {
-    /// (cycles summed, decisions, start of the interval).
-    static SUM: Cell<(u64, u64, Option<(Instant, u64)>)> = const { Cell::new((0, 0, None)) };
+    static SUM: Cell<Interval> = const { Cell::new((0, 0, None)) };
 }
 
 /// The time-stamp counter.
