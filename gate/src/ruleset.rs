@@ -115,8 +115,10 @@ struct GlobCond {
     /// The pattern after its last `*`. After a `/**/` this includes the `/`,
     /// which the path also holds there: `/**/` is left only after a `/`.
     suffix: Box<[u8]>,
-    /// The longest piece between `*`s, when it is worth a search (two bytes
-    /// or more): it is in the set's path needles.
+    /// The longest piece between two `*`s, when it is worth a search (two
+    /// bytes or more): it is in the set's path needles. The pieces before the
+    /// first `*` and after the last one are not searched for: `ends_fit`
+    /// compares them in place.
     literal: Option<Box<str>>,
 }
 
@@ -126,13 +128,16 @@ impl GlobCond {
         let first = p.iter().position(|&b| b == b'*').unwrap_or(p.len());
         let last = p.iter().rposition(|&b| b == b'*').map_or(0, |i| i + 1);
         // Every piece between `*`s occurs in a path the glob takes (a piece
-        // after `/**/` starts with the `/` the path holds there).
-        let literal = glob
-            .as_str()
-            .split('*')
+        // after `/**/` starts with the `/` the path holds there). The first
+        // and the last piece are the prefix and the suffix.
+        let pieces: Vec<&str> = glob.as_str().split('*').collect();
+        let literal = pieces
+            .get(1..pieces.len().saturating_sub(1))
+            .unwrap_or_default()
+            .iter()
             .max_by_key(|piece| piece.len())
-            .filter(|piece| piece.len() >= 2 && first < p.len())
-            .map(Box::from);
+            .filter(|piece| piece.len() >= 2)
+            .map(|piece| Box::from(*piece));
         GlobCond {
             prefix: p[..first].into(),
             suffix: p[last.max(first).min(p.len())..].into(),
