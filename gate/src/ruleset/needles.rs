@@ -31,6 +31,10 @@
 //! reaches the pair test and the automaton. Pairs are hashed (case folded)
 //! into 4,096 slots; a slot keeps the smallest move of the pairs that share
 //! it, so a collision costs speed, never a match.
+//!
+//! When every substring starts with one of at most three raw bytes (a glob's
+//! middle pieces mostly start with `/`), the scan instead finds those bytes
+//! eight at a time with word operations and applies the pair test to each.
 
 /// One bit per rule of a set (at most 256; a set holds at most 200).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -113,6 +117,11 @@ pub struct Needles {
     window: usize,
     /// Per hashed pair, how far a window ending with it may move.
     shift: Box<[u8; SHIFT_SLOTS]>,
+    /// When every substring starts with one of at most three raw bytes
+    /// (case variants counted), those bytes, each repeated over a word
+    /// (`first_len` 0: not used). Paths' literals mostly start with `/`.
+    first: [u64; 3],
+    first_len: u8,
 }
 
 impl Default for Needles {
@@ -235,6 +244,25 @@ impl Needles {
                 dense[s * stride + usize::from(class[usize::from(b)])] = next;
             }
         }
+        let mut starts: Vec<u8> = Vec::new();
+        for (_, needle) in needles {
+            if let Some(&b) = needle.as_ref().as_bytes().first() {
+                for v in [b.to_ascii_lowercase(), b.to_ascii_uppercase()] {
+                    if !starts.contains(&v) {
+                        starts.push(v);
+                    }
+                }
+            }
+        }
+        let mut first = [0u64; 3];
+        let first_len = if (1..=3).contains(&starts.len()) {
+            for (w, &b) in first.iter_mut().zip(&starts) {
+                *w = u64::from(b) * LOW_BYTES;
+            }
+            starts.len() as u8
+        } else {
+            0
+        };
         let mut outs = vec![RuleBits::default()];
         let out = bits
             .iter()
@@ -259,12 +287,17 @@ impl Needles {
             all,
             window,
             shift,
+            first,
+            first_len,
         }
     }
 
     /// Adds to `found` the rules with a substring in `line`, ASCII case
     /// ignored. O(line length) amortised, no allocation.
     pub fn scan(&self, line: &[u8], found: &mut RuleBits) {
+        if self.first_len != 0 {
+            return self.scan_by_first(line, found);
+        }
         let n = line.len();
         let mut i = 0;
         let mut s = ROOT;
@@ -319,6 +352,55 @@ impl Needles {
         }
     }
 
+    /// [`scan`](Self::scan) when every substring starts with one of the
+    /// `first` bytes: eight bytes at a time, the positions holding one of
+    /// them are found with word operations; each whose pair may start a
+    /// substring runs the automaton until it is back at the root (no match
+    /// is open then, so none can start before that point). O(line length).
+    fn scan_by_first(&self, line: &[u8], found: &mut RuleBits) {
+        let n = line.len();
+        // The automaton has read every byte before `next`.
+        let mut next = 0;
+        let mut base = 0;
+        while base < n {
+            let chunk = &line[base..n.min(base + 8)];
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            let word = u64::from_le_bytes(word);
+            let mut hits = 0u64;
+            for &f in &self.first[..usize::from(self.first_len)] {
+                hits |= zero_bytes(word ^ f);
+            }
+            // Padding bytes are zero, and no substring starts with zero.
+            while hits != 0 {
+                let p = base + (hits.trailing_zeros() / 8) as usize;
+                hits &= hits - 1;
+                if p < next || (p + 1 < n && !self.pair_may_start(line[p], line[p + 1])) {
+                    continue;
+                }
+                let mut s = ROOT;
+                let mut j = p;
+                loop {
+                    s = self.dense[s as usize * self.stride as usize
+                        + usize::from(self.class[usize::from(line[j])])];
+                    let o = self.out[s as usize];
+                    if o != 0 {
+                        found.or(&self.outs[o as usize]);
+                        if found.contains_all(&self.all) {
+                            return;
+                        }
+                    }
+                    j += 1;
+                    if s == ROOT || j == n {
+                        break;
+                    }
+                }
+                next = j;
+            }
+            base += 8;
+        }
+    }
+
     #[inline(always)]
     fn pair_may_start(&self, b0: u8, b1: u8) -> bool {
         let k = usize::from(u16::from_le_bytes([b0, b1]));
@@ -331,6 +413,15 @@ impl Needles {
         // included.
         self.pair_may_start(b0, 0)
     }
+}
+
+const LOW_BYTES: u64 = 0x0101_0101_0101_0101;
+const LOW_SEVEN: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+
+/// The high bit of each byte of `v` that is zero, and no other bit.
+#[inline(always)]
+fn zero_bytes(v: u64) -> u64 {
+    !(((v & LOW_SEVEN).wrapping_add(LOW_SEVEN)) | v | LOW_SEVEN)
 }
 
 /// The slot of a pair in the shift table, ASCII case folded.
@@ -438,6 +529,32 @@ mod tests {
                 0x2545_F491_4F6C_DD1D,
             );
         }
+    }
+
+    #[test]
+    fn first_byte_skip_agrees_with_naive_search() {
+        // At most three raw first bytes: the word-wise skip runs, also with
+        // one-byte substrings, nested ones and matches across words.
+        let sets: [&[(usize, &str)]; 4] = [
+            &[(0, "/.env."), (1, "/.git/"), (2, "/backup"), (3, "/dump")],
+            &[(0, "/aa/"), (1, "/a/a"), (2, "//"), (3, "/"), (4, "/b.a")],
+            &[(0, "ab"), (1, "a"), (2, "aab"), (3, "abab")],
+            &[(0, "/admin/"), (1, "/wp-includes/"), (2, ".env")],
+        ];
+        for needles in sets {
+            assert!(Needles::build(needles).first_len > 0, "{needles:?}");
+            agrees_on_random_lines(
+                needles,
+                b"/.abAenvgitBckupdm",
+                40,
+                4_000,
+                0x5DEE_CE66_D1CE_4E5B,
+            );
+        }
+        let n = [(0, "/admin/"), (1, "/wp-includes/")];
+        assert_eq!(found(&n, &["/x/ADMIN/y"]), vec![0]);
+        assert_eq!(found(&n, &["/x/admin"]), Vec::<usize>::new());
+        assert_eq!(found(&n, &["/a/b/c/d/e/f/g/h/wp-includes/x.js"]), vec![1]);
     }
 
     #[test]
