@@ -133,6 +133,9 @@ pub struct AccessList {
     satisfy: Satisfy,
     pass_credentials: bool,
     users: Box<[User]>,
+    /// No users and no country rules (see `address_decides_all`): fixed at
+    /// build, asked twice a request.
+    decides_all: bool,
     dummy: Verifier,
     challenge: Page,
     busy: Page,
@@ -337,7 +340,9 @@ impl AccessList {
             "429 Too Many Requests\ntoo many sign-ins are being checked, retry in a moment\n",
             &[("Retry-After", "1")],
         );
+        let decides_all = parts.users.is_empty() && parts.rules.countries.is_empty();
         AccessList {
+            decides_all,
             name: parts.name.into(),
             realm: realm.into(),
             rules: parts.rules,
@@ -398,8 +403,9 @@ impl AccessList {
     /// rules. Then [`address_only_verdict`](Self::address_only_verdict)
     /// decides exactly what [`decide`](Self::decide) would, and a request
     /// it lets through passes. O(1).
+    #[inline]
     pub fn address_decides_all(&self) -> bool {
-        self.users.is_empty() && self.rules.countries.is_empty()
+        self.decides_all
     }
 
     /// What the address alone decides, for the runtime to apply at accept

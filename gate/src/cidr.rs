@@ -264,6 +264,9 @@ fn mask(addr: IpAddr, prefix: u8) -> IpAddr {
     }
 }
 
+/// Up to this many IPv4 ranges a lookup compares each in turn.
+const SMALL_V4: usize = 4;
+
 /// An immutable set of networks. Lookups are O(log ranges) with no
 /// allocation; building allocates.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -393,8 +396,13 @@ impl CidrSet {
     /// (or is the one just before them).
     #[inline]
     fn contains_v4(&self, a: u32) -> bool {
-        if self.v4_starts.is_empty() {
-            return false;
+        if self.v4_starts.len() <= SMALL_V4 {
+            // A trusted proxy or two: compared in place, without the index.
+            return self
+                .v4_starts
+                .iter()
+                .zip(self.v4_ends.iter())
+                .any(|(&s, &e)| s <= a && a <= e);
         }
         let o = (a >> 24) as usize;
         let (lo, hi) = (
