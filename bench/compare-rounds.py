@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Runs bench/compare.sh several times and summarises the server CPU per
+request of each server and scenario across the rounds.
+
+A shared machine's neighbours only ever add CPU to a run, and a single run of
+each server can land in a quiet or a busy moment: the peers' figures move by
+about 10 % between runs. Repeating the whole comparison interleaves the
+servers over time; the median and the lower quartile of each server's rounds,
+and their ratios to nginx and HAProxy, are the steadier figures.
+
+  bench/compare-rounds.py --rounds 5 [compare.sh arguments...]
+
+For example:
+
+  bench/compare-rounds.py --rounds 5 --servers gapura,nginx,haproxy \\
+      --scenarios proxy-c64,proxy-c256 --duration 4 --warmup 1 --no-build
+
+Each round's report stays in bench/results/rounds-STAMP/round-N/.
+"""
+import argparse
+import glob
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def parse_report(path):
+    """{scenario: {server: (cpu_us, p99_text)}} from one compare.sh report."""
+    out = {}
+    scenario = None
+    with open(path) as f:
+        for line in f:
+            if line.startswith("## "):
+                scenario = line[3:].strip()
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if scenario is None or len(cells) < 6 or not line.startswith("| "):
+                continue
+            try:
+                cpu = float(cells[4])
+            except ValueError:
+                continue
+            out.setdefault(scenario, {})[cells[0]] = (cpu, cells[3])
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("-h", "--help", action="store_true")
+    args, rest = ap.parse_known_args()
+    if args.help:
+        print(__doc__)
+        return
+    if args.rounds < 1:
+        sys.exit("--rounds must be at least 1")
+    base = os.path.join(HERE, "results", "rounds-" + time.strftime("%Y%m%d-%H%M%S"))
+    runs = []
+    for i in range(args.rounds):
+        d = os.path.join(base, f"round-{i + 1}")
+        os.makedirs(d, exist_ok=True)
+        cmd = [os.path.join(HERE, "compare.sh"), *rest, "--results-dir", d]
+        print(f"round {i + 1}/{args.rounds}: {' '.join(cmd)}", file=sys.stderr)
+        r = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+        if r.returncode != 0:
+            sys.exit(f"compare.sh failed in round {i + 1} (exit {r.returncode}); see {d}")
+        reports = sorted(glob.glob(os.path.join(d, "compare-*.md")))
+        if not reports:
+            sys.exit(f"no report in {d}")
+        runs.append(parse_report(reports[-1]))
+    print(f"# {args.rounds} rounds of: bench/compare.sh {' '.join(rest)}\n")
+    print("Server CPU µs per request; each round runs every server once, in turn.\n")
+    for sc in runs[0]:
+        servers = list(runs[0][sc])
+        print(f"## {sc}\n")
+        print("| server | rounds (CPU µs/req) | median | lower quartile "
+              "| median vs nginx | lower quartile vs nginx | median vs haproxy "
+              "| lower quartile vs haproxy | p99 per round |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+        stats = {}
+        for srv in servers:
+            vals = [r[sc][srv][0] for r in runs if srv in r.get(sc, {})]
+            if not vals:
+                continue
+            q = statistics.quantiles(vals, n=4)[0] if len(vals) >= 2 else vals[0]
+            stats[srv] = (vals, statistics.median(vals), q)
+        for srv, (vals, med, q) in stats.items():
+            def vs(peer, i):
+                p = stats.get(peer)
+                return f"{(med if i == 1 else q) / p[i]:.2f}×" if p else "—"
+            p99 = ", ".join(r[sc][srv][1] for r in runs if srv in r.get(sc, {}))
+            print(f"| {srv} | {', '.join(f'{v:.2f}' for v in vals)} | {med:.2f} | {q:.2f} "
+                  f"| {vs('nginx', 1)} | {vs('nginx', 2)} | {vs('haproxy', 1)} "
+                  f"| {vs('haproxy', 2)} | {p99} |")
+        print()
+    print(f"Reports: {os.path.relpath(base, os.path.dirname(HERE))}/round-*/")
+
+
+if __name__ == "__main__":
+    main()
