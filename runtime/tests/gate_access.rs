@@ -11,10 +11,6 @@ use common::gate::*;
 use common::*;
 use std::time::Duration;
 
-fn get(host: &str, path: &str) -> Vec<u8> {
-    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes()
-}
-
 /// A GET with extra header lines (`"Name: value"` each).
 fn get_with(host: &str, path: &str, headers: &[&str]) -> Vec<u8> {
     let mut head = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n");
@@ -24,10 +20,6 @@ fn get_with(host: &str, path: &str, headers: &[&str]) -> Vec<u8> {
     }
     head.push_str("\r\n");
     head.into_bytes()
-}
-
-fn respond_host(name: &str, extra: &str) -> String {
-    format!("[[host]]\nnames = [\"{name}\"]\nkind = \"respond\"\nbody = \"ok\\n\"\n{extra}\n")
 }
 
 fn proxy_host(name: &str, extra: &str) -> String {

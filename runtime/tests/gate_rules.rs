@@ -11,10 +11,6 @@ use common::upstream::{self, Reply, UpRequest};
 use common::*;
 use std::sync::Arc;
 
-fn get(host: &str, path: &str) -> Vec<u8> {
-    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes()
-}
-
 /// A request with extra header lines (`"Name: value"` each).
 fn req_with(method: &str, host: &str, path: &str, headers: &[&str]) -> Vec<u8> {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");

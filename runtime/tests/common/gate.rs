@@ -22,6 +22,29 @@ pub const PASSWORD_HASH: &str =
 /// Counters of the gate reach `/metrics` once a second.
 pub const METRIC_WAIT: Duration = Duration::from_secs(3);
 
+/// `GET path` for `host`, kept alive.
+pub fn get(host: &str, path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes()
+}
+
+/// `GET path` for `host`, closing the connection after the answer.
+pub fn get_close(host: &str, path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").into_bytes()
+}
+
+/// A `respond` host answering `ok`, with `extra` lines in its table.
+pub fn respond_host(name: &str, extra: &str) -> String {
+    format!("[[host]]\nnames = [\"{name}\"]\nkind = \"respond\"\nbody = \"ok\\n\"\n{extra}\n")
+}
+
+/// The whole seconds of a `Retry-After` header.
+pub fn retry_after(r: &super::Response) -> u32 {
+    r.header("Retry-After")
+        .expect("a Retry-After header")
+        .parse()
+        .expect("whole seconds")
+}
+
 /// How long a password check may take on the pool of a debug build on a
 /// loaded machine (about a second each at 100,000 iterations).
 pub const VERIFY_WAIT: Duration = Duration::from_secs(10);

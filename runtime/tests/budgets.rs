@@ -1,0 +1,306 @@
+//! Budgets through the real binary: the global, source and identity
+//! budgets refuse past their window and recover after it; ordinary routes
+//! stop at the optional budget while critical ones use the reserve; health
+//! probes count in a source budget of their own.
+
+mod common;
+
+use common::gate::{get_close, respond_host, retry_after, METRIC_WAIT};
+use common::upstream;
+use common::*;
+use std::time::{Duration, Instant};
+
+/// Runs `trial` until it returns Ok (at most three times, a window apart):
+/// a fixed window's boundary may fall inside a burst of requests, and that
+/// trial is then told apart by its pattern.
+fn in_one_window(window: Duration, mut trial: impl FnMut() -> Result<(), String>) {
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        match trial() {
+            Ok(()) => return,
+            Err(e) => {
+                seen.push(e);
+                std::thread::sleep(window);
+            }
+        }
+    }
+    panic!("no trial fit one window: {seen:#?}");
+}
+
+fn budget_profile(budget: &str) -> String {
+    profile(
+        "",
+        &format!(
+            "[quota]\nwindow_ms = 1000\n\n{budget}\n\n{}",
+            respond_host("b.test", "default = true")
+        ),
+    )
+}
+
+/// Sends one request per `(source, expected status)` and returns the
+/// Retry-After of each 429 when every status is as expected; counts the
+/// 429s in `refused` either way.
+fn statuses(reqs: &[(&str, u16)], g: &Gapura, refused: &mut u64) -> Result<Vec<u32>, String> {
+    let mut retry = Vec::new();
+    let mut got = Vec::new();
+    for (src, _) in reqs {
+        let r = request_from(src, g.addr, &get_close("b.test", "/"));
+        if r.status == 429 {
+            *refused += 1;
+            retry.push(retry_after(&r));
+        }
+        got.push((*src, r.status));
+    }
+    let want: Vec<(&str, u16)> = reqs.to_vec();
+    if got == want {
+        Ok(retry)
+    } else {
+        Err(format!("{got:?}"))
+    }
+}
+
+#[test]
+fn the_global_budget_refuses_past_its_window_and_recovers_after_it() {
+    let g = Gapura::start(&budget_profile("[quota.global]\nrequests = 3"));
+    let window = Duration::from_millis(1000);
+    let mut refused = 0;
+    in_one_window(window, || {
+        let retry = statuses(
+            &[
+                ("127.0.0.2", 200),
+                ("127.0.0.2", 200),
+                ("127.0.1.2", 200),
+                ("127.0.0.2", 429),
+                ("127.0.2.2", 429),
+            ],
+            &g,
+            &mut refused,
+        )?;
+        // The time to the window's end, rounded up.
+        assert_eq!(retry, [1, 1]);
+        // After the window the budget is whole again.
+        std::thread::sleep(window);
+        let again = statuses(&[("127.0.2.2", 200)], &g, &mut refused);
+        assert!(again.is_ok(), "{again:?}");
+        Ok(())
+    });
+    assert_eq!(
+        g.wait_metric(
+            "gapura_quota_refused_total{shard=\"0\",level=\"global\"}",
+            refused,
+            METRIC_WAIT
+        ),
+        refused
+    );
+}
+
+#[test]
+fn the_source_budget_counts_per_prefix_and_recovers_after_its_window() {
+    let g = Gapura::start(&budget_profile("[quota.source]\nrequests = 2"));
+    let window = Duration::from_millis(1000);
+    let mut refused = 0;
+    in_one_window(window, || {
+        let retry = statuses(
+            &[
+                ("127.0.0.2", 200),
+                ("127.0.0.2", 200),
+                ("127.0.0.2", 429),
+                // The same /24: the same budget.
+                ("127.0.0.3", 429),
+                // Another /24: a budget of its own.
+                ("127.0.1.2", 200),
+                ("127.0.1.3", 200),
+                ("127.0.1.2", 429),
+            ],
+            &g,
+            &mut refused,
+        )?;
+        assert_eq!(retry, [1, 1, 1]);
+        std::thread::sleep(window);
+        let again = statuses(&[("127.0.0.2", 200), ("127.0.1.2", 200)], &g, &mut refused);
+        assert!(again.is_ok(), "{again:?}");
+        Ok(())
+    });
+    assert_eq!(
+        g.wait_metric(
+            "gapura_quota_refused_total{shard=\"0\",level=\"source\"}",
+            refused,
+            METRIC_WAIT
+        ),
+        refused
+    );
+}
+
+#[test]
+fn the_identity_budget_counts_per_credential() {
+    let g = Gapura::start(&budget_profile(
+        "[quota.identity]\nheader = \"x-api-key\"\nrequests = 2",
+    ));
+    let send = |key: Option<&str>| {
+        let key = key.map_or(String::new(), |k| format!("X-Api-Key: {k}\r\n"));
+        request(
+            g.addr,
+            format!("GET / HTTP/1.1\r\nHost: b.test\r\n{key}Connection: close\r\n\r\n").as_bytes(),
+        )
+        .status
+    };
+    let mut refused = 0;
+    in_one_window(Duration::from_millis(1000), || {
+        let got: Vec<u16> = [
+            Some("key-a"),
+            Some("key-a"),
+            Some("key-a"),
+            Some("key-b"),
+            None,
+            None,
+            None,
+            Some("key-b"),
+            Some("key-b"),
+        ]
+        .iter()
+        .map(|k| send(*k))
+        .collect();
+        refused += got.iter().filter(|s| **s == 429).count() as u64;
+        if got == [200, 200, 429, 200, 200, 200, 200, 200, 429] {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    });
+    assert_eq!(
+        g.wait_metric(
+            "gapura_quota_refused_total{shard=\"0\",level=\"identity\"}",
+            refused,
+            METRIC_WAIT
+        ),
+        refused
+    );
+}
+
+fn routes_profile(quota: &str, up: std::net::SocketAddr) -> String {
+    profile(
+        "",
+        &format!(
+            r#"
+[quota]
+window_ms = 1000
+{quota}
+
+[[upstream]]
+name = "app"
+servers = ["{up}"]
+
+[[host]]
+names = ["app.test"]
+default = true
+kind = "proxy"
+[[host.route]]
+path = "/"
+upstream = "app"
+[[host.route]]
+path = "/login"
+upstream = "app"
+operation = "login"
+[[host.route]]
+path = "/vip"
+upstream = "app"
+class = "critical"
+[[host.route]]
+path = "/healthz"
+upstream = "app"
+class = "health"
+"#
+        ),
+    )
+}
+
+/// Sends `GET path` once per entry (on new connections) and compares the
+/// statuses as a whole; counts the 429s in `refused`.
+fn path_statuses(g: &Gapura, want: &[(&str, u16)], refused: &mut u64) -> Result<(), String> {
+    let got: Vec<(&str, u16)> = want
+        .iter()
+        .map(|(p, _)| (*p, request(g.addr, &get_close("app.test", p)).status))
+        .collect();
+    *refused += got.iter().filter(|(_, s)| *s == 429).count() as u64;
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("{got:?}"))
+    }
+}
+
+#[test]
+fn ordinary_routes_stop_at_the_optional_budget_and_critical_ones_use_the_reserve() {
+    let up = upstream::fixed(b"up");
+    let g = Gapura::start(&routes_profile(
+        "[quota.global]\nrequests = 4\noptional = 2\n\n[[quota.operation]]\nname = \"login\"\nrequests = 1",
+        up.addr,
+    ));
+    let mut refused = 0;
+    in_one_window(Duration::from_millis(1000), || {
+        path_statuses(
+            &g,
+            &[
+                ("/login", 200),
+                // The operation's budget is spent; the refusal costs the
+                // global budget nothing.
+                ("/login", 429),
+                ("/", 200),
+                // Ordinary routes stop at `optional`...
+                ("/", 429),
+                ("/login", 429),
+                // ...critical ones go on to `requests`.
+                ("/vip", 200),
+                ("/vip", 200),
+                ("/vip", 429),
+            ],
+            &mut refused,
+        )
+    });
+    let level = |l: &str| {
+        g.metric(&format!(
+            "gapura_quota_refused_total{{shard=\"0\",level=\"{l}\"}}"
+        ))
+    };
+    let deadline = Instant::now() + METRIC_WAIT;
+    while level("operation") + level("global") < refused && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(level("operation") + level("global"), refused);
+    assert!(level("operation") >= 1);
+}
+
+#[test]
+fn health_probes_count_in_a_source_budget_of_their_own() {
+    let up = upstream::fixed(b"up");
+    let g = Gapura::start(&routes_profile(
+        "[quota.source]\nrequests = 1\n\n[quota.health]\nrequests = 2\n\n[[quota.operation]]\nname = \"login\"\nrequests = 100",
+        up.addr,
+    ));
+    let mut refused = 0;
+    in_one_window(Duration::from_millis(1000), || {
+        path_statuses(
+            &g,
+            &[
+                ("/", 200),
+                ("/", 429),
+                // The public budget of the prefix is spent; probes still pass.
+                ("/healthz", 200),
+                ("/healthz", 200),
+                ("/healthz", 429),
+            ],
+            &mut refused,
+        )
+    });
+    let level = |l: &str| {
+        g.metric(&format!(
+            "gapura_quota_refused_total{{shard=\"0\",level=\"{l}\"}}"
+        ))
+    };
+    let deadline = Instant::now() + METRIC_WAIT;
+    while level("source") + level("health") < refused && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(level("source") + level("health"), refused);
+    assert!(level("health") >= 1);
+}
