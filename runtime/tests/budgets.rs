@@ -257,17 +257,9 @@ fn ordinary_routes_stop_at_the_optional_budget_and_critical_ones_use_the_reserve
             &mut refused,
         )
     });
-    let level = |l: &str| {
-        g.metric(&format!(
-            "gapura_quota_refused_total{{shard=\"0\",level=\"{l}\"}}"
-        ))
-    };
-    let deadline = Instant::now() + METRIC_WAIT;
-    while level("operation") + level("global") < refused && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(level("operation") + level("global"), refused);
-    assert!(level("operation") >= 1);
+    let [operation, global] = refused_at(&g, ["operation", "global"], refused);
+    assert_eq!(operation + global, refused);
+    assert!(operation >= 1);
 }
 
 #[test]
@@ -292,15 +284,24 @@ fn health_probes_count_in_a_source_budget_of_their_own() {
             &mut refused,
         )
     });
-    let level = |l: &str| {
-        g.metric(&format!(
-            "gapura_quota_refused_total{{shard=\"0\",level=\"{l}\"}}"
-        ))
-    };
+    let [source, health] = refused_at(&g, ["source", "health"], refused);
+    assert_eq!(source + health, refused);
+    assert!(health >= 1);
+}
+
+/// The refusals counted at two quota levels once their sum reaches `want`
+/// (or `METRIC_WAIT` has passed).
+fn refused_at(g: &Gapura, levels: [&str; 2], want: u64) -> [u64; 2] {
     let deadline = Instant::now() + METRIC_WAIT;
-    while level("source") + level("health") < refused && Instant::now() < deadline {
+    loop {
+        let got = levels.map(|l| {
+            g.metric(&format!(
+                "gapura_quota_refused_total{{shard=\"0\",level=\"{l}\"}}"
+            ))
+        });
+        if got[0] + got[1] >= want || Instant::now() >= deadline {
+            return got;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(level("source") + level("health"), refused);
-    assert!(level("health") >= 1);
 }
