@@ -231,62 +231,56 @@ fn path_statuses(g: &Gapura, want: &[(&str, u16)], refused: &mut u64) -> Result<
 
 #[test]
 fn ordinary_routes_stop_at_the_optional_budget_and_critical_ones_use_the_reserve() {
-    let up = upstream::fixed(b"up");
-    let g = Gapura::start(&routes_profile(
+    let [operation, _] = routes_trial(
         "[quota.global]\nrequests = 4\noptional = 2\n\n[[quota.operation]]\nname = \"login\"\nrequests = 1",
-        up.addr,
-    ));
-    let mut refused = 0;
-    in_one_window(Duration::from_millis(1000), || {
-        path_statuses(
-            &g,
-            &[
-                ("/login", 200),
-                // The operation's budget is spent; the refusal costs the
-                // global budget nothing.
-                ("/login", 429),
-                ("/", 200),
-                // Ordinary routes stop at `optional`...
-                ("/", 429),
-                ("/login", 429),
-                // ...critical ones go on to `requests`.
-                ("/vip", 200),
-                ("/vip", 200),
-                ("/vip", 429),
-            ],
-            &mut refused,
-        )
-    });
-    let [operation, global] = refused_at(&g, ["operation", "global"], refused);
-    assert_eq!(operation + global, refused);
+        &[
+            ("/login", 200),
+            // The operation's budget is spent; the refusal costs the
+            // global budget nothing.
+            ("/login", 429),
+            ("/", 200),
+            // Ordinary routes stop at `optional`...
+            ("/", 429),
+            ("/login", 429),
+            // ...critical ones go on to `requests`.
+            ("/vip", 200),
+            ("/vip", 200),
+            ("/vip", 429),
+        ],
+        ["operation", "global"],
+    );
     assert!(operation >= 1);
 }
 
 #[test]
 fn health_probes_count_in_a_source_budget_of_their_own() {
-    let up = upstream::fixed(b"up");
-    let g = Gapura::start(&routes_profile(
+    let [_, health] = routes_trial(
         "[quota.source]\nrequests = 1\n\n[quota.health]\nrequests = 2\n\n[[quota.operation]]\nname = \"login\"\nrequests = 100",
-        up.addr,
-    ));
+        &[
+            ("/", 200),
+            ("/", 429),
+            // The public budget of the prefix is spent; probes still pass.
+            ("/healthz", 200),
+            ("/healthz", 200),
+            ("/healthz", 429),
+        ],
+        ["source", "health"],
+    );
+    assert!(health >= 1);
+}
+
+/// Gapura with `routes_profile(quota)`: `want` answered in one window, and
+/// every refusal counted at one of `levels`; the two levels' counts.
+fn routes_trial(quota: &str, want: &[(&str, u16)], levels: [&str; 2]) -> [u64; 2] {
+    let up = upstream::fixed(b"up");
+    let g = Gapura::start(&routes_profile(quota, up.addr));
     let mut refused = 0;
     in_one_window(Duration::from_millis(1000), || {
-        path_statuses(
-            &g,
-            &[
-                ("/", 200),
-                ("/", 429),
-                // The public budget of the prefix is spent; probes still pass.
-                ("/healthz", 200),
-                ("/healthz", 200),
-                ("/healthz", 429),
-            ],
-            &mut refused,
-        )
+        path_statuses(&g, want, &mut refused)
     });
-    let [source, health] = refused_at(&g, ["source", "health"], refused);
-    assert_eq!(source + health, refused);
-    assert!(health >= 1);
+    let got = refused_at(&g, levels, refused);
+    assert_eq!(got[0] + got[1], refused);
+    got
 }
 
 /// The refusals counted at two quota levels once their sum reaches `want`
