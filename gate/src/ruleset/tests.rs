@@ -791,7 +791,8 @@ fn same_bytes_agrees_with_slice_equality() {
     let base: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
     for n in 0..=64 {
         let a = &base[..n];
-        assert!(super::same_bytes(a, &base[..n].to_vec()), "length {n}");
+        let copy = base[..n].to_owned();
+        assert!(super::same_bytes(a, &copy), "length {n}");
         for at in 0..n {
             for bit in [1u8, 0x20, 0x80] {
                 let mut b = a.to_vec();
