@@ -6,6 +6,7 @@
 //! decide policy itself: every decision comes from `gapura_gate::Snapshot`.
 //! Nothing reachable from a peer's bytes may panic or buffer without bound.
 
+pub mod clock;
 pub mod codec;
 pub mod server;
 pub mod upstream;

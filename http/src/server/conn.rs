@@ -17,6 +17,7 @@ use super::prepare::{prepare, Leases, LocalEnd, PageCopy, Plan, Prep, Resume};
 use super::stats::ErrorKind;
 use super::verify::VerifyPool;
 use super::Shard;
+use crate::clock;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{
     header_buf, parse_head, BodyFraming, HeadError, Method, Parse, ParsedHead,
@@ -174,7 +175,7 @@ impl Conn {
         let snap = self.shard.snapshot();
         let tcp_ip = self.peer.ip();
         if proxy_protocol && snap.gate.client.proxy_protocol_trusted(tcp_ip) {
-            let deadline = Instant::now() + Duration::from_millis(snap.server.header_timeout_ms);
+            let deadline = clock::deadline(snap.server.header_timeout_ms);
             loop {
                 match gapura_gate::proxyproto::parse(&self.rbuf) {
                     Ok(Some((header, used))) => {
@@ -391,11 +392,11 @@ impl Conn {
         }
         let server = &self.shard.snapshot().server;
         let deadline = if idle {
-            Instant::now() + Duration::from_millis(server.idle_timeout_ms)
+            clock::deadline(server.idle_timeout_ms)
         } else {
-            *self.head_deadline.get_or_insert_with(|| {
-                Instant::now() + Duration::from_millis(server.header_timeout_ms)
-            })
+            *self
+                .head_deadline
+                .get_or_insert_with(|| clock::deadline(server.header_timeout_ms))
         };
         let header_timeout_ms = server.header_timeout_ms;
         match self.read_more(deadline).await {
@@ -407,8 +408,7 @@ impl Conn {
             Ok(_) => {
                 if idle {
                     self.set_busy(true);
-                    self.head_deadline =
-                        Some(Instant::now() + Duration::from_millis(header_timeout_ms));
+                    self.head_deadline = Some(clock::deadline(header_timeout_ms));
                 }
                 Ok(())
             }
@@ -449,7 +449,7 @@ impl Conn {
         let buf = std::mem::take(&mut self.wbuf);
         let ms = self.shard.snapshot().server.write_timeout_ms;
         self.shard.stats.writes.inc();
-        let deadline = Instant::now() + Duration::from_millis(ms);
+        let deadline = clock::deadline(ms);
         match monoio::time::timeout_at(deadline, self.stream.write_all(buf)).await {
             Ok((Ok(_), mut buf)) => {
                 buf.clear();
@@ -483,7 +483,7 @@ impl Conn {
             return End::Error(kind);
         }
         let _ = self.stream.shutdown().await;
-        let deadline = Instant::now() + Duration::from_millis(LINGER_MS);
+        let deadline = clock::deadline(LINGER_MS);
         let mut discarded = 0;
         while discarded < LINGER_BYTES {
             self.rbuf.clear();
@@ -612,7 +612,7 @@ impl Conn {
     async fn read_body(&mut self) -> Result<usize, End> {
         self.recycle_for_body();
         let ms = self.shard.snapshot().server.body_timeout_ms;
-        let deadline = Instant::now() + Duration::from_millis(ms);
+        let deadline = clock::deadline(ms);
         match self.read_more(deadline).await {
             Ok(0) => Err(End::Error(ErrorKind::Io)),
             Ok(n) => Ok(n),

@@ -17,6 +17,7 @@
 
 use super::conn::{Conn, End};
 use super::stats::ErrorKind;
+use crate::clock;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
 use crate::upstream::response::{
@@ -34,7 +35,6 @@ use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 use std::os::fd::AsRawFd;
-use std::time::Duration;
 
 /// Most servers tried for one request.
 const MAX_ATTEMPTS: u32 = 4;
@@ -89,8 +89,8 @@ fn connect_error(e: &std::io::Error) -> ErrorStatus {
 }
 
 async fn connect(server: &UpstreamServer, timeout_ms: u64) -> std::io::Result<TcpStream> {
-    match monoio::time::timeout(
-        Duration::from_millis(timeout_ms),
+    match monoio::time::timeout_at(
+        clock::deadline(timeout_ms),
         TcpStream::connect_addr(server.addr),
     )
     .await
@@ -329,7 +329,7 @@ impl Conn {
         head_only: bool,
         replace: &Replace<'_>,
     ) -> Attempt {
-        let read_timeout = Duration::from_millis(group.read_timeout_ms);
+        let read_timeout = group.read_timeout_ms;
         // 1. The head and buffered body, in one write (kept for a replay).
         if body.streamed {
             // The body is gone: a new attempt cannot resend it.
@@ -339,7 +339,12 @@ impl Conn {
             };
         }
         let out = std::mem::take(&mut self.ubuf);
-        let (res, out) = match monoio::time::timeout(read_timeout, up.write_all(out)).await {
+        let (res, out) = match monoio::time::timeout_at(
+            clock::deadline(read_timeout),
+            up.write_all(out),
+        )
+        .await
+        {
             Ok(r) => r,
             Err(_) => {
                 return Attempt::Retry {
@@ -374,7 +379,7 @@ impl Conn {
             self.urbuf = Vec::with_capacity(UPSTREAM_BUF_BYTES);
         }
         self.urbuf.clear();
-        let deadline = Instant::now() + Duration::from_millis(group.response_header_timeout_ms);
+        let deadline = clock::deadline(group.response_header_timeout_ms);
         let server = &self.shard.snapshot().server;
         let close_anyway = head.close
             || self.shard.is_draining()
@@ -614,7 +619,7 @@ impl Conn {
         }
         let buf = std::mem::take(&mut self.urbuf);
         let ms = self.shard.snapshot().server.write_timeout_ms;
-        match monoio::time::timeout(Duration::from_millis(ms), self.stream.write_all(buf)).await {
+        match monoio::time::timeout_at(clock::deadline(ms), self.stream.write_all(buf)).await {
             Ok((Ok(_), buf)) => {
                 self.urbuf = buf;
                 true
@@ -629,7 +634,7 @@ impl Conn {
         up: &mut TcpStream,
         body: &mut Body,
         limits: &RequestLimits,
-        write_timeout: Duration,
+        write_timeout_ms: u64,
     ) -> Option<Attempt> {
         let body_ms = self.shard.snapshot().server.body_timeout_ms;
         while !body.done {
@@ -637,7 +642,7 @@ impl Conn {
                 self.rbuf.clear();
                 self.pos = 0;
             }
-            let deadline = Instant::now() + Duration::from_millis(body_ms);
+            let deadline = clock::deadline(body_ms);
             match self.read_client(deadline).await {
                 Ok(n) if n > 0 => {}
                 _ => return Some(Attempt::ClientGone),
@@ -648,7 +653,9 @@ impl Conn {
                 return Some(Attempt::BadBody(status));
             }
             let out = std::mem::take(&mut self.ubuf);
-            match monoio::time::timeout(write_timeout, up.write_all(out)).await {
+            match monoio::time::timeout_at(clock::deadline(write_timeout_ms), up.write_all(out))
+                .await
+            {
                 Ok((Ok(_), out)) => self.ubuf = out,
                 Ok((Err(_), _)) => {
                     return Some(Attempt::Fail {
@@ -684,7 +691,7 @@ impl Conn {
         let (len, cap) = (buf.len(), buf.capacity());
         let read = up.read(buf.slice_mut(len..cap));
         let mut read = std::pin::pin!(read);
-        let quick = Instant::now() + Duration::from_millis(WATCH_AFTER_MS);
+        let quick = clock::deadline(WATCH_AFTER_MS);
         let first = monoio::time::timeout_at(quick.min(deadline), &mut read).await;
         let (res, slice) = match first {
             Ok(r) => r,
@@ -720,11 +727,13 @@ impl Conn {
     async fn read_upstream_plain(
         &mut self,
         up: &mut TcpStream,
-        timeout: Duration,
+        timeout_ms: u64,
     ) -> Result<usize, UpRead> {
         let buf = std::mem::take(&mut self.urbuf);
         let cap = buf.capacity();
-        match monoio::time::timeout(timeout, up.read(buf.slice_mut(0..cap))).await {
+        match monoio::time::timeout_at(clock::deadline(timeout_ms), up.read(buf.slice_mut(0..cap)))
+            .await
+        {
             Ok((res, slice)) => {
                 self.urbuf = slice.into_inner();
                 res.map_err(|_| UpRead::Io)

@@ -96,7 +96,7 @@ impl Upstreams {
     /// Picks a server of `group` not in `tried` (a bit per index, first 64).
     /// None when every server is down or tried. O(servers).
     pub fn pick(&self, group: &UpstreamGroup, tried: u64, board: &HealthBoard) -> Option<Pick> {
-        let now = Instant::now();
+        let now = crate::clock::now();
         let mut states = self.servers.borrow_mut();
         let candidates = |i: usize| i >= 64 || tried & (1 << i) == 0;
         match group.balance {
@@ -152,7 +152,7 @@ impl Upstreams {
     pub fn take_idle(&self, server: &UpstreamServer) -> Option<TcpStream> {
         let mut states = self.servers.borrow_mut();
         let st = states.get_mut(&server.key)?;
-        let now = Instant::now();
+        let now = crate::clock::now();
         while let Some(idle) = st.idle.pop() {
             if idle.expires > now {
                 return Some(idle.stream);
@@ -171,7 +171,7 @@ impl Upstreams {
         if st.idle.len() < group.max_idle_per_server as usize {
             st.idle.push(Idle {
                 stream,
-                expires: Instant::now() + Duration::from_millis(group.idle_timeout_ms),
+                expires: crate::clock::now() + Duration::from_millis(group.idle_timeout_ms),
             });
         }
     }
@@ -200,7 +200,8 @@ impl Upstreams {
         st.idle.clear();
         if group.fail_threshold > 0 && st.failures >= group.fail_threshold {
             st.failures = 0;
-            st.down_until = Some(Instant::now() + Duration::from_millis(group.fail_cooldown_ms));
+            st.down_until =
+                Some(crate::clock::now() + Duration::from_millis(group.fail_cooldown_ms));
             return true;
         }
         false
@@ -215,7 +216,7 @@ impl Upstreams {
     /// Closes expired idle connections and forgets empty entries. Called by
     /// the shard's sweeper; O(servers + idle connections).
     pub fn sweep(&self) {
-        let now = Instant::now();
+        let now = crate::clock::now();
         let mut states = self.servers.borrow_mut();
         states.retain(|_, st| {
             st.idle.retain(|i| i.expires > now);
