@@ -61,9 +61,8 @@ pub fn now() -> Instant {
 #[inline]
 pub fn deadline(ms: u64) -> Instant {
     let (at, mono, tick) = anchor();
-    at + Duration::from_nanos(
-        read(libc::CLOCK_MONOTONIC_COARSE).saturating_sub(mono) + tick + ms * 1_000_000,
-    )
+    let since = read(libc::CLOCK_MONOTONIC_COARSE).saturating_sub(mono);
+    at + Duration::from_nanos(since.saturating_add(tick)) + Duration::from_millis(ms)
 }
 
 #[cfg(test)]
