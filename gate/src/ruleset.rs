@@ -325,31 +325,6 @@ impl Default for UaMemo {
     }
 }
 
-/// `a == b` for slices of equal length, eight bytes at a time inline (the
-/// memo's hit path, where a library call costs as much as the comparison).
-#[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    debug_assert_eq!(a.len(), b.len());
-    let n = a.len().min(b.len());
-    if n < 8 {
-        return a[..n] == b[..n];
-    }
-    let word = |s: &[u8], i: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&s[i..i + 8]);
-        u64::from_le_bytes(w)
-    };
-    let mut diff = 0;
-    let mut i = 0;
-    while i + 8 <= n {
-        diff |= word(a, i) ^ word(b, i);
-        i += 8;
-    }
-    // The last, possibly overlapping, word.
-    diff |= word(a, n - 8) ^ word(b, n - 8);
-    diff == 0
-}
-
 fn ua_memo_slot(line: &[u8]) -> usize {
     // Only picks a slot (the bytes are compared on a hit): the length and
     // the first and last eight bytes, mixed. O(1).
@@ -374,7 +349,7 @@ impl RegexCaches {
             return found;
         }
         let e = &mut self.ua_memo[ua_memo_slot(line)];
-        if usize::from(e.len) == line.len() && same_bytes(&e.bytes[..line.len()], line) {
+        if usize::from(e.len) == line.len() && needles::same_bytes(&e.bytes[..line.len()], line) {
             return e.found;
         }
         let mut found = RuleBits::default();

@@ -415,6 +415,31 @@ impl Needles {
     }
 }
 
+/// `a == b` for slices of equal length, eight bytes at a time inline (the
+/// memo's hit path, where a library call costs as much as the comparison).
+#[inline]
+pub(super) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    debug_assert_eq!(a.len(), b.len());
+    let n = a.len().min(b.len());
+    if n < 8 {
+        return a[..n] == b[..n];
+    }
+    let word = |s: &[u8], i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[i..i + 8]);
+        u64::from_le_bytes(w)
+    };
+    let mut diff = 0;
+    let mut i = 0;
+    while i + 8 <= n {
+        diff |= word(a, i) ^ word(b, i);
+        i += 8;
+    }
+    // The last, possibly overlapping, word.
+    diff |= word(a, n - 8) ^ word(b, n - 8);
+    diff == 0
+}
+
 const LOW_BYTES: u64 = 0x0101_0101_0101_0101;
 const LOW_SEVEN: u64 = 0x7f7f_7f7f_7f7f_7f7f;
 
@@ -555,6 +580,23 @@ mod tests {
         assert_eq!(found(&n, &["/x/ADMIN/y"]), vec![0]);
         assert_eq!(found(&n, &["/x/admin"]), Vec::<usize>::new());
         assert_eq!(found(&n, &["/a/b/c/d/e/f/g/h/wp-includes/x.js"]), vec![1]);
+    }
+
+    #[test]
+    fn same_bytes_agrees_with_slice_equality() {
+        let base: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+        for n in 0..=64 {
+            let a = &base[..n];
+            let copy = base[..n].to_owned();
+            assert!(same_bytes(a, &copy), "length {n}");
+            for at in 0..n {
+                for bit in [1u8, 0x20, 0x80] {
+                    let mut b = a.to_vec();
+                    b[at] ^= bit;
+                    assert!(!same_bytes(a, &b), "length {n}, byte {at}");
+                }
+            }
+        }
     }
 
     #[test]

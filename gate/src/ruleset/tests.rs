@@ -785,20 +785,3 @@ fn glob_pieces_are_found_the_same_in_short_and_long_paths() {
         );
     }
 }
-
-#[test]
-fn same_bytes_agrees_with_slice_equality() {
-    let base: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
-    for n in 0..=64 {
-        let a = &base[..n];
-        let copy = base[..n].to_owned();
-        assert!(super::same_bytes(a, &copy), "length {n}");
-        for at in 0..n {
-            for bit in [1u8, 0x20, 0x80] {
-                let mut b = a.to_vec();
-                b[at] ^= bit;
-                assert!(!super::same_bytes(a, &b), "length {n}, byte {at}");
-            }
-        }
-    }
-}
