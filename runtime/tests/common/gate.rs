@@ -45,6 +45,27 @@ pub fn retry_after(r: &super::Response) -> u32 {
         .expect("whole seconds")
 }
 
+/// A request with extra header lines (`"Name: value"` each).
+pub fn req_with(method: &str, host: &str, path: &str, headers: &[&str]) -> Vec<u8> {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
+    for h in headers {
+        head.push_str(h);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    head.into_bytes()
+}
+
+/// The status of one request on a fresh connection.
+pub fn status(g: &Gapura, req: &[u8]) -> u16 {
+    super::request(g.addr, req).status
+}
+
+/// A response body as text.
+pub fn text(r: &super::Response) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
 /// How long a password check may take on the pool of a debug build on a
 /// loaded machine (about a second each at 100,000 iterations).
 pub const VERIFY_WAIT: Duration = Duration::from_secs(10);
