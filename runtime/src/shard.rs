@@ -183,12 +183,24 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
 /// Accepts until the shard drains; the listener closes when this returns.
 async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, proxy_protocol: bool) {
     let mut error_logged = false;
-    while !shard.is_draining() {
-        let accepted =
-            monoio::time::timeout(Duration::from_millis(POLL_MS), listener.accept()).await;
+    loop {
+        // One accept stays in flight while the loop looks for a drain every
+        // POLL_MS: dropping it (a timeout around it) cancels the operation,
+        // and a connection the kernel had accepted just then was lost, its
+        // client left hanging.
+        let accept = listener.accept();
+        let mut accept = std::pin::pin!(accept);
+        let accepted = loop {
+            if shard.is_draining() {
+                return;
+            }
+            monoio::select! {
+                r = &mut accept => break r,
+                _ = monoio::time::sleep(Duration::from_millis(POLL_MS)) => {}
+            }
+        };
         match accepted {
-            Err(_) => continue,
-            Ok(Ok((stream, peer))) => {
+            Ok((stream, peer)) => {
                 let max = shard.snapshot().server.max_connections_per_shard;
                 if shard.open_connections() >= max {
                     shard.stats.connections_refused.inc();
@@ -197,7 +209,7 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, proxy_protocol: bo
                 }
                 monoio::spawn(serve(stream, peer, shard.clone(), proxy_protocol));
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 // EMFILE/ENFILE and friends: back off instead of spinning.
                 if !error_logged {
                     log!("shard {}: accept failed: {e}", shard.id);

@@ -45,17 +45,18 @@ async fn copy<R: AsyncReadRent, W: AsyncWriteRent>(
     let mut buf = Vec::with_capacity(TUNNEL_BUF_BYTES);
     loop {
         buf.clear();
-        // Wait at most until the whole tunnel has been idle for `idle`.
-        let deadline = last.get() + idle;
-        let (res, b) = match monoio::time::timeout_at(deadline, from.read(buf)).await {
-            Ok(r) => r,
-            Err(_) => {
-                if last.get() + idle > Instant::now() {
-                    // The other direction was active: keep waiting.
-                    buf = Vec::with_capacity(TUNNEL_BUF_BYTES);
-                    continue;
-                }
-                return;
+        // Wait at most until the whole tunnel has been idle for `idle`. The
+        // read stays in flight across the checks: dropping it would cancel
+        // it, and bytes it had just received would be lost.
+        let read = from.read(buf);
+        let mut read = std::pin::pin!(read);
+        let (res, b) = loop {
+            let deadline = last.get() + idle;
+            match monoio::time::timeout_at(deadline, &mut read).await {
+                Ok(r) => break r,
+                // The other direction was active: keep waiting.
+                Err(_) if last.get() + idle > Instant::now() => {}
+                Err(_) => return,
             }
         };
         buf = b;
