@@ -16,7 +16,7 @@
 //! snapshot (`blocks`). Messages never echo a password field.
 
 use crate::error::Errors;
-use crate::quota::valid_policy_name;
+use crate::names::BlockKind;
 use crate::rawblocks::{RawAccessList, RawUser};
 use crate::schema::{Opt, StrList};
 use gapura_gate::access::spec::{parse_satisfy, AccessListSpec, SpecIssue, UserSpec};
@@ -60,7 +60,15 @@ pub(crate) fn check_access_lists(
         let base = format!("access_list[{i}]");
         let span = l.span();
         let l = l.get_ref();
-        let name = check_name(l, &base, span.clone(), &lists.ids, e);
+        let name = ACCESS_LIST
+            .check(
+                &l.name,
+                &base,
+                span.clone(),
+                |v| lists.ids.get(v).copied(),
+                e,
+            )
+            .map(|n| n.get_ref().clone());
         if let Some(n) = &name {
             lists.ids.insert(n.clone(), i);
         }
@@ -94,44 +102,17 @@ pub(crate) fn check_access_lists(
     lists
 }
 
-fn check_name(
-    l: &RawAccessList,
-    base: &str,
-    span: Range<usize>,
-    ids: &HashMap<String, usize>,
-    e: &mut Errors<'_>,
-) -> Option<String> {
-    let path = format!("{base}.name");
-    let Some(n) = &l.name else {
-        e.push(
-            "accessList.name.required",
-            path,
-            span,
-            "an access list needs a name that hosts and routes refer to, such as name = \"staff\"",
-        );
-        return None;
-    };
-    let v = n.get_ref();
-    if !valid_policy_name(v) {
-        e.push(
-            "accessList.name.invalid",
-            path,
-            n.span(),
-            format!("{v:?} is not an access list name: use 1 to 64 of a-z, 0-9, '_' and '-'"),
-        );
-        return None;
-    }
-    if let Some(first) = ids.get(v) {
-        e.push(
-            "accessList.name.duplicate",
-            path,
-            n.span(),
-            format!("{v:?} is already the name of access_list[{first}]"),
-        );
-        return None;
-    }
-    Some(v.clone())
-}
+const ACCESS_LIST: BlockKind = BlockKind {
+    key: "access_list",
+    noun: "access list",
+    codes: [
+        "accessList.name.required",
+        "accessList.name.invalid",
+        "accessList.name.duplicate",
+    ],
+    required:
+        "an access list needs a name that hosts and routes refer to, such as name = \"staff\"",
+};
 
 /// Country rules without a country source: every country would be
 /// unknown, so an allow list refuses everyone and a deny list nobody.

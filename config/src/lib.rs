@@ -30,6 +30,7 @@ mod error;
 mod host;
 mod hostlayer;
 mod layer;
+mod names;
 mod policy;
 mod quota;
 mod ratelimit;

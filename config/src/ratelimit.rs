@@ -11,7 +11,7 @@
 
 use crate::error::Errors;
 use crate::host::is_token;
-use crate::quota::valid_policy_name;
+use crate::names::BlockKind;
 use crate::rawgate::{RawRateLimit, RawTier};
 use crate::validate::choice;
 use gapura_gate::mode::Mode;
@@ -49,59 +49,34 @@ pub(crate) fn check_rate_limits(
         let base = format!("rate_limit[{i}]");
         let span = r.span();
         let r = r.get_ref();
-        let name = check_name(r, &base, span.clone(), e);
+        let name = RATE_LIMIT
+            .check(
+                &r.name,
+                &base,
+                span.clone(),
+                |v| ids.get(v).map(|&i| i as usize),
+                e,
+            )
+            .map(|n| n.get_ref().clone());
         if let Some(n) = &name {
-            match ids.get(n.get_ref()) {
-                Some(first) => e.push(
-                    "rate_limit.name.duplicate",
-                    format!("{base}.name"),
-                    n.span(),
-                    format!(
-                        "{:?} is already the name of rate_limit[{first}]",
-                        n.get_ref()
-                    ),
-                ),
-                None => {
-                    ids.insert(n.get_ref().clone(), u32::try_from(i).unwrap_or(u32::MAX));
-                }
-            }
+            ids.insert(n.clone(), u32::try_from(i).unwrap_or(u32::MAX));
         }
-        let name = name.map(Spanned::into_inner).unwrap_or_default();
+        let name = name.unwrap_or_default();
         defs.push(check_limit(r, name, &base, span, shards, e));
     }
     RateLimits { defs, ids }
 }
 
-fn check_name(
-    r: &RawRateLimit,
-    base: &str,
-    span: Range<usize>,
-    e: &mut Errors<'_>,
-) -> Option<Spanned<String>> {
-    let path = format!("{base}.name");
-    let Some(n) = &r.name else {
-        e.push(
-            "rate_limit.name.required",
-            path,
-            span,
-            "a rate limit needs a name that hosts and routes refer to, such as name = \"api\"",
-        );
-        return None;
-    };
-    if !valid_policy_name(n.get_ref()) {
-        e.push(
-            "rate_limit.name.invalid",
-            path,
-            n.span(),
-            format!(
-                "{:?} is not a rate limit name: use 1 to 64 of a-z, 0-9, '_' and '-'",
-                n.get_ref()
-            ),
-        );
-        return None;
-    }
-    Some(n.clone())
-}
+const RATE_LIMIT: BlockKind = BlockKind {
+    key: "rate_limit",
+    noun: "rate limit",
+    codes: [
+        "rate_limit.name.required",
+        "rate_limit.name.invalid",
+        "rate_limit.name.duplicate",
+    ],
+    required: "a rate limit needs a name that hosts and routes refer to, such as name = \"api\"",
+};
 
 /// A placeholder for a limit with errors (never compiled).
 fn placeholder() -> RatePolicy {

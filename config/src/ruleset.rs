@@ -10,7 +10,7 @@
 //! preset is used exactly like a set; it is compiled only when used.
 
 use crate::error::Errors;
-use crate::quota::valid_policy_name;
+use crate::names::BlockKind;
 use crate::rawblocks::{RawRule, RawRuleSet};
 use crate::schema::StrList;
 use gapura_gate::ruleset::{
@@ -80,6 +80,19 @@ pub(crate) fn check_rule_sets(raw: &[Spanned<RawRuleSet>], e: &mut Errors<'_>) -
     sets
 }
 
+const RULE_SET: BlockKind = BlockKind {
+    key: "rule_set",
+    noun: "rule set",
+    codes: [
+        "ruleSet.name.required",
+        "ruleSet.name.invalid",
+        "ruleSet.name.duplicate",
+    ],
+    required: "a rule set needs a name that hosts and routes refer to, such as name = \"edge\"",
+};
+
+/// The set's name; a preset's name is reserved (and so never taken by an
+/// earlier set).
 fn check_name(
     s: &RawRuleSet,
     base: &str,
@@ -87,40 +100,21 @@ fn check_name(
     ids: &HashMap<String, usize>,
     e: &mut Errors<'_>,
 ) -> Option<String> {
-    let path = format!("{base}.name");
-    let Some(n) = &s.name else {
-        e.push(
-            "ruleSet.name.required",
-            path,
-            span,
-            "a rule set needs a name that hosts and routes refer to, such as name = \"edge\"",
-        );
-        return None;
-    };
+    let n = RULE_SET.check(&s.name, base, span, |v| ids.get(v).copied(), e)?;
     let v = n.get_ref();
-    let (code, message) = if !valid_policy_name(v) {
-        (
-            "ruleSet.name.invalid",
-            format!("{v:?} is not a rule set name: use 1 to 64 of a-z, 0-9, '_' and '-'"),
-        )
-    } else if Preset::from_name(v).is_some() {
-        (
+    if Preset::from_name(v).is_some() {
+        e.push(
             "ruleSet.id.reserved",
+            format!("{base}.name"),
+            n.span(),
             format!(
                 "{v:?} is a preset's name: name the preset where a set is used \
                  (rule_set = {v:?}), or give this set a name of its own"
             ),
-        )
-    } else if let Some(first) = ids.get(v) {
-        (
-            "ruleSet.name.duplicate",
-            format!("{v:?} is already the name of rule_set[{first}]"),
-        )
-    } else {
-        return Some(v.clone());
-    };
-    e.push(code, path, n.span(), message);
-    None
+        );
+        return None;
+    }
+    Some(v.clone())
 }
 
 /// A rule as the gate states it, the span of its path pattern, and whether

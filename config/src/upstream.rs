@@ -9,6 +9,7 @@
 //! (pools, balancer counters, passive health) follows it across reloads.
 
 use crate::error::Errors;
+use crate::names::BlockKind;
 use crate::schema::{IntOrString, Opt, RawHealth, RawServerEntry, RawUpstream};
 use crate::validate::{choice, int_in};
 use gapura_gate::host::valid_name;
@@ -49,66 +50,43 @@ pub(crate) struct Upstreams {
 pub(crate) fn check_upstreams(raw: &[Spanned<RawUpstream>], e: &mut Errors<'_>) -> Upstreams {
     let mut groups = Vec::with_capacity(raw.len());
     let mut ids = HashMap::new();
-    let mut first_at: HashMap<String, String> = HashMap::new();
+    let mut first_at: HashMap<String, usize> = HashMap::new();
     for (i, u) in raw.iter().enumerate() {
         let base = format!("upstream[{i}]");
         let span = u.span();
         let u = u.get_ref();
-        let name = check_name(u, &base, span.clone(), e);
+        let name = UPSTREAM
+            .check(
+                &u.name,
+                &base,
+                span.clone(),
+                |v| first_at.get(v).copied(),
+                e,
+            )
+            .map(|n| n.get_ref().clone());
         if let Some(n) = &name {
-            let path = format!("{base}.name");
-            match first_at.get(n.get_ref()) {
-                Some(first) => e.push(
-                    "upstream.name.duplicate",
-                    path,
-                    n.span(),
-                    format!("{:?} is already the name of {first}", n.get_ref()),
-                ),
-                None => {
-                    let id = UpstreamId::try_from(i).unwrap_or(UpstreamId::MAX);
-                    ids.insert(n.get_ref().clone(), id);
-                    first_at.insert(n.get_ref().clone(), base.clone());
-                }
-            }
+            ids.insert(
+                n.clone(),
+                UpstreamId::try_from(i).unwrap_or(UpstreamId::MAX),
+            );
+            first_at.insert(n.clone(), i);
         }
-        let name = name.map(|n| n.into_inner()).unwrap_or_default();
+        let name = name.unwrap_or_default();
         groups.push(check_group(u, name, &base, span, e));
     }
     Upstreams { groups, ids }
 }
 
-/// The group's name, when present and valid.
-fn check_name(
-    u: &RawUpstream,
-    base: &str,
-    span: Range<usize>,
-    e: &mut Errors<'_>,
-) -> Option<Spanned<String>> {
-    let path = format!("{base}.name");
-    let Some(n) = &u.name else {
-        e.push(
-            "upstream.name.required",
-            path,
-            span,
-            "an upstream needs a name that routes refer to, such as name = \"app\"",
-        );
-        return None;
-    };
-    let v = n.get_ref();
-    let valid = (1..=64).contains(&v.len())
-        && v.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-    if !valid {
-        e.push(
-            "upstream.name.invalid",
-            path,
-            n.span(),
-            format!("{v:?} is not an upstream name: use 1 to 64 of a-z, 0-9, '_' and '-'"),
-        );
-        return None;
-    }
-    Some(n.clone())
-}
+const UPSTREAM: BlockKind = BlockKind {
+    key: "upstream",
+    noun: "upstream",
+    codes: [
+        "upstream.name.required",
+        "upstream.name.invalid",
+        "upstream.name.duplicate",
+    ],
+    required: "an upstream needs a name that routes refer to, such as name = \"app\"",
+};
 
 fn check_group(
     u: &RawUpstream,
