@@ -129,48 +129,30 @@ fn cloudflare_headers_are_believed_from_the_configured_ranges_only() {
         )
     };
 
-    // From the Cloudflare range: the address and the country count.
-    assert_eq!(
-        status_from("127.0.0.1", &g, &cf("geo.test", "198.51.100.1", "DE")),
-        200
-    );
-    assert_eq!(
-        status_from("127.0.0.1", &g, &cf("geo.test", "198.51.100.1", "RU")),
-        403
-    );
-    assert_eq!(
-        status_from("127.0.0.1", &g, &cf("geo.test", "198.51.100.1", "t1")),
-        403
-    );
-    assert_eq!(
-        status_from("127.0.0.1", &g, &cf("geo.test", "203.0.113.66", "DE")),
-        403
-    );
-    assert_eq!(
-        status_from("127.0.0.1", &g, &cf("de.test", "198.51.100.1", "DE")),
-        200
-    );
-    assert_eq!(
-        status_from("127.0.0.1", &g, &cf("de.test", "198.51.100.1", "FR")),
-        403
-    );
-    // XX (unknown) is outside an allow list that does not name it.
-    assert_eq!(
-        status_from("127.0.0.1", &g, &cf("de.test", "198.51.100.1", "XX")),
-        403
-    );
-
-    // Forged headers from a peer outside the range are ignored: no country
-    // and no address. The deny rules do not fire...
-    assert_eq!(
-        status_from("127.0.0.2", &g, &cf("geo.test", "203.0.113.66", "RU")),
-        200
-    );
-    // ...and a country allow list does not let it in.
-    assert_eq!(
-        status_from("127.0.0.2", &g, &cf("de.test", "198.51.100.1", "DE")),
-        403
-    );
+    // (peer, host, CF-Connecting-IP, CF-IPCountry, status)
+    let cases = [
+        // From the Cloudflare range: the address and the country count.
+        ("127.0.0.1", "geo.test", "198.51.100.1", "DE", 200),
+        ("127.0.0.1", "geo.test", "198.51.100.1", "RU", 403),
+        ("127.0.0.1", "geo.test", "198.51.100.1", "t1", 403),
+        ("127.0.0.1", "geo.test", "203.0.113.66", "DE", 403),
+        ("127.0.0.1", "de.test", "198.51.100.1", "DE", 200),
+        ("127.0.0.1", "de.test", "198.51.100.1", "FR", 403),
+        // XX (unknown) is outside an allow list that does not name it.
+        ("127.0.0.1", "de.test", "198.51.100.1", "XX", 403),
+        // Forged headers from a peer outside the range are ignored: no
+        // country and no address. The deny rules do not fire...
+        ("127.0.0.2", "geo.test", "203.0.113.66", "RU", 200),
+        // ...and a country allow list does not let it in.
+        ("127.0.0.2", "de.test", "198.51.100.1", "DE", 403),
+    ];
+    for (peer, host, ip, country, want) in cases {
+        assert_eq!(
+            status_from(peer, &g, &cf(host, ip, country)),
+            want,
+            "{peer} {host} {ip} {country}"
+        );
+    }
 
     assert_eq!(
         wait_sample(&g, &access_sample("geo", "refused"), 3, METRIC_WAIT),
