@@ -95,14 +95,8 @@ impl<'s> Errors<'s> {
         span: Range<usize>,
         message: impl Into<String>,
     ) {
-        let (line, column) = self.positions.line_column(span.start);
-        self.warnings.push(ProfileError {
-            code,
-            path: path.into(),
-            line,
-            column,
-            message: message.into(),
-        });
+        let e = self.placed(code, path.into(), span, message.into());
+        self.warnings.push(e);
     }
 
     /// The warnings in source order.
@@ -120,14 +114,26 @@ impl<'s> Errors<'s> {
         span: Range<usize>,
         message: impl Into<String>,
     ) {
+        let e = self.placed(code, path.into(), span, message.into());
+        self.list.push(e);
+    }
+
+    /// An error or warning at the start of byte range `span`.
+    fn placed(
+        &self,
+        code: &'static str,
+        path: String,
+        span: Range<usize>,
+        message: String,
+    ) -> ProfileError {
         let (line, column) = self.positions.line_column(span.start);
-        self.list.push(ProfileError {
+        ProfileError {
             code,
-            path: path.into(),
+            path,
             line,
             column,
-            message: message.into(),
-        });
+            message,
+        }
     }
 
     /// Records an error that has no position (line and column 0).

@@ -137,6 +137,18 @@ pub struct Page {
     pub text: Answer,
 }
 
+impl Page {
+    /// The form a client gets: HTML when it accepts it, else text.
+    #[inline]
+    pub fn for_client(&self, wants_html: bool) -> &Answer {
+        if wants_html {
+            &self.html
+        } else {
+            &self.text
+        }
+    }
+}
+
 /// The pages of one snapshot, indexed by [`ErrorStatus`].
 #[derive(Clone, Debug)]
 pub struct ErrorPages {
@@ -284,12 +296,7 @@ impl ErrorPages {
     /// The page for `status` in the form the client asked for. O(1).
     #[inline]
     pub fn get(&self, status: ErrorStatus, wants_html: bool) -> &Answer {
-        let page = &self.pages[status as usize];
-        if wants_html {
-            &page.html
-        } else {
-            &page.text
-        }
+        self.pages[status as usize].for_client(wants_html)
     }
 }
 

@@ -152,11 +152,7 @@ pub(super) fn prepare<'s>(
                 } else {
                     l.challenge_page()
                 };
-                let answer = if head.wants_html {
-                    &page.html
-                } else {
-                    &page.text
-                };
+                let answer = page.for_client(head.wants_html);
                 answer.write_into(p.wbuf, &whole_ctx);
                 if busy {
                     if let Some(c) = p
@@ -276,21 +272,13 @@ pub(super) fn prepare<'s>(
             // answer as a failed check would.
             None => {
                 let page = snap.gate.access_lists[list as usize].challenge_page();
-                let answer = if head.wants_html {
-                    &page.html
-                } else {
-                    &page.text
-                };
+                let answer = page.for_client(head.wants_html);
                 answer.write_into(p.wbuf, &whole_ctx);
                 (LocalEnd::Written, answer.status)
             }
         },
         Verdict::Challenge(page) => {
-            let answer = if head.wants_html {
-                &page.html
-            } else {
-                &page.text
-            };
+            let answer = page.for_client(head.wants_html);
             answer.write_into(p.wbuf, &whole_ctx);
             (LocalEnd::Written, answer.status)
         }
