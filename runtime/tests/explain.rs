@@ -4,34 +4,8 @@
 
 mod common;
 
+use common::gate::{explain_json, explain_text as explain};
 use common::*;
-use serde_json::Value;
-use std::path::Path;
-use std::process::Command;
-
-/// Runs `gapura explain --profile FILE ARGS...` and returns its stdout.
-fn explain(profile: &Path, args: &[String]) -> String {
-    let out = Command::new(bin())
-        .arg("explain")
-        .arg("--profile")
-        .arg(profile)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "explain {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn explain_json(profile: &Path, args: &[String]) -> Value {
-    let mut all = vec!["--json".to_string()];
-    all.extend_from_slice(args);
-    let text = explain(profile, &all);
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
 
 /// One described request, sent to the server and to `explain` alike.
 struct Case {

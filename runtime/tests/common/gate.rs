@@ -163,13 +163,15 @@ pub fn reporting_upstream() -> Upstream {
     }))
 }
 
-/// Runs `gapura explain --profile FILE --json ARGS...` and returns its JSON.
-pub fn explain_json(profile: &std::path::Path, args: &[&str]) -> serde_json::Value {
+/// Runs `gapura explain --profile FILE ARGS...` and returns its stdout.
+pub fn explain_text<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(
+    profile: &std::path::Path,
+    args: &[S],
+) -> String {
     let out = std::process::Command::new(bin())
         .arg("explain")
         .arg("--profile")
         .arg(profile)
-        .arg("--json")
         .args(args)
         .output()
         .unwrap();
@@ -178,7 +180,17 @@ pub fn explain_json(profile: &std::path::Path, args: &[&str]) -> serde_json::Val
         "explain {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `gapura explain --profile FILE --json ARGS...` and returns its JSON.
+pub fn explain_json<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(
+    profile: &std::path::Path,
+    args: &[S],
+) -> serde_json::Value {
+    let mut all: Vec<std::ffi::OsString> = vec!["--json".into()];
+    all.extend(args.iter().map(|a| a.as_ref().to_owned()));
+    let text = explain_text(profile, &all);
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
