@@ -251,7 +251,11 @@ pub struct Client {
 
 impl Client {
     pub fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).unwrap();
+        Client::over(TcpStream::connect(addr).unwrap())
+    }
+
+    /// A client on a connected stream, reading with a 5 s timeout.
+    fn over(stream: TcpStream) -> Client {
         stream
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();
@@ -319,14 +323,7 @@ impl Client {
         let local: SocketAddr = format!("{src}:0").parse().unwrap();
         sock.bind(&local.into()).unwrap();
         sock.connect(&addr.into()).unwrap();
-        let stream: TcpStream = sock.into();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        Client {
-            stream,
-            buf: Vec::new(),
-        }
+        Client::over(sock.into())
     }
 }
 
