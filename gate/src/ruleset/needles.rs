@@ -339,15 +339,10 @@ impl Needles {
                     }
                 }
             }
-            s = self.dense
-                [s as usize * self.stride as usize + usize::from(self.class[usize::from(line[i])])];
-            let o = self.out[s as usize];
-            if o != 0 {
-                found.or(&self.outs[o as usize]);
-                if found.contains_all(&self.all) {
-                    return;
-                }
-            }
+            let Some(next) = self.step(s, line[i], found) else {
+                return;
+            };
+            s = next;
             i += 1;
         }
     }
@@ -381,15 +376,10 @@ impl Needles {
                 let mut s = ROOT;
                 let mut j = p;
                 loop {
-                    s = self.dense[s as usize * self.stride as usize
-                        + usize::from(self.class[usize::from(line[j])])];
-                    let o = self.out[s as usize];
-                    if o != 0 {
-                        found.or(&self.outs[o as usize]);
-                        if found.contains_all(&self.all) {
-                            return;
-                        }
-                    }
+                    let Some(next) = self.step(s, line[j], found) else {
+                        return;
+                    };
+                    s = next;
                     j += 1;
                     if s == ROOT || j == n {
                         break;
@@ -399,6 +389,23 @@ impl Needles {
             }
             base += 8;
         }
+    }
+
+    /// The automaton's move from `s` on byte `b`, adding the rules whose
+    /// substring ends there to `found`; `None` once `found` holds every
+    /// rule (nothing is left to find).
+    #[inline(always)]
+    fn step(&self, s: u32, b: u8, found: &mut RuleBits) -> Option<u32> {
+        let next =
+            self.dense[s as usize * self.stride as usize + usize::from(self.class[usize::from(b)])];
+        let o = self.out[next as usize];
+        if o != 0 {
+            found.or(&self.outs[o as usize]);
+            if found.contains_all(&self.all) {
+                return None;
+            }
+        }
+        Some(next)
     }
 
     #[inline(always)]
