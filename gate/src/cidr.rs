@@ -381,7 +381,7 @@ impl CidrSet {
     }
 
     /// Whether a key (see [`key`]) is in the set. O(log ranges).
-    #[inline]
+    #[inline(always)]
     pub fn contains_key(&self, k: u128) -> bool {
         if (V4_MAPPED_FIRST..=V4_MAPPED_LAST).contains(&k) {
             return self.contains_v4((k - V4_MAPPED_FIRST) as u32);

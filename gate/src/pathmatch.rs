@@ -219,7 +219,7 @@ impl Table {
     }
 
     /// The group whose pattern equals `key`. O(1) expected, no allocation.
-    #[inline]
+    #[inline(always)]
     fn group_of(&self, key: &[u8]) -> Option<u32> {
         if self.lens >> key.len().min(63) & 1 == 0 {
             return None;

@@ -342,6 +342,7 @@ fn ua_memo_slot(line: &[u8]) -> usize {
 impl RegexCaches {
     /// The memoised scan of one user-agent line, or a scan that fills the
     /// memo. O(line) on a miss, O(line) compare on a hit; no allocation.
+    #[inline(always)]
     fn ua_scan(&mut self, needles: &Needles, line: &[u8]) -> RuleBits {
         if self.ua_memo.is_empty() || line.len() > UA_MEMO_BYTES {
             let mut found = RuleBits::default();
@@ -403,6 +404,7 @@ impl<'a, U: Iterator<Item = &'a [u8]> + Clone> Eval<'a, '_, U> {
         })
     }
 
+    #[inline(always)]
     fn ua_found(&mut self, needles: &Needles) -> &RuleBits {
         if self.ua_found.is_none() {
             let mut found = RuleBits::default();
