@@ -42,6 +42,10 @@ pub(super) fn parse_bare(value: &[u8]) -> Option<IpAddr> {
 /// `192.0.2.1:4711`, `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:4711`
 /// (a port may be obfuscated, `_x`). `unknown` and obfuscated identifiers
 /// are not addresses.
+///
+/// The dotted quad is read in line (every request through a proxy has one);
+/// the other forms out of line.
+#[inline(always)]
 fn parse_node(node: &[u8]) -> Option<IpAddr> {
     let node = trim_ows(node);
     if node.is_empty() || node.len() > MAX_NODE_BYTES {
@@ -50,6 +54,12 @@ fn parse_node(node: &[u8]) -> Option<IpAddr> {
     if let Some(v4) = plain_ipv4(node) {
         return Some(IpAddr::V4(v4));
     }
+    parse_node_other(node)
+}
+
+/// [`parse_node`] for a node that is not a plain dotted quad.
+#[inline(never)]
+fn parse_node_other(node: &[u8]) -> Option<IpAddr> {
     let text = std::str::from_utf8(node).ok()?;
     let ip = if let Some(rest) = text.strip_prefix('[') {
         let (inner, after) = rest.split_once(']')?;
