@@ -107,12 +107,12 @@ BOT="Mozilla/5.0 (compatible; GPTBot/1.2; +https://openai.com/gptbot)"
 # Paths that pass, one the rule set refuses, robots.txt: rotated per request.
 PATHS=(/products/item-42?x=1 / /static/js/app.3f2a9c.js /api/v1/users/42/orders?page=2 /wp-login.php /robots.txt)
 
-load() { # port connections user-agent paths...
-    local port=$1 conns=$2 ua=$3
-    shift 3
+load() { # seconds port connections user-agent paths...
+    local seconds=$1 port=$2 conns=$3 ua=$4
+    shift 4
     local first=$1
     shift
-    taskset -c "$LOAD_CORE" "$LOADTEST" -t1 -c"$conns" -d"${SECONDS_PER_RUN}s" --no-progress -q \
+    taskset -c "$LOAD_CORE" "$LOADTEST" -t1 -c"$conns" -d"${seconds}s" --no-progress -q \
         -H "Host: app.test" -H "User-Agent: $ua" -H "X-Forwarded-For: 203.0.113.7" \
         --json "$WORK/load.json" "http://127.0.0.1:$port$first" "$@"
     python3 -c 'import json,sys
@@ -135,10 +135,12 @@ for template in gapura-respond gapura-respond-gate gapura-proxy gapura-proxy-gat
         pid=$STARTED
         wait_port "$port"
         echo "   $template, $conns connections"
-        load "$port" "$conns" "$CHROME" "${PATHS[@]}"
+        load "$SECONDS_PER_RUN" "$port" "$conns" "$CHROME" "${PATHS[@]}"
         if [[ $template == *-gate && $conns == 64 ]]; then
+            # One second: a refusal is cheap, so a run as long as the others
+            # would outweigh them in the profile.
             echo "   $template, a refused user agent"
-            load "$port" "$conns" "$BOT" /
+            load 1 "$port" "$conns" "$BOT" /
         fi
         stop "$pid"
     done
