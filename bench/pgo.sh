@@ -38,7 +38,7 @@ DATA=$REPO_ROOT/target/pgo-data
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]+"${PIDS[@]}"}"; do kill "$pid" 2>/dev/null || true; done
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -98,8 +98,19 @@ wait_port() {
 }
 
 stop() { # pid: a graceful stop, so the instrumented process writes its profile
-    kill -TERM "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
+    local pid=$1 p
+    kill -TERM "$pid" 2>/dev/null || true
+    # Drained within seconds; one that is not is killed (its profile is lost).
+    for _ in $(seq 100); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    # Reaped: never signalled again, its number may be reused.
+    local rest=()
+    for p in "${PIDS[@]}"; do [[ $p == "$pid" ]] || rest+=("$p"); done
+    PIDS=("${rest[@]+"${rest[@]}"}")
 }
 
 CHROME="Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
