@@ -328,13 +328,8 @@ impl Default for UaMemo {
 fn ua_memo_slot(line: &[u8]) -> usize {
     // Only picks a slot (the bytes are compared on a hit): the length and
     // the first and last eight bytes, mixed. O(1).
-    let word = |b: &[u8]| {
-        let mut w = [0u8; 8];
-        w[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
-        u64::from_le_bytes(w)
-    };
-    let head = word(line);
-    let tail = word(&line[line.len().saturating_sub(8)..]);
+    let head = needles::word_at(line, 0);
+    let tail = needles::word_at(line, line.len().saturating_sub(8));
     let h = (head ^ tail.rotate_left(29) ^ line.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (h >> 60) as usize % UA_MEMO_ENTRIES
 }

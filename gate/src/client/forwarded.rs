@@ -9,6 +9,10 @@ use crate::cidr::canonical;
 use std::net::{IpAddr, Ipv4Addr};
 
 fn trim_ows(b: &[u8]) -> &[u8] {
+    let ows = |c: &u8| *c == b' ' || *c == b'\t';
+    if !b.first().is_some_and(ows) && !b.last().is_some_and(ows) {
+        return b;
+    }
     let start = b
         .iter()
         .position(|&c| c != b' ' && c != b'\t')
@@ -85,36 +89,36 @@ fn parse_node_other(node: &[u8]) -> Option<IpAddr> {
 /// reads every form this one takes the same way. O(length), no allocation.
 #[inline]
 fn plain_ipv4(b: &[u8]) -> Option<Ipv4Addr> {
-    if b.len() > 15 {
+    let n = b.len();
+    if !(7..=15).contains(&n) {
         return None;
     }
     let mut octets = [0u8; 4];
-    let mut group = 0;
-    let mut value: u32 = 0;
-    let mut digits = 0;
-    for &c in b {
-        match c {
-            b'0'..=b'9' => {
-                if digits == 3 || (digits == 1 && value == 0) {
-                    return None;
-                }
-                value = value * 10 + u32::from(c - b'0');
-                digits += 1;
+    let mut i = 0;
+    for (k, octet) in octets.iter_mut().enumerate() {
+        if k > 0 {
+            if b.get(i) != Some(&b'.') {
+                return None;
             }
-            b'.' if digits > 0 && group < 3 => {
-                octets[group] = u8::try_from(value).ok()?;
-                group += 1;
-                value = 0;
-                digits = 0;
-            }
-            _ => return None,
+            i += 1;
         }
+        let start = i;
+        let mut value: u32 = 0;
+        while i < n && i - start < 3 {
+            let d = b[i].wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            value = value * 10 + u32::from(d);
+            i += 1;
+        }
+        let digits = i - start;
+        if digits == 0 || (digits > 1 && b[start] == b'0') {
+            return None;
+        }
+        *octet = u8::try_from(value).ok()?;
     }
-    if group != 3 || digits == 0 {
-        return None;
-    }
-    octets[3] = u8::try_from(value).ok()?;
-    Some(Ipv4Addr::from(octets))
+    (i == n).then(|| Ipv4Addr::from(octets))
 }
 
 /// 1 to 5 digits up to 65535, or an obfuscated port (`_` then letters,
@@ -269,6 +273,14 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn plain_ipv4_reads_every_dotted_quad(o in any::<[u8; 4]>()) {
+            let text = Ipv4Addr::from(o).to_string();
+            prop_assert_eq!(plain_ipv4(text.as_bytes()), Some(Ipv4Addr::from(o)));
+            let padded = format!("\t {text} ");
+            prop_assert_eq!(parse_node(padded.as_bytes()), Some(IpAddr::V4(Ipv4Addr::from(o))));
+        }
+
         #[test]
         fn plain_ipv4_never_disagrees_with_the_full_parser(s in "[0-9.]{0,17}") {
             if let Some(v4) = plain_ipv4(s.as_bytes()) {

@@ -358,10 +358,7 @@ impl Needles {
         let mut next = 0;
         let mut base = 0;
         while base < n {
-            let chunk = &line[base..n.min(base + 8)];
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            let word = u64::from_le_bytes(word);
+            let word = word_at(line, base);
             let mut hits = 0u64;
             for &f in &self.first[..usize::from(self.first_len)] {
                 hits |= zero_bytes(word ^ f);
@@ -445,6 +442,23 @@ pub(super) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     // The last, possibly overlapping, word.
     diff |= word(a, n - 8) ^ word(b, n - 8);
     diff == 0
+}
+
+/// The eight bytes of `s` from `at` as a little-endian word, zeros past
+/// its end. A whole word is one load; only a short tail is copied.
+#[inline(always)]
+pub(super) fn word_at(s: &[u8], at: usize) -> u64 {
+    match s.get(at..at + 8) {
+        Some(w) => u64::from_le_bytes(w.try_into().unwrap_or([0; 8])),
+        None => {
+            let tail = s.get(at..).unwrap_or(&[]);
+            let mut w = [0u8; 8];
+            for (d, &b) in w.iter_mut().zip(tail) {
+                *d = b;
+            }
+            u64::from_le_bytes(w)
+        }
+    }
 }
 
 const LOW_BYTES: u64 = 0x0101_0101_0101_0101;

@@ -67,11 +67,41 @@ pub struct Lines<'a, 'b>(pub &'a [httparse::Header<'b>]);
 
 impl HeaderLines for Lines<'_, '_> {
     fn lines<'x>(&'x self, name: &'x str) -> impl Iterator<Item = &'x [u8]> + Clone + 'x {
+        debug_assert!(name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
         self.0
             .iter()
-            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .filter(move |h| name_is(h.name.as_bytes(), name.as_bytes()))
             .map(|h| h.value)
     }
+}
+
+/// Whether a parsed header name is `lower`, ASCII case ignored, eight bytes
+/// at a time. `lower` holds only lower-case letters, digits and `-`; the
+/// name is a token (the parser refuses anything else), and the only token
+/// bytes that set bit 5 into one of those are the upper-case letters, so
+/// `byte | 0x20` is exact.
+#[inline]
+fn name_is(name: &[u8], lower: &[u8]) -> bool {
+    const FOLD: u64 = 0x2020_2020_2020_2020;
+    let n = name.len();
+    if n != lower.len() {
+        return false;
+    }
+    if n < 8 {
+        return name.iter().zip(lower).all(|(a, b)| (a | 0x20) == *b);
+    }
+    let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
+    let mut at = 0;
+    while at + 8 < n {
+        if (word(name, at) | FOLD) != word(lower, at) {
+            return false;
+        }
+        at += 8;
+    }
+    // The last eight bytes, overlapping the words read.
+    (word(name, n - 8) | FOLD) == word(lower, n - 8)
 }
 
 impl Shard {
@@ -218,5 +248,58 @@ impl Shard {
 
     fn add_busy(&self, delta: i32) {
         self.busy.set(self.busy.get().wrapping_add_signed(delta));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_is;
+    use proptest::prelude::*;
+
+    const NAMES: [&str; 8] = [
+        "user-agent",
+        "x-forwarded-for",
+        "forwarded",
+        "authorization",
+        "cf-connecting-ip",
+        "cf-ipcountry",
+        "cf-ray",
+        "te",
+    ];
+
+    #[test]
+    fn header_names_match_in_any_case_only_whole() {
+        assert!(name_is(b"User-Agent", b"user-agent"));
+        assert!(name_is(b"X-FORWARDED-FOR", b"x-forwarded-for"));
+        assert!(name_is(b"cf-ray", b"cf-ray"));
+        assert!(!name_is(b"User-Agents", b"user-agent"));
+        assert!(!name_is(b"User_Agent", b"user-agent"));
+        assert!(!name_is(b"X-Forwarded-Fox", b"x-forwarded-for"));
+        assert!(!name_is(b"Y-Forwarded-For", b"x-forwarded-for"));
+        assert!(!name_is(b"", b"te"));
+    }
+
+    proptest! {
+        /// Over every token name the parser can hand on, the folded
+        /// comparison is `eq_ignore_ascii_case`.
+        #[test]
+        fn agrees_with_ignoring_case(
+            name in "[-!#$%&'*+.^_`|~0-9A-Za-z]{0,20}",
+            pick in 0usize..8,
+            case in any::<u32>(),
+        ) {
+            let lower = NAMES[pick];
+            prop_assert_eq!(
+                name_is(name.as_bytes(), lower.as_bytes()),
+                name.eq_ignore_ascii_case(lower)
+            );
+            // The name itself in a random mix of cases.
+            let mixed: String = lower
+                .chars()
+                .enumerate()
+                .map(|(i, c)| if case >> (i % 32) & 1 == 1 { c.to_ascii_uppercase() } else { c })
+                .collect();
+            prop_assert!(name_is(mixed.as_bytes(), lower.as_bytes()));
+        }
     }
 }
