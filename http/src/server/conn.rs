@@ -281,7 +281,11 @@ impl Conn {
                             self.shard.stats.gate_drops.inc();
                             return End::Done;
                         }
-                        plan => {
+                        // By reference: each field is then read as it was
+                        // written, not copied whole straight after the
+                        // writes (a copy that straddles them waits for them
+                        // to reach the cache).
+                        ref plan => {
                             self.pos += head.head_len;
                             if let Err(end) = self.execute(&snap, &head, plan).await {
                                 return end;
@@ -505,7 +509,7 @@ impl Conn {
         &mut self,
         snap: &Snapshot,
         head: &ParsedHead,
-        plan: Plan<'_>,
+        plan: &Plan<'_>,
     ) -> Result<(), End> {
         let leases = |ticket: Option<QuotaTicket>| {
             ticket.map(|ticket| Leases {
@@ -513,7 +517,7 @@ impl Conn {
                 ticket,
             })
         };
-        let (end, status, resp_start, limits, _leases) = match plan {
+        let (end, status, resp_start, limits, _leases) = match *plan {
             Plan::RefuseClose(kind) => return Err(self.close_after_refusal(kind).await),
             Plan::Drop | Plan::Verify { .. } => return Err(End::Done),
             Plan::Forward {

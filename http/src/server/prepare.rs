@@ -82,6 +82,7 @@ impl Drop for Leases {
     }
 }
 
+#[derive(Clone, Copy)]
 pub(super) enum LocalEnd<'s> {
     /// The answer's connection line, blank line and body.
     Answer(&'s Answer),
