@@ -122,6 +122,10 @@ pub struct Needles {
     /// (`first_len` 0: not used). Paths' literals mostly start with `/`.
     first: [u64; 3],
     first_len: u8,
+    /// Per byte of `first`, the bytes that may follow it (bit per raw byte,
+    /// case variants set): the pair test of that scan, held in line so a
+    /// path's few candidate positions never reach for `pairs`.
+    second: [[u64; 4]; 3],
 }
 
 impl Default for Needles {
@@ -255,9 +259,19 @@ impl Needles {
             }
         }
         let mut first = [0u64; 3];
+        let mut second = [[0u64; 4]; 3];
         let first_len = if (1..=3).contains(&starts.len()) {
-            for (w, &b) in first.iter_mut().zip(&starts) {
+            for ((w, after), &b) in first.iter_mut().zip(second.iter_mut()).zip(&starts) {
                 *w = u64::from(b) * LOW_BYTES;
+                for b1 in 0..=255u8 {
+                    if pairs[usize::from(u16::from_le_bytes([b, b1])) >> 6]
+                        >> (u16::from_le_bytes([b, b1]) & 63)
+                        & 1
+                        != 0
+                    {
+                        after[usize::from(b1 >> 6)] |= 1 << (b1 & 63);
+                    }
+                }
             }
             starts.len() as u8
         } else {
@@ -289,6 +303,7 @@ impl Needles {
             shift,
             first,
             first_len,
+            second,
         }
     }
 
@@ -367,7 +382,7 @@ impl Needles {
             while hits != 0 {
                 let p = base + (hits.trailing_zeros() / 8) as usize;
                 hits &= hits - 1;
-                if p < next || (p + 1 < n && !self.pair_may_start(line[p], line[p + 1])) {
+                if p < next || (p + 1 < n && !self.follows_first(line[p], line[p + 1])) {
                     continue;
                 }
                 let mut s = ROOT;
@@ -403,6 +418,17 @@ impl Needles {
             }
         }
         Some(next)
+    }
+
+    /// The pair test of [`scan_by_first`](Self::scan_by_first), where `b0`
+    /// is one of `first`'s bytes.
+    #[inline(always)]
+    fn follows_first(&self, b0: u8, b1: u8) -> bool {
+        let k = self.first[..usize::from(self.first_len)]
+            .iter()
+            .position(|&w| w as u8 == b0)
+            .unwrap_or(0);
+        self.second[k][usize::from(b1 >> 6)] >> (b1 & 63) & 1 != 0
     }
 
     #[inline(always)]
