@@ -78,6 +78,9 @@ static NEXT_SET_ID: AtomicU64 = AtomicU64::new(1);
 struct Method {
     bytes: [u8; MAX_METHOD_BYTES],
     len: u8,
+    /// The first eight bytes, ASCII lower-cased, zero-padded: a method of
+    /// at most eight bytes is matched with one word comparison.
+    folded: u64,
 }
 
 impl Method {
@@ -87,11 +90,18 @@ impl Method {
         Method {
             bytes,
             len: upper.len() as u8,
+            folded: needles::fold_case(needles::word_at(upper.as_bytes(), 0)),
         }
     }
 
     #[inline]
     fn matches(&self, method: &[u8]) -> bool {
+        if method.len() != usize::from(self.len) {
+            return false;
+        }
+        if method.len() <= 8 {
+            return needles::fold_case(needles::word_at(method, 0)) == self.folded;
+        }
         self.bytes[..usize::from(self.len)].eq_ignore_ascii_case(method)
     }
 }

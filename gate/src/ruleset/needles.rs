@@ -471,20 +471,38 @@ pub(super) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The eight bytes of `s` from `at` as a little-endian word, zeros past
-/// its end. A whole word is one load; only a short tail is copied.
+/// its end. In registers: a whole word is one load, a short tail the
+/// slice's last word shifted down (a tail copied through memory would be
+/// read back straight after writes of other sizes, which stalls).
 #[inline(always)]
 pub(super) fn word_at(s: &[u8], at: usize) -> u64 {
-    match s.get(at..at + 8) {
-        Some(w) => u64::from_le_bytes(w.try_into().unwrap_or([0; 8])),
-        None => {
-            let tail = s.get(at..).unwrap_or(&[]);
-            let mut w = [0u8; 8];
-            for (d, &b) in w.iter_mut().zip(tail) {
-                *d = b;
-            }
-            u64::from_le_bytes(w)
-        }
+    let load = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+    let n = s.len();
+    if at + 8 <= n {
+        return load(&s[at..at + 8]);
     }
+    if at >= n {
+        return 0;
+    }
+    if n >= 8 {
+        return load(&s[n - 8..]) >> (8 * (at + 8 - n));
+    }
+    s[at..]
+        .iter()
+        .enumerate()
+        .fold(0, |w, (i, &b)| w | u64::from(b) << (8 * i))
+}
+
+/// Every byte of `w` ASCII lower-cased, eight at a time (no carry crosses
+/// a byte: each sum stays below 0x100).
+#[inline(always)]
+pub(super) fn fold_case(w: u64) -> u64 {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let low = w & !HIGH;
+    let at_least_a = low.wrapping_add(0x3f3f_3f3f_3f3f_3f3f);
+    let past_z = low.wrapping_add(0x2525_2525_2525_2525);
+    let upper = at_least_a & !past_z & !w & HIGH;
+    w | (upper >> 2)
 }
 
 const LOW_BYTES: u64 = 0x0101_0101_0101_0101;
@@ -627,6 +645,31 @@ mod tests {
         assert_eq!(found(&n, &["/x/ADMIN/y"]), vec![0]);
         assert_eq!(found(&n, &["/x/admin"]), Vec::<usize>::new());
         assert_eq!(found(&n, &["/a/b/c/d/e/f/g/h/wp-includes/x.js"]), vec![1]);
+    }
+
+    #[test]
+    fn fold_case_lowers_every_byte_alone() {
+        for b in 0..=255u8 {
+            for pos in 0..8 {
+                let w = u64::from(b) << (8 * pos) | 0x5a41_7a61_ff80_405b & !(0xff << (8 * pos));
+                let want = u64::from_le_bytes(w.to_le_bytes().map(|x| x.to_ascii_lowercase()));
+                assert_eq!(fold_case(w), want, "byte {b:#x} at {pos}");
+            }
+        }
+    }
+
+    #[test]
+    fn word_at_pads_with_zeros_past_the_end() {
+        let s: Vec<u8> = (1..=20).collect();
+        for n in 0..=s.len() {
+            for at in 0..n + 9 {
+                let mut w = [0u8; 8];
+                for (i, d) in w.iter_mut().enumerate() {
+                    *d = s[..n].get(at + i).copied().unwrap_or(0);
+                }
+                assert_eq!(word_at(&s[..n], at), u64::from_le_bytes(w), "n {n} at {at}");
+            }
+        }
     }
 
     #[test]
