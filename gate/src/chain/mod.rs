@@ -135,12 +135,14 @@ impl Snapshot {
         // The canonical path, when something reads it.
         // Routes match on it; quotas read it for the robots.txt exemption
         // and path-keyed rate limits.
+        // The host's own fields first; the snapshot's budgets (six levels)
+        // last.
         let needs_path = matches!(entry.action, HostAction::Proxy(_))
-            || self.gate.has_budgets()
-            || entry.policy.rate_pair.is_some()
-            || entry.extras.robots.is_some()
             // A rule set never rules on robots.txt: telling it apart needs the path.
-            || entry.policy.rules.is_some();
+            || entry.policy.rules.is_some()
+            || entry.extras.robots.is_some()
+            || entry.policy.rate_pair.is_some()
+            || self.gate.has_budgets();
         let canonical: &[u8] = if needs_path {
             match crate::path::canonical(req.path, scratch) {
                 Ok(p) => p,
