@@ -7,9 +7,10 @@ and for `--upstream` a one-worker nginx `return 200` on core 1 beside the
 generator. Per round and profile: server CPU (user + system from /proc)
 per request the generator completed. The report gives each round, the
 medians, the ratio B/A of the medians, the median of the per-round
-ratios (steadier when the machine's load drifts), the ratio of each
-profile's best round (other load only ever adds CPU) and, from 8 rounds
-up, the ratio of each profile's lower quartile.
+ratios (steadier when the machine's load drifts), each profile's median
+user and system time per request (where a difference lies), the ratio of
+each profile's best round (other load only ever adds CPU) and, from 8
+rounds up, the ratio of each profile's lower quartile.
 
   bench/overhead.py --a PROFILE_A --b PROFILE_B [--upstream] [--rounds 3]
                     [--duration 5] [--connections 64] [--b-env KEY=VALUE]
@@ -144,12 +145,14 @@ def main():
         if args.upstream:
             up, up_port = start_upstream(tmp)
         results = {"a": [], "b": []}
+        split = {"a": [], "b": []}
         for i in range(args.rounds):
             b_env = dict(kv.split("=", 1) for kv in args.b_env)
             for name, path, env, binary in (("a", args.a, None, args.a_bin),
                                             ("b", args.b, b_env, args.b_bin)):
                 us, n, st, (user, system) = run_once(path, tmp, up_port, args, env, binary)
                 results[name].append(us)
+                split[name].append((user, system))
                 print(f"round {i + 1} {name}: {us:.2f} µs/req (user {user:.2f}, system "
                       f"{system:.2f}) over {n} requests, status {st}")
         ma, mb = statistics.median(results["a"]), statistics.median(results["b"])
@@ -161,6 +164,13 @@ def main():
         # steadier figure on a shared machine.
         paired = statistics.median(b / a for a, b in zip(results["a"], results["b"]))
         print(f"median of the per-round ratios B/A: {paired:.3f}")
+        # Where the difference lies: the server's own code (user) or the
+        # kernel's work for it (system). The kernel samples the split at
+        # each tick, so one round's split is rough; the medians are not.
+        for name in ("a", "b"):
+            mu = statistics.median(u for u, _ in split[name])
+            ms = statistics.median(s for _, s in split[name])
+            print(f"median split {name.upper()}: user {mu:.2f}, system {ms:.2f} µs/req")
         # Other load on a shared machine only ever adds CPU per request:
         # each profile's best round is its least disturbed one.
         la, lb = min(results["a"]), min(results["b"])
