@@ -49,8 +49,7 @@ pub(crate) struct Upstreams {
 /// `[[upstream]]`, in order, even for groups with errors.
 pub(crate) fn check_upstreams(raw: &[Spanned<RawUpstream>], e: &mut Errors<'_>) -> Upstreams {
     let mut groups = Vec::with_capacity(raw.len());
-    let mut ids = HashMap::new();
-    let mut first_at: HashMap<String, usize> = HashMap::new();
+    let mut ids: HashMap<String, UpstreamId> = HashMap::new();
     for (i, u) in raw.iter().enumerate() {
         let base = format!("upstream[{i}]");
         let span = u.span();
@@ -60,7 +59,7 @@ pub(crate) fn check_upstreams(raw: &[Spanned<RawUpstream>], e: &mut Errors<'_>) 
                 &u.name,
                 &base,
                 span.clone(),
-                |v| first_at.get(v).copied(),
+                |v| ids.get(v).map(|&id| id as usize),
                 e,
             )
             .map(|n| n.get_ref().clone());
@@ -69,7 +68,6 @@ pub(crate) fn check_upstreams(raw: &[Spanned<RawUpstream>], e: &mut Errors<'_>) 
                 n.clone(),
                 UpstreamId::try_from(i).unwrap_or(UpstreamId::MAX),
             );
-            first_at.insert(n.clone(), i);
         }
         let name = name.unwrap_or_default();
         groups.push(check_group(u, name, &base, span, e));
