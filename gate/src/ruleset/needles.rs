@@ -264,11 +264,7 @@ impl Needles {
             for ((w, after), &b) in first.iter_mut().zip(second.iter_mut()).zip(&starts) {
                 *w = u64::from(b) * LOW_BYTES;
                 for b1 in 0..=255u8 {
-                    if pairs[usize::from(u16::from_le_bytes([b, b1])) >> 6]
-                        >> (u16::from_le_bytes([b, b1]) & 63)
-                        & 1
-                        != 0
-                    {
+                    if pair_marked(&pairs, b, b1) {
                         after[usize::from(b1 >> 6)] |= 1 << (b1 & 63);
                     }
                 }
@@ -433,8 +429,7 @@ impl Needles {
 
     #[inline(always)]
     fn pair_may_start(&self, b0: u8, b1: u8) -> bool {
-        let k = usize::from(u16::from_le_bytes([b0, b1]));
-        self.pairs[k >> 6] >> (k & 63) & 1 != 0
+        pair_marked(&self.pairs, b0, b1)
     }
 
     #[inline]
@@ -526,6 +521,13 @@ fn pair_slot(b0: u8, b1: u8) -> usize {
 
 /// Marks the raw byte pairs that lowercase to `b0 b1`: every case
 /// variant, so the scan needs no lowercasing to test a position.
+/// Whether the raw pair `b0 b1` is marked in a pair table.
+#[inline(always)]
+fn pair_marked(pairs: &[u64; 1024], b0: u8, b1: u8) -> bool {
+    let k = usize::from(u16::from_le_bytes([b0, b1]));
+    pairs[k >> 6] >> (k & 63) & 1 != 0
+}
+
 fn mark(pairs: &mut [u64; 1024], b0: u8, b1: u8) {
     for x in [b0, b0.to_ascii_uppercase()] {
         for y in [b1, b1.to_ascii_uppercase()] {
