@@ -3,6 +3,7 @@
 
 mod access;
 mod bundles;
+mod chain_order;
 mod client;
 mod decide;
 mod docs;

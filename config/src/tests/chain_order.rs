@@ -1,0 +1,136 @@
+//! The chain runs its steps in the order of docs/gate.md's table: a request
+//! that passes every block records one trace step per block, and their
+//! order is the table's.
+
+use super::*;
+use gapura_gate::chain::{GateState, Request, Step, Trace};
+use gapura_gate::client::Peer;
+use gapura_gate::path::MAX_PATH_BYTES;
+use gapura_gate::Verdict;
+
+const GATE_MD: &str = include_str!("../../../docs/gate.md");
+
+/// Every block of the chain applies, and the request passes each one.
+const EVERY_BLOCK: &str = r#"
+[[rate_limit]]
+name = "site"
+requests = 100
+per = "second"
+
+[[access_list]]
+name = "office"
+allow = ["192.0.2.0/24"]
+satisfy = "any"
+users = [
+  { name = "alice", password_hash = "$pbkdf2-sha256$i=100000$4oIHnorXlottSFKouWKuKg$tDCbfNfDmlED4CXmuasw/mB3qPueQOt0glrBdB1jrCk" },
+]
+
+[[rule_set]]
+name = "edge"
+
+[[rule_set.rule]]
+path.prefix = "/admin"
+action = "deny"
+
+[[host]]
+names = ["a.test"]
+body = "hi"
+access_list = "office"
+rule_set = "edge"
+rate_limit = "site"
+robots = "disallow_all"
+
+[host.maintenance]
+enabled = true
+mode = "shadow"
+"#;
+
+/// Each traced step and the number of its row in docs/gate.md, with the
+/// words that row's step column starts with.
+fn row_of(step: &Step<'_>) -> Option<(u32, &'static str)> {
+    Some(match step {
+        Step::Client { .. } => (2, "client address"),
+        Step::Host { .. } => (3, "host"),
+        // Facts that belong to the host step: no row of their own.
+        Step::Path { .. } | Step::Route { .. } => return None,
+        Step::AccessAddress { .. } => (4, "address refusal of the access list"),
+        Step::RuleSet { .. } => (5, "rule set"),
+        Step::Access { .. } => (6, "access list passwords"),
+        Step::Quota { .. } => (7, "budgets, leases and rate limit"),
+        Step::RequestLimits { .. } => (8, "request limits of the host"),
+        Step::Robots { .. } => (9, "managed `robots.txt`"),
+        Step::Maintenance { .. } => (10, "maintenance"),
+    })
+}
+
+/// (number, step) of each row of docs/gate.md's chain table.
+fn table_rows() -> Vec<(u32, String)> {
+    let table = &GATE_MD[GATE_MD
+        .find("## The chain, in order")
+        .expect("the chain's section")..];
+    table
+        .lines()
+        .filter_map(|l| {
+            let mut cells = l.split('|').map(str::trim).skip(1);
+            let n = cells.next()?.parse().ok()?;
+            Some((n, cells.next()?.to_string()))
+        })
+        .collect()
+}
+
+#[derive(Default)]
+struct Rows(Vec<(u32, &'static str)>);
+
+impl Trace for Rows {
+    fn step(&mut self, step: Step<'_>) {
+        self.0.extend(row_of(&step));
+    }
+    fn enabled(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
+    let c = ok(EVERY_BLOCK);
+    let s = &c.snapshot;
+    let mut state = GateState::small();
+    state.adopt(s, 0);
+    let mut scratch = Box::new([0u8; MAX_PATH_BYTES]);
+    let headers: [(&str, &[u8]); 1] = [("user-agent", b"curl/8")];
+    let req = Request {
+        peer: Peer::tcp("192.0.2.1".parse().unwrap()),
+        method: b"GET",
+        host: Some(b"a.test"),
+        target: b"/x",
+        path: b"/x",
+        header_count: 2,
+        header_bytes: 30,
+        content_length: None,
+        headers: &headers[..],
+    };
+    let mut rows = Rows::default();
+    let d = s.decide(&req, &mut state, 0, &mut scratch, &mut rows);
+    assert!(
+        matches!(d.verdict, Verdict::Respond(a) if a.status == 200),
+        "every block lets the request through: {:?}",
+        d.verdict
+    );
+    let ran: Vec<u32> = rows.0.iter().map(|r| r.0).collect();
+    assert_eq!(
+        ran,
+        (2..=10).collect::<Vec<_>>(),
+        "one step per block, in order"
+    );
+    let doc = table_rows();
+    for (n, words) in &rows.0 {
+        let (_, step) = doc
+            .iter()
+            .find(|(m, _)| m == n)
+            .unwrap_or_else(|| panic!("docs/gate.md has no row {n}"));
+        assert!(
+            step.starts_with(words),
+            "row {n} of docs/gate.md is {step:?}, the chain runs {words:?} there"
+        );
+    }
+}

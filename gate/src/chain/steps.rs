@@ -1,0 +1,424 @@
+//! Steps 4 to 11 of the chain, one method each on [`Flow`], and the one
+//! function that calls them in order ([`Flow::blocks`]).
+//!
+//! Each block runs only when the host or route applies it, records its own
+//! trace step beside the work it describes, and answers
+//! `ControlFlow::Continue(())` to let the request go on or
+//! `ControlFlow::Break(verdict)` to end it. Shadow mode goes through
+//! [`Mode::apply`]. Cost: what each block costs; the steps are inlined into
+//! one function, so naming them costs nothing. No allocation.
+
+use super::{Decision, Request, Start, Step, Trace};
+use crate::access::{AccessDecision, AddressRefusal, CredentialsFact};
+use crate::chain::{AccessStepOutcome, GateState};
+use crate::client::HeaderLines;
+use crate::country::{Country, RuleVerdict};
+use crate::host::HostAction;
+use crate::limits::{LimitRefusal, RequestLimits};
+use crate::maintenance::MaintenanceCounters;
+use crate::mode::Mode;
+use crate::pages::ErrorStatus;
+use crate::policy::RequestPolicy;
+use crate::ruleset::{RuleRefusal, RuleRequest};
+use crate::snapshot::{limit_status, HostEntry, Snapshot, Verdict};
+use crate::upstream::Route;
+use std::ops::ControlFlow;
+
+/// What a block answers: go on, or the request's verdict.
+pub(super) type Next<'s> = ControlFlow<Verdict<'s>>;
+
+/// One request's way through a host's blocks: the facts the chain learned
+/// before them and the decision so far.
+pub(super) struct Flow<'s, 'a, H: HeaderLines + ?Sized, T: Trace> {
+    pub snap: &'s Snapshot,
+    pub req: &'a Request<'a, H>,
+    pub state: &'a mut GateState,
+    pub trace: &'a mut T,
+    pub now_ms: u64,
+    /// Where the chain starts: after a verified password, steps 4 to 6
+    /// are behind it.
+    pub start: Start,
+    pub entry: &'s HostEntry,
+    /// `CF-IPCountry` of a trusted Cloudflare peer.
+    pub country: Option<Country>,
+    /// The canonical path (empty when nothing reads it).
+    pub canonical: &'a [u8],
+    pub route: Option<&'s Route>,
+    /// The route's policy, else the host's.
+    pub policy: &'s RequestPolicy,
+    /// `GET`/`HEAD /robots.txt`.
+    pub robots: bool,
+    pub decision: Decision<'s>,
+}
+
+impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
+    /// The verdict of the host's blocks: the first refusal, else the
+    /// host's answer.
+    #[inline(always)]
+    pub fn verdict(&mut self) -> Verdict<'s> {
+        match self.blocks() {
+            ControlFlow::Break(verdict) => verdict,
+            ControlFlow::Continue(()) => self.answer(),
+        }
+    }
+
+    /// Steps 4 to 10 of docs/gate.md, in their order; step 11 (the
+    /// host's answer) follows when all let the request go on. This is the
+    /// chain's order: a test holds it to the table in docs/gate.md.
+    #[inline(always)]
+    fn blocks(&mut self) -> Next<'s> {
+        self.access_address()?;
+        self.rule_set()?;
+        self.access_credentials()?;
+        self.quota()?;
+        self.request_limits()?;
+        self.robots()?;
+        self.maintenance()
+    }
+
+    /// Whether steps 4 to 6 are behind the request (a password verified off
+    /// the shard).
+    #[inline(always)]
+    fn past_access(&self) -> bool {
+        matches!(self.start, Start::AfterAccess { .. })
+    }
+
+    /// Step 4: the access list's address side. Runs when the policy names
+    /// an access list. A denied address is refused (403) or dropped; a
+    /// list that only reads the address is decided whole here and step 6
+    /// skips it.
+    #[inline(always)]
+    fn access_address(&mut self) -> Next<'s> {
+        let Some(b) = self.policy.access.filter(|_| !self.past_access()) else {
+            return ControlFlow::Continue(());
+        };
+        let list = &self.snap.gate.access_lists[b.index as usize];
+        let decides_all = list.address_decides_all();
+        let refused = list.address_only_verdict(self.decision.client);
+        if self.trace.enabled() {
+            self.trace.step(Step::AccessAddress {
+                list: list.name(),
+                refused,
+                mode: b.mode,
+            });
+        }
+        let counters = &mut self.state.access_counters[b.index as usize];
+        // A shadow hit is counted once: here when step 6 will not run,
+        // else by step 6.
+        let mut not_counted = 0;
+        let shadow_hits = if decides_all {
+            &mut counters.shadow_hits
+        } else {
+            &mut not_counted
+        };
+        match b.mode.apply(refused, shadow_hits) {
+            None => {
+                if refused.is_none() && decides_all {
+                    // Step 6 has nothing left to ask: the list passed.
+                    counters.allowed += 1;
+                }
+                ControlFlow::Continue(())
+            }
+            Some(AddressRefusal::Drop) => {
+                counters.dropped += 1;
+                ControlFlow::Break(Verdict::Drop)
+            }
+            Some(AddressRefusal::Deny) => {
+                counters.refused += 1;
+                ControlFlow::Break(Verdict::Refuse(ErrorStatus::Forbidden))
+            }
+        }
+    }
+
+    /// Step 5: the rule set. Runs when the policy names one; never rules on
+    /// robots.txt. A deny is refused (403), a drop dropped; an allow ends
+    /// the set and the request goes on. The set applies its own mode.
+    #[inline(always)]
+    fn rule_set(&mut self) -> Next<'s> {
+        let Some(b) = self.policy.rules.filter(|_| !self.past_access()) else {
+            return ControlFlow::Continue(());
+        };
+        let i = b.index as usize;
+        let (rule, action, refusal) = if self.robots {
+            (None, None, None)
+        } else {
+            let rr = RuleRequest {
+                method: self.req.method,
+                path: self.canonical,
+                user_agents: self.req.headers.lines("user-agent"),
+            };
+            let d = self.snap.gate.rule_sets[i].decide(
+                &rr,
+                &mut self.state.regex_caches[i],
+                &mut self.state.rule_counters[i],
+                b.mode,
+            );
+            (d.outcome.rule, d.outcome.action, d.refusal)
+        };
+        if self.trace.enabled() {
+            self.trace.step(Step::RuleSet {
+                set: &self.snap.gate.rule_set_names[i],
+                rule,
+                action,
+                mode: b.mode,
+                exempt: self.robots,
+            });
+        }
+        match refusal {
+            Some(RuleRefusal::Deny) => ControlFlow::Break(Verdict::Refuse(ErrorStatus::Forbidden)),
+            Some(RuleRefusal::Drop) => ControlFlow::Break(Verdict::Drop),
+            None => ControlFlow::Continue(()),
+        }
+    }
+
+    /// Step 6: the access list in full, country and credentials. Runs when
+    /// the policy names a list that step 4 did not decide whole. Answers
+    /// 403, a drop, a 401 challenge, or a deferred password verification
+    /// (`Verdict::Verify`: the server verifies off the shard and resumes
+    /// the chain after this step). A pass may ask to strip
+    /// `Authorization` before the upstream.
+    #[inline(always)]
+    fn access_credentials(&mut self) -> Next<'s> {
+        let gate = &self.snap.gate;
+        if let Start::AfterAccess {
+            strip_authorization,
+        } = self.start
+        {
+            self.decision.strip_authorization = strip_authorization;
+            if self.trace.enabled() {
+                if let Some(b) = self.policy.access {
+                    self.trace.step(Step::Access {
+                        list: gate.access_lists[b.index as usize].name(),
+                        outcome: AccessStepOutcome::Verified,
+                        credentials: CredentialsFact::Deferred,
+                        mode: b.mode,
+                    });
+                }
+            }
+            return ControlFlow::Continue(());
+        }
+        let Some(b) = self
+            .policy
+            .access
+            .filter(|b| !gate.access_lists[b.index as usize].address_decides_all())
+        else {
+            return ControlFlow::Continue(());
+        };
+        let i = b.index as usize;
+        let list = &gate.access_lists[i];
+        let state = &mut *self.state;
+        let out = list.decide(
+            self.decision.client,
+            self.country,
+            self.req.headers,
+            Some(&mut state.verify_cache),
+            &state.cache_keyer,
+            self.now_ms,
+        );
+        let counters = &mut state.access_counters[i];
+        if out.credentials == CredentialsFact::CacheHit {
+            counters.cache_hits += 1;
+        }
+        let (outcome, would) = match out.decision {
+            AccessDecision::Pass {
+                strip_authorization,
+            } => {
+                counters.allowed += 1;
+                self.decision.strip_authorization = strip_authorization;
+                (AccessStepOutcome::Pass, None)
+            }
+            AccessDecision::Refuse => (
+                AccessStepOutcome::Refuse,
+                Some(Verdict::Refuse(ErrorStatus::Forbidden)),
+            ),
+            AccessDecision::Drop => (AccessStepOutcome::Drop, Some(Verdict::Drop)),
+            AccessDecision::Challenge(page) => {
+                (AccessStepOutcome::Challenge, Some(Verdict::Challenge(page)))
+            }
+            AccessDecision::Verify(job) => {
+                // A shadowed list never costs a verification.
+                if b.mode == Mode::Enforce {
+                    counters.verifications += 1;
+                    // Kept in the shard's state, not in the decision: the
+                    // job is large and most decisions have none.
+                    state.pending_job = Some(job);
+                }
+                (AccessStepOutcome::Verify, Some(Verdict::Verify(b.index)))
+            }
+        };
+        if self.trace.enabled() {
+            self.trace.step(Step::Access {
+                list: list.name(),
+                outcome,
+                credentials: out.credentials,
+                mode: b.mode,
+            });
+        }
+        match b.mode.apply(would, &mut counters.shadow_hits) {
+            None => ControlFlow::Continue(()),
+            Some(v) => {
+                match v {
+                    Verdict::Refuse(_) => counters.refused += 1,
+                    Verdict::Drop => counters.dropped += 1,
+                    Verdict::Challenge(_) => counters.challenged += 1,
+                    _ => {}
+                }
+                ControlFlow::Break(v)
+            }
+        }
+    }
+
+    /// Step 7: budgets, leases and the rate limit (`super::quota`). Runs
+    /// when the snapshot has budgets or the policy a rate limit; robots.txt
+    /// is exempt. Admitted, the leases ride on the decision's ticket;
+    /// refused, 429 with `Retry-After`.
+    #[inline(always)]
+    fn quota(&mut self) -> Next<'s> {
+        match self.snap.quota_step(
+            self.req,
+            self.policy,
+            self.decision.client,
+            self.canonical,
+            self.state,
+            self.now_ms,
+            self.trace,
+        ) {
+            Ok(ticket) => {
+                self.decision.ticket = ticket;
+                ControlFlow::Continue(())
+            }
+            Err(retry_after_s) => {
+                self.decision.retry_after_s = retry_after_s;
+                ControlFlow::Break(Verdict::Refuse(ErrorStatus::TooManyRequests))
+            }
+        }
+    }
+
+    /// Step 8: the host's request limits (target, header lines and bytes,
+    /// the declared body), with the route's body limit in place of the
+    /// host's. Always runs. Answers 414, 431 or 413; the limits ride on the
+    /// decision for the body read.
+    #[inline(always)]
+    fn request_limits(&mut self) -> Next<'s> {
+        if let Some(r) = self.route {
+            self.decision.limits.max_body_bytes = r.limits.max_body_bytes;
+        }
+        match self
+            .snap
+            .limit_refusal(&self.decision.limits, self.req, self.trace)
+        {
+            Some(r) => ControlFlow::Break(Verdict::Refuse(limit_status(r))),
+            None => ControlFlow::Continue(()),
+        }
+    }
+
+    /// Step 9: the managed robots.txt. Runs when the host manages one;
+    /// answers `GET`/`HEAD /robots.txt` with the file.
+    #[inline(always)]
+    fn robots(&mut self) -> Next<'s> {
+        let Some(r) = &self.entry.extras.robots else {
+            return ControlFlow::Continue(());
+        };
+        let answer = if self.robots {
+            r.answer(self.req.method, self.canonical)
+        } else {
+            None
+        };
+        if self.trace.enabled() && r.is_managed() {
+            self.trace.step(Step::Robots {
+                served: answer.is_some(),
+            });
+        }
+        match answer {
+            Some(a) => {
+                self.state.counters.robots_served += 1;
+                ControlFlow::Break(Verdict::Respond(a))
+            }
+            None => ControlFlow::Continue(()),
+        }
+    }
+
+    /// Step 10: maintenance. Runs when the host is in maintenance; answers
+    /// the maintenance page unless the bypass list's address side allows
+    /// the client. The page applies its own mode.
+    #[inline(always)]
+    fn maintenance(&mut self) -> Next<'s> {
+        let (Some(m), Some(id)) = (&self.entry.extras.maintenance, self.decision.host) else {
+            return ControlFlow::Continue(());
+        };
+        let bypassed = m.bypass.is_some_and(|i| {
+            self.snap.gate.access_lists[i as usize]
+                .rules()
+                .check(self.decision.client, self.country)
+                .verdict
+                == RuleVerdict::Allowed
+        });
+        let mut scratch_counters = MaintenanceCounters::default();
+        let counters = self
+            .state
+            .maintenance_counters
+            .get_mut(id as usize)
+            .unwrap_or(&mut scratch_counters);
+        let outcome = m.page.decide(bypassed, m.mode, counters);
+        if self.trace.enabled() {
+            self.trace.step(Step::Maintenance { outcome });
+        }
+        if outcome.serves() {
+            ControlFlow::Break(Verdict::Maintenance(&m.page))
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+
+    /// Step 11: the host's answer: its response, its redirect, or the
+    /// route's upstream (404 when no route takes the path).
+    #[inline(always)]
+    fn answer(&self) -> Verdict<'s> {
+        match &self.entry.action {
+            HostAction::Respond(a) => Verdict::Respond(a),
+            HostAction::Redirect(r) => Verdict::Redirect(r),
+            HostAction::Proxy(_) => match self.route {
+                Some(r) => Verdict::Forward(r, &self.snap.upstreams[r.upstream as usize]),
+                None => Verdict::Refuse(ErrorStatus::NotFound),
+            },
+        }
+    }
+}
+
+impl Snapshot {
+    /// The end of the chain for a request no host takes: step 8 with the
+    /// default limits, else the unknown-host answer (404 or 421).
+    pub(super) fn unknown_host<'s, H: HeaderLines + ?Sized, T: Trace>(
+        &'s self,
+        mut decision: Decision<'s>,
+        req: &Request<'_, H>,
+        trace: &mut T,
+    ) -> Decision<'s> {
+        if let Some(r) = self.limit_refusal(&decision.limits, req, trace) {
+            decision.verdict = Verdict::Refuse(limit_status(r));
+        }
+        decision
+    }
+
+    /// Step 8's check: the target and header limits, then the declared
+    /// body.
+    #[inline(always)]
+    fn limit_refusal<H: HeaderLines + ?Sized, T: Trace>(
+        &self,
+        limits: &RequestLimits,
+        req: &Request<'_, H>,
+        trace: &mut T,
+    ) -> Option<LimitRefusal> {
+        let refusal = limits
+            .check_head(req.target.len(), req.header_count, req.header_bytes)
+            .err()
+            .or_else(|| {
+                req.content_length
+                    .and_then(|n| limits.check_declared_body(n).err())
+            });
+        if trace.enabled() {
+            trace.step(Step::RequestLimits { refusal });
+        }
+        refusal
+    }
+}
