@@ -22,6 +22,8 @@
 //! the runtime binds the listeners and sets the snapshot's generation when
 //! it publishes.
 
+#![forbid(unsafe_code)]
+
 mod access;
 mod blocks;
 mod client;

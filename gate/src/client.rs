@@ -26,9 +26,8 @@
 
 use crate::cidr::{canonical, Cidr, CidrSet};
 use crate::country::Country;
-use crate::proxyproto::ProxyHeader;
 use forwarded::{last_forwarded_for, last_xff_element, parse_bare, valid_cf_ray};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 mod forwarded;
 
@@ -227,14 +226,19 @@ impl ClientPolicy {
         self.proxy_protocol_peers.contains(tcp_peer)
     }
 
-    /// The connection's peer after a parsed PROXY header: its source for a
-    /// proxied connection, the TCP peer for LOCAL and UNKNOWN. `None` when
-    /// `tcp_peer` is not trusted to send one (close the connection). O(log n).
-    pub fn accept_proxy_header(&self, tcp_peer: IpAddr, header: &ProxyHeader) -> Option<Peer> {
+    /// The connection's peer after a parsed PROXY header whose source is
+    /// `source`: that source for a proxied connection, the TCP peer for
+    /// LOCAL and UNKNOWN (`None`). `None` when `tcp_peer` is not trusted to
+    /// send one (close the connection). O(log n).
+    pub fn accept_proxy_header(
+        &self,
+        tcp_peer: IpAddr,
+        source: Option<SocketAddr>,
+    ) -> Option<Peer> {
         if !self.proxy_protocol_trusted(tcp_peer) {
             return None;
         }
-        Some(match header.source() {
+        Some(match source {
             Some(src) => Peer {
                 addr: canonical(src.ip()),
                 via_proxy_protocol: true,
@@ -684,13 +688,10 @@ mod tests {
             proxy_protocol_peers: set(&["10.0.0.9"]),
             ..ClientPolicy::default()
         };
-        let hdr = ProxyHeader::Tcp {
-            src: "[::ffff:198.51.100.4]:5555".parse().unwrap(),
-            dst: "[::ffff:10.0.0.1]:443".parse().unwrap(),
-        };
-        assert_eq!(p.accept_proxy_header(ip("10.0.0.8"), &hdr), None);
+        let hdr = Some("[::ffff:198.51.100.4]:5555".parse().unwrap());
+        assert_eq!(p.accept_proxy_header(ip("10.0.0.8"), hdr), None);
         assert!(!p.proxy_protocol_trusted(ip("10.0.0.8")));
-        let peer = p.accept_proxy_header(ip("::ffff:10.0.0.9"), &hdr).unwrap();
+        let peer = p.accept_proxy_header(ip("::ffff:10.0.0.9"), hdr).unwrap();
         assert_eq!(
             (peer.addr(), peer.via_proxy_protocol()),
             (ip("198.51.100.4"), true)
@@ -703,19 +704,16 @@ mod tests {
             (ip("198.51.100.4"), Arrival::ProxyProtocol)
         );
         // LOCAL and UNKNOWN keep the TCP peer.
-        for h in [ProxyHeader::Local, ProxyHeader::Unknown] {
-            let peer = p.accept_proxy_header(ip("10.0.0.9"), &h).unwrap();
+        {
+            let peer = p.accept_proxy_header(ip("10.0.0.9"), None).unwrap();
             assert_eq!(
                 (peer.addr(), peer.via_proxy_protocol()),
                 (ip("10.0.0.9"), false)
             );
         }
         // A PROXY source that is itself a trusted proxy may forward one hop.
-        let hdr = ProxyHeader::Tcp {
-            src: "10.0.0.5:1".parse().unwrap(),
-            dst: "10.0.0.1:443".parse().unwrap(),
-        };
-        let peer = p.accept_proxy_header(ip("10.0.0.9"), &hdr).unwrap();
+        let hdr = Some("10.0.0.5:1".parse().unwrap());
+        let peer = p.accept_proxy_header(ip("10.0.0.9"), hdr).unwrap();
         let r = p.resolve(peer, h);
         assert_eq!(
             (r.addr, r.via, r.peer),

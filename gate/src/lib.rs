@@ -8,6 +8,8 @@
 //! path: time and request facts are passed in, answers are written into a
 //! buffer the caller owns. Allocation happens only when a snapshot is built.
 
+#![forbid(unsafe_code)]
+
 pub mod access;
 pub mod answer;
 pub mod chain;
@@ -24,7 +26,6 @@ pub mod pages;
 pub mod path;
 pub mod pathmatch;
 pub mod policy;
-pub mod proxyproto;
 pub mod quota;
 pub mod robots;
 pub mod ruleset;

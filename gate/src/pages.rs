@@ -300,14 +300,6 @@ impl ErrorPages {
     }
 }
 
-/// Whether an `Accept` value includes `text/html`. O(n), no allocation.
-#[inline]
-pub fn accepts_html(accept: &[u8]) -> bool {
-    accept
-        .windows(9)
-        .any(|w| w.eq_ignore_ascii_case(b"text/html"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,14 +330,6 @@ mod tests {
         let s = std::str::from_utf8(body).unwrap();
         assert!(!s.contains("<script"));
         assert!(s.contains("<h1>Not Found</h1>"));
-    }
-
-    #[test]
-    fn accept_detection_is_case_insensitive() {
-        assert!(accepts_html(b"text/html,application/xhtml+xml"));
-        assert!(accepts_html(b"TEXT/HTML"));
-        assert!(!accepts_html(b"*/*"));
-        assert!(!accepts_html(b"application/json"));
     }
 
     #[test]

@@ -15,8 +15,8 @@ const SEEDS: [&[u8]; 4] = [
 ];
 
 fn parse_all(buf: &[u8]) -> String {
-    let mut headers = header_buf();
-    match parse_head(buf, &mut headers) {
+    let mut headers = header_buf::<{ gapura_http::server::REQUEST_LINES }>();
+    match parse_head(buf, &mut headers, &gapura_http::server::HEAD_BOUNDS) {
         Parse::Complete(h, lines) => {
             assert!(h.head_len <= buf.len());
             assert!(h.target.end <= buf.len() && h.path.end <= buf.len());

@@ -203,8 +203,8 @@ fn a_proxy_header_from_a_trusted_peer_names_the_client() {
 
     // v2 (binary) from a trusted peer, two requests on the connection.
     let mut v2 = Vec::new();
-    assert!(gapura_gate::proxyproto::encode_v2(
-        &gapura_gate::proxyproto::ProxyHeader::Tcp {
+    assert!(gapura_http::codec::proxyproto::encode_v2(
+        &gapura_http::codec::proxyproto::ProxyHeader::Tcp {
             src: "198.51.100.8:4000".parse().unwrap(),
             dst: "127.0.0.1:80".parse().unwrap(),
         },

@@ -1,7 +1,7 @@
 //! Request head parsing and framing decisions.
 //!
-//! `parse_head` runs httparse over the buffer with a fixed array of
-//! `OUTER_MAX_HEADERS` headers, then derives the facts the server needs in
+//! `parse_head` runs httparse over the buffer with the caller's fixed array
+//! of header lines, within the caller's [`HeadBounds`], then derives the facts the server needs in
 //! one pass: Host, the body framing, the connection tokens, `Expect`, whether
 //! the client wants HTML, and the header count and bytes the limits judge.
 //! Every ambiguity that could let two parsers disagree about where a request
@@ -10,7 +10,7 @@
 //! `chunked` or that names `chunked` twice, duplicate Host, obs-fold, bare CR,
 //! invalid header names. O(head length), no allocation.
 
-use gapura_gate::limits::{OUTER_MAX_HEADERS, OUTER_MAX_HEAD_BYTES, URL_BYTES_BOUNDS};
+use super::accept::accepts_html;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
@@ -88,12 +88,24 @@ pub struct ParsedHead {
     pub head_len: usize,
 }
 
-/// The header array a parse fills: the parser's fixed bound of lines.
-pub type HeaderBuf<'b> = [MaybeUninit<httparse::Header<'b>>; OUTER_MAX_HEADERS];
+/// The header array a parse fills: its length `N` is the most header lines
+/// a head may have (more is [`HeadError::TooLarge`]).
+pub type HeaderBuf<'b, const N: usize> = [MaybeUninit<httparse::Header<'b>>; N];
 
 /// A fresh, uninitialised header array (no cost to create).
-pub fn header_buf<'b>() -> HeaderBuf<'b> {
-    [const { MaybeUninit::uninit() }; OUTER_MAX_HEADERS]
+pub fn header_buf<'b, const N: usize>() -> HeaderBuf<'b, N> {
+    [const { MaybeUninit::uninit() }; N]
+}
+
+/// The outer bounds of a head, fixed by the caller: past them a head is
+/// refused whatever the host's own limits say, and a partial head is
+/// refused as soon as it passes them rather than buffered further.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadBounds {
+    /// Most bytes of a head, the blank line included (more: 431).
+    pub max_head_bytes: usize,
+    /// Most bytes of the request line, its line break included (more: 414).
+    pub max_request_line_bytes: usize,
 }
 
 /// Outcome of one parse attempt. A complete head comes with its header
@@ -138,12 +150,16 @@ fn parse_length(value: &[u8]) -> Option<u64> {
 
 /// Parses a request head at the start of `buf` into `headers`. O(n), no
 /// allocation.
-pub fn parse_head<'h, 'b>(buf: &'b [u8], headers: &'h mut HeaderBuf<'b>) -> Parse<'h, 'b> {
+pub fn parse_head<'h, 'b, const N: usize>(
+    buf: &'b [u8],
+    headers: &'h mut HeaderBuf<'b, N>,
+    bounds: &HeadBounds,
+) -> Parse<'h, 'b> {
     let mut req = httparse::Request::new(&mut []);
     let head_len = match req.parse_with_uninit_headers(buf, headers) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
-            return Parse::Partial.bounded(buf);
+            return Parse::Partial.bounded(buf, bounds);
         }
         Err(httparse::Error::TooManyHeaders) => return Parse::Error(HeadError::TooLarge),
         Err(e) => {
@@ -157,7 +173,7 @@ pub fn parse_head<'h, 'b>(buf: &'b [u8], headers: &'h mut HeaderBuf<'b>) -> Pars
             }))
         }
     };
-    if head_len > OUTER_MAX_HEAD_BYTES {
+    if head_len > bounds.max_head_bytes {
         return Parse::Error(HeadError::TooLarge);
     }
     let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
@@ -242,7 +258,7 @@ pub fn parse_head<'h, 'b>(buf: &'b [u8], headers: &'h mut HeaderBuf<'b>) -> Pars
                 expect_continue |= value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
             }
             6 if name.eq_ignore_ascii_case(b"accept") => {
-                wants_html |= gapura_gate::pages::accepts_html(value);
+                wants_html |= accepts_html(value);
             }
             _ => {}
         }
@@ -310,16 +326,16 @@ fn strip_scheme(target: &[u8]) -> Option<&[u8]> {
 }
 
 impl Parse<'_, '_> {
-    /// A partial head that already exceeds what any host could accept is
-    /// refused now rather than buffered further: a request line longer than
-    /// the largest target bound is 414, a head past the outer bound 431.
-    fn bounded(self, buf: &[u8]) -> Self {
+    /// A partial head that already exceeds the outer bounds is refused now
+    /// rather than buffered further: a request line longer than the bound
+    /// is 414, a head past the outer bound 431.
+    fn bounded(self, buf: &[u8], bounds: &HeadBounds) -> Self {
         let line_end = memchr::memchr(b'\n', buf);
-        let max_line = URL_BYTES_BOUNDS.1 as usize + 64;
+        let max_line = bounds.max_request_line_bytes;
         match line_end {
             None if buf.len() > max_line => Parse::Error(HeadError::UrlTooLong),
             Some(n) if n > max_line => Parse::Error(HeadError::UrlTooLong),
-            _ if buf.len() >= OUTER_MAX_HEAD_BYTES => Parse::Error(HeadError::TooLarge),
+            _ if buf.len() >= bounds.max_head_bytes => Parse::Error(HeadError::TooLarge),
             _ => self,
         }
     }
@@ -329,9 +345,17 @@ impl Parse<'_, '_> {
 mod tests {
     use super::*;
 
+    /// The bounds the tests parse within: 128 lines, a 64 KiB head, a
+    /// request line of 16 KiB and 64 bytes.
+    const LINES: usize = 128;
+    const BOUNDS: HeadBounds = HeadBounds {
+        max_head_bytes: 64 * 1024,
+        max_request_line_bytes: 16 * 1024 + 64,
+    };
+
     fn parse<'b>(req: &'b [u8]) -> Parse<'b, 'b> {
-        let headers: &'b mut HeaderBuf<'b> = Box::leak(Box::new(header_buf()));
-        parse_head(req, headers)
+        let headers: &'b mut HeaderBuf<'b, LINES> = Box::leak(Box::new(header_buf()));
+        parse_head(req, headers, &BOUNDS)
     }
 
     fn ok(req: &[u8]) -> ParsedHead {
@@ -440,7 +464,7 @@ mod tests {
         many.extend_from_slice(b"\r\n");
         assert!(matches!(parse(&many), Parse::Error(HeadError::TooLarge)));
         let mut big = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
-        while big.len() < OUTER_MAX_HEAD_BYTES {
+        while big.len() < BOUNDS.max_head_bytes {
             big.extend_from_slice(b"X-Long: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
         }
         assert!(matches!(parse(&big), Parse::Error(HeadError::TooLarge)));

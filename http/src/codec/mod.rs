@@ -5,8 +5,21 @@
 //! parser fills a caller's header array and reports offsets into the
 //! caller's buffer; the chunked decoder is a small state machine fed slices.
 
+//!
+//! The codec stands alone: it knows HTTP/1.1 and nothing of the gate's
+//! policy. Its bounds (header lines, head bytes, request line) are the
+//! caller's, passed in ([`HeadBounds`] and the header array's length).
+//!
+//! Modules: `head` (request heads and their framing), `chunked` (the
+//! chunked body decoder), `proxyproto` (the PROXY protocol header read at
+//! accept), `accept` (whether an `Accept` value asks for HTML).
+
+pub mod accept;
 pub mod chunked;
 pub mod head;
+pub mod proxyproto;
 
 pub use chunked::{ChunkError, ChunkedDecoder, Step};
-pub use head::{header_buf, parse_head, BodyFraming, HeadError, HeaderBuf, Method, ParsedHead};
+pub use head::{
+    header_buf, parse_head, BodyFraming, HeadBounds, HeadError, HeaderBuf, Method, ParsedHead,
+};

@@ -177,9 +177,13 @@ impl Conn {
         if proxy_protocol && snap.gate.client.proxy_protocol_trusted(tcp_ip) {
             let deadline = clock::deadline(snap.server.header_timeout_ms);
             loop {
-                match gapura_gate::proxyproto::parse(&self.rbuf) {
+                match crate::codec::proxyproto::parse(&self.rbuf) {
                     Ok(Some((header, used))) => {
-                        match snap.gate.client.accept_proxy_header(tcp_ip, &header) {
+                        match snap
+                            .gate
+                            .client
+                            .accept_proxy_header(tcp_ip, header.source())
+                        {
                             Some(peer) => self.client_peer = peer,
                             None => return Err(End::Error(ErrorKind::BadRequest)),
                         }
@@ -224,8 +228,8 @@ impl Conn {
 
     async fn run(&mut self) -> End {
         loop {
-            let mut headers = header_buf();
-            let parsed = parse_head(&self.rbuf[self.pos..], &mut headers);
+            let mut headers = header_buf::<{ super::REQUEST_LINES }>();
+            let parsed = parse_head(&self.rbuf[self.pos..], &mut headers, &super::HEAD_BOUNDS);
             match parsed {
                 Parse::Partial => {
                     if let Err(end) = self.wait_for_more().await {

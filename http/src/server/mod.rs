@@ -10,9 +10,11 @@ mod timing;
 mod tunnel;
 pub mod verify;
 
+use crate::codec::HeadBounds;
 use crate::upstream::{HealthBoard, Upstreams};
 use gapura_gate::chain::GateState;
 use gapura_gate::client::HeaderLines;
+use gapura_gate::limits::{OUTER_MAX_HEADERS, OUTER_MAX_HEAD_BYTES, URL_BYTES_BOUNDS};
 use gapura_gate::Snapshot;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -21,6 +23,18 @@ use std::sync::Arc;
 pub use conn::serve;
 pub use date::DateCache;
 pub use stats::{Counter, ErrorKind, ShardStats};
+
+/// Most header lines of a request head the server parses: the largest
+/// header-count limit a host may set. More is 431 whatever the host says.
+pub const REQUEST_LINES: usize = OUTER_MAX_HEADERS;
+
+/// The codec's outer bounds for the server: what the largest limits a host
+/// may set allow (the request line: the largest target bound, the method and
+/// version beside it).
+pub const HEAD_BOUNDS: HeadBounds = HeadBounds {
+    max_head_bytes: OUTER_MAX_HEAD_BYTES,
+    max_request_line_bytes: URL_BYTES_BOUNDS.1 as usize + 64,
+};
 
 /// Where a shard learns of newer snapshots. The runtime implements it over
 /// its publishing cell; a call is one relaxed load when nothing changed.

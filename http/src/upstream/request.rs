@@ -195,8 +195,9 @@ mod tests {
     }
 
     fn head(raw: &[u8], fwd: &Forwarding<'_>) -> String {
-        let mut buf = crate::codec::header_buf();
-        let crate::codec::head::Parse::Complete(_, lines) = crate::codec::parse_head(raw, &mut buf)
+        let mut buf = crate::codec::header_buf::<{ crate::server::REQUEST_LINES }>();
+        let crate::codec::head::Parse::Complete(_, lines) =
+            crate::codec::parse_head(raw, &mut buf, &crate::server::HEAD_BOUNDS)
         else {
             panic!("test head parses");
         };

@@ -2,13 +2,15 @@
 //!
 //! A listener that enables the protocol reads this header before anything
 //! else on a connection from a trusted peer; its source address then stands
-//! in for the peer's (see [`crate::client::ClientPolicy::accept_proxy_header`]).
+//! in for the peer's (the gate's `ClientPolicy::accept_proxy_header` takes
+//! [`ProxyHeader::source`]).
 //! [`parse`] works on whatever bytes have arrived: it answers "need more"
 //! until the header is complete, and refuses as soon as the bytes cannot be
 //! one. It is bounded (a v1 line is at most [`V1_MAX_BYTES`], a v2 payload at
 //! most [`V2_MAX_PAYLOAD_BYTES`]), strict about the grammar, never panics on
 //! any input, and never allocates. TLVs are walked for their bounds and
-//! otherwise skipped. The encoders are for tests and load generators.
+//! otherwise skipped. The encoders are test support: built for this crate's
+//! tests and, with the `test-support` feature, for other crates' tests.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -317,6 +319,7 @@ fn walk_tlvs(mut rest: &[u8]) -> Result<(), ProxyError> {
     Ok(())
 }
 
+#[cfg(any(test, feature = "test-support"))]
 /// Appends `header` as a v1 line. Returns false (appending nothing) for what
 /// v1 cannot say: LOCAL, UDP, or a source and destination of different
 /// families. Allocates only by growing `out`.
@@ -344,6 +347,7 @@ pub fn encode_v1(header: &ProxyHeader, out: &mut Vec<u8>) -> bool {
     true
 }
 
+#[cfg(any(test, feature = "test-support"))]
 /// Appends `header` as a v2 header with these TLVs (type, value). Returns
 /// false (appending nothing) when source and destination differ in family
 /// or the payload would exceed [`V2_MAX_PAYLOAD_BYTES`].
