@@ -15,11 +15,12 @@
 //! Every list is compiled, used or not; only the used ones go into the
 //! snapshot (`blocks`). Messages never echo a password field.
 
+use crate::codes::{access_issue_path, ProfileCode};
 use crate::error::Errors;
 use crate::names::BlockKind;
 use crate::rawblocks::{RawAccessList, RawUser};
 use crate::schema::{Opt, StrList};
-use gapura_gate::access::spec::{parse_satisfy, AccessListSpec, SpecIssue, UserSpec};
+use gapura_gate::access::spec::{parse_satisfy, AccessIssue, AccessListSpec, UserSpec};
 use gapura_gate::access::AccessList;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -81,14 +82,14 @@ pub(crate) fn check_access_lists(
             Ok(c) => {
                 for w in &c.warnings {
                     let (path, at) = locate(l, &base, span.clone(), w);
-                    e.warn(w.code, path, at, w.message.clone());
+                    e.warn(w.code(), path, at, w.to_string());
                 }
                 Some(c.list)
             }
             Err(issues) => {
                 for issue in &issues {
                     let (path, at) = locate(l, &base, span.clone(), issue);
-                    e.push(issue.code, path, at, issue.message.clone());
+                    e.push(issue.code(), path, at, issue.to_string());
                 }
                 None
             }
@@ -155,10 +156,10 @@ fn spec(l: &RawAccessList, name: String, base: &str, e: &mut Errors<'_>) -> (Acc
             Ok(s) => s,
             Err(issue) => {
                 e.push(
-                    issue.code,
+                    issue.code(),
                     format!("{base}.satisfy"),
                     s.span(),
-                    issue.message,
+                    issue.to_string(),
                 );
                 ok = false;
                 Default::default()
@@ -227,14 +228,15 @@ fn locate(
     l: &RawAccessList,
     base: &str,
     span: Range<usize>,
-    issue: &SpecIssue,
+    issue: &AccessIssue,
 ) -> (String, Range<usize>) {
-    let path = if issue.path.is_empty() {
+    let relative = access_issue_path(issue);
+    let path = if relative.is_empty() {
         base.to_string()
     } else {
-        format!("{base}.{}", issue.path)
+        format!("{base}.{relative}")
     };
-    let mut parts = issue.path.split('.');
+    let mut parts = relative.split('.');
     let (first, index) = split_index(parts.next().unwrap_or(""));
     let second = parts.next();
     let spanned = |v: &Opt<String>| v.as_ref().map(Spanned::span);

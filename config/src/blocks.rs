@@ -13,6 +13,7 @@
 //! [`Preset::ALL`] order), and compiles each host's [`HostExtras`].
 
 use crate::access::AccessLists;
+use crate::codes::ProfileCode;
 use crate::error::Errors;
 use crate::host::{CheckedAction, CheckedHost};
 use crate::hostlayer::{

@@ -9,6 +9,7 @@
 //! accepted where its mode reads it, so a list never sits in a profile
 //! looking trusted while nothing reads it.
 
+use crate::codes::ProfileCode;
 use crate::error::Errors;
 use crate::rawgate::{RawClient, RawRanges};
 use crate::schema::StrList;

@@ -16,6 +16,7 @@
 //! path tells which layer (`defaults.rule_set`, `bundle[1].rule_set`,
 //! `host[0].rule_set`).
 
+use crate::codes::ProfileCode;
 use crate::error::{key_path, Errors};
 use crate::layer::LimitsLayer;
 use crate::policy::{class, known_list, rate_limit, Known};

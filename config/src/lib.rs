@@ -27,6 +27,7 @@
 mod access;
 mod blocks;
 mod client;
+mod codes;
 mod compile;
 mod error;
 mod host;

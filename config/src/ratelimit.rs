@@ -9,6 +9,7 @@
 //! divided by the shard count here, and a rate that the division takes
 //! under the bound is refused with the shard count in the message.
 
+use crate::codes::ProfileCode;
 use crate::error::Errors;
 use crate::host::is_token;
 use crate::names::BlockKind;

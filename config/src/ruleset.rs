@@ -9,6 +9,7 @@
 //! A name that no set has may be a preset's ([`SetTarget::Preset`]), so a
 //! preset is used exactly like a set; it is compiled only when used.
 
+use crate::codes::ProfileCode;
 use crate::error::Errors;
 use crate::names::BlockKind;
 use crate::rawblocks::{RawRule, RawRuleSet};
@@ -222,7 +223,7 @@ fn locate(
             None => l.span(),
         })
     };
-    match error.key() {
+    match crate::codes::rule_error_key(error) {
         ("path", _) => match &stated.pattern_at {
             Some((kind, at)) => (format!("{base}.path.{kind}"), at.clone()),
             None => (format!("{base}.path"), r.span()),

@@ -192,16 +192,6 @@ pub enum CountryListError {
     Conflict { index: usize, country: Country },
 }
 
-impl CountryListError {
-    pub fn code(&self) -> &'static str {
-        match self {
-            CountryListError::Invalid { .. } => "country.invalid",
-            CountryListError::Duplicate { .. } => "country.duplicate",
-            CountryListError::Conflict { .. } => "country.conflict",
-        }
-    }
-}
-
 impl fmt::Display for CountryListError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -545,16 +535,7 @@ mod tests {
                 country: c("FR")
             }
         );
-        assert_eq!(e.code(), "country.conflict");
         assert_eq!(e.to_string(), "FR is in both the allow and the deny list");
-        assert_eq!(
-            CountryListError::Invalid {
-                deny: false,
-                index: 0
-            }
-            .code(),
-            "country.invalid"
-        );
     }
 
     fn rules(

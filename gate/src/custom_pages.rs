@@ -179,30 +179,6 @@ pub struct PageError {
     pub problem: PageProblem,
 }
 
-impl PageError {
-    /// The profile code: `errorPages.<field>.<problem>` or
-    /// `errorPages.variable.unknown`.
-    pub fn code(&self) -> &'static str {
-        use PageField::*;
-        use PageProblem::*;
-        match (&self.problem, self.field) {
-            (UnknownVariable(_), _) => "errorPages.variable.unknown",
-            (Required, Heading) => "errorPages.heading.required",
-            (TooLong, Heading) => "errorPages.heading.tooLong",
-            (Invalid, Heading) => "errorPages.heading.invalid",
-            (Unexpected, Heading) => "errorPages.heading.unexpected",
-            (Required, Text) => "errorPages.text.required",
-            (TooLong, Text) => "errorPages.text.tooLong",
-            (Invalid, Text) => "errorPages.text.invalid",
-            (Unexpected, Text) => "errorPages.text.unexpected",
-            (Required, Html) => "errorPages.html.required",
-            (TooLong, Html) => "errorPages.html.tooLong",
-            (Invalid, Html) => "errorPages.html.invalid",
-            (Unexpected, Html) => "errorPages.html.unexpected",
-        }
-    }
-}
-
 impl std::fmt::Display for PageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let field = self.field.name();
@@ -543,14 +519,6 @@ pub struct PagesError {
     /// `None`: the status cannot be customized
     /// (`errorPages.status.unsupported`).
     pub error: Option<PageError>,
-}
-
-impl PagesError {
-    pub fn code(&self) -> &'static str {
-        self.error
-            .as_ref()
-            .map_or("errorPages.status.unsupported", PageError::code)
-    }
 }
 
 impl CustomPages {

@@ -42,13 +42,6 @@ pub enum GlobError {
     TripleStar,
 }
 
-impl GlobError {
-    /// The profile error code.
-    pub fn code(&self) -> &'static str {
-        "ruleSet.rule.path.glob.invalid"
-    }
-}
-
 impl std::fmt::Display for GlobError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -304,10 +297,6 @@ mod tests {
         assert_eq!(Glob::compile("").unwrap_err(), GlobError::NotRooted);
         assert_eq!(Glob::compile("**/.env").unwrap_err(), GlobError::NotRooted);
         assert_eq!(Glob::compile("/a***").unwrap_err(), GlobError::TripleStar);
-        assert_eq!(
-            GlobError::TripleStar.code(),
-            "ruleSet.rule.path.glob.invalid"
-        );
     }
 
     #[test]

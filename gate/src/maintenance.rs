@@ -65,16 +65,6 @@ pub enum MaintenanceError {
     Page(PageError),
 }
 
-impl MaintenanceError {
-    pub fn code(&self) -> &'static str {
-        match self {
-            MaintenanceError::Status => "maintenance.status.invalid",
-            MaintenanceError::RetryAfter => "maintenance.retry_after_seconds.invalid",
-            MaintenanceError::Page(e) => e.code(),
-        }
-    }
-}
-
 impl std::fmt::Display for MaintenanceError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -240,7 +230,6 @@ impl Maintenance {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::custom_pages::PageForm;
 
     const CTX: WriteCtx<'static> = WriteCtx {
         date_line: b"Date: x\r\n",
@@ -333,41 +322,6 @@ mod tests {
             "{page}"
         );
         assert!(page.contains(crate::custom_pages::DOCUMENT_CSP));
-    }
-
-    #[test]
-    fn bounds_and_page_errors_have_codes() {
-        let spec = MaintenanceSpec {
-            enabled: true,
-            status: 301,
-            retry_after_seconds: MAX_RETRY_AFTER_SECONDS + 1,
-            page: Some(PageEntrySpec {
-                form: PageForm::Message,
-                heading: Some("Back {soon}".into()),
-                text: None,
-                html: None,
-            }),
-        };
-        let codes: Vec<_> = Maintenance::compile(&spec)
-            .unwrap_err()
-            .iter()
-            .map(MaintenanceError::code)
-            .collect();
-        assert_eq!(
-            codes,
-            vec![
-                "maintenance.status.invalid",
-                "maintenance.retry_after_seconds.invalid",
-                "errorPages.variable.unknown",
-                "errorPages.text.required",
-            ]
-        );
-        assert!(Maintenance::compile(&MaintenanceSpec {
-            enabled: true,
-            retry_after_seconds: MAX_RETRY_AFTER_SECONDS,
-            ..MaintenanceSpec::default()
-        })
-        .is_ok());
     }
 
     #[test]

@@ -51,17 +51,6 @@ pub enum PatternError {
     NotCanonical,
 }
 
-impl PatternError {
-    /// The code's last part: `invalid`, `encoded` or `notCanonical`.
-    pub fn code(&self) -> &'static str {
-        match self {
-            PatternError::Invalid => "invalid",
-            PatternError::Encoded => "encoded",
-            PatternError::NotCanonical => "notCanonical",
-        }
-    }
-}
-
 impl std::fmt::Display for PatternError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -498,9 +487,6 @@ mod tests {
             assert_eq!(m.insert(PathKind::Prefix, p, ()), Err(err), "{p:?}");
         }
         assert!(m.is_empty());
-        assert_eq!(PatternError::Invalid.code(), "invalid");
-        assert_eq!(PatternError::Encoded.code(), "encoded");
-        assert_eq!(PatternError::NotCanonical.code(), "notCanonical");
     }
 
     #[test]

@@ -111,17 +111,6 @@ pub enum RobotsError {
     CustomTextInvalid,
 }
 
-impl RobotsError {
-    /// The profile error code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            RobotsError::CustomTextRequired => "robots.custom_text.required",
-            RobotsError::CustomTextTooLong => "robots.custom_text.too_long",
-            RobotsError::CustomTextInvalid => "robots.custom_text.invalid",
-        }
-    }
-}
-
 impl std::fmt::Display for RobotsError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -364,10 +353,6 @@ mod tests {
         assert_eq!(
             Robots::compile(RobotsMode::Custom, Some(&long)).unwrap_err(),
             RobotsError::CustomTextTooLong
-        );
-        assert_eq!(
-            RobotsError::CustomTextTooLong.code(),
-            "robots.custom_text.too_long"
         );
     }
 

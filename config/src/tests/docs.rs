@@ -1,6 +1,7 @@
 //! The profile examples in the docs compile as written.
 
 use super::*;
+use crate::codes::ProfileCode;
 
 const LIMITS: &str = include_str!("../../../docs/limits.md");
 

@@ -2,12 +2,14 @@
 //! exact path and position, and the shipped profiles.
 
 mod access;
+mod access_spec;
 mod bundles;
 mod chain_order;
 mod client;
 mod decide;
 mod docs;
 mod extras;
+mod gate_codes;
 mod hosts;
 mod limits;
 mod parse;

@@ -2,16 +2,16 @@
 //!
 //! The config crate reads the TOML into an [`AccessListSpec`] (keys in
 //! docs/access.md) and calls [`AccessListSpec::compile`], which reports every
-//! problem it finds with a stable code and a key path relative to the list
-//! (`allow[2]`, `users[0].password_hash`); the config crate prefixes the
-//! list's own path and adds the line and column. Hosts and routes name a
+//! problem it finds as an [`AccessIssue`] naming the entry it is about (the
+//! third `allow` entry, the first user's hash); the config crate gives each
+//! its stable code, its key path and its line and column. Hosts and routes name a
 //! list through an [`AccessListRef`], layered field by field. Compiling
 //! allocates; nothing here is on the request path.
 
 use super::basic::MAX_NAME_BYTES;
 use super::password::{looks_like_hash, Verifier, MAX_ITERATIONS, MIN_ITERATIONS};
 use super::{AccessList, AccessListParts, User, MAX_USERS};
-use crate::cidr::{Cidr, CidrSet};
+use crate::cidr::{Cidr, CidrError, CidrSet};
 use crate::country::{AddressRules, CountryListError, CountryRules, Satisfy};
 use std::collections::HashSet;
 
@@ -57,41 +57,109 @@ impl std::fmt::Debug for UserSpec {
     }
 }
 
-/// A problem or a warning, with a key path relative to the list.
+/// A problem or a warning of an access list, naming the entry it is about.
+/// `Display` is the message; the profile code and key path are the config
+/// crate's.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SpecIssue {
-    pub code: &'static str,
-    pub path: String,
-    pub message: String,
+pub enum AccessIssue {
+    /// `satisfy` is neither `"all"` nor `"any"`.
+    Satisfy,
+    /// Entry `index` of `allow` (or of `deny`) is no address or network.
+    Address {
+        deny: bool,
+        index: usize,
+        error: CidrError,
+    },
+    /// A `countries` entry is wrong.
+    Country(CountryListError),
+    /// `drop_denied` with no address or country to refuse.
+    DropDeniedWithoutAddresses,
+    /// The realm (`from_name`: the list's name standing in for it) cannot
+    /// be written into `WWW-Authenticate`.
+    Realm { from_name: bool },
+    /// More than [`MAX_USERS`] users.
+    TooManyUsers,
+    /// A warning: no address, country or user, so everyone passes.
+    Empty,
+    /// User `user`'s name is not 1 to 64 visible ASCII characters without `:`.
+    Username { user: usize },
+    /// User `user` repeats an earlier user's `name`.
+    DuplicateUser { user: usize, name: String },
+    /// A warning: user `user` has no hash and cannot sign in.
+    NoPassword { user: usize },
+    /// User `user`'s hash is a plain password or another format.
+    PlainPassword { user: usize },
+    /// User `user`'s hash is malformed.
+    MalformedHash { user: usize },
+    /// User `user`'s hash uses an iteration count out of bounds.
+    Iterations { user: usize, iterations: u32 },
 }
 
-impl SpecIssue {
-    fn new(code: &'static str, path: impl Into<String>, message: impl Into<String>) -> SpecIssue {
-        SpecIssue {
-            code,
-            path: path.into(),
-            message: message.into(),
+impl std::fmt::Display for AccessIssue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Messages never echo a hash: it may be a real password.
+        match self {
+            AccessIssue::Satisfy => f.write_str(
+                "satisfy must be \"all\" (address and password) or \"any\" (address or password)",
+            ),
+            AccessIssue::Address { error, .. } => error.fmt(f),
+            AccessIssue::Country(e) => e.fmt(f),
+            AccessIssue::DropDeniedWithoutAddresses => {
+                f.write_str("drop_denied is set but the list names no address or country to refuse")
+            }
+            AccessIssue::Realm { from_name: false } => f.write_str(
+                "the realm must be 1 to 128 printable ASCII characters without \" or \\",
+            ),
+            AccessIssue::Realm { from_name: true } => f.write_str(
+                "the list's name cannot serve as the realm: set realm to 1 to 128 \
+                 printable ASCII characters without \" or \\",
+            ),
+            AccessIssue::TooManyUsers => write!(f, "a list holds at most {MAX_USERS} users"),
+            AccessIssue::Empty => f.write_str(
+                "the list names no address, country or user, so it lets everyone through",
+            ),
+            AccessIssue::Username { .. } => {
+                f.write_str("a user name is 1 to 64 visible ASCII characters without ':'")
+            }
+            AccessIssue::DuplicateUser { name, .. } => write!(
+                f,
+                "the user {name} is already in this list (names are case-sensitive)"
+            ),
+            AccessIssue::NoPassword { .. } => {
+                f.write_str("no password_hash is set, so this user cannot sign in")
+            }
+            AccessIssue::PlainPassword { .. } => f.write_str(
+                "a profile holds password hashes only: this value is a plain password or \
+                 another format; store the line `gapura passwd` prints ($pbkdf2-sha256$...)",
+            ),
+            AccessIssue::MalformedHash { .. } => f.write_str(
+                "a malformed hash: expected $pbkdf2-sha256$i=ITERATIONS$SALT$HASH as \
+                 `gapura passwd` prints it",
+            ),
+            AccessIssue::Iterations { iterations, .. } => write!(
+                f,
+                "the hash uses {iterations} iterations; use {MIN_ITERATIONS} to \
+                 {MAX_ITERATIONS} (gapura passwd makes 600000)"
+            ),
         }
     }
 }
+
+impl std::error::Error for AccessIssue {}
 
 /// A compiled list and the warnings it carries.
 #[derive(Clone, Debug)]
 pub struct CompiledAccessList {
     pub list: AccessList,
-    pub warnings: Vec<SpecIssue>,
+    pub warnings: Vec<AccessIssue>,
 }
 
-/// `"all"` or `"any"`; anything else is `accessList.satisfy.invalid`.
-pub fn parse_satisfy(text: &str) -> Result<Satisfy, SpecIssue> {
+/// `"all"` or `"any"`; anything else is [`AccessIssue::Satisfy`].
+pub fn parse_satisfy(text: &str) -> Result<Satisfy, AccessIssue> {
     match text {
         "all" => Ok(Satisfy::All),
         "any" => Ok(Satisfy::Any),
-        _ => Err(SpecIssue::new(
-            "accessList.satisfy.invalid",
-            "satisfy",
-            "satisfy must be \"all\" (address and password) or \"any\" (address or password)",
-        )),
+        _ => Err(AccessIssue::Satisfy),
     }
 }
 
@@ -115,15 +183,15 @@ pub fn valid_username(name: &str) -> bool {
 impl AccessListSpec {
     /// Checks everything and compiles the list, or returns every error.
     /// Warnings ride along with a successful compile. Allocates.
-    pub fn compile(&self) -> Result<CompiledAccessList, Vec<SpecIssue>> {
+    pub fn compile(&self) -> Result<CompiledAccessList, Vec<AccessIssue>> {
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
-        let allow = cidrs("allow", &self.allow, &mut errors);
-        let deny = cidrs("deny", &self.deny, &mut errors);
+        let allow = cidrs(false, &self.allow, &mut errors);
+        let deny = cidrs(true, &self.deny, &mut errors);
         let countries = match CountryRules::parse(&self.countries_allow, &self.countries_deny) {
             Ok(c) => c,
             Err(e) => {
-                errors.push(country_issue(&e));
+                errors.push(AccessIssue::Country(e));
                 CountryRules::default()
             }
         };
@@ -135,42 +203,21 @@ impl AccessListSpec {
         let no_address_rules =
             self.allow.is_empty() && self.deny.is_empty() && countries_empty(self);
         if self.drop_denied && no_address_rules {
-            errors.push(SpecIssue::new(
-                "accessList.ip.dropDenied.withoutAddresses",
-                "drop_denied",
-                "drop_denied is set but the list names no address or country to refuse",
-            ));
+            errors.push(AccessIssue::DropDeniedWithoutAddresses);
         }
         match &self.realm {
-            Some(r) if !valid_realm(r) => errors.push(SpecIssue::new(
-                "accessList.realm.invalid",
-                "realm",
-                "the realm must be 1 to 128 printable ASCII characters without \" or \\",
-            )),
+            Some(r) if !valid_realm(r) => errors.push(AccessIssue::Realm { from_name: false }),
             None if !self.users.is_empty() && !valid_realm(&self.name) => {
-                errors.push(SpecIssue::new(
-                    "accessList.realm.invalid",
-                    "realm",
-                    "the list's name cannot serve as the realm: set realm to 1 to 128 \
-                     printable ASCII characters without \" or \\",
-                ))
+                errors.push(AccessIssue::Realm { from_name: true })
             }
             _ => {}
         }
         if self.users.len() > MAX_USERS {
-            errors.push(SpecIssue::new(
-                "accessList.users.tooMany",
-                "users",
-                format!("a list holds at most {MAX_USERS} users"),
-            ));
+            errors.push(AccessIssue::TooManyUsers);
         }
         let users = self.users(&mut errors, &mut warnings);
         if no_address_rules && self.users.is_empty() {
-            warnings.push(SpecIssue::new(
-                "accessList.empty",
-                "",
-                "the list names no address, country or user, so it lets everyone through",
-            ));
+            warnings.push(AccessIssue::Empty);
         }
         if !errors.is_empty() {
             return Err(errors);
@@ -187,37 +234,24 @@ impl AccessListSpec {
         Ok(CompiledAccessList { list, warnings })
     }
 
-    fn users(&self, errors: &mut Vec<SpecIssue>, warnings: &mut Vec<SpecIssue>) -> Vec<User> {
+    fn users(&self, errors: &mut Vec<AccessIssue>, warnings: &mut Vec<AccessIssue>) -> Vec<User> {
         let mut seen = HashSet::new();
         let mut users = Vec::with_capacity(self.users.len());
         for (i, u) in self.users.iter().enumerate() {
-            let path = format!("users[{i}]");
             if !valid_username(&u.name) {
-                errors.push(SpecIssue::new(
-                    "accessList.user.username.invalid",
-                    format!("{path}.name"),
-                    "a user name is 1 to 64 visible ASCII characters without ':'",
-                ));
+                errors.push(AccessIssue::Username { user: i });
             } else if !seen.insert(u.name.as_str()) {
-                errors.push(SpecIssue::new(
-                    "accessList.user.username.duplicate",
-                    format!("{path}.name"),
-                    format!(
-                        "the user {} is already in this list (names are case-sensitive)",
-                        u.name
-                    ),
-                ));
+                errors.push(AccessIssue::DuplicateUser {
+                    user: i,
+                    name: u.name.clone(),
+                });
             }
             let verifier = match &u.password_hash {
                 None => {
-                    warnings.push(SpecIssue::new(
-                        "accessList.user.noPassword",
-                        path.clone(),
-                        "no password_hash is set, so this user cannot sign in",
-                    ));
+                    warnings.push(AccessIssue::NoPassword { user: i });
                     None
                 }
-                Some(h) => password_hash(h, &format!("{path}.password_hash"), errors),
+                Some(h) => password_hash(h, i, errors),
             };
             users.push(User::new(&u.name, verifier));
         }
@@ -229,66 +263,35 @@ fn countries_empty(spec: &AccessListSpec) -> bool {
     spec.countries_allow.is_empty() && spec.countries_deny.is_empty()
 }
 
-fn password_hash(text: &str, path: &str, errors: &mut Vec<SpecIssue>) -> Option<Verifier> {
-    // Messages never echo the value: it may be a real password.
+fn password_hash(text: &str, user: usize, errors: &mut Vec<AccessIssue>) -> Option<Verifier> {
     if !looks_like_hash(text) {
-        errors.push(SpecIssue::new(
-            "accessList.user.password.plain",
-            path,
-            "a profile holds password hashes only: this value is a plain password or \
-             another format; store the line `gapura passwd` prints ($pbkdf2-sha256$...)",
-        ));
+        errors.push(AccessIssue::PlainPassword { user });
         return None;
     }
     let Ok(v) = Verifier::parse(text) else {
-        errors.push(SpecIssue::new(
-            "accessList.user.password.malformed",
-            path,
-            "a malformed hash: expected $pbkdf2-sha256$i=ITERATIONS$SALT$HASH as \
-             `gapura passwd` prints it",
-        ));
+        errors.push(AccessIssue::MalformedHash { user });
         return None;
     };
     if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&v.iterations()) {
-        errors.push(SpecIssue::new(
-            "accessList.user.password.iterations",
-            path,
-            format!(
-                "the hash uses {} iterations; use {MIN_ITERATIONS} to {MAX_ITERATIONS} \
-                 (gapura passwd makes 600000)",
-                v.iterations()
-            ),
-        ));
+        errors.push(AccessIssue::Iterations {
+            user,
+            iterations: v.iterations(),
+        });
         return None;
     }
     Some(v)
 }
 
-/// Parses every entry, reporting each bad one at `key[i]` with the CIDR
-/// parser's own code.
-fn cidrs(key: &str, entries: &[String], errors: &mut Vec<SpecIssue>) -> CidrSet {
+/// Parses every entry of `allow` (or `deny`), reporting each bad one.
+fn cidrs(deny: bool, entries: &[String], errors: &mut Vec<AccessIssue>) -> CidrSet {
     let mut ok = Vec::with_capacity(entries.len());
-    for (i, e) in entries.iter().enumerate() {
+    for (index, e) in entries.iter().enumerate() {
         match Cidr::parse(e) {
             Ok(c) => ok.push(c),
-            Err(err) => errors.push(SpecIssue::new(
-                err.code(),
-                format!("{key}[{i}]"),
-                err.to_string(),
-            )),
+            Err(error) => errors.push(AccessIssue::Address { deny, index, error }),
         }
     }
     CidrSet::from_cidrs(ok)
-}
-
-fn country_issue(e: &CountryListError) -> SpecIssue {
-    let path = match *e {
-        CountryListError::Invalid { deny, index } | CountryListError::Duplicate { deny, index } => {
-            format!("countries.{}[{index}]", if deny { "deny" } else { "allow" })
-        }
-        CountryListError::Conflict { index, .. } => format!("countries.deny[{index}]"),
-    };
-    SpecIssue::new(e.code(), path, e.to_string())
 }
 
 /// How a layer (defaults, bundle, host, route) names its access list.
@@ -325,7 +328,3 @@ impl AccessListRef {
         }
     }
 }
-
-#[cfg(test)]
-#[path = "spec_tests.rs"]
-mod tests;

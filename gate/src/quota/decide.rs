@@ -181,15 +181,6 @@ pub enum SizeError {
     WindowMs,
 }
 
-impl SizeError {
-    pub fn code(self) -> &'static str {
-        match self {
-            SizeError::RateEntries => "quota.rate_table_entries.range",
-            SizeError::WindowMs => "quota.window_ms.range",
-        }
-    }
-}
-
 /// Plain counters owned by the shard, read by `/metrics`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QuotaCounters {

@@ -85,17 +85,6 @@ pub enum RatePolicyError {
     Burst,
 }
 
-impl RatePolicyError {
-    /// The stable profile error code.
-    pub fn code(self) -> &'static str {
-        match self {
-            RatePolicyError::Requests => "rate_limit.requests.invalid",
-            RatePolicyError::Rate => "rate_limit.rate.invalid",
-            RatePolicyError::Burst => "rate_limit.burst.invalid",
-        }
-    }
-}
-
 impl RatePolicy {
     /// `requests` tokens per `per_ms` ms with a bucket of `burst`.
     pub fn new(requests: u64, per_ms: u64, burst: u32) -> Result<RatePolicy, RatePolicyError> {

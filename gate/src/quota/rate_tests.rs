@@ -48,12 +48,6 @@ fn policy_bounds_and_codes() {
         RatePolicy::per_second(1, 1_048_576),
         Err(RatePolicyError::Burst)
     );
-    assert_eq!(RatePolicyError::Rate.code(), "rate_limit.rate.invalid");
-    assert_eq!(RatePolicyError::Burst.code(), "rate_limit.burst.invalid");
-    assert_eq!(
-        RatePolicyError::Requests.code(),
-        "rate_limit.requests.invalid"
-    );
     // The slowest rate with the largest burst still has a bounded refill.
     let slowest = RatePolicy::new(1, 16_384_000, 1_048_575).unwrap();
     assert_eq!(slowest.full_refill_ms(), (1u64 << 62).div_ceil(1_000_000));

@@ -39,16 +39,6 @@ pub enum CeilingError {
     Reserve,
 }
 
-impl CeilingError {
-    /// The stable profile error code.
-    pub fn code(self) -> &'static str {
-        match self {
-            CeilingError::MaxKeys => "quota.tracked_keys.range",
-            CeilingError::Reserve => "quota.critical_reserve.range",
-        }
-    }
-}
-
 impl Ceiling {
     /// At most `max_keys` live keys, of which `critical_reserve` (less than
     /// `max_keys`) only critical work and health probes may take.

@@ -42,16 +42,6 @@ pub enum BudgetError {
     Normal,
 }
 
-impl BudgetError {
-    /// The stable profile error code.
-    pub fn code(self) -> &'static str {
-        match self {
-            BudgetError::Limit => "quota.requests.range",
-            BudgetError::Normal => "quota.optional.range",
-        }
-    }
-}
-
 impl Budget {
     /// `limit` per window for critical work and health probes, of which
     /// ordinary work may use `normal_limit` (1..=limit).
@@ -425,7 +415,6 @@ mod tests {
         assert_eq!(Budget::new(0, 0), Err(BudgetError::Limit));
         assert_eq!(Budget::new(5, 6), Err(BudgetError::Normal));
         assert_eq!(Budget::new(5, 0), Err(BudgetError::Normal));
-        assert_eq!(BudgetError::Normal.code(), "quota.optional.range");
         let c = Ceiling::new(8, 0).unwrap();
         assert!(WindowTable::new(99, c).is_err());
         assert!(WindowTable::new(3_600_001, c).is_err());

@@ -142,7 +142,7 @@ impl RuleSpec {
     }
 }
 
-/// Why one rule was refused. [`RuleError::code`] is the profile code.
+/// Why one rule was refused (the config crate gives each its profile code).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RuleError {
     /// No condition (`ruleSet.rule.empty`).
@@ -160,34 +160,6 @@ pub enum RuleError {
     /// `ruleSet.rule.userAgent.invalid`: `item` is the offending substring,
     /// or `None` for too many.
     UserAgent { item: Option<usize> },
-}
-
-impl RuleError {
-    /// The profile error code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            RuleError::Empty => "ruleSet.rule.empty",
-            RuleError::Path(PatternError::Invalid) => "ruleSet.rule.path.invalid",
-            RuleError::Path(PatternError::Encoded) => "ruleSet.rule.path.encoded",
-            RuleError::Path(PatternError::NotCanonical) => "ruleSet.rule.path.notCanonical",
-            RuleError::Glob(_) => "ruleSet.rule.path.glob.invalid",
-            RuleError::Regex(_) => "ruleSet.rule.path.regex.invalid",
-            RuleError::Methods { .. } => "ruleSet.rule.methods.invalid",
-            RuleError::UserAgent { .. } => "ruleSet.rule.userAgent.invalid",
-        }
-    }
-
-    /// The key under the rule the error is about (`path`, `methods`,
-    /// `userAgent.contains`), with the list entry when there is one; empty
-    /// for the rule itself.
-    pub fn key(&self) -> (&'static str, Option<usize>) {
-        match self {
-            RuleError::Empty => ("", None),
-            RuleError::Path(_) | RuleError::Glob(_) | RuleError::Regex(_) => ("path", None),
-            RuleError::Methods { item } => ("methods", *item),
-            RuleError::UserAgent { item } => ("userAgent.contains", *item),
-        }
-    }
 }
 
 impl std::fmt::Display for RuleError {
@@ -226,15 +198,6 @@ pub enum RuleSetError {
     TooManyRules,
     /// Rule `index` (counted from 0) was refused.
     Rule { index: usize, error: RuleError },
-}
-
-impl RuleSetError {
-    pub fn code(&self) -> &'static str {
-        match self {
-            RuleSetError::TooManyRules => "ruleSet.rules.tooMany",
-            RuleSetError::Rule { error, .. } => error.code(),
-        }
-    }
 }
 
 impl std::fmt::Display for RuleSetError {

@@ -1,6 +1,5 @@
 use super::*;
 use crate::path::{canonical, MAX_PATH_BYTES};
-use crate::pathmatch::PatternError;
 use crate::robots::AI_CRAWLERS;
 use PathPatternKind::{Exact, Glob as GlobKind, Prefix, Regex};
 
@@ -310,120 +309,6 @@ fn needs_path_only_when_a_rule_reads_it() {
 }
 
 #[test]
-fn every_validation_code() {
-    let code = |spec: RuleSpec| RuleSet::compile(&[spec]).unwrap_err()[0].code();
-    assert_eq!(code(deny()), "ruleSet.rule.empty");
-    assert_eq!(code(deny().user_agent_contains(&[])), "ruleSet.rule.empty");
-    assert_eq!(
-        code(deny().path(Exact, "admin")),
-        "ruleSet.rule.path.invalid"
-    );
-    assert_eq!(
-        code(deny().path(Prefix, "/a%2fb")),
-        "ruleSet.rule.path.encoded"
-    );
-    assert_eq!(
-        code(deny().path(Prefix, "/a/")),
-        "ruleSet.rule.path.notCanonical"
-    );
-    assert_eq!(
-        code(deny().path(GlobKind, "/a***")),
-        "ruleSet.rule.path.glob.invalid"
-    );
-    assert_eq!(
-        code(deny().path(GlobKind, "a/*")),
-        "ruleSet.rule.path.glob.invalid"
-    );
-    assert_eq!(
-        code(deny().path(Regex, "(")),
-        "ruleSet.rule.path.regex.invalid"
-    );
-    assert_eq!(
-        code(deny().path(Regex, "(a{100}){100}")),
-        "ruleSet.rule.path.regex.invalid"
-    );
-    assert_eq!(
-        code(deny().methods(&["GE T"])),
-        "ruleSet.rule.methods.invalid"
-    );
-    assert_eq!(code(deny().methods(&[""])), "ruleSet.rule.methods.invalid");
-    assert_eq!(
-        code(deny().methods(&["BASELINE-CONTROLS"])),
-        "ruleSet.rule.methods.invalid"
-    );
-    let seventeen: Vec<String> = (0..17).map(|i| format!("M{i}")).collect();
-    let many: Vec<&str> = seventeen.iter().map(String::as_str).collect();
-    assert_eq!(code(deny().methods(&many)), "ruleSet.rule.methods.invalid");
-    assert_eq!(
-        code(deny().user_agent_contains(&["caf\u{e9}"])),
-        "ruleSet.rule.userAgent.invalid"
-    );
-    assert_eq!(
-        code(deny().user_agent_contains(&["  "])),
-        "ruleSet.rule.userAgent.invalid"
-    );
-    let long = "a".repeat(129);
-    assert_eq!(
-        code(deny().user_agent_contains(&[&long])),
-        "ruleSet.rule.userAgent.invalid"
-    );
-    let hundred_one: Vec<String> = (0..101).map(|i| format!("bot{i}")).collect();
-    let many: Vec<&str> = hundred_one.iter().map(String::as_str).collect();
-    assert_eq!(
-        code(deny().user_agent_contains(&many)),
-        "ruleSet.rule.userAgent.invalid"
-    );
-    // Bounds are inclusive.
-    assert!(RuleSet::compile(&[deny().methods(&["BASELINE-CONTROL"])]).is_ok());
-    assert!(RuleSet::compile(&[deny().user_agent_contains(&[&"a".repeat(128)])]).is_ok());
-    assert!(RuleSet::compile(&[deny().user_agent_contains(&many[..100])]).is_ok());
-}
-
-#[test]
-fn errors_carry_the_rule_position_and_key() {
-    let errors = RuleSet::compile(&[
-        deny().path(Exact, "/ok"),
-        deny().methods(&["GET", "B@D"]),
-        deny(),
-        deny().user_agent_contains(&["ok", "\u{1}"]),
-        deny().path(Regex, "[z-a]"),
-    ])
-    .unwrap_err();
-    let got: Vec<_> = errors
-        .iter()
-        .map(|e| match e {
-            RuleSetError::Rule { index, error } => (*index, error.code(), error.key()),
-            RuleSetError::TooManyRules => unreachable!(),
-        })
-        .collect();
-    assert_eq!(
-        got,
-        vec![
-            (1, "ruleSet.rule.methods.invalid", ("methods", Some(1))),
-            (2, "ruleSet.rule.empty", ("", None)),
-            (
-                3,
-                "ruleSet.rule.userAgent.invalid",
-                ("userAgent.contains", Some(1))
-            ),
-            (4, "ruleSet.rule.path.regex.invalid", ("path", None)),
-        ]
-    );
-    let RuleSetError::Rule {
-        error: RuleError::Regex(msg),
-        ..
-    } = &errors[3]
-    else {
-        panic!("{:?}", errors[3]);
-    };
-    assert!(msg.contains("invalid character class range"), "{msg}");
-    assert_eq!(
-        RuleError::Path(PatternError::NotCanonical).to_string(),
-        PatternError::NotCanonical.to_string()
-    );
-}
-
-#[test]
 fn more_than_200_rules_is_too_many() {
     let ok: Vec<RuleSpec> = (0..200)
         .map(|i| deny().path(Exact, &format!("/p{i}")))
@@ -435,7 +320,6 @@ fn more_than_200_rules_is_too_many() {
     too_many.push(deny().path(Exact, "/last"));
     let errors = RuleSet::compile(&too_many).unwrap_err();
     assert_eq!(errors, vec![RuleSetError::TooManyRules]);
-    assert_eq!(errors[0].code(), "ruleSet.rules.tooMany");
     let mut b = RuleSetBuilder::new();
     for spec in &ok {
         b.push(spec).unwrap();
