@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs bench/compare.sh several times and summarises the server CPU per
+"""Runs bench/compare.py several times and summarises the server CPU per
 request of each server and scenario across the rounds.
 
 A shared machine's neighbours only ever add CPU to a run, and a single run of
@@ -8,7 +8,7 @@ about 10 % between runs. Repeating the whole comparison interleaves the
 servers over time; the median and the lower quartile of each server's rounds,
 and their ratios to nginx and HAProxy, are the steadier figures.
 
-  bench/compare-rounds.py --rounds 5 [compare.sh arguments...]
+  bench/compare-rounds.py --rounds 5 [compare.py arguments...]
 
 For example:
 
@@ -29,7 +29,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def parse_report(path):
-    """{scenario: {server: (cpu_us, p99_text)}} from one compare.sh report."""
+    """{scenario: {server: (cpu_us, p99_text)}} from one compare.py report,
+    whose tables (comparison/report.py) give p99 in the fourth column and
+    CPU µs/req in the fifth."""
     out = {}
     scenario = None
     with open(path) as f:
@@ -63,16 +65,16 @@ def main():
     for i in range(args.rounds):
         d = os.path.join(base, f"round-{i + 1}")
         os.makedirs(d, exist_ok=True)
-        cmd = [os.path.join(HERE, "compare.sh"), *rest, "--results-dir", d]
+        cmd = [sys.executable, os.path.join(HERE, "compare.py"), *rest, "--results-dir", d]
         print(f"round {i + 1}/{args.rounds}: {' '.join(cmd)}", file=sys.stderr)
         r = subprocess.run(cmd, stdout=subprocess.DEVNULL)
         if r.returncode != 0:
-            sys.exit(f"compare.sh failed in round {i + 1} (exit {r.returncode}); see {d}")
+            sys.exit(f"compare.py failed in round {i + 1} (exit {r.returncode}); see {d}")
         reports = sorted(glob.glob(os.path.join(d, "compare-*.md")))
         if not reports:
             sys.exit(f"no report in {d}")
         runs.append(parse_report(reports[-1]))
-    print(f"# {args.rounds} rounds of: bench/compare.sh {' '.join(rest)}\n")
+    print(f"# {args.rounds} rounds of: bench/compare.py {' '.join(rest)}\n")
     print("Server CPU µs per request; each round runs every server once, in turn.\n")
     for sc in runs[0]:
         servers = list(runs[0][sc])

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reads a gapura-loadtest `--json` report (schema gapura-loadtest/v1,
 loadtest/schema/report-v1.schema.json) and prints one line of key=value
-pairs for bench/compare.sh: the keys wrk-report.lua prints for wrk, plus
+pairs for bench/compare.py: the keys wrk-report.lua prints for wrk, plus
 `parse` (a gapura-loadtest error kind), `warmup_requests` and the
 generator's own CPU per response (`gen_cpu_us`, its `cpu.per_request_us`).
 Latencies are in microseconds; `status` counts responses with status >= 400,

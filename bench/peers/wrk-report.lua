@@ -1,5 +1,5 @@
--- Appended to every wrk script bench/compare.sh runs: prints one line of
--- key=value pairs at the end of the run, which the script parses instead of
+-- Appended to every wrk script bench/compare.py runs: prints one line of
+-- key=value pairs at the end of the run, which compare.py parses instead of
 -- wrk's human-readable summary. Latencies are in microseconds; `requests`
 -- counts responses (with pipelining, every response of a batch counts once).
 function done(summary, latency, requests)

@@ -1,0 +1,99 @@
+"""The programs the comparison needs: Debian packages installed when missing,
+and the Gapura and gapura-loadtest binaries, built with cargo unless told not to."""
+import os
+import shutil
+import subprocess
+import sys
+
+from .common import ROOT, die, say
+
+# Debian package of each command the program runs.
+PACKAGE_OF = {"nginx": "nginx", "haproxy": "haproxy", "wrk": "wrk", "curl": "curl",
+              "taskset": "util-linux"}
+
+
+def ensure_tools(tools):
+    """Installs the Debian package of each command that is missing (as root)."""
+    missing = [PACKAGE_OF[t] for t in tools if shutil.which(t) is None]
+    if not missing:
+        return
+    packages = " ".join(missing)
+    if os.geteuid() != 0:
+        die(f"missing packages: {packages} (run as root, or: apt-get install -y {packages})")
+    say(f"installing from Debian's packages: {packages}")
+    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", *missing]):
+        rc = subprocess.run(cmd).returncode
+        if rc != 0:
+            sys.exit(rc)
+
+
+def executable(path):
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def target_dir():
+    return os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
+
+
+def cargo_build(package):
+    cmd = ["cargo", "build", "--release", "-p", package]
+    say("building: " + " ".join(cmd))
+    try:
+        return subprocess.run(cmd, cwd=ROOT).returncode
+    except OSError as e:
+        say(f"cargo: {e.strerror}")
+        return 127
+
+
+def find_gapura(opts):
+    """The Gapura binary (built first unless GAPURA_BIN or --no-build), or
+    None when gapura is not among the servers. A failed build ends the
+    program with cargo's exit status."""
+    if "gapura" not in opts.servers:
+        return None
+    binary = os.environ.get("GAPURA_BIN", "")
+    if not binary:
+        if opts.build:
+            rc = cargo_build("gapura")
+            if rc != 0:
+                sys.exit(rc)
+        binary = os.path.join(target_dir(), "release", "gapura")
+    if not executable(binary):
+        die(f"no Gapura binary at {binary} (build it, set GAPURA_BIN, "
+            "or leave gapura out of --servers)")
+    return binary
+
+
+def find_generator(opts):
+    """(generator, gapura-loadtest binary, note for the report's header).
+
+    gapura-loadtest by default. When it was not asked for by name and there is
+    no binary and no way to build one, wrk takes its place and the report says so.
+    """
+    if opts.generator != "gapura-loadtest":
+        return opts.generator, "", ""
+    note = ""
+    unusable = ""
+    binary = os.environ.get("LOADTEST_BIN", "")
+    build_cmd = "`cargo build --release -p gapura-loadtest`"
+    if binary:
+        if not executable(binary):
+            unusable = f"LOADTEST_BIN={binary} is not an executable"
+    else:
+        binary = os.path.join(target_dir(), "release", "gapura-loadtest")
+        if opts.build and cargo_build("gapura-loadtest") != 0:
+            if executable(binary):
+                note = (f"{build_cmd} failed; the existing {binary} was used "
+                        "and may be older than the tree")
+                say(f"note: {note}")
+            else:
+                unusable = f"no binary at {binary} and {build_cmd} failed"
+        if not unusable and not executable(binary):
+            unusable = f"no binary at {binary} and --no-build was given"
+    if unusable:
+        if opts.generator_explicit:
+            die(f"--generator gapura-loadtest: {unusable}")
+        note = f"gapura-loadtest was not used ({unusable}); wrk generated the load instead"
+        say(f"note: {note}")
+        return "wrk", binary, note
+    return "gapura-loadtest", binary, note
