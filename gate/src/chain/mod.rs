@@ -151,7 +151,7 @@ impl Snapshot {
             return decision;
         };
         let route = self.route(entry, canonical, trace);
-        let mut flow = Flow {
+        let verdict = Flow {
             snap: self,
             req,
             state,
@@ -164,10 +164,11 @@ impl Snapshot {
             route,
             policy: route.map_or(&entry.policy, |r| &r.policy),
             robots: is_robots(req.method, canonical),
-            decision,
-        };
-        flow.decision.verdict = flow.verdict();
-        flow.decision
+            decision: &mut decision,
+        }
+        .verdict();
+        decision.verdict = verdict;
+        decision
     }
 
     /// The canonical path, when something of the host reads it: routes

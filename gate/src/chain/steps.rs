@@ -48,7 +48,8 @@ pub(super) struct Flow<'s, 'a, H: HeaderLines + ?Sized, T: Trace> {
     pub policy: &'s RequestPolicy,
     /// `GET`/`HEAD /robots.txt`.
     pub robots: bool,
-    pub decision: Decision<'s>,
+    /// The decision so far; its verdict is set from what the blocks answer.
+    pub decision: &'a mut Decision<'s>,
 }
 
 impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
