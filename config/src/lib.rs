@@ -6,21 +6,44 @@
 //! semantic problem at once, each with a stable code, its TOML key path and
 //! its line:column ([`ProfileError`]), and warnings beside them; it stacks
 //! host-level settings field by field (built-in, `[defaults]`, a
-//! `[[bundle]]`, the host's own, a proxy route's), limits included; and it
+//! `[[bundle]]`, the host's own, a proxy route's), limits included; it
 //! renders every host's fixed answer into bytes; it compiles proxy routes
-//! and upstream groups, resolving server names once, at compile time; and
-//! it compiles the gate's policy (client address resolution, quotas, rate
-//! limits and their (limit, host) pairs, access lists, rule sets and
-//! presets, each host's robots.txt, maintenance and error pages), divided
-//! per shard where a limit's scope says so. Codes are part of the
-//! interface and are listed in docs/profile.md. [`password::hash`] makes
-//! the hash lines access-list users hold.
+//! and upstream groups; and it compiles the gate's policy (client address
+//! resolution, quotas, rate limits and their (limit, host) pairs, access
+//! lists, rule sets and presets, each host's robots.txt, maintenance and
+//! error pages), divided per shard where a limit's scope says so. Codes
+//! are part of the interface and are listed in docs/profile.md.
+//! [`password::hash`] makes the hash lines access-list users hold.
 //!
-//! It must never do I/O beyond reading the profile file, resolving
-//! upstream names and drawing a password salt from `/dev/urandom`, never
-//! touch sockets (nothing connects to an upstream here), and never publish:
-//! the runtime binds the listeners and sets the snapshot's generation when
-//! it publishes.
+//! It must never do I/O beyond reading the profile file, never touch
+//! sockets (nothing connects to an upstream here), and never publish. What
+//! it needs of the machine comes in through an [`Environment`]: the core
+//! count that `shards = "auto"` means and a [`Resolver`] for upstream
+//! names; a password line's salt is the caller's too. The runtime binds the
+//! listeners and sets the snapshot's generation when it publishes.
+//!
+//! Modules, from TOML to the gate:
+//!
+//! - `schema` (the raw profile as serde reads it), with `rawblocks` (access
+//!   lists, rule sets, bundles, host-level settings) and `rawgate` (quota,
+//!   rate limits, client, the gate keys of hosts and routes);
+//! - `syntax` (errors of reading), `error` (profile errors, positions and
+//!   the error collector), `codes` (the codes of the gate's errors);
+//! - `validate` (the entry point of the checks: `[server]`, listeners and
+//!   the limits layers, and the leaf helpers the block checks share),
+//!   `size` (byte sizes), `names` (block names), `env` (the machine as a
+//!   profile sees it);
+//! - one module per block: `host`, `route`, `upstream`, `client`, `quota`,
+//!   `ratelimit`, `access`, `ruleset`, `policy` (the rate-limit pairs and
+//!   gate keys of hosts and routes), `blocks` and `hostlayer` (the
+//!   host-level settings layered and compiled), `layer` (request limits
+//!   layered);
+//! - `compile` (a checked profile into the snapshot), `settings` (what the
+//!   runtime applies itself), `password` (hash lines).
+//!
+//! A rate limit, followed from TOML to the gate: `rawgate` (read),
+//! `ratelimit` (checked and compiled), `policy` (paired with its host),
+//! `compile` (into the snapshot).
 
 #![forbid(unsafe_code)]
 
@@ -29,6 +52,7 @@ mod blocks;
 mod client;
 mod codes;
 mod compile;
+mod env;
 mod error;
 mod host;
 mod hostlayer;
@@ -53,6 +77,7 @@ pub mod password;
 #[cfg(test)]
 mod tests;
 
+pub use env::{Environment, FixedNames, NoNames, Resolver};
 pub use error::ProfileError;
 pub use settings::{Driver, RuntimeSettings, Shards, Steering};
 
@@ -74,24 +99,17 @@ pub struct Compiled {
     pub warnings: Vec<ProfileError>,
 }
 
-/// Compiles profile text for as many shards as this process may use
-/// (`std::thread::available_parallelism`, 1 when unknown): see
-/// [`compile_with`].
-pub fn compile_str(src: &str) -> Result<Compiled, Vec<ProfileError>> {
-    compile_with(src, usable_cores())
-}
-
 /// Compiles profile text. On failure returns every error found, in source
 /// order: all semantic errors at once, or the one syntax, unknown-key or
 /// type error that stopped reading. Limits with `scope = "split"` are
-/// divided by the shard count: `server.shards`, or `cores` when it is
-/// `"auto"`. Allocates; O(profile), plus one blocking system-resolver
-/// lookup per upstream server given by name.
-pub fn compile_with(src: &str, cores: u32) -> Result<Compiled, Vec<ProfileError>> {
+/// divided by the shard count: `server.shards`, or `env.cores` when it is
+/// `"auto"`. Upstream server names are resolved by `env.resolver`, once
+/// each. Allocates; O(profile) plus the resolver's work.
+pub fn compile_with(src: &str, env: &Environment<'_>) -> Result<Compiled, Vec<ProfileError>> {
     let raw: schema::RawProfile =
         toml::from_str(src).map_err(|e| syntax::parse_error(src, &e).into_sorted())?;
     let mut errors = error::Errors::new(src);
-    let checked = validate::check(&raw, cores, &mut errors);
+    let checked = validate::check(&raw, env, &mut errors);
     if !errors.is_empty() {
         return Err(errors.into_sorted());
     }
@@ -100,16 +118,9 @@ pub fn compile_with(src: &str, cores: u32) -> Result<Compiled, Vec<ProfileError>
     Ok(compiled)
 }
 
-/// Reads and compiles a profile file for as many shards as this process
-/// may use: see [`load_file_with`].
-pub fn load_file(path: &Path) -> Result<Compiled, Vec<ProfileError>> {
-    load_file_with(path, usable_cores())
-}
-
-/// Reads and compiles a profile file, `"auto"` shards meaning `cores` (see
-/// [`compile_with`]). A file that cannot be read (or is not UTF-8) gives one
+/// Reads and compiles a profile file (see [`compile_with`]). A file that cannot be read (or is not UTF-8) gives one
 /// error with code `profile.read` at line 0, column 0.
-pub fn load_file_with(path: &Path, cores: u32) -> Result<Compiled, Vec<ProfileError>> {
+pub fn load_file_with(path: &Path, env: &Environment<'_>) -> Result<Compiled, Vec<ProfileError>> {
     let src = std::fs::read_to_string(path).map_err(|e| {
         vec![ProfileError {
             code: "profile.read",
@@ -119,10 +130,5 @@ pub fn load_file_with(path: &Path, cores: u32) -> Result<Compiled, Vec<ProfileEr
             message: format!("cannot read {}: {e}", path.display()),
         }]
     })?;
-    compile_with(&src, cores)
-}
-
-/// The cores this process may run on: what `shards = "auto"` means.
-fn usable_cores() -> u32 {
-    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1024))
+    compile_with(&src, env)
 }

@@ -2,17 +2,16 @@
 //! and a profile stores as `password_hash`.
 //!
 //! [`hash`] checks the password and the iteration count the way a profile
-//! and the gate read them (so every line it makes loads), draws a 16-byte
-//! salt from `/dev/urandom` and runs the gate's
+//! and the gate read them (so every line it makes loads), takes the
+//! caller's fresh 16-byte salt and runs the gate's
 //! [`hash_password`](gapura_gate::access::password::hash_password):
 //! PBKDF2-HMAC-SHA256, `$pbkdf2-sha256$i=N$SALT$HASH`. The whole derivation
 //! runs on the calling thread (71 ms at the default 600,000 iterations in a
 //! release build): a command-line tool's job, never a shard's.
 //!
-//! Reading `/dev/urandom` is the one I/O of this crate besides reading a
-//! profile and resolving upstream names. It sits here, beside the profile
-//! format the line belongs to, so that every tool that writes profiles
-//! (the runtime's `gapura passwd`, tests, load generators) makes the line
+//! The salt is drawn by the caller (the runtime reads `/dev/urandom`), so
+//! this crate stays free of I/O. The line sits here, beside the profile
+//! format it belongs to, so that every tool that writes profiles makes it
 //! the same checked way.
 
 use gapura_gate::access::basic::MAX_PASSWORD_BYTES;
@@ -20,7 +19,6 @@ use gapura_gate::access::password::{
     hash_password, DEFAULT_SALT_BYTES, MAX_ITERATIONS, MIN_ITERATIONS,
 };
 use std::fmt;
-use std::io::Read;
 
 pub use gapura_gate::access::password::DEFAULT_ITERATIONS;
 
@@ -34,8 +32,6 @@ pub enum HashError {
     /// Outside 100,000..=10,000,000: a profile refuses the line
     /// (`accessList.user.password.iterations`).
     Iterations(u32),
-    /// `/dev/urandom` could not be read.
-    Random(std::io::Error),
 }
 
 impl fmt::Display for HashError {
@@ -51,22 +47,21 @@ impl fmt::Display for HashError {
                 "{n} iterations: use {MIN_ITERATIONS} to {MAX_ITERATIONS} (the default is \
                  {DEFAULT_ITERATIONS})"
             ),
-            HashError::Random(e) => write!(f, "cannot read /dev/urandom for a salt: {e}"),
         }
     }
 }
 
 impl std::error::Error for HashError {}
 
-/// The hash line of `password` with `iterations` rounds and a fresh random
-/// salt. Checks before it draws or hashes; then runs the whole PBKDF2.
-pub fn hash(password: &str, iterations: u32) -> Result<String, HashError> {
+/// Bytes of the salt [`hash`] takes.
+pub const SALT_BYTES: usize = DEFAULT_SALT_BYTES;
+
+/// The hash line of `password` with `iterations` rounds and `salt`, which
+/// the caller draws fresh from the kernel for each line. Checks before it
+/// hashes; then runs the whole PBKDF2.
+pub fn hash(password: &str, iterations: u32, salt: &[u8; SALT_BYTES]) -> Result<String, HashError> {
     check(password, iterations)?;
-    let mut salt = [0u8; DEFAULT_SALT_BYTES];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut salt))
-        .map_err(HashError::Random)?;
-    Ok(hash_password(password.as_bytes(), iterations, &salt))
+    Ok(hash_password(password.as_bytes(), iterations, salt))
 }
 
 /// The checks of [`hash`], without drawing or hashing. O(1).
@@ -90,10 +85,10 @@ mod tests {
 
     #[test]
     fn a_line_verifies_its_password_only_and_salts_differ() {
-        let a = hash("correct horse", MIN_ITERATIONS).unwrap();
-        let b = hash("correct horse", MIN_ITERATIONS).unwrap();
+        let a = hash("correct horse", MIN_ITERATIONS, &[7; SALT_BYTES]).unwrap();
+        let b = hash("correct horse", MIN_ITERATIONS, &[8; SALT_BYTES]).unwrap();
         assert!(a.starts_with("$pbkdf2-sha256$i=100000$"), "{a}");
-        assert_ne!(a, b, "each line has its own salt");
+        assert_ne!(a, b, "each salt gives its own line");
         let v = Verifier::parse(&a).unwrap();
         assert_eq!((v.iterations(), v.salt().len()), (MIN_ITERATIONS, 16));
         assert!(verify(&a, b"correct horse"));
@@ -117,7 +112,10 @@ mod tests {
             Err(HashError::Iterations(_))
         ));
         assert!(check("pw", MAX_ITERATIONS).is_ok());
-        assert!(matches!(hash("", 1), Err(HashError::Empty)));
+        assert!(matches!(
+            hash("", 1, &[0; SALT_BYTES]),
+            Err(HashError::Empty)
+        ));
         assert_eq!(
             HashError::Iterations(5).to_string(),
             "5 iterations: use 100000 to 10000000 (the default is 600000)"

@@ -1,13 +1,14 @@
 //! Semantic checks of `[[upstream]]` groups, compiled straight into the
 //! gate's [`UpstreamGroup`].
 //!
-//! Server addresses are IP literals or `name:port`; names are resolved here,
-//! once, when the profile is compiled (the system resolver through
-//! [`ToSocketAddrs`]), and every address a name resolves to becomes a server
-//! of the same weight. Nothing connects: a server only has to parse and
+//! Server addresses are IP literals or `name:port`; names are resolved once,
+//! when the profile is compiled, by the caller's [`Resolver`] (the runtime's
+//! asks the system resolver off its control thread, with a timeout), and
+//! every address a name resolves to becomes a server of the same weight. Nothing connects: a server only has to parse and
 //! resolve. Each server gets a stable [`server_key`] so that per-shard state
 //! (pools, balancer counters, passive health) follows it across reloads.
 
+use crate::env::Resolver;
 use crate::error::Errors;
 use crate::names::BlockKind;
 use crate::schema::{IntOrString, Opt, RawHealth, RawServerEntry, RawUpstream};
@@ -16,7 +17,7 @@ use gapura_gate::host::valid_name;
 use gapura_gate::upstream::{ActiveHealth, Balance, HostHeader, UpstreamId};
 use gapura_gate::{UpstreamGroup, UpstreamServer};
 use std::collections::HashMap;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::ops::Range;
 use toml::Spanned;
 
@@ -47,7 +48,11 @@ pub(crate) struct Upstreams {
 
 /// Checks every group and resolves its servers. Returns one group per
 /// `[[upstream]]`, in order, even for groups with errors.
-pub(crate) fn check_upstreams(raw: &[Spanned<RawUpstream>], e: &mut Errors<'_>) -> Upstreams {
+pub(crate) fn check_upstreams(
+    raw: &[Spanned<RawUpstream>],
+    resolver: &dyn Resolver,
+    e: &mut Errors<'_>,
+) -> Upstreams {
     let mut groups = Vec::with_capacity(raw.len());
     let mut ids: HashMap<String, UpstreamId> = HashMap::new();
     for (i, u) in raw.iter().enumerate() {
@@ -70,7 +75,7 @@ pub(crate) fn check_upstreams(raw: &[Spanned<RawUpstream>], e: &mut Errors<'_>) 
             );
         }
         let name = name.unwrap_or_default();
-        groups.push(check_group(u, name, &base, span, e));
+        groups.push(check_group(u, name, &base, span, resolver, e));
     }
     Upstreams { groups, ids }
 }
@@ -91,9 +96,10 @@ fn check_group(
     name: String,
     base: &str,
     span: Range<usize>,
+    resolver: &dyn Resolver,
     e: &mut Errors<'_>,
 ) -> UpstreamGroup {
-    let servers = check_servers(u, &name, base, span, e);
+    let servers = check_servers(u, &name, base, span, resolver, e);
     let balance = choice(
         e,
         &u.balance,
@@ -184,6 +190,7 @@ fn check_servers(
     name: &str,
     base: &str,
     span: Range<usize>,
+    resolver: &dyn Resolver,
     e: &mut Errors<'_>,
 ) -> Vec<UpstreamServer> {
     let path = format!("{base}.servers");
@@ -234,7 +241,7 @@ fn check_servers(
                 continue;
             }
             Ok(ServerAddr::Literal(a)) => vec![a],
-            Ok(ServerAddr::Name(host, port)) => match resolve(host, port) {
+            Ok(ServerAddr::Name(host, port)) => match resolve(resolver, host, port) {
                 Ok(list) => list,
                 Err(why) => {
                     e.push(
@@ -313,10 +320,10 @@ fn parse_server(s: &str) -> Result<ServerAddr<'_>, &'static str> {
 }
 
 /// Every address `host` resolves to, in the resolver's order, without
-/// repeats. Blocks on the system resolver.
-fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+/// repeats.
+fn resolve(resolver: &dyn Resolver, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
     let mut out: Vec<SocketAddr> = Vec::new();
-    for a in (host, port).to_socket_addrs().map_err(|e| e.to_string())? {
+    for a in resolver.resolve(host, port)? {
         if !out.contains(&a) {
             out.push(a);
         }

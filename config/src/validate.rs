@@ -12,6 +12,7 @@
 use crate::access::check_access_lists;
 use crate::blocks::{finish, layer_hosts};
 use crate::client::{check_client, ProxyListener};
+use crate::env::Environment;
 use crate::error::Errors;
 use crate::host::{check_hosts, CheckedHost};
 use crate::hostlayer::Names;
@@ -45,16 +46,17 @@ pub(crate) struct Checked {
     pub extras: Vec<HostExtras>,
 }
 
-/// Checks the whole profile; `cores` is the shard count when `shards` is
-/// `"auto"`. The result is meaningful only when `errors` stays empty.
-pub(crate) fn check(raw: &RawProfile, cores: u32, errors: &mut Errors<'_>) -> Checked {
+/// Checks the whole profile; `env.cores` is the shard count when `shards`
+/// is `"auto"`, `env.resolver` resolves upstream names. The result is
+/// meaningful only when `errors` stays empty.
+pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors<'_>) -> Checked {
     let (runtime, server, proxy_listener) = check_server(&raw.server, errors);
     let shards = match runtime.shards {
         Shards::Count(n) => n,
-        Shards::Auto => cores.max(1),
+        Shards::Auto => env.cores.max(1),
     };
     let defaults = check_limits(&raw.defaults.limits, "defaults.limits", errors);
-    let upstreams = check_upstreams(&raw.upstream, errors);
+    let upstreams = check_upstreams(&raw.upstream, env.resolver, errors);
     let quota = check_quota(&raw.quota, shards, errors);
     let rates = check_rate_limits(&raw.rate_limit, shards, errors);
     let client = check_client(&raw.client, proxy_listener.as_ref(), errors);

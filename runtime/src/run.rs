@@ -21,19 +21,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime};
 
-/// The cores shards may run on; `shards = "auto"` means one per core.
-fn cores() -> u32 {
-    core_affinity::get_core_ids()
-        .map(|c| c.len())
-        .unwrap_or(1)
-        .max(1) as u32
-}
-
 fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
-    let result = match profile {
-        Some(p) => gapura_config::load_file_with(p, cores()),
-        None => gapura_config::compile_with(gapura_config::DEFAULT_PROFILE, cores()),
-    };
+    let result = crate::profile::load(profile);
     let name = profile
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "<embedded default>".into());
@@ -312,11 +301,8 @@ fn do_reload(
 /// 16 random bytes for the gate's keyed hashes, from the kernel.
 fn random_seed() -> [u8; 16] {
     let mut seed = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        if f.read_exact(&mut seed).is_ok() {
-            return seed;
-        }
+    if crate::random::fill(&mut seed).is_ok() {
+        return seed;
     }
     // No /dev/urandom: fall back to the clock and pid, still per process.
     let t = SystemTime::now()

@@ -106,11 +106,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
     let gate = match gapura_gate::chain::GateState::new(&first.gate.quota_sizes, spec.key_seed) {
         Ok(g) => g,
         Err(e) => {
-            let _ = started.send(Err(format!(
-                "shard {}: quota tables: {}",
-                spec.id,
-                e.code()
-            )));
+            let _ = started.send(Err(format!("shard {}: quota tables: {e}", spec.id)));
             return;
         }
     };

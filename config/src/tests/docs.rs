@@ -102,7 +102,7 @@ fn load_file_with_divides_split_limits_by_the_given_cores() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/example.toml");
     let full = RatePolicy::per_second(20, 40).unwrap();
     for cores in [1, 4] {
-        let c = crate::load_file_with(&path, cores).unwrap();
+        let c = super::load_file_with(&path, cores).unwrap();
         assert_eq!(
             c.snapshot.gate.rate_limits[1].policy,
             full.split(cores).unwrap()
@@ -248,7 +248,7 @@ fn the_profile_keys_examples_of_the_block_docs_compile() {
     ] {
         let section = &doc[doc.find("## Profile keys").expect(name)..];
         let example = toml_blocks(section)[0];
-        let c = match crate::compile_with(example, 4) {
+        let c = match super::compile_with(example, 4) {
             Ok(c) => c,
             Err(e) => panic!("{name}: {e:#?}"),
         };

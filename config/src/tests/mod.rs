@@ -22,7 +22,49 @@ mod rulesets;
 mod server;
 mod upstreams;
 
-use crate::{compile_str, compile_with, Compiled, ProfileError};
+use crate::{Compiled, Environment, FixedNames, ProfileError};
+
+/// The names the tests resolve: localhost, to 127.0.0.1 and ::1.
+fn names() -> FixedNames {
+    FixedNames(vec![(
+        "localhost".into(),
+        vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()],
+    )])
+}
+
+/// Compiles profile text on 2 cores with [`names`].
+fn compile_str(src: &str) -> Result<Compiled, Vec<ProfileError>> {
+    compile_with(src, 2)
+}
+
+/// Compiles profile text, `"auto"` shards meaning `cores`, with [`names`].
+fn compile_with(src: &str, cores: u32) -> Result<Compiled, Vec<ProfileError>> {
+    let names = names();
+    crate::compile_with(
+        src,
+        &Environment {
+            cores,
+            resolver: &names,
+        },
+    )
+}
+
+/// Reads and compiles a profile file on `cores` cores with [`names`].
+fn load_file_with(path: &std::path::Path, cores: u32) -> Result<Compiled, Vec<ProfileError>> {
+    let names = names();
+    crate::load_file_with(
+        path,
+        &Environment {
+            cores,
+            resolver: &names,
+        },
+    )
+}
+
+/// Reads and compiles a profile file on 2 cores with [`names`].
+fn load_file(path: &std::path::Path) -> Result<Compiled, Vec<ProfileError>> {
+    load_file_with(path, 2)
+}
 
 /// Compiles a profile that must be valid.
 fn ok(src: &str) -> Compiled {

@@ -1,5 +1,6 @@
 use super::*;
-use crate::{compile_str, load_file, Driver, Shards, Steering, DEFAULT_PROFILE};
+use super::{compile_str, load_file};
+use crate::{Driver, Shards, Steering, DEFAULT_PROFILE};
 use gapura_gate::{ErrorStatus, HostAction, RequestLimits};
 use std::path::Path;
 

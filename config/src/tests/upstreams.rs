@@ -264,7 +264,7 @@ fn a_server_reached_twice_in_a_group_is_a_duplicate() {
         errors(src)[0].message,
         "127.0.0.1:1 is already a server of this upstream, from upstream[0].servers[0]"
     );
-    // localhost resolves to 127.0.0.1 here (and maybe ::1 as well).
+    // localhost resolves to 127.0.0.1 (and ::1) with the tests' names.
     let src = "[[upstream]]\nname = \"app\"\nservers = [\"127.0.0.1:9003\", \"localhost:9003\"]\n";
     let e = errors(src);
     assert_eq!(

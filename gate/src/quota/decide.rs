@@ -181,6 +181,15 @@ pub enum SizeError {
     WindowMs,
 }
 
+impl std::fmt::Display for SizeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SizeError::RateEntries => "the rate table's entries are out of bounds",
+            SizeError::WindowMs => "the budget window is out of bounds",
+        })
+    }
+}
+
 /// Plain counters owned by the shard, read by `/metrics`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QuotaCounters {

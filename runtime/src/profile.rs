@@ -1,0 +1,72 @@
+//! Loading a profile on this machine: the runtime supplies what config
+//! must not read itself (DESIGN §2), the core count that `shards = "auto"`
+//! means and a resolver for upstream server names.
+//!
+//! Names are resolved by the system resolver on a thread of their own, each
+//! bounded by [`RESOLVE_TIMEOUT`], so neither `gapura check` nor a reload
+//! waits on a stuck resolver for longer than that: a name that has not
+//! answered by then fails the profile with `upstream.server.unresolved`
+//! (on a reload, the running profile stays). A look-up still stuck past its
+//! timeout finishes on its own thread and its answer is dropped.
+
+use gapura_config::{Compiled, Environment, ProfileError, Resolver};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The longest one upstream name may take to resolve.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The cores shards may run on: what `shards = "auto"` means, and the cores
+/// the shards are pinned to (the ids `core_affinity` returns, a subset under
+/// taskset). At least 1.
+pub fn cores() -> u32 {
+    core_affinity::get_core_ids()
+        .map_or(1, |c| c.len())
+        .clamp(1, u32::MAX as usize) as u32
+}
+
+/// The system resolver, each look-up off the calling thread and bounded by
+/// a timeout.
+pub struct SystemResolver {
+    pub timeout: Duration,
+}
+
+impl Resolver for SystemResolver {
+    fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+        let (tx, rx) = mpsc::channel();
+        let name = host.to_owned();
+        std::thread::Builder::new()
+            .name("gapura-resolve".into())
+            .spawn(move || {
+                let answer = (name.as_str(), port)
+                    .to_socket_addrs()
+                    .map(Iterator::collect::<Vec<_>>)
+                    .map_err(|e| e.to_string());
+                // The caller may have given up: nobody to tell.
+                let _ = tx.send(answer);
+            })
+            .map_err(|e| format!("cannot start a resolver thread: {e}"))?;
+        match rx.recv_timeout(self.timeout) {
+            Ok(answer) => answer,
+            Err(_) => Err(format!("no answer within {} s", self.timeout.as_secs_f32())),
+        }
+    }
+}
+
+/// Reads and compiles `profile` (the embedded default when `None`) for this
+/// machine.
+pub fn load(profile: Option<&Path>) -> Result<Compiled, Vec<ProfileError>> {
+    let resolver = SystemResolver {
+        timeout: RESOLVE_TIMEOUT,
+    };
+    let env = Environment {
+        cores: cores(),
+        resolver: &resolver,
+    };
+    match profile {
+        Some(p) => gapura_config::load_file_with(p, &env),
+        None => gapura_config::compile_with(gapura_config::DEFAULT_PROFILE, &env),
+    }
+}
