@@ -3,33 +3,45 @@
 //! The flags follow wrk's where wrk has one (`-t`, `-c`, `-d` with units,
 //! `-H`, `--latency`, `--timeout`), and wrk2's `-R`. Short options accept the
 //! value glued (`-t1`) or separate (`-t 1`); long options accept `--x=v` or
-//! `--x v`. Every error is a one-line message naming the flag.
+//! `--x v`; a repeated option's last value counts. Every error names the flag.
+//!
+//! The one clap definition, [`Args`], also gives `--help`, the shell
+//! completions (`--completions SHELL`) and the man page (`--man`).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::{ArgAction, CommandFactory, Parser, ValueEnum, ValueHint};
+use clap_complete::Shell;
+
 use crate::target::{Scheme, Target};
 
 /// Which monoio driver a shard runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Driver {
     /// io_uring with the ring flags of DESIGN §3, legacy (epoll) if the ring cannot be built.
+    #[value(help = "io_uring, or epoll if the ring cannot be built")]
     Auto,
     /// io_uring only; failing to build the ring fails the shard.
+    #[value(name = "io_uring", alias = "uring", help = "io_uring only")]
     IoUring,
     /// The legacy (epoll) driver.
+    #[value(alias = "legacy", help = "the legacy (epoll) driver")]
     Epoll,
 }
 
 /// Which HTTP/1.1 engine runs the plain closed-loop path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Engine {
     /// The direct io_uring loop where it applies and can be set up, monoio otherwise.
+    #[value(help = "the direct io_uring loop where it applies, monoio otherwise")]
     Auto,
     /// Always the monoio stream path.
+    #[value(help = "always the monoio stream path")]
     Monoio,
     /// The direct io_uring loop; an error where it does not apply.
+    #[value(alias = "io_uring", help = "the direct io_uring loop only")]
     Uring,
 }
 
@@ -50,15 +62,15 @@ impl SourceIps {
             Some((a, l)) => (
                 a,
                 l.parse::<u32>()
-                    .map_err(|_| format!("--source-ips: bad prefix length in {s:?}"))?,
+                    .map_err(|_| format!("bad prefix length in {s:?}"))?,
             ),
             None => (s, 32),
         };
         let ip: Ipv4Addr = addr
             .parse()
-            .map_err(|_| format!("--source-ips: {s:?} is not an IPv4 CIDR"))?;
+            .map_err(|_| format!("{s:?} is not an IPv4 CIDR"))?;
         if len > 32 {
-            return Err(format!("--source-ips: prefix length {len} is over 32"));
+            return Err(format!("prefix length {len} is over 32"));
         }
         let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
         let net = u32::from(ip) & mask;
@@ -116,45 +128,176 @@ pub struct Config {
     pub quiet: bool,
 }
 
-pub const USAGE: &str = "\
-Usage: gapura-loadtest [options] URL [URL|PATH ...]
+/// The exit statuses, for `--help` and the man page.
+const EXIT_STATUS: &[(i32, &str)] = &[
+    (
+        crate::EXIT_OK,
+        "at least one response (of any status) or UDP reply was received",
+    ),
+    (
+        crate::EXIT_NO_SUCCESS,
+        "nothing succeeded: every attempt failed (refused, timed out, unparseable)",
+    ),
+    (
+        crate::EXIT_USAGE,
+        "invalid arguments, or the run could not start (unresolvable host, no runtime)",
+    ),
+];
 
-URL is http://, https:// or udp://host:port. Extra URLs or paths rotate per request.
+/// [`EXIT_STATUS`] as `--help` shows it.
+fn exit_status_help() -> String {
+    let mut text = String::from("Exit status:");
+    for (code, meaning) in EXIT_STATUS {
+        text.push_str(&format!("\n  {code}  {meaning}"));
+    }
+    text
+}
 
-  -c, --connections N    connections (UDP: sockets) in all [10]
-  -t, --threads N        shards, one pinned thread each [1]
-  -d, --duration T       measured duration: 10s, 1m, 500ms, bare = seconds [10s]
-  -n, --requests N       stop after N requests (no duration limit unless -d)
-      --warmup T         unmeasured time before the measured duration [0]
-      --timeout T        per request (and connect) timeout [2s]
-  -X, --method M         request method [GET]
-  -H, --header 'K: V'    extra header, repeatable
-      --body S           request body
-      --body-file F      request body from a file
-      --pipeline N       closed loop: N requests written back to back [1]
-  -R, --rate R           open loop at R requests/s in all (CO-corrected latency)
-      --find-max         search the highest rate meeting --slo-p99 and --max-error-ratio
-      --slo-p99 T        p99 bound for --find-max [50ms]
-      --max-error-ratio F  error ratio bound for --find-max [0.001]
-      --find-max-start R first rate tried [1000]
-      --find-max-steps N at most N steps [16]
-      --find-max-retries N  re-run a failing step up to N times before it counts [1]
-      --source-ips CIDR  bind connections round-robin to these local addresses
-      --http2            HTTP/2 (h2c on http://, ALPN h2 on https://)
-  -m, --streams N        HTTP/2 concurrent streams per connection [1]
-  -k, --insecure         do not verify TLS certificates
-      --payload S        UDP payload [\"ping\"]
-      --payload-file F   UDP payload from a file
-      --payload-size N   pad or cut the UDP payload to N bytes
-      --json FILE        write the result as JSON (schema gapura-loadtest/v1)
-      --report FILE      write a self-contained HTML report
-      --latency          print the detailed latency percentile spectrum
-      --driver D         auto | io_uring | epoll [auto]
-      --engine E         auto | monoio | uring (HTTP/1.1 closed loop hot path) [auto]
-      --progress / --no-progress   live line (default: on when stdout is a TTY)
-  -q, --quiet            no summary on stdout
-  -h, --help             this text
-  -v, --version          version";
+const LOAD: &str = "Load";
+const REQUESTS: &str = "Requests";
+const FIND_MAX: &str = "find-max";
+const PROTOCOLS: &str = "Protocols";
+const OUTPUT: &str = "Output";
+
+/// The command line as clap reads it; [`parse`] validates it into a [`Config`].
+#[derive(Debug, Parser)]
+#[command(
+    name = "gapura-loadtest",
+    version,
+    about = "Gapura's load tester: closed-loop, open-loop and find-max HTTP/1.1, HTTPS, HTTP/2 and UDP load",
+    long_about = "Gapura's load tester: closed-loop, open-loop and find-max HTTP/1.1, HTTPS, HTTP/2 and UDP load \
+        against one origin, on pinned shards.\n\n\
+        URL is http://, https:// or udp://host:port. Extra URLs or paths rotate per request. \
+        wrk command lines without -s run as they are (-t1 -c64 -d10s).",
+    after_long_help = exit_status_help(),
+    disable_version_flag = true,
+    args_override_self = true
+)]
+pub struct Args {
+    /// http://, https:// or udp://host:port
+    #[arg(value_name = "URL", value_hint = ValueHint::Url, required = true)]
+    pub url: Option<String>,
+    /// Further URLs (the first one's scheme, host and port) or paths, rotated per request
+    #[arg(value_name = "URL|PATH")]
+    pub more: Vec<String>,
+
+    /// Connections (UDP: sockets) in all; 1k style suffixes are accepted
+    #[arg(short, long, value_name = "N", default_value = "10", value_parser = parse_usize, help_heading = LOAD)]
+    pub connections: usize,
+    /// Shards, one pinned thread each (at most one per connection)
+    #[arg(short = 't', long = "threads", value_name = "N", default_value = "1", value_parser = parse_usize, help_heading = LOAD)]
+    pub threads: usize,
+    /// Measured duration: 10s, 1m, 500ms, bare = seconds [default: 10s, 2s per find-max step]
+    #[arg(short, long, value_name = "T", value_parser = parse_duration, help_heading = LOAD)]
+    pub duration: Option<Duration>,
+    /// Stop after N requests (no duration limit unless -d)
+    #[arg(short = 'n', long, value_name = "N", value_parser = parse_count, help_heading = LOAD)]
+    pub requests: Option<u64>,
+    /// Unmeasured time before the measured duration
+    #[arg(long, value_name = "T", default_value = "0", value_parser = parse_duration, help_heading = LOAD)]
+    pub warmup: Duration,
+    /// Per request (and connect) timeout
+    #[arg(long, value_name = "T", default_value = "2s", value_parser = parse_duration, help_heading = LOAD)]
+    pub timeout: Duration,
+    /// Closed loop: N requests written back to back
+    #[arg(long, value_name = "N", default_value = "1", value_parser = parse_usize, help_heading = LOAD)]
+    pub pipeline: usize,
+    /// Open loop at R requests/s in all (CO-corrected latency)
+    #[arg(short = 'R', long, value_name = "R", value_parser = parse_rate, help_heading = LOAD)]
+    pub rate: Option<f64>,
+    /// Bind connections round-robin to these local IPv4 addresses
+    #[arg(long, value_name = "CIDR", value_parser = SourceIps::parse, help_heading = LOAD)]
+    pub source_ips: Option<SourceIps>,
+
+    /// Request method
+    #[arg(short = 'X', long, value_name = "M", default_value = "GET", help_heading = REQUESTS)]
+    pub method: String,
+    /// Extra header, repeatable
+    #[arg(short = 'H', long = "header", value_name = "'K: V'", value_parser = parse_header, help_heading = REQUESTS)]
+    pub headers: Vec<(String, String)>,
+    /// Request body
+    #[arg(long, value_name = "S", overrides_with = "body_file", help_heading = REQUESTS)]
+    pub body: Option<String>,
+    /// Request body from a file
+    #[arg(long, value_name = "F", value_hint = ValueHint::FilePath, overrides_with = "body", help_heading = REQUESTS)]
+    pub body_file: Option<PathBuf>,
+
+    /// Search the highest rate meeting --slo-p99 and --max-error-ratio
+    #[arg(long, help_heading = FIND_MAX)]
+    pub find_max: bool,
+    /// p99 bound for --find-max
+    #[arg(long, value_name = "T", default_value = "50ms", value_parser = parse_duration, help_heading = FIND_MAX)]
+    pub slo_p99: Duration,
+    /// Error ratio bound for --find-max
+    #[arg(long, value_name = "F", default_value = "0.001", value_parser = parse_ratio, help_heading = FIND_MAX)]
+    pub max_error_ratio: f64,
+    /// First rate tried
+    #[arg(long, value_name = "R", default_value = "1000", value_parser = parse_rate, help_heading = FIND_MAX)]
+    pub find_max_start: f64,
+    /// At most N steps (1 to 100)
+    #[arg(long, value_name = "N", default_value = "16", value_parser = parse_count, help_heading = FIND_MAX)]
+    pub find_max_steps: u64,
+    /// Re-run a failing step up to N times before it counts (at most 10)
+    #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count, help_heading = FIND_MAX)]
+    pub find_max_retries: u64,
+
+    /// HTTP/2 (h2c on http://, ALPN h2 on https://)
+    #[arg(long, help_heading = PROTOCOLS)]
+    pub http2: bool,
+    /// HTTP/2 concurrent streams per connection
+    #[arg(short = 'm', long, value_name = "N", default_value = "1", value_parser = parse_usize, help_heading = PROTOCOLS)]
+    pub streams: usize,
+    /// Do not verify TLS certificates
+    #[arg(short = 'k', long, help_heading = PROTOCOLS)]
+    pub insecure: bool,
+    /// UDP payload [default: "ping"]
+    #[arg(long, value_name = "S", overrides_with = "payload_file", help_heading = PROTOCOLS)]
+    pub payload: Option<String>,
+    /// UDP payload from a file
+    #[arg(long, value_name = "F", value_hint = ValueHint::FilePath, overrides_with = "payload", help_heading = PROTOCOLS)]
+    pub payload_file: Option<PathBuf>,
+    /// Pad or cut the UDP payload to N bytes
+    #[arg(long, value_name = "N", value_parser = parse_usize, help_heading = PROTOCOLS)]
+    pub payload_size: Option<usize>,
+    /// monoio driver
+    #[arg(long, value_name = "D", value_enum, default_value_t = Driver::Auto, help_heading = PROTOCOLS)]
+    pub driver: Driver,
+    /// HTTP/1.1 closed-loop engine
+    #[arg(long, value_name = "E", value_enum, default_value_t = Engine::Auto, help_heading = PROTOCOLS)]
+    pub engine: Engine,
+
+    /// Write the result as JSON (schema gapura-loadtest/v1)
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath, help_heading = OUTPUT)]
+    pub json: Option<PathBuf>,
+    /// Write a self-contained HTML report
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath, help_heading = OUTPUT)]
+    pub report: Option<PathBuf>,
+    /// Print the detailed latency percentile spectrum
+    #[arg(long, help_heading = OUTPUT)]
+    pub latency: bool,
+    /// Show the live line [default: when stdout is a terminal]
+    #[arg(long, overrides_with = "no_progress", help_heading = OUTPUT)]
+    pub progress: bool,
+    /// Hide the live line
+    #[arg(long, overrides_with = "progress", help_heading = OUTPUT)]
+    pub no_progress: bool,
+    /// No summary on stdout
+    #[arg(short, long, help_heading = OUTPUT)]
+    pub quiet: bool,
+
+    /// wrk's Lua script: refused with a hint
+    #[arg(short = 's', long, value_name = "FILE", hide = true)]
+    pub script: Option<String>,
+    /// Print the shell completion script for SHELL and exit
+    #[arg(long, value_name = "SHELL", hide = true, exclusive = true)]
+    pub completions: Option<Shell>,
+    /// Print the man page (roff) and exit
+    #[arg(long, hide = true, exclusive = true)]
+    pub man: bool,
+    /// Print version
+    #[arg(short = 'v', long, action = ArgAction::Version)]
+    pub version: Option<bool>,
+}
 
 /// Parses a duration: `10s`, `1m`, `2h`, `500ms`, `250us`, or bare seconds (may be fractional).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -196,363 +339,262 @@ pub fn parse_count(s: &str) -> Result<u64, String> {
     Ok((v * mult).round() as u64)
 }
 
+fn parse_usize(s: &str) -> Result<usize, String> {
+    parse_count(s).map(|n| n as usize)
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let r = s
+        .parse::<f64>()
+        .map_err(|_| format!("{s:?} is not a rate"))?;
+    if !(r > 0.0 && r.is_finite()) {
+        return Err("rate must be above 0".into());
+    }
+    Ok(r)
+}
+
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    let r = s
+        .parse::<f64>()
+        .map_err(|_| format!("{s:?} is not a ratio"))?;
+    if !(0.0..=1.0).contains(&r) {
+        return Err("ratio must be within 0..1".into());
+    }
+    Ok(r)
+}
+
+fn parse_header(v: &str) -> Result<(String, String), String> {
+    let (k, val) = v
+        .split_once(':')
+        .ok_or_else(|| format!("{v:?} is not 'Name: value'"))?;
+    let k = k.trim();
+    if k.is_empty() || k.bytes().any(|b| b <= b' ' || b >= 0x7f) {
+        return Err(format!("bad header name in {v:?}"));
+    }
+    if val.contains(['\r', '\n']) {
+        return Err("header value may not hold CR or LF".into());
+    }
+    Ok((k.to_string(), val.trim().to_string()))
+}
+
 /// What the command line asked for.
 pub enum Parsed {
     Run(Box<Config>),
-    Help,
-    Version,
+    /// `--completions SHELL`: print that shell's completion script.
+    Completions(Shell),
+    /// `--man`: print the man page.
+    Man,
 }
 
-const TAKES_VALUE: &[&str] = &[
-    "c",
-    "connections",
-    "t",
-    "threads",
-    "d",
-    "duration",
-    "n",
-    "requests",
-    "warmup",
-    "timeout",
-    "X",
-    "method",
-    "H",
-    "header",
-    "body",
-    "body-file",
-    "pipeline",
-    "R",
-    "rate",
-    "slo-p99",
-    "max-error-ratio",
-    "find-max-start",
-    "find-max-steps",
-    "find-max-retries",
-    "source-ips",
-    "m",
-    "streams",
-    "payload",
-    "payload-file",
-    "payload-size",
-    "json",
-    "report",
-    "driver",
-    "engine",
-    "s",
-    "script",
-];
+/// Why a command line was not run.
+#[derive(Debug)]
+pub enum Error {
+    /// clap's own answer: a malformed command line (exit status 2), or
+    /// `--help` / `--version` (exit status 0). [`clap::Error::print`] writes
+    /// it where it belongs.
+    Clap(clap::Error),
+    /// A well-formed command line that asks for something invalid; a line
+    /// naming the flag.
+    Invalid(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Clap(e) => write!(f, "{e}"),
+            Error::Invalid(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
 
 /// Parses the arguments after the program name.
-pub fn parse(args: &[String]) -> Result<Parsed, String> {
-    let mut opts: Vec<(String, Option<String>)> = Vec::new();
-    let mut positional = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i];
-        i += 1;
-        if a == "--" {
-            positional.extend(args[i..].iter().cloned());
-            break;
+pub fn parse(args: &[String]) -> Result<Parsed, Error> {
+    let a = Args::try_parse_from(
+        std::iter::once("gapura-loadtest").chain(args.iter().map(String::as_str)),
+    )
+    .map_err(Error::Clap)?;
+    if let Some(shell) = a.completions {
+        return Ok(Parsed::Completions(shell));
+    }
+    if a.man {
+        return Ok(Parsed::Man);
+    }
+    a.build()
+        .map(|c| Parsed::Run(Box::new(c)))
+        .map_err(Error::Invalid)
+}
+
+/// The completion script for `shell`.
+pub fn completions(shell: Shell) -> Vec<u8> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Args::command(), "gapura-loadtest", &mut script);
+    script
+}
+
+/// The man page, gapura-loadtest(1), in roff.
+pub fn man_page() -> std::io::Result<Vec<u8>> {
+    let man = clap_mangen::Man::new(Args::command()).manual("Gapura");
+    let mut out = Vec::new();
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    man.render_options_section(&mut out)?;
+    out.extend_from_slice(b".SH \"EXIT STATUS\"\n");
+    for (code, meaning) in EXIT_STATUS {
+        out.extend_from_slice(format!(".TP\n{code}\n{meaning}\n").as_bytes());
+    }
+    man.render_version_section(&mut out)?;
+    Ok(out)
+}
+
+impl Args {
+    /// Checks what clap cannot (file contents, combinations) and fills in the defaults.
+    fn build(self) -> Result<Config, String> {
+        if self.script.is_some() {
+            return Err(
+                "-s: Lua scripts are not supported; use -X, -H, --body and URL lists".into(),
+            );
         }
-        let (name, inline) = if let Some(long) = a.strip_prefix("--") {
-            match long.split_once('=') {
-                Some((n, v)) => (n.to_string(), Some(v.to_string())),
-                None => (long.to_string(), None),
-            }
-        } else if a.len() > 1 && a.starts_with('-') {
-            let rest = &a[1..];
-            let first = rest.chars().next().unwrap_or('-');
-            let n = first.to_string();
-            let tail = &rest[first.len_utf8()..];
-            (
-                n,
-                if tail.is_empty() {
-                    None
-                } else {
-                    Some(tail.to_string())
-                },
-            )
-        } else {
-            positional.push(a.clone());
-            continue;
+        // Required, except beside --completions and --man, which run no load.
+        let Some(url) = &self.url else {
+            return Err("no target URL given (see --help)".into());
         };
-        let value = if TAKES_VALUE.contains(&name.as_str()) {
-            match inline {
-                Some(v) => Some(v),
-                None => {
-                    let v = args
-                        .get(i)
-                        .cloned()
-                        .ok_or_else(|| format!("option {} needs a value", dash(&name)))?;
-                    i += 1;
-                    Some(v)
-                }
-            }
-        } else {
-            if inline.is_some() && name.len() > 1 {
-                return Err(format!("option {} takes no value", dash(&name)));
-            }
-            if inline.is_some() {
+        let first = Target::parse(url)?;
+        let mut targets = vec![first.clone()];
+        for p in &self.more {
+            let t = if p.starts_with('/') {
+                first.with_path(p)
+            } else {
+                Target::parse(p)?
+            };
+            if t.scheme != first.scheme || t.host != first.host || t.port != first.port {
                 return Err(format!(
-                    "unknown option -{name}{}",
-                    inline.unwrap_or_default()
+                    "{p}: every URL in a run must share the first one's scheme, host and port"
                 ));
             }
+            targets.push(t);
+        }
+        let body = match &self.body_file {
+            Some(f) => {
+                std::fs::read(f).map_err(|e| format!("--body-file: {}: {e}", f.display()))?
+            }
+            None => self.body.unwrap_or_default().into_bytes(),
+        };
+        let payload = match &self.payload_file {
+            Some(f) => Some(
+                std::fs::read(f).map_err(|e| format!("--payload-file: {}: {e}", f.display()))?,
+            ),
+            None => self.payload.map(String::into_bytes),
+        };
+        let connections = self.connections;
+        let mut shards = self.threads;
+        let pipeline = self.pipeline;
+        let streams = self.streams;
+        let timeout = self.timeout;
+        let rate = self.rate;
+        let find_max = self.find_max;
+        let requests = self.requests;
+        let http2 = self.http2;
+        let engine = self.engine;
+        if connections == 0 {
+            return Err("-c: at least one connection is needed".into());
+        }
+        if shards == 0 {
+            return Err("-t: at least one shard is needed".into());
+        }
+        if shards > connections {
+            shards = connections;
+        }
+        if pipeline == 0 || pipeline > 4096 {
+            return Err("--pipeline: depth must be within 1..4096".into());
+        }
+        if streams == 0 || streams > 10_000 {
+            return Err("-m: streams must be within 1..10000".into());
+        }
+        if timeout.is_zero() {
+            return Err("--timeout: must be above 0".into());
+        }
+        if pipeline > 1 && (rate.is_some() || find_max) {
+            return Err(
+                "--pipeline applies to the closed loop only; drop -R/--find-max or --pipeline"
+                    .into(),
+            );
+        }
+        let is_udp = first.scheme == Scheme::Udp;
+        if is_udp && (http2 || pipeline > 1) {
+            return Err("udp:// takes neither --http2 nor --pipeline".into());
+        }
+        if http2 && pipeline > 1 {
+            return Err("--http2 takes -m streams, not --pipeline".into());
+        }
+        if find_max && requests.is_some() {
+            return Err("--find-max runs timed steps; drop -n".into());
+        }
+        if engine == Engine::Uring
+            && (is_udp || http2 || first.scheme == Scheme::Https || rate.is_some() || find_max)
+        {
+            return Err("--engine uring drives plain http:// closed-loop HTTP/1.1 only".into());
+        }
+        let duration = match (self.duration, requests) {
+            (None, None) if find_max => Some(Duration::from_secs(2)),
+            (None, None) => Some(Duration::from_secs(10)),
+            (d, _) => d,
+        };
+        let mut payload = payload.unwrap_or_else(|| b"ping".to_vec());
+        if let Some(n) = self.payload_size {
+            if n == 0 || n > 65_507 {
+                return Err("--payload-size: must be within 1..65507".into());
+            }
+            let src = if payload.is_empty() {
+                vec![b'x']
+            } else {
+                payload.clone()
+            };
+            payload = src.iter().cycle().take(n).copied().collect();
+        }
+        let progress = if self.progress {
+            Some(true)
+        } else if self.no_progress {
+            Some(false)
+        } else {
             None
         };
-        opts.push((name, value));
+        Ok(Config {
+            targets,
+            shards,
+            connections,
+            duration,
+            requests,
+            warmup: self.warmup,
+            timeout,
+            method: self.method,
+            headers: self.headers,
+            body,
+            pipeline,
+            rate,
+            find_max,
+            slo_p99: self.slo_p99,
+            max_error_ratio: self.max_error_ratio,
+            find_max_start: self.find_max_start,
+            find_max_steps: self.find_max_steps.clamp(1, 100) as u32,
+            find_max_retries: self.find_max_retries.min(10) as u32,
+            source_ips: self.source_ips,
+            json: self.json,
+            report: self.report,
+            latency: self.latency,
+            http2,
+            streams,
+            insecure: self.insecure,
+            payload,
+            driver: self.driver,
+            engine,
+            progress,
+            quiet: self.quiet,
+        })
     }
-    build(opts, positional)
-}
-
-fn dash(name: &str) -> String {
-    if name.len() == 1 {
-        format!("-{name}")
-    } else {
-        format!("--{name}")
-    }
-}
-
-fn build(opts: Vec<(String, Option<String>)>, positional: Vec<String>) -> Result<Parsed, String> {
-    let mut shards = 1usize;
-    let mut connections = 10usize;
-    let mut duration = None;
-    let mut requests = None;
-    let mut warmup = Duration::ZERO;
-    let mut timeout = Duration::from_secs(2);
-    let mut method = "GET".to_string();
-    let mut headers = Vec::new();
-    let mut body = Vec::new();
-    let mut pipeline = 1usize;
-    let mut rate = None;
-    let mut find_max = false;
-    let mut slo_p99 = Duration::from_millis(50);
-    let mut max_error_ratio = 0.001;
-    let mut find_max_start = 1000.0;
-    let mut find_max_steps = 16;
-    let mut find_max_retries = 1;
-    let mut source_ips = None;
-    let mut json = None;
-    let mut report = None;
-    let mut latency = false;
-    let mut http2 = false;
-    let mut streams = 1usize;
-    let mut insecure = false;
-    let mut payload: Option<Vec<u8>> = None;
-    let mut payload_size = None;
-    let mut driver = Driver::Auto;
-    let mut engine = Engine::Auto;
-    let mut progress = None;
-    let mut quiet = false;
-    for (name, value) in opts {
-        let v = value.unwrap_or_default();
-        let flag = dash(&name);
-        let err = |e: String| format!("{flag}: {e}");
-        match name.as_str() {
-            "h" | "help" => return Ok(Parsed::Help),
-            "v" | "version" => return Ok(Parsed::Version),
-            "c" | "connections" => connections = parse_count(&v).map_err(err)? as usize,
-            "t" | "threads" => shards = parse_count(&v).map_err(err)? as usize,
-            "d" | "duration" => duration = Some(parse_duration(&v).map_err(err)?),
-            "n" | "requests" => requests = Some(parse_count(&v).map_err(err)?),
-            "warmup" => warmup = parse_duration(&v).map_err(err)?,
-            "timeout" => timeout = parse_duration(&v).map_err(err)?,
-            "X" | "method" => method = v,
-            "H" | "header" => {
-                let (k, val) = v
-                    .split_once(':')
-                    .ok_or_else(|| format!("{flag}: {v:?} is not 'Name: value'"))?;
-                let k = k.trim();
-                if k.is_empty() || k.bytes().any(|b| b <= b' ' || b >= 0x7f) {
-                    return Err(format!("{flag}: bad header name in {v:?}"));
-                }
-                if val.contains(['\r', '\n']) {
-                    return Err(format!("{flag}: header value may not hold CR or LF"));
-                }
-                headers.push((k.to_string(), val.trim().to_string()));
-            }
-            "body" => body = v.into_bytes(),
-            "body-file" => body = std::fs::read(&v).map_err(|e| format!("{flag}: {v}: {e}"))?,
-            "pipeline" => pipeline = parse_count(&v).map_err(err)? as usize,
-            "R" | "rate" => {
-                let r = v
-                    .parse::<f64>()
-                    .map_err(|_| format!("{flag}: {v:?} is not a rate"))?;
-                if !(r > 0.0 && r.is_finite()) {
-                    return Err(format!("{flag}: rate must be above 0"));
-                }
-                rate = Some(r);
-            }
-            "find-max" => find_max = true,
-            "slo-p99" => slo_p99 = parse_duration(&v).map_err(err)?,
-            "max-error-ratio" => {
-                max_error_ratio = v
-                    .parse::<f64>()
-                    .map_err(|_| format!("{flag}: {v:?} is not a ratio"))?;
-                if !(0.0..=1.0).contains(&max_error_ratio) {
-                    return Err(format!("{flag}: ratio must be within 0..1"));
-                }
-            }
-            "find-max-start" => {
-                find_max_start = v
-                    .parse::<f64>()
-                    .map_err(|_| format!("{flag}: {v:?} is not a rate"))?;
-                if !(find_max_start > 0.0 && find_max_start.is_finite()) {
-                    return Err(format!("{flag}: rate must be above 0"));
-                }
-            }
-            "find-max-steps" => find_max_steps = parse_count(&v).map_err(err)?.clamp(1, 100) as u32,
-            "find-max-retries" => find_max_retries = parse_count(&v).map_err(err)?.min(10) as u32,
-            "source-ips" => source_ips = Some(SourceIps::parse(&v)?),
-            "json" => json = Some(PathBuf::from(v)),
-            "report" => report = Some(PathBuf::from(v)),
-            "latency" => latency = true,
-            "http2" => http2 = true,
-            "m" | "streams" => streams = parse_count(&v).map_err(err)? as usize,
-            "k" | "insecure" => insecure = true,
-            "payload" => payload = Some(v.into_bytes()),
-            "payload-file" => {
-                payload = Some(std::fs::read(&v).map_err(|e| format!("{flag}: {v}: {e}"))?)
-            }
-            "payload-size" => payload_size = Some(parse_count(&v).map_err(err)? as usize),
-            "driver" => {
-                driver = match v.as_str() {
-                    "auto" => Driver::Auto,
-                    "io_uring" | "uring" => Driver::IoUring,
-                    "epoll" | "legacy" => Driver::Epoll,
-                    _ => {
-                        return Err(format!(
-                            "{flag}: expected auto, io_uring or epoll, got {v:?}"
-                        ))
-                    }
-                }
-            }
-            "engine" => {
-                engine = match v.as_str() {
-                    "auto" => Engine::Auto,
-                    "monoio" => Engine::Monoio,
-                    "uring" | "io_uring" => Engine::Uring,
-                    _ => return Err(format!("{flag}: expected auto, monoio or uring, got {v:?}")),
-                }
-            }
-            "progress" => progress = Some(true),
-            "no-progress" => progress = Some(false),
-            "q" | "quiet" => quiet = true,
-            "s" | "script" => {
-                return Err(format!(
-                    "{flag}: Lua scripts are not supported; use -X, -H, --body and URL lists"
-                ))
-            }
-            _ => return Err(format!("unknown option {flag} (see --help)")),
-        }
-    }
-    if positional.is_empty() {
-        return Err("no target URL given (see --help)".into());
-    }
-    let first = Target::parse(&positional[0])?;
-    let mut targets = vec![first.clone()];
-    for p in &positional[1..] {
-        let t = if p.starts_with('/') {
-            first.with_path(p)
-        } else {
-            Target::parse(p)?
-        };
-        if t.scheme != first.scheme || t.host != first.host || t.port != first.port {
-            return Err(format!(
-                "{p}: every URL in a run must share the first one's scheme, host and port"
-            ));
-        }
-        targets.push(t);
-    }
-    if connections == 0 {
-        return Err("-c: at least one connection is needed".into());
-    }
-    if shards == 0 {
-        return Err("-t: at least one shard is needed".into());
-    }
-    if shards > connections {
-        shards = connections;
-    }
-    if pipeline == 0 || pipeline > 4096 {
-        return Err("--pipeline: depth must be within 1..4096".into());
-    }
-    if streams == 0 || streams > 10_000 {
-        return Err("-m: streams must be within 1..10000".into());
-    }
-    if timeout.is_zero() {
-        return Err("--timeout: must be above 0".into());
-    }
-    if pipeline > 1 && (rate.is_some() || find_max) {
-        return Err(
-            "--pipeline applies to the closed loop only; drop -R/--find-max or --pipeline".into(),
-        );
-    }
-    let is_udp = first.scheme == Scheme::Udp;
-    if is_udp && (http2 || pipeline > 1) {
-        return Err("udp:// takes neither --http2 nor --pipeline".into());
-    }
-    if http2 && pipeline > 1 {
-        return Err("--http2 takes -m streams, not --pipeline".into());
-    }
-    if find_max && requests.is_some() {
-        return Err("--find-max runs timed steps; drop -n".into());
-    }
-    if engine == Engine::Uring
-        && (is_udp || http2 || first.scheme == Scheme::Https || rate.is_some() || find_max)
-    {
-        return Err("--engine uring drives plain http:// closed-loop HTTP/1.1 only".into());
-    }
-    if duration.is_none() && requests.is_none() {
-        duration = Some(if find_max {
-            Duration::from_secs(2)
-        } else {
-            Duration::from_secs(10)
-        });
-    }
-    let mut payload = payload.unwrap_or_else(|| b"ping".to_vec());
-    if let Some(n) = payload_size {
-        if n == 0 || n > 65_507 {
-            return Err("--payload-size: must be within 1..65507".into());
-        }
-        let src = if payload.is_empty() {
-            vec![b'x']
-        } else {
-            payload.clone()
-        };
-        payload = src.iter().cycle().take(n).copied().collect();
-    }
-    Ok(Parsed::Run(Box::new(Config {
-        targets,
-        shards,
-        connections,
-        duration,
-        requests,
-        warmup,
-        timeout,
-        method,
-        headers,
-        body,
-        pipeline,
-        rate,
-        find_max,
-        slo_p99,
-        max_error_ratio,
-        find_max_start,
-        find_max_steps,
-        find_max_retries,
-        source_ips,
-        json,
-        report,
-        latency,
-        http2,
-        streams,
-        insecure,
-        payload,
-        driver,
-        engine,
-        progress,
-        quiet,
-    })))
 }
 
 #[cfg(test)]
@@ -602,5 +644,62 @@ mod tests {
         assert!(parse(&args("-c 0 http://127.0.0.1:1/")).is_err());
         assert!(parse(&args("http://127.0.0.1:1/ http://127.0.0.2:1/")).is_err());
         assert!(parse(&args("--bogus http://127.0.0.1:1/")).is_err());
+        assert!(matches!(
+            parse(&args("-s x.lua http://127.0.0.1:1/")),
+            Err(Error::Invalid(e)) if e.contains("Lua")
+        ));
+        assert!(matches!(
+            parse(&args("-c 0 http://127.0.0.1:1/")),
+            Err(Error::Invalid(_))
+        ));
+        assert!(
+            matches!(parse(&args("-c ten http://127.0.0.1:1/")), Err(Error::Clap(e)) if e.exit_code() == 2)
+        );
+        assert!(matches!(parse(&args("-t 1")), Err(Error::Clap(e)) if e.exit_code() == 2));
+    }
+
+    #[test]
+    fn the_definition_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn options_may_follow_the_urls_and_the_last_value_counts() {
+        let Parsed::Run(c) = parse(&args(
+            "http://127.0.0.1:1/ /b -c1k -c 8 --driver=legacy --engine io_uring --body x --body-file /dev/null --progress --no-progress -q -q",
+        ))
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(c.connections, 8);
+        assert_eq!(c.targets.len(), 2);
+        assert_eq!((c.driver, c.engine), (Driver::Epoll, Engine::Uring));
+        assert!(c.body.is_empty());
+        assert_eq!(c.progress, Some(false));
+        assert!(c.quiet);
+        let Parsed::Run(c) = parse(&args(
+            "--body-file /dev/null --body x -c1k --payload-file /dev/null --payload abc http://127.0.0.1:1/",
+        ))
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!((c.body.as_slice(), c.connections), (&b"x"[..], 1000));
+        assert_eq!(c.payload, b"abc");
+        assert_eq!(c.duration, Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn help_version_completions_and_man_need_no_url() {
+        for a in ["--help", "-h", "-v", "--version"] {
+            assert!(
+                matches!(parse(&args(a)), Err(Error::Clap(e)) if e.exit_code() == 0),
+                "{a}"
+            );
+        }
+        assert!(matches!(
+            parse(&args("--completions zsh")),
+            Ok(Parsed::Completions(Shell::Zsh))
+        ));
+        assert!(matches!(parse(&args("--man")), Ok(Parsed::Man)));
     }
 }

@@ -39,15 +39,20 @@ pub const EXIT_USAGE: i32 = 2;
 pub fn run_cli(args: &[String]) -> i32 {
     let cfg = match cli::parse(args) {
         Ok(cli::Parsed::Run(c)) => c,
-        Ok(cli::Parsed::Help) => {
-            println!("{}", cli::USAGE);
-            return EXIT_OK;
+        Ok(cli::Parsed::Completions(shell)) => return print_all(&cli::completions(shell)),
+        Ok(cli::Parsed::Man) => match cli::man_page() {
+            Ok(page) => return print_all(&page),
+            Err(e) => {
+                eprintln!("gapura-loadtest: {e}");
+                return EXIT_NO_SUCCESS;
+            }
+        },
+        Err(cli::Error::Clap(e)) => {
+            // A usage error on stderr (status 2), or --help / --version on stdout (0).
+            let _ = e.print();
+            return e.exit_code();
         }
-        Ok(cli::Parsed::Version) => {
-            println!("gapura-loadtest {}", env!("CARGO_PKG_VERSION"));
-            return EXIT_OK;
-        }
-        Err(e) => {
+        Err(cli::Error::Invalid(e)) => {
             eprintln!("gapura-loadtest: {e}");
             return EXIT_USAGE;
         }
@@ -76,6 +81,19 @@ pub fn run_cli(args: &[String]) -> i32 {
         return EXIT_NO_SUCCESS;
     }
     EXIT_OK
+}
+
+/// Writes generated text (a completion script, the man page) to stdout.
+fn print_all(bytes: &[u8]) -> i32 {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            eprintln!("gapura-loadtest: {e}");
+            EXIT_NO_SUCCESS
+        }
+    }
 }
 
 /// Writes `--json` and `--report` files when asked.

@@ -10,19 +10,7 @@ use gapura_gate::chain::{GateState, QuotaOutcome, Request, Step, Trace};
 use gapura_gate::client::Peer;
 use gapura_gate::limits::LimitRefusal;
 use gapura_gate::Verdict;
-use std::net::IpAddr;
 use std::process::ExitCode;
-
-const USAGE: &str = "\
-usage: gapura explain [--profile FILE] [--json] [--peer IP] [--client IP --via direct|proxy|cloudflare]
-                      [--country CC] [-H 'Name: value']... [METHOD] URL
-
-  URL        http://host[:port]/path?query (the host is the Host header)
-  --peer     the TCP peer (default 127.0.0.1, or --client when --via direct)
-  --client   the client address a trusted proxy or Cloudflare names
-  --via      how the request arrives: direct (default), proxy (adds X-Forwarded-For),
-             cloudflare (adds CF-Connecting-IP and, with --country, CF-IPCountry)
-";
 
 struct Recorder {
     lines: Vec<(String, String)>,
@@ -173,71 +161,6 @@ fn shadow_note(mode: gapura_gate::mode::Mode) -> &'static str {
     }
 }
 
-struct Args {
-    profile: Option<String>,
-    json: bool,
-    method: String,
-    url: String,
-    headers: Vec<(String, String)>,
-    peer: Option<IpAddr>,
-    client: Option<IpAddr>,
-    via: String,
-    country: Option<String>,
-}
-
-fn parse(args: &[String]) -> Result<Args, String> {
-    let mut a = Args {
-        profile: None,
-        json: false,
-        method: "GET".into(),
-        url: String::new(),
-        headers: Vec::new(),
-        peer: None,
-        client: None,
-        via: "direct".into(),
-        country: None,
-    };
-    let mut positional = Vec::new();
-    let mut it = args.iter();
-    let ip = |v: Option<&String>, flag: &str| -> Result<IpAddr, String> {
-        v.ok_or(format!("{flag} needs an address"))?
-            .parse()
-            .map_err(|_| format!("{flag}: not an IP address"))
-    };
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--profile" | "-p" => {
-                a.profile = Some(it.next().ok_or("--profile needs a file")?.clone())
-            }
-            "--json" => a.json = true,
-            "--peer" => a.peer = Some(ip(it.next(), "--peer")?),
-            "--client" => a.client = Some(ip(it.next(), "--client")?),
-            "--via" => a.via = it.next().ok_or("--via needs a value")?.clone(),
-            "--country" => a.country = Some(it.next().ok_or("--country needs a code")?.clone()),
-            "-H" | "--header" => {
-                let h = it.next().ok_or("-H needs 'Name: value'")?;
-                let (n, v) = h.split_once(':').ok_or("-H needs 'Name: value'")?;
-                a.headers.push((n.trim().to_string(), v.trim().to_string()));
-            }
-            s if s.starts_with('-') => return Err(format!("unknown option {s}")),
-            s => positional.push(s.to_string()),
-        }
-    }
-    match positional.len() {
-        1 => a.url = positional.remove(0),
-        2 => {
-            // As sent: the server compares methods as they arrive.
-            a.method = positional.remove(0);
-            a.url = positional.remove(0);
-        }
-        _ => return Err("give [METHOD] URL".into()),
-    }
-    if !matches!(a.via.as_str(), "direct" | "proxy" | "cloudflare") {
-        return Err("--via is direct, proxy or cloudflare".into());
-    }
-    Ok(a)
-}
-
 fn verdict_text(v: &Verdict<'_>, snap: &gapura_gate::Snapshot, retry: u32) -> (u16, String) {
     match v {
         Verdict::Respond(a) => (a.status, format!("answer {} from the host", a.status)),
@@ -270,18 +193,8 @@ fn verdict_text(v: &Verdict<'_>, snap: &gapura_gate::Snapshot, retry: u32) -> (u
     }
 }
 
-pub fn run(args: &[String]) -> ExitCode {
-    let a = match parse(args) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("gapura explain: {e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    let compiled = match &a.profile {
-        Some(p) => gapura_config::load_file(std::path::Path::new(p)),
-        None => gapura_config::compile_str(gapura_config::DEFAULT_PROFILE),
-    };
+pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
+    let compiled = crate::profile::load(a.profile.as_deref().map(std::path::Path::new));
     let compiled = match compiled {
         Ok(c) => c,
         Err(errors) => {

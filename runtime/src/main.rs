@@ -6,82 +6,37 @@
 //! compiled snapshot, which the config crate builds.
 
 mod admin;
+mod cli;
 mod explain;
 mod health;
 mod listeners;
 mod log;
 mod passwd;
+mod profile;
 mod publish;
+mod random;
 mod run;
 mod shard;
 mod verify;
 
-use std::path::PathBuf;
+use clap::Parser;
+use cli::{Cli, Command};
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-gapura: a thread-per-core reverse proxy with an abuse-protection gate
-
-usage:
-  gapura run [--profile FILE] [--watch]   serve (the embedded default profile without --profile)
-  gapura check FILE                       validate a profile; every error with code and line:column
-  gapura explain [--profile FILE] [--json] [METHOD] URL ...
-                                          run the gate's chain for a described request, step by step
-  gapura passwd [--iterations N]          make a password hash for a profile's users
-  gapura --version
-
-run options:
-  --profile FILE   the TOML profile to serve (SIGHUP reloads it)
-  --watch          also reload when FILE changes
-";
-
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("run") => {
-            let mut profile = None;
-            let mut watch = false;
-            let mut it = args[1..].iter();
-            while let Some(a) = it.next() {
-                match a.as_str() {
-                    "--profile" | "-p" => match it.next() {
-                        Some(p) => profile = Some(PathBuf::from(p)),
-                        None => return usage_error("--profile needs a file"),
-                    },
-                    "--watch" => watch = true,
-                    other => return usage_error(&format!("unknown option {other}")),
-                }
-            }
-            if watch && profile.is_none() {
-                return usage_error("--watch needs --profile");
-            }
-            run::run(profile, watch)
-        }
-        Some("check") => match args.get(1) {
-            Some(file) if args.len() == 2 => check(file),
-            _ => usage_error("check takes one profile file"),
-        },
-        Some("explain") => explain::run(&args[1..]),
-        Some("passwd") => passwd::run(&args[1..]),
-        Some("--version" | "-V") => {
-            println!("gapura {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        Some("--help" | "-h" | "help") => {
-            print!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        _ => usage_error("missing command"),
+    // Usage errors print clap's message and exit 2; --help and --version exit 0.
+    match Cli::parse().command {
+        Command::Run(a) => run::run(a.profile, a.watch),
+        Command::Check { file } => check(&file),
+        Command::Explain(a) => explain::run(a),
+        Command::Passwd(a) => passwd::run(a),
+        Command::Completions { shell } => cli::completions(shell),
+        Command::Man { command } => cli::man(command.as_deref()),
     }
 }
 
-fn usage_error(msg: &str) -> ExitCode {
-    eprintln!("gapura: {msg}\n\n{USAGE}");
-    ExitCode::from(2)
-}
-
 fn check(file: &str) -> ExitCode {
-    match gapura_config::load_file(std::path::Path::new(file)) {
+    match profile::load(Some(std::path::Path::new(file))) {
         Ok(c) => {
             for w in &c.warnings {
                 eprintln!("{file}:{w} (warning)");

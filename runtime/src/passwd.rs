@@ -5,13 +5,8 @@
 //! input when it is not a terminal. The hash is PBKDF2-SHA256 with a random
 //! salt from the kernel, in the format the access lists read.
 
-use gapura_gate::access::password::{DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS};
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
-
-const USAGE: &str = "usage: gapura passwd [--iterations N]\n\
-  reads the password from GAPURA_PASSWORD, the terminal (no echo) or stdin,\n\
-  and prints the line for a user's `password_hash` in a profile\n";
 
 fn read_hidden(prompt: &str) -> std::io::Result<String> {
     let stdin = std::io::stdin();
@@ -36,24 +31,8 @@ fn read_hidden(prompt: &str) -> std::io::Result<String> {
     Ok(line.trim_end_matches(['\r', '\n']).to_string())
 }
 
-pub fn run(args: &[String]) -> ExitCode {
-    let mut iterations = DEFAULT_ITERATIONS;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--iterations" => match it.next().and_then(|v| v.parse().ok()) {
-                Some(n) if (MIN_ITERATIONS..=MAX_ITERATIONS).contains(&n) => iterations = n,
-                _ => {
-                    eprintln!("gapura passwd: --iterations must be {MIN_ITERATIONS} to {MAX_ITERATIONS}\n\n{USAGE}");
-                    return ExitCode::from(2);
-                }
-            },
-            _ => {
-                eprint!("gapura passwd: unknown argument {a}\n\n{USAGE}");
-                return ExitCode::from(2);
-            }
-        }
-    }
+pub fn run(args: crate::cli::PasswdArgs) -> ExitCode {
+    let iterations = args.iterations;
     let password = match std::env::var("GAPURA_PASSWORD") {
         Ok(p) => p,
         Err(_) if std::io::stdin().is_terminal() => {
@@ -83,7 +62,12 @@ pub fn run(args: &[String]) -> ExitCode {
         eprintln!("gapura passwd: the password is empty");
         return ExitCode::FAILURE;
     }
-    match gapura_config::password::hash(&password, iterations) {
+    let mut salt = [0u8; gapura_config::password::SALT_BYTES];
+    if let Err(e) = crate::random::fill(&mut salt) {
+        eprintln!("gapura passwd: cannot read /dev/urandom for a salt: {e}");
+        return ExitCode::FAILURE;
+    }
+    match gapura_config::password::hash(&password, iterations, &salt) {
         Ok(line) => {
             println!("{line}");
             ExitCode::SUCCESS

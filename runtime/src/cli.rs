@@ -1,0 +1,261 @@
+//! The command line, defined once: the same definition parses the arguments,
+//! writes `--help`, and generates the shell completions
+//! (`gapura completions SHELL`) and the man pages (`gapura man [COMMAND]`).
+//!
+//! Usage errors exit with status 2, clap's status for them.
+
+use clap::builder::{PossibleValue, PossibleValuesParser};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueHint};
+use clap_complete::Shell;
+use gapura_gate::access::password::{DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS};
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The exit statuses every command shares, for `--help` and the man pages.
+const EXIT_STATUS: &[(u8, &str)] = &[
+    (0, "success (for run: stopped by a signal after draining)"),
+    (
+        1,
+        "the command failed: a profile with errors, a server that could not start, a refused password",
+    ),
+    (2, "a usage error: an unknown option, a missing or invalid value"),
+];
+
+/// [`EXIT_STATUS`] as `--help` shows it.
+fn exit_status_help() -> String {
+    let mut text = String::from("Exit status:");
+    for (code, meaning) in EXIT_STATUS {
+        text.push_str(&format!("\n  {code}  {meaning}"));
+    }
+    text
+}
+
+/// The subcommands that have a man page of their own (`gapura man COMMAND`):
+/// every one of [`Command`]'s.
+pub const MAN_PAGES: [&str; 6] = ["run", "check", "explain", "passwd", "completions", "man"];
+
+/// A thread-per-core reverse proxy with an abuse-protection gate
+///
+/// One shard runs per core, pinned, with its own listeners, parser and
+/// tables. `gapura run` serves a TOML profile (the embedded default without
+/// one), `gapura check` validates a profile, `gapura explain` shows how the
+/// gate decides a request, and `gapura passwd` makes password hashes for a
+/// profile's users.
+#[derive(Debug, Parser)]
+#[command(
+    name = "gapura",
+    version,
+    arg_required_else_help = true,
+    args_override_self = true,
+    after_long_help = exit_status_help()
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve (the embedded default profile without --profile)
+    ///
+    /// Serves until SIGINT or SIGTERM, then drains the requests in flight and
+    /// exits 0. SIGHUP reloads the profile; a failed reload keeps the running
+    /// one.
+    Run(RunArgs),
+    /// Validate a profile; every error with its code and line:column
+    ///
+    /// Prints every warning and error as `FILE:LINE:COLUMN: ...` on stderr,
+    /// then `FILE: ok (...)` on stdout and exits 0, or the error count and
+    /// exits 1.
+    #[command(args_override_self = true)]
+    Check {
+        /// The TOML profile to validate
+        #[arg(value_name = "FILE", value_hint = ValueHint::FilePath)]
+        file: String,
+    },
+    /// Run the gate's chain for a described request, step by step
+    ///
+    /// Uses the same decision as the server, on fresh tables of its own, so it
+    /// changes nothing in a running server. The URL is http://host[:port]/path?query
+    /// and its host is the Host header.
+    Explain(ExplainArgs),
+    /// Make a password hash for a profile's users
+    ///
+    /// Reads the password from GAPURA_PASSWORD, the terminal (no echo, asked
+    /// twice) or stdin, and prints the line for a user's `password_hash` in a
+    /// profile.
+    Passwd(PasswdArgs),
+    /// Print a shell completion script to stdout
+    ///
+    /// For example `gapura completions bash > /etc/bash_completion.d/gapura`,
+    /// or `gapura completions zsh > ~/.zfunc/_gapura`.
+    #[command(args_override_self = true)]
+    Completions {
+        /// The shell to complete for
+        #[arg(value_name = "SHELL")]
+        shell: Shell,
+    },
+    /// Print a man page (roff) to stdout
+    ///
+    /// Without COMMAND, gapura(1); with it, that command's page, gapura-COMMAND(1).
+    /// For example `gapura man run > gapura-run.1`.
+    #[command(args_override_self = true)]
+    Man {
+        /// The command whose page to print
+        #[arg(value_name = "COMMAND", value_parser = MAN_PAGES)]
+        command: Option<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(args_override_self = true)]
+pub struct RunArgs {
+    /// The TOML profile to serve (SIGHUP reloads it)
+    #[arg(short, long, value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub profile: Option<PathBuf>,
+    /// Also reload when FILE changes
+    #[arg(long, requires = "profile")]
+    pub watch: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_override_self = true, allow_missing_positional = true)]
+pub struct ExplainArgs {
+    /// The profile to decide with (the embedded default without it)
+    #[arg(short, long, value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub profile: Option<String>,
+    /// Print the request, the steps and the answer as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// The TCP peer [default: 127.0.0.1, or --client when --via direct]
+    #[arg(long, value_name = "IP")]
+    pub peer: Option<IpAddr>,
+    /// The client address a trusted proxy or Cloudflare names
+    #[arg(long, value_name = "IP")]
+    pub client: Option<IpAddr>,
+    /// How the request arrives
+    #[arg(
+        long,
+        value_name = "VIA",
+        default_value = "direct",
+        value_parser = PossibleValuesParser::new([
+            PossibleValue::new("direct").help("straight from the client"),
+            PossibleValue::new("proxy").help("through a trusted proxy (adds X-Forwarded-For)"),
+            PossibleValue::new("cloudflare").help(
+                "through Cloudflare (adds CF-Connecting-IP and, with --country, CF-IPCountry)"
+            ),
+        ])
+    )]
+    pub via: String,
+    /// The country Cloudflare names (CF-IPCountry), with --via cloudflare
+    #[arg(long, value_name = "CC")]
+    pub country: Option<String>,
+    /// A request header, repeatable
+    #[arg(
+        short = 'H',
+        long = "header",
+        value_name = "'Name: value'",
+        value_parser = header
+    )]
+    pub headers: Vec<(String, String)>,
+    /// The request method, as sent
+    #[arg(value_name = "METHOD", default_value = "GET")]
+    pub method: String,
+    /// http://host[:port]/path?query (the host is the Host header)
+    #[arg(value_name = "URL", value_hint = ValueHint::Url)]
+    pub url: String,
+}
+
+#[derive(Debug, Args)]
+#[command(args_override_self = true)]
+pub struct PasswdArgs {
+    /// PBKDF2-SHA256 iterations (100000 to 10000000)
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_ITERATIONS, value_parser = iterations)]
+    pub iterations: u32,
+}
+
+fn header(s: &str) -> Result<(String, String), String> {
+    let (n, v) = s.split_once(':').ok_or("needs 'Name: value'")?;
+    Ok((n.trim().to_string(), v.trim().to_string()))
+}
+
+fn iterations(s: &str) -> Result<u32, String> {
+    match s.parse() {
+        Ok(n) if (MIN_ITERATIONS..=MAX_ITERATIONS).contains(&n) => Ok(n),
+        _ => Err(format!("must be {MIN_ITERATIONS} to {MAX_ITERATIONS}")),
+    }
+}
+
+/// `gapura completions SHELL`: the completion script on stdout.
+pub fn completions(shell: Shell) -> ExitCode {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "gapura", &mut script);
+    print_all(&script)
+}
+
+/// `gapura man [COMMAND]`: gapura(1), or gapura-COMMAND(1), on stdout.
+pub fn man(command: Option<&str>) -> ExitCode {
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    // Gives the subcommands their full names (`gapura run`, `gapura-run`).
+    cmd.build();
+    debug_assert!(
+        cmd.get_subcommands()
+            .all(|s| MAN_PAGES.contains(&s.get_name())),
+        "MAN_PAGES lacks a subcommand"
+    );
+    let page = match command {
+        None => cmd,
+        Some(name) => match cmd.find_subcommand(name) {
+            Some(sub) => sub.clone(),
+            None => {
+                eprintln!("gapura man: no command {name}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let mut roff = Vec::new();
+    match render_man(page, &mut roff) {
+        Ok(()) => print_all(&roff),
+        Err(e) => {
+            eprintln!("gapura man: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn render_man(page: clap::Command, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let has_subcommands = page.get_subcommands().any(|s| !s.is_hide_set());
+    let has_version = page.get_version().is_some();
+    let man = clap_mangen::Man::new(page)
+        .source(format!("gapura {}", env!("CARGO_PKG_VERSION")))
+        .manual("Gapura");
+    man.render_title(out)?;
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)?;
+    man.render_options_section(out)?;
+    if has_subcommands {
+        man.render_subcommands_section(out)?;
+    }
+    out.extend_from_slice(b".SH \"EXIT STATUS\"\n");
+    for (code, meaning) in EXIT_STATUS {
+        writeln!(out, ".TP\n{code}\n{meaning}")?;
+    }
+    if has_version {
+        man.render_version_section(out)?;
+    }
+    Ok(())
+}
+
+fn print_all(bytes: &[u8]) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gapura: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
