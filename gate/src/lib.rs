@@ -7,6 +7,35 @@
 //! It must never do I/O, read a clock, be async, or allocate on the decision
 //! path: time and request facts are passed in, answers are written into a
 //! buffer the caller owns. Allocation happens only when a snapshot is built.
+//! It knows nothing of the profile's text: its errors are enums, which the
+//! config crate maps to codes and positions.
+//!
+//! Modules:
+//!
+//! - `chain`: the request chain, one named step per block, in the order of
+//!   docs/gate.md; the shard's mutable gate state; explain's trace.
+//! - `snapshot`: the compiled profile and the verdict it gives.
+//! - `policy`: what the chain's blocks are told (rate pairs, block refs,
+//!   host extras).
+//! - `host`: host matching and the fixed-answer host kinds.
+//! - `upstream`: upstream groups and proxy routes as compiled.
+//! - `client`: who the client is (trusted proxies, Cloudflare, PROXY
+//!   sources).
+//! - `cidr`: CIDR sets answered in O(log n).
+//! - `country`: countries, country lists and how they combine with address
+//!   rules.
+//! - `access`: access lists (address, country, basic auth, the
+//!   verification cache and line).
+//! - `ruleset`: rule sets on path, method and user agent; `glob`, the
+//!   linear-time globs they use; `pathmatch`, exact and prefix patterns.
+//! - `path`: the canonical matching path.
+//! - `quota`: budgets, leases, rate buckets and their tables.
+//! - `limits`: request limits (body, header lines and bytes, target).
+//! - `mode`: enforce or shadow, carried out in one place.
+//! - `robots`: managed robots.txt.
+//! - `maintenance`: maintenance mode.
+//! - `pages`: built-in error pages; `custom_pages`: an operator's pages;
+//!   `answer`: precomputed answers and the one function that writes them.
 
 #![forbid(unsafe_code)]
 

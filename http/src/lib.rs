@@ -5,6 +5,17 @@
 //! gate for a verdict and writes the answer. It must never know TOML or
 //! decide policy itself: every decision comes from `gapura_gate::Snapshot`.
 //! Nothing reachable from a peer's bytes may panic or buffer without bound.
+//!
+//! Modules:
+//!
+//! - `codec`: the HTTP/1.1 codec, standing alone (request heads, chunked
+//!   bodies, the PROXY protocol header, `Accept`); fuzzable without the gate.
+//! - `server`: a shard's shared context and the connection loop (accept
+//!   checks, prepare, the gate's verdict, answers, forwarding, tunnels,
+//!   deferred password verification, per-shard stats).
+//! - `upstream`: upstream pools, balancing and health, the request head sent
+//!   upstream and the response parser.
+//! - `clock`: the shard's coarse monotonic clock.
 
 pub mod clock;
 pub mod codec;
