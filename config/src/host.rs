@@ -8,11 +8,12 @@
 //! routes are checked in `route`.
 
 use crate::error::{key_path, Errors};
+use crate::gatekeys::{check_host_refs, HostRefs, Known};
 use crate::layer::LimitsLayer;
-use crate::policy::{check_host_refs, HostRefs, Known};
+use crate::limits::check_limits;
 use crate::route::{check_proxy, refuse_routes, CheckedRoute};
 use crate::schema::{HeaderList, RawHost};
-use crate::validate::{check_limits, choice};
+use crate::values::choice;
 use gapura_gate::host::{valid_name, HostNameError, KeepTarget};
 use gapura_gate::policy::RequestPolicy;
 use gapura_gate::upstream::UpstreamId;

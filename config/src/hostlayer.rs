@@ -18,13 +18,14 @@
 
 use crate::codes::ProfileCode;
 use crate::error::{key_path, Errors};
+use crate::gatekeys::{class, known_list, rate_limit, Known};
 use crate::layer::LimitsLayer;
-use crate::policy::{class, known_list, rate_limit, Known};
+use crate::limits::check_limits;
 use crate::quota::valid_policy_name;
 use crate::rawblocks::{RawBundle, RawErrorPages, RawMaintenance, RawNameRef};
 use crate::ruleset::{RuleSets, SetTarget};
 use crate::schema::{Opt, RawDefaults, RawHost, RawLimits, RawRoute};
-use crate::validate::{check_limits, choice, int_in};
+use crate::values::{choice, int_in};
 use gapura_gate::custom_pages::{
     validate_entry, PageEntrySpec, PageForm, PageKey, ReplaceUpstream,
 };

@@ -29,12 +29,15 @@
 //!   rate limits, client, the gate keys of hosts and routes);
 //! - `syntax` (errors of reading), `error` (profile errors, positions and
 //!   the error collector), `codes` (the codes of the gate's errors);
-//! - `validate` (the entry point of the checks: `[server]`, listeners and
-//!   the limits layers, and the leaf helpers the block checks share),
+//! - `validate` (the entry point of the checks), `values` (the leaf checks
+//!   every block uses: a word of a set, an integer or a size in a range),
 //!   `size` (byte sizes), `names` (block names), `env` (the machine as a
-//!   profile sees it);
-//! - one module per block: `host`, `route`, `upstream`, `client`, `quota`,
-//!   `ratelimit`, `access`, `ruleset`, `policy` (the rate-limit pairs and
+//!   profile sees it), `identity` (the stable keys of servers and rate
+//!   pairs);
+//! - one module per block: `server` (`[server]`, listeners, the admin
+//!   listener), `limits` (request-limits layers), `host`, `route`,
+//!   `upstream`, `client`, `quota`,
+//!   `ratelimit`, `access`, `ruleset`, `gatekeys` (the rate-limit pairs and
 //!   gate keys of hosts and routes), `blocks` and `hostlayer` (the
 //!   host-level settings layered and compiled), `layer` (request limits
 //!   layered);
@@ -42,7 +45,7 @@
 //!   runtime applies itself), `password` (hash lines).
 //!
 //! A rate limit, followed from TOML to the gate: `rawgate` (read),
-//! `ratelimit` (checked and compiled), `policy` (paired with its host),
+//! `ratelimit` (checked and compiled), `gatekeys` (paired with its host),
 //! `compile` (into the snapshot).
 
 #![forbid(unsafe_code)]
@@ -54,11 +57,13 @@ mod codes;
 mod compile;
 mod env;
 mod error;
+mod gatekeys;
 mod host;
 mod hostlayer;
+mod identity;
 mod layer;
+mod limits;
 mod names;
-mod policy;
 mod quota;
 mod ratelimit;
 mod rawblocks;
@@ -66,11 +71,13 @@ mod rawgate;
 mod route;
 mod ruleset;
 mod schema;
+mod server;
 mod settings;
 mod size;
 mod syntax;
 mod upstream;
 mod validate;
+mod values;
 
 pub mod password;
 

@@ -14,7 +14,7 @@ use crate::error::Errors;
 use crate::host::is_token;
 use crate::names::BlockKind;
 use crate::rawgate::{RawRateLimit, RawTier};
-use crate::validate::choice;
+use crate::values::choice;
 use gapura_gate::mode::Mode;
 use gapura_gate::policy::{RateKey, RateLimitDef};
 use gapura_gate::quota::rate::MAX_BURST;

@@ -1,14 +1,14 @@
 //! The raw `[quota]`, `[[rate_limit]]` and `[client]` tables and the gate
-//! keys of hosts, routes and listeners, as serde reads them.
+//! keys of hosts and routes, as serde reads them.
 //!
 //! Like `schema`, these mirror the TOML one to one, closed to unknown keys,
 //! every scalar and array [`Spanned`]; `validate` and the modules it calls
-//! (`quota`, `ratelimit`, `client`, `policy`) check the values. The shapes
-//! that take two types (`listen` entries, `cloudflare_ranges`, a route's
+//! (`quota`, `ratelimit`, `client`, `gatekeys`) check the values. The
+//! shapes that take two types (`cloudflare_ranges`, a route's
 //! `rate_limit`) have their own visitors so that either form keeps its span.
 
 use crate::schema::{Opt, StrList};
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
 use std::fmt;
 use toml::Spanned;
 
@@ -177,71 +177,6 @@ impl<'de> Deserialize<'de> for RawRateRef {
             }
             fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawRateRef, E> {
                 Ok(RawRateRef::Flag(v))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// An element of `server.listen`: `"ADDRESS"` or
-/// `{ addr = "ADDRESS", proxy_protocol = true }`.
-#[derive(Debug)]
-pub(crate) enum RawListenEntry {
-    /// The string form; its span is the element's.
-    Addr(String),
-    Table(RawListenTable),
-}
-
-/// The table form of a listen entry.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawListenTable {
-    pub addr: Spanned<String>,
-    pub proxy_protocol: Opt<bool>,
-}
-
-impl RawListenEntry {
-    /// The address text, its span and the key path suffix that names it
-    /// (`""` for the string form, `".addr"` for a table), given the
-    /// element's span.
-    pub(crate) fn addr(
-        &self,
-        element: std::ops::Range<usize>,
-    ) -> (&str, std::ops::Range<usize>, &'static str) {
-        match self {
-            RawListenEntry::Addr(a) => (a, element, ""),
-            RawListenEntry::Table(t) => (t.addr.get_ref(), t.addr.span(), ".addr"),
-        }
-    }
-
-    /// `proxy_protocol = true`, with the flag's span.
-    pub(crate) fn proxy_protocol(&self) -> Option<std::ops::Range<usize>> {
-        match self {
-            RawListenEntry::Table(RawListenTable {
-                proxy_protocol: Some(p),
-                ..
-            }) if *p.get_ref() => Some(p.span()),
-            _ => None,
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for RawListenEntry {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawListenEntry;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(
-                    "an address string or a table { addr = \"...\", proxy_protocol = true }",
-                )
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawListenEntry, E> {
-                Ok(RawListenEntry::Addr(v.to_string()))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawListenEntry, A::Error> {
-                RawListenTable::deserialize(de::value::MapAccessDeserializer::new(map))
-                    .map(RawListenEntry::Table)
             }
         }
         d.deserialize_any(V)

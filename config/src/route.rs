@@ -10,10 +10,11 @@
 //! the profile is compiled.
 
 use crate::error::Errors;
+use crate::gatekeys::{check_route_refs, Known, RouteRefs};
 use crate::layer::LimitsLayer;
-use crate::policy::{check_route_refs, Known, RouteRefs};
+use crate::limits::check_body_limit;
 use crate::schema::{HeaderList, RawHost, RawLimits, RawRoute};
-use crate::validate::{check_body_limit, choice};
+use crate::values::choice;
 use gapura_gate::path::{canonicalize, MAX_PATH_BYTES};
 use gapura_gate::pathmatch::{compile_pattern, PatternError};
 use gapura_gate::policy::RequestPolicy;

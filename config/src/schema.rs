@@ -11,7 +11,7 @@
 use crate::rawblocks::{
     RawAccessList, RawBundle, RawErrorPages, RawMaintenance, RawNameRef, RawRuleSet,
 };
-use crate::rawgate::{RawClient, RawListenEntry, RawQuota, RawRateLimit, RawRateRef};
+use crate::rawgate::{RawClient, RawQuota, RawRateLimit, RawRateRef};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use std::fmt;
 use toml::Spanned;
@@ -272,5 +272,70 @@ impl<'de> Deserialize<'de> for HeaderList {
             }
         }
         d.deserialize_map(V)
+    }
+}
+
+/// An element of `server.listen`: `"ADDRESS"` or
+/// `{ addr = "ADDRESS", proxy_protocol = true }`.
+#[derive(Debug)]
+pub(crate) enum RawListenEntry {
+    /// The string form; its span is the element's.
+    Addr(String),
+    Table(RawListenTable),
+}
+
+/// The table form of a listen entry.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListenTable {
+    pub addr: Spanned<String>,
+    pub proxy_protocol: Opt<bool>,
+}
+
+impl RawListenEntry {
+    /// The address text, its span and the key path suffix that names it
+    /// (`""` for the string form, `".addr"` for a table), given the
+    /// element's span.
+    pub(crate) fn addr(
+        &self,
+        element: std::ops::Range<usize>,
+    ) -> (&str, std::ops::Range<usize>, &'static str) {
+        match self {
+            RawListenEntry::Addr(a) => (a, element, ""),
+            RawListenEntry::Table(t) => (t.addr.get_ref(), t.addr.span(), ".addr"),
+        }
+    }
+
+    /// `proxy_protocol = true`, with the flag's span.
+    pub(crate) fn proxy_protocol(&self) -> Option<std::ops::Range<usize>> {
+        match self {
+            RawListenEntry::Table(RawListenTable {
+                proxy_protocol: Some(p),
+                ..
+            }) if *p.get_ref() => Some(p.span()),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RawListenEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawListenEntry;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "an address string or a table { addr = \"...\", proxy_protocol = true }",
+                )
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawListenEntry, E> {
+                Ok(RawListenEntry::Addr(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawListenEntry, A::Error> {
+                RawListenTable::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawListenEntry::Table)
+            }
+        }
+        d.deserialize_any(V)
     }
 }

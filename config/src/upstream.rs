@@ -10,9 +10,10 @@
 
 use crate::env::Resolver;
 use crate::error::Errors;
+use crate::identity::server_key;
 use crate::names::BlockKind;
 use crate::schema::{IntOrString, Opt, RawHealth, RawServerEntry, RawUpstream};
-use crate::validate::{choice, int_in};
+use crate::values::{as_u64, choice, int_in};
 use gapura_gate::host::valid_name;
 use gapura_gate::upstream::{ActiveHealth, Balance, HostHeader, UpstreamId};
 use gapura_gate::{UpstreamGroup, UpstreamServer};
@@ -481,56 +482,6 @@ fn parse_status_range(v: &IntOrString) -> Option<(u16, u16)> {
     (lo <= hi).then_some((lo, hi))
 }
 
-/// The stable identity of a server: 64-bit FNV-1a over the group name's
-/// bytes, one 0xFF byte (never in a name), then `4` and the four IPv4
-/// octets or `6` and the sixteen IPv6 octets, then the port big-endian.
-/// The same group and address give the same key in every process and
-/// release; the flow label and scope of an IPv6 address are not part of it.
-pub(crate) fn server_key(group: &str, addr: SocketAddr) -> u64 {
-    let mut h = Fnv1a::new();
-    h.write(group.as_bytes());
-    h.write(&[0xFF]);
-    match addr {
-        SocketAddr::V4(a) => {
-            h.write(&[4]);
-            h.write(&a.ip().octets());
-        }
-        SocketAddr::V6(a) => {
-            h.write(&[6]);
-            h.write(&a.ip().octets());
-        }
-    }
-    h.write(&addr.port().to_be_bytes());
-    h.finish()
-}
-
-/// 64-bit FNV-1a.
-pub(crate) struct Fnv1a(u64);
-
-impl Fnv1a {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-
-    pub(crate) fn new() -> Fnv1a {
-        Fnv1a(Fnv1a::OFFSET)
-    }
-
-    pub(crate) fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(Fnv1a::PRIME);
-        }
-    }
-
-    pub(crate) fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-fn as_u64(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
-}
-
 fn narrow(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -538,37 +489,6 @@ fn narrow(n: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn fnv(bytes: &[u8]) -> u64 {
-        let mut h = Fnv1a::new();
-        h.write(bytes);
-        h.finish()
-    }
-
-    #[test]
-    fn fnv1a_matches_the_reference_vectors() {
-        assert_eq!(fnv(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv(b"foobar"), 0x8594_4171_f739_67e8);
-    }
-
-    #[test]
-    fn server_keys_hash_the_documented_bytes() {
-        let a: SocketAddr = "127.0.0.1:9001".parse().unwrap();
-        let mut bytes = b"app\xFF\x04".to_vec();
-        bytes.extend_from_slice(&[127, 0, 0, 1, 0x23, 0x29]);
-        assert_eq!(server_key("app", a), fnv(&bytes));
-        let b: SocketAddr = "[::1]:9002".parse().unwrap();
-        let mut bytes = b"app\xFF\x06".to_vec();
-        bytes.extend_from_slice(&[0; 15]);
-        bytes.extend_from_slice(&[1, 0x23, 0x2a]);
-        assert_eq!(server_key("app", b), fnv(&bytes));
-        assert_ne!(server_key("app", a), server_key("api", a));
-        assert_ne!(
-            server_key("app", a),
-            server_key("app", "127.0.0.1:9002".parse().unwrap())
-        );
-    }
 
     #[test]
     fn server_addresses_are_literals_or_names_with_ports() {

@@ -3,7 +3,7 @@
 
 use super::access::HASH;
 use super::*;
-use crate::policy::pair_identity;
+use crate::identity::pair_identity;
 use gapura_gate::mode::Mode;
 use gapura_gate::policy::{BlockRef, RatePair, RequestPolicy};
 use gapura_gate::quota::Class;

@@ -47,7 +47,7 @@ fn the_gate_examples_of_profile_md_compile() {
 
 #[test]
 fn the_example_profile_compiles_its_gate_sections() {
-    use crate::policy::pair_identity;
+    use crate::identity::pair_identity;
     use gapura_gate::policy::{RatePair, RequestPolicy};
     use gapura_gate::quota::{Class, RatePolicy};
     use gapura_gate::HostAction;

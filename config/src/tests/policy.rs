@@ -1,5 +1,5 @@
 use super::*;
-use crate::policy::pair_identity;
+use crate::identity::pair_identity;
 use gapura_gate::policy::{RatePair, RequestPolicy};
 use gapura_gate::quota::Class;
 use gapura_gate::HostAction;

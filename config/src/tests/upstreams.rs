@@ -1,5 +1,5 @@
 use super::*;
-use crate::upstream::server_key;
+use crate::identity::server_key;
 use gapura_gate::upstream::{ActiveHealth, Balance, HostHeader};
 use gapura_gate::{UpstreamGroup, UpstreamServer};
 use std::net::SocketAddr;

@@ -12,10 +12,10 @@
 
 use crate::error::Errors;
 use crate::host::{CheckedAction, CheckedHost};
+use crate::identity::pair_identity;
 use crate::rawgate::RawRateRef;
 use crate::schema::{Opt, RawHost, RawRoute};
-use crate::upstream::Fnv1a;
-use crate::validate::choice;
+use crate::values::choice;
 use gapura_gate::policy::{RatePair, RequestPolicy};
 use gapura_gate::quota::Class;
 use std::collections::HashMap;
@@ -58,19 +58,6 @@ pub(crate) struct RouteRefs {
     pub rate_limit: RouteRate,
     pub class: Option<Class>,
     pub operation: Option<u16>,
-}
-
-/// The stable identity of a (rate limit, host) pair: 64-bit FNV-1a over the
-/// limit's name, one 0xFF byte (never in a name), then the host's first
-/// name in ASCII lowercase without a trailing dot (the way host names
-/// compare).
-pub(crate) fn pair_identity(limit: &str, host: &str) -> u64 {
-    let host = host.strip_suffix('.').unwrap_or(host);
-    let mut h = Fnv1a::new();
-    h.write(limit.as_bytes());
-    h.write(&[0xFF]);
-    h.write(host.to_ascii_lowercase().as_bytes());
-    h.finish()
 }
 
 pub(crate) fn class(

@@ -1,0 +1,280 @@
+//! Semantic checks of `[server]`: shards, driver, steering, the listeners
+//! (`listen`, with their PROXY protocol and access-list keys) and the admin
+//! listener, and the settings the gate reads from it (timeouts, the
+//! unknown-host answer).
+
+use crate::client::ProxyListener;
+use crate::error::Errors;
+use crate::schema::{IntOrString, Opt, RawServer};
+use crate::settings::{Driver, RuntimeSettings, Shards, Steering};
+use crate::values::{as_u64, choice, int_in};
+use gapura_gate::{ErrorStatus, ServerSettings};
+use std::net::SocketAddr;
+
+pub(crate) fn check_server(
+    s: &RawServer,
+    e: &mut Errors<'_>,
+) -> (RuntimeSettings, ServerSettings, Option<ProxyListener>) {
+    let d = RuntimeSettings::default();
+    let shards = match &s.shards {
+        None => d.shards,
+        Some(v) => match v.get_ref() {
+            IntOrString::Str(x) if x == "auto" => Shards::Auto,
+            IntOrString::Str(x) => {
+                e.push(
+                    "server.shards.invalid",
+                    "server.shards",
+                    v.span(),
+                    format!("must be \"auto\" or a shard count from 1 to 1024, got {x:?}"),
+                );
+                d.shards
+            }
+            IntOrString::Int(n) => match u32::try_from(*n) {
+                Ok(n @ 1..=1024) => Shards::Count(n),
+                _ => {
+                    e.push(
+                        "server.shards.range",
+                        "server.shards",
+                        v.span(),
+                        format!("must be \"auto\" or between 1 and 1024, got {n}"),
+                    );
+                    d.shards
+                }
+            },
+        },
+    };
+    let driver = choice(
+        e,
+        &s.driver,
+        "server.driver",
+        "server.driver.invalid",
+        &[
+            ("auto", Driver::Auto),
+            ("io_uring", Driver::IoUring),
+            ("epoll", Driver::Epoll),
+        ],
+        d.driver,
+    );
+    let steering = choice(
+        e,
+        &s.steering,
+        "server.steering",
+        "server.steering.invalid",
+        &[
+            ("source", Steering::Source),
+            ("prefix", Steering::Prefix),
+            ("kernel", Steering::Kernel),
+        ],
+        d.steering,
+    );
+    let (listen, proxy_protocol, proxy_listener) = check_listen(s, &d, e);
+    let admin = check_admin(s, &d, &listen, e);
+    let drain_timeout_ms = int_in(
+        e,
+        &s.drain_timeout_ms,
+        "server.drain_timeout_ms",
+        "server.drain_timeout_ms.range",
+        (0, 600_000),
+    )
+    .map_or(d.drain_timeout_ms, as_u64);
+
+    let ds = ServerSettings::default();
+    let timeout = |e: &mut Errors<'_>, v: &Opt<i64>, path, code, default: u64| {
+        int_in(e, v, path, code, (1, 3_600_000)).map_or(default, as_u64)
+    };
+    let server = ServerSettings {
+        header_timeout_ms: timeout(
+            e,
+            &s.header_timeout_ms,
+            "server.header_timeout_ms",
+            "server.header_timeout_ms.range",
+            ds.header_timeout_ms,
+        ),
+        idle_timeout_ms: timeout(
+            e,
+            &s.idle_timeout_ms,
+            "server.idle_timeout_ms",
+            "server.idle_timeout_ms.range",
+            ds.idle_timeout_ms,
+        ),
+        body_timeout_ms: timeout(
+            e,
+            &s.body_timeout_ms,
+            "server.body_timeout_ms",
+            "server.body_timeout_ms.range",
+            ds.body_timeout_ms,
+        ),
+        write_timeout_ms: timeout(
+            e,
+            &s.write_timeout_ms,
+            "server.write_timeout_ms",
+            "server.write_timeout_ms.range",
+            ds.write_timeout_ms,
+        ),
+        max_requests_per_connection: int_in(
+            e,
+            &s.max_requests_per_connection,
+            "server.max_requests_per_connection",
+            "server.max_requests_per_connection.range",
+            (0, i64::MAX),
+        )
+        .map_or(ds.max_requests_per_connection, as_u64),
+        max_connections_per_shard: int_in(
+            e,
+            &s.max_connections_per_shard,
+            "server.max_connections_per_shard",
+            "server.max_connections_per_shard.range",
+            (1, 1_048_576),
+        )
+        .map_or(ds.max_connections_per_shard, |n| {
+            u32::try_from(n).unwrap_or(u32::MAX)
+        }),
+        unknown_host: match &s.unknown_host {
+            None => ds.unknown_host,
+            Some(v) => match *v.get_ref() {
+                404 => ErrorStatus::NotFound,
+                421 => ErrorStatus::MisdirectedRequest,
+                n => {
+                    e.push(
+                        "server.unknown_host.invalid",
+                        "server.unknown_host",
+                        v.span(),
+                        format!("must be 404 or 421, got {n}"),
+                    );
+                    ds.unknown_host
+                }
+            },
+        },
+    };
+    let runtime = RuntimeSettings {
+        shards,
+        driver,
+        steering,
+        listen,
+        proxy_protocol,
+        admin,
+        drain_timeout_ms,
+    };
+    (runtime, server, proxy_listener)
+}
+
+const ADDRESS_FORM: &str = "IPv4:PORT or [IPv6]:PORT, such as \"127.0.0.1:8080\" or \"[::1]:8080\"";
+
+/// The listen addresses, those that expect a PROXY header, and the first
+/// of those as (flag path, flag span) for `[client]`'s checks.
+fn check_listen(
+    s: &RawServer,
+    d: &RuntimeSettings,
+    e: &mut Errors<'_>,
+) -> (Vec<SocketAddr>, Vec<SocketAddr>, Option<ProxyListener>) {
+    let Some(list) = &s.listen else {
+        return (d.listen.clone(), Vec::new(), None);
+    };
+    if list.get_ref().is_empty() {
+        e.push(
+            "server.listen.empty",
+            "server.listen",
+            list.span(),
+            "needs at least one address",
+        );
+    }
+    let mut listen: Vec<SocketAddr> = Vec::new();
+    let mut proxy: Vec<SocketAddr> = Vec::new();
+    let mut first_proxy: Option<ProxyListener> = None;
+    let mut first_at: Vec<usize> = Vec::new();
+    for (i, item) in list.get_ref().iter().enumerate() {
+        let (text, span, suffix) = item.get_ref().addr(item.span());
+        let path = format!("server.listen[{i}]{suffix}");
+        match text.parse::<SocketAddr>() {
+            Err(_) => e.push(
+                "server.listen.invalid",
+                path,
+                span,
+                format!("{text:?} is not a socket address: use {ADDRESS_FORM}"),
+            ),
+            Ok(a) => match listen.iter().position(|&b| b == a && a.port() != 0) {
+                Some(k) => e.push(
+                    "server.listen.duplicate",
+                    path,
+                    span,
+                    format!("{a} is already listed at server.listen[{}]", first_at[k]),
+                ),
+                None => {
+                    listen.push(a);
+                    first_at.push(i);
+                    if let Some(flag) = item.get_ref().proxy_protocol() {
+                        proxy.push(a);
+                        first_proxy
+                            .get_or_insert((format!("server.listen[{i}].proxy_protocol"), flag));
+                    }
+                }
+            },
+        }
+    }
+    (listen, proxy, first_proxy)
+}
+
+fn check_admin(
+    s: &RawServer,
+    d: &RuntimeSettings,
+    listen: &[SocketAddr],
+    e: &mut Errors<'_>,
+) -> Option<SocketAddr> {
+    let admin = match &s.admin {
+        None => d.admin,
+        Some(v) if v.get_ref() == "off" => None,
+        Some(v) => match v.get_ref().parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                e.push(
+                    "server.admin.invalid",
+                    "server.admin",
+                    v.span(),
+                    format!(
+                        "{:?} is not a socket address: use \"off\" or {ADDRESS_FORM}",
+                        v.get_ref()
+                    ),
+                );
+                None
+            }
+        },
+    };
+    let Some(a) = admin.filter(|a| a.port() != 0) else {
+        return admin;
+    };
+    if !listen.contains(&a) {
+        return admin;
+    }
+    match &s.admin {
+        Some(v) => e.push(
+            "server.admin.conflict",
+            "server.admin",
+            v.span(),
+            format!("{a} is also a listen address; the admin listener needs its own"),
+        ),
+        None => {
+            // The default admin address collides: point at the listen entry.
+            let (k, at) = s
+                .listen
+                .as_ref()
+                .and_then(|l| {
+                    l.get_ref()
+                        .iter()
+                        .enumerate()
+                        .map(|(k, i)| (k, i.get_ref().addr(i.span())))
+                        .find(|(_, (text, _, _))| text.parse() == Ok(a))
+                })
+                .map_or((0, 0..0), |(k, (_, span, _))| (k, span));
+            e.push(
+                "server.admin.conflict",
+                "server.admin",
+                at,
+                format!(
+                    "the admin listener's default address {a} is also listed in server.listen[{k}]; \
+                     set server.admin to another address or \"off\""
+                ),
+            );
+        }
+    }
+    admin
+}
