@@ -4,6 +4,7 @@
 //! release (a test pins the values), so a reload that keeps a server or a
 //! (rate limit, host) pair keeps its state.
 
+use gapura_gate::hash::Fnv1a;
 use std::net::SocketAddr;
 
 /// The stable identity of a server: 64-bit FNV-1a over the group name's
@@ -27,29 +28,6 @@ pub(crate) fn server_key(group: &str, addr: SocketAddr) -> u64 {
     }
     h.write(&addr.port().to_be_bytes());
     h.finish()
-}
-
-/// 64-bit FNV-1a.
-pub(crate) struct Fnv1a(u64);
-
-impl Fnv1a {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-
-    pub(crate) fn new() -> Fnv1a {
-        Fnv1a(Fnv1a::OFFSET)
-    }
-
-    pub(crate) fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(Fnv1a::PRIME);
-        }
-    }
-
-    pub(crate) fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 /// The stable identity of a (rate limit, host) pair: 64-bit FNV-1a over the

@@ -7,34 +7,9 @@
 //! stack buffer and hashes it: no allocation.
 
 use crate::answer::{end_head, reason_phrase, Answer, WriteCtx};
+use crate::hash::NameHasher;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
-/// A fast multiply-xor hash for the host table. Its keys are the profile's
-/// names; a request's Host is only looked up, never inserted, so a crafted
-/// name can cost one probe sequence but cannot grow or degrade the table.
-#[derive(Default)]
-pub struct NameHasher(u64);
-
-impl Hasher for NameHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = self.0;
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-        for &b in chunks.remainder() {
-            h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-        self.0 = h;
-    }
-}
+use std::hash::BuildHasherDefault;
 
 /// Index of a host in its snapshot.
 pub type HostId = u32;

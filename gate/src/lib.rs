@@ -18,6 +18,8 @@
 //! - `policy`: what the chain's blocks are told (rate pairs, block refs,
 //!   host extras).
 //! - `host`: host matching and the fixed-answer host kinds.
+//! - `hash`: the unkeyed hashers (stable identities, the host table,
+//!   pre-hashed keys).
 //! - `upstream`: upstream groups and proxy routes as compiled.
 //! - `client`: who the client is (trusted proxies, Cloudflare, PROXY
 //!   sources).
@@ -47,6 +49,7 @@ pub mod client;
 pub mod country;
 pub mod custom_pages;
 pub mod glob;
+pub mod hash;
 pub mod host;
 pub mod limits;
 pub mod maintenance;

@@ -7,31 +7,14 @@
 //! servers no longer used are removed by the sweeper.
 
 use super::HealthBoard;
+use gapura_gate::hash::KeyHasher;
 use gapura_gate::upstream::{Balance, UpstreamGroup, UpstreamServer};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::time::Duration;
-
-/// Keys are already good hashes: use them as they are.
-#[derive(Default)]
-pub struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
 
 type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
 
