@@ -34,6 +34,7 @@
 //! - `quota`: budgets, leases, rate buckets and their tables.
 //! - `limits`: request limits (body, header lines and bytes, target).
 //! - `mode`: enforce or shadow, carried out in one place.
+//! - `token`: the HTTP token-character table.
 //! - `robots`: managed robots.txt.
 //! - `maintenance`: maintenance mode.
 //! - `pages`: built-in error pages; `custom_pages`: an operator's pages;
@@ -62,6 +63,7 @@ pub mod quota;
 pub mod robots;
 pub mod ruleset;
 pub mod snapshot;
+pub mod token;
 pub mod upstream;
 
 pub use answer::{Answer, WriteCtx};

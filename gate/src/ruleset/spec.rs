@@ -2,6 +2,7 @@
 
 use crate::glob::GlobError;
 use crate::pathmatch::PatternError;
+use crate::token::is_tchar;
 
 /// Most rules in one set (`ruleSet.rules.tooMany` above it).
 pub const MAX_RULES: usize = 200;
@@ -210,11 +211,6 @@ impl std::fmt::Display for RuleSetError {
 }
 
 impl std::error::Error for RuleSetError {}
-
-/// RFC 9110 `tchar`.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
 
 /// Checks the methods and returns them upper case, unique and sorted.
 pub(crate) fn normalize_methods(methods: &[String]) -> Result<Vec<String>, RuleError> {
