@@ -23,9 +23,7 @@ use std::time::Instant;
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
+        gapura_gate::testing::xorshift64(&mut self.0);
         self.0
     }
 }

@@ -19,9 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
+        gapura_gate::testing::xorshift64(&mut self.0);
         self.0
     }
 }

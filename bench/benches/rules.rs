@@ -87,9 +87,7 @@ fn main() {
     let mut x = 0x2545_F491_4F6C_DD1Du64;
     let mut regex_path = String::from("/");
     for _ in 0..8_000 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        gapura_gate::testing::xorshift64(&mut x);
         regex_path.push(if x & 1 == 0 { 'a' } else { 'b' });
     }
     let mut run_worst = |path: &str| {

@@ -96,9 +96,7 @@ pub fn fifty_rules() -> Vec<RuleSpec> {
 pub fn allow_list() -> CidrSet {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        gapura_gate::testing::xorshift64(&mut x);
         x
     };
     let mut cidrs: Vec<Cidr> = (0..1999)

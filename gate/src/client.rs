@@ -727,9 +727,7 @@ mod tests {
         // alphabet so the parsers get deep.
         let mut x: u64 = 0x154A50;
         let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            crate::testing::xorshift64(&mut x);
             x
         };
         let alphabet = b"0123456789abcdefABCDEF:.[]\",; =_-forFORunknown\t\xff";

@@ -35,6 +35,7 @@
 //! - `limits`: request limits (body, header lines and bytes, target).
 //! - `mode`: enforce or shadow, carried out in one place.
 //! - `token`: the HTTP token-character table.
+//! - `testing`: the deterministic generator of tests and benchmarks.
 //! - `robots`: managed robots.txt.
 //! - `maintenance`: maintenance mode.
 //! - `pages`: built-in error pages; `custom_pages`: an operator's pages;
@@ -63,6 +64,7 @@ pub mod quota;
 pub mod robots;
 pub mod ruleset;
 pub mod snapshot;
+pub mod testing;
 pub mod token;
 pub mod upstream;
 

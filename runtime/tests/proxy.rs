@@ -151,12 +151,7 @@ fn a_proxy_host_without_a_matching_route_answers_404() {
     assert_eq!(get(&g, "/api/x").status, 200);
 }
 
-fn xorshift(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
+use gapura_gate::testing::xorshift64 as xorshift;
 
 #[test]
 fn bodies_of_random_sizes_and_chunking_arrive_byte_identical_both_ways() {

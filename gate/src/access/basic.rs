@@ -313,9 +313,7 @@ mod tests {
         for len in 0..600 {
             let mut v = b"Basic ".to_vec();
             for _ in 0..len {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
+                crate::testing::xorshift64(&mut state);
                 v.push(state as u8);
             }
             let _ = parse_basic(&v);

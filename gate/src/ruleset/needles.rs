@@ -718,9 +718,7 @@ mod tests {
         for _ in 0..rounds {
             let mut line = Vec::new();
             for _ in 0..(x % max_len) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                crate::testing::xorshift64(&mut x);
                 line.push(alphabet[(x % alphabet.len() as u64) as usize]);
             }
             x = x.wrapping_add(1);

@@ -342,9 +342,7 @@ mod tests {
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let mut path = b"/".to_vec();
         for _ in 0..16_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            crate::testing::xorshift64(&mut x);
             path.push(if x & 1 == 0 { b'a' } else { b'b' });
         }
         let t = std::time::Instant::now();

@@ -255,9 +255,7 @@ fn a_regex_that_gives_up_fails_closed_for_deny_and_drop_and_open_for_allow() {
     let mut path = String::from("/");
     let mut x = 0x2545_F491_4F6C_DD1Du64;
     for _ in 0..16_000 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        crate::testing::xorshift64(&mut x);
         path.push(if x & 1 == 0 { 'a' } else { 'b' });
     }
     let s = set(&[
@@ -493,9 +491,7 @@ fn the_user_agent_memo_never_changes_an_answer() {
     let mut shared = s.new_regex_caches();
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        crate::testing::xorshift64(&mut x);
         x
     };
     let names = [

@@ -623,9 +623,7 @@ mod tests {
     struct Rng(u64);
     impl Rng {
         fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
+            gapura_gate::testing::xorshift64(&mut self.0);
             self.0
         }
         fn below(&mut self, n: u64) -> u64 {
