@@ -9,6 +9,18 @@
 //!
 //! The binary is a thin wrapper over [`run_cli`]; the modules are public so
 //! tests and tools can reuse the parser and the statistics.
+//!
+//! Modules:
+//!
+//! - `cli`: the command line into a validated `Config`; `target`: URLs and
+//!   the request bytes built once.
+//! - `shard`: pinned shards and the runtime they run on; `pacer`: the open
+//!   loop's waits; `findmax`: the search for the highest rate under an SLO.
+//! - Protocols: `h1` (HTTP/1.1 over monoio, plain or TLS), `uring` (plain
+//!   HTTP/1.1 on a ring driven directly), `h2mode` (HTTP/2), `udp`;
+//!   `response`: HTTP/1.1 response framing; `net`: sockets and TLS setup.
+//! - Results: `stats` (per-shard measurements), `report` (the summary),
+//!   `json`, `html`.
 
 pub mod cli;
 pub mod findmax;

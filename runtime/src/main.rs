@@ -4,6 +4,20 @@
 //!
 //! It must never hold policy logic: every answer comes from the gate's
 //! compiled snapshot, which the config crate builds.
+//!
+//! Modules:
+//!
+//! - `cli`: the command line, defined once (arguments, completions, man
+//!   pages); `explain`, `passwd`: those two commands.
+//! - `run`: starting, reloading and draining (the control thread);
+//!   `profile`: loading a profile on this machine (cores, the bounded
+//!   resolver); `publish`: the snapshot cell.
+//! - `shard`: one pinned thread with its runtime, listeners and state;
+//!   `listeners`: port ownership, SO_REUSEPORT sockets and steering.
+//! - `verify`: the password-verification pool; `health`: active health
+//!   checks.
+//! - `admin`: `/healthz` and `/metrics`; `log`: one-line logs;
+//!   `random`: the kernel's randomness.
 
 mod admin;
 mod cli;
