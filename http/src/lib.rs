@@ -16,8 +16,12 @@
 //! - `upstream`: upstream pools, balancing and health, the request head sent
 //!   upstream and the response parser.
 //! - `clock`: the shard's coarse monotonic clock.
+//! - `driver`: the one runtime builder (io_uring with the design's ring
+//!   flags, the explicit epoll fallback), for the server's and the load
+//!   tester's shards.
 
 pub mod clock;
 pub mod codec;
+pub mod driver;
 pub mod server;
 pub mod upstream;

@@ -86,35 +86,34 @@ pub fn log_fallback(msg: &str) {
     }
 }
 
-/// Runs `f` on a monoio runtime: io_uring with COOP_TASKRUN | TASKRUN_FLAG,
-/// or the legacy (epoll) driver when asked or when the ring cannot be built
-/// (one logged line). Returns the output and the driver's name.
+/// Runs `f` on a monoio runtime built by the server's own builder
+/// (`gapura_http::driver`): io_uring with COOP_TASKRUN | TASKRUN_FLAG, or the
+/// legacy (epoll) driver when asked or when the ring cannot be built (one
+/// logged line). Returns the output and the driver's name.
 pub fn with_monoio<F, Fut>(driver: Driver, f: F) -> Result<(Fut::Output, &'static str), String>
 where
     F: FnOnce() -> Fut,
     Fut: Future,
 {
-    if driver != Driver::Epoll {
-        let mut urb = io_uring::IoUring::builder();
-        urb.setup_coop_taskrun().setup_taskrun_flag();
-        let built = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .uring_builder(urb)
-            .with_entries(1024)
-            .enable_timer()
-            .build();
-        match built {
-            Ok(mut rt) => return Ok((rt.block_on(f()), "io_uring")),
-            Err(e) if driver == Driver::Auto => log_fallback(&format!(
+    use gapura_http::driver::{self, StartError};
+    let driver = match driver {
+        Driver::Auto => driver::Driver::Auto,
+        Driver::IoUring => driver::Driver::IoUring,
+        Driver::Epoll => driver::Driver::Epoll,
+    };
+    driver::block_on(driver, 1024, |how| {
+        if let Some(e) = &how.fallback {
+            log_fallback(&format!(
                 "io_uring ring setup failed ({e}); using the epoll driver"
-            )),
-            Err(e) => return Err(format!("io_uring ring setup failed: {e}")),
+            ));
         }
-    }
-    let mut rt = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
-        .enable_timer()
-        .build()
-        .map_err(|e| format!("epoll runtime setup failed: {e}"))?;
-    Ok((rt.block_on(f()), "epoll"))
+        let name = how.name;
+        async move { (f().await, name) }
+    })
+    .map_err(|e| match e {
+        StartError::RingRequired(e) => format!("io_uring ring setup failed: {e}"),
+        StartError::NoDriver(e) => format!("epoll runtime setup failed: {e}"),
+    })
 }
 
 /// What a run produced.

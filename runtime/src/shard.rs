@@ -1,7 +1,8 @@
 //! A shard: one pinned thread, one monoio runtime, its own listeners and
 //! connections.
 //!
-//! The driver is io_uring with COOP_TASKRUN and TASKRUN_FLAG; if building
+//! The runtime comes from `gapura_http::driver`, the builder the load
+//! tester shares: io_uring with COOP_TASKRUN and TASKRUN_FLAG; if building
 //! the ring fails for any reason (not only when io_uring is missing: memlock
 //! limits and seccomp fail differently) and the profile allows it, the shard
 //! falls back to the epoll driver and logs why.
@@ -9,6 +10,7 @@
 use crate::log;
 use crate::publish::{Feed, SnapshotCell};
 use gapura_config::Driver;
+use gapura_http::driver::StartError;
 use gapura_http::server::{serve, Shard, ShardStats};
 use monoio::net::TcpListener;
 use std::net::SocketAddr;
@@ -58,47 +60,29 @@ pub fn run(spec: ShardSpec, started: mpsc::Sender<Started>) {
         None => "unpinned".to_string(),
     };
     let id = spec.id;
-    let uring = match spec.driver {
-        Driver::Epoll => Err("the profile asks for epoll".to_string()),
-        Driver::Auto | Driver::IoUring => {
-            let mut urb = io_uring::IoUring::builder();
-            urb.setup_coop_taskrun().setup_taskrun_flag();
-            monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-                .with_entries(RING_ENTRIES)
-                .uring_builder(urb)
-                .enable_timer()
-                .build()
-                .map_err(|e| e.to_string())
-        }
+    let driver = match spec.driver {
+        Driver::Auto => gapura_http::driver::Driver::Auto,
+        Driver::IoUring => gapura_http::driver::Driver::IoUring,
+        Driver::Epoll => gapura_http::driver::Driver::Epoll,
     };
-    match uring {
-        Ok(mut rt) => {
-            let line = format!("shard {id} on {pinned}, driver io_uring");
-            rt.block_on(shard_main(spec, false, line, started));
-        }
-        Err(reason) => {
-            if spec.driver == Driver::IoUring {
-                let _ = started.send(Err(format!(
-                    "shard {id}: io_uring could not be set up ({reason}) and the profile requires it"
-                )));
-                return;
-            }
-            let line = if spec.driver == Driver::Epoll {
-                format!("shard {id} on {pinned}, driver epoll")
-            } else {
+    let failed = started.clone();
+    let ran = gapura_http::driver::block_on(driver, RING_ENTRIES, |how| {
+        let line = match &how.fallback {
+            Some(reason) => {
                 format!("shard {id} on {pinned}, driver epoll (io_uring unavailable: {reason})")
-            };
-            match monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
-                .enable_timer()
-                .build()
-            {
-                Ok(mut rt) => rt.block_on(shard_main(spec, true, line, started)),
-                Err(e) => {
-                    let _ = started.send(Err(format!("shard {id}: no driver could start: {e}")));
-                }
             }
-        }
-    }
+            None => format!("shard {id} on {pinned}, driver {}", how.name),
+        };
+        shard_main(spec, how.legacy(), line, started)
+    });
+    let why = match ran {
+        Ok(()) => return,
+        Err(StartError::RingRequired(reason)) => format!(
+            "shard {id}: io_uring could not be set up ({reason}) and the profile requires it"
+        ),
+        Err(StartError::NoDriver(e)) => format!("shard {id}: no driver could start: {e}"),
+    };
+    let _ = failed.send(Err(why));
 }
 
 async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::Sender<Started>) {
