@@ -20,13 +20,7 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        gapura_gate::testing::xorshift64(&mut self.0);
-        self.0
-    }
-}
+use gapura_gate::testing::TestRng as Rng;
 
 /// 2,000 IPv4 networks, /16 to /32.
 fn entries(r: &mut Rng) -> Vec<Cidr> {

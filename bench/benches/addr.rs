@@ -16,13 +16,7 @@ use gapura_gate::country::{AddressRules, Country, CountryRules};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        gapura_gate::testing::xorshift64(&mut self.0);
-        self.0
-    }
-}
+use gapura_gate::testing::TestRng as Rng;
 
 /// 2,000 networks: 1,500 IPv4 (/16 to /32) and 500 IPv6 (/32 to /64).
 fn entries(r: &mut Rng) -> Vec<Cidr> {

@@ -581,17 +581,7 @@ mod tests {
         assert!(CidrSet::empty().is_empty());
     }
 
-    /// Deterministic xorshift for the property tests.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            crate::testing::xorshift64(&mut self.0);
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::testing::TestRng as Rng;
 
     /// An address near a few clusters so that random networks overlap,
     /// touch and nest often.

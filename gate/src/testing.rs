@@ -13,6 +13,25 @@ pub fn xorshift64(state: &mut u64) -> u64 {
     *state
 }
 
+/// A seeded [`xorshift64`] stream with the two draws tests use.
+pub struct TestRng(pub u64);
+
+impl TestRng {
+    /// The next value of the stream (an endless stream, so a plain value
+    /// rather than an iterator's `Option`).
+    #[inline]
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        xorshift64(&mut self.0)
+    }
+
+    /// A value below `n` (`n` > 0; slightly biased, which tests don't mind).
+    #[inline]
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

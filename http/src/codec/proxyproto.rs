@@ -619,17 +619,7 @@ mod tests {
         assert_eq!(parse(&b), Ok(Some((h, b.len()))));
     }
 
-    /// Deterministic xorshift for the fuzz-style tests.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            gapura_gate::testing::xorshift64(&mut self.0);
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use gapura_gate::testing::TestRng as Rng;
 
     fn random_header(r: &mut Rng) -> ProxyHeader {
         let v4 = r.below(2) == 0;
