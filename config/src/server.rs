@@ -11,38 +11,15 @@ use crate::values::{as_u64, choice, int_in};
 use gapura_gate::{ErrorStatus, ServerSettings};
 use std::net::SocketAddr;
 
+/// Checks `[server]`: the runtime's own settings (shards, driver, steering,
+/// listeners, the admin listener, the drain timeout), then the settings
+/// the connection loop and the gate read ([`check_connections`]).
 pub(crate) fn check_server(
     s: &RawServer,
     e: &mut Errors<'_>,
 ) -> (RuntimeSettings, ServerSettings, Option<ProxyListener>) {
     let d = RuntimeSettings::default();
-    let shards = match &s.shards {
-        None => d.shards,
-        Some(v) => match v.get_ref() {
-            IntOrString::Str(x) if x == "auto" => Shards::Auto,
-            IntOrString::Str(x) => {
-                e.push(
-                    "server.shards.invalid",
-                    "server.shards",
-                    v.span(),
-                    format!("must be \"auto\" or a shard count from 1 to 1024, got {x:?}"),
-                );
-                d.shards
-            }
-            IntOrString::Int(n) => match u32::try_from(*n) {
-                Ok(n @ 1..=1024) => Shards::Count(n),
-                _ => {
-                    e.push(
-                        "server.shards.range",
-                        "server.shards",
-                        v.span(),
-                        format!("must be \"auto\" or between 1 and 1024, got {n}"),
-                    );
-                    d.shards
-                }
-            },
-        },
-    };
+    let shards = check_shards(&s.shards, d.shards, e);
     let driver = choice(
         e,
         &s.driver,
@@ -77,12 +54,59 @@ pub(crate) fn check_server(
         (0, 600_000),
     )
     .map_or(d.drain_timeout_ms, as_u64);
+    let runtime = RuntimeSettings {
+        shards,
+        driver,
+        steering,
+        listen,
+        proxy_protocol,
+        admin,
+        drain_timeout_ms,
+    };
+    (runtime, check_connections(s, e), proxy_listener)
+}
 
+/// `shards`: `"auto"` or a count from 1 to 1024; `default` when absent or
+/// wrong.
+fn check_shards(v: &Opt<IntOrString>, default: Shards, e: &mut Errors<'_>) -> Shards {
+    let Some(v) = v else {
+        return default;
+    };
+    match v.get_ref() {
+        IntOrString::Str(x) if x == "auto" => Shards::Auto,
+        IntOrString::Str(x) => {
+            e.push(
+                "server.shards.invalid",
+                "server.shards",
+                v.span(),
+                format!("must be \"auto\" or a shard count from 1 to 1024, got {x:?}"),
+            );
+            default
+        }
+        IntOrString::Int(n) => match u32::try_from(*n) {
+            Ok(n @ 1..=1024) => Shards::Count(n),
+            _ => {
+                e.push(
+                    "server.shards.range",
+                    "server.shards",
+                    v.span(),
+                    format!("must be \"auto\" or between 1 and 1024, got {n}"),
+                );
+                default
+            }
+        },
+    }
+}
+
+/// What the connection loop and the gate read of `[server]`: the header,
+/// idle, body and write timeouts, the per-connection and per-shard bounds,
+/// and the unknown-host answer.
+fn check_connections(s: &RawServer, e: &mut Errors<'_>) -> ServerSettings {
     let ds = ServerSettings::default();
     let timeout = |e: &mut Errors<'_>, v: &Opt<i64>, path, code, default: u64| {
         int_in(e, v, path, code, (1, 3_600_000)).map_or(default, as_u64)
     };
-    let server = ServerSettings {
+    ServerSettings {
         header_timeout_ms: timeout(
             e,
             &s.header_timeout_ms,
@@ -129,33 +153,28 @@ pub(crate) fn check_server(
         .map_or(ds.max_connections_per_shard, |n| {
             u32::try_from(n).unwrap_or(u32::MAX)
         }),
-        unknown_host: match &s.unknown_host {
-            None => ds.unknown_host,
-            Some(v) => match *v.get_ref() {
-                404 => ErrorStatus::NotFound,
-                421 => ErrorStatus::MisdirectedRequest,
-                n => {
-                    e.push(
-                        "server.unknown_host.invalid",
-                        "server.unknown_host",
-                        v.span(),
-                        format!("must be 404 or 421, got {n}"),
-                    );
-                    ds.unknown_host
-                }
-            },
-        },
+        unknown_host: check_unknown_host(&s.unknown_host, ds.unknown_host, e),
+    }
+}
+
+/// `unknown_host`: 404 or 421.
+fn check_unknown_host(v: &Opt<i64>, default: ErrorStatus, e: &mut Errors<'_>) -> ErrorStatus {
+    let Some(v) = v else {
+        return default;
     };
-    let runtime = RuntimeSettings {
-        shards,
-        driver,
-        steering,
-        listen,
-        proxy_protocol,
-        admin,
-        drain_timeout_ms,
-    };
-    (runtime, server, proxy_listener)
+    match *v.get_ref() {
+        404 => ErrorStatus::NotFound,
+        421 => ErrorStatus::MisdirectedRequest,
+        n => {
+            e.push(
+                "server.unknown_host.invalid",
+                "server.unknown_host",
+                v.span(),
+                format!("must be 404 or 421, got {n}"),
+            );
+            default
+        }
+    }
 }
 
 const ADDRESS_FORM: &str = "IPv4:PORT or [IPv6]:PORT, such as \"127.0.0.1:8080\" or \"[::1]:8080\"";
