@@ -53,7 +53,23 @@ pub(crate) fn check_client(
     .or(c.mode.is_none().then_some(ClientMode::Direct));
     let mode_text = c.mode.as_ref().map_or("direct", |m| m.get_ref().as_str());
 
-    let trusted_proxies = match &c.trusted_proxies {
+    ClientPolicy {
+        mode: mode.unwrap_or_default(),
+        trusted_proxies: check_trusted_proxies(c, mode, mode_text, e),
+        cloudflare_ranges: check_cloudflare_ranges(c, mode, mode_text, e),
+        proxy_protocol_peers: check_proxy_protocol_peers(c, proxy_listener, e),
+    }
+}
+
+/// `trusted_proxies`: required (and non-empty) with a forwarding-header
+/// mode, refused with any other.
+fn check_trusted_proxies(
+    c: &RawClient,
+    mode: Option<ClientMode>,
+    mode_text: &str,
+    e: &mut Errors<'_>,
+) -> CidrSet {
+    match &c.trusted_proxies {
         None => {
             if let (Some(ClientMode::TrustedProxy(_)), Some(m)) = (mode, &c.mode) {
                 e.push(
@@ -102,9 +118,18 @@ pub(crate) fn check_client(
             }
             None => CidrSet::empty(),
         },
-    };
+    }
+}
 
-    let cloudflare = match &c.cloudflare_ranges {
+/// `cloudflare_ranges`: `"builtin"` or a list, only with mode
+/// `"cloudflare"`; the set the mode trusts (empty for other modes).
+fn check_cloudflare_ranges(
+    c: &RawClient,
+    mode: Option<ClientMode>,
+    mode_text: &str,
+    e: &mut Errors<'_>,
+) -> CidrSet {
+    let listed = match &c.cloudflare_ranges {
         None => None,
         Some(v) if mode.is_some() && mode != Some(ClientMode::Cloudflare) => {
             e.push(
@@ -146,12 +171,20 @@ pub(crate) fn check_client(
             }
         },
     };
-    let cloudflare_ranges = match mode {
-        Some(ClientMode::Cloudflare) => cloudflare.unwrap_or_else(cloudflare_ranges),
+    match mode {
+        Some(ClientMode::Cloudflare) => listed.unwrap_or_else(cloudflare_ranges),
         _ => CidrSet::empty(),
-    };
+    }
+}
 
-    let proxy_protocol_peers = match (&c.proxy_protocol_peers, proxy_listener) {
+/// `proxy_protocol_peers`: required (and non-empty) when a listener expects
+/// a PROXY header, refused when none does.
+fn check_proxy_protocol_peers(
+    c: &RawClient,
+    proxy_listener: Option<&ProxyListener>,
+    e: &mut Errors<'_>,
+) -> CidrSet {
+    match (&c.proxy_protocol_peers, proxy_listener) {
         (None, None) => CidrSet::empty(),
         (None, Some((flag, at))) => {
             e.push(
@@ -191,13 +224,6 @@ pub(crate) fn check_client(
                 Some("client.proxy_protocol_peers.too_broad"),
             )
         }
-    };
-
-    ClientPolicy {
-        mode: mode.unwrap_or_default(),
-        trusted_proxies,
-        cloudflare_ranges,
-        proxy_protocol_peers,
     }
 }
 
