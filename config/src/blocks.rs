@@ -123,7 +123,10 @@ fn effective(access: &BlockLayer<usize>, rules: &BlockLayer<SetTarget>) -> Effec
 }
 
 /// Resolves every host's and route's blocks into `entries` and builds the
-/// snapshot's lists, sets and host extras.
+/// snapshot's lists, sets and host extras: the list checked at accept, the
+/// blocks in force per host and route, the lists and sets they use (only
+/// those reach the snapshot, in profile order), then each host's references
+/// and extras.
 pub(crate) fn finish(
     raw: &RawProfile,
     lists: AccessLists,
@@ -134,97 +137,13 @@ pub(crate) fn finish(
 ) -> Blocks {
     let mut used_lists = vec![false; lists.compiled.len()];
     let mut used_sets: HashSet<SetTarget> = HashSet::new();
-    let accept = raw
-        .server
-        .access_list
-        .as_ref()
-        .and_then(|a| match lists.ids.get(a.get_ref()) {
-            None => {
-                e.push(
-                    "server.accessList.unknown",
-                    "server.access_list",
-                    a.span(),
-                    format!(
-                        "no [[access_list]] is named {:?} ({})",
-                        a.get_ref(),
-                        known_list(&lists.ids, "access_list")
-                    ),
-                );
-                None
-            }
-            Some(&d) if !lists.has_addresses[d] => {
-                e.push(
-                    "server.accessList.noAddresses",
-                    "server.access_list",
-                    a.span(),
-                    format!(
-                        "the list checked at accept refuses by address only, and \
-                         access_list[{d}] ({:?}) has no allow or deny addresses",
-                        a.get_ref()
-                    ),
-                );
-                None
-            }
-            Some(&d) => Some(d),
-        });
+    let accept = accept_list(raw, &lists, e);
     if let Some(d) = accept {
         used_lists[d] = true;
     }
-    // Every host's and route's blocks in force, and what they use.
-    let mut hosts: Vec<(Effective, Vec<Effective>)> = Vec::with_capacity(entries.len());
-    for (host, routes) in layers.hosts.iter().zip(&layers.routes) {
-        let own = effective(&host.access, &host.rules);
-        let routes: Vec<Effective> = routes
-            .iter()
-            .map(|r| {
-                effective(
-                    &BlockLayer::merge(host.access, r.access),
-                    &BlockLayer::merge(host.rules, r.rules),
-                )
-            })
-            .collect();
-        for (access, rules) in std::iter::once(&own).chain(&routes) {
-            if let Some((d, _)) = access {
-                used_lists[*d] = true;
-            }
-            if let Some((t, _)) = rules {
-                used_sets.insert(*t);
-            }
-        }
-        if host.maintenance.enabled == Some(true) {
-            if let Some(d) = host.maintenance.bypass {
-                used_lists[d] = true;
-            }
-        }
-        hosts.push((own, routes));
-    }
-
-    // The used lists and sets, in profile order: index = position.
-    let mut list_index: Vec<Option<u32>> = vec![None; lists.compiled.len()];
-    let mut access_lists = Vec::new();
-    for (d, list) in lists.compiled.into_iter().enumerate() {
-        if let (true, Some(list)) = (used_lists[d], list) {
-            list_index[d] = Some(index(access_lists.len()));
-            access_lists.push(list);
-        }
-    }
-    let mut set_index: HashMap<SetTarget, u32> = HashMap::new();
-    let mut rule_sets = Vec::new();
-    let mut rule_set_names = Vec::new();
-    for (d, (set, name)) in sets.compiled.into_iter().zip(sets.names).enumerate() {
-        if let (true, Some(set)) = (used_sets.contains(&SetTarget::User(d)), set) {
-            set_index.insert(SetTarget::User(d), index(rule_sets.len()));
-            rule_sets.push(set);
-            rule_set_names.push(name);
-        }
-    }
-    for p in Preset::ALL {
-        if used_sets.contains(&SetTarget::Preset(p)) {
-            set_index.insert(SetTarget::Preset(p), index(rule_sets.len()));
-            rule_sets.push(p.compile());
-            rule_set_names.push(p.name().to_string());
-        }
-    }
+    let hosts = blocks_in_force(layers, &mut used_lists, &mut used_sets);
+    let (access_lists, list_index) = used_access_lists(lists.compiled, &used_lists);
+    let (rule_sets, rule_set_names, set_index) = used_rule_sets(sets, &used_sets);
 
     let access_ref = |a: &Option<(usize, Mode)>| {
         a.and_then(|(d, mode)| list_index[d].map(|index| BlockRef { index, mode }))
@@ -259,6 +178,120 @@ pub(crate) fn finish(
         accept_list: accept.and_then(|d| list_index[d]),
         extras,
     }
+}
+
+/// `server.access_list`: a known list with addresses to refuse by.
+fn accept_list(raw: &RawProfile, lists: &AccessLists, e: &mut Errors<'_>) -> Option<usize> {
+    let a = raw.server.access_list.as_ref()?;
+    match lists.ids.get(a.get_ref()) {
+        None => {
+            e.push(
+                "server.accessList.unknown",
+                "server.access_list",
+                a.span(),
+                format!(
+                    "no [[access_list]] is named {:?} ({})",
+                    a.get_ref(),
+                    known_list(&lists.ids, "access_list")
+                ),
+            );
+            None
+        }
+        Some(&d) if !lists.has_addresses[d] => {
+            e.push(
+                "server.accessList.noAddresses",
+                "server.access_list",
+                a.span(),
+                format!(
+                    "the list checked at accept refuses by address only, and \
+                     access_list[{d}] ({:?}) has no allow or deny addresses",
+                    a.get_ref()
+                ),
+            );
+            None
+        }
+        Some(&d) => Some(d),
+    }
+}
+
+/// Every host's and route's blocks in force, marking the lists and sets
+/// they (and maintenance bypasses) use.
+fn blocks_in_force(
+    layers: &HostLayers,
+    used_lists: &mut [bool],
+    used_sets: &mut HashSet<SetTarget>,
+) -> Vec<(Effective, Vec<Effective>)> {
+    let mut hosts = Vec::with_capacity(layers.hosts.len());
+    for (host, routes) in layers.hosts.iter().zip(&layers.routes) {
+        let own = effective(&host.access, &host.rules);
+        let routes: Vec<Effective> = routes
+            .iter()
+            .map(|r| {
+                effective(
+                    &BlockLayer::merge(host.access, r.access),
+                    &BlockLayer::merge(host.rules, r.rules),
+                )
+            })
+            .collect();
+        for (access, rules) in std::iter::once(&own).chain(&routes) {
+            if let Some((d, _)) = access {
+                used_lists[*d] = true;
+            }
+            if let Some((t, _)) = rules {
+                used_sets.insert(*t);
+            }
+        }
+        if host.maintenance.enabled == Some(true) {
+            if let Some(d) = host.maintenance.bypass {
+                used_lists[d] = true;
+            }
+        }
+        hosts.push((own, routes));
+    }
+    hosts
+}
+
+/// The used access lists in profile order, and each list's index among
+/// them (`None`: unused).
+fn used_access_lists(
+    compiled: Vec<Option<AccessList>>,
+    used: &[bool],
+) -> (Vec<AccessList>, Vec<Option<u32>>) {
+    let mut list_index: Vec<Option<u32>> = vec![None; compiled.len()];
+    let mut access_lists = Vec::new();
+    for (d, list) in compiled.into_iter().enumerate() {
+        if let (true, Some(list)) = (used[d], list) {
+            list_index[d] = Some(index(access_lists.len()));
+            access_lists.push(list);
+        }
+    }
+    (access_lists, list_index)
+}
+
+/// The used rule sets, the profile's in order then the presets, with their
+/// names and each one's index among them.
+fn used_rule_sets(
+    sets: RuleSets,
+    used: &HashSet<SetTarget>,
+) -> (Vec<RuleSet>, Vec<String>, HashMap<SetTarget, u32>) {
+    let mut set_index: HashMap<SetTarget, u32> = HashMap::new();
+    let mut rule_sets = Vec::new();
+    let mut rule_set_names = Vec::new();
+    for (d, (set, name)) in sets.compiled.into_iter().zip(sets.names).enumerate() {
+        if let (true, Some(set)) = (used.contains(&SetTarget::User(d)), set) {
+            set_index.insert(SetTarget::User(d), index(rule_sets.len()));
+            rule_sets.push(set);
+            rule_set_names.push(name);
+        }
+    }
+    for p in Preset::ALL {
+        if used.contains(&SetTarget::Preset(p)) {
+            set_index.insert(SetTarget::Preset(p), index(rule_sets.len()));
+            rule_sets.push(p.compile());
+            rule_set_names.push(p.name().to_string());
+        }
+    }
+    (rule_sets, rule_set_names, set_index)
 }
 
 fn index(n: usize) -> u32 {
