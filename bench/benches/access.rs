@@ -51,34 +51,74 @@ fn list(set: &CidrSet, satisfy: Satisfy, users: usize, verifier: Verifier) -> Ac
     })
 }
 
-fn main() {
-    let mut r = Rng(0x152026);
-    let cidrs = entries(&mut r);
-    let set = CidrSet::from_cidrs(cidrs.iter().copied());
-    let probes: Vec<IpAddr> = (0..4096)
-        .map(|_| cidrs[(r.next() % cidrs.len() as u64) as usize].addr())
-        .collect();
-    let mask = probes.len() - 1;
-    println!(
-        "allow list: {} entries, {} merged ranges",
-        cidrs.len(),
-        set.range_count()
-    );
-    let line = hash_password(b"wonderland", 10, b"bench-salt-bytes");
-    let verifier = Verifier::parse(&line).unwrap();
-    let keyer = CacheKeyer::new(&[5; 32]);
-    let right: &[u8] = b"Basic YWxpY2U6d29uZGVybGFuZA==";
-    let unknown: &[u8] = b"Basic bWFsbG9yeTp3b25kZXJsYW5k";
-    let with_right: [(&str, &[u8]); 3] = [
-        ("Host", b"example.com"),
-        ("User-Agent", b"Mozilla/5.0 (X11; Linux x86_64)"),
-        ("Authorization", right),
-    ];
-    let with_unknown: [(&str, &[u8]); 3] =
-        [with_right[0], with_right[1], ("Authorization", unknown)];
-    let plain: [(&str, &[u8]); 2] = [with_right[0], with_right[1]];
+/// What every measurement shares: the allow list, the probes inside it,
+/// the cache keyer, a cheap verifier and the header lines.
+struct Fixture {
+    set: CidrSet,
+    probes: Vec<IpAddr>,
+    mask: usize,
+    verifier: Verifier,
+    keyer: CacheKeyer,
+    with_right: [(&'static str, &'static [u8]); 3],
+    with_unknown: [(&'static str, &'static [u8]); 3],
+    plain: [(&'static str, &'static [u8]); 2],
+}
 
-    let any = list(&set, Satisfy::Any, 20, verifier);
+impl Fixture {
+    fn new() -> Fixture {
+        let mut r = Rng(0x152026);
+        let cidrs = entries(&mut r);
+        let set = CidrSet::from_cidrs(cidrs.iter().copied());
+        let probes: Vec<IpAddr> = (0..4096)
+            .map(|_| cidrs[(r.next() % cidrs.len() as u64) as usize].addr())
+            .collect();
+        println!(
+            "allow list: {} entries, {} merged ranges",
+            cidrs.len(),
+            set.range_count()
+        );
+        let line = hash_password(b"wonderland", 10, b"bench-salt-bytes");
+        let right: &[u8] = b"Basic YWxpY2U6d29uZGVybGFuZA==";
+        let unknown: &[u8] = b"Basic bWFsbG9yeTp3b25kZXJsYW5k";
+        let with_right: [(&str, &[u8]); 3] = [
+            ("Host", b"example.com"),
+            ("User-Agent", b"Mozilla/5.0 (X11; Linux x86_64)"),
+            ("Authorization", right),
+        ];
+        Fixture {
+            set,
+            mask: probes.len() - 1,
+            probes,
+            verifier: Verifier::parse(&line).unwrap(),
+            keyer: CacheKeyer::new(&[5; 32]),
+            with_unknown: [with_right[0], with_right[1], ("Authorization", unknown)],
+            plain: [with_right[0], with_right[1]],
+            with_right,
+        }
+    }
+}
+
+fn main() {
+    let f = Fixture::new();
+    address_decisions(&f);
+    password_decisions(&f);
+    cache_and_header(&f);
+    pbkdf2_check();
+}
+
+/// An allowed address passing a 2,000-CIDR list, a denied one refused.
+fn address_decisions(f: &Fixture) {
+    let Fixture {
+        set,
+        probes,
+        mask,
+        verifier,
+        keyer,
+        plain,
+        ..
+    } = f;
+    let mask = *mask;
+    let any = list(set, Satisfy::Any, 20, *verifier);
     let mut cache = VerifyCache::default();
     measure(
         "decide: allowed address passes (any, 2,000 CIDRs)",
@@ -89,7 +129,7 @@ fn main() {
                 None,
                 &plain[..],
                 Some(&mut cache),
-                &keyer,
+                keyer,
                 0,
             );
             matches!(out.decision, AccessDecision::Pass { .. })
@@ -102,19 +142,34 @@ fn main() {
             None,
             &plain[..],
             Some(&mut cache),
-            &keyer,
+            keyer,
             0,
         );
         matches!(out.decision, AccessDecision::Refuse)
     });
+}
 
+/// A credentialed request from the verification cache, and the deferring
+/// decision for an unknown user, with 20 users and with 1,000.
+fn password_decisions(f: &Fixture) {
+    let Fixture {
+        set,
+        probes,
+        mask,
+        verifier,
+        keyer,
+        with_right,
+        with_unknown,
+        ..
+    } = f;
+    let mask = *mask;
     for users in [20, 1000] {
-        let all = list(&set, Satisfy::All, users, verifier);
+        let all = list(set, Satisfy::All, users, *verifier);
         let mut cache = VerifyCache::default();
         // Verify once per client so every probe is a cache hit.
-        for &client in &probes {
+        for &client in probes {
             if let AccessDecision::Verify(job) = all
-                .decide(client, None, &with_right[..], Some(&mut cache), &keyer, 0)
+                .decide(client, None, &with_right[..], Some(&mut cache), keyer, 0)
                 .decision
             {
                 assert!(job.run().is_ok());
@@ -131,7 +186,7 @@ fn main() {
                 None,
                 &with_right[..],
                 Some(&mut cache),
-                &keyer,
+                keyer,
                 now / 1000,
             );
             matches!(out.decision, AccessDecision::Pass { .. })
@@ -143,13 +198,24 @@ fn main() {
                 None,
                 &with_unknown[..],
                 Some(&mut cache),
-                &keyer,
+                keyer,
                 0,
             );
             matches!(out.decision, AccessDecision::Verify(_))
         });
     }
+}
 
+/// The cache key, the Authorization read and the cache probe alone.
+fn cache_and_header(f: &Fixture) {
+    let Fixture {
+        probes,
+        mask,
+        keyer,
+        with_right,
+        ..
+    } = f;
+    let mask = *mask;
     let mut cache = VerifyCache::default();
     let keys: Vec<u64> = probes
         .iter()
@@ -174,7 +240,10 @@ fn main() {
     measure("cache lookup (4,096 live entries, hit)", 5_000_000, |i| {
         cache.lookup(black_box(keys[i & mask]), 1)
     });
+}
 
+/// One PBKDF2 check at the default iterations: the pool's cost.
+fn pbkdf2_check() {
     let real = Verifier::parse(&hash_password(
         b"wonderland",
         DEFAULT_ITERATIONS,
