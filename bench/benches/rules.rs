@@ -21,6 +21,17 @@ use gapura_gate::ruleset::{
 use std::hint::black_box;
 
 fn main() {
+    let counters = fifty_rule_set();
+    worst_cases();
+    answers_for_scale();
+    println!(
+        "counters after the runs: denied {}, dropped {}, regex give-ups {}",
+        counters.denied, counters.dropped, counters.regex_give_ups
+    );
+}
+
+/// The 50-rule set on typical and refused requests; its counters after.
+fn fifty_rule_set() -> RuleSetCounters {
     let set = RuleSet::compile(&fifty_rules()).unwrap();
     let mut caches = set.new_regex_caches();
     let mut counters = RuleSetCounters::default();
@@ -72,10 +83,13 @@ fn main() {
         1_000_000,
         |i| run(i & 7),
     );
+    counters
+}
 
-    // Worst cases: a hostile path against the classic quadratic glob, and an
-    // operator's exponential regex against a path built to need a new DFA
-    // state at almost every byte (it gives up and fails closed).
+/// Worst cases: a hostile path against the classic quadratic glob, and an
+/// operator's exponential regex against a path built to need a new DFA
+/// state at almost every byte (it gives up and fails closed).
+fn worst_cases() {
     let worst = RuleSet::compile(&[
         RuleSpec::new(Action::Deny).path(PathPatternKind::Glob, "/**/a*a*a*a*a*b"),
         RuleSpec::new(Action::Deny).path(PathPatternKind::Regex, r"(a|b)*a(a|b){20}x"),
@@ -118,7 +132,10 @@ fn main() {
         "worst-case regex: {} give-ups counted over the runs",
         worst_counters.regex_give_ups
     );
+}
 
+/// robots.txt and a custom error page write, for scale.
+fn answers_for_scale() {
     let robots = Robots::compile(RobotsMode::BlockAiCrawlers, None).unwrap();
     let ctx = WriteCtx {
         date_line: b"Date: Mon, 30 Nov 2026 05:00:00 GMT\r\n",
@@ -150,8 +167,4 @@ fn main() {
         page.write_into(&mut out, black_box(&vars), b"", &ctx);
         out.len() as u64
     });
-    println!(
-        "counters after the runs: denied {}, dropped {}, regex give-ups {}",
-        counters.denied, counters.dropped, counters.regex_give_ups
-    );
 }
