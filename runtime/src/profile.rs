@@ -2,11 +2,11 @@
 //! must not read itself (DESIGN §2), the core count that `shards = "auto"`
 //! means and a resolver for upstream server names.
 //!
-//! Names are resolved by the system resolver on a thread of their own, each
-//! bounded by [`RESOLVE_TIMEOUT`], so neither `gapura check` nor a reload
-//! waits on a stuck resolver for longer than that: a name that has not
-//! answered by then fails the profile with `upstream.server.unresolved`
-//! (on a reload, the running profile stays). A look-up still stuck past its
+//! Names are resolved one after another by the system resolver, each on a
+//! thread of its own and bounded by [`RESOLVE_TIMEOUT`], so neither `gapura
+//! check` nor a reload waits on a stuck resolver for longer than that per
+//! name: a name that has not answered by then fails the profile with
+//! `upstream.server.unresolved` (on a reload, the running profile stays). A look-up still stuck past its
 //! timeout finishes on its own thread and its answer is dropped.
 
 use gapura_config::{Compiled, Environment, ProfileError, Resolver};
