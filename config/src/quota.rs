@@ -41,6 +41,8 @@ pub(crate) struct CheckedQuota {
     /// Operation names, index = operation id.
     pub operations: Vec<String>,
     pub operation_ids: HashMap<String, u16>,
+    /// `quota.unknown_host_operation`: what a request no host takes counts in.
+    pub unknown_host_operation: Option<u16>,
     /// `quota.policy_slots` when written, for `rate_limit.slots.exhausted`.
     pub policy_slots_at: Option<Range<usize>>,
     pub connections: Option<gapura_gate::policy::ConnectionLimits>,
@@ -178,7 +180,23 @@ pub(crate) fn check_quota(q: &RawQuota, shards: u32, e: &mut Errors<'_>) -> Chec
         limits.operations = op_limits.into_boxed_slice();
     }
     let connections = check_connections(q, e);
+    let unknown_host_operation = q.unknown_host_operation.as_ref().and_then(|o| {
+        let id = operation_ids.get(o.get_ref()).copied();
+        if id.is_none() {
+            e.push(
+                "quota.unknown_host_operation.unknown",
+                "quota.unknown_host_operation",
+                o.span(),
+                format!(
+                    "no [[quota.operation]] is named {:?}: name one of the profile's operations",
+                    o.get_ref()
+                ),
+            );
+        }
+        id
+    });
     CheckedQuota {
+        unknown_host_operation,
         connections,
         sizes,
         limits,

@@ -32,6 +32,8 @@ pub(crate) struct RawQuota {
     pub identity: Option<RawIdentityBudget>,
     #[serde(default)]
     pub operation: Vec<Spanned<RawOperation>>,
+    /// The operation a request no host takes counts in.
+    pub unknown_host_operation: Opt<String>,
     pub connections: Option<RawConnections>,
 }
 

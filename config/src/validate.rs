@@ -98,6 +98,10 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         rate_limits: rates.defs,
         rate_pairs,
         operations: quota.operations,
+        unknown_host_policy: gapura_gate::policy::RequestPolicy {
+            operation: quota.unknown_host_operation,
+            ..Default::default()
+        },
         connections: quota.connections,
         access_lists: blocks.access_lists,
         rule_sets: blocks.rule_sets,

@@ -62,6 +62,9 @@ pub struct GatePolicy {
     pub rate_pairs: Vec<RatePair>,
     /// Operation names; a route's `operation` indexes this list.
     pub operations: Vec<String>,
+    /// What a request no host takes pays: the budgets, in the operation
+    /// `[server] unknown_host_operation` names.
+    pub unknown_host_policy: RequestPolicy,
     /// Access lists, indexed by [`BlockRef::index`].
     pub access_lists: Vec<AccessList>,
     /// Rule sets (presets included when named), indexed by [`BlockRef::index`];
@@ -97,6 +100,7 @@ impl Default for GatePolicy {
             rate_limits: Vec::new(),
             rate_pairs: Vec::new(),
             operations: Vec::new(),
+            unknown_host_policy: RequestPolicy::default(),
             access_lists: Vec::new(),
             rule_sets: Vec::new(),
             rule_set_names: Vec::new(),

@@ -12,6 +12,26 @@ use gapura_gate::limits::LimitRefusal;
 use gapura_gate::Verdict;
 use std::process::ExitCode;
 
+/// What a quota block did, in a sentence; `what` names the block.
+fn quota_sentence(outcome: QuotaOutcome, what: &str) -> String {
+    match outcome {
+        QuotaOutcome::NotApplied => format!("no {what} applies"),
+        QuotaOutcome::Exempt => "robots.txt is never limited".to_string(),
+        QuotaOutcome::Admitted => format!("within every {what} (on empty tables)"),
+        QuotaOutcome::Refused {
+            level,
+            retry_after_s,
+        } => format!(
+            "over the {} limit: 429, retry after {retry_after_s} s",
+            level.name()
+        ),
+        QuotaOutcome::Shadowed { level } => format!(
+            "over the {} limit, but in shadow mode: counted and let through",
+            level.name()
+        ),
+    }
+}
+
 struct Recorder {
     lines: Vec<(String, String)>,
 }
@@ -51,27 +71,8 @@ impl Trace for Recorder {
                     None => "no route takes this path: 404".to_string(),
                 },
             ),
-            Step::Quota { outcome } => (
-                "quota",
-                match outcome {
-                    QuotaOutcome::NotApplied => "no budget or rate limit applies".to_string(),
-                    QuotaOutcome::Exempt => "robots.txt is never limited".to_string(),
-                    QuotaOutcome::Admitted => {
-                        "within every budget and rate limit (on empty tables)".to_string()
-                    }
-                    QuotaOutcome::Refused {
-                        level,
-                        retry_after_s,
-                    } => format!(
-                        "over the {} limit: 429, retry after {retry_after_s} s",
-                        level.name()
-                    ),
-                    QuotaOutcome::Shadowed { level } => format!(
-                        "over the {} limit, but in shadow mode: counted and let through",
-                        level.name()
-                    ),
-                },
-            ),
+            Step::Budgets { outcome } => ("budgets", quota_sentence(outcome, "budget")),
+            Step::RateLimit { outcome } => ("rate limit", quota_sentence(outcome, "rate limit")),
             Step::AccessAddress {
                 list,
                 refused,

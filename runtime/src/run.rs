@@ -112,9 +112,8 @@ fn start(
         .generation
         .store(cell.generation(), Ordering::Relaxed);
 
-    let verify_threads = (cores.len() / 4).max(1);
-    let verifier = crate::verify::Pool::start(verify_threads)
-        .map_err(|e| format!("verification pool: {e}"))?;
+    let verifier =
+        crate::verify::Pool::start(cores.len()).map_err(|e| format!("verification pool: {e}"))?;
     let mut per_shard: Vec<Vec<(std::net::SocketAddr, std::net::TcpListener, bool)>> =
         (0..shard_count).map(|_| Vec::new()).collect();
     for group in groups {

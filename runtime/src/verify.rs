@@ -1,4 +1,4 @@
-//! The verification pool: a few threads that run PBKDF2 checks for every
+//! The verification pool: `max(8, cores)` threads that run PBKDF2 checks for every
 //! shard, in the order of one shared line.
 //!
 //! One line for the whole process behind one mutex: the per-client share,
@@ -21,27 +21,41 @@ struct Inner {
 pub struct Pool {
     inner: Mutex<Inner>,
     work: Condvar,
+    #[cfg(test)]
+    workers: usize,
 }
 
 impl Pool {
-    /// Starts `threads` workers over a line sized for them.
-    pub fn start(threads: usize) -> std::io::Result<Arc<Pool>> {
-        let config = LineConfig::for_cores(threads.max(1));
+    /// Starts one worker per slot of a line sized for `cores` cores:
+    /// `max(8, cores)` (the line's own sizing), so a small machine still
+    /// checks eight cold sign-ins at once rather than queueing them behind
+    /// one worker.
+    pub fn start(cores: usize) -> std::io::Result<Arc<Pool>> {
+        let config = LineConfig::for_cores(cores.max(1));
         let places = config.places();
+        let threads = config.slots as usize;
         let pool = Arc::new(Pool {
             inner: Mutex::new(Inner {
                 line: VerifyLine::new(config),
                 results: vec![None; places],
             }),
             work: Condvar::new(),
+            #[cfg(test)]
+            workers: threads,
         });
-        for i in 0..threads.max(1) {
+        for i in 0..threads {
             let p = pool.clone();
             std::thread::Builder::new()
                 .name(format!("gapura-verify-{i}"))
                 .spawn(move || p.worker())?;
         }
         Ok(pool)
+    }
+
+    /// Worker threads: one per slot of the line.
+    #[cfg(test)]
+    pub fn workers(&self) -> usize {
+        self.workers
     }
 
     fn worker(&self) {
@@ -111,5 +125,17 @@ impl VerifyPool for Pool {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pool;
+
+    #[test]
+    fn the_pool_runs_a_worker_per_slot_and_at_least_eight() {
+        assert_eq!(Pool::start(2).unwrap().workers(), 8);
+        assert_eq!(Pool::start(1).unwrap().workers(), 8);
+        assert_eq!(Pool::start(12).unwrap().workers(), 12);
     }
 }

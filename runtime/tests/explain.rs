@@ -261,12 +261,9 @@ fn explain_reads_empty_tables_not_the_running_servers_buckets() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["step"] == "quota")
+        .find(|s| s["step"] == "rate limit")
         .unwrap();
-    assert_eq!(
-        quota["says"],
-        "within every budget and rate limit (on empty tables)"
-    );
+    assert_eq!(quota["says"], "within every rate limit (on empty tables)");
 }
 
 /// The step names of explain's text output, in order, and the answer line.
@@ -298,7 +295,8 @@ fn explain_prints_one_line_per_step_in_chain_order() {
             "host",
             "path",
             "route",
-            "quota",
+            "budgets",
+            "rate limit",
             "request limits",
             "answer"
         ],
@@ -312,16 +310,17 @@ fn explain_prints_one_line_per_step_in_chain_order() {
     assert!(lines[2].ends_with("matched host rl.test"), "{out}");
     assert!(lines[3].ends_with("canonical path /api/x"), "{out}");
     assert!(lines[4].ends_with("route #0 takes it"), "{out}");
+    assert!(lines[5].ends_with("no budget applies"), "{out}");
     assert!(
-        lines[5].ends_with("within every budget and rate limit (on empty tables)"),
+        lines[6].ends_with("within every rate limit (on empty tables)"),
         "{out}"
     );
     assert!(
-        lines[6].ends_with("within the host's request limits"),
+        lines[7].ends_with("within the host's request limits"),
         "{out}"
     );
     assert!(
-        lines[7].ends_with(&format!(
+        lines[8].ends_with(&format!(
             "forward along route Prefix(\"/\") to group app ({})",
             up.addr
         )),
@@ -332,10 +331,10 @@ fn explain_prints_one_line_per_step_in_chain_order() {
     let out = explain(&file, &args(&["http://r.test/"]));
     assert_eq!(
         step_names(&out),
-        ["client", "host", "quota", "request limits", "answer"],
+        ["client", "host", "budgets", "request limits", "answer"],
         "{out}"
     );
-    assert!(out.contains("no budget or rate limit applies"), "{out}");
+    assert!(out.contains("no budget applies"), "{out}");
     assert!(out.ends_with("answer 200 from the host\n"), "{out}");
 
     let long = format!("http://p.test/api/{}", "a".repeat(300));
@@ -346,7 +345,7 @@ fn explain_prints_one_line_per_step_in_chain_order() {
     let out = explain(&file, &args(&["http://nobody.test/"]));
     assert_eq!(
         step_names(&out),
-        ["client", "host", "request limits", "answer"],
+        ["client", "host", "budgets", "request limits", "answer"],
         "{out}"
     );
     assert!(out.contains("no host takes this Host header"), "{out}");
@@ -365,7 +364,15 @@ fn explain_prints_one_line_per_step_in_chain_order() {
         .collect();
     assert_eq!(
         names,
-        ["client", "host", "path", "route", "quota", "request limits"]
+        [
+            "client",
+            "host",
+            "path",
+            "route",
+            "budgets",
+            "rate limit",
+            "request limits"
+        ]
     );
     assert_eq!(json["request"]["peer"], "127.0.0.1");
     assert_eq!(json["request"]["method"], "GET");

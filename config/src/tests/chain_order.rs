@@ -12,6 +12,9 @@ const GATE_MD: &str = include_str!("../../../docs/gate.md");
 
 /// Every block of the chain applies, and the request passes each one.
 const EVERY_BLOCK: &str = r#"
+[quota.global]
+requests = 1000
+
 [[rate_limit]]
 name = "site"
 requests = 100
@@ -53,13 +56,14 @@ fn row_of(step: &Step<'_>) -> Option<(u32, &'static str)> {
         Step::Host { .. } => (3, "host"),
         // Facts that belong to the host step: no row of their own.
         Step::Path { .. } | Step::Route { .. } => return None,
-        Step::AccessAddress { .. } => (4, "address refusal of the access list"),
-        Step::RuleSet { .. } => (5, "rule set"),
-        Step::Access { .. } => (6, "access list passwords"),
-        Step::Quota { .. } => (7, "budgets, leases and rate limit"),
-        Step::RequestLimits { .. } => (8, "request limits of the host"),
-        Step::Robots { .. } => (9, "managed `robots.txt`"),
-        Step::Maintenance { .. } => (10, "maintenance"),
+        Step::Budgets { .. } => (4, "budgets, leases and identity budget"),
+        Step::AccessAddress { .. } => (5, "address refusal of the access list"),
+        Step::RuleSet { .. } => (6, "rule set"),
+        Step::Access { .. } => (7, "access list passwords"),
+        Step::RateLimit { .. } => (8, "rate limit"),
+        Step::RequestLimits { .. } => (9, "request limits of the host"),
+        Step::Robots { .. } => (10, "managed `robots.txt`"),
+        Step::Maintenance { .. } => (11, "maintenance"),
     })
 }
 
@@ -119,7 +123,7 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
     let ran: Vec<u32> = rows.0.iter().map(|r| r.0).collect();
     assert_eq!(
         ran,
-        (2..=10).collect::<Vec<_>>(),
+        (2..=11).collect::<Vec<_>>(),
         "one step per block, in order"
     );
     let doc = table_rows();

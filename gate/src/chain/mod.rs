@@ -13,7 +13,7 @@
 //!   [`Snapshot::decide_from`] learns who the client is and which host,
 //!   route and policy apply. A request no host takes ends there
 //!   (`steps::unknown_host`).
-//! - the blocks (steps 4 to 11): one method each on `Flow`, the request's
+//! - the blocks (steps 4 to 12): one method each on `Flow`, the request's
 //!   way through the host's blocks, each documented with when it runs and
 //!   what its result means, each recording its own trace step. A block
 //!   either lets the request go on or ends it with a verdict
@@ -24,8 +24,8 @@
 //! Shadow mode is carried out by [`Mode::apply`] in every block that has
 //! one.
 //!
-//! Modules: `steps` (the blocks of steps 4 to 11 but the quota), `quota`
-//! (step 7: budgets, leases and the rate limit), `state` (the shard's
+//! Modules: `steps` (the blocks of steps 4 to 12), `quota` (the work of
+//! steps 4 and 8: budgets, leases and the rate limit), `state` (the shard's
 //! mutable gate state and counters), `trace` (what explain records).
 
 mod quota;
@@ -44,6 +44,7 @@ use crate::host::{HostAction, HostId};
 use crate::limits::RequestLimits;
 use crate::pages::ErrorStatus;
 use crate::path::PathScratch;
+use crate::policy::RequestPolicy;
 use crate::quota::QuotaTicket;
 use crate::snapshot::{HostEntry, Snapshot, Verdict};
 use crate::upstream::Route;
@@ -144,10 +145,15 @@ impl Snapshot {
             via: resolved.via,
         };
         let Some(entry) = entry else {
-            return self.unknown_host(decision, req, trace);
+            return self.unknown_host(decision, req, state, now_ms, trace);
         };
         let Some(canonical) = self.canonical_path(entry, req.path, scratch, trace) else {
-            decision.verdict = Verdict::Refuse(ErrorStatus::BadRequest);
+            // Step 4 still: a path that cannot be made canonical pays too.
+            if start != Start::Beginning
+                || self.pays(&mut decision, req, &entry.policy, state, now_ms, trace)
+            {
+                decision.verdict = Verdict::Refuse(ErrorStatus::BadRequest);
+            }
             return decision;
         };
         let route = self.route(entry, canonical, trace);
@@ -169,6 +175,74 @@ impl Snapshot {
         .verdict();
         decision.verdict = verdict;
         decision
+    }
+
+    /// Step 4 for a request no host's blocks see (an unknown host, a path
+    /// that cannot be made canonical): its budgets under `policy`. False
+    /// when refused (the decision is then the 429); true to go on.
+    #[inline(always)]
+    pub(super) fn pays<'s, H: HeaderLines + ?Sized, T: Trace>(
+        &'s self,
+        decision: &mut Decision<'s>,
+        req: &Request<'_, H>,
+        policy: &RequestPolicy,
+        state: &mut GateState,
+        now_ms: u64,
+        trace: &mut T,
+    ) -> bool {
+        match self.budget_step(req, policy, decision.client, false, state, now_ms, trace) {
+            Ok(ticket) => {
+                decision.ticket = ticket;
+                true
+            }
+            Err(retry_after_s) => {
+                decision.retry_after_s = retry_after_s;
+                decision.verdict = Verdict::Refuse(ErrorStatus::TooManyRequests);
+                false
+            }
+        }
+    }
+
+    /// Step 4 for a request the parser refused (step 1: a malformed head,
+    /// 400, 414 or 431): it pays the unknown-host policy's budgets from
+    /// the peer's address, where the peer is the client (directly
+    /// connected or named by a trusted PROXY header; a forwarding proxy's
+    /// own prefix is never charged for a request it relayed). The answer
+    /// stays the parser's; the ticket is given back when it is written.
+    pub fn pay_unparsed(
+        &self,
+        peer: Peer,
+        state: &mut GateState,
+        now_ms: u64,
+    ) -> Option<QuotaTicket> {
+        let peer_is_client =
+            self.gate.client.mode == crate::client::ClientMode::Direct || peer.via_proxy_protocol();
+        if !peer_is_client || !self.gate.has_budgets() {
+            return None;
+        }
+        let no_headers: [(&str, &[u8]); 0] = [];
+        let req = Request {
+            peer,
+            method: b"",
+            host: None,
+            target: b"",
+            path: b"",
+            header_count: 0,
+            header_bytes: 0,
+            content_length: None,
+            headers: &no_headers[..],
+        };
+        self.budget_step(
+            &req,
+            &self.gate.unknown_host_policy,
+            peer.addr(),
+            false,
+            state,
+            now_ms,
+            &mut NoTrace,
+        )
+        .ok()
+        .flatten()
     }
 
     /// The canonical path, when something of the host reads it: routes
@@ -213,7 +287,7 @@ impl Snapshot {
 
     /// The route of a proxying host for the canonical path, for its policy
     /// and body limit. `None` for other hosts and for a path no route takes
-    /// (answered 404 by step 11).
+    /// (answered 404 by step 12).
     #[inline(always)]
     fn route<'s, T: Trace>(
         &'s self,

@@ -1,4 +1,4 @@
-//! Steps 4 to 11 of the chain, one method each on [`Flow`], and the one
+//! Steps 4 to 12 of the chain, one method each on [`Flow`], and the one
 //! function that calls them in order ([`Flow::blocks`]).
 //!
 //! Each block runs only when the host or route applies it, records its own
@@ -35,8 +35,8 @@ pub(super) struct Flow<'s, 'a, H: HeaderLines + ?Sized, T: Trace> {
     pub state: &'a mut GateState,
     pub trace: &'a mut T,
     pub now_ms: u64,
-    /// Where the chain starts: after a verified password, steps 4 to 6
-    /// are behind it.
+    /// Where the chain starts: after a verified password, steps 4 to 7
+    /// are behind it (the budgets paid before the check).
     pub start: Start,
     pub entry: &'s HostEntry,
     /// `CF-IPCountry` of a trusted Cloudflare peer.
@@ -63,30 +63,70 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Steps 4 to 10 of docs/gate.md, in their order; step 11 (the
+    /// Steps 4 to 11 of docs/gate.md, in their order; step 12 (the
     /// host's answer) follows when all let the request go on. This is the
     /// chain's order: a test holds it to the table in docs/gate.md.
     #[inline(always)]
     fn blocks(&mut self) -> Next<'s> {
+        self.budgets()?;
         self.access_address()?;
         self.rule_set()?;
         self.access_credentials()?;
-        self.quota()?;
+        self.rate_limit()?;
         self.request_limits()?;
         self.robots()?;
         self.maintenance()
     }
 
-    /// Whether steps 4 to 6 are behind the request (a password verified off
-    /// the shard).
+    /// Whether steps 4 to 7 are behind the request (a password verified off
+    /// the shard, its budgets paid before the check).
     #[inline(always)]
     fn past_access(&self) -> bool {
         matches!(self.start, Start::AfterAccess { .. })
     }
 
-    /// Step 4: the access list's address side. Runs when the policy names
+    /// Step 4: budgets, their leases and the identity budget
+    /// (`super::quota`). Runs for every request when the snapshot has
+    /// budgets, before any access check: a refused, challenged or
+    /// unauthenticated request pays like any other, and a client over
+    /// budget gets 429, never a password check. robots.txt is exempt.
+    /// Admitted, the leases ride on the decision's ticket until the answer
+    /// is written; refused, 429 with `Retry-After`.
+    #[inline(always)]
+    fn budgets(&mut self) -> Next<'s> {
+        if self.past_access() {
+            return ControlFlow::Continue(());
+        }
+        if self.robots && (self.snap.gate.has_budgets() || self.policy.rate_pair.is_some()) {
+            self.state.counters.quota_exempt += 1;
+        }
+        match self.snap.budget_step(
+            self.req,
+            self.policy,
+            self.decision.client,
+            self.robots,
+            self.state,
+            self.now_ms,
+            self.trace,
+        ) {
+            Ok(ticket) => {
+                self.decision.ticket = ticket;
+                ControlFlow::Continue(())
+            }
+            Err(retry_after_s) => self.too_many(retry_after_s),
+        }
+    }
+
+    /// A 429 with its Retry-After.
+    #[inline(always)]
+    fn too_many(&mut self, retry_after_s: u32) -> Next<'s> {
+        self.decision.retry_after_s = retry_after_s;
+        ControlFlow::Break(Verdict::Refuse(ErrorStatus::TooManyRequests))
+    }
+
+    /// Step 5: the access list's address side. Runs when the policy names
     /// an access list. A denied address is refused (403) or dropped; a
-    /// list that only reads the address is decided whole here and step 6
+    /// list that only reads the address is decided whole here and step 7
     /// skips it.
     #[inline(always)]
     fn access_address(&mut self) -> Next<'s> {
@@ -104,8 +144,8 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             });
         }
         let counters = &mut self.state.access_counters[b.index as usize];
-        // A shadow hit is counted once: here when step 6 will not run,
-        // else by step 6.
+        // A shadow hit is counted once: here when step 7 will not run,
+        // else by step 7.
         let mut not_counted = 0;
         let shadow_hits = if decides_all {
             &mut counters.shadow_hits
@@ -115,7 +155,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         match b.mode.apply(refused, shadow_hits) {
             None => {
                 if refused.is_none() && decides_all {
-                    // Step 6 has nothing left to ask: the list passed.
+                    // Step 7 has nothing left to ask: the list passed.
                     counters.allowed += 1;
                 }
                 ControlFlow::Continue(())
@@ -131,7 +171,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 5: the rule set. Runs when the policy names one; never rules on
+    /// Step 6: the rule set. Runs when the policy names one; never rules on
     /// robots.txt. A deny is refused (403), a drop dropped; an allow ends
     /// the set and the request goes on. The set applies its own mode.
     #[inline(always)]
@@ -172,8 +212,8 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 6: the access list in full, country and credentials. Runs when
-    /// the policy names a list that step 4 did not decide whole. Answers
+    /// Step 7: the access list in full, country and credentials. Runs when
+    /// the policy names a list that step 5 did not decide whole. Answers
     /// 403, a drop, a 401 challenge, or a deferred password verification
     /// (`Verdict::Verify`: the server verifies off the shard and resumes
     /// the chain after this step). A pass may ask to strip
@@ -269,33 +309,28 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 7: budgets, leases and the rate limit (`super::quota`). Runs
-    /// when the snapshot has budgets or the policy a rate limit; robots.txt
-    /// is exempt. Admitted, the leases ride on the decision's ticket;
-    /// refused, 429 with `Retry-After`.
+    /// Step 8: the route's rate limit (`super::quota`). Runs when the
+    /// policy names one, after the access checks; robots.txt is exempt.
+    /// Refused, 429 with `Retry-After` (the budgets' leases stay on the
+    /// ticket until the answer is written).
     #[inline(always)]
-    fn quota(&mut self) -> Next<'s> {
-        match self.snap.quota_step(
+    fn rate_limit(&mut self) -> Next<'s> {
+        match self.snap.rate_step(
             self.req,
             self.policy,
             self.decision.client,
             self.canonical,
+            self.robots,
             self.state,
             self.now_ms,
             self.trace,
         ) {
-            Ok(ticket) => {
-                self.decision.ticket = ticket;
-                ControlFlow::Continue(())
-            }
-            Err(retry_after_s) => {
-                self.decision.retry_after_s = retry_after_s;
-                ControlFlow::Break(Verdict::Refuse(ErrorStatus::TooManyRequests))
-            }
+            Ok(()) => ControlFlow::Continue(()),
+            Err(retry_after_s) => self.too_many(retry_after_s),
         }
     }
 
-    /// Step 8: the host's request limits (target, header lines and bytes,
+    /// Step 9: the host's request limits (target, header lines and bytes,
     /// the declared body), with the route's body limit in place of the
     /// host's. Always runs. Answers 414, 431 or 413; the limits ride on the
     /// decision for the body read.
@@ -313,7 +348,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 9: the managed robots.txt. Runs when the host manages one;
+    /// Step 10: the managed robots.txt. Runs when the host manages one;
     /// answers `GET`/`HEAD /robots.txt` with the file.
     #[inline(always)]
     fn robots(&mut self) -> Next<'s> {
@@ -339,7 +374,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 10: maintenance. Runs when the host is in maintenance; answers
+    /// Step 11: maintenance. Runs when the host is in maintenance; answers
     /// the maintenance page unless the bypass list's address side allows
     /// the client. The page applies its own mode.
     #[inline(always)]
@@ -371,7 +406,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 11: the host's answer: its response, its redirect, or the
+    /// Step 12: the host's answer: its response, its redirect, or the
     /// route's upstream (404 when no route takes the path).
     #[inline(always)]
     fn answer(&self) -> Verdict<'s> {
@@ -387,21 +422,29 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
 }
 
 impl Snapshot {
-    /// The end of the chain for a request no host takes: step 8 with the
-    /// default limits, else the unknown-host answer (404 or 421).
+    /// The end of the chain for a request no host takes: step 4 under the
+    /// unknown-host policy (its own operation, when the profile names
+    /// one), step 9 with the default limits, else the unknown-host answer
+    /// (404 or 421).
     pub(super) fn unknown_host<'s, H: HeaderLines + ?Sized, T: Trace>(
         &'s self,
         mut decision: Decision<'s>,
         req: &Request<'_, H>,
+        state: &mut GateState,
+        now_ms: u64,
         trace: &mut T,
     ) -> Decision<'s> {
+        let policy = &self.gate.unknown_host_policy;
+        if !self.pays(&mut decision, req, policy, state, now_ms, trace) {
+            return decision;
+        }
         if let Some(r) = self.limit_refusal(&decision.limits, req, trace) {
             decision.verdict = Verdict::Refuse(limit_status(r));
         }
         decision
     }
 
-    /// Step 8's check: the target and header limits, then the declared
+    /// Step 9's check: the target and header limits, then the declared
     /// body.
     #[inline(always)]
     fn limit_refusal<H: HeaderLines + ?Sized, T: Trace>(

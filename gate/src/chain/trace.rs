@@ -28,7 +28,12 @@ pub enum Step<'s> {
     Route {
         index: Option<usize>,
     },
-    Quota {
+    /// The budgets' block: budgets, leases, identity budget.
+    Budgets {
+        outcome: QuotaOutcome,
+    },
+    /// The route's rate limit.
+    RateLimit {
         outcome: QuotaOutcome,
     },
     RequestLimits {
@@ -75,10 +80,10 @@ pub enum AccessStepOutcome {
     Verified,
 }
 
-/// What the quota step did.
+/// What a quota block (the budgets or the rate limit) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuotaOutcome {
-    /// No budget or rate limit applies.
+    /// No budget applies (budgets), or the rate limit's slot is not bound.
     NotApplied,
     /// `GET`/`HEAD /robots.txt` is never limited.
     Exempt,

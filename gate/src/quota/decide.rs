@@ -18,7 +18,16 @@
 //! 4. **Rate limits**: the token buckets of the route's policy (one bucket,
 //!    or the IPv6 tiers all together).
 //!
-//! A refusal at 3 or 4 releases the lease taken at 2. Every refusal names
+//! The chain splits the levels in two: [`Quota::admit`] runs 1 to 3 as its
+//! first block, before any access check, so that every request pays its
+//! budgets and no bad credential skips them; [`Quota::rate_limit`] runs 4 where
+//! the route's chain puts the rate limit (after the access checks). Then
+//! the caller holds the ticket across both and gives it back when the
+//! request's answer is written, refused or not. [`Quota::decide`] runs both
+//! at once for callers without a chain in between.
+//!
+//! A refusal at 3 (or at 4 in `decide`) releases the lease taken at 2.
+//! Every refusal names
 //! its level, says whether it failed closed on a full table, and carries a
 //! Retry-After in whole seconds, 1..=3600 ([`retry_after_s`]): the time to the
 //! window boundary for budgets, the time to one token for rate limits, and
@@ -247,9 +256,34 @@ impl Quota {
         })
     }
 
-    /// Decides one request at `now_ms`. See the module doc for the order.
-    /// O(probe windows); no allocation.
+    /// Decides one request at `now_ms`: [`admit`](Self::admit), then
+    /// [`rate_limit`](Self::rate_limit), giving the leases back when the rate refuses.
+    /// See the module doc for the order. O(probe windows); no allocation.
     pub fn decide(
+        &mut self,
+        limits: &QuotaLimits,
+        req: &QuotaRequest<'_>,
+        now_ms: u64,
+    ) -> QuotaDecision {
+        let ticket = match self.admit(limits, req, now_ms) {
+            QuotaDecision::Admit(t) => t,
+            refused => return refused,
+        };
+        match self.rate_limit(req.rate, now_ms) {
+            Ok(()) => QuotaDecision::Admit(ticket),
+            Err(r) => {
+                // Admitted counts requests that passed every level.
+                self.counters.admitted -= 1;
+                self.leases.release(ticket.lease);
+                QuotaDecision::Refuse(r)
+            }
+        }
+    }
+
+    /// Levels 1 to 3: budgets, leases and the identity budget (the chain's
+    /// first block, before any access check). `req.rate` is not read. The
+    /// caller holds the ticket for the request's life.
+    pub fn admit(
         &mut self,
         limits: &QuotaLimits,
         req: &QuotaRequest<'_>,
@@ -336,34 +370,42 @@ impl Quota {
             }
         }
 
-        // 4. Rate.
-        let d = match req.rate {
-            [] => None,
-            [one] => Some(self.rate.try_acquire(one.policy, one.slot, one.key, now_ms)),
-            tiers => Some(self.rate.try_acquire_all(tiers, now_ms)),
-        };
-        if let Some(d) = d {
-            if !d.allowed {
-                self.leases.release(lease);
-                return self.refuse(Level::Rate, false, d.retry_after_ms);
-            }
-        }
-
         self.counters.admitted += 1;
         QuotaDecision::Admit(QuotaTicket { lease })
     }
 
+    /// Level 4: the rate buckets (one, or the IPv6 tiers all together; none
+    /// passes). A refusal is counted at [`Level::Rate`]; leases are the
+    /// caller's to give back.
+    pub fn rate_limit(&mut self, rate: &[RateCheck<'_>], now_ms: u64) -> Result<(), Refusal> {
+        let d = match rate {
+            [] => return Ok(()),
+            [one] => self.rate.try_acquire(one.policy, one.slot, one.key, now_ms),
+            tiers => self.rate.try_acquire_all(tiers, now_ms),
+        };
+        if d.allowed {
+            return Ok(());
+        }
+        Err(self.refusal(Level::Rate, false, d.retry_after_ms))
+    }
+
     #[inline]
     fn refuse(&mut self, level: Level, untracked: bool, wait_ms: u64) -> QuotaDecision {
+        QuotaDecision::Refuse(self.refusal(level, untracked, wait_ms))
+    }
+
+    /// Counts a refusal at `level` and says so.
+    #[inline]
+    fn refusal(&mut self, level: Level, untracked: bool, wait_ms: u64) -> Refusal {
         self.counters.refused[level as usize] += 1;
         if untracked {
             self.counters.untracked[level as usize] += 1;
         }
-        QuotaDecision::Refuse(Refusal {
+        Refusal {
             level,
             untracked,
             retry_after_s: retry_after_s(wait_ms),
-        })
+        }
     }
 
     /// Ends an admitted request's leases. A second release of the same

@@ -13,7 +13,8 @@
 //! (a trickle cannot extend it); the body timeout bounds each body read; the
 //! write timeout each write. A timed-out connection is closed.
 
-use super::prepare::{prepare, Leases, LocalEnd, PageCopy, Plan, Prep, Resume};
+use super::leases::{Held, Leases};
+use super::prepare::{prepare, LocalEnd, PageCopy, Plan, Prep, Resume};
 use super::stats::ErrorKind;
 use super::verify::VerifyPool;
 use super::Shard;
@@ -65,8 +66,9 @@ pub(super) enum End {
     Idle,
     Error(ErrorKind),
     /// A 101 was relayed: tunnel to this upstream connection, which already
-    /// sent these bytes past its head.
-    Upgrade(TcpStream, Vec<u8>),
+    /// sent these bytes past its head. The request's leases are held for
+    /// the tunnel's life.
+    Upgrade(TcpStream, Vec<u8>, Option<Leases>),
 }
 
 pub(super) struct Conn {
@@ -86,6 +88,10 @@ pub(super) struct Conn {
     head_deadline: Option<Instant>,
     /// How the head in the buffer resumes after a password check.
     resume: Option<Resume>,
+    /// The leases that head took before its check.
+    resume_leases: Option<Leases>,
+    /// The leases of answers written into `wbuf` and not yet sent.
+    held: Held,
     /// The peer the gate sees: the TCP peer, or a trusted PROXY header's source.
     pub(super) client_peer: Peer,
     /// The connection's place in its prefix's concurrency limit.
@@ -113,6 +119,8 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
         served: 0,
         head_deadline: None,
         resume: None,
+        resume_leases: None,
+        held: Held::default(),
         client_peer: Peer::tcp(peer.ip()),
         connection_token: None,
         page_vars: PageCopy::default(),
@@ -126,16 +134,17 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
         End::Done => {}
         End::Idle => shard.stats.idle_timeouts.inc(),
         End::Error(kind) => shard.stats.error(kind),
-        End::Upgrade(upstream, pending) => {
+        End::Upgrade(upstream, pending, leases) => {
             let client_pending = conn.rbuf.split_off(conn.pos);
             let token = conn.connection_token.take();
             let idle_ms = shard.snapshot().server.idle_timeout_ms;
             shard.stats.upgrades.inc();
+            conn.held.release_all();
             super::tunnel::tunnel(conn.stream, client_pending, upstream, pending, idle_ms).await;
+            // The request ends with its tunnel.
+            drop(leases);
             if let Some(t) = token {
-                if let Ok(mut gate) = shard.gate.try_borrow_mut() {
-                    gate.release_connection(t);
-                }
+                shard.release_connection(t);
             }
             shard.open.set(shard.open.get() - 1);
             shard.stats.connections_closed.inc();
@@ -143,9 +152,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
         }
     }
     if let Some(t) = conn.connection_token.take() {
-        if let Ok(mut gate) = shard.gate.try_borrow_mut() {
-            gate.release_connection(t);
-        }
+        shard.release_connection(t);
     }
     shard.open.set(shard.open.get() - 1);
     shard.stats.connections_closed.inc();
@@ -200,7 +207,7 @@ impl Conn {
             }
         }
         let now_ms = self.shard.now_ms();
-        match self.shard.gate.borrow_mut().admit_connection(
+        match self.shard.gate_mut().admit_connection(
             snap.gate.connections.as_ref(),
             self.client_peer.addr(),
             now_ms,
@@ -246,6 +253,11 @@ impl Conn {
                     };
                     self.shard.stats.requests.inc();
                     let snap = self.shard.snapshot();
+                    // It pays its budgets all the same.
+                    let now_ms = self.shard.now_ms();
+                    let paid =
+                        snap.pay_unparsed(self.client_peer, &mut self.shard.gate_mut(), now_ms);
+                    self.hold(paid).await;
                     self.write_page(&snap, status, false, false);
                     return self.close_after_refusal(kind).await;
                 }
@@ -264,6 +276,7 @@ impl Conn {
                             ubuf: &mut self.ubuf,
                             peer: self.client_peer,
                             resume,
+                            paid: self.resume_leases.take().and_then(Leases::into_ticket),
                             page_vars: &mut self.page_vars,
                         },
                         &snap,
@@ -273,12 +286,15 @@ impl Conn {
                     self.set_busy(true);
                     self.head_deadline = None;
                     match plan {
-                        Plan::Verify { job, list } => {
+                        Plan::Verify { job, list, ticket } => {
                             // The head stays in the buffer: it is decided
-                            // again once the password is checked.
+                            // again once the password is checked, with the
+                            // leases its budgets took.
+                            let leases = ticket.map(|t| Leases::new(self.shard.clone(), t));
                             if let Err(end) = self.verify(job, list, snap.generation).await {
                                 return end;
                             }
+                            self.resume_leases = leases;
                             continue;
                         }
                         Plan::Drop => {
@@ -342,19 +358,10 @@ impl Conn {
                 place.ticket = None;
                 if result.is_ok() {
                     let now_ms = shard.now_ms();
-                    shard
-                        .gate
-                        .borrow_mut()
-                        .verify_cache
-                        .insert(cache_key, now_ms);
+                    shard.gate_mut().verify_cache.insert(cache_key, now_ms);
                     self.resume = Some(Resume::Passed { list, generation });
                 } else {
-                    if let Some(c) = shard
-                        .gate
-                        .borrow_mut()
-                        .access_counters
-                        .get_mut(list as usize)
-                    {
+                    if let Some(c) = shard.gate_mut().access_counters.get_mut(list as usize) {
                         c.verify_failures += 1;
                     }
                     self.resume = Some(Resume::Failed { list, generation });
@@ -462,6 +469,8 @@ impl Conn {
             Ok((Ok(_), mut buf)) => {
                 buf.clear();
                 self.wbuf = buf;
+                // The answers are sent: their requests end here.
+                self.held.release_all();
                 Ok(())
             }
             Ok((Err(_), _)) => Err(End::Error(ErrorKind::Io)),
@@ -515,14 +524,14 @@ impl Conn {
         head: &ParsedHead,
         plan: &Plan<'_>,
     ) -> Result<(), End> {
-        let leases = |ticket: Option<QuotaTicket>| {
-            ticket.map(|ticket| Leases {
-                shard: self.shard.clone(),
-                ticket,
-            })
-        };
-        let (end, status, resp_start, limits, _leases) = match *plan {
-            Plan::RefuseClose(kind) => return Err(self.close_after_refusal(kind).await),
+        let shard = self.shard.clone();
+        let leases = |ticket: Option<QuotaTicket>| ticket.map(|t| Leases::new(shard.clone(), t));
+        let (end, status, resp_start, limits, leases) = match *plan {
+            Plan::RefuseClose(kind, ticket) => {
+                // Held until the refusal is sent.
+                let _leases = leases(ticket);
+                return Err(self.close_after_refusal(kind).await);
+            }
             Plan::Drop | Plan::Verify { .. } => return Err(End::Done),
             Plan::Forward {
                 route,
@@ -531,8 +540,17 @@ impl Conn {
                 ticket,
                 extras,
             } => {
-                let _leases = leases(ticket);
-                return self.forward(head, route, group, snap, limits, extras).await;
+                let held = leases(ticket);
+                return match self.forward(head, route, group, snap, limits, extras).await {
+                    // The tunnel holds them for its life.
+                    Err(End::Upgrade(up, pending, _)) => Err(End::Upgrade(up, pending, held)),
+                    // An answer of the proxy's own still in the buffer.
+                    Ok(()) if !self.wbuf.is_empty() => {
+                        self.hold_guard(held).await?;
+                        Ok(())
+                    }
+                    other => other,
+                };
             }
             Plan::Local {
                 end,
@@ -594,8 +612,29 @@ impl Conn {
         }
         if self.wbuf.len() >= WRITE_FLUSH_BYTES {
             self.flush().await?;
+        } else {
+            self.hold_guard(leases).await?;
         }
         Ok(())
+    }
+
+    /// Keeps an answer's leases until the flush that sends it (flushing
+    /// first when the connection already holds as many as it keeps).
+    async fn hold_guard(&mut self, leases: Option<Leases>) -> Result<(), End> {
+        if let Some(l) = leases {
+            if self.held.is_full() {
+                self.flush().await?;
+            }
+            self.held.push(l);
+        }
+        Ok(())
+    }
+
+    /// [`Conn::hold_guard`] for a ticket of an answer about to be flushed
+    /// by a close (a failed flush ends the connection, and the guard with it).
+    async fn hold(&mut self, ticket: Option<QuotaTicket>) {
+        let leases = ticket.map(|t| Leases::new(self.shard.clone(), t));
+        let _ = self.hold_guard(leases).await;
     }
 
     /// Before reading a body the client holds back for `100 Continue`: write

@@ -244,7 +244,7 @@ impl Conn {
                 }
                 Attempt::Upgrade(pending) => {
                     shard.upstreams.success(server);
-                    return Err(End::Upgrade(up, pending));
+                    return Err(End::Upgrade(up, pending, None));
                 }
             }
         }

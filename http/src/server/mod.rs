@@ -3,6 +3,7 @@
 pub mod conn;
 pub mod date;
 mod forward;
+mod leases;
 mod prepare;
 pub mod stats;
 #[cfg(feature = "decide-timing")]
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 pub use conn::serve;
 pub use date::DateCache;
+pub use leases::Leases;
 pub use stats::{Counter, ErrorKind, ShardStats};
 
 /// Most header lines of a request head the server parses: the largest
@@ -70,7 +72,11 @@ pub struct Shard {
     /// Room for a rewritten canonical path (16 KiB, allocated once).
     pub scratch: RefCell<Box<gapura_gate::path::PathScratch>>,
     /// The gate's tables (quotas, rate buckets) and counters of this shard.
+    /// Decisions take it with [`Shard::gate_mut`].
     pub gate: RefCell<GateState>,
+    /// Lease releases that found `gate` borrowed (`leases`): carried out by
+    /// the next `gate_mut`. At most one per running request.
+    deferred_releases: RefCell<Vec<leases::Release>>,
     started: monoio::time::Instant,
     /// Where password checks run (none: every check answers 429).
     pub verifier: Option<Arc<dyn verify::VerifyPool>>,
@@ -144,6 +150,7 @@ impl Shard {
             id_counter: Cell::new(0),
             scratch: RefCell::new(Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES])),
             gate: RefCell::new(gate),
+            deferred_releases: RefCell::new(Vec::new()),
             started: monoio::time::Instant::now(),
             verifier: None,
         }

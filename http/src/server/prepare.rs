@@ -21,7 +21,6 @@ use gapura_gate::snapshot::Verdict;
 use gapura_gate::upstream::{Route, UpstreamGroup};
 use gapura_gate::Answer;
 use gapura_gate::{ErrorStatus, Snapshot};
-use std::rc::Rc;
 
 /// What `prepare` may touch: the connection's buffers, split so the
 /// request's header lines (borrowed from `buf`) can be read meanwhile.
@@ -33,6 +32,9 @@ pub(super) struct Prep<'a> {
     pub ubuf: &'a mut Vec<u8>,
     pub peer: Peer,
     pub resume: Option<Resume>,
+    /// The leases of a head decided again after its password check (its
+    /// budgets were paid before the check).
+    pub paid: Option<QuotaTicket>,
     pub page_vars: &'a mut PageCopy,
 }
 
@@ -48,14 +50,20 @@ pub(super) enum Plan<'s> {
         limits: RequestLimits,
         ticket: Option<QuotaTicket>,
     },
-    /// A refusal written whole; close now.
-    RefuseClose(ErrorKind),
+    /// A refusal written whole; close once it is sent (the leases are held
+    /// until then).
+    RefuseClose(ErrorKind, Option<QuotaTicket>),
     /// Close without an answer.
     Drop,
     /// Check a password off the shard, then decide the head again.
     /// Boxed: the job carries a copy of the password, far larger than the
     /// other plans, and this path is about to wait for PBKDF2 anyway.
-    Verify { job: Box<VerifyJob>, list: u32 },
+    /// The leases of the budgets stay held across the check.
+    Verify {
+        job: Box<VerifyJob>,
+        list: u32,
+        ticket: Option<QuotaTicket>,
+    },
     /// The upstream head is in `ubuf`.
     Forward {
         route: &'s Route,
@@ -65,21 +73,6 @@ pub(super) enum Plan<'s> {
         /// The host's custom pages and upstream error replacement.
         extras: Option<&'s gapura_gate::policy::HostExtras>,
     },
-}
-
-/// Holds a request's quota leases; gives them back when dropped, however
-/// the request ends (completion, error, client abort).
-pub(super) struct Leases {
-    pub(super) shard: Rc<Shard>,
-    pub(super) ticket: QuotaTicket,
-}
-
-impl Drop for Leases {
-    fn drop(&mut self) {
-        if let Ok(mut gate) = self.shard.gate.try_borrow_mut() {
-            gate.release(self.ticket);
-        }
-    }
 }
 
 #[derive(Clone, Copy)]
@@ -133,6 +126,7 @@ pub(super) fn prepare<'s>(
     };
     // A head decided again after a password check.
     let mut start = Start::Beginning;
+    let mut paid = p.paid;
     match p.resume {
         Some(Resume::Passed { list, generation }) if generation == snap.generation => {
             start = Start::AfterAccess {
@@ -156,13 +150,7 @@ pub(super) fn prepare<'s>(
                 let answer = page.for_client(head.wants_html);
                 answer.write_into(p.wbuf, &whole_ctx);
                 if busy {
-                    if let Some(c) = p
-                        .shard
-                        .gate
-                        .borrow_mut()
-                        .access_counters
-                        .get_mut(list as usize)
-                    {
+                    if let Some(c) = p.shard.gate_mut().access_counters.get_mut(list as usize) {
                         c.queue_refusals += 1;
                     }
                 }
@@ -171,14 +159,19 @@ pub(super) fn prepare<'s>(
                     status: answer.status,
                     resp_start,
                     limits: snap.default_limits,
-                    ticket: None,
+                    ticket: paid,
                 };
             }
         }
-        _ => {}
+        // A reload meanwhile: decided from the beginning, paid again.
+        _ => {
+            if let Some(t) = paid.take() {
+                p.shard.release_ticket(t);
+            }
+        }
     }
     let (decision, job) = {
-        let mut gate = p.shard.gate.borrow_mut();
+        let mut gate = p.shard.gate_mut();
         let now_ms = if snap.gate.needs_clock() {
             p.shard.now_ms()
         } else {
@@ -197,7 +190,8 @@ pub(super) fn prepare<'s>(
         };
         (d, job)
     };
-    let ticket = decision.ticket;
+    // After a password check the budgets' leases were taken before it.
+    let ticket = decision.ticket.or(paid);
     let cf_ray: &[u8] = if decision.via == gapura_gate::client::Arrival::Cloudflare {
         headers.lines("cf-ray").last().unwrap_or(b"")
     } else {
@@ -206,9 +200,7 @@ pub(super) fn prepare<'s>(
     // A plan that does not carry the ticket gives its leases back now.
     let release = || {
         if let Some(t) = ticket {
-            if let Ok(mut gate) = p.shard.gate.try_borrow_mut() {
-                gate.release(t);
-            }
+            p.shard.release_ticket(t);
         }
     };
     let entry = decision.host.map(|id| &snap.entries[id as usize]);
@@ -246,8 +238,7 @@ pub(super) fn prepare<'s>(
             let page = snap.pages.get(ErrorStatus::BadRequest, head.wants_html);
             page.write_into(p.wbuf, &close_ctx(&date, head_only));
             p.shard.stats.response(400);
-            release();
-            return Plan::RefuseClose(ErrorKind::BadRequest);
+            return Plan::RefuseClose(ErrorKind::BadRequest, ticket);
         }
         Verdict::Respond(a) => {
             a.write_start(p.wbuf, &date);
@@ -263,10 +254,10 @@ pub(super) fn prepare<'s>(
         }
         Verdict::Verify(list) => match job {
             Some(job) => {
-                release();
                 return Plan::Verify {
                     job: Box::new(job),
                     list,
+                    ticket,
                 };
             }
             // The chain hands a Verify on only with its job; without one,
@@ -316,8 +307,7 @@ pub(super) fn prepare<'s>(
                 if is_limit(s) {
                     cp.write_into(p.wbuf, &vars, b"", &close_ctx(&date, head_only));
                     p.shard.stats.response(s.code());
-                    release();
-                    return Plan::RefuseClose(ErrorKind::Limit);
+                    return Plan::RefuseClose(ErrorKind::Limit, ticket);
                 }
                 cp.write_into(p.wbuf, &vars, b"", &whole_ctx);
                 (LocalEnd::Written, s.code())
@@ -326,8 +316,7 @@ pub(super) fn prepare<'s>(
                 if is_limit(s) {
                     page.write_into(p.wbuf, &close_ctx(&date, head_only));
                     p.shard.stats.response(s.code());
-                    release();
-                    return Plan::RefuseClose(ErrorKind::Limit);
+                    return Plan::RefuseClose(ErrorKind::Limit, ticket);
                 }
                 page.write_start(p.wbuf, &date);
                 (LocalEnd::Answer(page), s.code())

@@ -1,0 +1,282 @@
+//! A request's hold on its quota leases, from the chain's first block until
+//! its answer has left the shard.
+//!
+//! [`Leases`] is the guard: dropped, it gives the ticket back through
+//! [`Shard::release_ticket`], which releases at once or, when the gate state
+//! is borrowed at that moment, queues the ticket for the shard's next
+//! decision ([`Shard::gate_mut`] settles the queue first). A release is
+//! never skipped. [`Held`] keeps the guards of answers written into the
+//! connection's buffer but not yet sent: a local answer holds its leases
+//! until the flush that sends it, not only until it is queued. A tunnel
+//! holds the guard of its upgrade for its whole life.
+
+use super::Shard;
+use gapura_gate::chain::{ConnectionToken, GateState};
+use gapura_gate::quota::QuotaTicket;
+use std::cell::RefMut;
+use std::rc::Rc;
+
+/// Answers a connection holds leases for while their bytes wait in its
+/// write buffer; past this many the buffer is flushed first.
+pub(super) const HELD_ANSWERS: usize = 16;
+
+/// Holds a request's quota leases; gives them back when dropped, however
+/// the request ends (completion, error, client abort, a tunnel's close).
+pub struct Leases {
+    shard: Rc<Shard>,
+    /// Taken only by [`Leases::into_ticket`].
+    ticket: Option<QuotaTicket>,
+}
+
+impl std::fmt::Debug for Leases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases")
+            .field("ticket", &self.ticket)
+            .finish()
+    }
+}
+
+impl Leases {
+    pub(super) fn new(shard: Rc<Shard>, ticket: QuotaTicket) -> Leases {
+        Leases {
+            shard,
+            ticket: Some(ticket),
+        }
+    }
+
+    /// The ticket, unreleased: its leases pass to whoever takes it (a head
+    /// decided again after its password check).
+    pub(super) fn into_ticket(mut self) -> Option<QuotaTicket> {
+        self.ticket.take()
+    }
+}
+
+impl Drop for Leases {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.shard.release_ticket(t);
+        }
+    }
+}
+
+/// The leases of answers queued in a connection's write buffer.
+#[derive(Default)]
+pub(super) struct Held {
+    guards: [Option<Leases>; HELD_ANSWERS],
+    len: usize,
+}
+
+impl Held {
+    /// Whether one more guard fits (else flush, then [`Held::release_all`]).
+    pub(super) fn is_full(&self) -> bool {
+        self.len == HELD_ANSWERS
+    }
+
+    /// Keeps `guard` until the next [`Held::release_all`]. The caller makes
+    /// room first; a guard that finds none is released at once.
+    pub(super) fn push(&mut self, guard: Leases) {
+        if let Some(slot) = self.guards.get_mut(self.len) {
+            *slot = Some(guard);
+            self.len += 1;
+        }
+    }
+
+    /// The answers were sent: every lease is given back.
+    pub(super) fn release_all(&mut self) {
+        for g in &mut self.guards[..self.len] {
+            *g = None;
+        }
+        self.len = 0;
+    }
+}
+
+impl Shard {
+    /// Gives a ticket's leases back: now, or, when the gate state is
+    /// borrowed at this moment, at the shard's next decision. Never skipped.
+    pub(crate) fn release_ticket(&self, ticket: QuotaTicket) {
+        self.release(Release::Ticket(ticket));
+    }
+
+    /// Gives a connection's place back, as [`Shard::release_ticket`] does.
+    pub(crate) fn release_connection(&self, token: ConnectionToken) {
+        self.release(Release::Connection(token));
+    }
+
+    fn release(&self, r: Release) {
+        match self.gate.try_borrow_mut() {
+            Ok(mut gate) => r.carry_out(&mut gate),
+            Err(_) => self.deferred_releases.borrow_mut().push(r),
+        }
+    }
+
+    /// The gate state for a decision, with the releases that found it
+    /// borrowed carried out first.
+    pub fn gate_mut(&self) -> RefMut<'_, GateState> {
+        let mut gate = self.gate.borrow_mut();
+        let mut deferred = self.deferred_releases.borrow_mut();
+        for r in deferred.drain(..) {
+            r.carry_out(&mut gate);
+        }
+        gate
+    }
+}
+
+/// A release that found the gate state borrowed.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Release {
+    Ticket(QuotaTicket),
+    Connection(ConnectionToken),
+}
+
+impl Release {
+    fn carry_out(self, gate: &mut GateState) {
+        match self {
+            Release::Ticket(t) => gate.release(t),
+            Release::Connection(t) => gate.release_connection(t),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::{ShardStats, SnapshotFeed};
+    use crate::upstream::HealthBoard;
+    use gapura_gate::quota::{
+        Budget, Class, LeaseLimits, QuotaDecision, QuotaLimits, QuotaRequest,
+    };
+    use gapura_gate::{ErrorPages, HostTable, RequestLimits, ServerSettings, Snapshot};
+    use std::sync::Arc;
+
+    struct NoFeed;
+    impl SnapshotFeed for NoFeed {
+        fn newer_than(&self, _: u64) -> Option<Arc<Snapshot>> {
+            None
+        }
+    }
+
+    fn shard() -> Rc<Shard> {
+        let snap = Snapshot {
+            generation: 1,
+            server: ServerSettings::default(),
+            hosts: HostTable::default(),
+            entries: Vec::new(),
+            default_limits: RequestLimits::default(),
+            pages: ErrorPages::builtin(),
+            upstreams: Vec::new(),
+            gate: Default::default(),
+        };
+        Rc::new(Shard::new(
+            0,
+            Box::new(NoFeed),
+            Arc::new(snap),
+            Arc::new(ShardStats::default()),
+            Arc::new(HealthBoard::default()),
+            1,
+            GateState::small(),
+        ))
+    }
+
+    fn limits() -> QuotaLimits {
+        QuotaLimits {
+            leases: LeaseLimits {
+                global: Budget::new(4, 4).ok(),
+                per_key: Budget::new(4, 4).ok(),
+            },
+            ..Default::default()
+        }
+    }
+
+    fn take(shard: &Rc<Shard>) -> Leases {
+        let req = QuotaRequest {
+            class: Class::Normal,
+            source: 9,
+            operation: None,
+            identity: None,
+            rate: &[],
+        };
+        match shard.gate_mut().quota.admit(&limits(), &req, 0) {
+            QuotaDecision::Admit(t) => Leases::new(shard.clone(), t),
+            QuotaDecision::Refuse(r) => panic!("refused: {r:?}"),
+        }
+    }
+
+    fn active(shard: &Shard) -> u32 {
+        shard.gate.borrow().quota.leases().active()
+    }
+
+    #[test]
+    fn the_guard_releases_when_dropped() {
+        let shard = shard();
+        let g = take(&shard);
+        assert_eq!(active(&shard), 1);
+        drop(g);
+        assert_eq!(active(&shard), 0);
+        assert_eq!(shard.gate.borrow().quota.counters.released, 1);
+    }
+
+    #[test]
+    fn a_guard_dropped_while_the_gate_is_borrowed_releases_at_the_next_decision() {
+        let shard = shard();
+        let g = take(&shard);
+        {
+            let _busy = shard.gate.borrow_mut();
+            drop(g);
+        }
+        // Not lost: queued, and carried out when the gate is next taken.
+        assert_eq!(shard.deferred_releases.borrow().len(), 1);
+        drop(shard.gate_mut());
+        assert_eq!(active(&shard), 0);
+        assert!(shard.deferred_releases.borrow().is_empty());
+    }
+
+    #[test]
+    fn held_answers_keep_their_leases_until_released_together() {
+        let shard = shard();
+        let mut held = Held::default();
+        for _ in 0..3 {
+            held.push(take(&shard));
+        }
+        assert_eq!(active(&shard), 3);
+        assert!(!held.is_full());
+        held.release_all();
+        assert_eq!(active(&shard), 0);
+    }
+
+    #[test]
+    fn errors_and_unwinding_give_the_leases_back() {
+        let shard = shard();
+        fn failing(g: Leases) -> Result<(), &'static str> {
+            let _g = g;
+            Err("upstream reset")?;
+            Ok(())
+        }
+        assert!(failing(take(&shard)).is_err());
+        assert_eq!(active(&shard), 0);
+        let g = take(&shard);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _g = g;
+            panic!("handler bug");
+        }));
+        assert!(r.is_err());
+        assert_eq!(active(&shard), 0);
+        // A ticket passed on is not released by the guard it left.
+        let t = take(&shard).into_ticket().unwrap();
+        assert_eq!(active(&shard), 1);
+        shard.release_ticket(t);
+        assert_eq!(active(&shard), 0);
+    }
+
+    #[test]
+    fn a_dropped_request_future_gives_its_leases_back() {
+        let shard = shard();
+        let g = take(&shard);
+        let request = async move {
+            let _g = g;
+            std::future::pending::<()>().await;
+        };
+        assert_eq!(active(&shard), 1);
+        drop(request);
+        assert_eq!(active(&shard), 0);
+    }
+}
