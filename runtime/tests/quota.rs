@@ -618,3 +618,87 @@ fn leases_are_given_back_when_a_request_is_refused_for_its_size() {
         );
     }
 }
+
+/// An upstream that upgrades `/ws` to an echoing tunnel and answers `ok`
+/// to anything else.
+fn tunnel_upstream() -> upstream::Upstream {
+    use std::io::{Read, Write};
+    upstream::start(Arc::new(|req: &UpRequest| {
+        if req.header("Upgrade").is_none() {
+            return Reply::Bytes(upstream::ok(b"ok"));
+        }
+        Reply::Takeover(Box::new(|mut s: std::net::TcpStream| {
+            let _ = s.write_all(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+            );
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 || s.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        }))
+    }))
+}
+
+#[test]
+fn an_upgraded_tunnel_holds_its_lease_for_its_whole_life() {
+    let up = tunnel_upstream();
+    let text = profile(
+        "",
+        &format!(
+            r#"
+[quota.source]
+concurrent = 1
+
+[[upstream]]
+name = "app"
+servers = ["{}"]
+
+[[host]]
+names = ["app.test"]
+default = true
+kind = "proxy"
+[[host.route]]
+path = "/"
+upstream = "app"
+websocket = true
+"#,
+            up.addr
+        ),
+    );
+    let g = Gapura::start(&text);
+    let mut ws = Client::connect(g.addr);
+    ws.send(b"GET /ws HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    assert_eq!(ws.response(true).status, 101);
+    // The tunnel is the source's one running request.
+    let r = request(g.addr, &get_close("app.test", "/"));
+    assert_eq!(r.status, 429, "a second request while the tunnel is open");
+    // The tunnel works meanwhile.
+    ws.send(b"ping");
+    let mut got = [0u8; 4];
+    std::io::Read::read_exact(&mut ws.stream, &mut got).unwrap();
+    assert_eq!(&got, b"ping");
+    // Closed, it gives the lease back.
+    drop(ws);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut refused = 1;
+    loop {
+        let r = request(g.addr, &get_close("app.test", "/"));
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 429);
+        refused += 1;
+        assert!(Instant::now() < deadline, "the lease never came back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        g.wait_metric(
+            "gapura_quota_refused_total{shard=\"0\",level=\"concurrent_source\"}",
+            refused,
+            METRIC_WAIT
+        ),
+        refused
+    );
+}

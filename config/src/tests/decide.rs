@@ -194,3 +194,38 @@ fn a_source_budget_refuses_past_its_requests_until_the_window_ends() {
         Got::Answer(200)
     );
 }
+
+#[test]
+fn requests_no_host_takes_count_in_their_own_operation() {
+    let c = ok(r#"
+[quota]
+window_ms = 60000
+unknown_host_operation = "stray"
+
+[[quota.operation]]
+name = "stray"
+requests = 4    # 2 on each of the 2 shards
+
+[[host]]
+names = ["a.test"]
+body = "hi"
+"#);
+    let s = &c.snapshot;
+    let mut state = GateState::small();
+    let client = "192.0.2.1";
+    let stray = |state: &mut GateState| get(s, state, client, b"nowhere.test", b"/", 1_000);
+    assert_eq!(stray(&mut state), Got::Refused(ErrorStatus::NotFound, 0));
+    assert_eq!(stray(&mut state), Got::Refused(ErrorStatus::NotFound, 0));
+    // The operation is spent: 429 to the window's end (the small tables'
+    // window is 1 s), not 404.
+    assert_eq!(
+        stray(&mut state),
+        Got::Refused(ErrorStatus::TooManyRequests, 1)
+    );
+    // A known host is another class.
+    assert_eq!(
+        get(s, &mut state, client, b"a.test", b"/", 1_000),
+        Got::Answer(200)
+    );
+    assert_eq!(state.quota.operation_count(0), 2);
+}

@@ -430,3 +430,18 @@ fn connection_limits_compile_and_refuse_values_out_of_range() {
         );
     }
 }
+
+#[test]
+fn the_unknown_host_operation_names_a_profile_operation() {
+    let c = ok("[quota]\nunknown_host_operation = \"stray\"\n[[quota.operation]]\nname = \"login\"\nrequests = 5\n[[quota.operation]]\nname = \"stray\"\nrequests = 7\n");
+    assert_eq!(c.snapshot.gate.unknown_host_policy.operation, Some(1));
+    assert_eq!(
+        one("[quota]\nunknown_host_operation = \"nope\"\n"),
+        at(
+            "quota.unknown_host_operation.unknown",
+            "quota.unknown_host_operation",
+            2,
+            26
+        )
+    );
+}
