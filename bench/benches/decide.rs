@@ -101,6 +101,7 @@ fn main() {
             header_bytes: 60,
             content_length: None,
             headers: &headers[..],
+            connection: None,
         };
         measure(&format!("decide, {name}"), 200_000, |_| {
             let d = snap.decide(black_box(&req), &mut state, 0, &mut scratch, &mut NoTrace);

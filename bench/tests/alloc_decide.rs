@@ -188,6 +188,7 @@ fn every_synchronous_decision_allocates_nothing() {
             header_bytes: 80,
             content_length: None,
             headers: &headers[..],
+            connection: None,
         };
         // Warm once (a regex's lazy DFA fills its cache on new shapes).
         let _ = snap.decide(&req, state, 0, scratch, &mut NoTrace);

@@ -380,5 +380,7 @@ fn host_extras(
         maintenance,
         pages,
         replace_upstream: m.replace_upstream.unwrap_or_default(),
+        connection_rate: m.connection_rate.flatten(),
+        websocket: m.websocket.flatten(),
     }
 }

@@ -17,6 +17,7 @@
 //! `host[0].rule_set`).
 
 use crate::codes::ProfileCode;
+use crate::connlimits::{check_connection_rate, check_websocket, RawConnectionRate, RawWebSocket};
 use crate::error::{key_path, Errors};
 use crate::gatekeys::{class, known_list, rate_limit, Known};
 use crate::layer::LimitsLayer;
@@ -31,7 +32,8 @@ use gapura_gate::custom_pages::{
 };
 use gapura_gate::maintenance::{MaintenanceError, MAINTENANCE_STATUSES, MAX_RETRY_AFTER_SECONDS};
 use gapura_gate::mode::Mode;
-use gapura_gate::quota::Class;
+use gapura_gate::policy::WebSocketLimits;
+use gapura_gate::quota::{Class, RatePolicy};
 use gapura_gate::robots::{normalize_custom_text, RobotsMode};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -115,6 +117,9 @@ pub(crate) struct SettingsLayer {
     /// Entries by key, each whole.
     pub pages: Vec<(PageKey, PageEntrySpec)>,
     pub replace_upstream: Option<ReplaceUpstream>,
+    /// `Some(None)`: turned off in this layer.
+    pub connection_rate: Option<Option<RatePolicy>>,
+    pub websocket: Option<Option<WebSocketLimits>>,
 }
 
 impl SettingsLayer {
@@ -148,6 +153,8 @@ impl SettingsLayer {
             },
             pages,
             replace_upstream: over.replace_upstream.or(base.replace_upstream),
+            connection_rate: over.connection_rate.or(base.connection_rate),
+            websocket: over.websocket.or(base.websocket),
         }
     }
 }
@@ -176,6 +183,8 @@ pub(crate) struct LayerFields<'a> {
     pub maintenance: Option<&'a RawMaintenance>,
     pub error_pages: Option<&'a RawErrorPages>,
     pub replace_upstream: &'a Opt<String>,
+    pub connection_rate: Option<&'a Spanned<RawConnectionRate>>,
+    pub websocket: Option<&'a Spanned<RawWebSocket>>,
 }
 
 macro_rules! fields {
@@ -193,6 +202,8 @@ macro_rules! fields {
             maintenance: $r.maintenance.as_ref(),
             error_pages: $r.error_pages.as_ref(),
             replace_upstream: &$r.replace_upstream,
+            connection_rate: $r.connection_rate.as_ref(),
+            websocket: $r.websocket.as_ref(),
         }
     };
 }
@@ -394,6 +405,8 @@ pub(crate) fn check_layer(
         maintenance,
         pages,
         replace_upstream,
+        connection_rate: check_connection_rate(f.connection_rate, base, e),
+        websocket: check_websocket(f.websocket, base, e),
     }
 }
 

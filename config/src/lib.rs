@@ -55,6 +55,7 @@ mod blocks;
 mod client;
 mod codes;
 mod compile;
+mod connlimits;
 mod env;
 mod error;
 mod gatekeys;

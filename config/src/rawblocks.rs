@@ -116,6 +116,8 @@ pub(crate) struct RawBundle {
     pub maintenance: Option<RawMaintenance>,
     pub error_pages: Option<RawErrorPages>,
     pub replace_upstream: Opt<String>,
+    pub connection_rate: Option<Spanned<crate::connlimits::RawConnectionRate>>,
+    pub websocket: Option<Spanned<crate::connlimits::RawWebSocket>>,
 }
 
 /// `[host.maintenance]` (and in `[defaults]` and bundles).

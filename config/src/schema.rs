@@ -86,6 +86,8 @@ pub(crate) struct RawDefaults {
     pub maintenance: Option<RawMaintenance>,
     pub error_pages: Option<RawErrorPages>,
     pub replace_upstream: Opt<String>,
+    pub connection_rate: Option<Spanned<crate::connlimits::RawConnectionRate>>,
+    pub websocket: Option<Spanned<crate::connlimits::RawWebSocket>>,
 }
 
 /// `[defaults.limits]` and `[host.limits]`. Byte sizes are an integer or a
@@ -128,6 +130,8 @@ pub(crate) struct RawHost {
     pub maintenance: Option<RawMaintenance>,
     pub error_pages: Option<RawErrorPages>,
     pub replace_upstream: Opt<String>,
+    pub connection_rate: Option<Spanned<crate::connlimits::RawConnectionRate>>,
+    pub websocket: Option<Spanned<crate::connlimits::RawWebSocket>>,
     /// `[[host.route]]`, proxy hosts only.
     #[serde(default)]
     pub route: Vec<Spanned<RawRoute>>,

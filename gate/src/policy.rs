@@ -194,6 +194,33 @@ pub struct HostExtras {
     pub maintenance: Option<HostMaintenance>,
     pub pages: Option<CustomPages>,
     pub replace_upstream: ReplaceUpstream,
+    /// Requests on one connection (`connection_rate`): a bucket per
+    /// connection.
+    pub connection_rate: Option<RatePolicy>,
+    /// Messages in one WebSocket tunnel (`websocket`).
+    pub websocket: Option<WebSocketLimits>,
+}
+
+/// A host's limits on the messages a client sends through one WebSocket
+/// tunnel. Read from frame headers only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WebSocketLimits {
+    /// Messages per second with a burst, per tunnel (`None`: no limit).
+    pub messages: Option<RatePolicy>,
+    /// The largest message, in bytes (`None`: no limit).
+    pub max_message_bytes: Option<u64>,
+    /// What a message over a limit gets.
+    pub on_limit: OnLimit,
+}
+
+/// What a WebSocket message over a limit gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnLimit {
+    /// Dropped (not relayed); the tunnel stays open.
+    #[default]
+    Drop,
+    /// The tunnel is closed with status 1008 (rate) or 1009 (size).
+    Close,
 }
 
 impl Default for RequestPolicy {

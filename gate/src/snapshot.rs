@@ -149,6 +149,7 @@ mod tests {
             header_bytes: 0,
             content_length: f.content_length,
             headers: &headers[..],
+            connection: None,
         };
         s.decide(&req, &mut state(), 0, &mut scratch, &mut NoTrace)
     }

@@ -72,6 +72,15 @@ impl Trace for Recorder {
                 },
             ),
             Step::Budgets { outcome } => ("budgets", quota_sentence(outcome, "budget")),
+            Step::ConnectionRate { refused } => (
+                "connection rate",
+                match refused {
+                    None => "within the connection's request rate (a new connection)".to_string(),
+                    Some(s) => format!(
+                        "over the connection's request rate: 429, retry after {s} s, then close"
+                    ),
+                },
+            ),
             Step::RateLimit { outcome } => ("rate limit", quota_sentence(outcome, "rate limit")),
             Step::AccessAddress {
                 list,
@@ -260,6 +269,7 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case("host"))
         .map(|(_, v)| v.as_bytes());
+    let fresh_connection = std::cell::Cell::new(gapura_gate::quota::Bucket::default());
     let req = Request {
         peer: Peer::tcp(peer),
         method: a.method.as_bytes(),
@@ -270,6 +280,8 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
         header_bytes,
         content_length,
         headers: &lines[..],
+        // As the server sees it: a request on a new connection.
+        connection: Some(&fresh_connection),
     };
     let mut state = GateState::small();
     state.adopt(&snap, 0);

@@ -42,6 +42,7 @@ access_list = "office"
 rule_set = "edge"
 rate_limit = "site"
 robots = "disallow_all"
+connection_rate = { requests = 10 }
 
 [host.maintenance]
 enabled = true
@@ -57,13 +58,14 @@ fn row_of(step: &Step<'_>) -> Option<(u32, &'static str)> {
         // Facts that belong to the host step: no row of their own.
         Step::Path { .. } | Step::Route { .. } => return None,
         Step::Budgets { .. } => (4, "budgets, leases and identity budget"),
-        Step::AccessAddress { .. } => (5, "address refusal of the access list"),
-        Step::RuleSet { .. } => (6, "rule set"),
-        Step::Access { .. } => (7, "access list passwords"),
-        Step::RateLimit { .. } => (8, "rate limit"),
-        Step::RequestLimits { .. } => (9, "request limits of the host"),
-        Step::Robots { .. } => (10, "managed `robots.txt`"),
-        Step::Maintenance { .. } => (11, "maintenance"),
+        Step::ConnectionRate { .. } => (5, "the connection's request rate"),
+        Step::AccessAddress { .. } => (6, "address refusal of the access list"),
+        Step::RuleSet { .. } => (7, "rule set"),
+        Step::Access { .. } => (8, "access list passwords"),
+        Step::RateLimit { .. } => (9, "rate limit"),
+        Step::RequestLimits { .. } => (10, "request limits of the host"),
+        Step::Robots { .. } => (11, "managed `robots.txt`"),
+        Step::Maintenance { .. } => (12, "maintenance"),
     })
 }
 
@@ -102,6 +104,7 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
     state.adopt(s, 0);
     let mut scratch = Box::new([0u8; MAX_PATH_BYTES]);
     let headers: [(&str, &[u8]); 1] = [("user-agent", b"curl/8")];
+    let connection = std::cell::Cell::new(gapura_gate::quota::Bucket::default());
     let req = Request {
         peer: Peer::tcp("192.0.2.1".parse().unwrap()),
         method: b"GET",
@@ -112,6 +115,7 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
         header_bytes: 30,
         content_length: None,
         headers: &headers[..],
+        connection: Some(&connection),
     };
     let mut rows = Rows::default();
     let d = s.decide(&req, &mut state, 0, &mut scratch, &mut rows);
@@ -123,7 +127,7 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
     let ran: Vec<u32> = rows.0.iter().map(|r| r.0).collect();
     assert_eq!(
         ran,
-        (2..=11).collect::<Vec<_>>(),
+        (2..=12).collect::<Vec<_>>(),
         "one step per block, in order"
     );
     let doc = table_rows();

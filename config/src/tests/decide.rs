@@ -37,6 +37,7 @@ fn get(
         header_bytes: 0,
         content_length: None,
         headers: &headers[..],
+        connection: None,
     };
     state.adopt(s, now_ms);
     let d = s.decide(&req, state, now_ms, &mut scratch, &mut NoTrace);

@@ -174,6 +174,7 @@ fn the_gate_routes_a_compiled_proxy_host_by_precedence() {
             header_bytes: 0,
             content_length: body,
             headers: &headers[..],
+            connection: None,
         };
         let mut state = GateState::small();
         let d = c

@@ -445,3 +445,46 @@ fn the_unknown_host_operation_names_a_profile_operation() {
         )
     );
 }
+
+#[test]
+fn per_connection_limits_are_checked_and_zero_turns_them_off() {
+    let c = ok("[[host]]\nnames = [\"a.test\"]\nconnection_rate = { requests = 10 }\nwebsocket = { messages_per_second = 5, max_message_bytes = \"1 MiB\", on_limit = \"close\" }\n");
+    let x = &c.snapshot.entries[0].extras;
+    let rate = x.connection_rate.unwrap();
+    assert_eq!((rate.requests(), rate.burst()), (10, 20));
+    let ws = x.websocket.unwrap();
+    assert_eq!(ws.messages.unwrap().burst(), 10);
+    assert_eq!(ws.max_message_bytes, Some(1 << 20));
+    assert_eq!(ws.on_limit, gapura_gate::policy::OnLimit::Close);
+    // 0 turns a layer's limit off.
+    let c = ok("[defaults]\nconnection_rate = { requests = 10 }\n[[host]]\nnames = [\"a.test\"]\nconnection_rate = { requests = 0 }\n[[host]]\nnames = [\"b.test\"]\n");
+    assert_eq!(c.snapshot.entries[0].extras.connection_rate, None);
+    assert!(c.snapshot.entries[1].extras.connection_rate.is_some());
+    assert_eq!(
+        one("[[host]]\nnames = [\"a.test\"]\nconnection_rate = { burst = 3 }\n"),
+        at(
+            "host.connection_rate.range",
+            "host[0].connection_rate.requests",
+            3,
+            19
+        )
+    );
+    assert_eq!(
+        one("[[host]]\nnames = [\"a.test\"]\nwebsocket = { on_limit = \"kill\" }\n"),
+        at(
+            "host.websocket.on_limit.invalid",
+            "host[0].websocket.on_limit",
+            3,
+            26
+        )
+    );
+    assert_eq!(
+        one("[[host]]\nnames = [\"a.test\"]\nwebsocket = { messages_per_second = 2000000 }\n"),
+        at(
+            "host.websocket.range",
+            "host[0].websocket.messages_per_second",
+            3,
+            37
+        )
+    );
+}

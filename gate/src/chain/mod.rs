@@ -13,7 +13,7 @@
 //!   [`Snapshot::decide_from`] learns who the client is and which host,
 //!   route and policy apply. A request no host takes ends there
 //!   (`steps::unknown_host`).
-//! - the blocks (steps 4 to 12): one method each on `Flow`, the request's
+//! - the blocks (steps 4 to 13): one method each on `Flow`, the request's
 //!   way through the host's blocks, each documented with when it runs and
 //!   what its result means, each recording its own trace step. A block
 //!   either lets the request go on or ends it with a verdict
@@ -24,8 +24,8 @@
 //! Shadow mode is carried out by [`Mode::apply`] in every block that has
 //! one.
 //!
-//! Modules: `steps` (the blocks of steps 4 to 12), `quota` (the work of
-//! steps 4 and 8: budgets, leases and the rate limit), `state` (the shard's
+//! Modules: `steps` (the blocks of steps 4 to 13), `quota` (the work of
+//! steps 4 and 9: budgets, leases and the rate limit), `state` (the shard's
 //! mutable gate state and counters), `trace` (what explain records).
 
 mod quota;
@@ -45,9 +45,10 @@ use crate::limits::RequestLimits;
 use crate::pages::ErrorStatus;
 use crate::path::PathScratch;
 use crate::policy::RequestPolicy;
-use crate::quota::QuotaTicket;
+use crate::quota::{Bucket, QuotaTicket};
 use crate::snapshot::{HostEntry, Snapshot, Verdict};
 use crate::upstream::Route;
+use std::cell::Cell;
 use std::net::IpAddr;
 use steps::Flow;
 
@@ -64,6 +65,9 @@ pub struct Request<'a, H: HeaderLines + ?Sized> {
     pub header_bytes: usize,
     pub content_length: Option<u64>,
     pub headers: &'a H,
+    /// The request bucket of the connection it came on (step 5), when the
+    /// caller keeps one.
+    pub connection: Option<&'a Cell<Bucket>>,
 }
 
 /// The chain's answer for one request.
@@ -84,6 +88,9 @@ pub struct Decision<'s> {
     pub strip_authorization: bool,
     /// How the client address was learned (Cloudflare: `CF-Ray` is trusted).
     pub via: Arrival,
+    /// Close the connection once the answer is sent (over the connection's
+    /// request rate).
+    pub close: bool,
 }
 
 /// `GET` or `HEAD /robots.txt`: answered by the managed file, never ruled
@@ -143,6 +150,7 @@ impl Snapshot {
             retry_after_s: 0,
             strip_authorization: false,
             via: resolved.via,
+            close: false,
         };
         let Some(entry) = entry else {
             return self.unknown_host(decision, req, state, now_ms, trace);
@@ -231,6 +239,7 @@ impl Snapshot {
             header_bytes: 0,
             content_length: None,
             headers: &no_headers[..],
+            connection: None,
         };
         self.budget_step(
             &req,
@@ -287,7 +296,7 @@ impl Snapshot {
 
     /// The route of a proxying host for the canonical path, for its policy
     /// and body limit. `None` for other hosts and for a path no route takes
-    /// (answered 404 by step 12).
+    /// (answered 404 by step 13).
     #[inline(always)]
     fn route<'s, T: Trace>(
         &'s self,

@@ -21,6 +21,8 @@ pub struct ChainCounters {
     pub quota_exempt: u64,
     /// Managed robots.txt answers.
     pub robots_served: u64,
+    /// Requests over their connection's request rate (429, then closed).
+    pub connection_rate_refused: u64,
 }
 
 /// One rate limit's counters on one shard.

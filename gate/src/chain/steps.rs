@@ -1,4 +1,4 @@
-//! Steps 4 to 12 of the chain, one method each on [`Flow`], and the one
+//! Steps 4 to 13 of the chain, one method each on [`Flow`], and the one
 //! function that calls them in order ([`Flow::blocks`]).
 //!
 //! Each block runs only when the host or route applies it, records its own
@@ -35,7 +35,7 @@ pub(super) struct Flow<'s, 'a, H: HeaderLines + ?Sized, T: Trace> {
     pub state: &'a mut GateState,
     pub trace: &'a mut T,
     pub now_ms: u64,
-    /// Where the chain starts: after a verified password, steps 4 to 7
+    /// Where the chain starts: after a verified password, steps 4 to 8
     /// are behind it (the budgets paid before the check).
     pub start: Start,
     pub entry: &'s HostEntry,
@@ -63,12 +63,13 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Steps 4 to 11 of docs/gate.md, in their order; step 12 (the
+    /// Steps 4 to 12 of docs/gate.md, in their order; step 13 (the
     /// host's answer) follows when all let the request go on. This is the
     /// chain's order: a test holds it to the table in docs/gate.md.
     #[inline(always)]
     fn blocks(&mut self) -> Next<'s> {
         self.budgets()?;
+        self.connection_rate()?;
         self.access_address()?;
         self.rule_set()?;
         self.access_credentials()?;
@@ -78,7 +79,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         self.maintenance()
     }
 
-    /// Whether steps 4 to 7 are behind the request (a password verified off
+    /// Whether steps 4 to 8 are behind the request (a password verified off
     /// the shard, its budgets paid before the check).
     #[inline(always)]
     fn past_access(&self) -> bool {
@@ -117,6 +118,36 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
+    /// Step 5: the connection's request rate. Runs when the host sets
+    /// `connection_rate` and the request came on a connection with a bucket
+    /// (each HTTP/1.1 keep-alive connection has one). Over it: 429 with
+    /// `Retry-After`, and the connection closes after the answer.
+    #[inline(always)]
+    fn connection_rate(&mut self) -> Next<'s> {
+        let (Some(policy), Some(cell)) = (&self.entry.extras.connection_rate, self.req.connection)
+        else {
+            return ControlFlow::Continue(());
+        };
+        if self.past_access() {
+            return ControlFlow::Continue(());
+        }
+        let mut bucket = cell.get();
+        let d = bucket.try_take(policy, self.now_ms);
+        cell.set(bucket);
+        let retry_after_s = crate::quota::retry_after_s(d.retry_after_ms);
+        if self.trace.enabled() {
+            self.trace.step(Step::ConnectionRate {
+                refused: (!d.allowed).then_some(retry_after_s),
+            });
+        }
+        if d.allowed {
+            return ControlFlow::Continue(());
+        }
+        self.state.counters.connection_rate_refused += 1;
+        self.decision.close = true;
+        self.too_many(retry_after_s)
+    }
+
     /// A 429 with its Retry-After.
     #[inline(always)]
     fn too_many(&mut self, retry_after_s: u32) -> Next<'s> {
@@ -124,9 +155,9 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         ControlFlow::Break(Verdict::Refuse(ErrorStatus::TooManyRequests))
     }
 
-    /// Step 5: the access list's address side. Runs when the policy names
+    /// Step 6: the access list's address side. Runs when the policy names
     /// an access list. A denied address is refused (403) or dropped; a
-    /// list that only reads the address is decided whole here and step 7
+    /// list that only reads the address is decided whole here and step 8
     /// skips it.
     #[inline(always)]
     fn access_address(&mut self) -> Next<'s> {
@@ -144,8 +175,8 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             });
         }
         let counters = &mut self.state.access_counters[b.index as usize];
-        // A shadow hit is counted once: here when step 7 will not run,
-        // else by step 7.
+        // A shadow hit is counted once: here when step 8 will not run,
+        // else by step 8.
         let mut not_counted = 0;
         let shadow_hits = if decides_all {
             &mut counters.shadow_hits
@@ -155,7 +186,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         match b.mode.apply(refused, shadow_hits) {
             None => {
                 if refused.is_none() && decides_all {
-                    // Step 7 has nothing left to ask: the list passed.
+                    // Step 8 has nothing left to ask: the list passed.
                     counters.allowed += 1;
                 }
                 ControlFlow::Continue(())
@@ -171,7 +202,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 6: the rule set. Runs when the policy names one; never rules on
+    /// Step 7: the rule set. Runs when the policy names one; never rules on
     /// robots.txt. A deny is refused (403), a drop dropped; an allow ends
     /// the set and the request goes on. The set applies its own mode.
     #[inline(always)]
@@ -212,8 +243,8 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 7: the access list in full, country and credentials. Runs when
-    /// the policy names a list that step 5 did not decide whole. Answers
+    /// Step 8: the access list in full, country and credentials. Runs when
+    /// the policy names a list that step 6 did not decide whole. Answers
     /// 403, a drop, a 401 challenge, or a deferred password verification
     /// (`Verdict::Verify`: the server verifies off the shard and resumes
     /// the chain after this step). A pass may ask to strip
@@ -309,7 +340,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 8: the route's rate limit (`super::quota`). Runs when the
+    /// Step 9: the route's rate limit (`super::quota`). Runs when the
     /// policy names one, after the access checks; robots.txt is exempt.
     /// Refused, 429 with `Retry-After` (the budgets' leases stay on the
     /// ticket until the answer is written).
@@ -330,7 +361,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 9: the host's request limits (target, header lines and bytes,
+    /// Step 10: the host's request limits (target, header lines and bytes,
     /// the declared body), with the route's body limit in place of the
     /// host's. Always runs. Answers 414, 431 or 413; the limits ride on the
     /// decision for the body read.
@@ -348,7 +379,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 10: the managed robots.txt. Runs when the host manages one;
+    /// Step 11: the managed robots.txt. Runs when the host manages one;
     /// answers `GET`/`HEAD /robots.txt` with the file.
     #[inline(always)]
     fn robots(&mut self) -> Next<'s> {
@@ -374,7 +405,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 11: maintenance. Runs when the host is in maintenance; answers
+    /// Step 12: maintenance. Runs when the host is in maintenance; answers
     /// the maintenance page unless the bypass list's address side allows
     /// the client. The page applies its own mode.
     #[inline(always)]
@@ -406,7 +437,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 12: the host's answer: its response, its redirect, or the
+    /// Step 13: the host's answer: its response, its redirect, or the
     /// route's upstream (404 when no route takes the path).
     #[inline(always)]
     fn answer(&self) -> Verdict<'s> {
@@ -424,7 +455,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
 impl Snapshot {
     /// The end of the chain for a request no host takes: step 4 under the
     /// unknown-host policy (its own operation, when the profile names
-    /// one), step 9 with the default limits, else the unknown-host answer
+    /// one), step 10 with the default limits, else the unknown-host answer
     /// (404 or 421).
     pub(super) fn unknown_host<'s, H: HeaderLines + ?Sized, T: Trace>(
         &'s self,
@@ -444,7 +475,7 @@ impl Snapshot {
         decision
     }
 
-    /// Step 9's check: the target and header limits, then the declared
+    /// Step 10's check: the target and header limits, then the declared
     /// body.
     #[inline(always)]
     fn limit_refusal<H: HeaderLines + ?Sized, T: Trace>(

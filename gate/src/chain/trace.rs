@@ -32,6 +32,10 @@ pub enum Step<'s> {
     Budgets {
         outcome: QuotaOutcome,
     },
+    /// The connection's request rate: `Some(retry_after_s)` when over it.
+    ConnectionRate {
+        refused: Option<u32>,
+    },
     /// The route's rate limit.
     RateLimit {
         outcome: QuotaOutcome,

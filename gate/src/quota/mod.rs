@@ -18,9 +18,12 @@
 //! 3. Identity budgets (a window budget keyed by a credential fingerprint).
 //! 4. [`rate`]: token buckets per rate policy and host ([`slots`]).
 //!
+//! [`bucket`] is one bucket outside any table, for per-connection limits.
+//!
 //! [`tracked`] holds the keyed counters of 1-3: a hard ceiling on live keys
 //! with a critical reserve, failing closed without adding state.
 
+pub mod bucket;
 pub mod decide;
 pub mod key;
 pub mod lease;
@@ -29,6 +32,7 @@ pub mod slots;
 pub mod tracked;
 pub mod window;
 
+pub use bucket::Bucket;
 pub use decide::{
     Level, OperationLimits, Quota, QuotaCounters, QuotaDecision, QuotaLimits, QuotaRequest,
     QuotaSizes, QuotaTicket, Refusal, SizeError,

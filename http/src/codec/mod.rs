@@ -12,12 +12,14 @@
 //!
 //! Modules: `head` (request heads and their framing), `chunked` (the
 //! chunked body decoder), `proxyproto` (the PROXY protocol header read at
-//! accept), `accept` (whether an `Accept` value asks for HTML).
+//! accept), `accept` (whether an `Accept` value asks for HTML), `websocket`
+//! (the frames a client sends through a tunnel, read from their headers).
 
 pub mod accept;
 pub mod chunked;
 pub mod head;
 pub mod proxyproto;
+pub mod websocket;
 
 pub use chunked::{ChunkError, ChunkedDecoder, Step};
 pub use head::{

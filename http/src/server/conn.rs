@@ -66,9 +66,20 @@ pub(super) enum End {
     Idle,
     Error(ErrorKind),
     /// A 101 was relayed: tunnel to this upstream connection, which already
-    /// sent these bytes past its head. The request's leases are held for
-    /// the tunnel's life.
-    Upgrade(TcpStream, Vec<u8>, Option<Leases>),
+    /// sent these bytes past its head.
+    Upgrade(Box<Upgraded>),
+}
+
+/// A connection upgraded after a relayed 101.
+#[derive(Debug)]
+pub(super) struct Upgraded {
+    pub upstream: TcpStream,
+    /// Bytes the upstream sent past its 101 head.
+    pub pending: Vec<u8>,
+    /// The request's leases, held for the tunnel's life.
+    pub leases: Option<Leases>,
+    /// The host's WebSocket message limits.
+    pub websocket: Option<gapura_gate::policy::WebSocketLimits>,
 }
 
 pub(super) struct Conn {
@@ -92,6 +103,8 @@ pub(super) struct Conn {
     resume_leases: Option<Leases>,
     /// The leases of answers written into `wbuf` and not yet sent.
     held: Held,
+    /// The connection's request bucket (a host's `connection_rate`).
+    bucket: std::cell::Cell<gapura_gate::quota::Bucket>,
     /// The peer the gate sees: the TCP peer, or a trusted PROXY header's source.
     pub(super) client_peer: Peer,
     /// The connection's place in its prefix's concurrency limit.
@@ -121,6 +134,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
         resume: None,
         resume_leases: None,
         held: Held::default(),
+        bucket: Default::default(),
         client_peer: Peer::tcp(peer.ip()),
         connection_token: None,
         page_vars: PageCopy::default(),
@@ -134,13 +148,32 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
         End::Done => {}
         End::Idle => shard.stats.idle_timeouts.inc(),
         End::Error(kind) => shard.stats.error(kind),
-        End::Upgrade(upstream, pending, leases) => {
+        End::Upgrade(up) => {
+            let Upgraded {
+                upstream,
+                pending,
+                leases,
+                websocket,
+            } = *up;
             let client_pending = conn.rbuf.split_off(conn.pos);
             let token = conn.connection_token.take();
             let idle_ms = shard.snapshot().server.idle_timeout_ms;
             shard.stats.upgrades.inc();
             conn.held.release_all();
-            super::tunnel::tunnel(conn.stream, client_pending, upstream, pending, idle_ms).await;
+            let messages = websocket.map(|limits| super::tunnel::Messages {
+                limits,
+                shard: shard.clone(),
+                bucket: Default::default(),
+            });
+            super::tunnel::tunnel(
+                conn.stream,
+                client_pending,
+                upstream,
+                pending,
+                idle_ms,
+                messages,
+            )
+            .await;
             // The request ends with its tunnel.
             drop(leases);
             if let Some(t) = token {
@@ -278,6 +311,7 @@ impl Conn {
                             resume,
                             paid: self.resume_leases.take().and_then(Leases::into_ticket),
                             page_vars: &mut self.page_vars,
+                            connection: &self.bucket,
                         },
                         &snap,
                         &head,
@@ -526,7 +560,7 @@ impl Conn {
     ) -> Result<(), End> {
         let shard = self.shard.clone();
         let leases = |ticket: Option<QuotaTicket>| ticket.map(|t| Leases::new(shard.clone(), t));
-        let (end, status, resp_start, limits, leases) = match *plan {
+        let (end, status, resp_start, limits, leases, over_rate) = match *plan {
             Plan::RefuseClose(kind, ticket) => {
                 // Held until the refusal is sent.
                 let _leases = leases(ticket);
@@ -543,7 +577,11 @@ impl Conn {
                 let held = leases(ticket);
                 return match self.forward(head, route, group, snap, limits, extras).await {
                     // The tunnel holds them for its life.
-                    Err(End::Upgrade(up, pending, _)) => Err(End::Upgrade(up, pending, held)),
+                    Err(End::Upgrade(mut up)) => {
+                        up.leases = held;
+                        up.websocket = extras.and_then(|e| e.websocket);
+                        Err(End::Upgrade(up))
+                    }
                     // An answer of the proxy's own still in the buffer.
                     Ok(()) if !self.wbuf.is_empty() => {
                         self.hold_guard(held).await?;
@@ -558,7 +596,8 @@ impl Conn {
                 resp_start,
                 limits,
                 ticket,
-            } => (end, status, resp_start, limits, leases(ticket)),
+                close,
+            } => (end, status, resp_start, limits, leases(ticket), close),
         };
         let head_only = head.method == Method::Head;
         let body = match head.framing {
@@ -586,6 +625,7 @@ impl Conn {
         // Decided after the body: a drain that began meanwhile closes too.
         let server = &snap.server;
         let close = head.close
+            || over_rate
             || self.shard.is_draining()
             || (server.max_requests_per_connection != 0
                 && self.served >= server.max_requests_per_connection);

@@ -244,7 +244,12 @@ impl Conn {
                 }
                 Attempt::Upgrade(pending) => {
                     shard.upstreams.success(server);
-                    return Err(End::Upgrade(up, pending, None));
+                    return Err(End::Upgrade(Box::new(super::conn::Upgraded {
+                        upstream: up,
+                        pending,
+                        leases: None,
+                        websocket: None,
+                    })));
                 }
             }
         }

@@ -199,6 +199,9 @@ impl Shard {
         }
         self.stats.quota_shadow.set(gate.counters.quota_shadow);
         self.stats.quota_exempt.set(gate.counters.quota_exempt);
+        self.stats
+            .connection_rate_refused
+            .set(gate.counters.connection_rate_refused);
         fn zip<C: Copy>(names: &[String], v: &[C]) -> Vec<(String, C)> {
             names.iter().cloned().zip(v.iter().copied()).collect()
         }

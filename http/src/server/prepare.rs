@@ -16,11 +16,12 @@ use gapura_gate::client::{HeaderLines, Peer};
 use gapura_gate::custom_pages::PageVars;
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::pages::RetryPage;
-use gapura_gate::quota::QuotaTicket;
+use gapura_gate::quota::{Bucket, QuotaTicket};
 use gapura_gate::snapshot::Verdict;
 use gapura_gate::upstream::{Route, UpstreamGroup};
 use gapura_gate::Answer;
 use gapura_gate::{ErrorStatus, Snapshot};
+use std::cell::Cell;
 
 /// What `prepare` may touch: the connection's buffers, split so the
 /// request's header lines (borrowed from `buf`) can be read meanwhile.
@@ -36,6 +37,8 @@ pub(super) struct Prep<'a> {
     /// budgets were paid before the check).
     pub paid: Option<QuotaTicket>,
     pub page_vars: &'a mut PageCopy,
+    /// The connection's request bucket (step 5).
+    pub connection: &'a Cell<Bucket>,
 }
 
 /// What a request's head decided, to be carried out once the borrows of
@@ -49,6 +52,8 @@ pub(super) enum Plan<'s> {
         resp_start: usize,
         limits: RequestLimits,
         ticket: Option<QuotaTicket>,
+        /// Close once it is sent (over the connection's request rate).
+        close: bool,
     },
     /// A refusal written whole; close once it is sent (the leases are held
     /// until then).
@@ -113,6 +118,7 @@ pub(super) fn prepare<'s>(
             _ => None,
         },
         headers: &headers,
+        connection: Some(p.connection),
     };
     let head_only = head.method == Method::Head;
     let date = p.shard.date.line();
@@ -160,6 +166,7 @@ pub(super) fn prepare<'s>(
                     resp_start,
                     limits: snap.default_limits,
                     ticket: paid,
+                    close: false,
                 };
             }
         }
@@ -329,6 +336,7 @@ pub(super) fn prepare<'s>(
         resp_start,
         limits: decision.limits,
         ticket,
+        close: decision.close,
     }
 }
 

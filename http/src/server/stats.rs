@@ -96,6 +96,12 @@ pub struct ShardStats {
     pub upstream_idle: Counter,
     /// Connections switched to a tunnel after 101.
     pub upgrades: Counter,
+    /// WebSocket messages dropped over their host's message rate or size.
+    pub websocket_dropped: Counter,
+    /// WebSocket tunnels closed over a limit (1008 or 1009).
+    pub websocket_closed: Counter,
+    /// Requests over their connection's request rate (429, then closed).
+    pub connection_rate_refused: Counter,
     /// Requests the quota step admitted (budgets, leases, rate).
     pub quota_admitted: Counter,
     /// Quota refusals (429) by level, in `gapura_gate::quota::Level` order.

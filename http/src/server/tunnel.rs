@@ -1,6 +1,17 @@
 //! After a relayed `101 Switching Protocols`: bytes both ways until either
 //! side closes or neither has sent anything for the idle timeout.
+//!
+//! When the host limits WebSocket messages (`websocket`), the client's
+//! direction is read frame by frame from the headers
+//! (`codec::websocket`): a message over the rate or the size is dropped
+//! whole, or the tunnel is closed with 1008 or 1009 (a close frame to each
+//! side), as the host says. Every drop and close is counted.
 
+use super::Shard;
+use crate::codec::websocket::{Judge, Scanner, Verdict, MAX_HEADER};
+use gapura_gate::policy::{OnLimit, WebSocketLimits};
+use gapura_gate::quota::Bucket;
+use monoio::buf::{IoBuf, IoBufMut};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
@@ -10,6 +21,40 @@ use std::time::Duration;
 
 const TUNNEL_BUF_BYTES: usize = 16 * 1024;
 
+/// The message limits of one tunnel and the shard that counts them.
+pub(super) struct Messages {
+    pub limits: WebSocketLimits,
+    pub shard: Rc<Shard>,
+    pub bucket: Bucket,
+}
+
+impl Messages {
+    fn over(&self, code: u16) -> Verdict {
+        match self.limits.on_limit {
+            OnLimit::Drop => Verdict::Drop,
+            OnLimit::Close => Verdict::Close(code),
+        }
+    }
+}
+
+impl Judge for Messages {
+    fn message(&mut self, declared: u64, _control: bool) -> Verdict {
+        if !self.fits(declared) {
+            return self.over(crate::codec::websocket::CLOSE_TOO_BIG);
+        }
+        if let Some(p) = &self.limits.messages {
+            if !self.bucket.try_take(p, self.shard.now_ms()).allowed {
+                return self.over(crate::codec::websocket::CLOSE_POLICY);
+            }
+        }
+        Verdict::Pass
+    }
+
+    fn fits(&mut self, total: u64) -> bool {
+        self.limits.max_message_bytes.is_none_or(|m| total <= m)
+    }
+}
+
 /// Copies until one side ends; both connections close when this returns.
 pub async fn tunnel(
     client: TcpStream,
@@ -17,22 +62,72 @@ pub async fn tunnel(
     upstream: TcpStream,
     upstream_pending: Vec<u8>,
     idle_ms: u64,
+    messages: Option<Messages>,
 ) {
     let idle = Duration::from_millis(idle_ms);
     let last = Rc::new(Cell::new(Instant::now()));
     let (mut cr, mut cw) = client.into_split();
     let (mut ur, mut uw) = upstream.into_split();
-    if !client_pending.is_empty() && uw.write_all(client_pending).await.0.is_err() {
-        return;
-    }
     if !upstream_pending.is_empty() && cw.write_all(upstream_pending).await.0.is_err() {
         return;
     }
-    let up = copy(&mut cr, &mut uw, last.clone(), idle);
-    let down = copy(&mut ur, &mut cw, last, idle);
-    monoio::select! {
-        _ = up => {},
-        _ = down => {},
+    let Some(mut messages) = messages else {
+        if !client_pending.is_empty() && uw.write_all(client_pending).await.0.is_err() {
+            return;
+        }
+        let up = copy(&mut cr, &mut uw, last.clone(), idle);
+        let down = copy(&mut ur, &mut cw, last, idle);
+        monoio::select! {
+            _ = up => {},
+            _ = down => {},
+        }
+        return;
+    };
+    let closed = {
+        let up = copy_messages(
+            &mut cr,
+            &mut uw,
+            client_pending,
+            &mut messages,
+            last.clone(),
+            idle,
+        );
+        let down = copy(&mut ur, &mut cw, last, idle);
+        monoio::select! {
+            code = up => code,
+            _ = down => None,
+        }
+    };
+    if let Some(code) = closed {
+        messages.shard.stats.websocket_closed.inc();
+        let [hi, lo] = code.to_be_bytes();
+        // To the client unmasked; to the upstream masked with a zero key,
+        // as a client's frame must be.
+        let _ = cw.write_all(vec![0x88, 2, hi, lo]).await;
+        let _ = uw.write_all(vec![0x88, 0x82, 0, 0, 0, 0, hi, lo]).await;
+        let _ = cw.shutdown().await;
+        let _ = uw.shutdown().await;
+    }
+}
+
+/// Waits for `read`, at most until the whole tunnel has been idle for
+/// `idle`. The read stays in flight across the checks: dropping it would
+/// cancel it, and bytes it had just received would be lost. `None` once
+/// idle.
+async fn read_while_active<F: std::future::Future>(
+    read: F,
+    last: &Cell<Instant>,
+    idle: Duration,
+) -> Option<F::Output> {
+    let mut read = std::pin::pin!(read);
+    loop {
+        let deadline = last.get() + idle;
+        match monoio::time::timeout_at(deadline, &mut read).await {
+            Ok(r) => return Some(r),
+            // The other direction was active: keep waiting.
+            Err(_) if last.get() + idle > Instant::now() => {}
+            Err(_) => return None,
+        }
     }
 }
 
@@ -45,19 +140,8 @@ async fn copy<R: AsyncReadRent, W: AsyncWriteRent>(
     let mut buf = Vec::with_capacity(TUNNEL_BUF_BYTES);
     loop {
         buf.clear();
-        // Wait at most until the whole tunnel has been idle for `idle`. The
-        // read stays in flight across the checks: dropping it would cancel
-        // it, and bytes it had just received would be lost.
-        let read = from.read(buf);
-        let mut read = std::pin::pin!(read);
-        let (res, b) = loop {
-            let deadline = last.get() + idle;
-            match monoio::time::timeout_at(deadline, &mut read).await {
-                Ok(r) => break r,
-                // The other direction was active: keep waiting.
-                Err(_) if last.get() + idle > Instant::now() => {}
-                Err(_) => return,
-            }
+        let Some((res, b)) = read_while_active(from.read(buf), &last, idle).await else {
+            return;
         };
         buf = b;
         match res {
@@ -73,5 +157,63 @@ async fn copy<R: AsyncReadRent, W: AsyncWriteRent>(
         if res.is_err() {
             return;
         }
+    }
+}
+
+/// The client's direction of a WebSocket tunnel with message limits:
+/// frames scanned from their headers, dropped messages cut out. Returns
+/// the close status when a limit closes the tunnel.
+async fn copy_messages<R: AsyncReadRent, W: AsyncWriteRent>(
+    from: &mut R,
+    to: &mut W,
+    pending: Vec<u8>,
+    messages: &mut Messages,
+    last: Rc<Cell<Instant>>,
+    idle: Duration,
+) -> Option<u16> {
+    let mut scanner = Scanner::default();
+    let mut buf = pending;
+    buf.reserve(TUNNEL_BUF_BYTES.saturating_sub(buf.len()).max(MAX_HEADER));
+    // Bytes already buffered (sent right after the upgrade) come first.
+    let mut fresh = !buf.is_empty();
+    loop {
+        if !fresh {
+            let len = buf.len();
+            let cap = buf.capacity();
+            let read = from.read(buf.slice_mut(len..cap));
+            let (res, slice) = read_while_active(read, &last, idle).await?;
+            buf = slice.into_inner();
+            match res {
+                Ok(n) if n > 0 => {}
+                _ => {
+                    let _ = to.shutdown().await;
+                    return None;
+                }
+            }
+            last.set(Instant::now());
+        }
+        fresh = false;
+        let got = scanner.scan(&mut buf, messages);
+        if got.dropped > 0 {
+            messages
+                .shard
+                .stats
+                .websocket_dropped
+                .add(u64::from(got.dropped));
+        }
+        if got.keep > 0 {
+            let (res, slice) = to.write_all(buf.slice(0..got.keep)).await;
+            buf = slice.into_inner();
+            if res.is_err() {
+                return None;
+            }
+        }
+        if got.close.is_some() {
+            return got.close;
+        }
+        // An unfinished frame header waits at the front for the rest.
+        let len = buf.len();
+        buf.copy_within(len - got.pending..len, 0);
+        buf.truncate(got.pending);
     }
 }

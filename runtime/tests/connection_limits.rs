@@ -1,0 +1,177 @@
+//! Per-connection limits through the real binary: a keep-alive connection
+//! over its host's `connection_rate` gets 429 and is closed, and a
+//! WebSocket tunnel's messages over the host's rate or size are dropped
+//! whole or close the tunnel with 1008 or 1009, every one counted.
+
+mod common;
+
+use common::gate::{get, respond_host, METRIC_WAIT};
+use common::upstream::{self, Reply, UpRequest};
+use common::*;
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[test]
+fn a_connection_over_its_request_rate_gets_429_and_is_closed() {
+    let g = Gapura::start(&profile(
+        "",
+        &respond_host(
+            "c.test",
+            "default = true\nconnection_rate = { requests = 1, burst = 2 }",
+        ),
+    ));
+    let mut c = Client::connect(g.addr);
+    for _ in 0..2 {
+        c.send(&get("c.test", "/"));
+        assert_eq!(c.response(false).status, 200);
+    }
+    c.send(&get("c.test", "/"));
+    let r = c.response(false);
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("Retry-After"), Some("1"));
+    assert_eq!(r.header("Connection"), Some("close"));
+    assert!(c.closed_within(Duration::from_secs(3)));
+    // Another connection has a bucket of its own.
+    let mut d = Client::connect(g.addr);
+    d.send(&get("c.test", "/"));
+    assert_eq!(d.response(false).status, 200);
+    assert_eq!(
+        g.wait_metric(
+            "gapura_connection_rate_refused_total{shard=\"0\"}",
+            1,
+            METRIC_WAIT
+        ),
+        1
+    );
+}
+
+/// A masked client frame.
+fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![0x80 | opcode, 0x80 | payload.len() as u8];
+    let key = [9, 8, 7, 6];
+    v.extend_from_slice(&key);
+    v.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    v
+}
+
+/// An upstream that upgrades and echoes every byte it receives.
+fn echo_upstream() -> upstream::Upstream {
+    upstream::start(Arc::new(|_: &UpRequest| {
+        Reply::Takeover(Box::new(|mut s: std::net::TcpStream| {
+            let _ = s.write_all(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+            );
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 || s.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        }))
+    }))
+}
+
+fn ws_gapura(up: std::net::SocketAddr, websocket: &str) -> Gapura {
+    Gapura::start(&profile(
+        "",
+        &format!(
+            r#"
+[[upstream]]
+name = "app"
+servers = ["{up}"]
+
+[[host]]
+names = ["ws.test"]
+default = true
+kind = "proxy"
+websocket = {websocket}
+[[host.route]]
+path = "/"
+upstream = "app"
+websocket = true
+"#
+        ),
+    ))
+}
+
+fn open_tunnel(g: &Gapura) -> Client {
+    let mut c = Client::connect(g.addr);
+    c.send(b"GET /ws HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    assert_eq!(c.response(true).status, 101);
+    c
+}
+
+/// Reads until `want` bytes came or the peer stops sending for a moment.
+fn read_for(c: &mut Client, want: usize) -> Vec<u8> {
+    c.stream
+        .set_read_timeout(Some(Duration::from_millis(700)))
+        .unwrap();
+    let mut got = std::mem::take(&mut c.buf);
+    let mut tmp = [0u8; 4096];
+    while got.len() < want {
+        match c.stream.read(&mut tmp) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&tmp[..n]),
+        }
+    }
+    got
+}
+
+#[test]
+fn websocket_messages_over_the_rate_or_size_are_dropped_whole() {
+    let up = echo_upstream();
+    let g = ws_gapura(
+        up.addr,
+        "{ messages_per_second = 1, burst = 2, max_message_bytes = 100 }",
+    );
+    let mut c = open_tunnel(&g);
+    let (a, b, big, d) = (
+        frame(1, b"one"),
+        frame(1, b"two"),
+        frame(2, &[0u8; 120]),
+        frame(1, b"three"),
+    );
+    // Two pass on the burst; the big one is dropped for its size, the
+    // last for the rate.
+    c.send(&[a.clone(), b.clone(), big, d].concat());
+    let want = [a, b].concat();
+    let got = read_for(&mut c, want.len() + 1);
+    assert_eq!(
+        got, want,
+        "only the messages within the limits reach the upstream"
+    );
+    assert_eq!(
+        g.wait_metric(
+            "gapura_websocket_dropped_total{shard=\"0\"}",
+            2,
+            METRIC_WAIT
+        ),
+        2
+    );
+}
+
+#[test]
+fn websocket_messages_over_the_rate_close_the_tunnel_with_1008_when_asked() {
+    let up = echo_upstream();
+    let g = ws_gapura(
+        up.addr,
+        "{ messages_per_second = 1, burst = 1, on_limit = \"close\" }",
+    );
+    let mut c = open_tunnel(&g);
+    let a = frame(1, b"one");
+    c.send(&[a.clone(), frame(1, b"two")].concat());
+    let got = read_for(&mut c, 100);
+    // A close frame with 1008 from Gapura, after the first message's echo
+    // when the upstream answered before the tunnel closed.
+    let close = [0x88, 2, 0x03, 0xf0];
+    assert!(
+        got == close || got == [a.clone(), close.to_vec()].concat(),
+        "a close frame with 1008: {got:?}"
+    );
+    assert!(c.closed_within(Duration::from_secs(3)));
+    assert_eq!(
+        g.wait_metric("gapura_websocket_closed_total{shard=\"0\"}", 1, METRIC_WAIT),
+        1
+    );
+}
