@@ -27,6 +27,22 @@ pub struct Answer {
     pub status: u16,
     head: Box<[u8]>,
     body: Box<[u8]>,
+    /// Where the body holds [`REQUEST_ID_SLOT`] (built-in pages only).
+    id_at: Option<u32>,
+}
+
+/// The place a built-in page keeps for its request id: 24 characters, the
+/// length of every request id, so the page's length never changes.
+pub const REQUEST_ID_SLOT: &str = "------------------------";
+
+/// Overwrites the request-id slot of a body that ends `out` and holds the
+/// slot `at` bytes from its start.
+#[inline]
+pub(crate) fn stamp_at(out: &mut [u8], body_len: usize, at: usize, id: &[u8; 24]) {
+    let start = out.len() - body_len + at;
+    if let Some(slot) = out.get_mut(start..start + 24) {
+        slot.copy_from_slice(id);
+    }
 }
 
 impl Answer {
@@ -56,6 +72,31 @@ impl Answer {
             status,
             head: head.into_boxed_slice(),
             body: body.to_vec().into_boxed_slice(),
+            id_at: None,
+        }
+    }
+
+    /// This answer with its body's [`REQUEST_ID_SLOT`] marked, to be filled
+    /// by [`Answer::stamp`] (built-in pages).
+    pub fn with_request_id_slot(mut self) -> Answer {
+        let slot = REQUEST_ID_SLOT.as_bytes();
+        self.id_at = self
+            .body
+            .windows(slot.len())
+            .position(|w| w == slot)
+            .map(|p| p as u32);
+        self
+    }
+
+    /// Writes the request id into the answer just written at the end of
+    /// `out` (nothing for a head-only answer or one without a slot; `id`
+    /// is asked for only when needed). O(1).
+    #[inline]
+    pub fn stamp(&self, out: &mut [u8], head_only: bool, id: impl FnOnce() -> [u8; 24]) {
+        if let (Some(at), false) = (self.id_at, head_only) {
+            if out.len() >= self.body.len() {
+                stamp_at(out, self.body.len(), at as usize, &id());
+            }
         }
     }
 

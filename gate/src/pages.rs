@@ -6,7 +6,7 @@
 //! inline style and no script; its CSP allows exactly that style by hash.
 //! Choosing and writing a page is an index and a copy: no allocation.
 
-use crate::answer::{reason_phrase, Answer};
+use crate::answer::{reason_phrase, Answer, REQUEST_ID_SLOT};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
@@ -98,7 +98,7 @@ fn builtin_html(status: ErrorStatus) -> String {
 fn builtin_html_for(code: u16, sentence: &str) -> String {
     let reason = reason_phrase(code);
     format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{code} {reason}</title><style>{STYLE}</style></head><body><main><p class=\"s\">{code}</p><h1>{reason}</h1><p>{sentence}</p><footer>gapura</footer></main></body></html>\n"
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{code} {reason}</title><style>{STYLE}</style></head><body><main><p class=\"s\">{code}</p><h1>{reason}</h1><p>{sentence}</p><footer>gapura · request {REQUEST_ID_SLOT}</footer></main></body></html>\n"
     )
 }
 
@@ -120,13 +120,15 @@ pub fn builtin_page(code: u16, sentence: &str, text: &str, extra: &[(&str, &str)
     let mut text_headers = extra.to_vec();
     text_headers.push(("Content-Type", "text/plain; charset=utf-8"));
     text_headers.extend_from_slice(&common);
+    let text = format!("{text}request {REQUEST_ID_SLOT}\n");
     Page {
         html: Answer::new(
             code,
             &html_headers,
             builtin_html_for(code, sentence).as_bytes(),
-        ),
-        text: Answer::new(code, &text_headers, text.as_bytes()),
+        )
+        .with_request_id_slot(),
+        text: Answer::new(code, &text_headers, text.as_bytes()).with_request_id_slot(),
     }
 }
 
@@ -164,6 +166,8 @@ pub struct RetryPage {
     head: Box<[u8]>,
     body_pre: Box<[u8]>,
     body_post: Box<[u8]>,
+    /// Where `body_post` holds the request-id slot.
+    id_at: Option<usize>,
 }
 
 /// Appends `n` in decimal. No allocation once `out` has capacity.
@@ -200,6 +204,18 @@ impl RetryPage {
             head: head.into_bytes().into_boxed_slice(),
             body_pre: body_pre.as_bytes().into(),
             body_post: body_post.as_bytes().into(),
+            id_at: body_post.find(REQUEST_ID_SLOT),
+        }
+    }
+
+    /// Writes the request id into the page just written at the end of
+    /// `out`, as [`Answer::stamp`] does.
+    #[inline]
+    pub fn stamp(&self, out: &mut [u8], head_only: bool, id: impl FnOnce() -> [u8; 24]) {
+        if let (Some(at), false) = (self.id_at, head_only) {
+            if out.len() >= self.body_post.len() {
+                crate::answer::stamp_at(out, self.body_post.len(), at, &id());
+            }
         }
     }
 
@@ -247,14 +263,16 @@ impl ErrorPages {
                 let mut text_headers = vec![("Content-Type", "text/plain; charset=utf-8")];
                 text_headers.extend_from_slice(&common);
                 let text = format!(
-                    "{} {}\n{}\n",
+                    "{} {}\n{}\nrequest {REQUEST_ID_SLOT}\n",
                     s.code(),
                     reason_phrase(s.code()),
                     s.sentence()
                 );
                 Page {
-                    html: Answer::new(s.code(), &html_headers, builtin_html(s).as_bytes()),
-                    text: Answer::new(s.code(), &text_headers, text.as_bytes()),
+                    html: Answer::new(s.code(), &html_headers, builtin_html(s).as_bytes())
+                        .with_request_id_slot(),
+                    text: Answer::new(s.code(), &text_headers, text.as_bytes())
+                        .with_request_id_slot(),
                 }
             })
             .collect();
@@ -277,7 +295,7 @@ impl ErrorPages {
             RetryPage::new(
                 &text_headers,
                 "429 Too Many Requests\nRateLimited: too many requests. Retry after ",
-                " seconds.\n",
+                &format!(" seconds.\nrequest {REQUEST_ID_SLOT}\n"),
             ),
             RetryPage::new(&html_headers, &html_pre, &html_post),
         ];

@@ -432,7 +432,14 @@ fn basic_auth_asks_then_verifies_on_the_pool_then_answers_from_the_cache() {
         Some("Basic realm=\"Staff area\", charset=\"UTF-8\"")
     );
     assert_eq!(r.header("Cache-Control"), Some("no-store"));
-    assert_eq!(r.body, b"401 Unauthorized\nauthentication required\n");
+    // The page names its request: 24 hex digits in the slot kept for them.
+    let text = String::from_utf8(r.body.clone()).unwrap();
+    let id = text
+        .strip_prefix("401 Unauthorized\nauthentication required\nrequest ")
+        .and_then(|rest| rest.strip_suffix('\n'))
+        .unwrap_or_else(|| panic!("{text:?}"));
+    assert_eq!(id.len(), 24);
+    assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
 
     // The right password: checked on the pool, forwarded without it.
     let auth = format!("Authorization: {}", basic("alice", PASSWORD));

@@ -270,3 +270,48 @@ fn shadowed_maintenance_serves_the_site_and_counts() {
         Some(0)
     );
 }
+
+#[test]
+fn the_gates_own_429_uses_the_hosts_page_with_its_retry_after() {
+    let g = Gapura::start(&profile(
+        "",
+        r#"
+[[rate_limit]]
+name = "once"
+requests = 1
+per = "minute"
+
+[[host]]
+names = ["slow.test"]
+default = true
+body = "ok\n"
+rate_limit = "once"
+
+[host.error_pages."429"]
+heading = "Easy there"
+text = "Too fast for {host}. Request {requestId}."
+"#,
+    ));
+    let html = "Accept: text/html";
+    assert_eq!(
+        request(g.addr, &req_with("GET", "slow.test", "/", &[html])).status,
+        200
+    );
+    let r = request(g.addr, &req_with("GET", "slow.test", "/", &[html]));
+    assert_eq!(r.status, 429);
+    let retry: u32 = r.header("Retry-After").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    let body = text(&r);
+    assert!(body.contains("Easy there"), "{body}");
+    assert!(body.contains("Too fast for slow.test."), "{body}");
+    assert!(request_id_in(&body).bytes().all(|b| b.is_ascii_hexdigit()));
+    // A client that does not ask for HTML gets the built-in text page, with
+    // its request id.
+    let r = request(g.addr, &get_close("slow.test", "/"));
+    assert_eq!(r.status, 429);
+    let body = text(&r);
+    assert!(body.starts_with("429 Too Many Requests\n"), "{body}");
+    let id = body.trim_end().rsplit(' ').next().unwrap();
+    assert_eq!(id.len(), 24, "{body}");
+    assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{body}");
+}

@@ -520,9 +520,9 @@ impl Conn {
             close: true,
             keep_alive_10: false,
         };
-        snap.pages
-            .get(status, html)
-            .write_into(&mut self.wbuf, &ctx);
+        let page = snap.pages.get(status, html);
+        page.write_into(&mut self.wbuf, &ctx);
+        page.stamp(&mut self.wbuf, head_only, || self.shard.request_id());
         self.shard.stats.response(status.code());
     }
 
@@ -637,10 +637,14 @@ impl Conn {
             keep_alive_10: head.keep_alive_10 && !close,
         };
         match end {
-            LocalEnd::Answer(a) => a.write_end(&mut self.wbuf, &ctx),
+            LocalEnd::Answer(a) => {
+                a.write_end(&mut self.wbuf, &ctx);
+                a.stamp(&mut self.wbuf, head_only, || self.shard.request_id());
+            }
             LocalEnd::HeadOnly => end_head(&mut self.wbuf, &ctx),
             LocalEnd::RateLimited(page, retry_after_s) => {
-                page.write_into(&mut self.wbuf, retry_after_s, &ctx)
+                page.write_into(&mut self.wbuf, retry_after_s, &ctx);
+                page.stamp(&mut self.wbuf, head_only, || self.shard.request_id());
             }
             LocalEnd::Written => {}
         }

@@ -277,9 +277,9 @@ impl Conn {
             close,
             keep_alive_10: head.keep_alive_10 && !close,
         };
-        snap.pages
-            .get(status, head.wants_html)
-            .write_into(&mut self.wbuf, &ctx);
+        let page = snap.pages.get(status, head.wants_html);
+        page.write_into(&mut self.wbuf, &ctx);
+        page.stamp(&mut self.wbuf, ctx.head_only, || self.shard.request_id());
         self.shard.stats.response(status.code());
     }
 

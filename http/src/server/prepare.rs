@@ -155,6 +155,7 @@ pub(super) fn prepare<'s>(
                 };
                 let answer = page.for_client(head.wants_html);
                 answer.write_into(p.wbuf, &whole_ctx);
+                answer.stamp(p.wbuf, head_only, || p.shard.request_id());
                 if busy {
                     if let Some(c) = p.shard.gate_mut().access_counters.get_mut(list as usize) {
                         c.queue_refusals += 1;
@@ -244,6 +245,7 @@ pub(super) fn prepare<'s>(
             }
             let page = snap.pages.get(ErrorStatus::BadRequest, head.wants_html);
             page.write_into(p.wbuf, &close_ctx(&date, head_only));
+            page.stamp(p.wbuf, head_only, || p.shard.request_id());
             p.shard.stats.response(400);
             return Plan::RefuseClose(ErrorKind::BadRequest, ticket);
         }
@@ -273,12 +275,14 @@ pub(super) fn prepare<'s>(
                 let page = snap.gate.access_lists[list as usize].challenge_page();
                 let answer = page.for_client(head.wants_html);
                 answer.write_into(p.wbuf, &whole_ctx);
+                answer.stamp(p.wbuf, head_only, || p.shard.request_id());
                 (LocalEnd::Written, answer.status)
             }
         },
         Verdict::Challenge(page) => {
             let answer = page.for_client(head.wants_html);
             answer.write_into(p.wbuf, &whole_ctx);
+            answer.stamp(p.wbuf, head_only, || p.shard.request_id());
             (LocalEnd::Written, answer.status)
         }
         Verdict::Maintenance(m) => {
@@ -290,6 +294,29 @@ pub(super) fn prepare<'s>(
             };
             m.write_into(p.wbuf, head.wants_html, &vars, &whole_ctx);
             (LocalEnd::Written, m.status())
+        }
+        // The host's own 429 page, with the Retry-After of the refusal.
+        Verdict::Refuse(ErrorStatus::TooManyRequests)
+            if decision.retry_after_s > 0
+                && head.wants_html
+                && custom.is_some_and(|c| c.get(ErrorStatus::TooManyRequests).is_some()) =>
+        {
+            let id = p.shard.request_id();
+            let vars = PageVars {
+                request_id: &id,
+                host: host.unwrap_or(b""),
+                cf_ray,
+            };
+            let mut line = [0u8; 32];
+            let retry = retry_after_line(&mut line, decision.retry_after_s);
+            if let Some(cp) = custom.and_then(|c| c.get(ErrorStatus::TooManyRequests)) {
+                let ctx = WriteCtx {
+                    close: close_now || decision.close,
+                    ..whole_ctx
+                };
+                cp.write_into(p.wbuf, &vars, retry, &ctx);
+            }
+            (LocalEnd::Written, 429)
         }
         Verdict::Refuse(ErrorStatus::TooManyRequests) if decision.retry_after_s > 0 => (
             LocalEnd::RateLimited(
@@ -322,6 +349,7 @@ pub(super) fn prepare<'s>(
                 let page = snap.pages.get(s, head.wants_html);
                 if is_limit(s) {
                     page.write_into(p.wbuf, &close_ctx(&date, head_only));
+                    page.stamp(p.wbuf, head_only, || p.shard.request_id());
                     p.shard.stats.response(s.code());
                     return Plan::RefuseClose(ErrorKind::Limit, ticket);
                 }
@@ -338,6 +366,28 @@ pub(super) fn prepare<'s>(
         ticket,
         close: decision.close,
     }
+}
+
+/// `Retry-After: N\r\n` in `buf`. No allocation.
+fn retry_after_line(buf: &mut [u8; 32], seconds: u32) -> &[u8] {
+    const NAME: &[u8] = b"Retry-After: ";
+    buf[..NAME.len()].copy_from_slice(NAME);
+    let mut digits = [0u8; 10];
+    let mut n = seconds;
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let d = &digits[i..];
+    let end = NAME.len() + d.len();
+    buf[NAME.len()..end].copy_from_slice(d);
+    buf[end..end + 2].copy_from_slice(b"\r\n");
+    &buf[..end + 2]
 }
 
 pub(super) fn close_ctx(date: &[u8], head_only: bool) -> WriteCtx<'_> {
