@@ -590,5 +590,9 @@ pub fn write_error_page(
     end_head(out, ctx);
     if !ctx.head_only {
         out.extend_from_slice(answer.body());
+        // The built-in page's request id: the one the custom page would show.
+        if let Ok(id) = <&[u8; 24]>::try_from(vars.request_id) {
+            answer.stamp(out, false, || *id);
+        }
     }
 }

@@ -98,7 +98,7 @@ fn builtin_html(status: ErrorStatus) -> String {
 fn builtin_html_for(code: u16, sentence: &str) -> String {
     let reason = reason_phrase(code);
     format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{code} {reason}</title><style>{STYLE}</style></head><body><main><p class=\"s\">{code}</p><h1>{reason}</h1><p>{sentence}</p><footer>gapura · request {REQUEST_ID_SLOT}</footer></main></body></html>\n"
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{code} {reason}</title><style>{STYLE}</style></head><body><main><p class=\"s\">{code}</p><h1>{reason}</h1><p>{sentence}</p><footer>gapura - request {REQUEST_ID_SLOT}</footer></main></body></html>\n"
     )
 }
 

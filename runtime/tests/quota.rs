@@ -37,11 +37,16 @@ fn over_the_rate_limit_answers_429_with_retry_after_and_robots_txt_is_exempt() {
     assert!((59..=60).contains(&s), "Retry-After {s}");
     assert_eq!(r.header("Content-Type"), Some("text/plain; charset=utf-8"));
     assert_eq!(r.header("Cache-Control"), Some("no-store"));
-    assert_eq!(
-        String::from_utf8(r.body.clone()).unwrap(),
-        format!(
-            "429 Too Many Requests\nRateLimited: too many requests. Retry after {s} seconds.\n"
-        )
+    let body = String::from_utf8(r.body.clone()).unwrap();
+    let id = body
+        .strip_prefix(&format!(
+            "429 Too Many Requests\nRateLimited: too many requests. Retry after {s} seconds.\nrequest "
+        ))
+        .and_then(|rest| rest.strip_suffix('\n'))
+        .unwrap_or_else(|| panic!("{body:?}"));
+    assert!(
+        id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{body:?}"
     );
 
     // HTML for a browser, on the same keep-alive connection.

@@ -504,7 +504,7 @@ fn the_challenge_and_busy_pages_are_precomputed() {
     }
     assert_eq!(
         l.challenge_page().text.body(),
-        b"401 Unauthorized\nauthentication required\n"
+        b"401 Unauthorized\nauthentication required\nrequest ------------------------\n"
     );
     // The realm defaults to the list's name.
     let unnamed = AccessList::from_parts(AccessListParts {
