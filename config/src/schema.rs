@@ -67,6 +67,17 @@ pub(crate) struct RawServer {
     pub unknown_host: Opt<i64>,
     /// The access list checked at accept (its address side).
     pub access_list: Opt<String>,
+    pub access_log: Option<Spanned<RawAccessLog>>,
+}
+
+/// `[server] access_log = { path, format, log_addresses, log_query }`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAccessLog {
+    pub path: Opt<String>,
+    pub format: Opt<String>,
+    pub log_addresses: Opt<String>,
+    pub log_query: Opt<bool>,
 }
 
 /// `[defaults]`: every host-level setting (see `rawblocks::RawBundle`).

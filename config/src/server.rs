@@ -8,6 +8,7 @@ use crate::error::Errors;
 use crate::schema::{IntOrString, Opt, RawServer};
 use crate::settings::{Driver, RuntimeSettings, Shards, Steering};
 use crate::values::{as_u64, choice, int_in};
+use gapura_gate::snapshot::{AccessLogSettings, LogFormat};
 use gapura_gate::{ErrorStatus, ServerSettings};
 use std::net::SocketAddr;
 
@@ -154,7 +155,59 @@ fn check_connections(s: &RawServer, e: &mut Errors<'_>) -> ServerSettings {
             u32::try_from(n).unwrap_or(u32::MAX)
         }),
         unknown_host: check_unknown_host(&s.unknown_host, ds.unknown_host, e),
+        access_log: check_access_log(s, e),
     }
+}
+
+/// `access_log`: off unless written; a path is required.
+fn check_access_log(s: &RawServer, e: &mut Errors<'_>) -> Option<AccessLogSettings> {
+    let raw = s.access_log.as_ref()?;
+    let a = raw.get_ref();
+    let path = match &a.path {
+        Some(p) if !p.get_ref().trim().is_empty() && !p.get_ref().contains('\0') => {
+            p.get_ref().clone()
+        }
+        Some(p) => {
+            e.push(
+                "server.access_log.path.invalid",
+                "server.access_log.path",
+                p.span(),
+                "the access log's path must be a file name, not blank",
+            );
+            return None;
+        }
+        None => {
+            e.push(
+                "server.access_log.path.required",
+                "server.access_log.path",
+                raw.span(),
+                "an access log needs the file it writes, such as path = \"/var/log/gapura/access.log\"",
+            );
+            return None;
+        }
+    };
+    let format = choice(
+        e,
+        &a.format,
+        "server.access_log.format",
+        "server.access_log.format.invalid",
+        &[("json", LogFormat::Json), ("combined", LogFormat::Combined)],
+        LogFormat::Json,
+    );
+    let hash_addresses = choice(
+        e,
+        &a.log_addresses,
+        "server.access_log.log_addresses",
+        "server.access_log.log_addresses.invalid",
+        &[("plain", false), ("hash", true)],
+        false,
+    );
+    Some(AccessLogSettings {
+        path,
+        format,
+        hash_addresses,
+        log_query: a.log_query.as_ref().is_some_and(|v| *v.get_ref()),
+    })
 }
 
 /// `unknown_host`: 404 or 421.

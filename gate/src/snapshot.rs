@@ -29,6 +29,29 @@ pub struct ServerSettings {
     pub max_connections_per_shard: u32,
     /// Answer for a Host no host claims and no default host takes (404 or 421).
     pub unknown_host: ErrorStatus,
+    /// The access log (`[server] access_log`); `None`: off.
+    pub access_log: Option<AccessLogSettings>,
+}
+
+/// `[server] access_log`: where every answered request is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessLogSettings {
+    /// The file, opened by the runtime's writer (append, created 0640).
+    pub path: String,
+    pub format: LogFormat,
+    /// Write the client address as its keyed hash, never the address.
+    pub hash_addresses: bool,
+    /// Keep the query string in the logged path.
+    pub log_query: bool,
+}
+
+/// The access log's line format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// The combined log format (referer and user agent written as `-`).
+    Combined,
 }
 
 impl Default for ServerSettings {
@@ -41,6 +64,7 @@ impl Default for ServerSettings {
             max_requests_per_connection: 0,
             max_connections_per_shard: 16_384,
             unknown_host: ErrorStatus::NotFound,
+            access_log: None,
         }
     }
 }

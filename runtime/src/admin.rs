@@ -106,6 +106,8 @@ const SHARD_METRICS: &[(&str, &str, &str, Getter)] = &[
     ("gapura_upgrades_total", "counter", "Connections tunnelled after 101 Switching Protocols.", |s| s.upgrades.get()),
     ("gapura_websocket_dropped_total", "counter", "WebSocket messages dropped over their host's message rate or size.", |s| s.websocket_dropped.get()),
     ("gapura_websocket_closed_total", "counter", "WebSocket tunnels closed over a message limit (1008 or 1009).", |s| s.websocket_closed.get()),
+    ("gapura_access_log_lines_total", "counter", "Access log lines written into the shard's buffer.", |s| s.access_log_lines.get()),
+    ("gapura_access_log_dropped_total", "counter", "Access log lines dropped because the writer's queue or the shard's buffer was full.", |s| s.access_log_dropped.get()),
     ("gapura_connection_rate_refused_total", "counter", "Requests over their connection's request rate (429, then the connection closes).", |s| s.connection_rate_refused.get()),
     ("gapura_quota_admitted_total", "counter", "Requests that passed the budgets (global, source, operation, leases, identity).", |s| s.quota_admitted.get()),
     ("gapura_quota_shadow_total", "counter", "Quota refusals let through by shadow mode.", |s| s.quota_shadow.get()),

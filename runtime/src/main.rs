@@ -17,8 +17,10 @@
 //! - `verify`: the password-verification pool; `health`: active health
 //!   checks.
 //! - `admin`: `/healthz` and `/metrics`; `log`: one-line logs;
+//!   `accesslog`: the access log's writer thread;
 //!   `random`: the kernel's randomness.
 
+mod accesslog;
 mod admin;
 mod cli;
 mod explain;

@@ -14,7 +14,7 @@ use crate::publish::SnapshotCell;
 use crate::shard::{self, Control, ShardSpec};
 use gapura_config::{Compiled, RuntimeSettings, Shards, Steering};
 use gapura_http::server::ShardStats;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -135,6 +135,13 @@ fn start(
     let stats: Vec<Arc<ShardStats>> = (0..shard_count)
         .map(|_| Arc::new(ShardStats::default()))
         .collect();
+    let first = cell.load();
+    let (log_tx, log_writer) = crate::accesslog::LogWriter::start(
+        first.server.access_log.as_ref().map(|a| a.path.as_str()),
+        shard_count,
+    )
+    .map_err(|e| format!("access log writer: {e}"))?;
+    drop(first);
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
     for (id, listeners) in per_shard.into_iter().enumerate() {
@@ -154,6 +161,7 @@ fn start(
             id_prefix,
             key_seed,
             verifier: verifier.clone(),
+            access_log: log_tx.clone(),
         };
         let tx = tx.clone();
         let handle = std::thread::Builder::new()
@@ -198,6 +206,7 @@ fn start(
 
     let stop_health = Arc::new(std::sync::atomic::AtomicBool::new(false));
     crate::health::spawn(cell.clone(), board.clone(), stop_health.clone());
+    drop(log_tx);
     let result = control_loop(
         &cell,
         &control,
@@ -206,6 +215,7 @@ fn start(
         profile.as_deref(),
         watch,
         &mut slots,
+        &log_writer,
     );
     stop_health.store(true, Ordering::Relaxed);
     result?;
@@ -213,6 +223,8 @@ fn start(
     for t in threads {
         let _ = t.join();
     }
+    // Every shard has handed over its last lines: write them, then stop.
+    log_writer.finish();
     log!("stopped");
     Ok(ExitCode::SUCCESS)
 }
@@ -221,6 +233,7 @@ fn mtime(p: &Path) -> Option<SystemTime> {
     std::fs::metadata(p).and_then(|m| m.modified()).ok()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn control_loop(
     cell: &SnapshotCell,
     control: &Control,
@@ -229,8 +242,9 @@ fn control_loop(
     profile: Option<&Path>,
     watch: bool,
     slots: &mut crate::health::Slots,
+    log_writer: &crate::accesslog::LogWriter,
 ) -> Result<(), String> {
-    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM, SIGINT])
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM, SIGINT, SIGUSR1])
         .map_err(|e| format!("signals: {e}"))?;
     let mut last_mtime = profile.and_then(mtime);
     loop {
@@ -238,6 +252,10 @@ fn control_loop(
         for sig in signals.pending() {
             match sig {
                 SIGHUP => reload = true,
+                SIGUSR1 => {
+                    log_writer.reopen();
+                    log!("access log: reopening");
+                }
                 SIGTERM | SIGINT => {
                     log!(
                         "draining: no new connections; waiting up to {} ms for requests in flight",
@@ -261,6 +279,8 @@ fn control_loop(
         }
         if reload {
             do_reload(cell, global, settings, profile, slots);
+            let current = cell.load();
+            log_writer.set_path(current.server.access_log.as_ref().map(|a| a.path.as_str()));
         }
         std::thread::sleep(Duration::from_millis(50));
     }

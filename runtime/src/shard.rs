@@ -48,6 +48,8 @@ pub struct ShardSpec {
     /// Per-process random seed of the gate's keyed hashes.
     pub key_seed: [u8; 16],
     pub verifier: Arc<dyn gapura_http::server::verify::VerifyPool>,
+    /// Where the access log's buffers go.
+    pub access_log: std::sync::mpsc::SyncSender<Vec<u8>>,
 }
 
 /// What a shard reports once it is serving (or why it could not).
@@ -104,7 +106,8 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
             spec.id_prefix,
             gate,
         )
-        .with_verifier(spec.verifier.clone()),
+        .with_verifier(spec.verifier.clone())
+        .with_access_log(spec.access_log.clone()),
     );
     let mut listeners = Vec::new();
     for (addr, std_listener, proxy_protocol) in spec.listeners {
@@ -129,6 +132,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
             let now_ms = ticker.now_ms();
             ticker.gate.borrow_mut().sweep(now_ms, 4096);
             ticker.publish_gate_counters();
+            ticker.flush_access_log();
             ticker
                 .stats
                 .upstream_idle
@@ -152,6 +156,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
     while shard.busy_connections() > 0 && monoio::time::Instant::now() < deadline {
         monoio::time::sleep(Duration::from_millis(10)).await;
     }
+    shard.flush_access_log();
     log!(
         "shard {} drained ({} busy connections left, {} open)",
         spec.id,

@@ -217,3 +217,31 @@ fn unknown_host_status_is_404_or_421() {
         ErrorStatus::NotFound
     );
 }
+
+#[test]
+fn the_access_log_needs_a_path_and_known_choices() {
+    let c = ok("[server]\naccess_log = { path = \"/tmp/a.log\", format = \"combined\", log_addresses = \"hash\", log_query = true }\n");
+    let a = c.snapshot.server.access_log.as_ref().unwrap();
+    assert_eq!(a.path, "/tmp/a.log");
+    assert_eq!(a.format, gapura_gate::snapshot::LogFormat::Combined);
+    assert!(a.hash_addresses && a.log_query);
+    assert!(ok("").snapshot.server.access_log.is_none());
+    assert_eq!(
+        one("[server]\naccess_log = { format = \"json\" }\n"),
+        at(
+            "server.access_log.path.required",
+            "server.access_log.path",
+            2,
+            14
+        )
+    );
+    assert_eq!(
+        one("[server]\naccess_log = { path = \"a\", format = \"xml\" }\n"),
+        at(
+            "server.access_log.format.invalid",
+            "server.access_log.format",
+            2,
+            37
+        )
+    );
+}

@@ -91,6 +91,49 @@ pub struct Decision<'s> {
     /// Close the connection once the answer is sent (over the connection's
     /// request rate).
     pub close: bool,
+    /// The step that decided the verdict (for the access log).
+    pub step: Block,
+}
+
+/// The chain's steps by name, for what the access log says decided a
+/// request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Block {
+    /// Step 3: no host takes the request.
+    Host,
+    /// The path cannot be made canonical.
+    Path,
+    Budgets,
+    ConnectionRate,
+    AccessAddress,
+    RuleSet,
+    Access,
+    RateLimit,
+    RequestLimits,
+    Robots,
+    Maintenance,
+    /// Step 13: the host's answer.
+    Answer,
+}
+
+impl Block {
+    /// The access log's name of the step.
+    pub fn name(self) -> &'static str {
+        match self {
+            Block::Host => "host",
+            Block::Path => "path",
+            Block::Budgets => "budgets",
+            Block::ConnectionRate => "connection_rate",
+            Block::AccessAddress => "access_address",
+            Block::RuleSet => "rule_set",
+            Block::Access => "access_list",
+            Block::RateLimit => "rate_limit",
+            Block::RequestLimits => "request_limits",
+            Block::Robots => "robots",
+            Block::Maintenance => "maintenance",
+            Block::Answer => "answer",
+        }
+    }
 }
 
 /// `GET` or `HEAD /robots.txt`: answered by the managed file, never ruled
@@ -151,11 +194,13 @@ impl Snapshot {
             strip_authorization: false,
             via: resolved.via,
             close: false,
+            step: Block::Host,
         };
         let Some(entry) = entry else {
             return self.unknown_host(decision, req, state, now_ms, trace);
         };
         let Some(canonical) = self.canonical_path(entry, req.path, scratch, trace) else {
+            decision.step = Block::Path;
             // Step 4 still: a path that cannot be made canonical pays too.
             if start != Start::Beginning
                 || self.pays(&mut decision, req, &entry.policy, state, now_ms, trace)
@@ -206,6 +251,7 @@ impl Snapshot {
             Err(retry_after_s) => {
                 decision.retry_after_s = retry_after_s;
                 decision.verdict = Verdict::Refuse(ErrorStatus::TooManyRequests);
+                decision.step = Block::Budgets;
                 false
             }
         }

@@ -295,6 +295,15 @@ impl GateState {
         Ok(None)
     }
 
+    /// A client address as the access log writes it with `log_addresses =
+    /// "hash"`: its keyed hash (the whole address, keyed by the process's
+    /// seed, so it is stable for the process's life and useless elsewhere).
+    pub fn address_hash(&self, addr: IpAddr) -> u64 {
+        let whole = SourcePrefix::new(32, 128).unwrap_or(SourcePrefix::RATE);
+        self.keyer
+            .source(crate::quota::Domain::LogAddress, addr, whole)
+    }
+
     /// The password check a `Verdict::Verify` asked for: run it off the
     /// shard. `None` when the last decision asked for none. O(1).
     pub fn take_job(&mut self) -> Option<crate::access::VerifyJob> {

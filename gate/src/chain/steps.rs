@@ -8,7 +8,7 @@
 //! [`Mode::apply`]. Cost: what each block costs; the steps are inlined into
 //! one function, so naming them costs nothing. No allocation.
 
-use super::{Decision, Request, Start, Step, Trace};
+use super::{Block, Decision, Request, Start, Step, Trace};
 use crate::access::{AccessDecision, AddressRefusal, CredentialsFact};
 use crate::chain::{AccessStepOutcome, GateState};
 use crate::client::HeaderLines;
@@ -68,15 +68,25 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// chain's order: a test holds it to the table in docs/gate.md.
     #[inline(always)]
     fn blocks(&mut self) -> Next<'s> {
-        self.budgets()?;
-        self.connection_rate()?;
-        self.access_address()?;
-        self.rule_set()?;
-        self.access_credentials()?;
-        self.rate_limit()?;
-        self.request_limits()?;
-        self.robots()?;
-        self.maintenance()
+        self.at(Block::Budgets).budgets()?;
+        self.at(Block::ConnectionRate).connection_rate()?;
+        self.at(Block::AccessAddress).access_address()?;
+        self.at(Block::RuleSet).rule_set()?;
+        self.at(Block::Access).access_credentials()?;
+        self.at(Block::RateLimit).rate_limit()?;
+        self.at(Block::RequestLimits).request_limits()?;
+        self.at(Block::Robots).robots()?;
+        self.at(Block::Maintenance).maintenance()?;
+        self.decision.step = Block::Answer;
+        ControlFlow::Continue(())
+    }
+
+    /// Notes the block about to run: the one that ends the request is the
+    /// step the access log names.
+    #[inline(always)]
+    fn at(&mut self, block: Block) -> &mut Self {
+        self.decision.step = block;
+        self
     }
 
     /// Whether steps 4 to 8 are behind the request (a password verified off
@@ -471,6 +481,7 @@ impl Snapshot {
         }
         if let Some(r) = self.limit_refusal(&decision.limits, req, trace) {
             decision.verdict = Verdict::Refuse(limit_status(r));
+            decision.step = Block::RequestLimits;
         }
         decision
     }

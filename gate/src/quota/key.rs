@@ -50,6 +50,9 @@ pub enum Domain {
     ConnectionRate = 8,
     /// Anything a later block keys by plain bytes (an operation, a tenant).
     Other = 9,
+    /// A client address as the access log writes it when addresses are
+    /// hashed.
+    LogAddress = 10,
 }
 
 /// How much of a client address a key keeps, per family.

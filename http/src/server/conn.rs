@@ -13,6 +13,7 @@
 //! (a trickle cannot extend it); the body timeout bounds each body read; the
 //! write timeout each write. A timed-out connection is closed.
 
+use super::accesslog::LogRecord;
 use super::leases::{Held, Leases};
 use super::prepare::{prepare, LocalEnd, PageCopy, Plan, Prep, Resume};
 use super::stats::ErrorKind;
@@ -105,6 +106,10 @@ pub(super) struct Conn {
     held: Held,
     /// The connection's request bucket (a host's `connection_rate`).
     bucket: std::cell::Cell<gapura_gate::quota::Bucket>,
+    /// The current request's access log facts (while the profile logs).
+    pub(super) log: Option<Box<LogRecord>>,
+    /// Bytes handed to the socket so far.
+    pub(super) sent: u64,
     /// The peer the gate sees: the TCP peer, or a trusted PROXY header's source.
     pub(super) client_peer: Peer,
     /// The connection's place in its prefix's concurrency limit.
@@ -135,6 +140,8 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
         resume_leases: None,
         held: Held::default(),
         bucket: Default::default(),
+        log: None,
+        sent: 0,
         client_peer: Peer::tcp(peer.ip()),
         connection_token: None,
         page_vars: PageCopy::default(),
@@ -291,7 +298,14 @@ impl Conn {
                     let paid =
                         snap.pay_unparsed(self.client_peer, &mut self.shard.gate_mut(), now_ms);
                     self.hold(paid).await;
+                    self.begin_log(&snap);
                     self.write_page(&snap, status, false, false);
+                    if let Some(rec) = self.log.as_deref_mut() {
+                        rec.client = Some(self.client_peer.addr());
+                        rec.verdict = "refuse";
+                        rec.step = "parser";
+                    }
+                    self.finish_log(&snap);
                     return self.close_after_refusal(kind).await;
                 }
                 Parse::Complete(head, lines) => {
@@ -300,7 +314,10 @@ impl Conn {
                     if resume.is_none() {
                         self.shard.stats.requests.inc();
                         self.served += 1;
+                        let before = self.sent + self.wbuf.len() as u64;
+                        begin_log(&mut self.log, &self.shard, before, &snap);
                     }
+                    let request_id = self.log.as_deref().map(|r| r.request_id);
                     let plan = prepare(
                         Prep {
                             shard: &self.shard,
@@ -312,6 +329,12 @@ impl Conn {
                             paid: self.resume_leases.take().and_then(Leases::into_ticket),
                             page_vars: &mut self.page_vars,
                             connection: &self.bucket,
+                            log: if snap.server.access_log.is_some() {
+                                self.log.as_deref_mut()
+                            } else {
+                                None
+                            },
+                            request_id,
                         },
                         &snap,
                         &head,
@@ -319,6 +342,9 @@ impl Conn {
                     );
                     self.set_busy(true);
                     self.head_deadline = None;
+                    if let Plan::Local { status, .. } = plan {
+                        self.log_status(status);
+                    }
                     match plan {
                         Plan::Verify { job, list, ticket } => {
                             // The head stays in the buffer: it is decided
@@ -333,6 +359,7 @@ impl Conn {
                         }
                         Plan::Drop => {
                             self.shard.stats.gate_drops.inc();
+                            self.finish_log(&snap);
                             return End::Done;
                         }
                         // By reference: each field is then read as it was
@@ -341,7 +368,9 @@ impl Conn {
                         // to reach the cache).
                         ref plan => {
                             self.pos += head.head_len;
-                            if let Err(end) = self.execute(&snap, &head, plan).await {
+                            let done = self.execute(&snap, &head, plan).await;
+                            self.finish_log(&snap);
+                            if let Err(end) = done {
                                 return end;
                             }
                         }
@@ -498,6 +527,7 @@ impl Conn {
         let buf = std::mem::take(&mut self.wbuf);
         let ms = self.shard.snapshot().server.write_timeout_ms;
         self.shard.stats.writes.inc();
+        self.sent += buf.len() as u64;
         let deadline = clock::deadline(ms);
         match monoio::time::timeout_at(deadline, self.stream.write_all(buf)).await {
             Ok((Ok(_), mut buf)) => {
@@ -522,8 +552,11 @@ impl Conn {
         };
         let page = snap.pages.get(status, html);
         page.write_into(&mut self.wbuf, &ctx);
-        page.stamp(&mut self.wbuf, head_only, || self.shard.request_id());
+        page.stamp(&mut self.wbuf, head_only, || {
+            request_id(&self.log, &self.shard)
+        });
         self.shard.stats.response(status.code());
+        self.log_status(status.code());
     }
 
     /// After a refusal that closes: flush, stop writing, discard what the
@@ -575,7 +608,12 @@ impl Conn {
                 extras,
             } => {
                 let held = leases(ticket);
-                return match self.forward(head, route, group, snap, limits, extras).await {
+                let started = std::time::Instant::now();
+                let forwarded = self.forward(head, route, group, snap, limits, extras).await;
+                if let Some(rec) = self.log.as_deref_mut() {
+                    rec.upstream_ms = Some(started.elapsed().as_millis() as u64);
+                }
+                return match forwarded {
                     // The tunnel holds them for its life.
                     Err(End::Upgrade(mut up)) => {
                         up.leases = held;
@@ -639,12 +677,16 @@ impl Conn {
         match end {
             LocalEnd::Answer(a) => {
                 a.write_end(&mut self.wbuf, &ctx);
-                a.stamp(&mut self.wbuf, head_only, || self.shard.request_id());
+                a.stamp(&mut self.wbuf, head_only, || {
+                    request_id(&self.log, &self.shard)
+                });
             }
             LocalEnd::HeadOnly => end_head(&mut self.wbuf, &ctx),
             LocalEnd::RateLimited(page, retry_after_s) => {
                 page.write_into(&mut self.wbuf, retry_after_s, &ctx);
-                page.stamp(&mut self.wbuf, head_only, || self.shard.request_id());
+                page.stamp(&mut self.wbuf, head_only, || {
+                    request_id(&self.log, &self.shard)
+                });
             }
             LocalEnd::Written => {}
         }
@@ -660,6 +702,35 @@ impl Conn {
             self.hold_guard(leases).await?;
         }
         Ok(())
+    }
+
+    /// Starts the access log record of a new request (when the profile
+    /// logs): its start, its id, the bytes before it.
+    fn begin_log(&mut self, snap: &Snapshot) {
+        let before = self.sent + self.wbuf.len() as u64;
+        begin_log(&mut self.log, &self.shard, before, snap);
+    }
+
+    /// Writes the current request's access log line.
+    fn finish_log(&mut self, snap: &Snapshot) {
+        let (Some(settings), Some(rec)) = (&snap.server.access_log, self.log.as_deref()) else {
+            return;
+        };
+        if !rec.active() {
+            return;
+        }
+        let bytes = (self.sent + self.wbuf.len() as u64).saturating_sub(rec.sent_before);
+        self.shard.log_request(settings, rec, bytes);
+        if let Some(rec) = self.log.as_deref_mut() {
+            rec.end();
+        }
+    }
+
+    /// The status of the current request's answer, for its log line.
+    pub(super) fn log_status(&mut self, status: u16) {
+        if let Some(rec) = self.log.as_deref_mut() {
+            rec.status = status;
+        }
     }
 
     /// Keeps an answer's leases until the flush that sends it (flushing
@@ -767,6 +838,25 @@ impl Conn {
                 return BodyEnd::End(end);
             }
         }
+    }
+}
+
+/// Starts the access log record of a new request (when the profile logs):
+/// its start, its id, the bytes sent and queued before it.
+fn begin_log(log: &mut Option<Box<LogRecord>>, shard: &Shard, before: u64, snap: &Snapshot) {
+    if snap.server.access_log.is_none() {
+        return;
+    }
+    log.get_or_insert_with(Default::default)
+        .begin(before, shard.request_id());
+}
+
+/// The current request's id: the access log's while the profile logs, so a
+/// page, the upstream's header and the log line agree; else a fresh one.
+pub(super) fn request_id(log: &Option<Box<LogRecord>>, shard: &Shard) -> [u8; 24] {
+    match log.as_deref() {
+        Some(rec) if rec.active() => rec.request_id,
+        _ => shard.request_id(),
     }
 }
 

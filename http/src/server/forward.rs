@@ -279,8 +279,11 @@ impl Conn {
         };
         let page = snap.pages.get(status, head.wants_html);
         page.write_into(&mut self.wbuf, &ctx);
-        page.stamp(&mut self.wbuf, ctx.head_only, || self.shard.request_id());
+        page.stamp(&mut self.wbuf, ctx.head_only, || {
+            super::conn::request_id(&self.log, &self.shard)
+        });
         self.shard.stats.response(status.code());
+        self.log_status(status.code());
     }
 
     /// Moves the body bytes already in `rbuf` to `ubuf`.
@@ -433,6 +436,7 @@ impl Conn {
                             &ctx,
                         );
                         self.shard.stats.response(r.status);
+                        self.log_status(r.status);
                         if self.flush().await.is_err() {
                             return Attempt::ClientGone;
                         }
@@ -454,6 +458,9 @@ impl Conn {
             };
             if let Some((r, close, interim)) = outcome {
                 self.shard.stats.response(r.status);
+                if !interim {
+                    self.log_status(r.status);
+                }
                 if !interim {
                     break (r, close);
                 }
@@ -624,6 +631,7 @@ impl Conn {
         }
         let buf = std::mem::take(&mut self.urbuf);
         let ms = self.shard.snapshot().server.write_timeout_ms;
+        self.sent += buf.len() as u64;
         match monoio::time::timeout_at(clock::deadline(ms), self.stream.write_all(buf)).await {
             Ok((Ok(_), buf)) => {
                 self.urbuf = buf;

@@ -1,5 +1,6 @@
 //! The HTTP/1.1 server side: a shard's shared context and the connection loop.
 
+pub mod accesslog;
 pub mod conn;
 pub mod date;
 mod forward;
@@ -77,6 +78,8 @@ pub struct Shard {
     /// Lease releases that found `gate` borrowed (`leases`): carried out by
     /// the next `gate_mut`. At most one per running request.
     deferred_releases: RefCell<Vec<leases::Release>>,
+    /// This shard's access log buffer (`accesslog`).
+    pub access_log: RefCell<accesslog::ShardLog>,
     started: monoio::time::Instant,
     /// Where password checks run (none: every check answers 429).
     pub verifier: Option<Arc<dyn verify::VerifyPool>>,
@@ -151,9 +154,16 @@ impl Shard {
             scratch: RefCell::new(Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES])),
             gate: RefCell::new(gate),
             deferred_releases: RefCell::new(Vec::new()),
+            access_log: RefCell::new(accesslog::ShardLog::default()),
             started: monoio::time::Instant::now(),
             verifier: None,
         }
+    }
+
+    /// Sends the access log's buffers to `tx` (the runtime's writer).
+    pub fn with_access_log(self, tx: std::sync::mpsc::SyncSender<Vec<u8>>) -> Shard {
+        *self.access_log.borrow_mut() = accesslog::ShardLog::new(tx);
+        self
     }
 
     /// Sets the verification pool (at start).

@@ -5,6 +5,7 @@
 //! connection's buffer here, and every such borrow ends before the
 //! connection awaits anything.
 
+use super::accesslog::LogRecord;
 use super::stats::ErrorKind;
 use super::{Lines, Shard};
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
@@ -39,6 +40,10 @@ pub(super) struct Prep<'a> {
     pub page_vars: &'a mut PageCopy,
     /// The connection's request bucket (step 5).
     pub connection: &'a Cell<Bucket>,
+    /// The request's access log record, while the profile logs.
+    pub log: Option<&'a mut LogRecord>,
+    /// The request's id when it has one already (the access log's).
+    pub request_id: Option<[u8; 24]>,
 }
 
 /// What a request's head decided, to be carried out once the borrows of
@@ -102,6 +107,12 @@ pub(super) fn prepare<'s>(
     lines: &[httparse::Header<'_>],
 ) -> Plan<'s> {
     let buf = p.buf;
+    let shard = p.shard;
+    let known_id = p.request_id;
+    // The request's id: the access log's when it has one, so the page, the
+    // upstream's header and the log line agree.
+    let new_id = || known_id.unwrap_or_else(|| shard.request_id());
+    let mut log = p.log;
     let host = head.host.clone().map(|r| &buf[r]);
     let path = &buf[head.path.clone()];
     let headers = Lines(lines);
@@ -155,7 +166,7 @@ pub(super) fn prepare<'s>(
                 };
                 let answer = page.for_client(head.wants_html);
                 answer.write_into(p.wbuf, &whole_ctx);
-                answer.stamp(p.wbuf, head_only, || p.shard.request_id());
+                answer.stamp(p.wbuf, head_only, new_id);
                 if busy {
                     if let Some(c) = p.shard.gate_mut().access_counters.get_mut(list as usize) {
                         c.queue_refusals += 1;
@@ -200,6 +211,12 @@ pub(super) fn prepare<'s>(
     };
     // After a password check the budgets' leases were taken before it.
     let ticket = decision.ticket.or(paid);
+    if let (Some(rec), Some(settings)) = (log.as_deref_mut(), &snap.server.access_log) {
+        rec.set_request(req.method, host.unwrap_or(b""), path, settings.log_query);
+        rec.client = Some(decision.client);
+        rec.verdict = verdict_name(&decision.verdict);
+        rec.step = decision.step.name();
+    }
     let cf_ray: &[u8] = if decision.via == gapura_gate::client::Arrival::Cloudflare {
         headers.lines("cf-ray").last().unwrap_or(b"")
     } else {
@@ -227,8 +244,9 @@ pub(super) fn prepare<'s>(
                 strip_authorization: decision.strip_authorization,
             };
             let raw = &buf[..head.head_len];
-            if write_request_head(raw, lines, &fwd, p.ubuf, &mut |o| {
-                p.shard.write_request_id(o)
+            if write_request_head(raw, lines, &fwd, p.ubuf, &mut |o| match known_id {
+                Some(id) => o.extend_from_slice(&id),
+                None => shard.write_request_id(o),
             }) {
                 if entry.is_some_and(|e| {
                     e.extras.replace_upstream != gapura_gate::custom_pages::ReplaceUpstream::Off
@@ -245,8 +263,11 @@ pub(super) fn prepare<'s>(
             }
             let page = snap.pages.get(ErrorStatus::BadRequest, head.wants_html);
             page.write_into(p.wbuf, &close_ctx(&date, head_only));
-            page.stamp(p.wbuf, head_only, || p.shard.request_id());
+            page.stamp(p.wbuf, head_only, new_id);
             p.shard.stats.response(400);
+            if let Some(rec) = log {
+                rec.status = 400;
+            }
             return Plan::RefuseClose(ErrorKind::BadRequest, ticket);
         }
         Verdict::Respond(a) => {
@@ -275,18 +296,18 @@ pub(super) fn prepare<'s>(
                 let page = snap.gate.access_lists[list as usize].challenge_page();
                 let answer = page.for_client(head.wants_html);
                 answer.write_into(p.wbuf, &whole_ctx);
-                answer.stamp(p.wbuf, head_only, || p.shard.request_id());
+                answer.stamp(p.wbuf, head_only, new_id);
                 (LocalEnd::Written, answer.status)
             }
         },
         Verdict::Challenge(page) => {
             let answer = page.for_client(head.wants_html);
             answer.write_into(p.wbuf, &whole_ctx);
-            answer.stamp(p.wbuf, head_only, || p.shard.request_id());
+            answer.stamp(p.wbuf, head_only, new_id);
             (LocalEnd::Written, answer.status)
         }
         Verdict::Maintenance(m) => {
-            let id = p.shard.request_id();
+            let id = new_id();
             let vars = PageVars {
                 request_id: &id,
                 host: host.unwrap_or(b""),
@@ -301,7 +322,7 @@ pub(super) fn prepare<'s>(
                 && head.wants_html
                 && custom.is_some_and(|c| c.get(ErrorStatus::TooManyRequests).is_some()) =>
         {
-            let id = p.shard.request_id();
+            let id = new_id();
             let vars = PageVars {
                 request_id: &id,
                 host: host.unwrap_or(b""),
@@ -332,7 +353,7 @@ pub(super) fn prepare<'s>(
                 None
             };
             if let Some(cp) = custom_page {
-                let id = p.shard.request_id();
+                let id = new_id();
                 let vars = PageVars {
                     request_id: &id,
                     host: host.unwrap_or(b""),
@@ -341,6 +362,9 @@ pub(super) fn prepare<'s>(
                 if is_limit(s) {
                     cp.write_into(p.wbuf, &vars, b"", &close_ctx(&date, head_only));
                     p.shard.stats.response(s.code());
+                    if let Some(rec) = log {
+                        rec.status = s.code();
+                    }
                     return Plan::RefuseClose(ErrorKind::Limit, ticket);
                 }
                 cp.write_into(p.wbuf, &vars, b"", &whole_ctx);
@@ -349,8 +373,11 @@ pub(super) fn prepare<'s>(
                 let page = snap.pages.get(s, head.wants_html);
                 if is_limit(s) {
                     page.write_into(p.wbuf, &close_ctx(&date, head_only));
-                    page.stamp(p.wbuf, head_only, || p.shard.request_id());
+                    page.stamp(p.wbuf, head_only, new_id);
                     p.shard.stats.response(s.code());
+                    if let Some(rec) = log {
+                        rec.status = s.code();
+                    }
                     return Plan::RefuseClose(ErrorKind::Limit, ticket);
                 }
                 page.write_start(p.wbuf, &date);
@@ -388,6 +415,20 @@ fn retry_after_line(buf: &mut [u8; 32], seconds: u32) -> &[u8] {
     buf[NAME.len()..end].copy_from_slice(d);
     buf[end..end + 2].copy_from_slice(b"\r\n");
     &buf[..end + 2]
+}
+
+/// The access log's name of a verdict.
+fn verdict_name(v: &Verdict<'_>) -> &'static str {
+    match v {
+        Verdict::Respond(_) => "respond",
+        Verdict::Redirect(_) => "redirect",
+        Verdict::Refuse(_) => "refuse",
+        Verdict::Forward(..) => "forward",
+        Verdict::Drop => "drop",
+        Verdict::Challenge(_) => "challenge",
+        Verdict::Verify(_) => "verify",
+        Verdict::Maintenance(_) => "maintenance",
+    }
 }
 
 pub(super) fn close_ctx(date: &[u8], head_only: bool) -> WriteCtx<'_> {

@@ -102,6 +102,10 @@ pub struct ShardStats {
     pub websocket_closed: Counter,
     /// Requests over their connection's request rate (429, then closed).
     pub connection_rate_refused: Counter,
+    /// Access log lines written into the shard's buffer.
+    pub access_log_lines: Counter,
+    /// Access log lines dropped (the writer's queue or the buffer full).
+    pub access_log_dropped: Counter,
     /// Requests the quota step admitted (budgets, leases, rate).
     pub quota_admitted: Counter,
     /// Quota refusals (429) by level, in `gapura_gate::quota::Level` order.

@@ -1,0 +1,184 @@
+//! The access log through the real binary: one JSON line per request with
+//! every key, the deciding step named, no credentials, cookies or query;
+//! hashed addresses; the combined format; reopening on SIGUSR1.
+
+mod common;
+
+use common::gate::{basic, req_with};
+use common::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn log_profile(path: &Path, extra: &str) -> String {
+    profile(
+        &format!("access_log = {{ path = \"{}\"{extra} }}", path.display()),
+        r#"
+[[access_list]]
+name = "staff"
+users = [{ name = "alice", password_hash = "$pbkdf2-sha256$i=100000$YyL45f2NjRWx82ZN2Q0D2A$gWBUOhuyMMRVCLxwGPL+wC6YjqC2LMZqQ1Qx8O7uIUA" }]
+
+[[host]]
+names = ["log.test"]
+body = "ok\n"
+
+[[host]]
+names = ["auth.test"]
+body = "secret\n"
+access_list = "staff"
+"#,
+    )
+}
+
+/// The file's lines once it holds `n` (the shards hand lines over once a
+/// second).
+fn lines(path: &Path, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let got: Vec<String> = text.lines().map(str::to_string).collect();
+        if got.len() >= n || Instant::now() > deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn every_request_gets_a_json_line_without_secrets() {
+    let dir = TempDir::new();
+    let path = dir.0.join("access.log");
+    let g = Gapura::start(&log_profile(&path, ""));
+    let r = request(
+        g.addr,
+        &req_with(
+            "GET",
+            "log.test",
+            "/page?token=hunter2",
+            &["Cookie: session=s3cr3t", "Connection: close"],
+        ),
+    );
+    assert_eq!(r.status, 200);
+    let wrong = format!("Authorization: {}", basic("alice", "wrong-password"));
+    let r = request(
+        g.addr,
+        &req_with("GET", "auth.test", "/", &[&wrong, "Connection: close"]),
+    );
+    assert_eq!(r.status, 401);
+    let r = request(
+        g.addr,
+        &req_with("GET", "nowhere.test", "/", &["Connection: close"]),
+    );
+    assert_eq!(r.status, 404);
+    let got = lines(&path, 3);
+    assert_eq!(got.len(), 3, "{got:?}");
+    let text = got.join("\n");
+    for secret in ["hunter2", "s3cr3t", "Basic ", "wrong-password", "token="] {
+        assert!(!text.contains(secret), "{secret} in the log: {text}");
+    }
+    let first: serde_json::Value = serde_json::from_str(&got[0]).unwrap();
+    for key in [
+        "time",
+        "shard",
+        "client",
+        "host",
+        "method",
+        "path",
+        "status",
+        "bytes",
+        "upstream_ms",
+        "total_ms",
+        "request_id",
+        "verdict",
+        "step",
+    ] {
+        assert!(first.get(key).is_some(), "{key} missing: {first}");
+    }
+    assert_eq!(first["client"], "127.0.0.1");
+    assert_eq!(first["host"], "log.test");
+    assert_eq!(first["method"], "GET");
+    assert_eq!(first["path"], "/page");
+    assert_eq!(first["status"], 200);
+    assert_eq!(first["verdict"], "respond");
+    assert_eq!(first["step"], "answer");
+    assert!(first["bytes"].as_u64().unwrap() > 3);
+    assert_eq!(first["request_id"].as_str().unwrap().len(), 24);
+    let second: serde_json::Value = serde_json::from_str(&got[1]).unwrap();
+    assert_eq!(second["status"], 401);
+    assert_eq!(second["step"], "access_list");
+    let third: serde_json::Value = serde_json::from_str(&got[2]).unwrap();
+    assert_eq!(third["status"], 404);
+    assert_eq!(third["step"], "host");
+    assert_eq!(g.metric("gapura_access_log_lines_total{shard=\"0\"}"), 3);
+}
+
+#[test]
+fn hashed_addresses_and_the_combined_format() {
+    let dir = TempDir::new();
+    let path = dir.0.join("hashed.log");
+    let g = Gapura::start(&log_profile(&path, ", log_addresses = \"hash\""));
+    assert_eq!(
+        request(
+            g.addr,
+            &req_with("GET", "log.test", "/", &["Connection: close"])
+        )
+        .status,
+        200
+    );
+    let got = lines(&path, 1);
+    let v: serde_json::Value = serde_json::from_str(&got[0]).unwrap();
+    let client = v["client"].as_str().unwrap();
+    assert_eq!(client.len(), 16, "{client}");
+    assert!(client.bytes().all(|b| b.is_ascii_hexdigit()), "{client}");
+    assert!(!got[0].contains("127.0.0.1"));
+    drop(g);
+
+    let path = dir.0.join("combined.log");
+    let g = Gapura::start(&log_profile(&path, ", format = \"combined\""));
+    assert_eq!(
+        request(
+            g.addr,
+            &req_with("GET", "log.test", "/a?b=c", &["Connection: close"])
+        )
+        .status,
+        200
+    );
+    let got = lines(&path, 1);
+    assert!(got[0].starts_with("127.0.0.1 - - ["), "{}", got[0]);
+    assert!(got[0].contains("] \"GET /a HTTP/1.1\" 200 "), "{}", got[0]);
+}
+
+#[test]
+fn sigusr1_reopens_the_file_for_rotation() {
+    let dir = TempDir::new();
+    let path = dir.0.join("rotate.log");
+    let g = Gapura::start(&log_profile(&path, ""));
+    assert_eq!(
+        request(
+            g.addr,
+            &req_with("GET", "log.test", "/one", &["Connection: close"])
+        )
+        .status,
+        200
+    );
+    assert_eq!(lines(&path, 1).len(), 1);
+    let rotated = dir.0.join("rotate.log.1");
+    std::fs::rename(&path, &rotated).unwrap();
+    g.signal(libc::SIGUSR1);
+    assert!(g.wait_log("access log: reopening", Duration::from_secs(5)));
+    // Let the writer see the flag before the next buffer.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        request(
+            g.addr,
+            &req_with("GET", "log.test", "/two", &["Connection: close"])
+        )
+        .status,
+        200
+    );
+    let new = lines(&path, 1);
+    assert_eq!(new.len(), 1, "{new:?}");
+    assert!(new[0].contains("\"path\":\"/two\""), "{new:?}");
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    assert_eq!(old.lines().count(), 1);
+    assert!(old.contains("\"path\":\"/one\""));
+}
