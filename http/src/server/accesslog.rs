@@ -19,10 +19,11 @@ use std::net::IpAddr;
 use std::sync::mpsc::SyncSender;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// A shard's buffer is handed to the writer once it holds this much.
-pub const FLUSH_BYTES: usize = 32 * 1024;
+/// A shard's buffer is handed to the writer once it holds this much (each
+/// hand-over wakes the writer: about 500 lines a wake).
+pub const FLUSH_BYTES: usize = 128 * 1024;
 /// A buffer never holds more: lines past it are dropped and counted.
-pub const MAX_BUFFER_BYTES: usize = 128 * 1024;
+pub const MAX_BUFFER_BYTES: usize = 512 * 1024;
 /// The longest method, host and path a line keeps (longer ones are cut).
 const METHOD_BYTES: usize = 16;
 const HOST_BYTES: usize = 255;
@@ -119,21 +120,90 @@ impl LogRecord {
     }
 }
 
-/// A shard's log buffer and what it counted.
+/// What consecutive lines share, formatted once: the time (lines of one
+/// millisecond, or one second in the combined format) and the client.
 #[derive(Debug, Default)]
+struct LineCache {
+    /// The unix time in ms (JSON) or s (combined) of `time`, plus one
+    /// (0: empty).
+    time_key: u64,
+    time: [u8; 32],
+    time_len: usize,
+    client_key: Option<(IpAddr, bool)>,
+    client: [u8; 32],
+    client_len: usize,
+}
+
+/// Appends `write`'s bytes to `out`, or the cached copy when `key` is the
+/// cached one.
+fn cached<K: PartialEq + Copy>(
+    out: &mut Vec<u8>,
+    cache_key: &mut K,
+    cache: &mut [u8],
+    cache_len: &mut usize,
+    key: K,
+    write: impl FnOnce(&mut Vec<u8>),
+) {
+    if *cache_key == key {
+        out.extend_from_slice(&cache[..*cache_len]);
+        return;
+    }
+    let start = out.len();
+    write(out);
+    let n = out.len() - start;
+    if n <= cache.len() {
+        cache[..n].copy_from_slice(&out[start..]);
+        *cache_len = n;
+        *cache_key = key;
+    }
+}
+
+/// A shard's log buffer and what it counted.
+#[derive(Debug)]
 pub struct ShardLog {
     buf: Vec<u8>,
     lines_in_buf: u64,
+    cache: LineCache,
+    /// A monotonic instant and the wall time then, in unix ms (the ticker
+    /// takes them again once a second, so a clock step shows within one).
+    epoch: Instant,
+    epoch_unix_ms: u64,
     /// Where full buffers go (the runtime's writer); `None`: no writer.
     tx: Option<SyncSender<Vec<u8>>>,
 }
 
 impl ShardLog {
     pub fn new(tx: SyncSender<Vec<u8>>) -> ShardLog {
-        ShardLog {
+        let mut log = ShardLog {
             buf: Vec::with_capacity(FLUSH_BYTES + 4096),
             lines_in_buf: 0,
+            cache: LineCache::default(),
+            epoch: Instant::now(),
+            epoch_unix_ms: 0,
             tx: Some(tx),
+        };
+        log.set_epoch();
+        log
+    }
+
+    fn set_epoch(&mut self) {
+        self.epoch = Instant::now();
+        self.epoch_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64;
+    }
+}
+
+impl Default for ShardLog {
+    fn default() -> Self {
+        ShardLog {
+            buf: Vec::new(),
+            lines_in_buf: 0,
+            cache: LineCache::default(),
+            epoch: Instant::now(),
+            epoch_unix_ms: 0,
+            tx: None,
         }
     }
 }
@@ -157,17 +227,20 @@ impl Shard {
             (true, Some(ip)) => self.gate.try_borrow().ok().map(|g| g.address_hash(ip)),
             _ => None,
         };
-        let total_ms = rec.start.elapsed().as_millis() as u64;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        let line = Line {
+        // One clock read: the wall time is the shard's epoch moved on by
+        // the monotonic time since.
+        let now = Instant::now();
+        let total_ms = now.duration_since(rec.start).as_millis() as u64;
+        let unix_ms = log.epoch_unix_ms + now.duration_since(log.epoch).as_millis() as u64;
+        let log = &mut *log;
+        let mut line = Line {
             rec,
             shard: self.id,
             bytes,
             total_ms,
             client_hash,
-            unix_ms: now.as_millis() as u64,
+            unix_ms,
+            cache: &mut log.cache,
         };
         match settings.format {
             LogFormat::Json => line.json(&mut log.buf),
@@ -176,7 +249,7 @@ impl Shard {
         log.lines_in_buf += 1;
         self.stats.access_log_lines.inc();
         if log.buf.len() >= FLUSH_BYTES {
-            self.flush_log_inner(&mut log);
+            self.flush_log_inner(log);
         }
     }
 
@@ -185,6 +258,9 @@ impl Shard {
     pub fn flush_access_log(&self) {
         if let Ok(mut log) = self.access_log.try_borrow_mut() {
             self.flush_log_inner(&mut log);
+            if log.tx.is_some() {
+                log.set_epoch();
+            }
         }
     }
 
@@ -211,6 +287,7 @@ struct Line<'a> {
     total_ms: u64,
     client_hash: Option<u64>,
     unix_ms: u64,
+    cache: &'a mut LineCache,
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -248,17 +325,27 @@ fn civil(days: i64) -> (i64, u64, u64) {
 /// JSON string contents: printable ASCII as is, `"` and `\` escaped,
 /// anything else as `\u00XX`.
 fn push_json_str(out: &mut Vec<u8>, s: &[u8]) {
-    for &b in s {
+    let mut rest = s;
+    loop {
+        // Runs of bytes written as they are, in one copy.
+        let safe = rest
+            .iter()
+            .position(|&b| !(0x20..=0x7e).contains(&b) || b == b'"' || b == b'\\')
+            .unwrap_or(rest.len());
+        out.extend_from_slice(&rest[..safe]);
+        let Some((&b, tail)) = rest[safe..].split_first() else {
+            return;
+        };
         match b {
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
-            0x20..=0x7e => out.push(b),
             _ => {
                 out.extend_from_slice(b"\\u00");
                 out.push(HEX[usize::from(b >> 4)]);
                 out.push(HEX[usize::from(b & 0xf)]);
             }
         }
+        rest = tail;
     }
 }
 
@@ -281,38 +368,63 @@ const MONTHS: [&[u8; 3]; 12] = [
 ];
 
 impl Line<'_> {
-    fn client(&self, out: &mut Vec<u8>) {
-        match (self.client_hash, self.rec.client) {
-            (Some(h), _) => push_hash(out, h),
-            (None, Some(ip)) => {
-                use std::io::Write;
-                let _ = write!(out, "{ip}");
-            }
-            (None, None) => out.push(b'-'),
-        }
+    /// The client (its hash, its address, or `-`), formatted once for
+    /// consecutive lines of one client.
+    fn client(&mut self, out: &mut Vec<u8>) {
+        let (hash, ip) = (self.client_hash, self.rec.client);
+        let Some(addr) = ip else {
+            out.push(b'-');
+            return;
+        };
+        let c = &mut *self.cache;
+        cached(
+            out,
+            &mut c.client_key,
+            &mut c.client,
+            &mut c.client_len,
+            Some((addr, hash.is_some())),
+            |out| match hash {
+                Some(h) => push_hash(out, h),
+                None => {
+                    use std::io::Write;
+                    let _ = write!(out, "{addr}");
+                }
+            },
+        );
     }
 
-    fn json(&self, out: &mut Vec<u8>) {
+    fn json(&mut self, out: &mut Vec<u8>) {
         let r = self.rec;
-        let secs = self.unix_ms / 1000;
-        let (y, mo, d) = civil((secs / 86_400) as i64);
-        let sod = secs % 86_400;
+        let unix_ms = self.unix_ms;
         out.extend_from_slice(b"{\"time\":\"");
-        push_u64(out, y.max(0) as u64);
-        out.push(b'-');
-        push_2(out, mo);
-        out.push(b'-');
-        push_2(out, d);
-        out.push(b'T');
-        push_2(out, sod / 3600);
-        out.push(b':');
-        push_2(out, sod / 60 % 60);
-        out.push(b':');
-        push_2(out, sod % 60);
-        out.push(b'.');
-        let ms = self.unix_ms % 1000;
-        out.push(b'0' + (ms / 100) as u8);
-        push_2(out, ms % 100);
+        let c = &mut *self.cache;
+        cached(
+            out,
+            &mut c.time_key,
+            &mut c.time,
+            &mut c.time_len,
+            unix_ms + 1,
+            |out| {
+                let secs = unix_ms / 1000;
+                let (y, mo, d) = civil((secs / 86_400) as i64);
+                let sod = secs % 86_400;
+                push_u64(out, y.max(0) as u64);
+                out.push(b'-');
+                push_2(out, mo);
+                out.push(b'-');
+                push_2(out, d);
+                out.push(b'T');
+                push_2(out, sod / 3600);
+                out.push(b':');
+                push_2(out, sod / 60 % 60);
+                out.push(b':');
+                push_2(out, sod % 60);
+                out.push(b'.');
+                let ms = unix_ms % 1000;
+                out.push(b'0' + (ms / 100) as u8);
+                push_2(out, ms % 100);
+            },
+        );
         out.extend_from_slice(b"Z\",\"shard\":");
         push_u64(out, self.shard as u64);
         out.extend_from_slice(b",\"client\":\"");
@@ -344,24 +456,35 @@ impl Line<'_> {
     }
 
     /// `client - - [10/Oct/2000:13:55:36 +0000] "GET /path HTTP/1.1" 200 2326 "-" "-"`
-    fn combined(&self, out: &mut Vec<u8>) {
+    fn combined(&mut self, out: &mut Vec<u8>) {
         let r = self.rec;
         let secs = self.unix_ms / 1000;
-        let (y, mo, d) = civil((secs / 86_400) as i64);
-        let sod = secs % 86_400;
         self.client(out);
         out.extend_from_slice(b" - - [");
-        push_2(out, d);
-        out.push(b'/');
-        out.extend_from_slice(MONTHS[(mo as usize).clamp(1, 12) - 1]);
-        out.push(b'/');
-        push_u64(out, y.max(0) as u64);
-        out.push(b':');
-        push_2(out, sod / 3600);
-        out.push(b':');
-        push_2(out, sod / 60 % 60);
-        out.push(b':');
-        push_2(out, sod % 60);
+        let c = &mut *self.cache;
+        cached(
+            out,
+            &mut c.time_key,
+            &mut c.time,
+            &mut c.time_len,
+            // Seconds, kept apart from the JSON keys (ms + 1) by the top bit.
+            (secs + 1) | 1 << 63,
+            |out| {
+                let (y, mo, d) = civil((secs / 86_400) as i64);
+                let sod = secs % 86_400;
+                push_2(out, d);
+                out.push(b'/');
+                out.extend_from_slice(MONTHS[(mo as usize).clamp(1, 12) - 1]);
+                out.push(b'/');
+                push_u64(out, y.max(0) as u64);
+                out.push(b':');
+                push_2(out, sod / 3600);
+                out.push(b':');
+                push_2(out, sod / 60 % 60);
+                out.push(b':');
+                push_2(out, sod % 60);
+            },
+        );
         out.extend_from_slice(b" +0000] \"");
         push_clf_str(out, &r.method[..usize::from(r.method_len)]);
         out.push(b' ');
@@ -389,7 +512,7 @@ mod tests {
         r
     }
 
-    fn line(rec: &LogRecord, hash: Option<u64>) -> Line<'_> {
+    fn line<'a>(rec: &'a LogRecord, hash: Option<u64>, cache: &'a mut LineCache) -> Line<'a> {
         Line {
             rec,
             shard: 1,
@@ -398,6 +521,7 @@ mod tests {
             client_hash: hash,
             // 2026-12-01T17:39:49.123Z
             unix_ms: 1_796_146_789_123,
+            cache,
         }
     }
 
@@ -405,7 +529,7 @@ mod tests {
     fn a_json_line_has_every_key_and_no_query() {
         let rec = record();
         let mut out = Vec::new();
-        line(&rec, None).json(&mut out);
+        line(&rec, None, &mut LineCache::default()).json(&mut out);
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,
@@ -419,7 +543,7 @@ mod tests {
     fn hashed_addresses_never_show_the_address() {
         let rec = record();
         let mut out = Vec::new();
-        line(&rec, Some(0xdead_beef_0123_4567)).json(&mut out);
+        line(&rec, Some(0xdead_beef_0123_4567), &mut LineCache::default()).json(&mut out);
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("\"client\":\"deadbeef01234567\""), "{text}");
         assert!(!text.contains("203.0.113.7"));
@@ -430,7 +554,7 @@ mod tests {
         let mut rec = record();
         rec.set_request(b"GET", b"a\x01.test", b"/p?q=\xff\n", true);
         let mut out = Vec::new();
-        line(&rec, None).json(&mut out);
+        line(&rec, None, &mut LineCache::default()).json(&mut out);
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("\"host\":\"a\\u0001.test\""), "{text}");
         assert!(text.contains("\"path\":\"/p?q=\\u00ff\\u000a\""), "{text}");
@@ -442,11 +566,40 @@ mod tests {
     fn a_combined_line() {
         let rec = record();
         let mut out = Vec::new();
-        line(&rec, None).combined(&mut out);
+        line(&rec, None, &mut LineCache::default()).combined(&mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "203.0.113.7 - - [01/Dec/2026:17:39:49 +0000] \"GET /x\\x22y HTTP/1.1\" 200 120 \"-\" \"-\"\n"
         );
+    }
+
+    #[test]
+    fn cached_parts_are_the_parts() {
+        // One cache across lines of both formats, times and clients: each
+        // line is what a fresh cache writes.
+        let mut cache = LineCache::default();
+        let mut rec = record();
+        for i in 0..40u64 {
+            rec.client = Some(if i % 3 == 0 {
+                "203.0.113.7".parse().unwrap()
+            } else {
+                "2001:db8::1".parse().unwrap()
+            });
+            let hash = (i % 5 == 0).then_some(i);
+            let ms = 1_796_146_789_123 + (i / 4) * 700;
+            let mut a = Vec::new();
+            let mut b = Vec::new();
+            for (out, c) in [(&mut a, &mut cache), (&mut b, &mut LineCache::default())] {
+                let mut l = line(&rec, hash, c);
+                l.unix_ms = ms;
+                if i % 2 == 0 {
+                    l.json(out)
+                } else {
+                    l.combined(out)
+                }
+            }
+            assert_eq!(a, b, "line {i}");
+        }
     }
 
     #[test]
