@@ -110,6 +110,9 @@ const SHARD_METRICS: &[(&str, &str, &str, Getter)] = &[
     ("gapura_access_log_dropped_total", "counter", "Access log lines dropped because the writer's queue or the shard's buffer was full.", |s| s.access_log_dropped.get()),
     ("gapura_connection_rate_refused_total", "counter", "Requests over their connection's request rate (429, then the connection closes).", |s| s.connection_rate_refused.get()),
     ("gapura_quota_admitted_total", "counter", "Requests that passed the budgets (global, source, operation, leases, identity).", |s| s.quota_admitted.get()),
+    ("gapura_leases_active", "gauge", "Requests holding concurrency leases now.", |s| s.leases_active.get()),
+    ("gapura_lease_keys", "gauge", "Source prefixes with a running request now (tracked lease keys).", |s| s.lease_keys.get()),
+    ("gapura_connection_limit_shadow_total", "counter", "Connections a shadowed [quota.connections] would have refused.", |s| s.connection_limit_shadow.get()),
     ("gapura_quota_shadow_total", "counter", "Quota refusals let through by shadow mode.", |s| s.quota_shadow.get()),
     ("gapura_quota_exempt_total", "counter", "Requests exempt from quotas (robots.txt).", |s| s.quota_exempt.get()),
     ("gapura_snapshot_generation", "gauge", "Profile generation the shard serves.", |s| s.snapshot_generation.get()),
@@ -142,6 +145,39 @@ pub fn render_metrics(admin: &Admin) -> String {
         }
     }
     render_blocks(&mut out, admin);
+    family(
+        &mut out,
+        "gapura_quota_untracked_total",
+        "counter",
+        "Of the quota refusals, those that failed closed at a full table (tracked-key ceiling and reserve, lease records), by level.",
+    );
+    for (i, s) in admin.shards.iter().enumerate() {
+        for level in gapura_gate::quota::Level::ALL {
+            let _ = writeln!(
+                out,
+                "gapura_quota_untracked_total{{shard=\"{i}\",level=\"{}\"}} {}",
+                level.name(),
+                s.quota_untracked[level as usize].get()
+            );
+        }
+    }
+    family(
+        &mut out,
+        "gapura_connection_limit_refused_total",
+        "counter",
+        "Connections closed at accept by [quota.connections], by kind.",
+    );
+    for (i, s) in admin.shards.iter().enumerate() {
+        for (kind, v) in [
+            ("concurrent", s.connection_limit_concurrent.get()),
+            ("rate", s.connection_limit_rate.get()),
+        ] {
+            let _ = writeln!(
+                out,
+                "gapura_connection_limit_refused_total{{shard=\"{i}\",kind=\"{kind}\"}} {v}"
+            );
+        }
+    }
     family(
         &mut out,
         "gapura_quota_refused_total",

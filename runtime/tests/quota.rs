@@ -471,6 +471,15 @@ fn connections_past_the_concurrent_limit_are_closed_before_any_answer() {
     assert_eq!(status_or_closed("127.0.0.3", &g), None);
     // Another /24 is not affected.
     assert_eq!(status_or_closed("127.0.1.2", &g), Some(200));
+    // Both refusals are counted by kind.
+    assert_eq!(
+        g.wait_metric(
+            "gapura_connection_limit_refused_total{shard=\"0\",kind=\"concurrent\"}",
+            2,
+            METRIC_WAIT
+        ),
+        2
+    );
 
     // Closing one gives its place back.
     let gone = open.pop().unwrap();
@@ -676,6 +685,11 @@ websocket = true
     let mut ws = Client::connect(g.addr);
     ws.send(b"GET /ws HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
     assert_eq!(ws.response(true).status, 101);
+    assert_eq!(
+        g.wait_metric("gapura_leases_active{shard=\"0\"}", 1, METRIC_WAIT),
+        1,
+        "the tunnel's lease is on the gauge"
+    );
     // The tunnel is the source's one running request.
     let r = request(g.addr, &get_close("app.test", "/"));
     assert_eq!(r.status, 429, "a second request while the tunnel is open");

@@ -207,6 +207,18 @@ impl Shard {
         for (i, c) in self.stats.quota_refused.iter().enumerate() {
             c.set(q.refused[i]);
         }
+        for (i, c) in self.stats.quota_untracked.iter().enumerate() {
+            c.set(q.untracked[i]);
+        }
+        let leases = gate.quota.leases();
+        self.stats.leases_active.set(u64::from(leases.active()));
+        self.stats.lease_keys.set(u64::from(leases.tracked_keys()));
+        let cc = gate.connection_counters;
+        self.stats
+            .connection_limit_concurrent
+            .set(cc.refused_concurrent);
+        self.stats.connection_limit_rate.set(cc.refused_rate);
+        self.stats.connection_limit_shadow.set(cc.shadow_hits);
         self.stats.quota_shadow.set(gate.counters.quota_shadow);
         self.stats.quota_exempt.set(gate.counters.quota_exempt);
         self.stats

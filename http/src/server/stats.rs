@@ -110,6 +110,18 @@ pub struct ShardStats {
     pub quota_admitted: Counter,
     /// Quota refusals (429) by level, in `gapura_gate::quota::Level` order.
     pub quota_refused: [Counter; gapura_gate::quota::Level::COUNT],
+    /// Of those, refusals that failed closed because a table was at its
+    /// ceiling (tracked keys, lease records), by level.
+    pub quota_untracked: [Counter; gapura_gate::quota::Level::COUNT],
+    /// Requests holding leases now (a gauge).
+    pub leases_active: Counter,
+    /// Source keys with a running request now (a gauge).
+    pub lease_keys: Counter,
+    /// Connections refused at accept by `[quota.connections]`, by kind.
+    pub connection_limit_concurrent: Counter,
+    pub connection_limit_rate: Counter,
+    /// Connections a shadowed `[quota.connections]` would have refused.
+    pub connection_limit_shadow: Counter,
     /// Quota refusals let through by shadow mode.
     pub quota_shadow: Counter,
     /// Requests exempt from quotas (`robots.txt`).
