@@ -107,7 +107,8 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
             gate,
         )
         .with_verifier(spec.verifier.clone())
-        .with_access_log(spec.access_log.clone()),
+        .with_access_log(spec.access_log.clone())
+        .with_warnings(warn),
     );
     let mut listeners = Vec::new();
     for (addr, std_listener, proxy_protocol) in spec.listeners {
@@ -163,6 +164,11 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         shard.busy_connections(),
         shard.open_connections()
     );
+}
+
+/// A shard's refusal warning, as a log line.
+fn warn(args: std::fmt::Arguments<'_>) {
+    log!("{args}");
 }
 
 /// Accepts until the shard drains; the listener closes when this returns.

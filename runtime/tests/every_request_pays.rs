@@ -172,3 +172,26 @@ fn a_right_password_is_checked_once_and_paid_once() {
     assert_eq!(request(g.addr, &get_close("open.test", "/")).status, 200);
     assert_eq!(request(g.addr, &get_close("open.test", "/")).status, 429);
 }
+
+#[test]
+fn refusals_are_warned_at_most_once_a_second_per_kind() {
+    let g = Gapura::start(&paying_profile(1000));
+    for _ in 0..5 {
+        assert_eq!(request(g.addr, &get_close("rules.test", "/x")).status, 403);
+    }
+    assert!(g.wait_log("step rule_set", Duration::from_secs(3)));
+    let log = g.log_text();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("refused: ")).collect();
+    // Five refusals in well under two seconds: one line, or two across a
+    // second's boundary.
+    assert!((1..=2).contains(&lines.len()), "{lines:#?}");
+    let line = lines[0];
+    assert!(
+        line.contains("step rule_set policy closed host rules.test status 403 source "),
+        "{line}"
+    );
+    assert!(
+        !line.contains("127.0.0.1"),
+        "the address is never logged: {line}"
+    );
+}

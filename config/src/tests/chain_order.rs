@@ -142,3 +142,28 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
         );
     }
 }
+
+#[test]
+fn every_step_name_is_distinct_and_below_the_count() {
+    use gapura_gate::chain::Block;
+    let all = [
+        Block::Host,
+        Block::Path,
+        Block::Budgets,
+        Block::ConnectionRate,
+        Block::AccessAddress,
+        Block::RuleSet,
+        Block::Access,
+        Block::RateLimit,
+        Block::RequestLimits,
+        Block::Robots,
+        Block::Maintenance,
+        Block::Answer,
+    ];
+    assert_eq!(all.len(), Block::COUNT);
+    let mut names: Vec<&str> = all.iter().map(|b| b.name()).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), Block::COUNT);
+    assert!(all.iter().all(|b| (*b as usize) < Block::COUNT));
+}

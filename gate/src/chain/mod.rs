@@ -93,6 +93,9 @@ pub struct Decision<'s> {
     pub close: bool,
     /// The step that decided the verdict (for the access log).
     pub step: Block,
+    /// What refused, by name, where the step has one: the budget's level,
+    /// the rate limit, the rule set, the access list.
+    pub policy: Option<&'s str>,
 }
 
 /// The chain's steps by name, for what the access log says decided a
@@ -117,6 +120,9 @@ pub enum Block {
 }
 
 impl Block {
+    /// How many steps there are (every variant is below it).
+    pub const COUNT: usize = 12;
+
     /// The access log's name of the step.
     pub fn name(self) -> &'static str {
         match self {
@@ -195,6 +201,7 @@ impl Snapshot {
             via: resolved.via,
             close: false,
             step: Block::Host,
+            policy: None,
         };
         let Some(entry) = entry else {
             return self.unknown_host(decision, req, state, now_ms, trace);
@@ -248,10 +255,11 @@ impl Snapshot {
                 decision.ticket = ticket;
                 true
             }
-            Err(retry_after_s) => {
+            Err((retry_after_s, level)) => {
                 decision.retry_after_s = retry_after_s;
                 decision.verdict = Verdict::Refuse(ErrorStatus::TooManyRequests);
                 decision.step = Block::Budgets;
+                decision.policy = Some(level);
                 false
             }
         }

@@ -24,8 +24,9 @@ use std::net::IpAddr;
 const MAX_RATE_CHECKS: usize = 3;
 
 /// What a quota block decided: admitted (with the leases of the budgets'
-/// block), or refused with the Retry-After seconds.
-pub(super) type Paid = Result<Option<QuotaTicket>, u32>;
+/// block), or refused with the Retry-After seconds and the name of what
+/// refused (the budget's level, or the rate limit).
+pub(super) type Paid<'n> = Result<Option<QuotaTicket>, (u32, &'n str)>;
 
 impl Snapshot {
     /// The budgets' block: global, source prefix (or health), operation,
@@ -43,7 +44,7 @@ impl Snapshot {
         state: &mut GateState,
         now_ms: u64,
         trace: &mut T,
-    ) -> Paid {
+    ) -> Paid<'static> {
         let gate = &self.gate;
         if !gate.has_budgets() {
             trace_quota(trace, QuotaOutcome::NotApplied, false);
@@ -75,6 +76,7 @@ impl Snapshot {
             QuotaDecision::Refuse(r) => r,
         };
         refuse(state, refusal, gate.quota_mode, None, trace, false)
+            .map_err(|retry| (retry, refusal.level.name()))
     }
 
     /// The rate limit's block: the token buckets of the policy's rate limit
@@ -92,7 +94,7 @@ impl Snapshot {
         state: &mut GateState,
         now_ms: u64,
         trace: &mut T,
-    ) -> Result<(), u32> {
+    ) -> Result<(), (u32, &str)> {
         let gate = &self.gate;
         let Some(pair) = policy.rate_pair else {
             return Ok(());
@@ -145,7 +147,9 @@ impl Snapshot {
             Err(r) => r,
         };
         let limit = gate.rate_pairs[pair].limit as usize;
-        refuse(state, refusal, def.mode, Some(limit), trace, true).map(|_| ())
+        refuse(state, refusal, def.mode, Some(limit), trace, true)
+            .map(|_| ())
+            .map_err(|retry| (retry, def.name.as_str()))
     }
 }
 
@@ -173,7 +177,7 @@ fn refuse<T: Trace>(
     limit: Option<usize>,
     trace: &mut T,
     rate: bool,
-) -> Paid {
+) -> Result<Option<QuotaTicket>, u32> {
     let rate_counters = limit.and_then(|l| state.rate_counters.get_mut(l));
     let Some(r) = mode.apply(Some(r), &mut state.counters.quota_shadow) else {
         if let Some(c) = rate_counters {

@@ -304,6 +304,13 @@ impl GateState {
             .source(crate::quota::Domain::LogAddress, addr, whole)
     }
 
+    /// A client's source prefix (IPv4 /24, IPv6 /56) as refusal warnings
+    /// name it: its keyed hash.
+    pub fn prefix_hash(&self, addr: IpAddr) -> u64 {
+        self.keyer
+            .source(crate::quota::Domain::LogAddress, addr, SourcePrefix::BUDGET)
+    }
+
     /// The password check a `Verdict::Verify` asked for: run it off the
     /// shard. `None` when the last decision asked for none. O(1).
     pub fn take_job(&mut self) -> Option<crate::access::VerifyJob> {

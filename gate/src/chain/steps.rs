@@ -124,7 +124,10 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
                 self.decision.ticket = ticket;
                 ControlFlow::Continue(())
             }
-            Err(retry_after_s) => self.too_many(retry_after_s),
+            Err((retry_after_s, policy)) => {
+                self.decision.policy = Some(policy);
+                self.too_many(retry_after_s)
+            }
         }
     }
 
@@ -203,10 +206,12 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             }
             Some(AddressRefusal::Drop) => {
                 counters.dropped += 1;
+                self.decision.policy = Some(list.name());
                 ControlFlow::Break(Verdict::Drop)
             }
             Some(AddressRefusal::Deny) => {
                 counters.refused += 1;
+                self.decision.policy = Some(list.name());
                 ControlFlow::Break(Verdict::Refuse(ErrorStatus::Forbidden))
             }
         }
@@ -247,8 +252,14 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             });
         }
         match refusal {
-            Some(RuleRefusal::Deny) => ControlFlow::Break(Verdict::Refuse(ErrorStatus::Forbidden)),
-            Some(RuleRefusal::Drop) => ControlFlow::Break(Verdict::Drop),
+            Some(RuleRefusal::Deny) => {
+                self.decision.policy = Some(&self.snap.gate.rule_set_names[i]);
+                ControlFlow::Break(Verdict::Refuse(ErrorStatus::Forbidden))
+            }
+            Some(RuleRefusal::Drop) => {
+                self.decision.policy = Some(&self.snap.gate.rule_set_names[i]);
+                ControlFlow::Break(Verdict::Drop)
+            }
             None => ControlFlow::Continue(()),
         }
     }
@@ -339,6 +350,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         match b.mode.apply(would, &mut counters.shadow_hits) {
             None => ControlFlow::Continue(()),
             Some(v) => {
+                self.decision.policy = Some(list.name());
                 match v {
                     Verdict::Refuse(_) => counters.refused += 1,
                     Verdict::Drop => counters.dropped += 1,
@@ -367,7 +379,10 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             self.trace,
         ) {
             Ok(()) => ControlFlow::Continue(()),
-            Err(retry_after_s) => self.too_many(retry_after_s),
+            Err((retry_after_s, policy)) => {
+                self.decision.policy = Some(policy);
+                self.too_many(retry_after_s)
+            }
         }
     }
 

@@ -39,6 +39,9 @@ pub const HEAD_BOUNDS: HeadBounds = HeadBounds {
     max_request_line_bytes: URL_BYTES_BOUNDS.1 as usize + 64,
 };
 
+/// Refusal kinds a shard throttles its warnings by (`Block`'s variants).
+const BLOCK_KINDS: usize = gapura_gate::chain::Block::COUNT;
+
 /// Where a shard learns of newer snapshots. The runtime implements it over
 /// its publishing cell; a call is one relaxed load when nothing changed.
 pub trait SnapshotFeed {
@@ -80,6 +83,10 @@ pub struct Shard {
     deferred_releases: RefCell<Vec<leases::Release>>,
     /// This shard's access log buffer (`accesslog`).
     pub access_log: RefCell<accesslog::ShardLog>,
+    /// Where refusal warnings go (the runtime's log); `None`: nowhere.
+    warn: Option<fn(std::fmt::Arguments<'_>)>,
+    /// The second each refusal kind last warned in (by `Block`), plus one.
+    warned: [Cell<u64>; BLOCK_KINDS],
     started: monoio::time::Instant,
     /// Where password checks run (none: every check answers 429).
     pub verifier: Option<Arc<dyn verify::VerifyPool>>,
@@ -155,9 +162,58 @@ impl Shard {
             gate: RefCell::new(gate),
             deferred_releases: RefCell::new(Vec::new()),
             access_log: RefCell::new(accesslog::ShardLog::default()),
+            warn: None,
+            warned: Default::default(),
             started: monoio::time::Instant::now(),
             verifier: None,
         }
+    }
+
+    /// Sends a throttled line per refusal kind to `warn` (at most one per
+    /// kind per second on this shard).
+    pub fn with_warnings(mut self, warn: fn(std::fmt::Arguments<'_>)) -> Shard {
+        self.warn = Some(warn);
+        self
+    }
+
+    /// Warns of a refusal: at most one line per kind (the step that
+    /// refused) per second on this shard, naming the kind, what refused
+    /// (the rule set, list, rate limit or budget level), the host, the
+    /// status and the client's source prefix as a keyed hash (never the
+    /// address). No allocation; nothing when throttled.
+    pub(crate) fn warn_refusal(
+        &self,
+        step: gapura_gate::chain::Block,
+        policy: Option<&str>,
+        host: &str,
+        status: u16,
+        client: std::net::IpAddr,
+    ) {
+        let Some(warn) = self.warn else {
+            return;
+        };
+        let second = self.now_ms() / 1000 + 1;
+        let Some(last) = self.warned.get(step as usize) else {
+            return;
+        };
+        if last.get() == second {
+            return;
+        }
+        last.set(second);
+        let prefix = self
+            .gate
+            .try_borrow()
+            .map(|g| g.prefix_hash(client))
+            .unwrap_or(0);
+        warn(format_args!(
+            "refused: shard {} step {} policy {} host {} status {} source {:016x} (at most one line per step a second)",
+            self.id,
+            step.name(),
+            policy.unwrap_or("-"),
+            if host.is_empty() { "-" } else { host },
+            status,
+            prefix
+        ));
     }
 
     /// Sends the access log's buffers to `tx` (the runtime's writer).

@@ -211,6 +211,27 @@ pub(super) fn prepare<'s>(
     };
     // After a password check the budgets' leases were taken before it.
     let ticket = decision.ticket.or(paid);
+    match decision.verdict {
+        Verdict::Refuse(s) => shard.warn_refusal(
+            decision.step,
+            decision.policy,
+            decision
+                .host
+                .map_or("", |h| snap.entries[h as usize].label.as_str()),
+            s.code(),
+            decision.client,
+        ),
+        Verdict::Drop => shard.warn_refusal(
+            decision.step,
+            decision.policy,
+            decision
+                .host
+                .map_or("", |h| snap.entries[h as usize].label.as_str()),
+            0,
+            decision.client,
+        ),
+        _ => {}
+    }
     if let (Some(rec), Some(settings)) = (log.as_deref_mut(), &snap.server.access_log) {
         rec.set_request(req.method, host.unwrap_or(b""), path, settings.log_query);
         rec.client = Some(decision.client);
