@@ -294,6 +294,7 @@ fn do_reload(
     slots: &mut crate::health::Slots,
 ) {
     match compile(profile) {
+        Ok(c) if refuse_resize(cell, &c.snapshot, global) => {}
         Ok(mut c) => {
             slots.assign(&mut c.snapshot);
             if c.runtime != *settings {
@@ -315,6 +316,31 @@ fn do_reload(
             );
         }
     }
+}
+
+/// Refuses a reload that changes a table's size (each shard sized its
+/// tables at start), logging the setting; true when refused.
+fn refuse_resize(cell: &SnapshotCell, new: &gapura_gate::Snapshot, global: &Global) -> bool {
+    let Some(change) = cell
+        .load()
+        .gate
+        .quota_sizes
+        .change_to(&new.gate.quota_sizes)
+    else {
+        return false;
+    };
+    global.reloads_failed.fetch_add(1, Ordering::Relaxed);
+    log!(
+        "reload refused: {} changes from {} to {}; each shard sized its tables at start, restart to resize",
+        change.key,
+        change.running,
+        change.new
+    );
+    log!(
+        "reload failed; still serving generation {}",
+        cell.generation()
+    );
+    true
 }
 
 /// 16 random bytes for the gate's keyed hashes, from the kernel.

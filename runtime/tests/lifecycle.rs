@@ -242,3 +242,25 @@ fn connections_arriving_after_idle_gaps_are_all_served() {
         assert_eq!(r.map(|r| r.status), Some(200), "connection {i}");
     }
 }
+
+#[test]
+fn a_reload_that_changes_a_table_size_is_refused_naming_the_setting() {
+    let g = Gapura::start(&respond_profile("sized"));
+    let resized = format!(
+        "{}\n[quota]\nmax_leases = 2048\n",
+        respond_profile("resized")
+    );
+    std::fs::write(&g.profile, resized).unwrap();
+    g.signal(libc::SIGHUP);
+    assert!(g.wait_log("still serving generation 1", Duration::from_secs(5)));
+    let log = g.log_text();
+    assert!(
+        log.contains("reload refused: quota.max_leases changes from 16384 to 2048"),
+        "{log}"
+    );
+    assert_eq!(
+        request(g.addr, b"GET / HTTP/1.1\r\nHost: r.test\r\n\r\n").body,
+        b"sized"
+    );
+    assert_eq!(g.metric("gapura_reloads_total{result=\"failed\"}"), 1);
+}

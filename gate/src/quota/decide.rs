@@ -181,6 +181,71 @@ pub struct QuotaSizes {
     pub operations: u16,
 }
 
+/// A table size a reload would change: the profile key, the running
+/// value and the new one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeChange {
+    pub key: &'static str,
+    pub running: u64,
+    pub new: u64,
+}
+
+impl QuotaSizes {
+    /// The first size `new` sets differently, by its profile key (a shard
+    /// builds its tables once: a reload may not change them). `None` when
+    /// every size is the same.
+    pub fn change_to(&self, new: &QuotaSizes) -> Option<SizeChange> {
+        let pairs: [(&'static str, u64, u64); 10] = [
+            (
+                "quota.rate_table_entries",
+                self.rate_entries as u64,
+                new.rate_entries as u64,
+            ),
+            (
+                "quota.policy_slots",
+                u64::from(self.policy_slots),
+                u64::from(new.policy_slots),
+            ),
+            ("quota.slot_grace_ms", self.slot_grace_ms, new.slot_grace_ms),
+            ("quota.window_ms", self.window_ms, new.window_ms),
+            (
+                "quota.tracked_keys",
+                u64::from(self.window_keys.max_keys()),
+                u64::from(new.window_keys.max_keys()),
+            ),
+            (
+                "quota.critical_reserve",
+                u64::from(self.window_keys.critical_reserve()),
+                u64::from(new.window_keys.critical_reserve()),
+            ),
+            (
+                "quota.lease_tracked_keys",
+                u64::from(self.lease_keys.max_keys()),
+                u64::from(new.lease_keys.max_keys()),
+            ),
+            (
+                "quota.lease_critical_reserve",
+                u64::from(self.lease_keys.critical_reserve()),
+                u64::from(new.lease_keys.critical_reserve()),
+            ),
+            (
+                "quota.max_leases",
+                u64::from(self.max_leases),
+                u64::from(new.max_leases),
+            ),
+            (
+                "quota.operation",
+                u64::from(self.operations),
+                u64::from(new.operations),
+            ),
+        ];
+        pairs
+            .into_iter()
+            .find(|(_, a, b)| a != b)
+            .map(|(key, running, new)| SizeChange { key, running, new })
+    }
+}
+
 /// Why table sizes were refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SizeError {

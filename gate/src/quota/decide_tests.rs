@@ -477,3 +477,23 @@ fn level_names_are_distinct_metric_labels() {
         assert_eq!(*l as usize, i);
     }
 }
+
+#[test]
+fn a_size_change_names_its_profile_key() {
+    let c = Ceiling::new(64, 8).unwrap();
+    let a = sizes(c, c);
+    assert_eq!(a.change_to(&a), None);
+    let mut b = a;
+    b.max_leases += 1;
+    assert_eq!(
+        a.change_to(&b),
+        Some(SizeChange {
+            key: "quota.max_leases",
+            running: u64::from(a.max_leases),
+            new: u64::from(a.max_leases) + 1,
+        })
+    );
+    let mut b = a;
+    b.window_keys = Ceiling::new(64, 9).unwrap();
+    assert_eq!(a.change_to(&b).unwrap().key, "quota.critical_reserve");
+}

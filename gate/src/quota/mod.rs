@@ -35,7 +35,7 @@ pub mod window;
 pub use bucket::Bucket;
 pub use decide::{
     Level, OperationLimits, Quota, QuotaCounters, QuotaDecision, QuotaLimits, QuotaRequest,
-    QuotaSizes, QuotaTicket, Refusal, SizeError,
+    QuotaSizes, QuotaTicket, Refusal, SizeChange, SizeError,
 };
 pub use key::{fingerprint, mask_source, Domain, Fingerprint, Keyer, MaskedSource, SourcePrefix};
 pub use lease::{LeaseLimits, LeaseRefusal, LeaseStats, LeaseTable, LeaseToken};
