@@ -105,6 +105,8 @@ fn every_request_gets_a_json_line_without_secrets() {
     let second: serde_json::Value = serde_json::from_str(&got[1]).unwrap();
     assert_eq!(second["status"], 401);
     assert_eq!(second["step"], "access_list");
+    // Checked on the pool and refused: one line, for the answer.
+    assert_eq!(second["verdict"], "challenge");
     let third: serde_json::Value = serde_json::from_str(&got[2]).unwrap();
     assert_eq!(third["status"], 404);
     assert_eq!(third["step"], "host");

@@ -172,6 +172,17 @@ pub(super) fn prepare<'s>(
                         c.queue_refusals += 1;
                     }
                 }
+                if let (Some(rec), Some(settings)) = (log, &snap.server.access_log) {
+                    rec.set_request(
+                        &buf[..buf.iter().position(|&b| b == b' ').unwrap_or(0)],
+                        host.unwrap_or(b""),
+                        &buf[head.path.clone()],
+                        settings.log_query,
+                    );
+                    rec.client = Some(p.peer.addr());
+                    rec.verdict = if busy { "refuse" } else { "challenge" };
+                    rec.step = gapura_gate::chain::Block::Access.name();
+                }
                 return Plan::Local {
                     end: LocalEnd::Written,
                     status: answer.status,
