@@ -92,4 +92,8 @@ access_list = "reference"
 rule_set = "reference"
 robots = "block_ai_crawlers"
 """)
+out.append("""
+# Benchmarks measure the server, not the shedding: no protective defaults.
+[protection]
+off = ["all"]""")
 print("\n".join(out))

@@ -44,6 +44,7 @@ pub(crate) fn compile(c: Checked) -> Compiled {
             gate: c.gate,
         },
         warnings: Vec::new(),
+        protection_off: Vec::new(),
     }
 }
 

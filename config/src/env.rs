@@ -45,6 +45,9 @@ pub struct Environment<'r> {
     /// What `shards = "auto"` means: the cores the process may run on (at
     /// least 1).
     pub cores: u32,
+    /// The machine's memory, which sizes the default tracked-key tables
+    /// (`protection`).
+    pub memory_bytes: u64,
     /// Resolves upstream server names.
     pub resolver: &'r dyn Resolver,
 }

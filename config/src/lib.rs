@@ -65,6 +65,7 @@ mod identity;
 mod layer;
 mod limits;
 mod names;
+mod protection;
 mod quota;
 mod ratelimit;
 mod rawblocks;
@@ -87,6 +88,9 @@ mod tests;
 
 pub use env::{Environment, FixedNames, NoNames, Resolver};
 pub use error::ProfileError;
+pub use protection::{
+    CLIENT_RATE_LIMIT, DIMENSIONS as PROTECTION_DIMENSIONS, FALLBACK_MEMORY_BYTES,
+};
 pub use settings::{Driver, RuntimeSettings, Shards, Steering};
 
 use std::path::Path;
@@ -105,6 +109,9 @@ pub struct Compiled {
     /// access list that names nothing), in source order, each with its
     /// code, key path and position.
     pub warnings: Vec<ProfileError>,
+    /// The protection dimensions `[protection] off` turned off (every other
+    /// one is written or defaulted).
+    pub protection_off: Vec<&'static str>,
 }
 
 /// Compiles profile text. On failure returns every error found, in source
@@ -114,15 +121,17 @@ pub struct Compiled {
 /// `"auto"`. Upstream server names are resolved by `env.resolver`, once
 /// each. Allocates; O(profile) plus the resolver's work.
 pub fn compile_with(src: &str, env: &Environment<'_>) -> Result<Compiled, Vec<ProfileError>> {
-    let raw: schema::RawProfile =
+    let mut raw: schema::RawProfile =
         toml::from_str(src).map_err(|e| syntax::parse_error(src, &e).into_sorted())?;
     let mut errors = error::Errors::new(src);
+    let protection_off = protection::apply(&mut raw, env, &mut errors);
     let checked = validate::check(&raw, env, &mut errors);
     if !errors.is_empty() {
         return Err(errors.into_sorted());
     }
     let mut compiled = compile::compile(checked);
     compiled.warnings = errors.take_warnings();
+    compiled.protection_off = protection_off;
     Ok(compiled)
 }
 

@@ -35,6 +35,8 @@ pub(crate) struct RawProfile {
     pub upstream: Vec<Spanned<RawUpstream>>,
     #[serde(default)]
     pub quota: RawQuota,
+    /// `[protection]`: which default protections are off.
+    pub protection: Option<crate::protection::RawProtection>,
     #[serde(default)]
     pub rate_limit: Vec<Spanned<RawRateLimit>>,
     #[serde(default)]

@@ -63,6 +63,11 @@ fn check(file: &str) -> ExitCode {
                 c.runtime.listen.len(),
                 c.runtime.shards
             );
+            if c.protection_off.is_empty() {
+                println!("{file}: protection: every dimension on (written or default)");
+            } else {
+                println!("{file}: protection off: {}", c.protection_off.join(", "));
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => {

@@ -55,6 +55,19 @@ impl Resolver for SystemResolver {
     }
 }
 
+/// The machine's memory (`MemTotal` of /proc/meminfo), or the config's
+/// fallback when it cannot be read.
+pub fn memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            kib.checked_mul(1024)
+        })
+        .unwrap_or(gapura_config::FALLBACK_MEMORY_BYTES)
+}
+
 /// Reads and compiles `profile` (the embedded default when `None`) for this
 /// machine.
 pub fn load(profile: Option<&Path>) -> Result<Compiled, Vec<ProfileError>> {
@@ -63,6 +76,7 @@ pub fn load(profile: Option<&Path>) -> Result<Compiled, Vec<ProfileError>> {
     };
     let env = Environment {
         cores: cores(),
+        memory_bytes: memory_bytes(),
         resolver: &resolver,
     };
     match profile {

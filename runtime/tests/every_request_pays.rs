@@ -8,7 +8,7 @@
 mod common;
 
 use common::gate::{
-    access_sample, basic, get_close, req_with, respond_host, wait_sample, METRIC_WAIT,
+    access_sample, basic, get, get_close, req_with, respond_host, wait_sample, METRIC_WAIT,
     PASSWORD_HASH, VERIFY_WAIT,
 };
 use common::*;
@@ -193,5 +193,65 @@ fn refusals_are_warned_at_most_once_a_second_per_kind() {
     assert!(
         !line.contains("127.0.0.1"),
         "the address is never logged: {line}"
+    );
+}
+
+#[test]
+fn the_protective_defaults_refuse_a_flood_from_one_source_and_serve_another() {
+    // Nothing but a host: every protection is its default.
+    let g = Gapura::start(&profile(
+        "",
+        &format!(
+            "{}\n[protection]\noff = []\n",
+            respond_host("open.test", "default = true")
+        ),
+    ));
+    let mut flood = Client::connect_from("127.0.0.2", g.addr);
+    let burst: Vec<u8> = (0..300).flat_map(|_| get("open.test", "/")).collect();
+    flood.send(&burst);
+    let statuses: Vec<u16> = (0..300).map(|_| flood.response(false).status).collect();
+    let ok = statuses.iter().filter(|&&s| s == 200).count();
+    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    // The per-client default: a burst of 200 (and the odd token refilled
+    // while the burst is read), then 429.
+    assert!((200..=210).contains(&ok), "{ok} served: {statuses:?}");
+    assert_eq!(ok + refused, 300);
+    // Another source is served meanwhile.
+    assert_eq!(
+        request_from("127.0.1.2", g.addr, &get_close("open.test", "/")).status,
+        200
+    );
+}
+
+#[test]
+fn check_says_which_protection_dimensions_are_off() {
+    let dir = common::TempDir::new();
+    let file = dir.0.join("p.toml");
+    std::fs::write(
+        &file,
+        "[[host]]\nnames = [\"a.test\"]\nbody = \"hi\"\n[protection]\noff = [\"connections\", \"global\"]\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::bin())
+        .arg("check")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("protection off: global, connections"),
+        "{text}"
+    );
+    std::fs::write(&file, "[[host]]\nnames = [\"a.test\"]\nbody = \"hi\"\n").unwrap();
+    let out = std::process::Command::new(common::bin())
+        .arg("check")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("protection: every dimension on (written or default)"),
+        "{text}"
     );
 }

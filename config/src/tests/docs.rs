@@ -54,13 +54,17 @@ fn the_example_profile_compiles_its_gate_sections() {
     let c = ok_with(include_str!("../../../profiles/example.toml"), 2);
     let g = &c.snapshot.gate;
     let names: Vec<&str> = g.rate_limits.iter().map(|d| d.name.as_str()).collect();
-    assert_eq!(names, ["site", "api"]);
+    // The profile's own limits, then the default per-client one for the
+    // hosts that name none ([protection]).
+    assert_eq!(names, ["site", "api", "client"]);
     assert_eq!(
         g.rate_limits[1].policy,
         RatePolicy::per_second(20, 40).unwrap().split(2).unwrap()
     );
+    // Pairs in order of first use: the hosts before app.example.com take
+    // the default per-client limit.
     assert_eq!(
-        g.rate_pairs,
+        g.rate_pairs[5..7],
         [
             RatePair {
                 identity: pair_identity("site", "app.example.com"),
@@ -72,6 +76,11 @@ fn the_example_profile_compiles_its_gate_sections() {
             },
         ]
     );
+    for e in &c.snapshot.entries {
+        let pair = &g.rate_pairs[e.policy.rate_pair.unwrap() as usize];
+        let own = e.label == "app.example.com";
+        assert_eq!(names[pair.limit as usize] == "client", !own, "{}", e.label);
+    }
     assert_eq!(g.operations, ["upload"]);
     let id = c.snapshot.hosts.lookup(Some(b"app.example.com")).unwrap();
     let HostAction::Proxy(p) = &c.snapshot.entries[id as usize].action else {
@@ -87,11 +96,11 @@ fn the_example_profile_compiles_its_gate_sections() {
     assert_eq!(
         routes,
         [
-            policy(Some(0), Class::Normal, None),
-            policy(Some(1), Class::Normal, None),
-            policy(Some(0), Class::Normal, None),
+            policy(Some(5), Class::Normal, None),
+            policy(Some(6), Class::Normal, None),
+            policy(Some(5), Class::Normal, None),
             policy(None, Class::Normal, None),
-            policy(Some(0), Class::Critical, Some(0)),
+            policy(Some(5), Class::Critical, Some(0)),
         ]
     );
 }

@@ -15,6 +15,7 @@ mod limits;
 mod parse;
 mod policy;
 mod profiles;
+mod protection;
 mod proxy;
 mod quota;
 mod ratelimit;
@@ -37,17 +38,32 @@ fn compile_str(src: &str) -> Result<Compiled, Vec<ProfileError>> {
     compile_with(src, 2)
 }
 
-/// Compiles profile text, `"auto"` shards meaning `cores`, with [`names`].
+/// Compiles profile text, `"auto"` shards meaning `cores`, with [`names`],
+/// without the protective defaults (each test states the limits it
+/// checks; `protection.rs` tests the defaults).
 fn compile_with(src: &str, cores: u32) -> Result<Compiled, Vec<ProfileError>> {
+    if src.contains("[protection]") {
+        return compile_protected(src, cores);
+    }
+    compile_protected(&format!("{src}\n[protection]\noff = [\"all\"]\n"), cores)
+}
+
+/// Compiles profile text as written, protective defaults included, on a
+/// machine of `cores` cores and [`MEMORY`].
+fn compile_protected(src: &str, cores: u32) -> Result<Compiled, Vec<ProfileError>> {
     let names = names();
     crate::compile_with(
         src,
         &Environment {
             cores,
+            memory_bytes: MEMORY,
             resolver: &names,
         },
     )
 }
+
+/// The memory of the tests' machine: 8 GiB.
+const MEMORY: u64 = 8 << 30;
 
 /// Reads and compiles a profile file on `cores` cores with [`names`].
 fn load_file_with(path: &std::path::Path, cores: u32) -> Result<Compiled, Vec<ProfileError>> {
@@ -56,6 +72,7 @@ fn load_file_with(path: &std::path::Path, cores: u32) -> Result<Compiled, Vec<Pr
         path,
         &Environment {
             cores,
+            memory_bytes: MEMORY,
             resolver: &names,
         },
     )

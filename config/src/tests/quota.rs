@@ -16,7 +16,18 @@ fn a_profile_without_quota_keys_compiles_to_no_budgets_and_builtin_sizes() {
     assert_eq!(g.quota, QuotaLimits::default());
     assert!(!g.has_budgets());
     assert!(!g.uses_clock());
-    assert_eq!(g.quota_sizes, default_quota_sizes());
+    // The tracked-key tables are sized from the machine's memory (8 GiB
+    // over 2 shards: 262,144 keys a shard, 1/16 reserved); the rest are the
+    // built-in sizes.
+    let sized = Ceiling::new(262_144, 16_384).unwrap();
+    assert_eq!(
+        g.quota_sizes,
+        QuotaSizes {
+            window_keys: sized,
+            lease_keys: sized,
+            ..default_quota_sizes()
+        }
+    );
     assert_eq!(g.quota_mode, Mode::Enforce);
     assert_eq!(g.identity_header, None);
     assert!(g.operations.is_empty());

@@ -97,7 +97,7 @@ pub fn basic(name: &str, password: &str) -> String {
 /// ephemeral admin port and one shard, plus `rest`.
 pub fn profile_listening(listen: &str, server_extra: &str, rest: &str) -> String {
     format!(
-        "[server]\nlisten = {listen}\nadmin = \"127.0.0.1:0\"\nshards = 1\ndrain_timeout_ms = 5000\n{server_extra}\n{rest}"
+        "[server]\nlisten = {listen}\nadmin = \"127.0.0.1:0\"\nshards = 1\ndrain_timeout_ms = 5000\n{server_extra}\n{rest}\n[protection]\noff = [\"all\"]\n"
     )
 }
 

@@ -44,10 +44,17 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_gapura")
 }
 
-/// A profile's `[server]` with ephemeral ports, plus `rest`.
+/// A profile's `[server]` with ephemeral ports, plus `rest`, without the
+/// protective defaults (a test states the limits it checks; the tests of
+/// the defaults write `[protection]` themselves).
 pub fn profile(server_extra: &str, rest: &str) -> String {
+    let protection = if rest.contains("[protection]") {
+        ""
+    } else {
+        "\n[protection]\noff = [\"all\"]\n"
+    };
     format!(
-        "[server]\nlisten = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\nshards = 1\ndrain_timeout_ms = 5000\n{server_extra}\n{rest}"
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\nshards = 1\ndrain_timeout_ms = 5000\n{server_extra}\n{rest}{protection}"
     )
 }
 
