@@ -38,6 +38,7 @@
 //! - `testing`: the deterministic generator of tests and benchmarks.
 //! - `robots`: managed robots.txt.
 //! - `maintenance`: maintenance mode.
+//! - `latency`: answer latency histograms per host.
 //! - `pages`: built-in error pages; `custom_pages`: an operator's pages;
 //!   `answer`: precomputed answers and the one function that writes them.
 
@@ -53,6 +54,7 @@ pub mod custom_pages;
 pub mod glob;
 pub mod hash;
 pub mod host;
+pub mod latency;
 pub mod limits;
 pub mod maintenance;
 pub mod mode;

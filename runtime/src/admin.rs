@@ -251,10 +251,14 @@ fn render_blocks(out: &mut String, admin: &Admin) {
     let mut access: BTreeMap<String, [u64; 9]> = BTreeMap::new();
     let mut maint: BTreeMap<String, [u64; 3]> = BTreeMap::new();
     let mut rates: BTreeMap<String, [u64; 2]> = BTreeMap::new();
+    let mut latency: BTreeMap<String, gapura_gate::latency::Histogram> = BTreeMap::new();
     let mut robots = 0;
     for s in &admin.shards {
         let Ok(b) = s.blocks.lock() else { continue };
         robots += b.robots_served;
+        for (n, h) in &b.latency {
+            latency.entry(n.clone()).or_default().merge(h);
+        }
         for (n, c) in &b.rule_sets {
             let e = rules.entry(n.clone()).or_default();
             for (i, v) in [
@@ -371,6 +375,35 @@ fn render_blocks(out: &mut String, admin: &Admin) {
                 "gapura_maintenance_total{{host=\"{n}\",result=\"{label}\"}} {x}"
             );
         }
+    }
+    family(
+        out,
+        "gapura_request_duration_seconds",
+        "histogram",
+        "Time from a request's complete head to its answer's end, by host (answered requests).",
+    );
+    for (n, h) in &latency {
+        let cumulative = h.cumulative();
+        for (i, c) in cumulative.iter().enumerate() {
+            let le = match gapura_gate::latency::BOUNDS_US.get(i) {
+                Some(us) => format!("{}", *us as f64 / 1e6),
+                None => "+Inf".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "gapura_request_duration_seconds_bucket{{host=\"{n}\",le=\"{le}\"}} {c}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "gapura_request_duration_seconds_sum{{host=\"{n}\"}} {}",
+            h.sum_us as f64 / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "gapura_request_duration_seconds_count{{host=\"{n}\"}} {}",
+            h.count
+        );
     }
     family(
         out,

@@ -491,3 +491,32 @@ fn the_pool_reuses_upstream_connections() {
         up.connections.load(Ordering::Relaxed)
     );
 }
+
+#[test]
+fn answer_latency_is_a_histogram_per_host() {
+    let up = upstream::fixed(b"ok");
+    let g = Gapura::start(&proxy_profile(&[up.addr], "", ""));
+    for _ in 0..5 {
+        assert_eq!(get(&g, "/").status, 200);
+    }
+    let count = "gapura_request_duration_seconds_count{host=\"app.test\"}";
+    assert_eq!(
+        common::gate::wait_sample(&g, count, 5, Duration::from_secs(3)),
+        5
+    );
+    assert_eq!(
+        g.metric("gapura_request_duration_seconds_bucket{host=\"app.test\",le=\"+Inf\"}"),
+        5
+    );
+    let text = g.metrics();
+    assert!(
+        text.contains("# TYPE gapura_request_duration_seconds histogram"),
+        "{text}"
+    );
+    // Loopback answers in well under a second: every request is in a
+    // bucket at or below 1 s.
+    assert_eq!(
+        g.metric("gapura_request_duration_seconds_bucket{host=\"app.test\",le=\"1\"}"),
+        5
+    );
+}

@@ -75,6 +75,9 @@ pub struct GateState {
     pub access_counters: Vec<AccessCounters>,
     /// Per host of the adopted snapshot.
     pub maintenance_counters: Vec<MaintenanceCounters>,
+    /// Answer latency per host of the adopted snapshot (by label across
+    /// reloads).
+    pub latency: Vec<crate::latency::Histogram>,
     /// Names the counters above were kept under, to carry them across a
     /// reload (lists and sets by name, hosts by label).
     rule_names: Vec<String>,
@@ -132,6 +135,7 @@ impl GateState {
             rule_counters: Vec::new(),
             access_counters: Vec::new(),
             maintenance_counters: Vec::new(),
+            latency: Vec::new(),
             rule_names: Vec::new(),
             access_names: Vec::new(),
             rate_counters: Vec::new(),
@@ -214,6 +218,7 @@ impl GateState {
         let host_names: Vec<&str> = snap.entries.iter().map(|e| e.label.as_str()).collect();
         self.maintenance_counters =
             carry(&self.host_names, &self.maintenance_counters, &host_names);
+        self.latency = carry(&self.host_names, &self.latency, &host_names);
         self.host_names = host_names.iter().map(|s| s.to_string()).collect();
     }
 
@@ -325,6 +330,15 @@ impl GateState {
     /// Sweeps retired rate slots, expired windows; bounded work per call.
     pub fn sweep(&mut self, now_ms: u64, budget: usize) {
         let _ = self.quota.sweep(now_ms, budget);
+    }
+
+    /// Counts an answered request of `host` that took `us` microseconds.
+    /// O(buckets), no allocation.
+    #[inline]
+    pub fn record_latency(&mut self, host: crate::host::HostId, us: u64) {
+        if let Some(h) = self.latency.get_mut(host as usize) {
+            h.record(us);
+        }
     }
 
     /// Gives a ticket's leases back. A second release does nothing.

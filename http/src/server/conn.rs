@@ -110,6 +110,10 @@ pub(super) struct Conn {
     pub(super) log: Option<Box<LogRecord>>,
     /// Bytes handed to the socket so far.
     pub(super) sent: u64,
+    /// The current request's host and when its head was complete (its
+    /// answer's latency).
+    req_host: Option<gapura_gate::HostId>,
+    req_start: std::time::Instant,
     /// The peer the gate sees: the TCP peer, or a trusted PROXY header's source.
     pub(super) client_peer: Peer,
     /// The connection's place in its prefix's concurrency limit.
@@ -142,6 +146,8 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
         bucket: Default::default(),
         log: None,
         sent: 0,
+        req_host: None,
+        req_start: std::time::Instant::now(),
         client_peer: Peer::tcp(peer.ip()),
         connection_token: None,
         page_vars: PageCopy::default(),
@@ -314,6 +320,7 @@ impl Conn {
                     if resume.is_none() {
                         self.shard.stats.requests.inc();
                         self.served += 1;
+                        self.req_start = std::time::Instant::now();
                         let before = self.sent + self.wbuf.len() as u64;
                         begin_log(&mut self.log, &self.shard, before, &snap);
                     }
@@ -335,6 +342,7 @@ impl Conn {
                                 None
                             },
                             request_id,
+                            host_out: &mut self.req_host,
                         },
                         &snap,
                         &head,
@@ -370,6 +378,7 @@ impl Conn {
                             self.pos += head.head_len;
                             let done = self.execute(&snap, &head, plan).await;
                             self.finish_log(&snap);
+                            self.record_latency();
                             if let Err(end) = done {
                                 return end;
                             }
@@ -723,6 +732,14 @@ impl Conn {
         self.shard.log_request(settings, rec, bytes);
         if let Some(rec) = self.log.as_deref_mut() {
             rec.end();
+        }
+    }
+
+    /// Counts the answered request in its host's latency histogram.
+    fn record_latency(&mut self) {
+        if let Some(host) = self.req_host.take() {
+            let us = self.req_start.elapsed().as_micros() as u64;
+            self.shard.gate_mut().record_latency(host, us);
         }
     }
 

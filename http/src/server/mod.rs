@@ -295,6 +295,13 @@ impl Shard {
                 .filter(|(_, c)| *c != Default::default())
                 .collect(),
             robots_served: gate.counters.robots_served,
+            latency: gate
+                .host_names()
+                .iter()
+                .cloned()
+                .zip(gate.latency.iter().copied())
+                .filter(|(_, h)| h.count > 0)
+                .collect(),
         };
         if let Ok(mut b) = self.stats.blocks.lock() {
             *b = blocks;

@@ -44,6 +44,8 @@ pub(super) struct Prep<'a> {
     pub log: Option<&'a mut LogRecord>,
     /// The request's id when it has one already (the access log's).
     pub request_id: Option<[u8; 24]>,
+    /// Where the request's host goes (for its latency).
+    pub host_out: &'a mut Option<gapura_gate::HostId>,
 }
 
 /// What a request's head decided, to be carried out once the borrows of
@@ -222,6 +224,7 @@ pub(super) fn prepare<'s>(
     };
     // After a password check the budgets' leases were taken before it.
     let ticket = decision.ticket.or(paid);
+    *p.host_out = decision.host;
     match decision.verdict {
         Verdict::Refuse(s) => shard.warn_refusal(
             decision.step,

@@ -166,4 +166,6 @@ pub struct BlockStats {
     pub rate_limits: Vec<(String, gapura_gate::chain::RateLimitCounters)>,
     pub maintenance: Vec<(String, gapura_gate::maintenance::MaintenanceCounters)>,
     pub robots_served: u64,
+    /// Answer latency by host label (hosts with answers only).
+    pub latency: Vec<(String, gapura_gate::latency::Histogram)>,
 }
