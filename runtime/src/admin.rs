@@ -24,6 +24,8 @@ pub struct Global {
 pub struct Admin {
     pub shards: Vec<Arc<ShardStats>>,
     pub global: Arc<Global>,
+    /// Each shard's queue of `explain --live` asks.
+    pub live: Vec<std::sync::mpsc::SyncSender<gapura_http::server::live::LiveAsk>>,
 }
 
 pub fn spawn(listener: TcpListener, admin: Admin) -> std::io::Result<()> {
@@ -71,6 +73,10 @@ fn handle(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
         (b"GET" | b"HEAD", b"/metrics") => {
             ("200 OK", "text/plain; version=0.0.4", render_metrics(admin))
         }
+        (b"GET", p) if p.starts_with(b"/explain?") => match live_explain(admin, &p[9..]) {
+            Ok(json) => ("200 OK", "application/json", json),
+            Err(why) => ("400 Bad Request", "text/plain", format!("{why}\n")),
+        },
         _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
     };
     let head = format!(
@@ -82,6 +88,113 @@ fn handle(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
         stream.write_all(body.as_bytes())?;
     }
     Ok(())
+}
+
+/// Percent-decodes a query value (`+` is a space).
+pub fn percent_decode(v: &[u8]) -> Option<String> {
+    let mut out = Vec::with_capacity(v.len());
+    let mut i = 0;
+    while i < v.len() {
+        match v[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(v.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Percent-encodes a query value: unreserved characters as they are.
+pub fn percent_encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `GET /explain?method=M&path=P&peer=IP&h=Name:%20value...`: asks every
+/// shard for its live tables as the request would meet them (read only)
+/// and answers them as JSON, one entry per shard.
+fn live_explain(admin: &Admin, query: &[u8]) -> Result<String, String> {
+    let mut method = "GET".to_string();
+    let mut path = "/".to_string();
+    let mut peer: std::net::IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
+    let mut headers = Vec::new();
+    for pair in query.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
+        let (k, v) = match pair.iter().position(|&b| b == b'=') {
+            Some(i) => (&pair[..i], &pair[i + 1..]),
+            None => (pair, &b""[..]),
+        };
+        let v = percent_decode(v).ok_or("a value is not percent-encoded UTF-8")?;
+        match k {
+            b"method" => method = v,
+            b"path" => path = v,
+            b"peer" => peer = v.parse().map_err(|_| format!("{v:?} is not an address"))?,
+            b"h" => {
+                let (n, val) = v.split_once(':').ok_or("a header needs 'Name: value'")?;
+                headers.push((n.trim().to_string(), val.trim().to_string()));
+            }
+            _ => return Err("unknown parameter: use method, path, peer and h".into()),
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel(admin.live.len().max(1));
+    let mut asked = 0;
+    for shard in &admin.live {
+        let ask = gapura_http::server::live::LiveAsk {
+            method: method.clone(),
+            path: path.clone(),
+            peer,
+            headers: headers.clone(),
+            reply: tx.clone(),
+        };
+        if shard.try_send(ask).is_ok() {
+            asked += 1;
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    let mut views = Vec::new();
+    while views.len() < asked {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(v) => views.push(v),
+            Err(_) => break,
+        }
+    }
+    views.sort_by_key(|(id, _)| *id);
+    let shards: Vec<serde_json::Value> = views
+        .into_iter()
+        .map(|(id, v)| {
+            serde_json::json!({
+                "shard": id,
+                "client": v.client.to_string(),
+                "host": v.host,
+                "global_window_count": v.global_count,
+                "source_window_count": v.source_count,
+                "leases_active": v.leases_active,
+                "leases_for_source": v.leases_for_source,
+                "rate_limit": v.rate.map(|(name, tokens, wait)| serde_json::json!({
+                    "name": name, "tokens": tokens, "retry_after_ms": wait,
+                })),
+                "verification_cached": v.verification_cached,
+            })
+        })
+        .collect();
+    Ok(serde_json::to_string_pretty(&serde_json::json!({ "shards": shards })).unwrap_or_default())
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -129,6 +129,14 @@ pub struct ExplainArgs {
     /// Print the request, the steps and the answer as JSON
     #[arg(long)]
     pub json: bool,
+    /// Also ask the running server (its admin listener, from the profile)
+    /// what its live tables hold for this request: tokens left, window
+    /// counts, leases, the verification cache; nothing is changed
+    #[arg(long)]
+    pub live: bool,
+    /// The admin listener --live asks [default: the profile's `admin`]
+    #[arg(long, value_name = "ADDR", requires = "live")]
+    pub admin: Option<std::net::SocketAddr>,
     /// The TCP peer [default: 127.0.0.1, or --client when --via direct]
     #[arg(long, value_name = "IP")]
     pub peer: Option<IpAddr>,

@@ -217,6 +217,7 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let admin = a.admin.or(compiled.runtime.admin);
     let snap = compiled.snapshot;
     let Some(rest) = a
         .url
@@ -321,5 +322,60 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
         }
         println!("  {:<15} {answer}", "answer");
     }
+    if a.live {
+        let Some(addr) = admin else {
+            eprintln!("gapura explain --live: the profile's admin listener is off");
+            return ExitCode::FAILURE;
+        };
+        match ask_live(addr, &a.method, &path, peer, &headers) {
+            Ok(body) => println!("{body}"),
+            Err(e) => {
+                eprintln!("gapura explain --live: {addr}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     ExitCode::SUCCESS
+}
+
+/// Asks the running server's admin listener for its live tables (read
+/// only) and returns its JSON answer.
+fn ask_live(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    peer: std::net::IpAddr,
+    headers: &[(String, String)],
+) -> Result<String, String> {
+    use crate::admin::percent_encode as enc;
+    use std::io::{Read, Write};
+    let mut query = format!(
+        "method={}&path={}&peer={}",
+        enc(method),
+        enc(path),
+        enc(&peer.to_string())
+    );
+    for (n, v) in headers {
+        query.push_str(&format!("&h={}", enc(&format!("{n}: {v}"))));
+    }
+    let mut s = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2))
+        .map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET /explain?{query} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).map_err(|e| e.to_string())?;
+    let (head, body) = answer.split_once("\r\n\r\n").ok_or("no answer")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!(
+            "{}: {}",
+            head.lines().next().unwrap_or(""),
+            body.trim()
+        ));
+    }
+    Ok(body.trim_end().to_string())
 }

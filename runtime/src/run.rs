@@ -144,6 +144,8 @@ fn start(
     drop(first);
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
+    // `gapura explain --live` asks reach each shard through its own queue.
+    let mut live_senders = Vec::new();
     for (id, listeners) in per_shard.into_iter().enumerate() {
         let spec = ShardSpec {
             id,
@@ -162,6 +164,11 @@ fn start(
             key_seed,
             verifier: verifier.clone(),
             access_log: log_tx.clone(),
+            live: {
+                let (live_tx, live_rx) = mpsc::sync_channel(4);
+                live_senders.push(live_tx);
+                live_rx
+            },
         };
         let tx = tx.clone();
         let handle = std::thread::Builder::new()
@@ -190,6 +197,7 @@ fn start(
             Admin {
                 shards: stats.clone(),
                 global: global.clone(),
+                live: live_senders,
             },
         )
         .map_err(|e| e.to_string())?;

@@ -22,6 +22,8 @@ use std::time::Duration;
 
 /// Entries of each shard's submission queue.
 const RING_ENTRIES: u32 = 4096;
+/// How often a shard looks for `explain --live` asks.
+const LIVE_POLL_MS: u64 = 20;
 /// How often an idle accept loop and the drain watcher look at their flags.
 const POLL_MS: u64 = 100;
 
@@ -50,6 +52,8 @@ pub struct ShardSpec {
     pub verifier: Arc<dyn gapura_http::server::verify::VerifyPool>,
     /// Where the access log's buffers go.
     pub access_log: std::sync::mpsc::SyncSender<Vec<u8>>,
+    /// `gapura explain --live` asks from the admin listener.
+    pub live: mpsc::Receiver<gapura_http::server::live::LiveAsk>,
 }
 
 /// What a shard reports once it is serving (or why it could not).
@@ -138,6 +142,16 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
                 .stats
                 .upstream_idle
                 .set(ticker.upstreams.idle_connections() as u64);
+        }
+    });
+    let asked = shard.clone();
+    let live = spec.live;
+    monoio::spawn(async move {
+        loop {
+            monoio::time::sleep(Duration::from_millis(LIVE_POLL_MS)).await;
+            while let Ok(ask) = live.try_recv() {
+                asked.answer_live(ask);
+            }
         }
     });
     let mut accepting = Vec::new();

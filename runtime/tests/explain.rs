@@ -464,3 +464,75 @@ fn via_proxy_names_the_forwarded_client_only_when_the_peer_is_trusted() {
     assert_eq!(send(&g, "203.0.113.7"), 200);
     assert_eq!(send(&g, "203.0.113.8"), 429);
 }
+
+#[test]
+fn explain_live_reads_the_running_servers_tables_without_changing_them() {
+    let text = profile(
+        "",
+        r#"
+[quota.source]
+requests = 1000
+
+[[rate_limit]]
+name = "three"
+requests = 1
+per = "minute"
+burst = 3
+
+[[host]]
+names = ["live.test"]
+default = true
+body = "ok\n"
+rate_limit = "three"
+"#,
+    );
+    let g = Gapura::start(&text);
+    for _ in 0..2 {
+        assert_eq!(
+            request(
+                g.addr,
+                b"GET / HTTP/1.1\r\nHost: live.test\r\nConnection: close\r\n\r\n"
+            )
+            .status,
+            200
+        );
+    }
+    let ask = || {
+        let out = std::process::Command::new(common::bin())
+            .args(["explain", "--json", "--live", "--admin"])
+            .arg(g.admin.to_string())
+            .arg("--profile")
+            .arg(&g.profile)
+            .args(["GET", "http://live.test/"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        // The chain's JSON, then the live tables' JSON.
+        let at = text.rfind("{\n  \"shards\"").expect("the live answer");
+        serde_json::from_str::<serde_json::Value>(&text[at..]).unwrap()
+    };
+    let live = ask();
+    let shard = &live["shards"][0];
+    assert_eq!(shard["host"], "live.test");
+    assert_eq!(shard["client"], "127.0.0.1");
+    assert_eq!(shard["rate_limit"]["name"], "three");
+    assert_eq!(shard["rate_limit"]["tokens"], 1, "{live}");
+    assert_eq!(shard["source_window_count"].as_u64().unwrap() <= 2, true);
+    assert_eq!(shard["verification_cached"], serde_json::Value::Null);
+    // Asking again changed nothing: still one token.
+    assert_eq!(ask()["shards"][0]["rate_limit"]["tokens"], 1);
+    assert_eq!(
+        request(
+            g.addr,
+            b"GET / HTTP/1.1\r\nHost: live.test\r\nConnection: close\r\n\r\n"
+        )
+        .status,
+        200
+    );
+    assert_eq!(ask()["shards"][0]["rate_limit"]["tokens"], 0);
+}

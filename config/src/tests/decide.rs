@@ -230,3 +230,61 @@ body = "hi"
     );
     assert_eq!(state.quota.operation_count(0), 2);
 }
+
+#[test]
+fn the_live_view_reads_tokens_and_the_verification_cache_without_changing_them() {
+    let c = ok(&format!(
+        r#"
+[[rate_limit]]
+name = "few"
+requests = 1
+per = "minute"
+burst = 4
+
+[[access_list]]
+name = "staff"
+users = [{{ name = "alice", password_hash = "{}" }}]
+
+[[host]]
+names = ["a.test"]
+body = "hi"
+rate_limit = "few"
+access_list = "staff"
+"#,
+        super::access::HASH
+    ));
+    let s = &c.snapshot;
+    let mut state = GateState::small();
+    state.adopt(s, 1_000);
+    let mut scratch = Box::new([0u8; MAX_PATH_BYTES]);
+    // alice:pw
+    let headers: [(&str, &[u8]); 1] = [("authorization", b"Basic YWxpY2U6cHc=")];
+    let req = Request {
+        peer: Peer::tcp("192.0.2.1".parse().unwrap()),
+        method: b"GET",
+        host: Some(b"a.test"),
+        target: b"/",
+        path: b"/",
+        header_count: 2,
+        header_bytes: 30,
+        content_length: None,
+        headers: &headers[..],
+        connection: None,
+    };
+    let live = |state: &GateState, scratch: &mut gapura_gate::path::PathScratch| {
+        state.live_view(s, &req, 1_000, scratch)
+    };
+    let v = live(&state, &mut scratch);
+    assert_eq!(v.host.as_deref(), Some("a.test"));
+    assert_eq!(v.rate, Some(("few".to_string(), 4, 0)));
+    assert_eq!(v.verification_cached, Some(false));
+    // The chain asks for a verification; once it passed, the cache holds it.
+    let d = s.decide(&req, &mut state, 1_000, &mut scratch, &mut NoTrace);
+    assert!(matches!(d.verdict, Verdict::Verify(_)), "{:?}", d.verdict);
+    let job = state.take_job().unwrap();
+    state.verify_cache.insert(job.cache_key(), 1_000);
+    let v = live(&state, &mut scratch);
+    assert_eq!(v.verification_cached, Some(true));
+    // Looking twice changed nothing.
+    assert_eq!(live(&state, &mut scratch), v);
+}

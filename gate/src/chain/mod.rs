@@ -26,13 +26,16 @@
 //!
 //! Modules: `steps` (the blocks of steps 4 to 13), `quota` (the work of
 //! steps 4 and 9: budgets, leases and the rate limit), `state` (the shard's
-//! mutable gate state and counters), `trace` (what explain records).
+//! mutable gate state and counters), `trace` (what explain records), `live`
+//! (a running shard's tables as a request would meet them, read only).
 
+mod live;
 mod quota;
 mod state;
 mod steps;
 mod trace;
 
+pub use live::LiveView;
 pub use state::{
     AccessCounters, ChainCounters, ConnectionCounters, ConnectionRefusal, ConnectionToken,
     GateState, RateLimitCounters, Start,

@@ -5,6 +5,7 @@ pub mod conn;
 pub mod date;
 mod forward;
 mod leases;
+pub mod live;
 mod prepare;
 pub mod stats;
 #[cfg(feature = "decide-timing")]
