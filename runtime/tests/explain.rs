@@ -522,7 +522,12 @@ rate_limit = "three"
     assert_eq!(shard["client"], "127.0.0.1");
     assert_eq!(shard["rate_limit"]["name"], "three");
     assert_eq!(shard["rate_limit"]["tokens"], 1, "{live}");
-    assert_eq!(shard["source_window_count"].as_u64().unwrap() <= 2, true);
+    // The window started at the first request (1 s long): both counted,
+    // or none when it rolled over since.
+    assert!(
+        shard["source_window_count"].as_u64().unwrap() <= 2,
+        "{live}"
+    );
     assert_eq!(shard["verification_cached"], serde_json::Value::Null);
     // Asking again changed nothing: still one token.
     assert_eq!(ask()["shards"][0]["rate_limit"]["tokens"], 1);
