@@ -81,6 +81,8 @@ pub(super) struct Upgraded {
     pub leases: Option<Leases>,
     /// The host's WebSocket message limits.
     pub websocket: Option<gapura_gate::policy::WebSocketLimits>,
+    /// The host's label (for warnings).
+    pub host: String,
 }
 
 pub(super) struct Conn {
@@ -167,16 +169,20 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
                 pending,
                 leases,
                 websocket,
+                host,
             } = *up;
             let client_pending = conn.rbuf.split_off(conn.pos);
             let token = conn.connection_token.take();
             let idle_ms = shard.snapshot().server.idle_timeout_ms;
             shard.stats.upgrades.inc();
             conn.held.release_all();
+            let client = conn.client_peer.addr();
             let messages = websocket.map(|limits| super::tunnel::Messages {
                 limits,
                 shard: shard.clone(),
                 bucket: Default::default(),
+                host,
+                client,
             });
             super::tunnel::tunnel(
                 conn.stream,
@@ -627,6 +633,13 @@ impl Conn {
                     Err(End::Upgrade(mut up)) => {
                         up.leases = held;
                         up.websocket = extras.and_then(|e| e.websocket);
+                        if up.websocket.is_some() {
+                            up.host = self
+                                .req_host
+                                .and_then(|h| snap.entries.get(h as usize))
+                                .map(|e| e.label.clone())
+                                .unwrap_or_default();
+                        }
                         Err(End::Upgrade(up))
                     }
                     // An answer of the proxy's own still in the buffer.

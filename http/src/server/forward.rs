@@ -249,6 +249,7 @@ impl Conn {
                         pending,
                         leases: None,
                         websocket: None,
+                        host: String::new(),
                     })));
                 }
             }

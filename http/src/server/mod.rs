@@ -86,8 +86,9 @@ pub struct Shard {
     pub access_log: RefCell<accesslog::ShardLog>,
     /// Where refusal warnings go (the runtime's log); `None`: nowhere.
     warn: Option<fn(std::fmt::Arguments<'_>)>,
-    /// The second each refusal kind last warned in (by `Block`), plus one.
-    warned: [Cell<u64>; BLOCK_KINDS],
+    /// The second each refusal kind last warned in (by `Block`, then the
+    /// WebSocket message limits), plus one.
+    warned: [Cell<u64>; BLOCK_KINDS + 1],
     started: monoio::time::Instant,
     /// Where password checks run (none: every check answers 429).
     pub verifier: Option<Arc<dyn verify::VerifyPool>>,
@@ -213,6 +214,31 @@ impl Shard {
             policy.unwrap_or("-"),
             if host.is_empty() { "-" } else { host },
             status,
+            prefix
+        ));
+    }
+
+    /// Warns of WebSocket messages over a host's limits (`what`: dropped or
+    /// closed), as [`Shard::warn_refusal`] does: one line a second at most.
+    pub(crate) fn warn_websocket(&self, what: &str, host: &str, client: std::net::IpAddr) {
+        let Some(warn) = self.warn else {
+            return;
+        };
+        let second = self.now_ms() / 1000 + 1;
+        let last = &self.warned[BLOCK_KINDS];
+        if last.get() == second {
+            return;
+        }
+        last.set(second);
+        let prefix = self
+            .gate
+            .try_borrow()
+            .map(|g| g.prefix_hash(client))
+            .unwrap_or(0);
+        warn(format_args!(
+            "refused: shard {} websocket messages {what} host {} source {:016x} (at most one line a second)",
+            self.id,
+            if host.is_empty() { "-" } else { host },
             prefix
         ));
     }

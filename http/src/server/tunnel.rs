@@ -26,6 +26,9 @@ pub(super) struct Messages {
     pub limits: WebSocketLimits,
     pub shard: Rc<Shard>,
     pub bucket: Bucket,
+    /// For the warning line: the host's label and the client.
+    pub host: String,
+    pub client: std::net::IpAddr,
 }
 
 impl Messages {
@@ -100,6 +103,9 @@ pub async fn tunnel(
     };
     if let Some(code) = closed {
         messages.shard.stats.websocket_closed.inc();
+        messages
+            .shard
+            .warn_websocket("closed", &messages.host, messages.client);
         let [hi, lo] = code.to_be_bytes();
         // To the client unmasked; to the upstream masked with a zero key,
         // as a client's frame must be.
@@ -200,6 +206,9 @@ async fn copy_messages<R: AsyncReadRent, W: AsyncWriteRent>(
                 .stats
                 .websocket_dropped
                 .add(u64::from(got.dropped));
+            messages
+                .shard
+                .warn_websocket("dropped", &messages.host, messages.client);
         }
         if got.keep > 0 {
             let (res, slice) = to.write_all(buf.slice(0..got.keep)).await;
