@@ -36,6 +36,8 @@
 //! - `mode`: enforce or shadow, carried out in one place.
 //! - `token`: the HTTP token-character table.
 //! - `testing`: the deterministic generator of tests and benchmarks.
+//! - `pow`: proof of work's challenge and cookie (stateless, HMAC-bound to
+//!   the host and the client).
 //! - `robots`: managed robots.txt.
 //! - `maintenance`: maintenance mode.
 //! - `latency`: answer latency histograms per host.
@@ -62,6 +64,7 @@ pub mod pages;
 pub mod path;
 pub mod pathmatch;
 pub mod policy;
+pub mod pow;
 pub mod quota;
 pub mod robots;
 pub mod ruleset;
