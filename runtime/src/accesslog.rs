@@ -88,6 +88,7 @@ fn write_loop(
 ) {
     let mut file: Option<File> = None;
     let mut failed_once = false;
+    let mut opened_before = false;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         let next = if stopping {
@@ -101,6 +102,10 @@ fn write_loop(
             file = match p.as_deref().map(open) {
                 Some(Ok(f)) => {
                     failed_once = false;
+                    if opened_before {
+                        log!("access log: reopened {}", p.unwrap_or_default());
+                    }
+                    opened_before = true;
                     Some(f)
                 }
                 Some(Err(e)) => {

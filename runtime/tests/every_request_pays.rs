@@ -149,14 +149,19 @@ fn a_client_over_its_budget_costs_no_password_check() {
     }
     assert_eq!(statuses[..3], [401, 401, 401], "{statuses:?}");
     assert!(statuses[3..].iter().all(|&s| s == 429), "{statuses:?}");
-    // Three checks ran; the seventeen over budget cost none.
+    // Three checks ran; the seventeen over budget cost none. The ticker
+    // publishes a shard's counters together: once the seventeen refusals
+    // show, the checks counted before them do too.
+    assert_eq!(
+        g.wait_metric(
+            "gapura_quota_refused_total{shard=\"0\",level=\"global\"}",
+            17,
+            VERIFY_WAIT
+        ),
+        17
+    );
     assert_eq!(
         wait_sample(&g, &access_sample("staff", "verification"), 3, VERIFY_WAIT),
-        3
-    );
-    std::thread::sleep(Duration::from_millis(1200));
-    assert_eq!(
-        wait_sample(&g, &access_sample("staff", "verification"), 3, METRIC_WAIT),
         3
     );
 }
@@ -179,7 +184,7 @@ fn refusals_are_warned_at_most_once_a_second_per_kind() {
     for _ in 0..5 {
         assert_eq!(request(g.addr, &get_close("rules.test", "/x")).status, 403);
     }
-    assert!(g.wait_log("step rule_set", Duration::from_secs(3)));
+    assert!(g.wait_log("step rule_set", Duration::from_secs(10)));
     let log = g.log_text();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("refused: ")).collect();
     // Five refusals in well under two seconds: one line, or two across a

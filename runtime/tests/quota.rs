@@ -633,31 +633,9 @@ fn leases_are_given_back_when_a_request_is_refused_for_its_size() {
     }
 }
 
-/// An upstream that upgrades `/ws` to an echoing tunnel and answers `ok`
-/// to anything else.
-fn tunnel_upstream() -> upstream::Upstream {
-    use std::io::{Read, Write};
-    upstream::start(Arc::new(|req: &UpRequest| {
-        if req.header("Upgrade").is_none() {
-            return Reply::Bytes(upstream::ok(b"ok"));
-        }
-        Reply::Takeover(Box::new(|mut s: std::net::TcpStream| {
-            let _ = s.write_all(
-                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
-            );
-            let mut buf = [0u8; 1024];
-            while let Ok(n) = s.read(&mut buf) {
-                if n == 0 || s.write_all(&buf[..n]).is_err() {
-                    return;
-                }
-            }
-        }))
-    }))
-}
-
 #[test]
 fn an_upgraded_tunnel_holds_its_lease_for_its_whole_life() {
-    let up = tunnel_upstream();
+    let up = upstream::upgrading_echo();
     let text = profile(
         "",
         &format!(
@@ -700,7 +678,7 @@ websocket = true
     assert_eq!(&got, b"ping");
     // Closed, it gives the lease back.
     drop(ws);
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(10);
     let mut refused = 1;
     loop {
         let r = request(g.addr, &get_close("app.test", "/"));

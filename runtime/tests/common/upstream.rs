@@ -224,6 +224,27 @@ pub fn echo() -> Upstream {
     }))
 }
 
+/// An upstream that upgrades a request asking for it (101) and then echoes
+/// every byte it receives; anything else gets 200 `ok`.
+pub fn upgrading_echo() -> Upstream {
+    start(Arc::new(|req: &UpRequest| {
+        if req.header("Upgrade").is_none() {
+            return Reply::Bytes(ok(b"ok"));
+        }
+        Reply::Takeover(Box::new(|mut s: TcpStream| {
+            let _ = s.write_all(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+            );
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 || s.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        }))
+    }))
+}
+
 /// A free port nobody listens on.
 pub fn dead_addr() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
