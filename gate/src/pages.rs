@@ -170,9 +170,8 @@ pub struct RetryPage {
     id_at: Option<usize>,
 }
 
-/// Appends `n` in decimal. No allocation once `out` has capacity.
-pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
+/// `n` in decimal, written at the end of `digits`: the slice it fills.
+pub fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
     let mut i = digits.len();
     loop {
         i -= 1;
@@ -182,7 +181,12 @@ pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
             break;
         }
     }
-    out.extend_from_slice(&digits[i..]);
+    &digits[i..]
+}
+
+/// Appends `n` in decimal. No allocation once `out` has capacity.
+pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(decimal(n, &mut [0u8; 20]));
 }
 
 fn decimal_len(mut n: u64) -> u64 {

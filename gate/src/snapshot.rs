@@ -121,6 +121,24 @@ pub enum Verdict<'s> {
     Maintenance(&'s crate::maintenance::Maintenance),
 }
 
+impl Verdict<'_> {
+    /// The verdict's kind by name (`respond`, `redirect`, `refuse`,
+    /// `forward`, `drop`, `challenge`, `verify`, `maintenance`), as the
+    /// access log and explain write it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Verdict::Respond(_) => "respond",
+            Verdict::Redirect(_) => "redirect",
+            Verdict::Refuse(_) => "refuse",
+            Verdict::Forward(..) => "forward",
+            Verdict::Drop => "drop",
+            Verdict::Challenge(_) => "challenge",
+            Verdict::Verify(_) => "verify",
+            Verdict::Maintenance(_) => "maintenance",
+        }
+    }
+}
+
 /// The status that answers a limit refusal.
 pub fn limit_status(r: LimitRefusal) -> ErrorStatus {
     match r {

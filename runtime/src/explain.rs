@@ -300,16 +300,7 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
             "request": { "method": a.method, "url": a.url, "peer": peer.to_string() },
             "steps": steps,
             "answer": {
-                "kind": match d.verdict {
-                    Verdict::Respond(_) => "respond",
-                    Verdict::Redirect(_) => "redirect",
-                    Verdict::Refuse(_) => "refuse",
-                    Verdict::Forward(..) => "forward",
-                    Verdict::Drop => "drop",
-                    Verdict::Challenge(_) => "challenge",
-                    Verdict::Verify(_) => "verify",
-                    Verdict::Maintenance(_) => "maintenance",
-                },
+                "kind": d.verdict.kind(),
                 "status": if status == 0 { serde_json::Value::Null } else { status.into() },
                 "says": answer,
             },

@@ -487,15 +487,15 @@ rate_limit = "three"
 "#,
     );
     let g = Gapura::start(&text);
+    let get = || {
+        request(
+            g.addr,
+            b"GET / HTTP/1.1\r\nHost: live.test\r\nConnection: close\r\n\r\n",
+        )
+        .status
+    };
     for _ in 0..2 {
-        assert_eq!(
-            request(
-                g.addr,
-                b"GET / HTTP/1.1\r\nHost: live.test\r\nConnection: close\r\n\r\n"
-            )
-            .status,
-            200
-        );
+        assert_eq!(get(), 200);
     }
     let ask = || {
         let out = std::process::Command::new(common::bin())
@@ -531,13 +531,6 @@ rate_limit = "three"
     assert_eq!(shard["verification_cached"], serde_json::Value::Null);
     // Asking again changed nothing: still one token.
     assert_eq!(ask()["shards"][0]["rate_limit"]["tokens"], 1);
-    assert_eq!(
-        request(
-            g.addr,
-            b"GET / HTTP/1.1\r\nHost: live.test\r\nConnection: close\r\n\r\n"
-        )
-        .status,
-        200
-    );
+    assert_eq!(get(), 200);
     assert_eq!(ask()["shards"][0]["rate_limit"]["tokens"], 0);
 }

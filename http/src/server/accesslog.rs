@@ -80,9 +80,10 @@ fn copy_cut<const N: usize>(dst: &mut [u8; N], src: &[u8]) -> usize {
 }
 
 impl LogRecord {
-    /// Starts the record of a new request.
-    pub fn begin(&mut self, sent_before: u64, request_id: [u8; 24]) {
-        self.start = Instant::now();
+    /// Starts the record of a new request whose head was complete at
+    /// `start`.
+    pub fn begin(&mut self, sent_before: u64, request_id: [u8; 24], start: Instant) {
+        self.start = start;
         self.method_len = 0;
         self.host_len = 0;
         self.path_len = 0;
@@ -94,6 +95,18 @@ impl LogRecord {
         self.request_id = request_id;
         self.sent_before = sent_before;
         self.active = true;
+    }
+
+    fn method(&self) -> &[u8] {
+        &self.method[..usize::from(self.method_len)]
+    }
+
+    fn host(&self) -> &[u8] {
+        &self.host[..usize::from(self.host_len)]
+    }
+
+    fn path(&self) -> &[u8] {
+        &self.path[..usize::from(self.path_len)]
     }
 
     /// Whether a request is being recorded (begun, its line not written).
@@ -301,6 +314,15 @@ fn push_2(out: &mut Vec<u8>, n: u64) {
     out.push(b'0' + (n % 10) as u8);
 }
 
+/// `hh:mm:ss` of a second of the day.
+fn push_hms(out: &mut Vec<u8>, sod: u64) {
+    push_2(out, sod / 3600);
+    out.push(b':');
+    push_2(out, sod / 60 % 60);
+    out.push(b':');
+    push_2(out, sod % 60);
+}
+
 fn push_hash(out: &mut Vec<u8>, h: u64) {
     for i in (0..16).rev() {
         out.push(HEX[((h >> (i * 4)) & 0xf) as usize]);
@@ -414,11 +436,7 @@ impl Line<'_> {
                 out.push(b'-');
                 push_2(out, d);
                 out.push(b'T');
-                push_2(out, sod / 3600);
-                out.push(b':');
-                push_2(out, sod / 60 % 60);
-                out.push(b':');
-                push_2(out, sod % 60);
+                push_hms(out, sod);
                 out.push(b'.');
                 let ms = unix_ms % 1000;
                 out.push(b'0' + (ms / 100) as u8);
@@ -430,11 +448,11 @@ impl Line<'_> {
         out.extend_from_slice(b",\"client\":\"");
         self.client(out);
         out.extend_from_slice(b"\",\"host\":\"");
-        push_json_str(out, &r.host[..usize::from(r.host_len)]);
+        push_json_str(out, r.host());
         out.extend_from_slice(b"\",\"method\":\"");
-        push_json_str(out, &r.method[..usize::from(r.method_len)]);
+        push_json_str(out, r.method());
         out.extend_from_slice(b"\",\"path\":\"");
-        push_json_str(out, &r.path[..usize::from(r.path_len)]);
+        push_json_str(out, r.path());
         out.extend_from_slice(b"\",\"status\":");
         push_u64(out, u64::from(r.status));
         out.extend_from_slice(b",\"bytes\":");
@@ -478,17 +496,13 @@ impl Line<'_> {
                 out.push(b'/');
                 push_u64(out, y.max(0) as u64);
                 out.push(b':');
-                push_2(out, sod / 3600);
-                out.push(b':');
-                push_2(out, sod / 60 % 60);
-                out.push(b':');
-                push_2(out, sod % 60);
+                push_hms(out, sod);
             },
         );
         out.extend_from_slice(b" +0000] \"");
-        push_clf_str(out, &r.method[..usize::from(r.method_len)]);
+        push_clf_str(out, r.method());
         out.push(b' ');
-        push_clf_str(out, &r.path[..usize::from(r.path_len)]);
+        push_clf_str(out, r.path());
         out.extend_from_slice(b" HTTP/1.1\" ");
         push_u64(out, u64::from(r.status));
         out.push(b' ');
@@ -503,7 +517,7 @@ mod tests {
 
     fn record() -> LogRecord {
         let mut r = LogRecord::default();
-        r.begin(0, *b"0123456789abcdef01234567");
+        r.begin(0, *b"0123456789abcdef01234567", Instant::now());
         r.set_request(b"GET", b"a.test", b"/x\"y?token=secret", false);
         r.client = Some("203.0.113.7".parse().unwrap());
         r.status = 200;

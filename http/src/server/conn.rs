@@ -15,7 +15,7 @@
 
 use super::accesslog::LogRecord;
 use super::leases::{Held, Leases};
-use super::prepare::{prepare, LocalEnd, PageCopy, Plan, Prep, Resume};
+use super::prepare::{prepare, ForwardPlan, LocalEnd, LocalPlan, PageCopy, Plan, Prep, Resume};
 use super::stats::ErrorKind;
 use super::verify::VerifyPool;
 use super::Shard;
@@ -328,7 +328,7 @@ impl Conn {
                         self.served += 1;
                         self.req_start = std::time::Instant::now();
                         let before = self.sent + self.wbuf.len() as u64;
-                        begin_log(&mut self.log, &self.shard, before, &snap);
+                        begin_log(&mut self.log, &self.shard, before, &snap, self.req_start);
                     }
                     let request_id = self.log.as_deref().map(|r| r.request_id);
                     let plan = prepare(
@@ -356,8 +356,8 @@ impl Conn {
                     );
                     self.set_busy(true);
                     self.head_deadline = None;
-                    if let Plan::Local { status, .. } = plan {
-                        self.log_status(status);
+                    if let Plan::Local(local) = &plan {
+                        self.log_status(local.status);
                     }
                     match plan {
                         Plan::Verify { job, list, ticket } => {
@@ -606,65 +606,81 @@ impl Conn {
         head: &ParsedHead,
         plan: &Plan<'_>,
     ) -> Result<(), End> {
-        let shard = self.shard.clone();
-        let leases = |ticket: Option<QuotaTicket>| ticket.map(|t| Leases::new(shard.clone(), t));
-        let (end, status, resp_start, limits, leases, over_rate) = match *plan {
+        let leases =
+            |ticket: Option<QuotaTicket>| ticket.map(|t| Leases::new(self.shard.clone(), t));
+        match plan {
             Plan::RefuseClose(kind, ticket) => {
                 // Held until the refusal is sent.
-                let _leases = leases(ticket);
-                return Err(self.close_after_refusal(kind).await);
+                let _leases = leases(*ticket);
+                Err(self.close_after_refusal(*kind).await)
             }
-            Plan::Drop | Plan::Verify { .. } => return Err(End::Done),
-            Plan::Forward {
-                route,
-                group,
-                limits,
-                ticket,
-                extras,
-            } => {
-                let held = leases(ticket);
-                let started = std::time::Instant::now();
-                let forwarded = self.forward(head, route, group, snap, limits, extras).await;
-                if let Some(rec) = self.log.as_deref_mut() {
-                    rec.upstream_ms = Some(started.elapsed().as_millis() as u64);
+            Plan::Drop | Plan::Verify { .. } => Err(End::Done),
+            Plan::Forward(f) => {
+                let held = leases(f.ticket);
+                self.forward_plan(snap, head, f, held).await
+            }
+            Plan::Local(local) => {
+                let held = leases(local.ticket);
+                self.answer_local(snap, head, local, held).await
+            }
+        }
+    }
+
+    /// Forwards along the plan's route, its leases held for the request's
+    /// life (a tunnel's whole life after an upgrade).
+    async fn forward_plan(
+        &mut self,
+        snap: &Snapshot,
+        head: &ParsedHead,
+        f: &ForwardPlan<'_>,
+        held: Option<Leases>,
+    ) -> Result<(), End> {
+        let started = std::time::Instant::now();
+        let forwarded = self
+            .forward(head, f.route, f.group, snap, f.limits, f.extras)
+            .await;
+        if let Some(rec) = self.log.as_deref_mut() {
+            rec.upstream_ms = Some(started.elapsed().as_millis() as u64);
+        }
+        match forwarded {
+            // The tunnel holds them for its life.
+            Err(End::Upgrade(mut up)) => {
+                up.leases = held;
+                up.websocket = f.extras.and_then(|e| e.websocket);
+                if up.websocket.is_some() {
+                    up.host = self
+                        .req_host
+                        .and_then(|h| snap.entries.get(h as usize))
+                        .map(|e| e.label.clone())
+                        .unwrap_or_default();
                 }
-                return match forwarded {
-                    // The tunnel holds them for its life.
-                    Err(End::Upgrade(mut up)) => {
-                        up.leases = held;
-                        up.websocket = extras.and_then(|e| e.websocket);
-                        if up.websocket.is_some() {
-                            up.host = self
-                                .req_host
-                                .and_then(|h| snap.entries.get(h as usize))
-                                .map(|e| e.label.clone())
-                                .unwrap_or_default();
-                        }
-                        Err(End::Upgrade(up))
-                    }
-                    // An answer of the proxy's own still in the buffer.
-                    Ok(()) if !self.wbuf.is_empty() => {
-                        self.hold_guard(held).await?;
-                        Ok(())
-                    }
-                    other => other,
-                };
+                Err(End::Upgrade(up))
             }
-            Plan::Local {
-                end,
-                status,
-                resp_start,
-                limits,
-                ticket,
-                close,
-            } => (end, status, resp_start, limits, leases(ticket), close),
-        };
+            // An answer of the proxy's own still in the buffer.
+            Ok(()) if !self.wbuf.is_empty() => {
+                self.hold_guard(held).await?;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// A local answer: drains the body against the limits, writes the rest
+    /// of the answer, and keeps its leases until it is sent.
+    async fn answer_local(
+        &mut self,
+        snap: &Snapshot,
+        head: &ParsedHead,
+        local: &LocalPlan<'_>,
+        leases: Option<Leases>,
+    ) -> Result<(), End> {
         let head_only = head.method == Method::Head;
+        let resp_start = local.resp_start;
         let body = match head.framing {
             BodyFraming::None => BodyEnd::Ok,
             BodyFraming::Length(n) => self.drain_length(n, head.expect_continue, resp_start).await,
             BodyFraming::Chunked => {
-                self.drain_chunked(&limits, head.expect_continue, resp_start)
+                self.drain_chunked(&local.limits, head.expect_continue, resp_start)
                     .await
             }
         };
@@ -685,10 +701,29 @@ impl Conn {
         // Decided after the body: a drain that began meanwhile closes too.
         let server = &snap.server;
         let close = head.close
-            || over_rate
+            || local.close
             || self.shard.is_draining()
             || (server.max_requests_per_connection != 0
                 && self.served >= server.max_requests_per_connection);
+        self.end_local_answer(local.end, head, close);
+        self.shard.stats.response(local.status);
+        if close {
+            self.flush().await?;
+            let _ = self.stream.shutdown().await;
+            return Err(End::Done);
+        }
+        if self.wbuf.len() >= WRITE_FLUSH_BYTES {
+            self.flush().await?;
+        } else {
+            self.hold_guard(leases).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes what a local answer still lacks once its body is read: the
+    /// connection line, the blank line, the body, the request id.
+    fn end_local_answer(&mut self, end: LocalEnd<'_>, head: &ParsedHead, close: bool) {
+        let head_only = head.method == Method::Head;
         let date = self.shard.date.line();
         let ctx = WriteCtx {
             date_line: &date,
@@ -712,25 +747,19 @@ impl Conn {
             }
             LocalEnd::Written => {}
         }
-        self.shard.stats.response(status);
-        if close {
-            self.flush().await?;
-            let _ = self.stream.shutdown().await;
-            return Err(End::Done);
-        }
-        if self.wbuf.len() >= WRITE_FLUSH_BYTES {
-            self.flush().await?;
-        } else {
-            self.hold_guard(leases).await?;
-        }
-        Ok(())
     }
 
     /// Starts the access log record of a new request (when the profile
     /// logs): its start, its id, the bytes before it.
     fn begin_log(&mut self, snap: &Snapshot) {
         let before = self.sent + self.wbuf.len() as u64;
-        begin_log(&mut self.log, &self.shard, before, snap);
+        begin_log(
+            &mut self.log,
+            &self.shard,
+            before,
+            snap,
+            std::time::Instant::now(),
+        );
     }
 
     /// Writes the current request's access log line.
@@ -873,12 +902,18 @@ impl Conn {
 
 /// Starts the access log record of a new request (when the profile logs):
 /// its start, its id, the bytes sent and queued before it.
-fn begin_log(log: &mut Option<Box<LogRecord>>, shard: &Shard, before: u64, snap: &Snapshot) {
+fn begin_log(
+    log: &mut Option<Box<LogRecord>>,
+    shard: &Shard,
+    before: u64,
+    snap: &Snapshot,
+    start: std::time::Instant,
+) {
     if snap.server.access_log.is_none() {
         return;
     }
     log.get_or_insert_with(Default::default)
-        .begin(before, shard.request_id());
+        .begin(before, shard.request_id(), start);
 }
 
 /// The current request's id: the access log's while the profile logs, so a

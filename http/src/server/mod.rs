@@ -12,6 +12,7 @@ pub mod stats;
 mod timing;
 mod tunnel;
 pub mod verify;
+mod warn;
 
 use crate::codec::HeadBounds;
 use crate::upstream::{HealthBoard, Upstreams};
@@ -39,9 +40,6 @@ pub const HEAD_BOUNDS: HeadBounds = HeadBounds {
     max_head_bytes: OUTER_MAX_HEAD_BYTES,
     max_request_line_bytes: URL_BYTES_BOUNDS.1 as usize + 64,
 };
-
-/// Refusal kinds a shard throttles its warnings by (`Block`'s variants).
-const BLOCK_KINDS: usize = gapura_gate::chain::Block::COUNT;
 
 /// Where a shard learns of newer snapshots. The runtime implements it over
 /// its publishing cell; a call is one relaxed load when nothing changed.
@@ -86,9 +84,8 @@ pub struct Shard {
     pub access_log: RefCell<accesslog::ShardLog>,
     /// Where refusal warnings go (the runtime's log); `None`: nowhere.
     warn: Option<fn(std::fmt::Arguments<'_>)>,
-    /// The second each refusal kind last warned in (by `Block`, then the
-    /// WebSocket message limits), plus one.
-    warned: [Cell<u64>; BLOCK_KINDS + 1],
+    /// The second each refusal kind last warned in, plus one (`warn`).
+    warned: [Cell<u64>; warn::KINDS],
     started: monoio::time::Instant,
     /// Where password checks run (none: every check answers 429).
     pub verifier: Option<Arc<dyn verify::VerifyPool>>,
@@ -172,75 +169,10 @@ impl Shard {
     }
 
     /// Sends a throttled line per refusal kind to `warn` (at most one per
-    /// kind per second on this shard).
+    /// kind per second on this shard; `warn`).
     pub fn with_warnings(mut self, warn: fn(std::fmt::Arguments<'_>)) -> Shard {
         self.warn = Some(warn);
         self
-    }
-
-    /// Warns of a refusal: at most one line per kind (the step that
-    /// refused) per second on this shard, naming the kind, what refused
-    /// (the rule set, list, rate limit or budget level), the host, the
-    /// status and the client's source prefix as a keyed hash (never the
-    /// address). No allocation; nothing when throttled.
-    pub(crate) fn warn_refusal(
-        &self,
-        step: gapura_gate::chain::Block,
-        policy: Option<&str>,
-        host: &str,
-        status: u16,
-        client: std::net::IpAddr,
-    ) {
-        let Some(warn) = self.warn else {
-            return;
-        };
-        let second = self.now_ms() / 1000 + 1;
-        let Some(last) = self.warned.get(step as usize) else {
-            return;
-        };
-        if last.get() == second {
-            return;
-        }
-        last.set(second);
-        let prefix = self
-            .gate
-            .try_borrow()
-            .map(|g| g.prefix_hash(client))
-            .unwrap_or(0);
-        warn(format_args!(
-            "refused: shard {} step {} policy {} host {} status {} source {:016x} (at most one line per step a second)",
-            self.id,
-            step.name(),
-            policy.unwrap_or("-"),
-            if host.is_empty() { "-" } else { host },
-            status,
-            prefix
-        ));
-    }
-
-    /// Warns of WebSocket messages over a host's limits (`what`: dropped or
-    /// closed), as [`Shard::warn_refusal`] does: one line a second at most.
-    pub(crate) fn warn_websocket(&self, what: &str, host: &str, client: std::net::IpAddr) {
-        let Some(warn) = self.warn else {
-            return;
-        };
-        let second = self.now_ms() / 1000 + 1;
-        let last = &self.warned[BLOCK_KINDS];
-        if last.get() == second {
-            return;
-        }
-        last.set(second);
-        let prefix = self
-            .gate
-            .try_borrow()
-            .map(|g| g.prefix_hash(client))
-            .unwrap_or(0);
-        warn(format_args!(
-            "refused: shard {} websocket messages {what} host {} source {:016x} (at most one line a second)",
-            self.id,
-            if host.is_empty() { "-" } else { host },
-            prefix
-        ));
     }
 
     /// Sends the access log's buffers to `tx` (the runtime's writer).
@@ -338,19 +270,7 @@ impl Shard {
     /// Writes a new request id: 24 hex digits, unique per process run
     /// (prefix), shard and request. No allocation.
     pub fn write_request_id(&self, out: &mut Vec<u8>) {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let n = self.id_counter.get().wrapping_add(1);
-        self.id_counter.set(n);
-        let parts = [
-            (u64::from(self.id_prefix), 8),
-            (self.id as u64 & 0xffff, 4),
-            (n & 0xffff_ffff_ffff, 12),
-        ];
-        for (v, digits) in parts {
-            for i in (0..digits).rev() {
-                out.push(HEX[((v >> (i * 4)) & 0xf) as usize]);
-            }
-        }
+        out.extend_from_slice(&self.request_id());
     }
 
     /// The snapshot a new request starts on: the newest published one.

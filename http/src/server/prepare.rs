@@ -51,17 +51,8 @@ pub(super) struct Prep<'a> {
 /// What a request's head decided, to be carried out once the borrows of
 /// the head have ended.
 pub(super) enum Plan<'s> {
-    /// The start of a local answer is in `wbuf` at `resp_start`; the rest
-    /// is written after the body is read.
-    Local {
-        end: LocalEnd<'s>,
-        status: u16,
-        resp_start: usize,
-        limits: RequestLimits,
-        ticket: Option<QuotaTicket>,
-        /// Close once it is sent (over the connection's request rate).
-        close: bool,
-    },
+    /// A local answer (`LocalPlan`).
+    Local(LocalPlan<'s>),
     /// A refusal written whole; close once it is sent (the leases are held
     /// until then).
     RefuseClose(ErrorKind, Option<QuotaTicket>),
@@ -76,15 +67,30 @@ pub(super) enum Plan<'s> {
         list: u32,
         ticket: Option<QuotaTicket>,
     },
-    /// The upstream head is in `ubuf`.
-    Forward {
-        route: &'s Route,
-        group: &'s UpstreamGroup,
-        limits: RequestLimits,
-        ticket: Option<QuotaTicket>,
-        /// The host's custom pages and upstream error replacement.
-        extras: Option<&'s gapura_gate::policy::HostExtras>,
-    },
+    /// Forwarding (`ForwardPlan`).
+    Forward(ForwardPlan<'s>),
+}
+
+/// A local answer: its start is in `wbuf` at `resp_start`; the rest is
+/// written after the body is read.
+pub(super) struct LocalPlan<'s> {
+    pub end: LocalEnd<'s>,
+    pub status: u16,
+    pub resp_start: usize,
+    pub limits: RequestLimits,
+    pub ticket: Option<QuotaTicket>,
+    /// Close once it is sent (over the connection's request rate).
+    pub close: bool,
+}
+
+/// Forwarding: the upstream head is in `ubuf`.
+pub(super) struct ForwardPlan<'s> {
+    pub route: &'s Route,
+    pub group: &'s UpstreamGroup,
+    pub limits: RequestLimits,
+    pub ticket: Option<QuotaTicket>,
+    /// The host's custom pages and upstream error replacement.
+    pub extras: Option<&'s gapura_gate::policy::HostExtras>,
 }
 
 #[derive(Clone, Copy)]
@@ -117,10 +123,11 @@ pub(super) fn prepare<'s>(
     let mut log = p.log;
     let host = head.host.clone().map(|r| &buf[r]);
     let path = &buf[head.path.clone()];
+    let method = &buf[..buf.iter().position(|&b| b == b' ').unwrap_or(0)];
     let headers = Lines(lines);
     let req = Request {
         peer: p.peer,
-        method: &buf[..buf.iter().position(|&b| b == b' ').unwrap_or(0)],
+        method,
         host,
         target: &buf[head.target.clone()],
         path,
@@ -175,24 +182,19 @@ pub(super) fn prepare<'s>(
                     }
                 }
                 if let (Some(rec), Some(settings)) = (log, &snap.server.access_log) {
-                    rec.set_request(
-                        &buf[..buf.iter().position(|&b| b == b' ').unwrap_or(0)],
-                        host.unwrap_or(b""),
-                        &buf[head.path.clone()],
-                        settings.log_query,
-                    );
+                    rec.set_request(method, host.unwrap_or(b""), path, settings.log_query);
                     rec.client = Some(p.peer.addr());
                     rec.verdict = if busy { "refuse" } else { "challenge" };
                     rec.step = gapura_gate::chain::Block::Access.name();
                 }
-                return Plan::Local {
+                return Plan::Local(LocalPlan {
                     end: LocalEnd::Written,
                     status: answer.status,
                     resp_start,
                     limits: snap.default_limits,
                     ticket: paid,
                     close: false,
-                };
+                });
             }
         }
         // A reload meanwhile: decided from the beginning, paid again.
@@ -249,7 +251,7 @@ pub(super) fn prepare<'s>(
     if let (Some(rec), Some(settings)) = (log.as_deref_mut(), &snap.server.access_log) {
         rec.set_request(req.method, host.unwrap_or(b""), path, settings.log_query);
         rec.client = Some(decision.client);
-        rec.verdict = verdict_name(&decision.verdict);
+        rec.verdict = decision.verdict.kind();
         rec.step = decision.step.name();
     }
     let cf_ray: &[u8] = if decision.via == gapura_gate::client::Arrival::Cloudflare {
@@ -288,13 +290,13 @@ pub(super) fn prepare<'s>(
                 }) {
                     p.page_vars.set(host.unwrap_or(b""), cf_ray);
                 }
-                return Plan::Forward {
+                return Plan::Forward(ForwardPlan {
                     route,
                     group,
                     limits: decision.limits,
                     ticket,
                     extras: entry.map(|e| &e.extras),
-                };
+                });
             }
             let page = snap.pages.get(ErrorStatus::BadRequest, head.wants_html);
             page.write_into(p.wbuf, &close_ctx(&date, head_only));
@@ -363,7 +365,7 @@ pub(super) fn prepare<'s>(
                 host: host.unwrap_or(b""),
                 cf_ray,
             };
-            let mut line = [0u8; 32];
+            let mut line = [0u8; 36];
             let retry = retry_after_line(&mut line, decision.retry_after_s);
             if let Some(cp) = custom.and_then(|c| c.get(ErrorStatus::TooManyRequests)) {
                 let ctx = WriteCtx {
@@ -420,50 +422,26 @@ pub(super) fn prepare<'s>(
             }
         }
     };
-    Plan::Local {
+    Plan::Local(LocalPlan {
         end,
         status,
         resp_start,
         limits: decision.limits,
         ticket,
         close: decision.close,
-    }
+    })
 }
 
 /// `Retry-After: N\r\n` in `buf`. No allocation.
-fn retry_after_line(buf: &mut [u8; 32], seconds: u32) -> &[u8] {
+fn retry_after_line(buf: &mut [u8; 36], seconds: u32) -> &[u8] {
     const NAME: &[u8] = b"Retry-After: ";
-    buf[..NAME.len()].copy_from_slice(NAME);
-    let mut digits = [0u8; 10];
-    let mut n = seconds;
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let d = &digits[i..];
+    let mut digits = [0u8; 20];
+    let d = gapura_gate::pages::decimal(u64::from(seconds), &mut digits);
     let end = NAME.len() + d.len();
+    buf[..NAME.len()].copy_from_slice(NAME);
     buf[NAME.len()..end].copy_from_slice(d);
     buf[end..end + 2].copy_from_slice(b"\r\n");
     &buf[..end + 2]
-}
-
-/// The access log's name of a verdict.
-fn verdict_name(v: &Verdict<'_>) -> &'static str {
-    match v {
-        Verdict::Respond(_) => "respond",
-        Verdict::Redirect(_) => "redirect",
-        Verdict::Refuse(_) => "refuse",
-        Verdict::Forward(..) => "forward",
-        Verdict::Drop => "drop",
-        Verdict::Challenge(_) => "challenge",
-        Verdict::Verify(_) => "verify",
-        Verdict::Maintenance(_) => "maintenance",
-    }
 }
 
 pub(super) fn close_ctx(date: &[u8], head_only: bool) -> WriteCtx<'_> {

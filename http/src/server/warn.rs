@@ -1,0 +1,78 @@
+//! Throttled warning lines for refusals: at most one line per kind per
+//! second on a shard, naming the kind, what refused, the host and the
+//! client's source prefix as a keyed hash (never the address). No
+//! allocation; nothing at all when throttled.
+
+use super::Shard;
+use gapura_gate::chain::Block;
+use std::net::IpAddr;
+
+/// Refusal kinds: the chain's steps, then the WebSocket message limits.
+pub(super) const KINDS: usize = Block::COUNT + 1;
+const WEBSOCKET: usize = Block::COUNT;
+
+impl Shard {
+    /// The warning sink and the client's prefix hash, when kind `kind` has
+    /// not warned yet this second (it is then marked as having warned).
+    fn throttled(&self, kind: usize, client: IpAddr) -> Option<(fn(std::fmt::Arguments<'_>), u64)> {
+        let warn = self.warn?;
+        let last = self.warned.get(kind)?;
+        let second = self.now_ms() / 1000 + 1;
+        if last.get() == second {
+            return None;
+        }
+        last.set(second);
+        let prefix = self
+            .gate
+            .try_borrow()
+            .map(|g| g.prefix_hash(client))
+            .unwrap_or(0);
+        Some((warn, prefix))
+    }
+
+    /// Warns of a refusal by chain step `step`: what refused (the rule set,
+    /// list, rate limit or budget level), the host and the status.
+    pub(crate) fn warn_refusal(
+        &self,
+        step: Block,
+        policy: Option<&str>,
+        host: &str,
+        status: u16,
+        client: IpAddr,
+    ) {
+        let Some((warn, prefix)) = self.throttled(step as usize, client) else {
+            return;
+        };
+        warn(format_args!(
+            "refused: shard {} step {} policy {} host {} status {} source {:016x} (at most one line per step a second)",
+            self.id,
+            step.name(),
+            policy.unwrap_or("-"),
+            or_dash(host),
+            status,
+            prefix
+        ));
+    }
+
+    /// Warns of WebSocket messages over a host's limits (`what`: dropped or
+    /// closed).
+    pub(crate) fn warn_websocket(&self, what: &str, host: &str, client: IpAddr) {
+        let Some((warn, prefix)) = self.throttled(WEBSOCKET, client) else {
+            return;
+        };
+        warn(format_args!(
+            "refused: shard {} websocket messages {what} host {} source {:016x} (at most one line a second)",
+            self.id,
+            or_dash(host),
+            prefix
+        ));
+    }
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}
