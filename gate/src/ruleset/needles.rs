@@ -128,6 +128,203 @@ pub struct Needles {
     second: [[u64; 4]; 3],
 }
 
+/// The sparse trie of the substrings (lowercased), each state's rules, the
+/// table of first byte pairs, and every rule with a substring.
+struct Trie {
+    trie: Vec<Vec<(u8, u32)>>,
+    bits: Vec<RuleBits>,
+    pairs: Box<[u64; 1024]>,
+    all: RuleBits,
+}
+
+/// The skip table: for each byte pair, how far a match can start after it
+/// within the first `window` bytes of every substring (0: no skipping).
+fn shift_table<S: AsRef<str>>(needles: &[(usize, S)]) -> (usize, Box<[u8; SHIFT_SLOTS]>) {
+    let shortest = needles
+        .iter()
+        .map(|(_, n)| n.as_ref().len())
+        .filter(|&l| l > 0)
+        .min()
+        .unwrap_or(0);
+    let window = if shortest >= MIN_SHIFT_LEN {
+        shortest.min(8)
+    } else {
+        0
+    };
+    let mut shift = Box::new([window.saturating_sub(1) as u8; SHIFT_SLOTS]);
+    for (_, needle) in needles {
+        let b = needle.as_ref().as_bytes();
+        if window == 0 || b.is_empty() {
+            continue;
+        }
+        // The pair ending at offset q of the first `window` bytes.
+        for q in 1..window {
+            let slot = &mut shift[pair_slot(b[q - 1], b[q])];
+            *slot = (*slot).min((window - 1 - q) as u8);
+        }
+    }
+    (window, shift)
+}
+
+/// The trie with sparse transitions, the rules ending at each state, and
+/// the first-pair table.
+fn sparse_trie<S: AsRef<str>>(needles: &[(usize, S)]) -> Trie {
+    let mut t = Trie {
+        trie: vec![Vec::new()],
+        bits: vec![RuleBits::default()],
+        pairs: Box::new([0u64; 1024]),
+        all: RuleBits::default(),
+    };
+    for (rule, needle) in needles {
+        let rule = *rule;
+        let lower = needle.as_ref().as_bytes().to_ascii_lowercase();
+        if lower.is_empty() {
+            continue;
+        }
+        t.all.set(rule);
+        match lower.get(1) {
+            Some(&b1) => mark(&mut t.pairs, lower[0], b1),
+            None => (0..=255).for_each(|b1| mark(&mut t.pairs, lower[0], b1)),
+        }
+        let mut s = ROOT as usize;
+        for &b in &lower {
+            s = match t.trie[s].iter().find(|(c, _)| *c == b) {
+                Some(&(_, next)) => next as usize,
+                None => {
+                    let next = t.trie.len();
+                    t.trie.push(Vec::new());
+                    t.bits.push(RuleBits::default());
+                    t.trie[s].push((b, next as u32));
+                    next
+                }
+            };
+        }
+        t.bits[s].set(rule);
+    }
+    t
+}
+
+/// Failure links, breadth first; each state's outputs inherit its failure
+/// target's. Returns the links and the breadth-first order.
+fn failure_links(trie: &[Vec<(u8, u32)>], bits: &mut [RuleBits]) -> (Vec<u32>, Vec<u32>) {
+    let mut fail = vec![ROOT; trie.len()];
+    let mut queue = std::collections::VecDeque::new();
+    for &(_, next) in &trie[ROOT as usize] {
+        queue.push_back(next);
+    }
+    let mut order = vec![ROOT];
+    while let Some(s) = queue.pop_front() {
+        order.push(s);
+        let f = fail[s as usize] as usize;
+        let inherited = bits[f];
+        bits[s as usize].or(&inherited);
+        for &(b, next) in &trie[s as usize] {
+            let mut g = f;
+            let target = loop {
+                if let Some(&(_, t)) = trie[g].iter().find(|(c, _)| *c == b) {
+                    break t;
+                }
+                if g == ROOT as usize {
+                    break ROOT;
+                }
+                g = fail[g] as usize;
+            };
+            fail[next as usize] = target;
+            queue.push_back(next);
+        }
+    }
+    (fail, order)
+}
+
+/// Dense transitions over byte classes (ASCII case folded, every byte of no
+/// substring in class 0), failure links resolved: states in breadth-first
+/// order, so a state's failure target is already done.
+fn dense_transitions(
+    trie: &[Vec<(u8, u32)>],
+    fail: &[u32],
+    order: &[u32],
+) -> (Box<[u8; 256]>, usize, Vec<u32>) {
+    let mut class = Box::new([0u8; 256]);
+    let mut stride = 1usize;
+    for t in trie {
+        for &(b, _) in t {
+            if class[usize::from(b)] == 0 {
+                class[usize::from(b)] = stride as u8;
+                class[usize::from(b.to_ascii_uppercase())] = stride as u8;
+                stride += 1;
+            }
+        }
+    }
+    let mut dense = vec![ROOT; trie.len() * stride];
+    for &s in order {
+        let s = s as usize;
+        for c in 0..stride {
+            dense[s * stride + c] = if s == ROOT as usize {
+                ROOT
+            } else {
+                dense[fail[s] as usize * stride + c]
+            };
+        }
+        for &(b, next) in &trie[s] {
+            dense[s * stride + usize::from(class[usize::from(b)])] = next;
+        }
+    }
+    (class, stride, dense)
+}
+
+/// When the substrings start with at most three distinct bytes (either
+/// case): those bytes broadcast over a word, the second bytes allowed after
+/// each, and how many there are (0: scan without them).
+fn first_bytes<S: AsRef<str>>(
+    needles: &[(usize, S)],
+    pairs: &[u64; 1024],
+) -> ([u64; 3], [[u64; 4]; 3], u8) {
+    let mut starts: Vec<u8> = Vec::new();
+    for (_, needle) in needles {
+        if let Some(&b) = needle.as_ref().as_bytes().first() {
+            for v in [b.to_ascii_lowercase(), b.to_ascii_uppercase()] {
+                if !starts.contains(&v) {
+                    starts.push(v);
+                }
+            }
+        }
+    }
+    let mut first = [0u64; 3];
+    let mut second = [[0u64; 4]; 3];
+    if !(1..=3).contains(&starts.len()) {
+        return (first, second, 0);
+    }
+    for ((w, after), &b) in first.iter_mut().zip(second.iter_mut()).zip(&starts) {
+        *w = u64::from(b) * LOW_BYTES;
+        for b1 in 0..=255u8 {
+            if pair_marked(pairs, b, b1) {
+                after[usize::from(b1 >> 6)] |= 1 << (b1 & 63);
+            }
+        }
+    }
+    (first, second, starts.len() as u8)
+}
+
+/// Each state's output as an index into one list of distinct rule sets (0:
+/// none).
+fn output_sets(bits: &[RuleBits]) -> (Box<[u32]>, Vec<RuleBits>) {
+    let mut outs = vec![RuleBits::default()];
+    let out = bits
+        .iter()
+        .map(|b| {
+            if b.is_empty() {
+                0
+            } else if let Some(i) = outs.iter().position(|o| o == b) {
+                i as u32
+            } else {
+                outs.push(*b);
+                (outs.len() - 1) as u32
+            }
+        })
+        .collect();
+    (out, outs)
+}
+
 impl Default for Needles {
     fn default() -> Self {
         Needles::build::<&str>(&[])
@@ -137,156 +334,22 @@ impl Default for Needles {
 impl Needles {
     /// Builds the automaton from (rule index, substring) pairs; substrings
     /// are non-empty printable ASCII (checked by the caller). Allocates;
-    /// O(total substring bytes).
+    /// O(total substring bytes). The steps: the skip table of the first
+    /// `window` bytes, the sparse trie with its first-pair table, failure
+    /// links breadth first, dense transitions over byte classes, the first
+    /// bytes a scan may search for, and the deduplicated output sets.
     pub fn build<S: AsRef<str>>(needles: &[(usize, S)]) -> Needles {
-        // Trie with sparse transitions.
-        let mut trie: Vec<Vec<(u8, u32)>> = vec![Vec::new()];
-        let mut bits: Vec<RuleBits> = vec![RuleBits::default()];
-        let mut pairs = Box::new([0u64; 1024]);
-        let mut all = RuleBits::default();
-        let shortest = needles
-            .iter()
-            .map(|(_, n)| n.as_ref().len())
-            .filter(|&l| l > 0)
-            .min()
-            .unwrap_or(0);
-        let window = if shortest >= MIN_SHIFT_LEN {
-            shortest.min(8)
-        } else {
-            0
-        };
-        let mut shift = Box::new([window.saturating_sub(1) as u8; SHIFT_SLOTS]);
-        for (_, needle) in needles {
-            let b = needle.as_ref().as_bytes();
-            if window == 0 || b.is_empty() {
-                continue;
-            }
-            // The pair ending at offset q of the first `window` bytes.
-            for q in 1..window {
-                let slot = &mut shift[pair_slot(b[q - 1], b[q])];
-                *slot = (*slot).min((window - 1 - q) as u8);
-            }
-        }
-        for (rule, needle) in needles {
-            let rule = *rule;
-            let lower = needle.as_ref().as_bytes().to_ascii_lowercase();
-            if lower.is_empty() {
-                continue;
-            }
-            all.set(rule);
-            match lower.get(1) {
-                Some(&b1) => mark(&mut pairs, lower[0], b1),
-                None => (0..=255).for_each(|b1| mark(&mut pairs, lower[0], b1)),
-            }
-            let mut s = ROOT as usize;
-            for &b in &lower {
-                s = match trie[s].iter().find(|(c, _)| *c == b) {
-                    Some(&(_, next)) => next as usize,
-                    None => {
-                        let next = trie.len();
-                        trie.push(Vec::new());
-                        bits.push(RuleBits::default());
-                        trie[s].push((b, next as u32));
-                        next
-                    }
-                };
-            }
-            bits[s].set(rule);
-        }
-        // Failure links, breadth first; outputs inherit along them.
-        let mut fail = vec![ROOT; trie.len()];
-        let mut queue = std::collections::VecDeque::new();
-        for &(_, next) in &trie[ROOT as usize] {
-            queue.push_back(next);
-        }
-        let mut order = vec![ROOT];
-        while let Some(s) = queue.pop_front() {
-            order.push(s);
-            let f = fail[s as usize] as usize;
-            let inherited = bits[f];
-            bits[s as usize].or(&inherited);
-            for &(b, next) in &trie[s as usize].clone() {
-                let mut g = f;
-                let target = loop {
-                    if let Some(&(_, t)) = trie[g].iter().find(|(c, _)| *c == b) {
-                        break t;
-                    }
-                    if g == ROOT as usize {
-                        break ROOT;
-                    }
-                    g = fail[g] as usize;
-                };
-                fail[next as usize] = target;
-                queue.push_back(next);
-            }
-        }
-        // Dense transitions over byte classes (ASCII case folded, every byte
-        // of no substring in class 0), failure links resolved: states in
-        // breadth-first order, so a state's failure target is already done.
-        let mut class = Box::new([0u8; 256]);
-        let mut stride = 1usize;
-        for t in &trie {
-            for &(b, _) in t {
-                if class[usize::from(b)] == 0 {
-                    class[usize::from(b)] = stride as u8;
-                    class[usize::from(b.to_ascii_uppercase())] = stride as u8;
-                    stride += 1;
-                }
-            }
-        }
-        let mut dense = vec![ROOT; trie.len() * stride];
-        for &s in &order {
-            let s = s as usize;
-            for c in 0..stride {
-                dense[s * stride + c] = if s == ROOT as usize {
-                    ROOT
-                } else {
-                    dense[fail[s] as usize * stride + c]
-                };
-            }
-            for &(b, next) in &trie[s] {
-                dense[s * stride + usize::from(class[usize::from(b)])] = next;
-            }
-        }
-        let mut starts: Vec<u8> = Vec::new();
-        for (_, needle) in needles {
-            if let Some(&b) = needle.as_ref().as_bytes().first() {
-                for v in [b.to_ascii_lowercase(), b.to_ascii_uppercase()] {
-                    if !starts.contains(&v) {
-                        starts.push(v);
-                    }
-                }
-            }
-        }
-        let mut first = [0u64; 3];
-        let mut second = [[0u64; 4]; 3];
-        let first_len = if (1..=3).contains(&starts.len()) {
-            for ((w, after), &b) in first.iter_mut().zip(second.iter_mut()).zip(&starts) {
-                *w = u64::from(b) * LOW_BYTES;
-                for b1 in 0..=255u8 {
-                    if pair_marked(&pairs, b, b1) {
-                        after[usize::from(b1 >> 6)] |= 1 << (b1 & 63);
-                    }
-                }
-            }
-            starts.len() as u8
-        } else {
-            0
-        };
-        let mut outs = vec![RuleBits::default()];
-        let out = bits
-            .iter()
-            .map(|b| {
-                if b.is_empty() {
-                    0
-                } else if let Some(i) = outs.iter().position(|o| o == b) {
-                    i as u32
-                } else {
-                    outs.push(*b);
-                    (outs.len() - 1) as u32
-                }
-            })
-            .collect();
+        let (window, shift) = shift_table(needles);
+        let Trie {
+            trie,
+            mut bits,
+            pairs,
+            all,
+        } = sparse_trie(needles);
+        let (fail, order) = failure_links(&trie, &mut bits);
+        let (class, stride, dense) = dense_transitions(&trie, &fail, &order);
+        let (first, second, first_len) = first_bytes(needles, &pairs);
+        let (out, outs) = output_sets(&bits);
         Needles {
             class,
             stride: stride as u32,

@@ -470,10 +470,18 @@ fn glob_prefilters_never_change_the_answer() {
     }
 }
 
+/// Compiles only for a type every shard may read at once.
+fn shared<T: Send + Sync>() {
+    let _ = std::marker::PhantomData::<T>;
+}
+
+/// Compiles only for a type a shard may own.
+fn owned<T: Send>() {
+    let _ = std::marker::PhantomData::<T>;
+}
+
 #[test]
 fn compiled_blocks_can_be_shared_by_every_shard() {
-    fn shared<T: Send + Sync>() {}
-    fn owned<T: Send>() {}
     shared::<RuleSet>();
     shared::<crate::robots::Robots>();
     shared::<crate::custom_pages::CustomPages>();

@@ -149,7 +149,10 @@ fn parse_length(value: &[u8]) -> Option<u64> {
 }
 
 /// Parses a request head at the start of `buf` into `headers`. O(n), no
-/// allocation.
+/// allocation. The steps: httparse reads the lines; the request line's
+/// target is split into its form (`request_target`); the header lines the
+/// server reads are gathered (`HeaderFacts::read`); the body's framing is
+/// decided (`HeaderFacts::framing`).
 pub fn parse_head<'h, 'b, const N: usize>(
     buf: &'b [u8],
     headers: &'h mut HeaderBuf<'b, N>,
@@ -162,16 +165,7 @@ pub fn parse_head<'h, 'b, const N: usize>(
             return Parse::Partial.bounded(buf, bounds);
         }
         Err(httparse::Error::TooManyHeaders) => return Parse::Error(HeadError::TooLarge),
-        Err(e) => {
-            return Parse::Error(HeadError::Malformed(match e {
-                httparse::Error::HeaderName => "invalid header name",
-                httparse::Error::HeaderValue => "invalid header value",
-                httparse::Error::NewLine => "invalid line ending",
-                httparse::Error::Token => "invalid token",
-                httparse::Error::Version => "invalid version",
-                _ => "malformed request",
-            }))
-        }
+        Err(e) => return Parse::Error(HeadError::Malformed(parse_error(e))),
     };
     if head_len > bounds.max_head_bytes {
         return Parse::Error(HeadError::TooLarge);
@@ -183,114 +177,25 @@ pub fn parse_head<'h, 'b, const N: usize>(
     if method == Method::Connect {
         return Parse::Error(HeadError::Malformed("CONNECT is not served"));
     }
-    let target = offset(buf, path.as_bytes());
-    let raw_target = path.as_bytes();
-    let mut host_from_target = None;
-    let mut path_range = target.clone();
-    if raw_target.first() == Some(&b'/') || raw_target == b"*" {
-        // origin form or asterisk form
-    } else if let Some(rest) = strip_scheme(raw_target) {
-        let auth_start = raw_target.len() - rest.len();
-        let auth_end = rest
-            .iter()
-            .position(|&b| b == b'/' || b == b'?')
-            .unwrap_or(rest.len());
-        if auth_end == 0 {
-            return Parse::Error(HeadError::Malformed("empty authority"));
-        }
-        host_from_target = Some(target.start + auth_start..target.start + auth_start + auth_end);
-        path_range = target.start + auth_start + auth_end..target.end;
-    } else {
-        return Parse::Error(HeadError::Malformed("unsupported request target"));
-    }
-
-    let mut host: Option<Range<usize>> = None;
-    let mut content_length: Option<u64> = None;
-    let mut te_seen = false;
-    let mut chunked_last = false;
-    let mut chunked_count = 0u32;
-    let mut conn_close = false;
-    let mut conn_keep_alive = false;
-    let mut upgrade = false;
-    let mut expect_continue = false;
-    let mut wants_html = false;
-    let mut header_bytes = 0usize;
-    let header_count = req.headers.len();
-    for h in req.headers.iter() {
-        let name = h.name.as_bytes();
-        let value = h.value;
-        header_bytes += name.len() + value.len();
-        match name.len() {
-            4 if name.eq_ignore_ascii_case(b"host") => {
-                if host.is_some() {
-                    return Parse::Error(HeadError::Malformed("duplicate Host"));
-                }
-                host = Some(offset(buf, value.trim_ascii()));
-            }
-            14 if name.eq_ignore_ascii_case(b"content-length") => {
-                let Some(n) = parse_length(value) else {
-                    return Parse::Error(HeadError::Malformed("invalid Content-Length"));
-                };
-                if content_length.is_some_and(|prev| prev != n) {
-                    return Parse::Error(HeadError::Malformed("differing Content-Length"));
-                }
-                content_length = Some(n);
-            }
-            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
-                te_seen = true;
-                for coding in value.split(|&b| b == b',') {
-                    let coding = coding.trim_ascii();
-                    if coding.is_empty() {
-                        continue;
-                    }
-                    chunked_last = coding.eq_ignore_ascii_case(b"chunked");
-                    if chunked_last {
-                        chunked_count += 1;
-                    }
-                }
-            }
-            10 if name.eq_ignore_ascii_case(b"connection") => {
-                conn_close |= has_token(value, b"close");
-                conn_keep_alive |= has_token(value, b"keep-alive");
-                upgrade |= has_token(value, b"upgrade");
-            }
-            6 if name.eq_ignore_ascii_case(b"expect") => {
-                expect_continue |= value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
-            }
-            6 if name.eq_ignore_ascii_case(b"accept") => {
-                wants_html |= accepts_html(value);
-            }
-            _ => {}
-        }
-    }
-    let framing = if te_seen {
-        if content_length.is_some() {
-            return Parse::Error(HeadError::Malformed(
-                "Content-Length with Transfer-Encoding",
-            ));
-        }
-        if version == 0 {
-            return Parse::Error(HeadError::Malformed("Transfer-Encoding in HTTP/1.0"));
-        }
-        if !chunked_last || chunked_count != 1 {
-            return Parse::Error(HeadError::Malformed(
-                "chunked must be the last coding, once",
-            ));
-        }
-        BodyFraming::Chunked
-    } else {
-        match content_length {
-            Some(0) | None => BodyFraming::None,
-            Some(n) => BodyFraming::Length(n),
-        }
+    let (target, path_range, host_from_target) = match request_target(buf, path.as_bytes()) {
+        Ok(t) => t,
+        Err(e) => return Parse::Error(e),
     };
-    if version == 1 && host.is_none() && host_from_target.is_none() {
+    let facts = match HeaderFacts::read(buf, req.headers) {
+        Ok(f) => f,
+        Err(e) => return Parse::Error(e),
+    };
+    let framing = match facts.framing(version) {
+        Ok(f) => f,
+        Err(e) => return Parse::Error(e),
+    };
+    if version == 1 && facts.host.is_none() && host_from_target.is_none() {
         return Parse::Error(HeadError::Malformed("missing Host"));
     }
     let close = if version == 0 {
-        !conn_keep_alive
+        !facts.keep_alive
     } else {
-        conn_close
+        facts.close
     };
     let lines: &'h [httparse::Header<'b>] = req.headers;
     Parse::Complete(
@@ -299,19 +204,158 @@ pub fn parse_head<'h, 'b, const N: usize>(
             version,
             target,
             path: path_range,
-            host: host_from_target.or(host),
+            host: host_from_target.or(facts.host),
             framing,
             close,
-            keep_alive_10: version == 0 && conn_keep_alive && !conn_close,
-            upgrade,
-            expect_continue: expect_continue && version == 1,
-            wants_html,
-            header_count,
-            header_bytes,
+            keep_alive_10: version == 0 && facts.keep_alive && !facts.close,
+            upgrade: facts.upgrade,
+            expect_continue: facts.expect_continue && version == 1,
+            wants_html: facts.wants_html,
+            header_count: lines.len(),
+            header_bytes: facts.header_bytes,
             head_len,
         },
         lines,
     )
+}
+
+/// The answer's words for an error httparse found.
+fn parse_error(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "invalid header name",
+        httparse::Error::HeaderValue => "invalid header value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Token => "invalid token",
+        httparse::Error::Version => "invalid version",
+        _ => "malformed request",
+    }
+}
+
+/// The request target's range in `buf`, the path's (origin and asterisk
+/// forms: the whole target; absolute form: after the authority) and the
+/// authority's (absolute form only).
+#[inline]
+#[allow(clippy::type_complexity)]
+fn request_target(
+    buf: &[u8],
+    raw_target: &[u8],
+) -> Result<(Range<usize>, Range<usize>, Option<Range<usize>>), HeadError> {
+    let target = offset(buf, raw_target);
+    if raw_target.first() == Some(&b'/') || raw_target == b"*" {
+        return Ok((target.clone(), target, None));
+    }
+    let Some(rest) = strip_scheme(raw_target) else {
+        return Err(HeadError::Malformed("unsupported request target"));
+    };
+    let auth_start = raw_target.len() - rest.len();
+    let auth_end = rest
+        .iter()
+        .position(|&b| b == b'/' || b == b'?')
+        .unwrap_or(rest.len());
+    if auth_end == 0 {
+        return Err(HeadError::Malformed("empty authority"));
+    }
+    let host = target.start + auth_start..target.start + auth_start + auth_end;
+    let path = target.start + auth_start + auth_end..target.end;
+    Ok((target, path, Some(host)))
+}
+
+/// What the server reads of the header lines.
+#[derive(Default)]
+struct HeaderFacts {
+    host: Option<Range<usize>>,
+    content_length: Option<u64>,
+    te_seen: bool,
+    chunked_last: bool,
+    chunked_count: u32,
+    close: bool,
+    keep_alive: bool,
+    upgrade: bool,
+    expect_continue: bool,
+    wants_html: bool,
+    header_bytes: usize,
+}
+
+impl HeaderFacts {
+    /// Reads the lines: one pass, the name's length first.
+    #[inline]
+    fn read(buf: &[u8], headers: &[httparse::Header<'_>]) -> Result<HeaderFacts, HeadError> {
+        let mut f = HeaderFacts::default();
+        for h in headers {
+            let name = h.name.as_bytes();
+            let value = h.value;
+            f.header_bytes += name.len() + value.len();
+            match name.len() {
+                4 if name.eq_ignore_ascii_case(b"host") => {
+                    if f.host.is_some() {
+                        return Err(HeadError::Malformed("duplicate Host"));
+                    }
+                    f.host = Some(offset(buf, value.trim_ascii()));
+                }
+                14 if name.eq_ignore_ascii_case(b"content-length") => {
+                    let Some(n) = parse_length(value) else {
+                        return Err(HeadError::Malformed("invalid Content-Length"));
+                    };
+                    if f.content_length.is_some_and(|prev| prev != n) {
+                        return Err(HeadError::Malformed("differing Content-Length"));
+                    }
+                    f.content_length = Some(n);
+                }
+                17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                    f.te_seen = true;
+                    for coding in value.split(|&b| b == b',') {
+                        let coding = coding.trim_ascii();
+                        if coding.is_empty() {
+                            continue;
+                        }
+                        f.chunked_last = coding.eq_ignore_ascii_case(b"chunked");
+                        if f.chunked_last {
+                            f.chunked_count += 1;
+                        }
+                    }
+                }
+                10 if name.eq_ignore_ascii_case(b"connection") => {
+                    f.close |= has_token(value, b"close");
+                    f.keep_alive |= has_token(value, b"keep-alive");
+                    f.upgrade |= has_token(value, b"upgrade");
+                }
+                6 if name.eq_ignore_ascii_case(b"expect") => {
+                    f.expect_continue |= value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
+                }
+                6 if name.eq_ignore_ascii_case(b"accept") => {
+                    f.wants_html |= accepts_html(value);
+                }
+                _ => {}
+            }
+        }
+        Ok(f)
+    }
+
+    /// The body's framing: chunked (the last coding, once, never beside a
+    /// length, never in HTTP/1.0), a length, or none.
+    #[inline]
+    fn framing(&self, version: u8) -> Result<BodyFraming, HeadError> {
+        if !self.te_seen {
+            return Ok(match self.content_length {
+                Some(0) | None => BodyFraming::None,
+                Some(n) => BodyFraming::Length(n),
+            });
+        }
+        if self.content_length.is_some() {
+            return Err(HeadError::Malformed(
+                "Content-Length with Transfer-Encoding",
+            ));
+        }
+        if version == 0 {
+            return Err(HeadError::Malformed("Transfer-Encoding in HTTP/1.0"));
+        }
+        if !self.chunked_last || self.chunked_count != 1 {
+            return Err(HeadError::Malformed(
+                "chunked must be the last coding, once",
+            ));
+        }
+        Ok(BodyFraming::Chunked)
+    }
 }
 
 fn strip_scheme(target: &[u8]) -> Option<&[u8]> {
