@@ -204,56 +204,11 @@ pub(super) fn prepare<'s>(
             }
         }
     }
-    let (decision, job) = {
-        let mut gate = p.shard.gate_mut();
-        let now_ms = if snap.gate.needs_clock() {
-            p.shard.now_ms()
-        } else {
-            0
-        };
-        gate.adopt(snap, now_ms);
-        let mut scratch = p.shard.scratch.borrow_mut();
-        #[cfg(feature = "decide-timing")]
-        let t0 = super::timing::stamp();
-        let d = snap.decide_from(&req, &mut gate, now_ms, &mut scratch, &mut NoTrace, start);
-        #[cfg(feature = "decide-timing")]
-        super::timing::record(t0, super::timing::stamp());
-        let job = match d.verdict {
-            Verdict::Verify(_) => gate.take_job(),
-            _ => None,
-        };
-        (d, job)
-    };
+    let (decision, job) = decide(shard, snap, &req, start);
     // After a password check the budgets' leases were taken before it.
     let ticket = decision.ticket.or(paid);
     *p.host_out = decision.host;
-    match decision.verdict {
-        Verdict::Refuse(s) => shard.warn_refusal(
-            decision.step,
-            decision.policy,
-            decision
-                .host
-                .map_or("", |h| snap.entries[h as usize].label.as_str()),
-            s.code(),
-            decision.client,
-        ),
-        Verdict::Drop => shard.warn_refusal(
-            decision.step,
-            decision.policy,
-            decision
-                .host
-                .map_or("", |h| snap.entries[h as usize].label.as_str()),
-            0,
-            decision.client,
-        ),
-        _ => {}
-    }
-    if let (Some(rec), Some(settings)) = (log.as_deref_mut(), &snap.server.access_log) {
-        rec.set_request(req.method, host.unwrap_or(b""), path, settings.log_query);
-        rec.client = Some(decision.client);
-        rec.verdict = decision.verdict.kind();
-        rec.step = decision.step.name();
-    }
+    note_decision(shard, snap, &decision, log.as_deref_mut(), &req);
     let cf_ray: &[u8] = if decision.via == gapura_gate::client::Arrival::Cloudflare {
         headers.lines("cf-ray").last().unwrap_or(b"")
     } else {
@@ -384,41 +339,41 @@ pub(super) fn prepare<'s>(
             429,
         ),
         Verdict::Refuse(s) => {
-            let custom_page = if head.wants_html {
-                custom.and_then(|c| c.get(s))
-            } else {
-                None
+            let page = Refusal {
+                custom: custom.and_then(|c| c.get(s)).filter(|_| head.wants_html),
+                builtin: snap.pages.get(s, head.wants_html),
             };
-            if let Some(cp) = custom_page {
+            // Limits close the connection once the page is sent.
+            if is_limit(s) {
                 let id = new_id();
                 let vars = PageVars {
                     request_id: &id,
                     host: host.unwrap_or(b""),
                     cf_ray,
                 };
-                if is_limit(s) {
-                    cp.write_into(p.wbuf, &vars, b"", &close_ctx(&date, head_only));
-                    p.shard.stats.response(s.code());
-                    if let Some(rec) = log {
-                        rec.status = s.code();
-                    }
-                    return Plan::RefuseClose(ErrorKind::Limit, ticket);
+                page.write_whole(p.wbuf, &vars, &close_ctx(&date, head_only));
+                p.shard.stats.response(s.code());
+                if let Some(rec) = log {
+                    rec.status = s.code();
                 }
-                cp.write_into(p.wbuf, &vars, b"", &whole_ctx);
-                (LocalEnd::Written, s.code())
-            } else {
-                let page = snap.pages.get(s, head.wants_html);
-                if is_limit(s) {
-                    page.write_into(p.wbuf, &close_ctx(&date, head_only));
-                    page.stamp(p.wbuf, head_only, new_id);
-                    p.shard.stats.response(s.code());
-                    if let Some(rec) = log {
-                        rec.status = s.code();
-                    }
-                    return Plan::RefuseClose(ErrorKind::Limit, ticket);
+                return Plan::RefuseClose(ErrorKind::Limit, ticket);
+            }
+            match page.custom {
+                Some(cp) => {
+                    let id = new_id();
+                    let vars = PageVars {
+                        request_id: &id,
+                        host: host.unwrap_or(b""),
+                        cf_ray,
+                    };
+                    cp.write_into(p.wbuf, &vars, b"", &whole_ctx);
+                    (LocalEnd::Written, s.code())
                 }
-                page.write_start(p.wbuf, &date);
-                (LocalEnd::Answer(page), s.code())
+                // The rest is written after the body (`LocalEnd::Answer`).
+                None => {
+                    page.builtin.write_start(p.wbuf, &date);
+                    (LocalEnd::Answer(page.builtin), s.code())
+                }
             }
         }
     };
@@ -430,6 +385,96 @@ pub(super) fn prepare<'s>(
         ticket,
         close: decision.close,
     })
+}
+
+/// Runs the chain for the head on the shard's gate state (its rate slots
+/// bound to the snapshot first); a `Verify` verdict's job comes with it.
+#[inline(always)]
+fn decide<'s, H: HeaderLines + ?Sized>(
+    shard: &Shard,
+    snap: &'s Snapshot,
+    req: &Request<'_, H>,
+    start: Start,
+) -> (gapura_gate::chain::Decision<'s>, Option<VerifyJob>) {
+    let mut gate = shard.gate_mut();
+    let now_ms = if snap.gate.needs_clock() {
+        shard.now_ms()
+    } else {
+        0
+    };
+    gate.adopt(snap, now_ms);
+    let mut scratch = shard.scratch.borrow_mut();
+    #[cfg(feature = "decide-timing")]
+    let t0 = super::timing::stamp();
+    let d = snap.decide_from(req, &mut gate, now_ms, &mut scratch, &mut NoTrace, start);
+    #[cfg(feature = "decide-timing")]
+    super::timing::record(t0, super::timing::stamp());
+    let job = match d.verdict {
+        Verdict::Verify(_) => gate.take_job(),
+        _ => None,
+    };
+    (d, job)
+}
+
+/// What a decision leaves behind besides its answer: the throttled warning
+/// of a refusal, and the access log record's facts.
+#[inline(always)]
+fn note_decision<H: HeaderLines + ?Sized>(
+    shard: &Shard,
+    snap: &Snapshot,
+    decision: &gapura_gate::chain::Decision<'_>,
+    log: Option<&mut LogRecord>,
+    req: &Request<'_, H>,
+) {
+    let refused = match decision.verdict {
+        Verdict::Refuse(s) => Some(s.code()),
+        Verdict::Drop => Some(0),
+        _ => None,
+    };
+    if let Some(status) = refused {
+        let host = decision
+            .host
+            .map_or("", |h| snap.entries[h as usize].label.as_str());
+        shard.warn_refusal(
+            decision.step,
+            decision.policy,
+            host,
+            status,
+            decision.client,
+        );
+    }
+    if let (Some(rec), Some(settings)) = (log, &snap.server.access_log) {
+        rec.set_request(
+            req.method,
+            req.host.unwrap_or(b""),
+            req.path,
+            settings.log_query,
+        );
+        rec.client = Some(decision.client);
+        rec.verdict = decision.verdict.kind();
+        rec.step = decision.step.name();
+    }
+}
+
+/// A refusal's page: the host's own for a browser, else the built-in one.
+struct Refusal<'s> {
+    custom: Option<&'s gapura_gate::custom_pages::CustomPage>,
+    builtin: &'s Answer,
+}
+
+impl Refusal<'_> {
+    /// Writes the whole page (with its request id).
+    fn write_whole(&self, out: &mut Vec<u8>, vars: &PageVars<'_>, ctx: &WriteCtx<'_>) {
+        match self.custom {
+            Some(cp) => cp.write_into(out, vars, b"", ctx),
+            None => {
+                self.builtin.write_into(out, ctx);
+                if let Ok(id) = <&[u8; 24]>::try_from(vars.request_id) {
+                    self.builtin.stamp(out, ctx.head_only, || *id);
+                }
+            }
+        }
+    }
 }
 
 /// `Retry-After: N\r\n` in `buf`. No allocation.
