@@ -22,6 +22,7 @@ use crate::hostlayer::{
     SettingsLayer,
 };
 use crate::layer::LimitsLayer;
+use crate::pow::compile_pow;
 use crate::ruleset::{RuleSets, SetTarget};
 use crate::schema::{RawHost, RawProfile};
 use gapura_gate::access::AccessList;
@@ -163,13 +164,15 @@ pub(crate) fn finish(
             }
         }
         let host_span = raw.host.get(i).map_or(0..0, Spanned::span);
-        extras.push(host_extras(
+        let mut x = host_extras(
             &layers.hosts[i],
             &list_index,
             (&format!("host[{i}]"), host_span),
             &mut reported,
             e,
-        ));
+        );
+        x.pow = route_pow(i, entry, &layers.hosts[i], &layers.routes[i], &set_index, e);
+        extras.push(x);
     }
     Blocks {
         access_lists,
@@ -178,6 +181,46 @@ pub(crate) fn finish(
         accept_list: accept.and_then(|d| list_index[d]),
         extras,
     }
+}
+
+/// Proof of work on each route of a proxy host (the host's settings, the
+/// route's switch); the host's settings when any route has it, for its
+/// verify endpoint. A route whose `when` names a set it does not apply is
+/// never challenged: a warning says so.
+fn route_pow(
+    i: usize,
+    entry: &mut CheckedHost,
+    host: &SettingsLayer,
+    routes: &[RouteBlocks],
+    set_index: &HashMap<SetTarget, u32>,
+    e: &mut Errors<'_>,
+) -> Option<gapura_gate::pow::ProofOfWork> {
+    let CheckedAction::Proxy { routes: checked } = &mut entry.action else {
+        return None;
+    };
+    let mut any = false;
+    for (j, (r, blocks)) in checked.iter_mut().zip(routes).enumerate() {
+        r.policy.pow = compile_pow(&host.pow, blocks.pow, &entry.label, set_index);
+        let Some(pow) = r.policy.pow else {
+            continue;
+        };
+        any = true;
+        if let Some(w) = &host.pow.when {
+            if r.policy.rules.map(|b| b.index) != pow.when {
+                e.warn(
+                    "route.proof_of_work.when.unapplied",
+                    format!("host[{i}].route[{j}]"),
+                    w.span.clone(),
+                    format!(
+                        "{} asks proof of work of requests rule set {:?} marks, but this route \
+                         does not apply that set: none of its requests will be challenged",
+                        w.path, w.name
+                    ),
+                );
+            }
+        }
+    }
+    any.then(|| crate::pow::settings(&host.pow, &entry.label, set_index))
 }
 
 /// `server.access_list`: a known list with addresses to refuse by.
@@ -382,5 +425,6 @@ fn host_extras(
         replace_upstream: m.replace_upstream.unwrap_or_default(),
         connection_rate: m.connection_rate.flatten(),
         websocket: m.websocket.flatten(),
+        pow: None,
     }
 }

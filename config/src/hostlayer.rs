@@ -120,6 +120,7 @@ pub(crate) struct SettingsLayer {
     /// `Some(None)`: turned off in this layer.
     pub connection_rate: Option<Option<RatePolicy>>,
     pub websocket: Option<Option<WebSocketLimits>>,
+    pub pow: crate::pow::PowLayer,
 }
 
 impl SettingsLayer {
@@ -155,6 +156,7 @@ impl SettingsLayer {
             replace_upstream: over.replace_upstream.or(base.replace_upstream),
             connection_rate: over.connection_rate.or(base.connection_rate),
             websocket: over.websocket.or(base.websocket),
+            pow: crate::pow::PowLayer::merge(&base.pow, &over.pow),
         }
     }
 }
@@ -185,6 +187,7 @@ pub(crate) struct LayerFields<'a> {
     pub replace_upstream: &'a Opt<String>,
     pub connection_rate: Option<&'a Spanned<RawConnectionRate>>,
     pub websocket: Option<&'a Spanned<RawWebSocket>>,
+    pub proof_of_work: Option<&'a Spanned<crate::pow::RawProofOfWork>>,
 }
 
 macro_rules! fields {
@@ -204,6 +207,7 @@ macro_rules! fields {
             replace_upstream: &$r.replace_upstream,
             connection_rate: $r.connection_rate.as_ref(),
             websocket: $r.websocket.as_ref(),
+            proof_of_work: $r.proof_of_work.as_ref(),
         }
     };
 }
@@ -407,6 +411,7 @@ pub(crate) fn check_layer(
         replace_upstream,
         connection_rate: check_connection_rate(f.connection_rate, base, e),
         websocket: check_websocket(f.websocket, base, e),
+        pow: crate::pow::check_pow(f.proof_of_work, base, names, e),
     }
 }
 
@@ -415,6 +420,8 @@ pub(crate) fn check_layer(
 pub(crate) struct RouteBlocks {
     pub access: BlockLayer<usize>,
     pub rules: BlockLayer<SetTarget>,
+    /// `proof_of_work = true | false`.
+    pub pow: Option<bool>,
 }
 
 /// Checks a route's `access_list`, `rule_set` and their modes.
@@ -439,6 +446,7 @@ pub(crate) fn check_route_blocks(
             &ROUTE_RULES,
             names,
         ),
+        pow: r.proof_of_work.as_ref().map(|b| *b.get_ref()),
     }
 }
 

@@ -65,6 +65,7 @@ mod identity;
 mod layer;
 mod limits;
 mod names;
+mod pow;
 mod protection;
 mod quota;
 mod ratelimit;

@@ -118,6 +118,7 @@ pub(crate) struct RawBundle {
     pub replace_upstream: Opt<String>,
     pub connection_rate: Option<Spanned<crate::connlimits::RawConnectionRate>>,
     pub websocket: Option<Spanned<crate::connlimits::RawWebSocket>>,
+    pub proof_of_work: Option<Spanned<crate::pow::RawProofOfWork>>,
 }
 
 /// `[host.maintenance]` (and in `[defaults]` and bundles).

@@ -49,6 +49,22 @@ impl RuleSets {
         }
     }
 
+    /// Whether a set has a rule with action `challenge` (presets have
+    /// none; a set with errors answers true, its errors are reported).
+    pub(crate) fn has_challenge_rule(&self, t: SetTarget) -> bool {
+        match t {
+            SetTarget::User(i) => self.compiled.get(i).is_none_or(|set| {
+                set.as_ref().is_none_or(|set| {
+                    (0..set.len()).any(|r| {
+                        set.rule(r)
+                            .is_some_and(|s| s.action == gapura_gate::ruleset::Action::Challenge)
+                    })
+                })
+            }),
+            SetTarget::Preset(_) => false,
+        }
+    }
+
     /// `known: a, b; presets: ...`, for messages.
     pub(crate) fn known(&self) -> String {
         let mut own: Vec<&str> = self.ids.keys().map(String::as_str).collect();
@@ -152,7 +168,7 @@ fn state(r: &RawRule, span: Range<usize>, base: &str, e: &mut Errors<'_>) -> Sta
                 format!("{base}.action"),
                 a.span(),
                 format!(
-                    "must be one of \"deny\", \"drop\", \"allow\", got {:?}",
+                    "must be one of \"deny\", \"drop\", \"allow\", \"challenge\", got {:?}",
                     a.get_ref()
                 ),
             );

@@ -70,6 +70,8 @@ pub(crate) struct RawServer {
     /// The access list checked at accept (its address side).
     pub access_list: Opt<String>,
     pub access_log: Option<Spanned<RawAccessLog>>,
+    /// Proof of work's key: 32 random bytes, created 0600 when missing.
+    pub pow_key_file: Opt<String>,
 }
 
 /// `[server] access_log = { path, format, log_addresses, log_query }`.
@@ -101,6 +103,7 @@ pub(crate) struct RawDefaults {
     pub replace_upstream: Opt<String>,
     pub connection_rate: Option<Spanned<crate::connlimits::RawConnectionRate>>,
     pub websocket: Option<Spanned<crate::connlimits::RawWebSocket>>,
+    pub proof_of_work: Option<Spanned<crate::pow::RawProofOfWork>>,
 }
 
 /// `[defaults.limits]` and `[host.limits]`. Byte sizes are an integer or a
@@ -145,6 +148,7 @@ pub(crate) struct RawHost {
     pub replace_upstream: Opt<String>,
     pub connection_rate: Option<Spanned<crate::connlimits::RawConnectionRate>>,
     pub websocket: Option<Spanned<crate::connlimits::RawWebSocket>>,
+    pub proof_of_work: Option<Spanned<crate::pow::RawProofOfWork>>,
     /// `[[host.route]]`, proxy hosts only.
     #[serde(default)]
     pub route: Vec<Spanned<RawRoute>>,
@@ -161,6 +165,8 @@ pub(crate) struct RawRoute {
     pub matching: Opt<String>,
     pub upstream: Opt<String>,
     pub websocket: Opt<bool>,
+    /// The host's proof of work on this route, or not.
+    pub proof_of_work: Opt<bool>,
     pub request_id: Opt<String>,
     pub rate_limit: Opt<RawRateRef>,
     pub class: Opt<String>,

@@ -63,6 +63,7 @@ pub(crate) fn check_server(
         proxy_protocol,
         admin,
         drain_timeout_ms,
+        pow_key_file: check_pow_key_file(s, e),
     };
     (runtime, check_connections(s, e), proxy_listener)
 }
@@ -157,6 +158,22 @@ fn check_connections(s: &RawServer, e: &mut Errors<'_>) -> ServerSettings {
         unknown_host: check_unknown_host(&s.unknown_host, ds.unknown_host, e),
         access_log: check_access_log(s, e),
     }
+}
+
+/// `pow_key_file`: a file name, not blank.
+fn check_pow_key_file(s: &RawServer, e: &mut Errors<'_>) -> Option<String> {
+    let p = s.pow_key_file.as_ref()?;
+    let path = p.get_ref();
+    if path.trim().is_empty() || path.contains('\0') {
+        e.push(
+            "server.pow_key_file.invalid",
+            "server.pow_key_file",
+            p.span(),
+            "the proof-of-work key's file must be a file name, not blank",
+        );
+        return None;
+    }
+    Some(path.clone())
 }
 
 /// `access_log`: off unless written; a path is required.

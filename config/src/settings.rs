@@ -18,6 +18,9 @@ pub struct RuntimeSettings {
     pub admin: Option<SocketAddr>,
     /// How long a drain waits for open requests before closing.
     pub drain_timeout_ms: u64,
+    /// Proof of work's key file (`[server] pow_key_file`), opened or
+    /// created by the runtime; `None`: no key (proof of work answers 503).
+    pub pow_key_file: Option<String>,
 }
 
 impl Default for RuntimeSettings {
@@ -30,6 +33,7 @@ impl Default for RuntimeSettings {
             proxy_protocol: Vec::new(),
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             drain_timeout_ms: 10_000,
+            pow_key_file: None,
         }
     }
 }

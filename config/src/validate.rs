@@ -107,7 +107,19 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         rule_sets: blocks.rule_sets,
         rule_set_names: blocks.rule_set_names,
         accept_list: blocks.accept_list,
+        pow_key: None,
+        pow_in_use: blocks.extras.iter().any(|x| x.pow.is_some()),
     };
+    if gate.pow_in_use && runtime.pow_key_file.is_none() {
+        errors.warn(
+            "server.pow_key_file.missing",
+            "server",
+            0..0,
+            "proof of work is on but [server] pow_key_file is not set: without a key its \
+             routes answer 503 (set pow_key_file = \"/var/lib/gapura/pow.key\"; it is created \
+             at first start)",
+        );
+    }
     Checked {
         runtime,
         server,

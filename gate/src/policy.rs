@@ -76,6 +76,12 @@ pub struct GatePolicy {
     pub accept_list: Option<u32>,
     /// Connections per source prefix, checked at accept.
     pub connections: Option<ConnectionLimits>,
+    /// The proof-of-work key (`[server] pow_key_file`, opened by the
+    /// runtime). `None` with proof of work on: its routes answer 503.
+    pub pow_key: Option<crate::pow::PowKey>,
+    /// Whether any route has proof of work (the chain then reads the
+    /// shard's clock).
+    pub pow_in_use: bool,
 }
 
 /// Limits on connections per source prefix (IPv4 /24, IPv6 /56), checked
@@ -106,6 +112,8 @@ impl Default for GatePolicy {
             rule_set_names: Vec::new(),
             accept_list: None,
             connections: None,
+            pow_key: None,
+            pow_in_use: false,
         }
     }
 }
@@ -121,7 +129,9 @@ impl GatePolicy {
     /// access list with users (its verification cache expires).
     #[inline]
     pub fn needs_clock(&self) -> bool {
-        self.uses_clock() || self.access_lists.iter().any(|l| !l.users().is_empty())
+        self.uses_clock()
+            || self.pow_in_use
+            || self.access_lists.iter().any(|l| !l.users().is_empty())
     }
 
     /// Whether any quota level is set (the chain skips the tables otherwise).
@@ -166,6 +176,9 @@ pub struct RequestPolicy {
     pub access: Option<BlockRef>,
     /// The rule set.
     pub rules: Option<BlockRef>,
+    /// Proof of work (routes only: the host's settings, the route's
+    /// switch).
+    pub pow: Option<crate::pow::ProofOfWork>,
 }
 
 /// A block a host or route applies: its index in the snapshot's list and
@@ -199,6 +212,9 @@ pub struct HostExtras {
     pub connection_rate: Option<RatePolicy>,
     /// Messages in one WebSocket tunnel (`websocket`).
     pub websocket: Option<WebSocketLimits>,
+    /// The host's proof of work when it or any of its routes has it on:
+    /// what the verify endpoint checks against.
+    pub pow: Option<crate::pow::ProofOfWork>,
 }
 
 /// A host's limits on the messages a client sends through one WebSocket
@@ -231,6 +247,7 @@ impl Default for RequestPolicy {
             operation: None,
             access: None,
             rules: None,
+            pow: None,
         }
     }
 }

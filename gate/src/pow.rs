@@ -17,6 +17,19 @@
 //! Pure: time (unix seconds) and the nonce come from the caller. Checking a
 //! cookie or a challenge decodes into stack buffers, clones a keyed HMAC
 //! state and compares in constant time: no allocation.
+//!
+//! Beside the tokens: what a route applies ([`ProofOfWork`]), the shard's
+//! counters ([`PowCounters`]), finding the cookie in `Cookie` lines
+//! ([`find_cookie`]), the verify endpoint's form (`verify`) and the pages
+//! and answers (`page`).
+
+mod page;
+mod verify;
+
+pub use page::{write_challenge_page, write_non_browser_page, write_verified, ChallengePage, Mint};
+pub use verify::{
+    is_local_target, verify_form, Rejection, ReturnTarget, Verified, MAX_RETURN_BYTES,
+};
 
 use crate::hash::Fnv1a;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -43,6 +56,104 @@ pub const MAX_DIFFICULTY: u8 = 32;
 pub const MAX_SOLUTION_DIGITS: usize = 20;
 /// A key's bytes.
 pub const KEY_BYTES: usize = 32;
+
+/// The cookie's name.
+pub const COOKIE_NAME: &[u8] = b"gapura_pow";
+/// The verify endpoint, answered on any host where a route has proof of
+/// work.
+pub const VERIFY_PATH: &[u8] = b"/.well-known/gapura/pow";
+/// The largest form the verify endpoint reads.
+pub const MAX_FORM_BYTES: usize = 2048;
+/// The built-in difficulty (leading zero bits).
+pub const DEFAULT_DIFFICULTY: u8 = 16;
+/// The built-in cookie lifetime: seven days.
+pub const DEFAULT_LIFETIME_HOURS: u32 = 168;
+/// The longest cookie lifetime: a year.
+pub const MAX_LIFETIME_HOURS: u32 = 24 * 366;
+
+/// What a route applies, merged when the profile was compiled: the host's
+/// settings (routes override only the switch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProofOfWork {
+    /// Leading zero bits a solution needs.
+    pub difficulty: u8,
+    /// How long a cookie stays valid, in seconds.
+    pub lifetime_s: u64,
+    /// Only requests this rule set (its index) marked with a `challenge`
+    /// rule are challenged; `None`: every request.
+    pub when: Option<u32>,
+    /// Shadowed, a request that would be challenged is counted and goes on.
+    pub mode: crate::mode::Mode,
+    /// The host's stable id ([`host_id`]).
+    pub host: u64,
+}
+
+/// One shard's proof-of-work counters (all hosts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PowCounters {
+    /// Challenge pages sent.
+    pub challenges: u64,
+    /// Verified solutions (a cookie given).
+    pub solved: u64,
+    /// Verify requests refused (403), by [`Rejection`].
+    pub rejected: [u64; Rejection::COUNT],
+    /// 403s to clients that are not browsers (not a GET or HEAD accepting
+    /// `text/html`).
+    pub non_browser: u64,
+    /// Requests let on by a valid cookie.
+    pub cookies_valid: u64,
+    /// Cookies sent but refused (forged, expired, too easy, malformed).
+    pub cookies_refused: u64,
+    /// 503s: proof of work applies but there is no key.
+    pub no_key: u64,
+    /// Challenges a shadowed route let through.
+    pub shadow_hits: u64,
+}
+
+/// The value of cookie `name` in a request's `Cookie` lines (the first
+/// one), without allocating. Pairs are split on `;`, names compared
+/// exactly after trimming spaces, as browsers send them.
+pub fn find_cookie<'a>(lines: impl Iterator<Item = &'a [u8]>, name: &[u8]) -> Option<&'a [u8]> {
+    for line in lines {
+        for pair in line.split(|&b| b == b';') {
+            let pair = trim(pair);
+            let Some(eq) = pair.iter().position(|&b| b == b'=') else {
+                continue;
+            };
+            if trim(&pair[..eq]) == name {
+                let v = trim(&pair[eq + 1..]);
+                // A quoted value is allowed by RFC 6265.
+                let v = v
+                    .strip_prefix(b"\"")
+                    .and_then(|v| v.strip_suffix(b"\""))
+                    .unwrap_or(v);
+                return Some(v);
+            }
+        }
+    }
+    None
+}
+
+fn trim(s: &[u8]) -> &[u8] {
+    let start = s
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t'))
+        .map_or(start, |e| e + 1);
+    &s[start..end.max(start)]
+}
+
+/// Whether a request is a browser's page load: a `GET` or `HEAD` whose
+/// `Accept` names `text/html`.
+pub fn is_browser<'a>(method: &[u8], accept: impl Iterator<Item = &'a [u8]>) -> bool {
+    (method == b"GET" || method == b"HEAD")
+        && accept
+            .into_iter()
+            .any(|a| a.windows(9).any(|w| w.eq_ignore_ascii_case(b"text/html")))
+}
 
 const CHALLENGE_PREFIX: &[u8] = b"gapura-pow-challenge-v1";
 const COOKIE_PREFIX: &[u8] = b"gapura-pow-cookie-v1";
@@ -286,6 +397,35 @@ fn decode<const N: usize>(text: &[u8]) -> Option<[u8; N]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cookie_is_found_among_others_and_lines() {
+        let lines: [&[u8]; 2] = [b"a=1; b=2", b"x=y;  gapura_pow = abc ; z=\"q\""];
+        assert_eq!(
+            find_cookie(lines.iter().copied(), b"gapura_pow"),
+            Some(&b"abc"[..])
+        );
+        assert_eq!(find_cookie(lines.iter().copied(), b"z"), Some(&b"q"[..]));
+        assert_eq!(find_cookie(lines.iter().copied(), b"gapura"), None);
+        let first: [&[u8]; 2] = [b"gapura_pow=one", b"gapura_pow=two"];
+        assert_eq!(
+            find_cookie(first.iter().copied(), b"gapura_pow"),
+            Some(&b"one"[..])
+        );
+        let none: [&[u8]; 3] = [b"", b";;;", b"noequals"];
+        assert_eq!(find_cookie(none.iter().copied(), b"noequals"), None);
+    }
+
+    #[test]
+    fn a_browser_is_a_get_or_head_that_accepts_html() {
+        let html: [&[u8]; 1] = [b"text/html,application/xhtml+xml"];
+        let json: [&[u8]; 1] = [b"application/json"];
+        assert!(is_browser(b"GET", html.iter().copied()));
+        assert!(is_browser(b"HEAD", html.iter().copied()));
+        assert!(!is_browser(b"POST", html.iter().copied()));
+        assert!(!is_browser(b"GET", json.iter().copied()));
+        assert!(!is_browser(b"GET", std::iter::empty()));
+    }
 
     fn key() -> PowKey {
         PowKey::new(&[7; KEY_BYTES])

@@ -7,8 +7,9 @@
 //! ignoring case in *any* `User-Agent` line, so a request that sends two
 //! cannot hide a name in the one the upstream reads; or `empty`, a missing or
 //! blank user agent). Every condition it states must hold. Its action is
-//! deny (403 and the Forbidden page), drop (abort, no answer) or allow (end
-//! the set here; the rest of the chain still runs).
+//! deny (403 and the Forbidden page), drop (abort, no answer), allow (end
+//! the set here; the rest of the chain still runs) or challenge (as allow,
+//! and the request is marked for proof of work).
 //!
 //! Guarantee: the outcome is the matching rule with the lowest index, exactly
 //! as if every rule were tried in order, and deciding it allocates nothing
@@ -266,6 +267,8 @@ pub struct RuleSetCounters {
     pub denied: u64,
     pub dropped: u64,
     pub allowed: u64,
+    /// Requests a `challenge` rule marked for proof of work.
+    pub challenged: u64,
     /// Regex searches that gave up (each decided by its rule's action).
     pub regex_give_ups: u64,
     /// Refusals a shadowed set would have made.
@@ -284,6 +287,10 @@ impl RuleSetCounters {
             Some(Action::Drop) => Some(RuleRefusal::Drop),
             Some(Action::Allow) => {
                 self.allowed += 1;
+                None
+            }
+            Some(Action::Challenge) => {
+                self.challenged += 1;
                 None
             }
             None => None,

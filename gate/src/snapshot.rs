@@ -119,12 +119,29 @@ pub enum Verdict<'s> {
     Verify(u32),
     /// The host is in maintenance: this page.
     Maintenance(&'s crate::maintenance::Maintenance),
+    /// Proof of work asks something of the client (`PowAsk`) under these
+    /// settings.
+    Pow(&'s crate::pow::ProofOfWork, PowAsk),
+}
+
+/// What proof of work asks of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowAsk {
+    /// A browser without a valid cookie: the challenge page (403).
+    Challenge,
+    /// Not a browser (not a `GET` or `HEAD` accepting `text/html`): 403
+    /// with the explanation.
+    NotBrowser,
+    /// `POST /.well-known/gapura/pow`: read the form, then verify it
+    /// (`pow::verify_form`).
+    Verify,
 }
 
 impl Verdict<'_> {
     /// The verdict's kind by name (`respond`, `redirect`, `refuse`,
-    /// `forward`, `drop`, `challenge`, `verify`, `maintenance`), as the
-    /// access log and explain write it.
+    /// `forward`, `drop`, `challenge`, `verify`, `maintenance`,
+    /// `pow_challenge`, `pow_refuse`, `pow_verify`), as the access log and
+    /// explain write it.
     pub fn kind(&self) -> &'static str {
         match self {
             Verdict::Respond(_) => "respond",
@@ -135,6 +152,9 @@ impl Verdict<'_> {
             Verdict::Challenge(_) => "challenge",
             Verdict::Verify(_) => "verify",
             Verdict::Maintenance(_) => "maintenance",
+            Verdict::Pow(_, PowAsk::Challenge) => "pow_challenge",
+            Verdict::Pow(_, PowAsk::NotBrowser) => "pow_refuse",
+            Verdict::Pow(_, PowAsk::Verify) => "pow_verify",
         }
     }
 }

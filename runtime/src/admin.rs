@@ -258,6 +258,7 @@ pub fn render_metrics(admin: &Admin) -> String {
         }
     }
     render_blocks(&mut out, admin);
+    render_pow(&mut out, admin);
     family(
         &mut out,
         "gapura_quota_untracked_total",
@@ -356,11 +357,92 @@ pub fn render_metrics(admin: &Admin) -> String {
     out
 }
 
+/// Proof of work's counters, summed over the shards.
+fn render_pow(out: &mut String, admin: &Admin) {
+    use gapura_gate::pow::{PowCounters, Rejection};
+    let mut sum = PowCounters::default();
+    for s in &admin.shards {
+        let Ok(b) = s.blocks.lock() else { continue };
+        let c = &b.pow;
+        sum.challenges += c.challenges;
+        sum.solved += c.solved;
+        for (t, x) in sum.rejected.iter_mut().zip(c.rejected) {
+            *t += x;
+        }
+        sum.non_browser += c.non_browser;
+        sum.cookies_valid += c.cookies_valid;
+        sum.cookies_refused += c.cookies_refused;
+        sum.no_key += c.no_key;
+        sum.shadow_hits += c.shadow_hits;
+    }
+    let simple: [(&str, &str, u64); 5] = [
+        (
+            "gapura_pow_challenges_total",
+            "Proof-of-work challenge pages sent.",
+            sum.challenges,
+        ),
+        (
+            "gapura_pow_solved_total",
+            "Proof-of-work solutions verified (a cookie given).",
+            sum.solved,
+        ),
+        (
+            "gapura_pow_non_browser_total",
+            "403s to clients that are not browsers on proof-of-work routes.",
+            sum.non_browser,
+        ),
+        (
+            "gapura_pow_no_key_total",
+            "503s: proof of work applies but no key is loaded.",
+            sum.no_key,
+        ),
+        (
+            "gapura_pow_shadow_total",
+            "Challenges a shadowed proof of work let through.",
+            sum.shadow_hits,
+        ),
+    ];
+    for (name, help, v) in simple {
+        family(out, name, "counter", help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+    family(
+        out,
+        "gapura_pow_rejected_total",
+        "counter",
+        "Verify requests refused (403), by reason.",
+    );
+    for r in Rejection::ALL {
+        let _ = writeln!(
+            out,
+            "gapura_pow_rejected_total{{reason=\"{}\"}} {}",
+            r.name(),
+            sum.rejected[r as usize]
+        );
+    }
+    family(
+        out,
+        "gapura_pow_cookies_total",
+        "counter",
+        "gapura_pow cookies checked, by result.",
+    );
+    let _ = writeln!(
+        out,
+        "gapura_pow_cookies_total{{result=\"valid\"}} {}",
+        sum.cookies_valid
+    );
+    let _ = writeln!(
+        out,
+        "gapura_pow_cookies_total{{result=\"refused\"}} {}",
+        sum.cookies_refused
+    );
+}
+
 /// Per rule set, access list and maintenance counters, summed per name over
 /// the shards (names come from the profile; no addresses or credentials).
 fn render_blocks(out: &mut String, admin: &Admin) {
     use std::collections::BTreeMap;
-    let mut rules: BTreeMap<String, [u64; 5]> = BTreeMap::new();
+    let mut rules: BTreeMap<String, [u64; 6]> = BTreeMap::new();
     let mut access: BTreeMap<String, [u64; 9]> = BTreeMap::new();
     let mut maint: BTreeMap<String, [u64; 3]> = BTreeMap::new();
     let mut rates: BTreeMap<String, [u64; 2]> = BTreeMap::new();
@@ -378,6 +460,7 @@ fn render_blocks(out: &mut String, admin: &Admin) {
                 c.denied,
                 c.dropped,
                 c.allowed,
+                c.challenged,
                 c.regex_give_ups,
                 c.shadow_hits,
             ]
@@ -426,9 +509,16 @@ fn render_blocks(out: &mut String, admin: &Admin) {
         "Rule-set outcomes by set and result.",
     );
     for (n, v) in &rules {
-        for (label, x) in ["denied", "dropped", "allowed", "regex_give_up", "shadow"]
-            .iter()
-            .zip(v)
+        for (label, x) in [
+            "denied",
+            "dropped",
+            "allowed",
+            "challenged",
+            "regex_give_up",
+            "shadow",
+        ]
+        .iter()
+        .zip(v)
         {
             let _ = writeln!(
                 out,

@@ -6,9 +6,10 @@
 //! or cache of a running server and cannot disagree with it about a
 //! request that meets empty tables.
 
-use gapura_gate::chain::{GateState, QuotaOutcome, Request, Step, Trace};
+use gapura_gate::chain::{GateState, PowOutcome, QuotaOutcome, Request, Step, Trace};
 use gapura_gate::client::Peer;
 use gapura_gate::limits::LimitRefusal;
+use gapura_gate::snapshot::PowAsk;
 use gapura_gate::Verdict;
 use std::process::ExitCode;
 
@@ -142,6 +143,15 @@ impl Trace for Recorder {
                 "maintenance",
                 format!("the host is in maintenance: {outcome:?}"),
             ),
+            Step::ProofOfWork { outcome } => ("proof of work", pow_sentence(outcome)),
+            Step::PowEndpoint { post } => (
+                "proof of work",
+                if post {
+                    "the verify endpoint: the form is checked once read (303 or 403)".to_string()
+                } else {
+                    "the verify endpoint takes only POST: 403".to_string()
+                },
+            ),
             Step::RequestLimits { refusal } => (
                 "request limits",
                 match refusal {
@@ -160,6 +170,28 @@ impl Trace for Recorder {
 
     fn enabled(&self) -> bool {
         true
+    }
+}
+
+fn pow_sentence(outcome: PowOutcome) -> String {
+    match outcome {
+        PowOutcome::Exempt => "robots.txt is never challenged".to_string(),
+        PowOutcome::NotMarked => {
+            "the rule set named by `when` did not mark this request: not challenged".to_string()
+        }
+        PowOutcome::NoKey => "no proof-of-work key is loaded: 503 (fail closed)".to_string(),
+        PowOutcome::ValidCookie => "a valid gapura_pow cookie: let through".to_string(),
+        PowOutcome::Ask { ask, cookie, mode } => {
+            let why = match cookie {
+                None => "no gapura_pow cookie".to_string(),
+                Some(e) => format!("the gapura_pow cookie is refused ({e:?})"),
+            };
+            let what = match ask {
+                PowAsk::NotBrowser => "not a browser page load: 403 with the explanation",
+                _ => "the challenge page (403)",
+            };
+            format!("{why}: {what}{}", shadow_note(mode))
+        }
     }
 }
 
@@ -182,6 +214,23 @@ fn verdict_text(v: &Verdict<'_>, snap: &gapura_gate::Snapshot, retry: u32) -> (u
         Verdict::Verify(_) => (
             0,
             "check the password on the verification pool (explain runs no PBKDF2)".to_string(),
+        ),
+        Verdict::Pow(pow, PowAsk::Challenge) => (
+            403,
+            format!(
+                "answer 403 with the proof-of-work challenge page (difficulty {})",
+                pow.difficulty
+            ),
+        ),
+        Verdict::Pow(_, PowAsk::NotBrowser) => (
+            403,
+            "answer 403: proof of work needs a browser with JavaScript".to_string(),
+        ),
+        Verdict::Pow(_, PowAsk::Verify) => (
+            303,
+            "read the form and verify the solution: 303 with the cookie, 303 without one \
+             for an expired challenge, else 403"
+                .to_string(),
         ),
         Verdict::Maintenance(m) => (
             m.status(),
@@ -217,6 +266,12 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let mut compiled = compiled;
+    if let Err(e) = crate::powkey::load_into(&mut compiled, false) {
+        if compiled.snapshot.gate.pow_in_use {
+            eprintln!("gapura explain: proof of work has no key ({e}): its routes answer 503");
+        }
+    }
     let admin = a.admin.or(compiled.runtime.admin);
     let snap = compiled.snapshot;
     let Some(rest) = a
@@ -285,6 +340,10 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
         connection: Some(&fresh_connection),
     };
     let mut state = GateState::small();
+    // Proof of work's tokens carry wall-clock seconds.
+    state.unix_origin_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     state.adopt(&snap, 0);
     let mut scratch = Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES]);
     let mut rec = Recorder { lines: Vec::new() };

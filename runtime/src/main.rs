@@ -18,7 +18,8 @@
 //!   checks.
 //! - `admin`: `/healthz` and `/metrics`; `log`: one-line logs;
 //!   `accesslog`: the access log's writer thread;
-//!   `random`: the kernel's randomness.
+//!   `random`: the kernel's randomness; `powkey`: proof of work's key
+//!   file.
 
 mod accesslog;
 mod admin;
@@ -28,6 +29,7 @@ mod health;
 mod listeners;
 mod log;
 mod passwd;
+mod powkey;
 mod profile;
 mod publish;
 mod random;
@@ -53,9 +55,18 @@ fn main() -> ExitCode {
 
 fn check(file: &str) -> ExitCode {
     match profile::load(Some(std::path::Path::new(file))) {
-        Ok(c) => {
+        Ok(mut c) => {
             for w in &c.warnings {
                 eprintln!("{file}:{w} (warning)");
+            }
+            // Read only: `check` creates no key.
+            if let Err(e) = powkey::load_into(&mut c, false) {
+                if c.snapshot.gate.pow_in_use {
+                    eprintln!(
+                        "{file}: warning: proof of work has no usable key ({e}); its routes \
+                         answer 503 until `gapura run` can open or create it"
+                    );
+                }
             }
             println!(
                 "{file}: ok ({} hosts, {} listen addresses, shards {:?})",

@@ -26,9 +26,13 @@ fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
     let name = profile
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "<embedded default>".into());
-    if let Ok(c) = &result {
+    let mut result = result;
+    if let Ok(c) = &mut result {
         for w in &c.warnings {
             log!("warning: {name}:{w}");
+        }
+        if let Err(e) = crate::powkey::load_into(c, true) {
+            log!("error: proof of work has no key ({e}): its routes answer 503");
         }
     }
     result.map_err(|errors| {

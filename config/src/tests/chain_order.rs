@@ -35,18 +35,27 @@ name = "edge"
 path.prefix = "/admin"
 action = "deny"
 
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001"]
+
 [[host]]
 names = ["a.test"]
-body = "hi"
+kind = "proxy"
 access_list = "office"
 rule_set = "edge"
 rate_limit = "site"
 robots = "disallow_all"
 connection_rate = { requests = 10 }
+proof_of_work = { enabled = true, difficulty = 8 }
 
 [host.maintenance]
 enabled = true
 mode = "shadow"
+
+  [[host.route]]
+  path = "/"
+  upstream = "app"
 "#;
 
 /// Each traced step and the number of its row in docs/gate.md, with the
@@ -63,9 +72,12 @@ fn row_of(step: &Step<'_>) -> Option<(u32, &'static str)> {
         Step::RuleSet { .. } => (7, "rule set"),
         Step::Access { .. } => (8, "access list passwords"),
         Step::RateLimit { .. } => (9, "rate limit"),
-        Step::RequestLimits { .. } => (10, "request limits of the host"),
-        Step::Robots { .. } => (11, "managed `robots.txt`"),
-        Step::Maintenance { .. } => (12, "maintenance"),
+        Step::ProofOfWork { .. } => (10, "proof of work"),
+        // The verify endpoint is answered before the blocks.
+        Step::PowEndpoint { .. } => return None,
+        Step::RequestLimits { .. } => (11, "request limits of the host"),
+        Step::Robots { .. } => (12, "managed `robots.txt`"),
+        Step::Maintenance { .. } => (13, "maintenance"),
     })
 }
 
@@ -98,12 +110,18 @@ impl Trace for Rows {
 
 #[test]
 fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
-    let c = ok(EVERY_BLOCK);
+    let mut c = ok(EVERY_BLOCK);
+    let key = gapura_gate::pow::PowKey::new(&[3; 32]);
+    c.snapshot.gate.pow_key = Some(key.clone());
     let s = &c.snapshot;
     let mut state = GateState::small();
     state.adopt(s, 0);
     let mut scratch = Box::new([0u8; MAX_PATH_BYTES]);
-    let headers: [(&str, &[u8]); 1] = [("user-agent", b"curl/8")];
+    let host = gapura_gate::pow::host_id("a.test");
+    let client = "192.0.2.1".parse().unwrap();
+    let cookie = gapura_gate::pow::mint_cookie(&key, host, client, 3600, 8);
+    let cookie = [b"gapura_pow=".as_slice(), &cookie].concat();
+    let headers: [(&str, &[u8]); 2] = [("user-agent", b"curl/8"), ("cookie", &cookie)];
     let connection = std::cell::Cell::new(gapura_gate::quota::Bucket::default());
     let req = Request {
         peer: Peer::tcp("192.0.2.1".parse().unwrap()),
@@ -120,14 +138,14 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
     let mut rows = Rows::default();
     let d = s.decide(&req, &mut state, 0, &mut scratch, &mut rows);
     assert!(
-        matches!(d.verdict, Verdict::Respond(a) if a.status == 200),
+        matches!(d.verdict, Verdict::Forward(..)),
         "every block lets the request through: {:?}",
         d.verdict
     );
     let ran: Vec<u32> = rows.0.iter().map(|r| r.0).collect();
     assert_eq!(
         ran,
-        (2..=12).collect::<Vec<_>>(),
+        (2..=13).collect::<Vec<_>>(),
         "one step per block, in order"
     );
     let doc = table_rows();
@@ -155,6 +173,7 @@ fn every_step_name_is_distinct_and_below_the_count() {
         Block::RuleSet,
         Block::Access,
         Block::RateLimit,
+        Block::ProofOfWork,
         Block::RequestLimits,
         Block::Robots,
         Block::Maintenance,

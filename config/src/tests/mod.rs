@@ -14,6 +14,7 @@ mod hosts;
 mod limits;
 mod parse;
 mod policy;
+mod pow;
 mod profiles;
 mod protection;
 mod proxy;

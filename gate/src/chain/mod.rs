@@ -13,7 +13,7 @@
 //!   [`Snapshot::decide_from`] learns who the client is and which host,
 //!   route and policy apply. A request no host takes ends there
 //!   (`steps::unknown_host`).
-//! - the blocks (steps 4 to 13): one method each on `Flow`, the request's
+//! - the blocks (steps 4 to 14): one method each on `Flow`, the request's
 //!   way through the host's blocks, each documented with when it runs and
 //!   what its result means, each recording its own trace step. A block
 //!   either lets the request go on or ends it with a verdict
@@ -24,18 +24,20 @@
 //! Shadow mode is carried out by [`Mode::apply`] in every block that has
 //! one.
 //!
-//! Modules: `steps` (the blocks of steps 4 to 13), `quota` (the work of
+//! Modules: `steps` (the blocks of steps 4 to 14, proof of work's step in `pow`), `quota` (the work of
 //! steps 4 and 9: budgets, leases and the rate limit), `state` (the shard's
 //! mutable gate state and counters), `trace` (what explain records), `live`
 //! (a running shard's tables as a request would meet them, read only).
 
 mod live;
+mod pow;
 mod quota;
 mod state;
 mod steps;
 mod trace;
 
 pub use live::LiveView;
+pub use pow::PowOutcome;
 pub use state::{
     AccessCounters, ChainCounters, ConnectionCounters, ConnectionRefusal, ConnectionToken,
     GateState, RateLimitCounters, Start,
@@ -115,16 +117,17 @@ pub enum Block {
     RuleSet,
     Access,
     RateLimit,
+    ProofOfWork,
     RequestLimits,
     Robots,
     Maintenance,
-    /// Step 13: the host's answer.
+    /// Step 14: the host's answer.
     Answer,
 }
 
 impl Block {
     /// How many steps there are (every variant is below it).
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
 
     /// The access log's name of the step.
     pub fn name(self) -> &'static str {
@@ -137,6 +140,7 @@ impl Block {
             Block::RuleSet => "rule_set",
             Block::Access => "access_list",
             Block::RateLimit => "rate_limit",
+            Block::ProofOfWork => "proof_of_work",
             Block::RequestLimits => "request_limits",
             Block::Robots => "robots",
             Block::Maintenance => "maintenance",
@@ -219,6 +223,11 @@ impl Snapshot {
             }
             return decision;
         };
+        if let Some(pow) = &entry.extras.pow {
+            if canonical == crate::pow::VERIFY_PATH && start == Start::Beginning {
+                return self.pow_endpoint(decision, req, entry, pow, state, now_ms, trace);
+            }
+        }
         let route = self.route(entry, canonical, trace);
         let verdict = Flow {
             snap: self,
@@ -233,6 +242,7 @@ impl Snapshot {
             route,
             policy: route.map_or(&entry.policy, |r| &r.policy),
             robots: is_robots(req.method, canonical),
+            marked: None,
             decision: &mut decision,
         }
         .verdict();
@@ -266,6 +276,39 @@ impl Snapshot {
                 false
             }
         }
+    }
+
+    /// The proof-of-work verify endpoint, answered before route matching
+    /// on a host where a route has proof of work: it pays its budgets
+    /// under the host's policy (step 4), then a `POST` is verified once its
+    /// form is read and anything else is 403.
+    #[allow(clippy::too_many_arguments)]
+    fn pow_endpoint<'s, H: HeaderLines + ?Sized, T: Trace>(
+        &'s self,
+        mut decision: Decision<'s>,
+        req: &Request<'_, H>,
+        entry: &'s HostEntry,
+        pow: &'s crate::pow::ProofOfWork,
+        state: &mut GateState,
+        now_ms: u64,
+        trace: &mut T,
+    ) -> Decision<'s> {
+        decision.step = Block::Budgets;
+        if !self.pays(&mut decision, req, &entry.policy, state, now_ms, trace) {
+            return decision;
+        }
+        decision.step = Block::ProofOfWork;
+        let post = req.method == b"POST";
+        if trace.enabled() {
+            trace.step(Step::PowEndpoint { post });
+        }
+        decision.verdict = if post {
+            Verdict::Pow(pow, crate::snapshot::PowAsk::Verify)
+        } else {
+            state.counters.pow.rejected[0] += 1;
+            Verdict::Refuse(ErrorStatus::Forbidden)
+        };
+        decision
     }
 
     /// Step 4 for a request the parser refused (step 1: a malformed head,
@@ -353,7 +396,7 @@ impl Snapshot {
 
     /// The route of a proxying host for the canonical path, for its policy
     /// and body limit. `None` for other hosts and for a path no route takes
-    /// (answered 404 by step 13).
+    /// (answered 404 by step 14).
     #[inline(always)]
     fn route<'s, T: Trace>(
         &'s self,

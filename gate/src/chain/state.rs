@@ -23,6 +23,8 @@ pub struct ChainCounters {
     pub robots_served: u64,
     /// Requests over their connection's request rate (429, then closed).
     pub connection_rate_refused: u64,
+    /// Proof of work, every host.
+    pub pow: crate::pow::PowCounters,
 }
 
 /// One rate limit's counters on one shard.
@@ -94,6 +96,12 @@ pub struct GateState {
     pub connection_counters: ConnectionCounters,
     /// The password check of the last `Verdict::Verify`, taken by the caller.
     pub(super) pending_job: Option<crate::access::VerifyJob>,
+    /// Unix time in milliseconds at `now_ms` 0: proof of work's tokens
+    /// carry wall-clock seconds (the shard sets it when it starts).
+    pub unix_origin_ms: u64,
+    /// Proof of work's challenge nonces: a keyed hash of a counter.
+    nonce_key: [u8; 16],
+    nonce_counter: u64,
 }
 
 /// Accept-time refusals on one shard.
@@ -148,7 +156,27 @@ impl GateState {
                 .map_err(|_| SizeError::RateEntries)?,
             connection_counters: ConnectionCounters::default(),
             pending_job: None,
+            unix_origin_ms: 0,
+            nonce_key: std::array::from_fn(|i| secret[16 + i] ^ 0x3c),
+            nonce_counter: 0,
         })
+    }
+
+    /// Unix seconds at the shard's `now_ms`.
+    #[inline]
+    pub fn unix_s(&self, now_ms: u64) -> u64 {
+        (self.unix_origin_ms + now_ms) / 1000
+    }
+
+    /// A fresh nonce for a proof-of-work challenge: SipHash-1-3 (128 bits)
+    /// of a counter under the shard's random key. No allocation.
+    pub fn pow_nonce(&mut self) -> [u8; 16] {
+        use siphasher::sip128::{Hasher128, SipHasher13};
+        use std::hash::Hasher;
+        self.nonce_counter += 1;
+        let mut h = SipHasher13::new_with_key(&self.nonce_key);
+        h.write_u64(self.nonce_counter);
+        h.finish128().as_bytes()
     }
 
     /// Small tables (a few KiB), for `gapura explain` and tests: one request

@@ -1,4 +1,4 @@
-//! Steps 4 to 13 of the chain, one method each on [`Flow`], and the one
+//! Steps 4 to 14 of the chain (proof of work's, step 10, in `super::pow`), one method each on [`Flow`], and the one
 //! function that calls them in order ([`Flow::blocks`]).
 //!
 //! Each block runs only when the host or route applies it, records its own
@@ -50,6 +50,9 @@ pub(super) struct Flow<'s, 'a, H: HeaderLines + ?Sized, T: Trace> {
     pub robots: bool,
     /// The decision so far; its verdict is set from what the blocks answer.
     pub decision: &'a mut Decision<'s>,
+    /// The rule set (its index) whose `challenge` rule matched the request
+    /// (step 7), for proof of work's `when`.
+    pub marked: Option<u32>,
 }
 
 impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
@@ -63,7 +66,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Steps 4 to 12 of docs/gate.md, in their order; step 13 (the
+    /// Steps 4 to 13 of docs/gate.md, in their order; step 14 (the
     /// host's answer) follows when all let the request go on. This is the
     /// chain's order: a test holds it to the table in docs/gate.md.
     #[inline(always)]
@@ -74,6 +77,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         self.at(Block::RuleSet).rule_set()?;
         self.at(Block::Access).access_credentials()?;
         self.at(Block::RateLimit).rate_limit()?;
+        self.at(Block::ProofOfWork).proof_of_work()?;
         self.at(Block::RequestLimits).request_limits()?;
         self.at(Block::Robots).robots()?;
         self.at(Block::Maintenance).maintenance()?;
@@ -92,7 +96,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// Whether steps 4 to 8 are behind the request (a password verified off
     /// the shard, its budgets paid before the check).
     #[inline(always)]
-    fn past_access(&self) -> bool {
+    pub(super) fn past_access(&self) -> bool {
         matches!(self.start, Start::AfterAccess { .. })
     }
 
@@ -251,6 +255,9 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
                 exempt: self.robots,
             });
         }
+        if action == Some(crate::ruleset::Action::Challenge) {
+            self.marked = Some(b.index);
+        }
         match refusal {
             Some(RuleRefusal::Deny) => {
                 self.decision.policy = Some(&self.snap.gate.rule_set_names[i]);
@@ -386,7 +393,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 10: the host's request limits (target, header lines and bytes,
+    /// Step 11: the host's request limits (target, header lines and bytes,
     /// the declared body), with the route's body limit in place of the
     /// host's. Always runs. Answers 414, 431 or 413; the limits ride on the
     /// decision for the body read.
@@ -404,7 +411,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 11: the managed robots.txt. Runs when the host manages one;
+    /// Step 12: the managed robots.txt. Runs when the host manages one;
     /// answers `GET`/`HEAD /robots.txt` with the file.
     #[inline(always)]
     fn robots(&mut self) -> Next<'s> {
@@ -430,7 +437,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 12: maintenance. Runs when the host is in maintenance; answers
+    /// Step 13: maintenance. Runs when the host is in maintenance; answers
     /// the maintenance page unless the bypass list's address side allows
     /// the client. The page applies its own mode.
     #[inline(always)]
@@ -462,7 +469,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 13: the host's answer: its response, its redirect, or the
+    /// Step 14: the host's answer: its response, its redirect, or the
     /// route's upstream (404 when no route takes the path).
     #[inline(always)]
     fn answer(&self) -> Verdict<'s> {
@@ -480,7 +487,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
 impl Snapshot {
     /// The end of the chain for a request no host takes: step 4 under the
     /// unknown-host policy (its own operation, when the profile names
-    /// one), step 10 with the default limits, else the unknown-host answer
+    /// one), step 11 with the default limits, else the unknown-host answer
     /// (404 or 421).
     pub(super) fn unknown_host<'s, H: HeaderLines + ?Sized, T: Trace>(
         &'s self,
@@ -501,7 +508,7 @@ impl Snapshot {
         decision
     }
 
-    /// Step 10's check: the target and header limits, then the declared
+    /// Step 11's check: the target and header limits, then the declared
     /// body.
     #[inline(always)]
     fn limit_refusal<H: HeaderLines + ?Sized, T: Trace>(

@@ -69,6 +69,13 @@ pub enum Step<'s> {
     Maintenance {
         outcome: MaintenanceOutcome,
     },
+    ProofOfWork {
+        outcome: super::PowOutcome,
+    },
+    /// The proof-of-work verify endpoint took the request.
+    PowEndpoint {
+        post: bool,
+    },
 }
 
 /// What the access step decided, for explain.

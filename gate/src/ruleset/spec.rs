@@ -24,15 +24,19 @@ pub enum Action {
     Drop,
     /// End the set here; the rest of the chain still runs.
     Allow,
+    /// End the set here and mark the request for proof of work (a host or
+    /// route whose `proof_of_work.when` names this set challenges it).
+    Challenge,
 }
 
 impl Action {
-    /// Parses the profile value `deny`, `drop` or `allow`.
+    /// Parses the profile value `deny`, `drop`, `allow` or `challenge`.
     pub fn parse(s: &str) -> Option<Action> {
         Some(match s {
             "deny" => Action::Deny,
             "drop" => Action::Drop,
             "allow" => Action::Allow,
+            "challenge" => Action::Challenge,
             _ => return None,
         })
     }
@@ -42,6 +46,7 @@ impl Action {
             Action::Deny => "deny",
             Action::Drop => "drop",
             Action::Allow => "allow",
+            Action::Challenge => "challenge",
         }
     }
 }

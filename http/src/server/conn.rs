@@ -47,7 +47,7 @@ const SHRINK_ABOVE_BYTES: usize = 16 * 1024;
 /// Initial write buffer.
 const WRITE_BUF_BYTES: usize = 4096;
 /// Flush the write buffer early once pipelined answers fill this much.
-const WRITE_FLUSH_BYTES: usize = 64 * 1024;
+pub(super) const WRITE_FLUSH_BYTES: usize = 64 * 1024;
 /// Unread input discarded at most after a refusal, before closing.
 const LINGER_BYTES: usize = 256 * 1024;
 /// Longest wait for that input.
@@ -211,7 +211,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
 }
 
 /// What the body handling of one request concluded.
-enum BodyEnd {
+pub(super) enum BodyEnd {
     /// Body consumed; the connection may continue.
     Ok,
     /// Refuse with this page and close.
@@ -557,7 +557,13 @@ impl Conn {
         }
     }
 
-    fn write_page(&mut self, snap: &Snapshot, status: ErrorStatus, html: bool, head_only: bool) {
+    pub(super) fn write_page(
+        &mut self,
+        snap: &Snapshot,
+        status: ErrorStatus,
+        html: bool,
+        head_only: bool,
+    ) {
         let date = self.shard.date.line();
         let ctx = WriteCtx {
             date_line: &date,
@@ -621,6 +627,9 @@ impl Conn {
             }
             Plan::Local(local) => {
                 let held = leases(local.ticket);
+                if let LocalEnd::PowVerify(pow, client) = local.end {
+                    return self.answer_pow_verify(snap, head, pow, client, held).await;
+                }
                 self.answer_local(snap, head, local, held).await
             }
         }
@@ -745,7 +754,7 @@ impl Conn {
                     request_id(&self.log, &self.shard)
                 });
             }
-            LocalEnd::Written => {}
+            LocalEnd::Written | LocalEnd::PowVerify(..) => {}
         }
     }
 
@@ -794,7 +803,7 @@ impl Conn {
 
     /// Keeps an answer's leases until the flush that sends it (flushing
     /// first when the connection already holds as many as it keeps).
-    async fn hold_guard(&mut self, leases: Option<Leases>) -> Result<(), End> {
+    pub(super) async fn hold_guard(&mut self, leases: Option<Leases>) -> Result<(), End> {
         if let Some(l) = leases {
             if self.held.is_full() {
                 self.flush().await?;
@@ -813,7 +822,7 @@ impl Conn {
 
     /// Before reading a body the client holds back for `100 Continue`: write
     /// the answers queued before this request, then the interim response.
-    async fn send_continue(&mut self, resp_start: usize) -> Result<(), End> {
+    pub(super) async fn send_continue(&mut self, resp_start: usize) -> Result<(), End> {
         let answer = self.wbuf.split_off(resp_start);
         self.wbuf.extend_from_slice(CONTINUE_100);
         self.shard.stats.response(100);
@@ -830,7 +839,7 @@ impl Conn {
         }
     }
 
-    async fn read_body(&mut self) -> Result<usize, End> {
+    pub(super) async fn read_body(&mut self) -> Result<usize, End> {
         self.recycle_for_body();
         let ms = self.shard.snapshot().server.body_timeout_ms;
         let deadline = clock::deadline(ms);

@@ -6,6 +6,7 @@ pub mod date;
 mod forward;
 mod leases;
 pub mod live;
+mod powverify;
 mod prepare;
 pub mod stats;
 #[cfg(feature = "decide-timing")]
@@ -141,9 +142,15 @@ impl Shard {
         stats: Arc<ShardStats>,
         board: Arc<HealthBoard>,
         id_prefix: u32,
-        gate: GateState,
+        mut gate: GateState,
     ) -> Shard {
         stats.snapshot_generation.set(first.generation);
+        let started = monoio::time::Instant::now();
+        // The gate's clock is `started.elapsed()`; proof of work's tokens
+        // carry wall-clock seconds from this origin.
+        gate.unix_origin_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         Shard {
             id,
             feed,
@@ -163,7 +170,7 @@ impl Shard {
             access_log: RefCell::new(accesslog::ShardLog::default()),
             warn: None,
             warned: Default::default(),
-            started: monoio::time::Instant::now(),
+            started,
             verifier: None,
         }
     }
@@ -254,6 +261,7 @@ impl Shard {
                 .filter(|(_, c)| *c != Default::default())
                 .collect(),
             robots_served: gate.counters.robots_served,
+            pow: gate.counters.pow,
             latency: gate
                 .host_names()
                 .iter()

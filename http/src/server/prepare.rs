@@ -17,8 +17,9 @@ use gapura_gate::client::{HeaderLines, Peer};
 use gapura_gate::custom_pages::PageVars;
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::pages::RetryPage;
+use gapura_gate::pow::{write_challenge_page, write_non_browser_page, Mint};
 use gapura_gate::quota::{Bucket, QuotaTicket};
-use gapura_gate::snapshot::Verdict;
+use gapura_gate::snapshot::{PowAsk, Verdict};
 use gapura_gate::upstream::{Route, UpstreamGroup};
 use gapura_gate::Answer;
 use gapura_gate::{ErrorStatus, Snapshot};
@@ -103,6 +104,9 @@ pub(super) enum LocalEnd<'s> {
     RateLimited(&'s RetryPage, u32),
     /// The answer is already written whole.
     Written,
+    /// Proof of work's verify endpoint: read the form (2 KiB at most),
+    /// then write the 303 or the 403 (`powverify`).
+    PowVerify(&'s gapura_gate::pow::ProofOfWork, std::net::IpAddr),
 }
 
 /// Decides a complete head and writes what can be written before its body.
@@ -298,6 +302,30 @@ pub(super) fn prepare<'s>(
             answer.stamp(p.wbuf, head_only, new_id);
             (LocalEnd::Written, answer.status)
         }
+        Verdict::Pow(pow, PowAsk::Challenge) => {
+            let mut gate = shard.gate_mut();
+            let now_s = gate.unix_s(shard.now_ms());
+            let nonce = gate.pow_nonce();
+            drop(gate);
+            // The chain answers 503 itself when there is no key.
+            if let Some(key) = &snap.gate.pow_key {
+                let mint = Mint {
+                    key,
+                    pow,
+                    client: decision.client,
+                    now_s,
+                    nonce,
+                };
+                write_challenge_page(p.wbuf, &mint, &new_id(), &whole_ctx);
+            }
+            (LocalEnd::Written, 403)
+        }
+        Verdict::Pow(_, PowAsk::NotBrowser) => {
+            let status = write_non_browser_page(p.wbuf, head.wants_html, &new_id(), &whole_ctx);
+            (LocalEnd::Written, status)
+        }
+        // Answered once the form is read (`powverify`).
+        Verdict::Pow(pow, PowAsk::Verify) => (LocalEnd::PowVerify(pow, decision.client), 303),
         Verdict::Maintenance(m) => {
             let id = new_id();
             let vars = PageVars {

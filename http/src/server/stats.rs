@@ -166,6 +166,8 @@ pub struct BlockStats {
     pub rate_limits: Vec<(String, gapura_gate::chain::RateLimitCounters)>,
     pub maintenance: Vec<(String, gapura_gate::maintenance::MaintenanceCounters)>,
     pub robots_served: u64,
+    /// Proof of work, every host.
+    pub pow: gapura_gate::pow::PowCounters,
     /// Answer latency by host label (hosts with answers only).
     pub latency: Vec<(String, gapura_gate::latency::Histogram)>,
 }

@@ -1,0 +1,175 @@
+//! Proof of work's verify endpoint on a connection: `POST
+//! /.well-known/gapura/pow` with its form (at most
+//! [`MAX_FORM_BYTES`](gapura_gate::pow::MAX_FORM_BYTES), read into a stack
+//! buffer), answered 303 (with the cookie when solved) or 403, by the
+//! gate's pure check (`gapura_gate::pow::verify_form`).
+
+use super::conn::{BodyEnd, Conn, End, WRITE_FLUSH_BYTES};
+use super::leases::Leases;
+use super::stats::ErrorKind;
+use crate::codec::chunked::ChunkedDecoder;
+use crate::codec::head::{BodyFraming, Method, ParsedHead};
+use gapura_gate::answer::WriteCtx;
+use gapura_gate::pow::{
+    verify_form, write_verified, ProofOfWork, ReturnTarget, Verified, MAX_FORM_BYTES,
+};
+use gapura_gate::{ErrorStatus, Snapshot};
+use std::net::IpAddr;
+
+impl Conn {
+    /// Reads the verify form, checks it and writes the answer; its leases
+    /// are held until it is sent.
+    pub(super) async fn answer_pow_verify(
+        &mut self,
+        snap: &Snapshot,
+        head: &ParsedHead,
+        pow: &ProofOfWork,
+        client: IpAddr,
+        leases: Option<Leases>,
+    ) -> Result<(), End> {
+        let mut form = [0u8; MAX_FORM_BYTES];
+        let n = match self.read_form(head, &mut form).await {
+            Ok(n) => n,
+            Err(BodyEnd::Refuse(s)) => {
+                self.write_page(snap, s, head.wants_html, false);
+                let kind = if s == ErrorStatus::PayloadTooLarge {
+                    ErrorKind::Limit
+                } else {
+                    ErrorKind::BadRequest
+                };
+                return Err(self.close_after_refusal(kind).await);
+            }
+            Err(BodyEnd::End(end)) => return Err(end),
+            Err(BodyEnd::Ok) => 0,
+        };
+        let server = &snap.server;
+        let close = head.close
+            || self.shard.is_draining()
+            || (server.max_requests_per_connection != 0
+                && self.served >= server.max_requests_per_connection);
+        let status = self.write_verify_answer(snap, head, pow, client, &form[..n], close);
+        self.shard.stats.response(status);
+        self.log_status(status);
+        if close {
+            self.flush().await?;
+            return Err(End::Done);
+        }
+        if self.wbuf.len() >= WRITE_FLUSH_BYTES {
+            self.flush().await?;
+        } else {
+            self.hold_guard(leases).await?;
+        }
+        Ok(())
+    }
+
+    /// Checks the form and writes the answer: 303 (the cookie when
+    /// solved), 403 for anything else, 503 without a key. Counts it.
+    fn write_verify_answer(
+        &mut self,
+        snap: &Snapshot,
+        head: &ParsedHead,
+        pow: &ProofOfWork,
+        client: IpAddr,
+        form: &[u8],
+        close: bool,
+    ) -> u16 {
+        let date = self.shard.date.line();
+        let ctx = WriteCtx {
+            date_line: &date,
+            head_only: head.method == Method::Head,
+            close,
+            keep_alive_10: head.keep_alive_10 && !close,
+        };
+        let mut gate = self.shard.gate_mut();
+        let now_s = gate.unix_s(self.shard.now_ms());
+        let counters = &mut gate.counters.pow;
+        let refusal = match &snap.gate.pow_key {
+            None => {
+                counters.no_key += 1;
+                ErrorStatus::ServiceUnavailable
+            }
+            Some(key) => {
+                let mut ret = ReturnTarget::new();
+                match verify_form(key, pow, client, now_s, form, &mut ret) {
+                    Ok(v) => {
+                        if matches!(v, Verified::Cookie { .. }) {
+                            counters.solved += 1;
+                        }
+                        drop(gate);
+                        // Not over TLS: the cookie cannot be `Secure`.
+                        write_verified(&mut self.wbuf, &v, ret.as_bytes(), false, &ctx);
+                        return 303;
+                    }
+                    Err(r) => {
+                        counters.rejected[r as usize] += 1;
+                        ErrorStatus::Forbidden
+                    }
+                }
+            }
+        };
+        drop(gate);
+        let answer = snap.pages.get(refusal, head.wants_html);
+        answer.write_into(&mut self.wbuf, &ctx);
+        answer.stamp(&mut self.wbuf, ctx.head_only, || {
+            super::conn::request_id(&self.log, &self.shard)
+        });
+        refusal.code()
+    }
+
+    /// Reads a request body of at most `out.len()` bytes into `out`: its
+    /// length, or 413 past it, 400 for a broken chunked body.
+    async fn read_form(&mut self, head: &ParsedHead, out: &mut [u8]) -> Result<usize, BodyEnd> {
+        let expect = head.expect_continue;
+        let mut n = 0;
+        match head.framing {
+            BodyFraming::None => Ok(0),
+            BodyFraming::Length(len) if len > out.len() as u64 => {
+                Err(BodyEnd::Refuse(ErrorStatus::PayloadTooLarge))
+            }
+            BodyFraming::Length(len) => {
+                let len = len as usize;
+                if self.pos == self.rbuf.len() && expect && len > 0 {
+                    self.send_continue(self.wbuf.len())
+                        .await
+                        .map_err(BodyEnd::End)?;
+                }
+                while n < len {
+                    let take = (self.rbuf.len() - self.pos).min(len - n);
+                    out[n..n + take].copy_from_slice(&self.rbuf[self.pos..self.pos + take]);
+                    self.pos += take;
+                    n += take;
+                    if n < len {
+                        self.read_body().await.map_err(BodyEnd::End)?;
+                    }
+                }
+                Ok(n)
+            }
+            BodyFraming::Chunked => {
+                if self.pos == self.rbuf.len() && expect {
+                    self.send_continue(self.wbuf.len())
+                        .await
+                        .map_err(BodyEnd::End)?;
+                }
+                let mut decoder = ChunkedDecoder::new();
+                loop {
+                    while self.pos < self.rbuf.len() {
+                        let step = decoder
+                            .step(&self.rbuf[self.pos..])
+                            .map_err(|_| BodyEnd::Refuse(ErrorStatus::BadRequest))?;
+                        let data = &self.rbuf[self.pos..][step.data.clone()];
+                        let Some(dst) = out.get_mut(n..n + data.len()) else {
+                            return Err(BodyEnd::Refuse(ErrorStatus::PayloadTooLarge));
+                        };
+                        dst.copy_from_slice(data);
+                        n += data.len();
+                        self.pos += step.consumed;
+                        if step.done {
+                            return Ok(n);
+                        }
+                    }
+                    self.read_body().await.map_err(BodyEnd::End)?;
+                }
+            }
+        }
+    }
+}
