@@ -130,8 +130,7 @@ fn effective(access: &BlockLayer<usize>, rules: &BlockLayer<SetTarget>) -> Effec
 /// and extras.
 pub(crate) fn finish(
     raw: &RawProfile,
-    lists: AccessLists,
-    sets: RuleSets,
+    (lists, sets, auth): (AccessLists, RuleSets, &crate::auth::AuthProviders),
     layers: &HostLayers,
     entries: &mut [CheckedHost],
     e: &mut Errors<'_>,
@@ -172,6 +171,7 @@ pub(crate) fn finish(
             e,
         );
         x.pow = route_pow(i, entry, &layers.hosts[i], &layers.routes[i], &set_index, e);
+        x.identity_strip = route_auth(entry, &layers.hosts[i], &layers.routes[i], auth);
         extras.push(x);
     }
     Blocks {
@@ -221,6 +221,32 @@ fn route_pow(
         }
     }
     any.then(|| crate::pow::settings(&host.pow, &entry.label, set_index))
+}
+
+/// Each proxy route's forward-auth provider (its own, else the host's);
+/// the identity headers of every provider the routes ask, which the host
+/// removes from what clients send on all its routes.
+fn route_auth(
+    entry: &mut CheckedHost,
+    host: &SettingsLayer,
+    routes: &[RouteBlocks],
+    auth: &crate::auth::AuthProviders,
+) -> Vec<gapura_gate::auth::HeaderMatch> {
+    let CheckedAction::Proxy { routes: checked } = &mut entry.action else {
+        return Vec::new();
+    };
+    let mut strip = Vec::new();
+    for (r, blocks) in checked.iter_mut().zip(routes) {
+        r.policy.auth = blocks.auth.or(host.auth).flatten();
+        if let Some(p) = r.policy.auth.and_then(|i| auth.compiled.get(i as usize)) {
+            for m in &p.copy {
+                if !strip.contains(m) {
+                    strip.push(m.clone());
+                }
+            }
+        }
+    }
+    strip
 }
 
 /// `server.access_list`: a known list with addresses to refuse by.
@@ -426,5 +452,6 @@ fn host_extras(
         connection_rate: m.connection_rate.flatten(),
         websocket: m.websocket.flatten(),
         pow: None,
+        identity_strip: Vec::new(),
     }
 }

@@ -121,6 +121,8 @@ pub(crate) struct SettingsLayer {
     pub connection_rate: Option<Option<RatePolicy>>,
     pub websocket: Option<Option<WebSocketLimits>>,
     pub pow: crate::pow::PowLayer,
+    /// `Some(None)`: turned off in this layer.
+    pub auth: Option<Option<u32>>,
 }
 
 impl SettingsLayer {
@@ -157,6 +159,7 @@ impl SettingsLayer {
             connection_rate: over.connection_rate.or(base.connection_rate),
             websocket: over.websocket.or(base.websocket),
             pow: crate::pow::PowLayer::merge(&base.pow, &over.pow),
+            auth: over.auth.or(base.auth),
         }
     }
 }
@@ -167,6 +170,7 @@ pub(crate) struct Names<'a> {
     pub lists: &'a HashMap<String, usize>,
     pub sets: &'a RuleSets,
     pub known: &'a Known<'a>,
+    pub auth: &'a crate::auth::AuthProviders,
 }
 
 /// The host-level keys of one layer, wherever they are written. `limits`,
@@ -188,6 +192,7 @@ pub(crate) struct LayerFields<'a> {
     pub connection_rate: Option<&'a Spanned<RawConnectionRate>>,
     pub websocket: Option<&'a Spanned<RawWebSocket>>,
     pub proof_of_work: Option<&'a Spanned<crate::pow::RawProofOfWork>>,
+    pub auth: &'a Opt<RawNameRef>,
 }
 
 macro_rules! fields {
@@ -208,6 +213,7 @@ macro_rules! fields {
             connection_rate: $r.connection_rate.as_ref(),
             websocket: $r.websocket.as_ref(),
             proof_of_work: $r.proof_of_work.as_ref(),
+            auth: &$r.auth,
         }
     };
 }
@@ -412,6 +418,13 @@ pub(crate) fn check_layer(
         connection_rate: check_connection_rate(f.connection_rate, base, e),
         websocket: check_websocket(f.websocket, base, e),
         pow: crate::pow::check_pow(f.proof_of_work, base, names, e),
+        auth: crate::auth::check_auth_ref(
+            f.auth,
+            &format!("{base}.auth"),
+            "host.auth.unknown",
+            names.auth,
+            e,
+        ),
     }
 }
 
@@ -422,6 +435,8 @@ pub(crate) struct RouteBlocks {
     pub rules: BlockLayer<SetTarget>,
     /// `proof_of_work = true | false`.
     pub pow: Option<bool>,
+    /// `auth = "NAME" | false`.
+    pub auth: Option<Option<u32>>,
 }
 
 /// Checks a route's `access_list`, `rule_set` and their modes.
@@ -447,6 +462,13 @@ pub(crate) fn check_route_blocks(
             names,
         ),
         pow: r.proof_of_work.as_ref().map(|b| *b.get_ref()),
+        auth: crate::auth::check_auth_ref(
+            &r.auth,
+            &format!("{base}.auth"),
+            "route.auth.unknown",
+            names.auth,
+            e,
+        ),
     }
 }
 

@@ -51,6 +51,7 @@
 #![forbid(unsafe_code)]
 
 mod access;
+mod auth;
 mod blocks;
 mod client;
 mod codes;

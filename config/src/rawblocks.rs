@@ -119,6 +119,8 @@ pub(crate) struct RawBundle {
     pub connection_rate: Option<Spanned<crate::connlimits::RawConnectionRate>>,
     pub websocket: Option<Spanned<crate::connlimits::RawWebSocket>>,
     pub proof_of_work: Option<Spanned<crate::pow::RawProofOfWork>>,
+    /// The forward-auth provider (`[[auth_provider]]`), or `false`.
+    pub auth: Opt<RawNameRef>,
 }
 
 /// `[host.maintenance]` (and in `[defaults]` and bundles).

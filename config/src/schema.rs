@@ -46,6 +46,8 @@ pub(crate) struct RawProfile {
     #[serde(default)]
     pub rule_set: Vec<Spanned<RawRuleSet>>,
     #[serde(default)]
+    pub auth_provider: Vec<Spanned<crate::auth::RawAuthProvider>>,
+    #[serde(default)]
     pub bundle: Vec<Spanned<RawBundle>>,
 }
 
@@ -104,6 +106,8 @@ pub(crate) struct RawDefaults {
     pub connection_rate: Option<Spanned<crate::connlimits::RawConnectionRate>>,
     pub websocket: Option<Spanned<crate::connlimits::RawWebSocket>>,
     pub proof_of_work: Option<Spanned<crate::pow::RawProofOfWork>>,
+    /// The forward-auth provider (`[[auth_provider]]`), or `false`.
+    pub auth: Opt<RawNameRef>,
 }
 
 /// `[defaults.limits]` and `[host.limits]`. Byte sizes are an integer or a
@@ -149,6 +153,8 @@ pub(crate) struct RawHost {
     pub connection_rate: Option<Spanned<crate::connlimits::RawConnectionRate>>,
     pub websocket: Option<Spanned<crate::connlimits::RawWebSocket>>,
     pub proof_of_work: Option<Spanned<crate::pow::RawProofOfWork>>,
+    /// The forward-auth provider (`[[auth_provider]]`), or `false`.
+    pub auth: Opt<RawNameRef>,
     /// `[[host.route]]`, proxy hosts only.
     #[serde(default)]
     pub route: Vec<Spanned<RawRoute>>,
@@ -167,6 +173,8 @@ pub(crate) struct RawRoute {
     pub websocket: Opt<bool>,
     /// The host's proof of work on this route, or not.
     pub proof_of_work: Opt<bool>,
+    /// The forward-auth provider for this route, or `false`.
+    pub auth: Opt<RawNameRef>,
     pub request_id: Opt<String>,
     pub rate_limit: Opt<RawRateRef>,
     pub class: Opt<String>,

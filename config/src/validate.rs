@@ -70,12 +70,14 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
     let (hosts, mut entries) = check_hosts(&raw.host, &upstreams.ids, &known, errors);
     let lists = check_access_lists(&raw.access_list, &raw.client.mode, errors);
     let sets = check_rule_sets(&raw.rule_set, errors);
+    let auth = crate::auth::check_auth_providers(&raw.auth_provider, env.resolver, errors);
     let layers = layer_hosts(
         raw,
         &Names {
             lists: &lists.ids,
             sets: &sets,
             known: &known,
+            auth: &auth,
         },
         &mut entries,
         errors,
@@ -88,7 +90,7 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         quota.policy_slots_at.clone(),
         errors,
     );
-    let blocks = finish(raw, lists, sets, &layers, &mut entries, errors);
+    let blocks = finish(raw, (lists, sets, &auth), &layers, &mut entries, errors);
     let gate = GatePolicy {
         client,
         quota_sizes: quota.sizes,
@@ -109,6 +111,7 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         accept_list: blocks.accept_list,
         pow_key: None,
         pow_in_use: blocks.extras.iter().any(|x| x.pow.is_some()),
+        auth_providers: auth.compiled,
     };
     if gate.pow_in_use && runtime.pow_key_file.is_none() {
         errors.warn(

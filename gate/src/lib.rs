@@ -36,6 +36,7 @@
 //! - `mode`: enforce or shadow, carried out in one place.
 //! - `token`: the HTTP token-character table.
 //! - `testing`: the deterministic generator of tests and benchmarks.
+//! - `auth`: forward-auth providers and their remembered allows.
 //! - `pow`: proof of work's challenge and cookie (stateless, HMAC-bound to
 //!   the host and the client).
 //! - `robots`: managed robots.txt.
@@ -48,6 +49,7 @@
 
 pub mod access;
 pub mod answer;
+pub mod auth;
 pub mod chain;
 pub mod cidr;
 pub mod client;

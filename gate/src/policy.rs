@@ -82,6 +82,8 @@ pub struct GatePolicy {
     /// Whether any route has proof of work (the chain then reads the
     /// shard's clock).
     pub pow_in_use: bool,
+    /// Forward-auth providers, indexed by [`RequestPolicy::auth`].
+    pub auth_providers: Vec<crate::auth::AuthProvider>,
 }
 
 /// Limits on connections per source prefix (IPv4 /24, IPv6 /56), checked
@@ -114,6 +116,7 @@ impl Default for GatePolicy {
             connections: None,
             pow_key: None,
             pow_in_use: false,
+            auth_providers: Vec::new(),
         }
     }
 }
@@ -179,6 +182,9 @@ pub struct RequestPolicy {
     /// Proof of work (routes only: the host's settings, the route's
     /// switch).
     pub pow: Option<crate::pow::ProofOfWork>,
+    /// The forward-auth provider (routes only): an index in
+    /// [`GatePolicy::auth_providers`].
+    pub auth: Option<u32>,
 }
 
 /// A block a host or route applies: its index in the snapshot's list and
@@ -215,6 +221,9 @@ pub struct HostExtras {
     /// The host's proof of work when it or any of its routes has it on:
     /// what the verify endpoint checks against.
     pub pow: Option<crate::pow::ProofOfWork>,
+    /// The identity headers of every provider the host's routes ask:
+    /// removed from what clients send on every route of the host.
+    pub identity_strip: Vec<crate::auth::HeaderMatch>,
 }
 
 /// A host's limits on the messages a client sends through one WebSocket
@@ -248,6 +257,7 @@ impl Default for RequestPolicy {
             access: None,
             rules: None,
             pow: None,
+            auth: None,
         }
     }
 }

@@ -122,6 +122,10 @@ pub enum Verdict<'s> {
     /// Proof of work asks something of the client (`PowAsk`) under these
     /// settings.
     Pow(&'s crate::pow::ProofOfWork, PowAsk),
+    /// Ask forward-auth provider `i` (`GatePolicy::auth_providers`) off
+    /// the decision, then decide again from the step after it; the job is
+    /// taken from the gate state (`AuthState::take_job`).
+    Authenticate(u32),
 }
 
 /// What proof of work asks of a request.
@@ -141,7 +145,7 @@ impl Verdict<'_> {
     /// The verdict's kind by name (`respond`, `redirect`, `refuse`,
     /// `forward`, `drop`, `challenge`, `verify`, `maintenance`,
     /// `pow_challenge`, `pow_refuse`, `pow_verify`), as the access log and
-    /// explain write it.
+    /// explain write it; `authenticate` while a provider is asked.
     pub fn kind(&self) -> &'static str {
         match self {
             Verdict::Respond(_) => "respond",
@@ -155,6 +159,7 @@ impl Verdict<'_> {
             Verdict::Pow(_, PowAsk::Challenge) => "pow_challenge",
             Verdict::Pow(_, PowAsk::NotBrowser) => "pow_refuse",
             Verdict::Pow(_, PowAsk::Verify) => "pow_verify",
+            Verdict::Authenticate(_) => "authenticate",
         }
     }
 }

@@ -259,6 +259,7 @@ pub fn render_metrics(admin: &Admin) -> String {
     }
     render_blocks(&mut out, admin);
     render_pow(&mut out, admin);
+    render_auth(&mut out, admin);
     family(
         &mut out,
         "gapura_quota_untracked_total",
@@ -355,6 +356,55 @@ pub fn render_metrics(admin: &Admin) -> String {
     family(&mut out, "gapura_shards", "gauge", "Shards running.");
     let _ = writeln!(out, "gapura_shards {}", admin.shards.len());
     out
+}
+
+/// Forward-auth counters per provider, summed over the shards.
+fn render_auth(out: &mut String, admin: &Admin) {
+    use std::collections::BTreeMap;
+    let mut sums: BTreeMap<String, [u64; 8]> = BTreeMap::new();
+    for s in &admin.shards {
+        let Ok(b) = s.blocks.lock() else { continue };
+        for (n, c) in &b.auth {
+            let e = sums.entry(n.clone()).or_default();
+            let v = [
+                c.allowed,
+                c.denied,
+                c.redirected,
+                c.cache_hits,
+                c.calls,
+                c.errors,
+                c.timeouts,
+                c.busy,
+            ];
+            for (t, x) in e.iter_mut().zip(v) {
+                *t += x;
+            }
+        }
+    }
+    family(
+        out,
+        "gapura_auth_provider_total",
+        "counter",
+        "Forward-auth outcomes by provider and result.",
+    );
+    let labels = [
+        "allowed",
+        "denied",
+        "redirected",
+        "cache_hit",
+        "call",
+        "error",
+        "timeout",
+        "busy",
+    ];
+    for (n, v) in &sums {
+        for (label, x) in labels.iter().zip(v) {
+            let _ = writeln!(
+                out,
+                "gapura_auth_provider_total{{provider=\"{n}\",result=\"{label}\"}} {x}"
+            );
+        }
+    }
 }
 
 /// Proof of work's counters, summed over the shards.

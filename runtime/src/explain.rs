@@ -6,7 +6,7 @@
 //! or cache of a running server and cannot disagree with it about a
 //! request that meets empty tables.
 
-use gapura_gate::chain::{GateState, PowOutcome, QuotaOutcome, Request, Step, Trace};
+use gapura_gate::chain::{AuthOutcome, GateState, PowOutcome, QuotaOutcome, Request, Step, Trace};
 use gapura_gate::client::Peer;
 use gapura_gate::limits::LimitRefusal;
 use gapura_gate::snapshot::PowAsk;
@@ -143,6 +143,30 @@ impl Trace for Recorder {
                 "maintenance",
                 format!("the host is in maintenance: {outcome:?}"),
             ),
+            Step::ForwardAuth {
+                provider,
+                endpoint,
+                outcome,
+            } => {
+                (
+                    "forward-auth",
+                    match outcome {
+                        AuthOutcome::Remembered { identity } => {
+                            format!(
+                        "provider {provider}: an allow is remembered for these credentials{}: \
+                         let through",
+                        if identity { " (with identity headers)" } else { "" }
+                    )
+                        }
+                        AuthOutcome::WouldCall => format!(
+                        "provider {provider}: would call GET {endpoint} with the original request \
+                         in X-Forwarded-*; a 2xx lets it on, a 401, 403, 407 or redirect is \
+                         relayed, anything else refuses (502, 504 on timeout)"
+                    ),
+                        AuthOutcome::Allowed => format!("provider {provider}: allowed"),
+                    },
+                )
+            }
             Step::ProofOfWork { outcome } => ("proof of work", pow_sentence(outcome)),
             Step::PowEndpoint { post } => (
                 "proof of work",
@@ -214,6 +238,17 @@ fn verdict_text(v: &Verdict<'_>, snap: &gapura_gate::Snapshot, retry: u32) -> (u
         Verdict::Verify(_) => (
             0,
             "check the password on the verification pool (explain runs no PBKDF2)".to_string(),
+        ),
+        Verdict::Authenticate(i) => (
+            0,
+            format!(
+                "ask forward-auth provider {} (explain makes no call; the steps after it run \
+                 once it allows)",
+                snap.gate
+                    .auth_providers
+                    .get(*i as usize)
+                    .map_or("?", |p| p.name.as_str())
+            ),
         ),
         Verdict::Pow(pow, PowAsk::Challenge) => (
             403,

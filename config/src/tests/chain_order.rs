@@ -35,6 +35,10 @@ name = "edge"
 path.prefix = "/admin"
 action = "deny"
 
+[[auth_provider]]
+name = "sso"
+url = "http://127.0.0.1:9091/verify"
+
 [[upstream]]
 name = "app"
 servers = ["127.0.0.1:9001"]
@@ -48,6 +52,7 @@ rate_limit = "site"
 robots = "disallow_all"
 connection_rate = { requests = 10 }
 proof_of_work = { enabled = true, difficulty = 8 }
+auth = "sso"
 
 [host.maintenance]
 enabled = true
@@ -72,12 +77,13 @@ fn row_of(step: &Step<'_>) -> Option<(u32, &'static str)> {
         Step::RuleSet { .. } => (7, "rule set"),
         Step::Access { .. } => (8, "access list passwords"),
         Step::RateLimit { .. } => (9, "rate limit"),
-        Step::ProofOfWork { .. } => (10, "proof of work"),
+        Step::ForwardAuth { .. } => (10, "forward-auth"),
+        Step::ProofOfWork { .. } => (11, "proof of work"),
         // The verify endpoint is answered before the blocks.
         Step::PowEndpoint { .. } => return None,
-        Step::RequestLimits { .. } => (11, "request limits of the host"),
-        Step::Robots { .. } => (12, "managed `robots.txt`"),
-        Step::Maintenance { .. } => (13, "maintenance"),
+        Step::RequestLimits { .. } => (12, "request limits of the host"),
+        Step::Robots { .. } => (13, "managed `robots.txt`"),
+        Step::Maintenance { .. } => (14, "maintenance"),
     })
 }
 
@@ -135,6 +141,23 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
         headers: &headers[..],
         connection: Some(&connection),
     };
+    // A remembered allow for this request.
+    let provider = &s.gate.auth_providers[0];
+    let facts = gapura_gate::auth::KeyFacts {
+        client,
+        scheme: b"http",
+        host: b"a.test",
+        method: b"GET",
+        target: b"/x",
+        headers: &headers[..],
+    };
+    let (request_key, host_key) = state.auth.keys(provider, &facts);
+    let job = gapura_gate::auth::AuthJob {
+        provider: 0,
+        request_key,
+        host_key,
+    };
+    state.auth.remember(0, provider, &job, None, 0);
     let mut rows = Rows::default();
     let d = s.decide(&req, &mut state, 0, &mut scratch, &mut rows);
     assert!(
@@ -145,7 +168,7 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
     let ran: Vec<u32> = rows.0.iter().map(|r| r.0).collect();
     assert_eq!(
         ran,
-        (2..=13).collect::<Vec<_>>(),
+        (2..=14).collect::<Vec<_>>(),
         "one step per block, in order"
     );
     let doc = table_rows();
@@ -173,6 +196,7 @@ fn every_step_name_is_distinct_and_below_the_count() {
         Block::RuleSet,
         Block::Access,
         Block::RateLimit,
+        Block::ForwardAuth,
         Block::ProofOfWork,
         Block::RequestLimits,
         Block::Robots,

@@ -13,7 +13,7 @@
 //!   [`Snapshot::decide_from`] learns who the client is and which host,
 //!   route and policy apply. A request no host takes ends there
 //!   (`steps::unknown_host`).
-//! - the blocks (steps 4 to 14): one method each on `Flow`, the request's
+//! - the blocks (steps 4 to 15): one method each on `Flow`, the request's
 //!   way through the host's blocks, each documented with when it runs and
 //!   what its result means, each recording its own trace step. A block
 //!   either lets the request go on or ends it with a verdict
@@ -24,11 +24,12 @@
 //! Shadow mode is carried out by [`Mode::apply`] in every block that has
 //! one.
 //!
-//! Modules: `steps` (the blocks of steps 4 to 14, proof of work's step in `pow`), `quota` (the work of
+//! Modules: `steps` (the blocks of steps 4 to 15; forward-auth's step in `auth`, proof of work's in `pow`), `quota` (the work of
 //! steps 4 and 9: budgets, leases and the rate limit), `state` (the shard's
 //! mutable gate state and counters), `trace` (what explain records), `live`
 //! (a running shard's tables as a request would meet them, read only).
 
+mod auth;
 mod live;
 mod pow;
 mod quota;
@@ -36,6 +37,7 @@ mod state;
 mod steps;
 mod trace;
 
+pub use auth::AuthOutcome;
 pub use live::LiveView;
 pub use pow::PowOutcome;
 pub use state::{
@@ -101,6 +103,9 @@ pub struct Decision<'s> {
     /// What refused, by name, where the step has one: the budget's level,
     /// the rate limit, the rule set, the access list.
     pub policy: Option<&'s str>,
+    /// A remembered forward-auth allow's identity lines (`Name: value\r\n`)
+    /// to add upstream.
+    pub identity: Option<std::sync::Arc<[u8]>>,
 }
 
 /// The chain's steps by name, for what the access log says decided a
@@ -117,17 +122,18 @@ pub enum Block {
     RuleSet,
     Access,
     RateLimit,
+    ForwardAuth,
     ProofOfWork,
     RequestLimits,
     Robots,
     Maintenance,
-    /// Step 14: the host's answer.
+    /// Step 15: the host's answer.
     Answer,
 }
 
 impl Block {
     /// How many steps there are (every variant is below it).
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 14;
 
     /// The access log's name of the step.
     pub fn name(self) -> &'static str {
@@ -140,6 +146,7 @@ impl Block {
             Block::RuleSet => "rule_set",
             Block::Access => "access_list",
             Block::RateLimit => "rate_limit",
+            Block::ForwardAuth => "forward_auth",
             Block::ProofOfWork => "proof_of_work",
             Block::RequestLimits => "request_limits",
             Block::Robots => "robots",
@@ -209,6 +216,7 @@ impl Snapshot {
             close: false,
             step: Block::Host,
             policy: None,
+            identity: None,
         };
         let Some(entry) = entry else {
             return self.unknown_host(decision, req, state, now_ms, trace);
@@ -396,7 +404,7 @@ impl Snapshot {
 
     /// The route of a proxying host for the canonical path, for its policy
     /// and body limit. `None` for other hosts and for a path no route takes
-    /// (answered 404 by step 14).
+    /// (answered 404 by step 15).
     #[inline(always)]
     fn route<'s, T: Trace>(
         &'s self,

@@ -59,6 +59,11 @@ pub enum Start {
     AfterAccess {
         strip_authorization: bool,
     },
+    /// After a forward-auth provider allowed the request: everything up to
+    /// and including forward-auth is behind it.
+    AfterAuth {
+        strip_authorization: bool,
+    },
 }
 
 /// A shard's mutable gate state: the quota tables, their keyer, the rate
@@ -99,6 +104,8 @@ pub struct GateState {
     /// Unix time in milliseconds at `now_ms` 0: proof of work's tokens
     /// carry wall-clock seconds (the shard sets it when it starts).
     pub unix_origin_ms: u64,
+    /// Forward-auth: remembered allows and counters per provider.
+    pub auth: crate::auth::AuthState,
     /// Proof of work's challenge nonces: a keyed hash of a counter.
     nonce_key: [u8; 16],
     nonce_counter: u64,
@@ -157,6 +164,7 @@ impl GateState {
             connection_counters: ConnectionCounters::default(),
             pending_job: None,
             unix_origin_ms: 0,
+            auth: crate::auth::AuthState::new(std::array::from_fn(|i| secret[i] ^ secret[16 + i])),
             nonce_key: std::array::from_fn(|i| secret[16 + i] ^ 0x3c),
             nonce_counter: 0,
         })
@@ -248,6 +256,7 @@ impl GateState {
             carry(&self.host_names, &self.maintenance_counters, &host_names);
         self.latency = carry(&self.host_names, &self.latency, &host_names);
         self.host_names = host_names.iter().map(|s| s.to_string()).collect();
+        self.auth.adopt(&gate.auth_providers);
     }
 
     /// The names the per-block counters are kept under (rule sets, access

@@ -1,4 +1,5 @@
-//! Steps 4 to 14 of the chain (proof of work's, step 10, in `super::pow`), one method each on [`Flow`], and the one
+//! Steps 4 to 15 of the chain (forward-auth's, step 10, in `super::auth`; proof
+//! of work's, step 11, in `super::pow`), one method each on [`Flow`], and the one
 //! function that calls them in order ([`Flow::blocks`]).
 //!
 //! Each block runs only when the host or route applies it, records its own
@@ -66,7 +67,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Steps 4 to 13 of docs/gate.md, in their order; step 14 (the
+    /// Steps 4 to 14 of docs/gate.md, in their order; step 15 (the
     /// host's answer) follows when all let the request go on. This is the
     /// chain's order: a test holds it to the table in docs/gate.md.
     #[inline(always)]
@@ -77,6 +78,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         self.at(Block::RuleSet).rule_set()?;
         self.at(Block::Access).access_credentials()?;
         self.at(Block::RateLimit).rate_limit()?;
+        self.at(Block::ForwardAuth).forward_auth()?;
         self.at(Block::ProofOfWork).proof_of_work()?;
         self.at(Block::RequestLimits).request_limits()?;
         self.at(Block::Robots).robots()?;
@@ -97,7 +99,10 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// the shard, its budgets paid before the check).
     #[inline(always)]
     pub(super) fn past_access(&self) -> bool {
-        matches!(self.start, Start::AfterAccess { .. })
+        matches!(
+            self.start,
+            Start::AfterAccess { .. } | Start::AfterAuth { .. }
+        )
     }
 
     /// Step 4: budgets, their leases and the identity budget
@@ -282,6 +287,9 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         let gate = &self.snap.gate;
         if let Start::AfterAccess {
             strip_authorization,
+        }
+        | Start::AfterAuth {
+            strip_authorization,
         } = self.start
         {
             self.decision.strip_authorization = strip_authorization;
@@ -375,6 +383,10 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// ticket until the answer is written).
     #[inline(always)]
     fn rate_limit(&mut self) -> Next<'s> {
+        // After forward-auth the rate limit was paid before the call.
+        if matches!(self.start, Start::AfterAuth { .. }) {
+            return ControlFlow::Continue(());
+        }
         match self.snap.rate_step(
             self.req,
             self.policy,
@@ -393,7 +405,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 11: the host's request limits (target, header lines and bytes,
+    /// Step 12: the host's request limits (target, header lines and bytes,
     /// the declared body), with the route's body limit in place of the
     /// host's. Always runs. Answers 414, 431 or 413; the limits ride on the
     /// decision for the body read.
@@ -411,7 +423,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 12: the managed robots.txt. Runs when the host manages one;
+    /// Step 13: the managed robots.txt. Runs when the host manages one;
     /// answers `GET`/`HEAD /robots.txt` with the file.
     #[inline(always)]
     fn robots(&mut self) -> Next<'s> {
@@ -437,7 +449,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 13: maintenance. Runs when the host is in maintenance; answers
+    /// Step 14: maintenance. Runs when the host is in maintenance; answers
     /// the maintenance page unless the bypass list's address side allows
     /// the client. The page applies its own mode.
     #[inline(always)]
@@ -469,7 +481,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 14: the host's answer: its response, its redirect, or the
+    /// Step 15: the host's answer: its response, its redirect, or the
     /// route's upstream (404 when no route takes the path).
     #[inline(always)]
     fn answer(&self) -> Verdict<'s> {
@@ -487,7 +499,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
 impl Snapshot {
     /// The end of the chain for a request no host takes: step 4 under the
     /// unknown-host policy (its own operation, when the profile names
-    /// one), step 11 with the default limits, else the unknown-host answer
+    /// one), step 12 with the default limits, else the unknown-host answer
     /// (404 or 421).
     pub(super) fn unknown_host<'s, H: HeaderLines + ?Sized, T: Trace>(
         &'s self,
@@ -508,7 +520,7 @@ impl Snapshot {
         decision
     }
 
-    /// Step 11's check: the target and header limits, then the declared
+    /// Step 12's check: the target and header limits, then the declared
     /// body.
     #[inline(always)]
     fn limit_refusal<H: HeaderLines + ?Sized, T: Trace>(

@@ -72,6 +72,11 @@ pub enum Step<'s> {
     ProofOfWork {
         outcome: super::PowOutcome,
     },
+    ForwardAuth {
+        provider: &'s str,
+        endpoint: &'s str,
+        outcome: super::AuthOutcome,
+    },
     /// The proof-of-work verify endpoint took the request.
     PowEndpoint {
         post: bool,

@@ -104,6 +104,8 @@ pub(super) struct Conn {
     resume: Option<Resume>,
     /// The leases that head took before its check.
     resume_leases: Option<Leases>,
+    /// The identity lines a forward-auth provider gave that head.
+    resume_identity: Option<std::sync::Arc<[u8]>>,
     /// The leases of answers written into `wbuf` and not yet sent.
     held: Held,
     /// The connection's request bucket (a host's `connection_rate`).
@@ -144,6 +146,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
         head_deadline: None,
         resume: None,
         resume_leases: None,
+        resume_identity: None,
         held: Held::default(),
         bucket: Default::default(),
         log: None,
@@ -349,6 +352,7 @@ impl Conn {
                             },
                             request_id,
                             host_out: &mut self.req_host,
+                            identity: self.resume_identity.take(),
                         },
                         &snap,
                         &head,
@@ -370,6 +374,33 @@ impl Conn {
                             }
                             self.resume_leases = leases;
                             continue;
+                        }
+                        Plan::Authenticate {
+                            provider,
+                            job,
+                            ticket,
+                            strip_authorization,
+                        } => {
+                            // As for a password: the head stays in the
+                            // buffer, decided again after the call with
+                            // the leases its budgets took.
+                            let leases = ticket.map(|t| Leases::new(self.shard.clone(), t));
+                            match self.authenticate(&snap, provider, job, &head).await {
+                                Ok(identity) => {
+                                    self.resume = Some(Resume::Authed {
+                                        generation: snap.generation,
+                                        strip_authorization,
+                                    });
+                                    self.resume_identity = identity;
+                                    self.resume_leases = leases;
+                                    continue;
+                                }
+                                Err(end) => {
+                                    self.finish_log(&snap);
+                                    drop(leases);
+                                    return end;
+                                }
+                            }
                         }
                         Plan::Drop => {
                             self.shard.stats.gate_drops.inc();
@@ -620,7 +651,7 @@ impl Conn {
                 let _leases = leases(*ticket);
                 Err(self.close_after_refusal(*kind).await)
             }
-            Plan::Drop | Plan::Verify { .. } => Err(End::Done),
+            Plan::Drop | Plan::Verify { .. } | Plan::Authenticate { .. } => Err(End::Done),
             Plan::Forward(f) => {
                 let held = leases(f.ticket);
                 self.forward_plan(snap, head, f, held).await
@@ -772,7 +803,7 @@ impl Conn {
     }
 
     /// Writes the current request's access log line.
-    fn finish_log(&mut self, snap: &Snapshot) {
+    pub(super) fn finish_log(&mut self, snap: &Snapshot) {
         let (Some(settings), Some(rec)) = (&snap.server.access_log, self.log.as_deref()) else {
             return;
         };

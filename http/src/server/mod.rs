@@ -4,6 +4,7 @@ pub mod accesslog;
 pub mod conn;
 pub mod date;
 mod forward;
+mod forwardauth;
 mod leases;
 pub mod live;
 mod powverify;
@@ -90,6 +91,8 @@ pub struct Shard {
     started: monoio::time::Instant,
     /// Where password checks run (none: every check answers 429).
     pub verifier: Option<Arc<dyn verify::VerifyPool>>,
+    /// Forward-auth: idle connections and calls running, per provider.
+    pub(crate) auth: forwardauth::AuthCalls,
 }
 
 /// Request header lines as the gate reads them: every line of a name.
@@ -172,6 +175,7 @@ impl Shard {
             warned: Default::default(),
             started,
             verifier: None,
+            auth: forwardauth::AuthCalls::default(),
         }
     }
 
@@ -261,6 +265,7 @@ impl Shard {
                 .filter(|(_, c)| *c != Default::default())
                 .collect(),
             robots_served: gate.counters.robots_served,
+            auth: zip(gate.auth.names(), &gate.auth.counters),
             pow: gate.counters.pow,
             latency: gate
                 .host_names()

@@ -47,6 +47,9 @@ pub(super) struct Prep<'a> {
     pub request_id: Option<[u8; 24]>,
     /// Where the request's host goes (for its latency).
     pub host_out: &'a mut Option<gapura_gate::HostId>,
+    /// The identity lines a forward-auth provider gave this head (decided
+    /// again after the call).
+    pub identity: Option<std::sync::Arc<[u8]>>,
 }
 
 /// What a request's head decided, to be carried out once the borrows of
@@ -70,6 +73,15 @@ pub(super) enum Plan<'s> {
     },
     /// Forwarding (`ForwardPlan`).
     Forward(ForwardPlan<'s>),
+    /// Ask forward-auth provider `provider` (the call's request head is in
+    /// `ubuf`), then decide the head again or relay its refusal. The
+    /// leases of the budgets stay held across the call.
+    Authenticate {
+        provider: u32,
+        job: gapura_gate::auth::AuthJob,
+        ticket: Option<QuotaTicket>,
+        strip_authorization: bool,
+    },
 }
 
 /// A local answer: its start is in `wbuf` at `resp_start`; the rest is
@@ -167,6 +179,14 @@ pub(super) fn prepare<'s>(
                     .is_some_and(|l| !l.pass_credentials()),
             };
         }
+        Some(Resume::Authed {
+            generation,
+            strip_authorization,
+        }) if generation == snap.generation => {
+            start = Start::AfterAuth {
+                strip_authorization,
+            };
+        }
         Some(Resume::Failed { list, generation } | Resume::Busy { list, generation })
             if generation == snap.generation =>
         {
@@ -208,7 +228,7 @@ pub(super) fn prepare<'s>(
             }
         }
     }
-    let (decision, job) = decide(shard, snap, &req, start);
+    let (decision, job, auth_job) = decide(shard, snap, &req, start);
     // After a password check the budgets' leases were taken before it.
     let ticket = decision.ticket.or(paid);
     *p.host_out = decision.host;
@@ -238,6 +258,12 @@ pub(super) fn prepare<'s>(
                 request_id: route.request_id,
                 upgrade: head.upgrade && route.websocket,
                 strip_authorization: decision.strip_authorization,
+                strip: entry.map_or(&[], |e| &e.extras.identity_strip[..]),
+                identity: decision
+                    .identity
+                    .as_deref()
+                    .or(p.identity.as_deref())
+                    .unwrap_or(b""),
             };
             let raw = &buf[..head.head_len];
             if write_request_head(raw, lines, &fwd, p.ubuf, &mut |o| match known_id {
@@ -319,6 +345,33 @@ pub(super) fn prepare<'s>(
                 write_challenge_page(p.wbuf, &mint, &new_id(), &whole_ctx);
             }
             (LocalEnd::Written, 403)
+        }
+        Verdict::Authenticate(i) => {
+            if let (Some(job), Some(provider)) =
+                (auth_job, snap.gate.auth_providers.get(i as usize))
+            {
+                p.ubuf.clear();
+                crate::upstream::authcall::write_call(
+                    provider,
+                    method,
+                    host.unwrap_or(b""),
+                    req.target,
+                    decision.client,
+                    lines,
+                    p.ubuf,
+                );
+                return Plan::Authenticate {
+                    provider: i,
+                    job,
+                    ticket,
+                    strip_authorization: decision.strip_authorization,
+                };
+            }
+            // The chain hands Authenticate on only with its job.
+            let page = snap.pages.get(ErrorStatus::BadGateway, head.wants_html);
+            page.write_into(p.wbuf, &whole_ctx);
+            page.stamp(p.wbuf, head_only, new_id);
+            (LocalEnd::Written, 502)
         }
         Verdict::Pow(_, PowAsk::NotBrowser) => {
             let status = write_non_browser_page(p.wbuf, head.wants_html, &new_id(), &whole_ctx);
@@ -423,7 +476,11 @@ fn decide<'s, H: HeaderLines + ?Sized>(
     snap: &'s Snapshot,
     req: &Request<'_, H>,
     start: Start,
-) -> (gapura_gate::chain::Decision<'s>, Option<VerifyJob>) {
+) -> (
+    gapura_gate::chain::Decision<'s>,
+    Option<VerifyJob>,
+    Option<gapura_gate::auth::AuthJob>,
+) {
     let mut gate = shard.gate_mut();
     let now_ms = if snap.gate.needs_clock() {
         shard.now_ms()
@@ -441,7 +498,11 @@ fn decide<'s, H: HeaderLines + ?Sized>(
         Verdict::Verify(_) => gate.take_job(),
         _ => None,
     };
-    (d, job)
+    let auth_job = match d.verdict {
+        Verdict::Authenticate(_) => gate.auth.take_job(),
+        _ => None,
+    };
+    (d, job, auth_job)
 }
 
 /// What a decision leaves behind besides its answer: the throttled warning
@@ -587,5 +648,10 @@ pub(super) enum Resume {
     Busy {
         list: u32,
         generation: u64,
+    },
+    /// A forward-auth provider allowed the head.
+    Authed {
+        generation: u64,
+        strip_authorization: bool,
     },
 }

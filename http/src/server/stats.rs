@@ -168,6 +168,8 @@ pub struct BlockStats {
     pub robots_served: u64,
     /// Proof of work, every host.
     pub pow: gapura_gate::pow::PowCounters,
+    /// Forward-auth counters by provider name.
+    pub auth: Vec<(String, gapura_gate::auth::AuthCounters)>,
     /// Answer latency by host label (hosts with answers only).
     pub latency: Vec<(String, gapura_gate::latency::Histogram)>,
 }

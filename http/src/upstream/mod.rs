@@ -7,6 +7,7 @@
 //! between shards except the [`HealthBoard`], which active checks write and
 //! shards read with one relaxed load per candidate server.
 
+pub mod authcall;
 pub mod health;
 pub mod request;
 pub mod response;

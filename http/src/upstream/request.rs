@@ -30,6 +30,11 @@ pub struct Forwarding<'a> {
     pub upgrade: bool,
     /// Remove `Authorization` (an access list took the credentials).
     pub strip_authorization: bool,
+    /// Identity headers forward-auth owns on this host: removed from what
+    /// the client sent (case and `_`/`-` folded).
+    pub strip: &'a [gapura_gate::auth::HeaderMatch],
+    /// A provider's identity lines (`Name: value\r\n`), added.
+    pub identity: &'a [u8],
 }
 
 /// Writes an address as its text: an IPv4 one digit by digit (the common
@@ -119,6 +124,9 @@ pub fn write_request_head(
         if fwd.strip_authorization && name.eq_ignore_ascii_case(b"authorization") {
             continue;
         }
+        if fwd.strip.iter().any(|m| m.matches(name)) {
+            continue;
+        }
         if name.eq_ignore_ascii_case(b"x-request-id") {
             if fwd.request_id == RequestId::Generate {
                 continue;
@@ -149,6 +157,7 @@ pub fn write_request_head(
         out.extend_from_slice(host);
         out.extend_from_slice(b"\r\n");
     }
+    out.extend_from_slice(fwd.identity);
     if fwd.request_id != RequestId::Off && !id_seen {
         out.extend_from_slice(b"X-Request-Id: ");
         new_id(out);
@@ -168,6 +177,31 @@ pub fn write_request_head(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identity_headers_of_the_client_are_replaced_by_the_providers() {
+        let raw = b"GET / HTTP/1.1\r\nHost: a\r\nRemote-User: forged\r\nremote_groups: admins\r\nX-Authentik-Name: x\r\nAccept: */*\r\n\r\n";
+        let strip = [
+            gapura_gate::auth::HeaderMatch::parse("Remote-User"),
+            gapura_gate::auth::HeaderMatch::parse("Remote-Groups"),
+            gapura_gate::auth::HeaderMatch::parse("X-authentik-*"),
+        ];
+        let pass = HostHeader::PassThrough;
+        let f = Forwarding {
+            strip: &strip,
+            identity: b"Remote-User: ana\r\n",
+            ..fwd(&pass, RequestId::Off, false)
+        };
+        let h = head(raw, &f);
+        assert!(
+            !h.contains("forged") && !h.contains("admins") && !h.contains("X-Authentik"),
+            "{h}"
+        );
+        assert!(
+            h.contains("\r\nRemote-User: ana\r\n") && h.contains("Accept: */*"),
+            "{h}"
+        );
+    }
 
     #[test]
     fn addresses_are_written_as_display_writes_them() {
@@ -221,6 +255,8 @@ mod tests {
             request_id,
             upgrade,
             strip_authorization: false,
+            strip: &[],
+            identity: b"",
         }
     }
 

@@ -1,0 +1,76 @@
+//! Step 10 of the chain, forward-auth, on [`Flow`].
+
+use super::steps::{Flow, Next};
+use super::{Start, Step, Trace};
+use crate::auth::{AuthJob, KeyFacts};
+use crate::client::HeaderLines;
+use crate::snapshot::Verdict;
+use std::ops::ControlFlow;
+
+/// What the forward-auth step did, for explain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthOutcome {
+    /// A remembered allow (`identity`: it copies identity headers).
+    Remembered { identity: bool },
+    /// No remembered allow: the provider is asked.
+    WouldCall,
+    /// The provider allowed it already (the chain resumed after the call).
+    Allowed,
+}
+
+impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
+    /// Step 10: forward-auth. Runs on a route that names a provider,
+    /// after the rate limit. A remembered allow lets the request on with
+    /// its identity headers (no allocation: the lines are shared); without
+    /// one the chain stops with `Verdict::Authenticate` and the server asks
+    /// the provider, then decides again from the next step
+    /// (`Start::AfterAuth`) or relays the provider's refusal. robots.txt is
+    /// not exempt: auth protects what the upstream serves.
+    #[inline(always)]
+    pub(super) fn forward_auth(&mut self) -> Next<'s> {
+        let Some(i) = self.policy.auth else {
+            return ControlFlow::Continue(());
+        };
+        let gate = &self.snap.gate;
+        let Some(p) = gate.auth_providers.get(i as usize) else {
+            return ControlFlow::Continue(());
+        };
+        if matches!(self.start, Start::AfterAuth { .. }) {
+            self.auth_outcome(p, AuthOutcome::Allowed);
+            return ControlFlow::Continue(());
+        }
+        let facts = KeyFacts {
+            client: self.decision.client,
+            scheme: b"http",
+            host: self.req.host.unwrap_or(b""),
+            method: self.req.method,
+            target: self.req.target,
+            headers: self.req.headers,
+        };
+        let keys = self.state.auth.keys(p, &facts);
+        if let Some(identity) = self.state.auth.lookup(i as usize, keys, self.now_ms) {
+            let named = identity.is_some();
+            self.decision.identity = identity;
+            self.auth_outcome(p, AuthOutcome::Remembered { identity: named });
+            return ControlFlow::Continue(());
+        }
+        self.state.auth.pending = Some(AuthJob {
+            provider: i,
+            request_key: keys.0,
+            host_key: keys.1,
+        });
+        self.auth_outcome(p, AuthOutcome::WouldCall);
+        ControlFlow::Break(Verdict::Authenticate(i))
+    }
+
+    #[inline(always)]
+    fn auth_outcome(&mut self, p: &'s crate::auth::AuthProvider, outcome: AuthOutcome) {
+        if self.trace.enabled() {
+            self.trace.step(Step::ForwardAuth {
+                provider: &p.name,
+                endpoint: &p.path,
+                outcome,
+            });
+        }
+    }
+}

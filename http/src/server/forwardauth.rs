@@ -1,0 +1,220 @@
+//! Forward-auth on a connection: the call to the provider (an HTTP/1.1
+//! connection kept idle per provider and shard, at most
+//! [`MAX_CALLS`](gapura_gate::auth::MAX_CALLS) calls at once per provider
+//! and shard, bounded by the provider's timeout), and what its answer
+//! does: an allow is remembered and the head decided again; a refusal or
+//! redirect is relayed; a failure is 502, a timeout 504, a full provider
+//! 503 with `Retry-After: 1`. Every outcome but an allow closes the
+//! connection once its answer is sent.
+
+use super::conn::{Conn, End};
+use super::stats::ErrorKind;
+use crate::codec::head::{Method, ParsedHead};
+use crate::upstream::authcall::{exchange, Answer, CallError};
+use gapura_gate::answer::{end_head, WriteCtx};
+use gapura_gate::auth::{AuthJob, AuthProvider, MAX_CALLS};
+use gapura_gate::pages::Page;
+use gapura_gate::{ErrorStatus, Snapshot};
+use monoio::net::TcpStream;
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Most idle provider connections a shard keeps, all providers together.
+const MAX_IDLE: usize = 64;
+
+/// A shard's provider connections and running calls, by the provider's
+/// configuration (`AuthProvider::identity`), so both survive a reload that
+/// keeps it.
+#[derive(Default)]
+pub(crate) struct AuthCalls {
+    idle: RefCell<Vec<(u64, TcpStream)>>,
+    running: RefCell<Vec<(u64, u32)>>,
+}
+
+/// A running call's place; given back when dropped.
+struct Place<'a> {
+    calls: &'a AuthCalls,
+    provider: u64,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if let Some(e) = self
+            .calls
+            .running
+            .borrow_mut()
+            .iter_mut()
+            .find(|e| e.0 == self.provider)
+        {
+            e.1 = e.1.saturating_sub(1);
+        }
+    }
+}
+
+impl AuthCalls {
+    /// A place for a call to `provider`, unless [`MAX_CALLS`] run.
+    fn begin(&self, provider: u64) -> Option<Place<'_>> {
+        let mut running = self.running.borrow_mut();
+        match running.iter_mut().find(|e| e.0 == provider) {
+            Some(e) if e.1 >= MAX_CALLS => return None,
+            Some(e) => e.1 += 1,
+            None => running.push((provider, 1)),
+        }
+        Some(Place {
+            calls: self,
+            provider,
+        })
+    }
+
+    fn take_idle(&self, provider: u64) -> Option<TcpStream> {
+        let mut idle = self.idle.borrow_mut();
+        let i = idle.iter().rposition(|e| e.0 == provider)?;
+        Some(idle.swap_remove(i).1)
+    }
+
+    fn put_idle(&self, provider: u64, stream: TcpStream) {
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() >= MAX_IDLE {
+            idle.remove(0);
+        }
+        idle.push((provider, stream));
+    }
+
+    /// One call: on an idle connection first (once more on a new one if
+    /// that fails before an answer, as idle connections may have been
+    /// closed by the provider), else on a new one.
+    async fn call(&self, p: &AuthProvider, request: &[u8]) -> Result<Answer, CallError> {
+        if let Some(mut s) = self.take_idle(p.identity) {
+            if let Ok((answer, reuse)) = exchange(p, &mut s, request.to_vec()).await {
+                if reuse {
+                    self.put_idle(p.identity, s);
+                }
+                return Ok(answer);
+            }
+        }
+        let mut s = TcpStream::connect(p.addr)
+            .await
+            .map_err(|_| CallError::Failed)?;
+        let _ = s.set_nodelay(true);
+        let (answer, reuse) = exchange(p, &mut s, request.to_vec()).await?;
+        if reuse {
+            self.put_idle(p.identity, s);
+        }
+        Ok(answer)
+    }
+}
+
+/// The 503 of a provider whose calls are all taken, built once.
+fn busy_page() -> &'static Page {
+    static PAGE: OnceLock<Page> = OnceLock::new();
+    PAGE.get_or_init(|| {
+        gapura_gate::pages::builtin_page(
+            503,
+            "The sign-in service is busy. Please try again in a moment.",
+            "503 Service Unavailable: the sign-in service is busy\n",
+            &[("Retry-After", "1")],
+        )
+    })
+}
+
+impl Conn {
+    /// Asks provider `i` about the head in the buffer (its call's request
+    /// head is in `ubuf`): the identity lines of an allow (`Ok`), or the
+    /// end of the connection once the provider's refusal or the failure's
+    /// page is sent.
+    pub(super) async fn authenticate(
+        &mut self,
+        snap: &Snapshot,
+        i: u32,
+        job: AuthJob,
+        head: &ParsedHead,
+    ) -> Result<Option<Arc<[u8]>>, End> {
+        let Some(p) = snap.gate.auth_providers.get(i as usize) else {
+            return Err(self.auth_refusal(snap, ErrorStatus::BadGateway, head).await);
+        };
+        let shard = self.shard.clone();
+        let count = |f: fn(&mut gapura_gate::auth::AuthCounters)| {
+            if let Some(c) = shard.gate_mut().auth.counters.get_mut(i as usize) {
+                f(c);
+            }
+        };
+        let Some(_place) = shard.auth.begin(p.identity) else {
+            count(|c| c.busy += 1);
+            let answer = busy_page().for_client(head.wants_html);
+            self.write_closing(answer, head);
+            return Err(self.close_after_refusal(ErrorKind::Limit).await);
+        };
+        count(|c| c.calls += 1);
+        let request = std::mem::take(&mut self.ubuf);
+        let wait = Duration::from_millis(p.timeout_ms);
+        let result = monoio::time::timeout(wait, shard.auth.call(p, &request)).await;
+        self.ubuf = request;
+        match result {
+            Err(_) => {
+                count(|c| c.timeouts += 1);
+                Err(self
+                    .auth_refusal(snap, ErrorStatus::GatewayTimeout, head)
+                    .await)
+            }
+            Ok(Err(CallError::Failed)) | Ok(Ok(Answer::Fail)) => {
+                count(|c| c.errors += 1);
+                Err(self.auth_refusal(snap, ErrorStatus::BadGateway, head).await)
+            }
+            Ok(Ok(Answer::Allow(lines))) => {
+                count(|c| c.allowed += 1);
+                let identity: Option<Arc<[u8]>> = (!lines.is_empty()).then(|| Arc::from(lines));
+                let now_ms = shard.now_ms();
+                shard
+                    .gate_mut()
+                    .auth
+                    .remember(i as usize, p, &job, identity.clone(), now_ms);
+                Ok(identity)
+            }
+            Ok(Ok(Answer::Relay {
+                status,
+                head: h,
+                body,
+            })) => {
+                if status / 100 == 3 {
+                    count(|c| c.redirected += 1);
+                } else {
+                    count(|c| c.denied += 1);
+                }
+                let date = shard.date.line();
+                self.wbuf.extend_from_slice(&h);
+                self.wbuf.extend_from_slice(&date);
+                end_head(&mut self.wbuf, &closing(&date, head));
+                if head.method != Method::Head {
+                    self.wbuf.extend_from_slice(&body);
+                }
+                shard.stats.response(status);
+                self.log_status(status);
+                Err(self.close_after_refusal(ErrorKind::Limit).await)
+            }
+        }
+    }
+
+    async fn auth_refusal(&mut self, snap: &Snapshot, s: ErrorStatus, head: &ParsedHead) -> End {
+        self.write_page(snap, s, head.wants_html, head.method == Method::Head);
+        self.close_after_refusal(ErrorKind::Limit).await
+    }
+
+    fn write_closing(&mut self, answer: &gapura_gate::Answer, head: &ParsedHead) {
+        let date = self.shard.date.line();
+        answer.write_into(&mut self.wbuf, &closing(&date, head));
+        let id = super::conn::request_id(&self.log, &self.shard);
+        answer.stamp(&mut self.wbuf, head.method == Method::Head, || id);
+        self.shard.stats.response(answer.status);
+        self.log_status(answer.status);
+    }
+}
+
+fn closing<'d>(date: &'d [u8], head: &ParsedHead) -> WriteCtx<'d> {
+    WriteCtx {
+        date_line: date,
+        head_only: head.method == Method::Head,
+        close: true,
+        keep_alive_10: false,
+    }
+}

@@ -1,0 +1,392 @@
+//! A forward-auth call: the request Gapura sends a provider, the exchange
+//! on a pooled or new connection, and what its answer means.
+//!
+//! The request is a `GET` with no body: the provider's path, `Host` of the
+//! endpoint, `X-Forwarded-Method`, `-Proto`, `-Host` (as received), `-Uri`
+//! (the raw target as sent) and `-For` (the resolved client), and the
+//! client's lines of the headers the provider is sent, nothing else.
+//!
+//! The answer ([`interpret`]): 2xx allows, with the identity headers the
+//! provider owns (at most 64; values pass as sent, UTF-8 included; an
+//! answer whose head does not parse, a control character in a value for
+//! one, is a failure); 401, 403, 407 and redirects are relayed: the status, the
+//! body (at most 64 KiB) with its content type, `Location`, every
+//! `Set-Cookie`, `WWW-Authenticate` and `Proxy-Authenticate`, and
+//! `Cache-Control: no-store`; a redirect without `Location`, a relayed
+//! value that is not printable ASCII, any other status or a broken
+//! answer is a failure (502).
+
+use super::response::{parse_response, resp_header_buf, RespFraming, RespParse};
+use crate::codec::chunked::ChunkedDecoder;
+use gapura_gate::auth::{AuthProvider, MAX_COPIED, MAX_RELAY_BODY};
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::net::TcpStream;
+use std::net::IpAddr;
+
+/// Writes the call's request head into `out`. `lines` are the client's
+/// parsed header lines.
+#[allow(clippy::too_many_arguments)]
+pub fn write_call(
+    p: &AuthProvider,
+    method: &[u8],
+    host: &[u8],
+    target: &[u8],
+    client: IpAddr,
+    lines: &[httparse::Header<'_>],
+    out: &mut Vec<u8>,
+) {
+    out.extend_from_slice(b"GET ");
+    out.extend_from_slice(p.path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    out.extend_from_slice(p.authority.as_bytes());
+    out.extend_from_slice(b"\r\nX-Forwarded-Method: ");
+    out.extend_from_slice(method);
+    out.extend_from_slice(b"\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: ");
+    out.extend_from_slice(host);
+    out.extend_from_slice(b"\r\nX-Forwarded-Uri: ");
+    out.extend_from_slice(target);
+    out.extend_from_slice(b"\r\nX-Forwarded-For: ");
+    out.extend_from_slice(client.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for h in lines {
+        if p.send.iter().any(|s| h.name.eq_ignore_ascii_case(s)) {
+            out.extend_from_slice(h.name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(h.value);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// What a provider answered.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// 2xx: the identity lines to add upstream (`Name: value\r\n`).
+    Allow(Vec<u8>),
+    /// A refusal or redirect to relay: the status and the whole response
+    /// but its Date and connection lines (written when it is sent).
+    Relay {
+        status: u16,
+        head: Vec<u8>,
+        body: Vec<u8>,
+    },
+    /// Anything else: 502.
+    Fail,
+}
+
+fn printable(v: &[u8]) -> bool {
+    v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+}
+
+/// What the provider's `status`, header `lines` and `body` mean.
+pub fn interpret(
+    p: &AuthProvider,
+    status: u16,
+    lines: &[httparse::Header<'_>],
+    body: &[u8],
+) -> Answer {
+    if (200..300).contains(&status) {
+        let mut identity = Vec::new();
+        let mut owned = 0;
+        for h in lines {
+            if !p.copy.iter().any(|m| m.matches(h.name.as_bytes())) {
+                continue;
+            }
+            owned += 1;
+            if owned > MAX_COPIED {
+                return Answer::Fail;
+            }
+            // Any text but control characters: a bad value costs its header.
+            if h.value
+                .iter()
+                .any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
+            {
+                continue;
+            }
+            identity.extend_from_slice(h.name.as_bytes());
+            identity.extend_from_slice(b": ");
+            identity.extend_from_slice(h.value);
+            identity.extend_from_slice(b"\r\n");
+        }
+        return Answer::Allow(identity);
+    }
+    let redirect = matches!(status, 301 | 302 | 303 | 307 | 308);
+    if !(redirect || matches!(status, 401 | 403 | 407)) || body.len() > MAX_RELAY_BODY {
+        return Answer::Fail;
+    }
+    let mut head = Vec::with_capacity(256);
+    head.extend_from_slice(
+        format!(
+            "HTTP/1.1 {status} {}\r\n",
+            gapura_gate::answer::reason_phrase(status)
+        )
+        .as_bytes(),
+    );
+    let mut location = false;
+    for h in lines {
+        let name = h.name.as_bytes();
+        let relayed = [
+            "location",
+            "set-cookie",
+            "www-authenticate",
+            "proxy-authenticate",
+            "content-type",
+        ]
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n.as_bytes()));
+        if !relayed {
+            continue;
+        }
+        if !printable(h.value) {
+            return Answer::Fail;
+        }
+        location |= name.eq_ignore_ascii_case(b"location");
+        head.extend_from_slice(name);
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(h.value);
+        head.extend_from_slice(b"\r\n");
+    }
+    if redirect && !location {
+        return Answer::Fail;
+    }
+    head.extend_from_slice(
+        format!(
+            "Cache-Control: no-store\r\nContent-Length: {}\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    Answer::Relay {
+        status,
+        head,
+        body: body.to_vec(),
+    }
+}
+
+/// Why a call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallError {
+    /// Cannot connect, reset, a broken answer: 502.
+    Failed,
+}
+
+/// Sends `request` on `stream` and reads the answer; the answer and
+/// whether the connection can be used again. Bounded: a head of 64 KiB, a
+/// body of 64 KiB (a longer 2xx body is read and dropped up to 1 MiB,
+/// then the connection is closed).
+pub async fn exchange(
+    p: &AuthProvider,
+    stream: &mut TcpStream,
+    request: Vec<u8>,
+) -> Result<(Answer, bool), CallError> {
+    let (r, _) = stream.write_all(request).await;
+    r.map_err(|_| CallError::Failed)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    loop {
+        let mut headers = resp_header_buf();
+        match parse_response(&buf, &mut headers, false) {
+            RespParse::Malformed => return Err(CallError::Failed),
+            RespParse::Partial => {
+                if !read_more(stream, &mut buf).await? {
+                    return Err(CallError::Failed);
+                }
+            }
+            RespParse::Complete(head, _, _) => {
+                let (body, reusable) =
+                    read_body(stream, &mut buf, head.head_len, head.framing).await?;
+                let mut headers = resp_header_buf();
+                let RespParse::Complete(_, _, lines) =
+                    parse_response(&buf[..head.head_len], &mut headers, false)
+                else {
+                    return Err(CallError::Failed);
+                };
+                let answer = interpret(p, head.status, lines, &body);
+                return Ok((answer, reusable && head.keep_alive));
+            }
+        }
+    }
+}
+
+/// Reads more into `buf`; false at the end of the stream.
+async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<bool, CallError> {
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve(4096);
+    }
+    let owned = std::mem::take(buf);
+    let (r, b) = stream.read(owned).await;
+    *buf = b;
+    match r {
+        Ok(0) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(_) => Err(CallError::Failed),
+    }
+}
+
+/// The body after the head (kept up to [`MAX_RELAY_BODY`] + 1 bytes, so an
+/// over-long one is known), and whether the connection ends cleanly.
+async fn read_body(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    head_len: usize,
+    framing: RespFraming,
+) -> Result<(Vec<u8>, bool), CallError> {
+    const READ_CAP: usize = 1 << 20;
+    let mut body = Vec::new();
+    let keep = |body: &mut Vec<u8>, data: &[u8]| {
+        let room = (MAX_RELAY_BODY + 1).saturating_sub(body.len());
+        body.extend_from_slice(&data[..data.len().min(room)]);
+    };
+    match framing {
+        RespFraming::None => Ok((body, true)),
+        RespFraming::Length(n) => {
+            let n = usize::try_from(n).map_err(|_| CallError::Failed)?;
+            if n > READ_CAP {
+                return Ok((vec![0; MAX_RELAY_BODY + 1], false));
+            }
+            while buf.len() < head_len + n {
+                if !read_more(stream, buf).await? {
+                    return Err(CallError::Failed);
+                }
+            }
+            keep(&mut body, &buf[head_len..head_len + n]);
+            Ok((body, buf.len() == head_len + n))
+        }
+        RespFraming::Chunked => {
+            let mut decoder = ChunkedDecoder::new();
+            let mut at = head_len;
+            loop {
+                while at < buf.len() {
+                    let step = decoder.step(&buf[at..]).map_err(|_| CallError::Failed)?;
+                    keep(&mut body, &buf[at..][step.data.clone()]);
+                    at += step.consumed;
+                    if step.done {
+                        return Ok((body, at == buf.len()));
+                    }
+                }
+                if buf.len() > READ_CAP || !read_more(stream, buf).await? {
+                    return Err(CallError::Failed);
+                }
+            }
+        }
+        RespFraming::Close => {
+            while buf.len() <= READ_CAP && read_more(stream, buf).await? {}
+            keep(&mut body, &buf[head_len..]);
+            Ok((body, false))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gapura_gate::auth::{HeaderMatch, Scope, STANDARD_HEADERS};
+
+    fn provider() -> AuthProvider {
+        AuthProvider {
+            name: "sso".into(),
+            addr: "127.0.0.1:9091".parse().unwrap(),
+            authority: "127.0.0.1:9091".into(),
+            path: "/api/verify".into(),
+            send: STANDARD_HEADERS.iter().map(|s| (*s).into()).collect(),
+            copy: vec![
+                HeaderMatch::parse("Remote-User"),
+                HeaderMatch::parse("X-Id-*"),
+            ],
+            scope: Scope::Request,
+            ttl_ms: 1000,
+            entries: 16,
+            timeout_ms: 1000,
+            identity: 1,
+        }
+    }
+
+    fn h<'a>(name: &'a str, value: &'a [u8]) -> httparse::Header<'a> {
+        httparse::Header { name, value }
+    }
+
+    #[test]
+    fn the_call_carries_the_original_request_and_only_the_allowed_headers() {
+        let mut out = Vec::new();
+        let lines = [
+            h("Cookie", b"s=1"),
+            h("X-Forwarded-For", b"6.6.6.6"),
+            h("X-Api-Key", b"k"),
+            h("Accept", b"*/*"),
+        ];
+        write_call(
+            &provider(),
+            b"POST",
+            b"a.test",
+            b"/x%2Fy?z",
+            "203.0.113.5".parse().unwrap(),
+            &lines,
+            &mut out,
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "GET /api/verify HTTP/1.1\r\nHost: 127.0.0.1:9091\r\nX-Forwarded-Method: POST\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: a.test\r\nX-Forwarded-Uri: /x%2Fy?z\r\nX-Forwarded-For: 203.0.113.5\r\nCookie: s=1\r\nAccept: */*\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn an_allow_copies_the_identity_headers_and_skips_bad_values() {
+        let lines = [
+            h("Remote-User", b"ana"),
+            h("X-Id-Group", b"ops"),
+            h("X-Id-Bad", b"a\x01b"),
+            h("Other", b"no"),
+            h("Set-Cookie", b"s=2"),
+        ];
+        assert_eq!(
+            interpret(&provider(), 200, &lines, b""),
+            Answer::Allow(b"Remote-User: ana\r\nX-Id-Group: ops\r\n".to_vec())
+        );
+    }
+
+    #[test]
+    fn refusals_are_relayed_and_anything_else_fails() {
+        let lines = [
+            h("WWW-Authenticate", b"Bearer"),
+            h("Set-Cookie", b"a=1"),
+            h("X-Other", b"x"),
+            h("Content-Type", b"text/plain"),
+        ];
+        let Answer::Relay { status, head, body } = interpret(&provider(), 401, &lines, b"who?")
+        else {
+            panic!()
+        };
+        let head = String::from_utf8(head).unwrap();
+        assert_eq!(status, 401);
+        assert!(head.starts_with("HTTP/1.1 401 Unauthorized\r\n"));
+        assert!(
+            head.contains("WWW-Authenticate: Bearer\r\n") && head.contains("Set-Cookie: a=1\r\n")
+        );
+        assert!(
+            !head.contains("X-Other")
+                && head.contains("Cache-Control: no-store\r\nContent-Length: 4\r\n")
+        );
+        assert_eq!(body, b"who?");
+        let to = [h("Location", b"https://sso.test/login?rd=x")];
+        assert!(matches!(
+            interpret(&provider(), 302, &to, b""),
+            Answer::Relay { status: 302, .. }
+        ));
+        assert_eq!(
+            interpret(&provider(), 302, &[], b""),
+            Answer::Fail,
+            "a redirect needs Location"
+        );
+        assert_eq!(interpret(&provider(), 500, &[], b""), Answer::Fail);
+        assert_eq!(interpret(&provider(), 404, &[], b""), Answer::Fail);
+        let bad = [h("Location", b"/a\xffb")];
+        assert_eq!(interpret(&provider(), 302, &bad, b""), Answer::Fail);
+        assert_eq!(
+            interpret(&provider(), 403, &[], &vec![b'x'; MAX_RELAY_BODY + 1]),
+            Answer::Fail
+        );
+        let many: Vec<_> = (0..65).map(|_| h("X-Id-A", b"v")).collect();
+        assert_eq!(interpret(&provider(), 200, &many, b""), Answer::Fail);
+    }
+}

@@ -1,0 +1,276 @@
+//! Forward-auth through the real binary against a real auth endpoint (it
+//! allows one token, refuses others, counts its calls, can be slowed or
+//! gone) and an upstream that records the headers it sees.
+
+mod common;
+
+use common::gate::{explain_json, explain_steps, req_with, ProfileFile};
+use common::upstream::{self, Reply, UpRequest, Upstream};
+use common::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const GOOD: &str = "Authorization: Bearer good";
+
+/// The endpoint: `Bearer good` is ana of ops; anything else 401 with a
+/// challenge and a body. Waits `delay` first; counts calls in flight.
+fn auth_endpoint(delay: Duration, in_flight: Arc<AtomicUsize>) -> Upstream {
+    upstream::start(Arc::new(move |req: &UpRequest| {
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(delay);
+        in_flight.fetch_sub(1, Ordering::SeqCst);
+        if req.header("authorization") == Some("Bearer good") {
+            Reply::Bytes(
+                b"HTTP/1.1 200 OK\r\nRemote-User: ana\r\nRemote-Groups: ops\r\nRemote-Name: Jos\xc3\xa9\r\nX-Other: no\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            )
+        } else {
+            Reply::Bytes(
+                b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"sso\"\r\nSet-Cookie: tried=1\r\nX-Secret: no\r\nContent-Type: text/plain\r\nContent-Length: 12\r\n\r\nsign in now\n".to_vec(),
+            )
+        }
+    }))
+}
+
+fn recording_upstream() -> Upstream {
+    upstream::start(Arc::new(|_req: &UpRequest| {
+        Reply::Bytes(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nup\n".to_vec())
+    }))
+}
+
+fn auth_profile(
+    endpoint: std::net::SocketAddr,
+    up: std::net::SocketAddr,
+    provider_extra: &str,
+) -> String {
+    profile(
+        "",
+        &format!(
+            r#"
+[[auth_provider]]
+name = "sso"
+url = "http://{endpoint}/api/verify"
+preset = "authelia"
+{provider_extra}
+
+[[upstream]]
+name = "app"
+servers = ["{up}"]
+
+[[host]]
+names = ["f.test"]
+default = true
+kind = "proxy"
+auth = "sso"
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+  [[host.route]]
+  path = "/public"
+  upstream = "app"
+  auth = false
+"#
+        ),
+    )
+}
+
+fn saw(u: &Upstream, i: usize) -> UpRequest {
+    u.requests.lock().unwrap()[i].clone()
+}
+
+#[test]
+fn an_allow_passes_with_the_providers_identity_and_is_remembered() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let ep = auth_endpoint(Duration::ZERO, calls);
+    let up = recording_upstream();
+    let g = Gapura::start(&auth_profile(ep.addr, up.addr, ""));
+    let forged = "Remote-User: mallory";
+    let folded = "remote_groups: admins";
+    let r = request(
+        g.addr,
+        &req_with(
+            "GET",
+            "f.test",
+            "/app?x=%2F",
+            &[GOOD, forged, folded, "X-Random: r", "Accept: */*"],
+        ),
+    );
+    assert_eq!(r.status, 200);
+    // What the provider was told.
+    let call = saw(&ep, 0);
+    assert_eq!(call.method, "GET");
+    assert_eq!(call.target, "/api/verify");
+    assert_eq!(call.header("x-forwarded-method"), Some("GET"));
+    assert_eq!(call.header("x-forwarded-uri"), Some("/app?x=%2F"));
+    assert_eq!(call.header("x-forwarded-host"), Some("f.test"));
+    assert_eq!(call.header("x-forwarded-for"), Some("127.0.0.1"));
+    assert_eq!(call.header("authorization"), Some("Bearer good"));
+    assert_eq!(call.header("accept"), Some("*/*"));
+    assert_eq!(
+        call.header("x-random"),
+        None,
+        "only the listed headers are sent"
+    );
+    // What the upstream saw: the provider's identity, never the client's.
+    let seen = saw(&up, 0);
+    assert_eq!(seen.header("remote-user"), Some("ana"));
+    assert_eq!(seen.header("remote-groups"), Some("ops"));
+    assert!(!seen.raw_head.contains("mallory") && !seen.raw_head.contains("admins"));
+    assert_eq!(
+        seen.header("remote-name"),
+        Some("Jos\u{e9}"),
+        "UTF-8 passes as sent"
+    );
+    assert_eq!(seen.header("x-other"), None, "not a copied header");
+    assert_eq!(
+        seen.header("authorization"),
+        Some("Bearer good"),
+        "credentials pass as sent"
+    );
+    // The same request again: remembered, no call.
+    let r = request(
+        g.addr,
+        &req_with("GET", "f.test", "/app?x=%2F", &[GOOD, "Accept: */*"]),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        ep.requests.lock().unwrap().len(),
+        1,
+        "the allow is remembered"
+    );
+    assert_eq!(saw(&up, 1).header("remote-user"), Some("ana"));
+    // Another target is another entry under Authelia's request scope.
+    assert_eq!(
+        request(g.addr, &req_with("GET", "f.test", "/other", &[GOOD])).status,
+        200
+    );
+    assert_eq!(ep.requests.lock().unwrap().len(), 2);
+    let sample = |r: &str| format!("gapura_auth_provider_total{{provider=\"sso\",result=\"{r}\"}}");
+    assert_eq!(
+        common::gate::wait_sample(&g, &sample("cache_hit"), 1, Duration::from_secs(5)),
+        1
+    );
+    assert_eq!(
+        common::gate::wait_sample(&g, &sample("allowed"), 2, Duration::from_secs(5)),
+        2
+    );
+}
+
+#[test]
+fn a_refusal_is_relayed_and_client_identity_is_stripped_host_wide() {
+    let ep = auth_endpoint(Duration::ZERO, Arc::new(AtomicUsize::new(0)));
+    let up = recording_upstream();
+    let g = Gapura::start(&auth_profile(ep.addr, up.addr, ""));
+    let r = request(
+        g.addr,
+        &req_with("GET", "f.test", "/app", &["Authorization: Bearer bad"]),
+    );
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("WWW-Authenticate"), Some("Bearer realm=\"sso\""));
+    assert_eq!(r.header("Set-Cookie"), Some("tried=1"));
+    assert_eq!(r.header("Cache-Control"), Some("no-store"));
+    assert_eq!(r.header("X-Secret"), None);
+    assert_eq!(r.body, b"sign in now\n");
+    assert!(
+        up.requests.lock().unwrap().is_empty(),
+        "the upstream never sees it"
+    );
+    // A route with sign-in off still loses the client's identity headers.
+    let r = request(
+        g.addr,
+        &req_with(
+            "GET",
+            "f.test",
+            "/public/x",
+            &["Remote-User: mallory", "X-Kept: k"],
+        ),
+    );
+    assert_eq!(r.status, 200);
+    let seen = saw(&up, 0);
+    assert_eq!(seen.header("remote-user"), None);
+    assert_eq!(seen.header("x-kept"), Some("k"));
+    assert_eq!(
+        ep.requests.lock().unwrap().len(),
+        1,
+        "no call for a route with auth = false"
+    );
+    let denied = "gapura_auth_provider_total{provider=\"sso\",result=\"denied\"}";
+    assert_eq!(
+        common::gate::wait_sample(&g, denied, 1, Duration::from_secs(5)),
+        1
+    );
+}
+
+#[test]
+fn failures_close_the_gate() {
+    let up = recording_upstream();
+    // Slow: past the timeout, 504.
+    let slow = auth_endpoint(Duration::from_secs(2), Arc::new(AtomicUsize::new(0)));
+    let g = Gapura::start(&auth_profile(slow.addr, up.addr, "timeout_ms = 200"));
+    let r = request(g.addr, &req_with("GET", "f.test", "/", &[GOOD]));
+    assert_eq!(r.status, 504);
+    // Gone: 502.
+    let gone = {
+        let ep = auth_endpoint(Duration::ZERO, Arc::new(AtomicUsize::new(0)));
+        ep.addr
+    };
+    let g2 = Gapura::start(&auth_profile(gone, up.addr, ""));
+    let r = request(g2.addr, &req_with("GET", "f.test", "/", &[GOOD]));
+    assert_eq!(r.status, 502);
+    assert!(up.requests.lock().unwrap().is_empty());
+    let t = "gapura_auth_provider_total{provider=\"sso\",result=\"timeout\"}";
+    assert_eq!(
+        common::gate::wait_sample(&g, t, 1, Duration::from_secs(5)),
+        1
+    );
+    let e = "gapura_auth_provider_total{provider=\"sso\",result=\"error\"}";
+    assert_eq!(
+        common::gate::wait_sample(&g2, e, 1, Duration::from_secs(5)),
+        1
+    );
+}
+
+#[test]
+fn a_provider_at_its_call_cap_answers_503() {
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let ep = auth_endpoint(Duration::from_secs(3), in_flight.clone());
+    let up = recording_upstream();
+    let g = Gapura::start(&auth_profile(ep.addr, up.addr, "timeout_ms = 10000"));
+    let mut waiting = Vec::new();
+    for i in 0..64 {
+        let mut c = Client::connect(g.addr);
+        c.send(&req_with("GET", "f.test", &format!("/slow/{i}"), &[GOOD]));
+        waiting.push(c);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while in_flight.load(Ordering::SeqCst) < 64 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(in_flight.load(Ordering::SeqCst), 64, "64 calls running");
+    let r = request(g.addr, &req_with("GET", "f.test", "/one-more", &[GOOD]));
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("Retry-After"), Some("1"));
+    for mut c in waiting {
+        assert_eq!(c.response(false).status, 200);
+    }
+}
+
+#[test]
+fn explain_names_the_provider_and_makes_no_call() {
+    let ep = auth_endpoint(Duration::ZERO, Arc::new(AtomicUsize::new(0)));
+    let up = recording_upstream();
+    let file = ProfileFile::new(&auth_profile(ep.addr, up.addr, ""));
+    let said = explain_json(&file.path, &["http://f.test/app", "-H", GOOD]);
+    let steps = explain_steps(&said, "forward-auth");
+    assert!(
+        steps
+            .iter()
+            .any(|s| s.contains("would call GET /api/verify")),
+        "{steps:?}"
+    );
+    assert_eq!(said["answer"]["kind"], "authenticate");
+    assert!(
+        ep.requests.lock().unwrap().is_empty(),
+        "explain calls nobody"
+    );
+}
