@@ -3,6 +3,7 @@
 
 mod access;
 mod access_spec;
+mod auth;
 mod bundles;
 mod chain_order;
 mod client;
