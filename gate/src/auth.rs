@@ -286,36 +286,37 @@ impl AuthState {
         p: &AuthProvider,
         f: &KeyFacts<'_, H>,
     ) -> (u128, Option<u128>) {
-        let key = |grain: u8| {
-            use siphasher::sip128::{Hasher128, SipHasher13};
-            let mut h = SipHasher13::new_with_key(&self.secret);
-            fn put(h: &mut SipHasher13, b: &[u8]) {
-                h.write_usize(b.len());
-                h.write(b);
+        use siphasher::sip128::{Hasher128, SipHasher13};
+        fn put(h: &mut SipHasher13, b: &[u8]) {
+            h.write_usize(b.len());
+            h.write(b);
+        }
+        // What both grains share is hashed once; each grain then finishes
+        // a copy of the state with its own fields.
+        let mut h = SipHasher13::new_with_key(&self.secret);
+        match f.client {
+            IpAddr::V4(a) => put(&mut h, &a.octets()),
+            IpAddr::V6(a) => put(&mut h, &a.octets()),
+        }
+        put(&mut h, f.scheme);
+        put(&mut h, f.host);
+        for name in &p.send {
+            let mut n = 0u64;
+            for line in f.headers.lines(name) {
+                put(&mut h, line);
+                n += 1;
             }
-            put(&mut h, &[grain]);
-            match f.client {
-                IpAddr::V4(a) => put(&mut h, &a.octets()),
-                IpAddr::V6(a) => put(&mut h, &a.octets()),
-            }
-            put(&mut h, f.scheme);
-            put(&mut h, f.host);
-            if grain == 0 {
-                put(&mut h, f.method);
-                put(&mut h, f.target);
-            }
-            for name in &p.send {
-                let lines = f.headers.lines(name);
-                let mut n = 0u64;
-                for line in lines {
-                    put(&mut h, line);
-                    n += 1;
-                }
-                h.write_u64(n);
-            }
-            h.finish128().as_u128().max(1)
-        };
-        (key(0), (p.scope == Scope::Host).then(|| key(1)))
+            h.write_u64(n);
+        }
+        let host = (p.scope == Scope::Host).then(|| {
+            let mut g = h;
+            put(&mut g, b"host");
+            g.finish128().as_u128().max(1)
+        });
+        put(&mut h, b"request");
+        put(&mut h, f.method);
+        put(&mut h, f.target);
+        (h.finish128().as_u128().max(1), host)
     }
 
     /// The remembered allow of provider `i` for these keys (host grain

@@ -66,7 +66,10 @@ cache = {{ entries = 100, scope = "request" }}
     assert_eq!(p[0].path, "/api/authz/forward-auth");
     assert_eq!(p[0].copy.len(), 4);
     assert_eq!(p[0].scope, Scope::Request);
-    assert_eq!((p[0].ttl_ms, p[0].entries, p[0].timeout_ms), (10_000, 4096, 5000));
+    assert_eq!(
+        (p[0].ttl_ms, p[0].entries, p[0].timeout_ms),
+        (10_000, 4096, 5000)
+    );
     assert_eq!(p[1].path, "/outpost.goauthentik.io/auth/traefik");
     assert_eq!(p[1].copy, vec![HeaderMatch::parse("X-authentik-*")]);
     assert_eq!(p[1].scope, Scope::Host);
@@ -75,7 +78,10 @@ cache = {{ entries = 100, scope = "request" }}
     assert_eq!(p[2].path, "/custom/check?x=1", "a written path is kept");
     assert_eq!(p[2].copy, vec![HeaderMatch::parse("X-Auth-Request-User")]);
     assert!(p[2].send.iter().any(|s| &**s == "x-api-key"));
-    assert_eq!((p[2].entries, p[2].timeout_ms, p[2].scope), (128, 300, Scope::Request));
+    assert_eq!(
+        (p[2].entries, p[2].timeout_ms, p[2].scope),
+        (128, 300, Scope::Request)
+    );
     assert_eq!(route_auth(&c), [Some(0), Some(2)]);
     // The host strips the identity headers of both providers its routes ask.
     let strip = &c.snapshot.entries[0].extras.identity_strip;
@@ -104,19 +110,55 @@ fn bad_providers_and_references_have_their_codes() {
     let cases = [
         ("", "authProvider.url.required"),
         ("url = \"https://sso.test/\"", "authProvider.url.invalid"),
-        ("url = \"http://user:pw@sso.test/\"", "authProvider.url.invalid"),
+        (
+            "url = \"http://user:pw@sso.test/\"",
+            "authProvider.url.invalid",
+        ),
         ("url = \"http://127.0.0.1:0/\"", "authProvider.url.invalid"),
-        ("url = \"http://nowhere.invalid/\"", "authProvider.url.unresolved"),
-        ("url = \"http://127.0.0.1:1/\"\npreset = \"okta\"", "authProvider.preset.invalid"),
-        ("url = \"http://127.0.0.1:1/\"\ncopy_headers = [\"Host\"]", "authProvider.header.invalid"),
-        ("url = \"http://127.0.0.1:1/\"\ncopy_headers = [\"X-Forwarded-User\"]", "authProvider.header.invalid"),
-        ("url = \"http://127.0.0.1:1/\"\nrequest_headers = [\"X-a*\"]", "authProvider.header.invalid"),
-        ("url = \"http://127.0.0.1:1/\"\ncopy_headers = [\"Cookie\"]", "authProvider.header.credential"),
-        ("url = \"http://127.0.0.1:1/\"\ncopy_headers = [\"Auth*\"]", "authProvider.header.credential"),
-        ("url = \"http://127.0.0.1:1/\"\ntimeout_ms = 0", "authProvider.timeout_ms.range"),
-        ("url = \"http://127.0.0.1:1/\"\ncache = { ttl_ms = 300001 }", "authProvider.cache.ttl_ms.range"),
-        ("url = \"http://127.0.0.1:1/\"\ncache = { entries = 8 }", "authProvider.cache.entries.range"),
-        ("url = \"http://127.0.0.1:1/\"\ncache = { scope = \"global\" }", "authProvider.cache.scope.invalid"),
+        (
+            "url = \"http://nowhere.invalid/\"",
+            "authProvider.url.unresolved",
+        ),
+        (
+            "url = \"http://127.0.0.1:1/\"\npreset = \"okta\"",
+            "authProvider.preset.invalid",
+        ),
+        (
+            "url = \"http://127.0.0.1:1/\"\ncopy_headers = [\"Host\"]",
+            "authProvider.header.invalid",
+        ),
+        (
+            "url = \"http://127.0.0.1:1/\"\ncopy_headers = [\"X-Forwarded-User\"]",
+            "authProvider.header.invalid",
+        ),
+        (
+            "url = \"http://127.0.0.1:1/\"\nrequest_headers = [\"X-a*\"]",
+            "authProvider.header.invalid",
+        ),
+        (
+            "url = \"http://127.0.0.1:1/\"\ncopy_headers = [\"Cookie\"]",
+            "authProvider.header.credential",
+        ),
+        (
+            "url = \"http://127.0.0.1:1/\"\ncopy_headers = [\"Auth*\"]",
+            "authProvider.header.credential",
+        ),
+        (
+            "url = \"http://127.0.0.1:1/\"\ntimeout_ms = 0",
+            "authProvider.timeout_ms.range",
+        ),
+        (
+            "url = \"http://127.0.0.1:1/\"\ncache = { ttl_ms = 300001 }",
+            "authProvider.cache.ttl_ms.range",
+        ),
+        (
+            "url = \"http://127.0.0.1:1/\"\ncache = { entries = 8 }",
+            "authProvider.cache.entries.range",
+        ),
+        (
+            "url = \"http://127.0.0.1:1/\"\ncache = { scope = \"global\" }",
+            "authProvider.cache.scope.invalid",
+        ),
     ];
     for (body, code) in cases {
         let (got, path, _, _) = one(&provider(body));
@@ -124,10 +166,19 @@ fn bad_providers_and_references_have_their_codes() {
         assert!(path.starts_with("auth_provider[0]"), "{path}");
     }
     let many: Vec<String> = (0..33).map(|i| format!("\"X-H{i}\"")).collect();
-    let body = format!("url = \"http://127.0.0.1:1/\"\ncopy_headers = [{}]", many.join(", "));
+    let body = format!(
+        "url = \"http://127.0.0.1:1/\"\ncopy_headers = [{}]",
+        many.join(", ")
+    );
     assert_eq!(one(&provider(&body)).0, "authProvider.headers.tooMany");
-    assert_eq!(one(&format!("{UP}{}", host("auth = \"nope\"", ""))).0, "host.auth.unknown");
-    assert_eq!(one(&format!("{UP}{}", host("", "auth = \"nope\""))).0, "route.auth.unknown");
+    assert_eq!(
+        one(&format!("{UP}{}", host("auth = \"nope\"", ""))).0,
+        "host.auth.unknown"
+    );
+    assert_eq!(
+        one(&format!("{UP}{}", host("", "auth = \"nope\""))).0,
+        "route.auth.unknown"
+    );
     let twice = format!(
         "{UP}\n[[auth_provider]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/\"\n[[auth_provider]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/\"\n"
     );
