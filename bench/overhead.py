@@ -19,11 +19,17 @@ rounds up, the ratio of each profile's lower quartile.
 With --a-bin/--b-bin and one profile given as both A and B, it compares
 two builds instead (keep a copy of the old target/release/gapura).
 
-Profiles are templates: @PORT@, @ADMIN_PORT@ and @UPSTREAM_PORT@ are
-replaced. Needs target/release/gapura and target/release/gapura-loadtest
+Profiles are templates: @PORT@, @ADMIN_PORT@, @UPSTREAM_PORT@ and
+@POW_KEY_FILE@ are replaced. --pow-key HEX writes that proof-of-work key
+(64 hex digits) to the key file and sends every request of both profiles
+with a valid `gapura_pow` cookie for host "localhost" and client 127.0.0.1
+(the proof-of-work overhead: B protects the route, A does not). Needs target/release/gapura and target/release/gapura-loadtest
 (built with `cargo build --release -p gapura -p gapura-loadtest`).
 """
 import argparse
+import base64
+import hashlib
+import hmac
 import json
 import os
 import shutil
@@ -38,6 +44,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GAPURA = os.environ.get("GAPURA_BIN", os.path.join(ROOT, "target/release/gapura"))
 LOADTEST = os.environ.get("LOADTEST_BIN", os.path.join(ROOT, "target/release/gapura-loadtest"))
 TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def pow_cookie(key, label, client, expires, difficulty):
+    """A `gapura_pow` cookie value, made as gate/src/pow.rs makes it."""
+    raw = bytes([1]) + expires.to_bytes(8, "big") + bytes([difficulty])
+    masked = bytes([4]) + bytes(int(x) for x in client.split(".")) + bytes(4)
+    mac = hmac.new(key, b"gapura-pow-cookie-v1" + fnv1a64(label.encode()).to_bytes(8, "big")
+                   + masked + raw, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(raw + mac[:16]).rstrip(b"=").decode()
 
 
 def free_port():
@@ -89,6 +111,7 @@ def run_once(template, tmp, upstream_port, args, env=None, binary=GAPURA):
     text = open(template).read()
     text = text.replace("@PORT@", str(port)).replace("@ADMIN_PORT@", str(admin))
     text = text.replace("@UPSTREAM_PORT@", str(upstream_port or 0))
+    text = text.replace("@POW_KEY_FILE@", os.path.join(tmp, "pow.key"))
     profile = os.path.join(tmp, "profile.toml")
     with open(profile, "w") as f:
         f.write(text)
@@ -104,7 +127,7 @@ def run_once(template, tmp, upstream_port, args, env=None, binary=GAPURA):
              f"-d{args.duration}s", "--warmup", "1s", "--no-progress", "-q",
              "--json", report, "-H", "Host: app.test",
              "-H", "User-Agent: " + "Mozilla/5.0 (X11; Linux x86_64) Chrome/131.0.0.0",
-             "-H", "X-Forwarded-For: 203.0.113.7",
+             "-H", "X-Forwarded-For: 203.0.113.7", *args.extra_headers,
              f"http://127.0.0.1:{port}/products/item-42?x=1"])
         time.sleep(1.0 + 0.02)
         before = cpu_seconds(server.pid)
@@ -137,8 +160,18 @@ def main():
                     help="the gapura binary B runs (to compare two builds on one profile)")
     ap.add_argument("--b-env", action="append", default=[],
                     help="KEY=VALUE set in B's environment only (to compare a switch)")
+    ap.add_argument("--pow-key", help="a proof-of-work key (64 hex digits): see above")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="gapura-overhead-")
+    args.extra_headers = []
+    if args.pow_key:
+        key = bytes.fromhex(args.pow_key)
+        path = os.path.join(tmp, "pow.key")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, (args.pow_key + "\n").encode())
+        os.close(fd)
+        cookie = pow_cookie(key, "localhost", "127.0.0.1", int(time.time()) + 86400, 16)
+        args.extra_headers = ["-H", f"Cookie: session=abc; gapura_pow={cookie}"]
     up = None
     try:
         up_port = None
