@@ -31,7 +31,10 @@ fn forward_auth_decisions_allocate_nothing() {
         timeout_ms: 2000,
         identity: 7,
     }];
-    snap.entries[0].policy.auth = Some(0);
+    snap.entries[0].policy.auth = Some(gapura_gate::policy::BlockRef {
+        index: 0,
+        mode: gapura_gate::mode::Mode::Enforce,
+    });
     let mut state = GateState::small();
     state.adopt(&snap, 0);
     let mut scratch = Box::new([0u8; MAX_PATH_BYTES]);

@@ -237,8 +237,15 @@ fn route_auth(
     };
     let mut strip = Vec::new();
     for (r, blocks) in checked.iter_mut().zip(routes) {
-        r.policy.auth = blocks.auth.or(host.auth).flatten();
-        if let Some(p) = r.policy.auth.and_then(|i| auth.compiled.get(i as usize)) {
+        r.policy.auth = blocks.auth.or(host.auth).flatten().map(|index| BlockRef {
+            index,
+            mode: blocks.auth_mode.or(host.auth_mode).unwrap_or_default(),
+        });
+        if let Some(p) = r
+            .policy
+            .auth
+            .and_then(|b| auth.compiled.get(b.index as usize))
+        {
             for m in &p.copy {
                 if !strip.contains(m) {
                     strip.push(m.clone());

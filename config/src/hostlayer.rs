@@ -123,6 +123,7 @@ pub(crate) struct SettingsLayer {
     pub pow: crate::pow::PowLayer,
     /// `Some(None)`: turned off in this layer.
     pub auth: Option<Option<u32>>,
+    pub auth_mode: Option<Mode>,
 }
 
 impl SettingsLayer {
@@ -160,6 +161,7 @@ impl SettingsLayer {
             websocket: over.websocket.or(base.websocket),
             pow: crate::pow::PowLayer::merge(&base.pow, &over.pow),
             auth: over.auth.or(base.auth),
+            auth_mode: over.auth_mode.or(base.auth_mode),
         }
     }
 }
@@ -193,6 +195,7 @@ pub(crate) struct LayerFields<'a> {
     pub websocket: Option<&'a Spanned<RawWebSocket>>,
     pub proof_of_work: Option<&'a Spanned<crate::pow::RawProofOfWork>>,
     pub auth: &'a Opt<RawNameRef>,
+    pub auth_mode: &'a Opt<String>,
 }
 
 macro_rules! fields {
@@ -214,6 +217,7 @@ macro_rules! fields {
             websocket: $r.websocket.as_ref(),
             proof_of_work: $r.proof_of_work.as_ref(),
             auth: &$r.auth,
+            auth_mode: &$r.auth_mode,
         }
     };
 }
@@ -425,6 +429,7 @@ pub(crate) fn check_layer(
             names.auth,
             e,
         ),
+        auth_mode: auth_mode(f.auth_mode, base, "host.auth.mode.invalid", e),
     }
 }
 
@@ -437,6 +442,21 @@ pub(crate) struct RouteBlocks {
     pub pow: Option<bool>,
     /// `auth = "NAME" | false`.
     pub auth: Option<Option<u32>>,
+    pub auth_mode: Option<Mode>,
+}
+
+/// `auth_mode`: `"enforce"` or `"shadow"`.
+fn auth_mode(v: &Opt<String>, base: &str, code: &'static str, e: &mut Errors<'_>) -> Option<Mode> {
+    v.as_ref().map(|_| {
+        crate::values::choice(
+            e,
+            v,
+            &format!("{base}.auth_mode"),
+            code,
+            &[("enforce", Mode::Enforce), ("shadow", Mode::Shadow)],
+            Mode::Enforce,
+        )
+    })
 }
 
 /// Checks a route's `access_list`, `rule_set` and their modes.
@@ -469,6 +489,7 @@ pub(crate) fn check_route_blocks(
             names.auth,
             e,
         ),
+        auth_mode: auth_mode(&r.auth_mode, base, "route.auth.mode.invalid", e),
     }
 }
 

@@ -121,6 +121,7 @@ pub(crate) struct RawBundle {
     pub proof_of_work: Option<Spanned<crate::pow::RawProofOfWork>>,
     /// The forward-auth provider (`[[auth_provider]]`), or `false`.
     pub auth: Opt<RawNameRef>,
+    pub auth_mode: Opt<String>,
 }
 
 /// `[host.maintenance]` (and in `[defaults]` and bundles).

@@ -108,6 +108,7 @@ pub(crate) struct RawDefaults {
     pub proof_of_work: Option<Spanned<crate::pow::RawProofOfWork>>,
     /// The forward-auth provider (`[[auth_provider]]`), or `false`.
     pub auth: Opt<RawNameRef>,
+    pub auth_mode: Opt<String>,
 }
 
 /// `[defaults.limits]` and `[host.limits]`. Byte sizes are an integer or a
@@ -155,6 +156,7 @@ pub(crate) struct RawHost {
     pub proof_of_work: Option<Spanned<crate::pow::RawProofOfWork>>,
     /// The forward-auth provider (`[[auth_provider]]`), or `false`.
     pub auth: Opt<RawNameRef>,
+    pub auth_mode: Opt<String>,
     /// `[[host.route]]`, proxy hosts only.
     #[serde(default)]
     pub route: Vec<Spanned<RawRoute>>,
@@ -175,6 +177,7 @@ pub(crate) struct RawRoute {
     pub proof_of_work: Opt<bool>,
     /// The forward-auth provider for this route, or `false`.
     pub auth: Opt<RawNameRef>,
+    pub auth_mode: Opt<String>,
     pub request_id: Opt<String>,
     pub rate_limit: Opt<RawRateRef>,
     pub class: Opt<String>,

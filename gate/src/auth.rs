@@ -204,6 +204,8 @@ pub struct AuthCounters {
     pub timeouts: u64,
     /// Refused with 503: the provider's calls were all taken.
     pub busy: u64,
+    /// Refusals and failures a shadowed route let through.
+    pub shadow_hits: u64,
 }
 
 /// The call the last `Verdict::Authenticate` needs, taken by the caller.

@@ -182,9 +182,10 @@ pub struct RequestPolicy {
     /// Proof of work (routes only: the host's settings, the route's
     /// switch).
     pub pow: Option<crate::pow::ProofOfWork>,
-    /// The forward-auth provider (routes only): an index in
-    /// [`GatePolicy::auth_providers`].
-    pub auth: Option<u32>,
+    /// The forward-auth provider (routes only): its index in
+    /// [`GatePolicy::auth_providers`] and whether its refusals are
+    /// answered or only counted (shadow).
+    pub auth: Option<BlockRef>,
 }
 
 /// A block a host or route applies: its index in the snapshot's list and

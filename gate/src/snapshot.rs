@@ -122,10 +122,11 @@ pub enum Verdict<'s> {
     /// Proof of work asks something of the client (`PowAsk`) under these
     /// settings.
     Pow(&'s crate::pow::ProofOfWork, PowAsk),
-    /// Ask forward-auth provider `i` (`GatePolicy::auth_providers`) off
-    /// the decision, then decide again from the step after it; the job is
-    /// taken from the gate state (`AuthState::take_job`).
-    Authenticate(u32),
+    /// Ask the forward-auth provider (`GatePolicy::auth_providers`, its
+    /// index and mode) off the decision, then decide again from the step
+    /// after it; the job is taken from the gate state
+    /// (`AuthState::take_job`).
+    Authenticate(crate::policy::BlockRef),
 }
 
 /// What proof of work asks of a request.

@@ -361,7 +361,7 @@ pub fn render_metrics(admin: &Admin) -> String {
 /// Forward-auth counters per provider, summed over the shards.
 fn render_auth(out: &mut String, admin: &Admin) {
     use std::collections::BTreeMap;
-    let mut sums: BTreeMap<String, [u64; 8]> = BTreeMap::new();
+    let mut sums: BTreeMap<String, [u64; 9]> = BTreeMap::new();
     for s in &admin.shards {
         let Ok(b) = s.blocks.lock() else { continue };
         for (n, c) in &b.auth {
@@ -375,6 +375,7 @@ fn render_auth(out: &mut String, admin: &Admin) {
                 c.errors,
                 c.timeouts,
                 c.busy,
+                c.shadow_hits,
             ];
             for (t, x) in e.iter_mut().zip(v) {
                 *t += x;
@@ -396,6 +397,7 @@ fn render_auth(out: &mut String, admin: &Admin) {
         "error",
         "timeout",
         "busy",
+        "shadow",
     ];
     for (n, v) in &sums {
         for (label, x) in labels.iter().zip(v) {

@@ -246,7 +246,7 @@ fn verdict_text(v: &Verdict<'_>, snap: &gapura_gate::Snapshot, retry: u32) -> (u
                  once it allows)",
                 snap.gate
                     .auth_providers
-                    .get(*i as usize)
+                    .get(i.index as usize)
                     .map_or("?", |p| p.name.as_str())
             ),
         ),

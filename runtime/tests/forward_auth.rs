@@ -274,3 +274,41 @@ fn explain_names_the_provider_and_makes_no_call() {
         "explain calls nobody"
     );
 }
+
+#[test]
+fn a_shadowed_route_counts_refusals_and_lets_them_on() {
+    let ep = auth_endpoint(Duration::ZERO, Arc::new(AtomicUsize::new(0)));
+    let up = recording_upstream();
+    let text = auth_profile(ep.addr, up.addr, "").replace(
+        "auth = \"sso\"\n  [[host.route]]",
+        "auth = \"sso\"\nauth_mode = \"shadow\"\n  [[host.route]]",
+    );
+    let g = Gapura::start(&text);
+    let r = request(
+        g.addr,
+        &req_with(
+            "GET",
+            "f.test",
+            "/app",
+            &["Authorization: Bearer bad", "Remote-User: mallory"],
+        ),
+    );
+    assert_eq!(r.status, 200, "let on");
+    let seen = saw(&up, 0);
+    assert_eq!(
+        seen.header("remote-user"),
+        None,
+        "no identity, and the client's is removed"
+    );
+    let shadow = "gapura_auth_provider_total{provider=\"sso\",result=\"shadow\"}";
+    assert_eq!(
+        common::gate::wait_sample(&g, shadow, 1, Duration::from_secs(5)),
+        1
+    );
+    // An allow still adds the identity.
+    assert_eq!(
+        request(g.addr, &req_with("GET", "f.test", "/app", &[GOOD])).status,
+        200
+    );
+    assert_eq!(saw(&up, 1).header("remote-user"), Some("ana"));
+}

@@ -30,7 +30,11 @@ kind = "proxy"
 
 fn route_auth(c: &Compiled) -> Vec<Option<u32>> {
     match &c.snapshot.entries[0].action {
-        HostAction::Proxy(p) => p.routes.iter().map(|r| r.policy.auth).collect(),
+        HostAction::Proxy(p) => p
+            .routes
+            .iter()
+            .map(|r| r.policy.auth.map(|b| b.index))
+            .collect(),
         _ => panic!("proxy host"),
     }
 }
@@ -183,4 +187,30 @@ fn bad_providers_and_references_have_their_codes() {
         "{UP}\n[[auth_provider]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/\"\n[[auth_provider]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/\"\n"
     );
     assert_eq!(one(&twice).0, "authProvider.name.duplicate");
+}
+
+#[test]
+fn auth_mode_is_layered_and_checked() {
+    use gapura_gate::mode::Mode;
+    let c = ok(&format!(
+        "{UP}\n[[auth_provider]]\nname = \"sso\"\nurl = \"http://127.0.0.1:9091/v\"\n{}",
+        host(
+            "auth = \"sso\"\nauth_mode = \"shadow\"",
+            "auth_mode = \"enforce\""
+        )
+    ));
+    let modes: Vec<Mode> = match &c.snapshot.entries[0].action {
+        HostAction::Proxy(p) => p
+            .routes
+            .iter()
+            .map(|r| r.policy.auth.unwrap().mode)
+            .collect(),
+        _ => panic!(),
+    };
+    assert_eq!(modes, [Mode::Shadow, Mode::Enforce]);
+    let bad = format!(
+        "{UP}\n[[auth_provider]]\nname = \"sso\"\nurl = \"http://127.0.0.1:9091/v\"\n{}",
+        host("auth = \"sso\"\nauth_mode = \"loud\"", "")
+    );
+    assert_eq!(one(&bad).0, "host.auth.mode.invalid");
 }

@@ -24,13 +24,15 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// its identity headers (no allocation: the lines are shared); without
     /// one the chain stops with `Verdict::Authenticate` and the server asks
     /// the provider, then decides again from the next step
-    /// (`Start::AfterAuth`) or relays the provider's refusal. robots.txt is
-    /// not exempt: auth protects what the upstream serves.
+    /// (`Start::AfterAuth`) or relays the provider's refusal; in shadow
+    /// mode a refusal or failure is counted and the request goes on.
+    /// robots.txt is not exempt: auth protects what the upstream serves.
     #[inline(always)]
     pub(super) fn forward_auth(&mut self) -> Next<'s> {
-        let Some(i) = self.policy.auth else {
+        let Some(b) = self.policy.auth else {
             return ControlFlow::Continue(());
         };
+        let i = b.index;
         let gate = &self.snap.gate;
         let Some(p) = gate.auth_providers.get(i as usize) else {
             return ControlFlow::Continue(());
@@ -60,7 +62,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             host_key: keys.1,
         });
         self.auth_outcome(p, AuthOutcome::WouldCall);
-        ControlFlow::Break(Verdict::Authenticate(i))
+        ControlFlow::Break(Verdict::Authenticate(b))
     }
 
     #[inline(always)]

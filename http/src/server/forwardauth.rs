@@ -126,10 +126,12 @@ impl Conn {
     pub(super) async fn authenticate(
         &mut self,
         snap: &Snapshot,
-        i: u32,
+        provider: gapura_gate::policy::BlockRef,
         job: AuthJob,
         head: &ParsedHead,
     ) -> Result<Option<Arc<[u8]>>, End> {
+        let i = provider.index;
+        let shadow = provider.mode == gapura_gate::mode::Mode::Shadow;
         let Some(p) = snap.gate.auth_providers.get(i as usize) else {
             return Err(self.auth_refusal(snap, ErrorStatus::BadGateway, head).await);
         };
@@ -139,8 +141,19 @@ impl Conn {
                 f(c);
             }
         };
+        // Shadowed, what would refuse is counted and the request goes on
+        // (without identity headers).
+        let shadowed = || {
+            if let Some(c) = shard.gate_mut().auth.counters.get_mut(i as usize) {
+                c.shadow_hits += 1;
+            }
+        };
         let Some(_place) = shard.auth.begin(p.identity) else {
             count(|c| c.busy += 1);
+            if shadow {
+                shadowed();
+                return Ok(None);
+            }
             let answer = busy_page().for_client(head.wants_html);
             self.write_closing(answer, head);
             return Err(self.close_after_refusal(ErrorKind::Limit).await);
@@ -153,12 +166,20 @@ impl Conn {
         match result {
             Err(_) => {
                 count(|c| c.timeouts += 1);
+                if shadow {
+                    shadowed();
+                    return Ok(None);
+                }
                 Err(self
                     .auth_refusal(snap, ErrorStatus::GatewayTimeout, head)
                     .await)
             }
             Ok(Err(CallError::Failed)) | Ok(Ok(Answer::Fail)) => {
                 count(|c| c.errors += 1);
+                if shadow {
+                    shadowed();
+                    return Ok(None);
+                }
                 Err(self.auth_refusal(snap, ErrorStatus::BadGateway, head).await)
             }
             Ok(Ok(Answer::Allow(lines))) => {
@@ -180,6 +201,10 @@ impl Conn {
                     count(|c| c.redirected += 1);
                 } else {
                     count(|c| c.denied += 1);
+                }
+                if shadow {
+                    shadowed();
+                    return Ok(None);
                 }
                 let date = shard.date.line();
                 self.wbuf.extend_from_slice(&h);

@@ -77,7 +77,8 @@ pub(super) enum Plan<'s> {
     /// `ubuf`), then decide the head again or relay its refusal. The
     /// leases of the budgets stay held across the call.
     Authenticate {
-        provider: u32,
+        /// The provider's index and the route's mode.
+        provider: gapura_gate::policy::BlockRef,
         job: gapura_gate::auth::AuthJob,
         ticket: Option<QuotaTicket>,
         strip_authorization: bool,
@@ -346,9 +347,9 @@ pub(super) fn prepare<'s>(
             }
             (LocalEnd::Written, 403)
         }
-        Verdict::Authenticate(i) => {
+        Verdict::Authenticate(b) => {
             if let (Some(job), Some(provider)) =
-                (auth_job, snap.gate.auth_providers.get(i as usize))
+                (auth_job, snap.gate.auth_providers.get(b.index as usize))
             {
                 p.ubuf.clear();
                 crate::upstream::authcall::write_call(
@@ -361,7 +362,7 @@ pub(super) fn prepare<'s>(
                     p.ubuf,
                 );
                 return Plan::Authenticate {
-                    provider: i,
+                    provider: b,
                     job,
                     ticket,
                     strip_authorization: decision.strip_authorization,
