@@ -22,6 +22,7 @@ fn provider(scope: Scope) -> AuthProvider {
         copy: vec![HeaderMatch::parse("Remote-User")],
         scope,
         ttl_ms: 30_000,
+        negative_ttl_ms: 0,
         entries: 4096,
         timeout_ms: 2000,
         identity: 1,

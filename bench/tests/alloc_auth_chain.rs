@@ -27,6 +27,7 @@ fn forward_auth_decisions_allocate_nothing() {
         copy: vec![HeaderMatch::parse("Remote-User")],
         scope: Scope::Host,
         ttl_ms: 30_000,
+        negative_ttl_ms: 0,
         entries: 1024,
         timeout_ms: 2000,
         identity: 7,

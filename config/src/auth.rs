@@ -38,6 +38,7 @@ pub(crate) struct RawAuthProvider {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAuthCache {
     pub ttl_ms: Opt<i64>,
+    pub negative_ttl_ms: Opt<i64>,
     pub entries: Opt<i64>,
     pub scope: Opt<String>,
 }
@@ -182,6 +183,14 @@ fn check_provider(
         (0, 300_000),
     )
     .unwrap_or(10_000);
+    let negative_ttl_ms = int_in(
+        e,
+        field(|c| &c.negative_ttl_ms),
+        &format!("{base}.cache.negative_ttl_ms"),
+        "authProvider.cache.negative_ttl_ms.range",
+        (0, 300_000),
+    )
+    .unwrap_or(0);
     let entries = int_in(
         e,
         field(|c| &c.entries),
@@ -228,6 +237,7 @@ fn check_provider(
         copy,
         scope,
         ttl_ms: ttl_ms as u64,
+        negative_ttl_ms: negative_ttl_ms as u64,
         entries: (entries as u32).next_power_of_two(),
         timeout_ms: timeout_ms as u64,
         identity: 0,

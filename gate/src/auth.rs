@@ -112,6 +112,9 @@ pub struct AuthProvider {
     pub scope: Scope,
     /// How long an allow is remembered (0: not at all).
     pub ttl_ms: u64,
+    /// How long a refusal or redirect is remembered (0: never, the
+    /// built-in), per method and target.
+    pub negative_ttl_ms: u64,
     /// Entries of the cache (a power of two).
     pub entries: u32,
     pub timeout_ms: u64,
@@ -120,14 +123,46 @@ pub struct AuthProvider {
     pub identity: u64,
 }
 
-/// One remembered allow.
-#[derive(Clone, Debug, Default)]
+/// What a provider's answer left in the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Remembered {
+    /// An allow: the `Name: value\r\n` lines to add upstream (`None`: no
+    /// header copied).
+    Allow(Option<Arc<[u8]>>),
+    /// A refusal or redirect answered again (`cache.negative_ttl_ms`).
+    Refusal(Relay),
+}
+
+/// A relayed answer kept whole: its head (without Date and the connection
+/// line, each header ending in CRLF) then its body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Relay {
+    pub status: u16,
+    pub bytes: Arc<[u8]>,
+    pub head_len: u32,
+}
+
+/// The largest relayed answer remembered (head and body): a refusal
+/// table holds at most `entries` of them.
+pub const MAX_REMEMBERED_REFUSAL: usize = 4096;
+
+/// One table slot.
+#[derive(Clone, Debug)]
 struct Slot {
     /// 0: empty.
     key: u128,
     expires_ms: u64,
-    /// `Name: value\r\n` lines to add upstream (`None`: no header copied).
-    identity: Option<Arc<[u8]>>,
+    what: Remembered,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            key: 0,
+            expires_ms: 0,
+            what: Remembered::Allow(None),
+        }
+    }
 }
 
 /// A fixed table of remembered allows.
@@ -152,19 +187,19 @@ impl AuthCache {
         (key as usize) & (self.slots.len() - 1)
     }
 
-    /// The allow remembered under `key` at `now_ms`: its identity lines.
-    /// O(4), no allocation (the lines are shared).
-    pub fn get(&self, key: u128, now_ms: u64) -> Option<&Option<Arc<[u8]>>> {
+    /// What is remembered under `key` at `now_ms`. O(4), no allocation
+    /// (the bytes are shared).
+    pub fn get(&self, key: u128, now_ms: u64) -> Option<&Remembered> {
         let mask = self.slots.len() - 1;
         let s = self.start(key);
         (0..PROBE)
             .map(|i| &self.slots[(s + i) & mask])
             .find(|slot| slot.key == key && key != 0 && slot.expires_ms > now_ms)
-            .map(|slot| &slot.identity)
+            .map(|slot| &slot.what)
     }
 
-    /// Remembers an allow until `expires_ms`.
-    pub fn insert(&mut self, key: u128, expires_ms: u64, identity: Option<Arc<[u8]>>, now_ms: u64) {
+    /// Remembers an answer until `expires_ms`.
+    pub fn insert(&mut self, key: u128, expires_ms: u64, what: Remembered, now_ms: u64) {
         let mask = self.slots.len() - 1;
         let s = self.start(key);
         let mut pick = s;
@@ -182,7 +217,7 @@ impl AuthCache {
         self.slots[pick] = Slot {
             key: key.max(1),
             expires_ms,
-            identity,
+            what,
         };
     }
 }
@@ -321,14 +356,14 @@ impl AuthState {
         (h.finish128().as_u128().max(1), host)
     }
 
-    /// The remembered allow of provider `i` for these keys (host grain
-    /// first): its identity lines. Counts a hit.
+    /// What provider `i` answered for these keys, while remembered (host
+    /// grain first). Counts a hit.
     pub fn lookup(
         &mut self,
         i: usize,
         (request, host): (u128, Option<u128>),
         now_ms: u64,
-    ) -> Option<Option<Arc<[u8]>>> {
+    ) -> Option<Remembered> {
         let cache = self.caches.get(i)?;
         let hit = host
             .and_then(|k| cache.get(k, now_ms))
@@ -359,7 +394,31 @@ impl AuthState {
             _ => job.request_key,
         };
         if let Some(cache) = self.caches.get_mut(i) {
-            cache.insert(key, now_ms + p.ttl_ms, identity, now_ms);
+            cache.insert(key, now_ms + p.ttl_ms, Remembered::Allow(identity), now_ms);
+        }
+    }
+
+    /// Remembers a refusal or redirect of provider `p` (index `i`) for
+    /// `job`, per method and target, when `negative_ttl_ms` is set and the
+    /// answer is at most [`MAX_REMEMBERED_REFUSAL`] bytes.
+    pub fn remember_refusal(
+        &mut self,
+        i: usize,
+        p: &AuthProvider,
+        job: &AuthJob,
+        relay: Relay,
+        now_ms: u64,
+    ) {
+        if p.negative_ttl_ms == 0 || relay.bytes.len() > MAX_REMEMBERED_REFUSAL {
+            return;
+        }
+        if let Some(cache) = self.caches.get_mut(i) {
+            cache.insert(
+                job.request_key,
+                now_ms + p.negative_ttl_ms,
+                Remembered::Refusal(relay),
+                now_ms,
+            );
         }
     }
 
@@ -383,6 +442,7 @@ mod tests {
             copy: vec![HeaderMatch::parse("Remote-User")],
             scope,
             ttl_ms: 1000,
+            negative_ttl_ms: 0,
             entries: 8,
             timeout_ms: 2000,
             identity: 1,
@@ -459,12 +519,12 @@ mod tests {
             host_key: one.1,
         };
         s.remember(0, &p, &job, None, 0);
-        assert_eq!(s.lookup(0, one, 10), Some(None));
+        assert_eq!(s.lookup(0, one, 10), Some(Remembered::Allow(None)));
         assert_eq!(s.lookup(0, two, 10), None);
         // Named: the whole host.
         let lines: Arc<[u8]> = Arc::from(&b"Remote-User: ana\r\n"[..]);
         s.remember(0, &p, &job, Some(lines.clone()), 0);
-        assert_eq!(s.lookup(0, two, 10), Some(Some(lines)));
+        assert_eq!(s.lookup(0, two, 10), Some(Remembered::Allow(Some(lines))));
         assert_eq!(s.lookup(0, two, 1000), None, "lapsed");
         assert_eq!(s.counters[0].cache_hits, 2);
     }
@@ -473,11 +533,43 @@ mod tests {
     fn the_table_stays_bounded_and_replaces_the_first_to_expire() {
         let mut c = AuthCache::new(4);
         for k in 1..=100u128 {
-            c.insert(k << 8, 1000 + k as u64, None, 0);
+            c.insert(k << 8, 1000 + k as u64, Remembered::Allow(None), 0);
         }
         assert_eq!(c.slots.len(), 4);
         assert!(c.get(100 << 8, 0).is_some());
         assert!(c.get(1 << 8, 0).is_none());
+    }
+
+    #[test]
+    fn refusals_are_remembered_only_when_asked_and_small() {
+        let mut s = AuthState::new([4; 16]);
+        let mut p = provider(Scope::Request);
+        s.adopt(std::slice::from_ref(&p));
+        let job = AuthJob {
+            provider: 0,
+            request_key: 99,
+            host_key: None,
+        };
+        let relay = |n: usize| Relay {
+            status: 401,
+            bytes: Arc::from(vec![b'x'; n]),
+            head_len: 1,
+        };
+        s.remember_refusal(0, &p, &job, relay(10), 0);
+        assert_eq!(
+            s.lookup(0, (99, None), 1),
+            None,
+            "not without negative_ttl_ms"
+        );
+        p.negative_ttl_ms = 50;
+        s.remember_refusal(0, &p, &job, relay(MAX_REMEMBERED_REFUSAL + 1), 0);
+        assert_eq!(s.lookup(0, (99, None), 1), None, "too large");
+        s.remember_refusal(0, &p, &job, relay(10), 0);
+        assert_eq!(
+            s.lookup(0, (99, None), 1),
+            Some(Remembered::Refusal(relay(10)))
+        );
+        assert_eq!(s.lookup(0, (99, None), 50), None, "lapsed");
     }
 
     #[test]

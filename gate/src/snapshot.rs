@@ -127,6 +127,9 @@ pub enum Verdict<'s> {
     /// after it; the job is taken from the gate state
     /// (`AuthState::take_job`).
     Authenticate(crate::policy::BlockRef),
+    /// Answer the forward-auth refusal remembered for this request (the
+    /// decision's `relay`), then close.
+    AuthRefusal,
 }
 
 /// What proof of work asks of a request.
@@ -161,6 +164,7 @@ impl Verdict<'_> {
             Verdict::Pow(_, PowAsk::NotBrowser) => "pow_refuse",
             Verdict::Pow(_, PowAsk::Verify) => "pow_verify",
             Verdict::Authenticate(_) => "authenticate",
+            Verdict::AuthRefusal => "auth_refusal",
         }
     }
 }

@@ -164,6 +164,10 @@ impl Trace for Recorder {
                          relayed, anything else refuses (502, 504 on timeout)"
                     ),
                         AuthOutcome::Allowed => format!("provider {provider}: allowed"),
+                        AuthOutcome::RememberedRefusal { status } => format!(
+                            "provider {provider}: its {status} for this request is remembered \
+                         (cache.negative_ttl_ms): answered again"
+                        ),
                     },
                 )
             }
@@ -238,6 +242,10 @@ fn verdict_text(v: &Verdict<'_>, snap: &gapura_gate::Snapshot, retry: u32) -> (u
         Verdict::Verify(_) => (
             0,
             "check the password on the verification pool (explain runs no PBKDF2)".to_string(),
+        ),
+        Verdict::AuthRefusal => (
+            0,
+            "answer the forward-auth refusal remembered for this request, then close".to_string(),
         ),
         Verdict::Authenticate(i) => (
             0,

@@ -312,3 +312,49 @@ fn a_shadowed_route_counts_refusals_and_lets_them_on() {
     );
     assert_eq!(saw(&up, 1).header("remote-user"), Some("ana"));
 }
+
+#[test]
+fn refusals_are_remembered_only_with_negative_ttl() {
+    let ep = auth_endpoint(Duration::ZERO, Arc::new(AtomicUsize::new(0)));
+    let up = recording_upstream();
+    let bad = "Authorization: Bearer bad";
+    // Without negative_ttl_ms every refusal is asked again.
+    let g = Gapura::start(&auth_profile(ep.addr, up.addr, ""));
+    for _ in 0..2 {
+        assert_eq!(
+            request(g.addr, &req_with("GET", "f.test", "/a", &[bad])).status,
+            401
+        );
+    }
+    assert_eq!(ep.requests.lock().unwrap().len(), 2);
+    drop(g);
+    let g = Gapura::start(&auth_profile(
+        ep.addr,
+        up.addr,
+        "cache = { negative_ttl_ms = 60000 }",
+    ));
+    let first = request(g.addr, &req_with("GET", "f.test", "/a", &[bad]));
+    let again = request(g.addr, &req_with("GET", "f.test", "/a", &[bad]));
+    assert_eq!(
+        ep.requests.lock().unwrap().len(),
+        3,
+        "the second came from memory"
+    );
+    assert_eq!((first.status, again.status), (401, 401));
+    assert_eq!(again.body, first.body);
+    assert_eq!(
+        again.header("WWW-Authenticate"),
+        first.header("WWW-Authenticate")
+    );
+    assert_eq!(again.header("Connection"), Some("close"));
+    // Another target asks again; the good token is still let through.
+    assert_eq!(
+        request(g.addr, &req_with("GET", "f.test", "/b", &[bad])).status,
+        401
+    );
+    assert_eq!(ep.requests.lock().unwrap().len(), 4);
+    assert_eq!(
+        request(g.addr, &req_with("GET", "f.test", "/a", &[GOOD])).status,
+        200
+    );
+}

@@ -2,7 +2,7 @@
 
 use super::steps::{Flow, Next};
 use super::{Start, Step, Trace};
-use crate::auth::{AuthJob, KeyFacts};
+use crate::auth::{AuthJob, KeyFacts, Remembered};
 use crate::client::HeaderLines;
 use crate::snapshot::Verdict;
 use std::ops::ControlFlow;
@@ -16,6 +16,8 @@ pub enum AuthOutcome {
     WouldCall,
     /// The provider allowed it already (the chain resumed after the call).
     Allowed,
+    /// A refusal is remembered (`cache.negative_ttl_ms`): answered again.
+    RememberedRefusal { status: u16 },
 }
 
 impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
@@ -50,11 +52,30 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             headers: self.req.headers,
         };
         let keys = self.state.auth.keys(p, &facts);
-        if let Some(identity) = self.state.auth.lookup(i as usize, keys, self.now_ms) {
-            let named = identity.is_some();
-            self.decision.identity = identity;
-            self.auth_outcome(p, AuthOutcome::Remembered { identity: named });
-            return ControlFlow::Continue(());
+        match self.state.auth.lookup(i as usize, keys, self.now_ms) {
+            Some(Remembered::Allow(identity)) => {
+                let named = identity.is_some();
+                self.decision.identity = identity;
+                self.auth_outcome(p, AuthOutcome::Remembered { identity: named });
+                return ControlFlow::Continue(());
+            }
+            Some(Remembered::Refusal(relay)) => {
+                self.auth_outcome(
+                    p,
+                    AuthOutcome::RememberedRefusal {
+                        status: relay.status,
+                    },
+                );
+                if b.mode == crate::mode::Mode::Shadow {
+                    if let Some(c) = self.state.auth.counters.get_mut(i as usize) {
+                        c.shadow_hits += 1;
+                    }
+                    return ControlFlow::Continue(());
+                }
+                self.decision.relay = Some(relay);
+                return ControlFlow::Break(Verdict::AuthRefusal);
+            }
+            None => {}
         }
         self.state.auth.pending = Some(AuthJob {
             provider: i,

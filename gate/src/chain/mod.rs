@@ -106,6 +106,8 @@ pub struct Decision<'s> {
     /// A remembered forward-auth allow's identity lines (`Name: value\r\n`)
     /// to add upstream.
     pub identity: Option<std::sync::Arc<[u8]>>,
+    /// A remembered forward-auth refusal to answer (`Verdict::AuthRefusal`).
+    pub relay: Option<crate::auth::Relay>,
 }
 
 /// The chain's steps by name, for what the access log says decided a
@@ -217,6 +219,7 @@ impl Snapshot {
             step: Block::Host,
             policy: None,
             identity: None,
+            relay: None,
         };
         let Some(entry) = entry else {
             return self.unknown_host(decision, req, state, now_ms, trace);

@@ -8,11 +8,12 @@
 //! connection once its answer is sent.
 
 use super::conn::{Conn, End};
+use super::prepare::write_relay;
 use super::stats::ErrorKind;
 use crate::codec::head::{Method, ParsedHead};
 use crate::upstream::authcall::{exchange, Answer, CallError};
-use gapura_gate::answer::{end_head, WriteCtx};
-use gapura_gate::auth::{AuthJob, AuthProvider, MAX_CALLS};
+use gapura_gate::answer::WriteCtx;
+use gapura_gate::auth::{AuthJob, AuthProvider, Relay, MAX_CALLS};
 use gapura_gate::pages::Page;
 use gapura_gate::{ErrorStatus, Snapshot};
 use monoio::net::TcpStream;
@@ -206,13 +207,21 @@ impl Conn {
                     shadowed();
                     return Ok(None);
                 }
+                let head_len = h.len() as u32;
+                let mut bytes = h;
+                bytes.extend_from_slice(&body);
+                let relay = Relay {
+                    status,
+                    bytes: Arc::from(bytes),
+                    head_len,
+                };
                 let date = shard.date.line();
-                self.wbuf.extend_from_slice(&h);
-                self.wbuf.extend_from_slice(&date);
-                end_head(&mut self.wbuf, &closing(&date, head));
-                if head.method != Method::Head {
-                    self.wbuf.extend_from_slice(&body);
-                }
+                write_relay(&mut self.wbuf, &relay, &date, head.method == Method::Head);
+                let now_ms = shard.now_ms();
+                shard
+                    .gate_mut()
+                    .auth
+                    .remember_refusal(i as usize, p, &job, relay, now_ms);
                 shard.stats.response(status);
                 self.log_status(status);
                 Err(self.close_after_refusal(ErrorKind::Limit).await)

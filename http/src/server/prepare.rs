@@ -374,6 +374,25 @@ pub(super) fn prepare<'s>(
             page.stamp(p.wbuf, head_only, new_id);
             (LocalEnd::Written, 502)
         }
+        // A remembered forward-auth refusal: its bytes as relayed, then close.
+        Verdict::AuthRefusal => {
+            let status = match &decision.relay {
+                Some(r) => {
+                    write_relay(p.wbuf, r, &date, head_only);
+                    r.status
+                }
+                None => {
+                    let page = snap.pages.get(ErrorStatus::BadGateway, head.wants_html);
+                    page.write_into(p.wbuf, &close_ctx(&date, head_only));
+                    502
+                }
+            };
+            p.shard.stats.response(status);
+            if let Some(rec) = log {
+                rec.status = status;
+            }
+            return Plan::RefuseClose(ErrorKind::Limit, ticket);
+        }
         Verdict::Pow(_, PowAsk::NotBrowser) => {
             let status = write_non_browser_page(p.wbuf, head.wants_html, &new_id(), &whole_ctx);
             (LocalEnd::Written, status)
@@ -564,6 +583,23 @@ impl Refusal<'_> {
                 }
             }
         }
+    }
+}
+
+/// Writes a relayed forward-auth answer: its head, Date, `Connection:
+/// close`, the blank line and (unless `head_only`) its body.
+pub(super) fn write_relay(
+    out: &mut Vec<u8>,
+    r: &gapura_gate::auth::Relay,
+    date: &[u8],
+    head_only: bool,
+) {
+    let (head, body) = r.bytes.split_at((r.head_len as usize).min(r.bytes.len()));
+    out.extend_from_slice(head);
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    if !head_only {
+        out.extend_from_slice(body);
     }
 }
 

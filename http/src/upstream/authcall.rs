@@ -295,6 +295,7 @@ mod tests {
             ],
             scope: Scope::Request,
             ttl_ms: 1000,
+            negative_ttl_ms: 0,
             entries: 16,
             timeout_ms: 1000,
             identity: 1,
