@@ -12,9 +12,10 @@
 //!   bodies, the PROXY protocol header, `Accept`); fuzzable without the gate.
 //! - `server`: a shard's shared context and the connection loop (accept
 //!   checks, prepare, the gate's verdict, answers, forwarding, tunnels,
-//!   deferred password verification, per-shard stats).
+//!   deferred password verification, forward-auth calls, proof of work's
+//!   verify endpoint, request bodies read locally, per-shard stats).
 //! - `upstream`: upstream pools, balancing and health, the request head sent
-//!   upstream and the response parser.
+//!   upstream, the response parser, and forward-auth's call and answer.
 //! - `clock`: the shard's coarse monotonic clock.
 //! - `driver`: the one runtime builder (io_uring with the design's ring
 //!   flags, the explicit epoll fallback), for the server's and the load

@@ -14,21 +14,18 @@
 //! write timeout each write. A timed-out connection is closed.
 
 use super::accesslog::LogRecord;
+use super::body::BodyEnd;
 use super::leases::{Held, Leases};
 use super::prepare::{prepare, ForwardPlan, LocalEnd, LocalPlan, PageCopy, Plan, Prep, Resume};
 use super::stats::ErrorKind;
-use super::verify::VerifyPool;
 use super::Shard;
 use crate::clock;
-use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{
     header_buf, parse_head, BodyFraming, HeadError, Method, Parse, ParsedHead,
 };
-use gapura_gate::access::line::Ticket;
-use gapura_gate::access::VerifyJob;
 use gapura_gate::answer::{end_head, WriteCtx};
 use gapura_gate::client::Peer;
-use gapura_gate::limits::{RequestLimits, OUTER_MAX_HEAD_BYTES};
+use gapura_gate::limits::OUTER_MAX_HEAD_BYTES;
 use gapura_gate::quota::QuotaTicket;
 use gapura_gate::{ErrorStatus, Snapshot};
 use monoio::buf::IoBufMut;
@@ -36,9 +33,7 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::rc::Rc;
-use std::time::Duration;
 
 /// Initial read buffer; it grows only for large heads.
 const READ_BUF_BYTES: usize = 4096;
@@ -52,12 +47,6 @@ pub(super) const WRITE_FLUSH_BYTES: usize = 64 * 1024;
 const LINGER_BYTES: usize = 256 * 1024;
 /// Longest wait for that input.
 const LINGER_MS: u64 = 1000;
-
-const CONTINUE_100: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
-/// Longest wait for a password check before answering 429.
-const VERIFY_MAX_WAIT_MS: u64 = 10_000;
-/// How often a waiting connection looks for its check's result.
-const VERIFY_POLL_MS: u64 = 3;
 
 /// Why a connection ended (for counters; never shown to the peer).
 #[derive(Debug)]
@@ -101,7 +90,7 @@ pub(super) struct Conn {
     pub(super) served: u64,
     head_deadline: Option<Instant>,
     /// How the head in the buffer resumes after a password check.
-    resume: Option<Resume>,
+    pub(super) resume: Option<Resume>,
     /// The leases that head took before its check.
     resume_leases: Option<Leases>,
     /// The identity lines a forward-auth provider gave that head.
@@ -211,15 +200,6 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
     }
     shard.open.set(shard.open.get() - 1);
     shard.stats.connections_closed.inc();
-}
-
-/// What the body handling of one request concluded.
-pub(super) enum BodyEnd {
-    /// Body consumed; the connection may continue.
-    Ok,
-    /// Refuse with this page and close.
-    Refuse(ErrorStatus),
-    End(End),
 }
 
 impl Conn {
@@ -426,68 +406,6 @@ impl Conn {
         }
     }
 
-    /// Runs a password check on the verification pool and records how the
-    /// request resumes. Polls every few milliseconds, watching for the
-    /// client going away; the line's place is given back however it ends.
-    async fn verify(&mut self, job: Box<VerifyJob>, list: u32, generation: u64) -> Result<(), End> {
-        if !self.wbuf.is_empty() {
-            self.flush().await?;
-        }
-        let shard = self.shard.clone();
-        let Some(pool) = shard.verifier.clone() else {
-            self.resume = Some(Resume::Busy { list, generation });
-            return Ok(());
-        };
-        let cache_key = job.cache_key();
-        let ticket = match pool.submit(*job, shard.now_ms()) {
-            Ok(t) => t,
-            Err(_) => {
-                self.resume = Some(Resume::Busy { list, generation });
-                return Ok(());
-            }
-        };
-        struct Place<'a> {
-            pool: &'a dyn VerifyPool,
-            ticket: Option<Ticket>,
-        }
-        impl Drop for Place<'_> {
-            fn drop(&mut self) {
-                if let Some(t) = self.ticket.take() {
-                    self.pool.cancel(t);
-                }
-            }
-        }
-        let mut place = Place {
-            pool: &*pool,
-            ticket: Some(ticket),
-        };
-        let deadline = Instant::now() + Duration::from_millis(VERIFY_MAX_WAIT_MS);
-        loop {
-            if let Some(result) = pool.poll(ticket) {
-                place.ticket = None;
-                if result.is_ok() {
-                    let now_ms = shard.now_ms();
-                    shard.gate_mut().verify_cache.insert(cache_key, now_ms);
-                    self.resume = Some(Resume::Passed { list, generation });
-                } else {
-                    if let Some(c) = shard.gate_mut().access_counters.get_mut(list as usize) {
-                        c.verify_failures += 1;
-                    }
-                    self.resume = Some(Resume::Failed { list, generation });
-                }
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                self.resume = Some(Resume::Busy { list, generation });
-                return Ok(());
-            }
-            if super::forward::peer_closed(self.stream.as_raw_fd()) {
-                return Err(End::Error(ErrorKind::Io));
-            }
-            monoio::time::sleep(Duration::from_millis(VERIFY_POLL_MS)).await;
-        }
-    }
-
     /// No complete head is buffered: flush answers, then read more under the
     /// idle or header deadline.
     async fn wait_for_more(&mut self) -> Result<(), End> {
@@ -555,7 +473,7 @@ impl Conn {
 
     /// Reads into the spare capacity of `rbuf`. A timed-out read takes its
     /// buffer with it; the caller closes the connection then.
-    async fn read_more(&mut self, deadline: Instant) -> Result<usize, ReadFail> {
+    pub(super) async fn read_more(&mut self, deadline: Instant) -> Result<usize, ReadFail> {
         let buf = std::mem::take(&mut self.rbuf);
         let len = buf.len();
         let cap = buf.capacity();
@@ -850,94 +768,6 @@ impl Conn {
         let leases = ticket.map(|t| Leases::new(self.shard.clone(), t));
         let _ = self.hold_guard(leases).await;
     }
-
-    /// Before reading a body the client holds back for `100 Continue`: write
-    /// the answers queued before this request, then the interim response.
-    pub(super) async fn send_continue(&mut self, resp_start: usize) -> Result<(), End> {
-        let answer = self.wbuf.split_off(resp_start);
-        self.wbuf.extend_from_slice(CONTINUE_100);
-        self.shard.stats.response(100);
-        self.flush().await?;
-        self.wbuf = answer;
-        Ok(())
-    }
-
-    /// Makes room for body bytes: everything before `pos` is consumed.
-    fn recycle_for_body(&mut self) {
-        if self.pos == self.rbuf.len() {
-            self.rbuf.clear();
-            self.pos = 0;
-        }
-    }
-
-    pub(super) async fn read_body(&mut self) -> Result<usize, End> {
-        self.recycle_for_body();
-        let ms = self.shard.snapshot().server.body_timeout_ms;
-        let deadline = clock::deadline(ms);
-        match self.read_more(deadline).await {
-            Ok(0) => Err(End::Error(ErrorKind::Io)),
-            Ok(n) => Ok(n),
-            Err(ReadFail::Timeout) => Err(End::Error(ErrorKind::BodyTimeout)),
-            Err(ReadFail::Io) => Err(End::Error(ErrorKind::Io)),
-        }
-    }
-
-    async fn drain_length(&mut self, len: u64, expect: bool, resp_start: usize) -> BodyEnd {
-        let mut remaining = len;
-        let avail = (self.rbuf.len() - self.pos) as u64;
-        if avail == 0 && expect {
-            if let Err(end) = self.send_continue(resp_start).await {
-                return BodyEnd::End(end);
-            }
-        }
-        loop {
-            let avail = (self.rbuf.len() - self.pos) as u64;
-            let take = avail.min(remaining);
-            self.pos += take as usize;
-            remaining -= take;
-            if remaining == 0 {
-                return BodyEnd::Ok;
-            }
-            if let Err(end) = self.read_body().await {
-                return BodyEnd::End(end);
-            }
-        }
-    }
-
-    async fn drain_chunked(
-        &mut self,
-        limits: &RequestLimits,
-        expect: bool,
-        resp_start: usize,
-    ) -> BodyEnd {
-        let mut decoder = ChunkedDecoder::new();
-        let mut total: u64 = 0;
-        if self.pos == self.rbuf.len() && expect {
-            if let Err(end) = self.send_continue(resp_start).await {
-                return BodyEnd::End(end);
-            }
-        }
-        loop {
-            while self.pos < self.rbuf.len() {
-                match decoder.step(&self.rbuf[self.pos..]) {
-                    Ok(step) => {
-                        total = total.saturating_add(step.data.len() as u64);
-                        self.pos += step.consumed;
-                        if !limits.body_allows(total) {
-                            return BodyEnd::Refuse(ErrorStatus::PayloadTooLarge);
-                        }
-                        if step.done {
-                            return BodyEnd::Ok;
-                        }
-                    }
-                    Err(_) => return BodyEnd::Refuse(ErrorStatus::BadRequest),
-                }
-            }
-            if let Err(end) = self.read_body().await {
-                return BodyEnd::End(end);
-            }
-        }
-    }
 }
 
 /// Starts the access log record of a new request (when the profile logs):
@@ -965,7 +795,7 @@ pub(super) fn request_id(log: &Option<Box<LogRecord>>, shard: &Shard) -> [u8; 24
     }
 }
 
-enum ReadFail {
+pub(super) enum ReadFail {
     Timeout,
     Io,
 }

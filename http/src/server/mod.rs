@@ -1,6 +1,14 @@
 //! The HTTP/1.1 server side: a shard's shared context and the connection loop.
+//!
+//! Modules: `conn` (the connection loop), `prepare` (a head's decision and
+//! what can be written before its body), `forward` (proxying), `body` (a
+//! body read locally), `verify` (password checks on the pool),
+//! `forwardauth` (forward-auth calls), `powverify` (proof of work's verify
+//! endpoint), `tunnel` (upgraded connections), `leases`, `accesslog`,
+//! `warn`, `live`, `stats`, `date`, `timing`.
 
 pub mod accesslog;
+mod body;
 pub mod conn;
 pub mod date;
 mod forward;

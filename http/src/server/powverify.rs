@@ -4,7 +4,8 @@
 //! buffer), answered 303 (with the cookie when solved) or 403, by the
 //! gate's pure check (`gapura_gate::pow::verify_form`).
 
-use super::conn::{BodyEnd, Conn, End, WRITE_FLUSH_BYTES};
+use super::body::BodyEnd;
+use super::conn::{Conn, End, WRITE_FLUSH_BYTES};
 use super::leases::Leases;
 use super::stats::ErrorKind;
 use crate::codec::chunked::ChunkedDecoder;

@@ -6,8 +6,19 @@
 //! milliseconds), watching for the client going away; its place is given
 //! back however the wait ends.
 
+use super::conn::{Conn, End};
+use super::prepare::Resume;
+use super::stats::ErrorKind;
 use gapura_gate::access::line::{Full, Ticket};
 use gapura_gate::access::{VerifyJob, VerifyResult};
+use monoio::time::Instant;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// Longest wait for a password check before answering 429.
+const VERIFY_MAX_WAIT_MS: u64 = 10_000;
+/// How often a waiting connection looks for its check's result.
+const VERIFY_POLL_MS: u64 = 3;
 
 /// The process's verification pool, shared by every shard.
 pub trait VerifyPool: Send + Sync {
@@ -18,4 +29,73 @@ pub trait VerifyPool: Send + Sync {
     fn poll(&self, ticket: Ticket) -> Option<VerifyResult>;
     /// The waiter left (client gone, wait over): frees its place.
     fn cancel(&self, ticket: Ticket);
+}
+
+impl Conn {
+    /// Runs a password check on the verification pool and records how the
+    /// request resumes. Polls every few milliseconds, watching for the
+    /// client going away; the line's place is given back however it ends.
+    pub(super) async fn verify(
+        &mut self,
+        job: Box<VerifyJob>,
+        list: u32,
+        generation: u64,
+    ) -> Result<(), End> {
+        if !self.wbuf.is_empty() {
+            self.flush().await?;
+        }
+        let shard = self.shard.clone();
+        let Some(pool) = shard.verifier.clone() else {
+            self.resume = Some(Resume::Busy { list, generation });
+            return Ok(());
+        };
+        let cache_key = job.cache_key();
+        let ticket = match pool.submit(*job, shard.now_ms()) {
+            Ok(t) => t,
+            Err(_) => {
+                self.resume = Some(Resume::Busy { list, generation });
+                return Ok(());
+            }
+        };
+        struct Place<'a> {
+            pool: &'a dyn VerifyPool,
+            ticket: Option<Ticket>,
+        }
+        impl Drop for Place<'_> {
+            fn drop(&mut self) {
+                if let Some(t) = self.ticket.take() {
+                    self.pool.cancel(t);
+                }
+            }
+        }
+        let mut place = Place {
+            pool: &*pool,
+            ticket: Some(ticket),
+        };
+        let deadline = Instant::now() + Duration::from_millis(VERIFY_MAX_WAIT_MS);
+        loop {
+            if let Some(result) = pool.poll(ticket) {
+                place.ticket = None;
+                if result.is_ok() {
+                    let now_ms = shard.now_ms();
+                    shard.gate_mut().verify_cache.insert(cache_key, now_ms);
+                    self.resume = Some(Resume::Passed { list, generation });
+                } else {
+                    if let Some(c) = shard.gate_mut().access_counters.get_mut(list as usize) {
+                        c.verify_failures += 1;
+                    }
+                    self.resume = Some(Resume::Failed { list, generation });
+                }
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                self.resume = Some(Resume::Busy { list, generation });
+                return Ok(());
+            }
+            if super::forward::peer_closed(self.stream.as_raw_fd()) {
+                return Err(End::Error(ErrorKind::Io));
+            }
+            monoio::time::sleep(Duration::from_millis(VERIFY_POLL_MS)).await;
+        }
+    }
 }

@@ -1,0 +1,116 @@
+//! A request body the connection reads itself (a local answer's, which it
+//! drains against the limits): `100 Continue`, reading more, and draining
+//! a length-delimited or chunked body.
+
+use super::conn::{Conn, End, ReadFail};
+use super::stats::ErrorKind;
+use crate::clock;
+use crate::codec::chunked::ChunkedDecoder;
+use gapura_gate::limits::RequestLimits;
+use gapura_gate::ErrorStatus;
+
+const CONTINUE_100: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// What the body handling of one request concluded.
+pub(super) enum BodyEnd {
+    /// Body consumed; the connection may continue.
+    Ok,
+    /// Refuse with this page and close.
+    Refuse(ErrorStatus),
+    End(End),
+}
+
+impl Conn {
+    /// Before reading a body the client holds back for `100 Continue`: write
+    /// the answers queued before this request, then the interim response.
+    pub(super) async fn send_continue(&mut self, resp_start: usize) -> Result<(), End> {
+        let answer = self.wbuf.split_off(resp_start);
+        self.wbuf.extend_from_slice(CONTINUE_100);
+        self.shard.stats.response(100);
+        self.flush().await?;
+        self.wbuf = answer;
+        Ok(())
+    }
+
+    /// Makes room for body bytes: everything before `pos` is consumed.
+    pub(super) fn recycle_for_body(&mut self) {
+        if self.pos == self.rbuf.len() {
+            self.rbuf.clear();
+            self.pos = 0;
+        }
+    }
+
+    pub(super) async fn read_body(&mut self) -> Result<usize, End> {
+        self.recycle_for_body();
+        let ms = self.shard.snapshot().server.body_timeout_ms;
+        let deadline = clock::deadline(ms);
+        match self.read_more(deadline).await {
+            Ok(0) => Err(End::Error(ErrorKind::Io)),
+            Ok(n) => Ok(n),
+            Err(ReadFail::Timeout) => Err(End::Error(ErrorKind::BodyTimeout)),
+            Err(ReadFail::Io) => Err(End::Error(ErrorKind::Io)),
+        }
+    }
+
+    pub(super) async fn drain_length(
+        &mut self,
+        len: u64,
+        expect: bool,
+        resp_start: usize,
+    ) -> BodyEnd {
+        let mut remaining = len;
+        let avail = (self.rbuf.len() - self.pos) as u64;
+        if avail == 0 && expect {
+            if let Err(end) = self.send_continue(resp_start).await {
+                return BodyEnd::End(end);
+            }
+        }
+        loop {
+            let avail = (self.rbuf.len() - self.pos) as u64;
+            let take = avail.min(remaining);
+            self.pos += take as usize;
+            remaining -= take;
+            if remaining == 0 {
+                return BodyEnd::Ok;
+            }
+            if let Err(end) = self.read_body().await {
+                return BodyEnd::End(end);
+            }
+        }
+    }
+
+    pub(super) async fn drain_chunked(
+        &mut self,
+        limits: &RequestLimits,
+        expect: bool,
+        resp_start: usize,
+    ) -> BodyEnd {
+        let mut decoder = ChunkedDecoder::new();
+        let mut total: u64 = 0;
+        if self.pos == self.rbuf.len() && expect {
+            if let Err(end) = self.send_continue(resp_start).await {
+                return BodyEnd::End(end);
+            }
+        }
+        loop {
+            while self.pos < self.rbuf.len() {
+                match decoder.step(&self.rbuf[self.pos..]) {
+                    Ok(step) => {
+                        total = total.saturating_add(step.data.len() as u64);
+                        self.pos += step.consumed;
+                        if !limits.body_allows(total) {
+                            return BodyEnd::Refuse(ErrorStatus::PayloadTooLarge);
+                        }
+                        if step.done {
+                            return BodyEnd::Ok;
+                        }
+                    }
+                    Err(_) => return BodyEnd::Refuse(ErrorStatus::BadRequest),
+                }
+            }
+            if let Err(end) = self.read_body().await {
+                return BodyEnd::End(end);
+            }
+        }
+    }
+}
