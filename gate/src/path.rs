@@ -78,8 +78,9 @@ fn is_control(b: u8) -> bool {
     b < 0x20 || b == 0x7F
 }
 
+/// A hex digit's value.
 #[inline]
-fn hex(b: u8) -> Option<u8> {
+pub(crate) fn hex(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),

@@ -168,8 +168,8 @@ fn form_decode(v: &[u8], out: &mut [u8]) -> Option<usize> {
         let b = match v[i] {
             b'+' => b' ',
             b'%' => {
-                let hi = hex(*v.get(i + 1)?)?;
-                let lo = hex(*v.get(i + 2)?)?;
+                let hi = crate::path::hex(*v.get(i + 1)?)?;
+                let lo = crate::path::hex(*v.get(i + 2)?)?;
                 i += 2;
                 hi << 4 | lo
             }
@@ -180,15 +180,6 @@ fn form_decode(v: &[u8], out: &mut [u8]) -> Option<usize> {
         i += 1;
     }
     Some(n)
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

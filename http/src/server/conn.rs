@@ -656,15 +656,29 @@ impl Conn {
             }
             BodyEnd::End(end) => return Err(end),
         }
-        // Decided after the body: a drain that began meanwhile closes too.
-        let server = &snap.server;
-        let close = head.close
-            || local.close
-            || self.shard.is_draining()
-            || (server.max_requests_per_connection != 0
-                && self.served >= server.max_requests_per_connection);
+        let close = local.close || self.closes_after(snap, head);
         self.end_local_answer(local.end, head, close);
         self.shard.stats.response(local.status);
+        self.after_local_answer(close, leases).await
+    }
+
+    /// Whether the connection closes after this request's answer, decided
+    /// once its body is read (a drain that began meanwhile closes too).
+    pub(super) fn closes_after(&self, snap: &Snapshot, head: &ParsedHead) -> bool {
+        let server = &snap.server;
+        head.close
+            || self.shard.is_draining()
+            || (server.max_requests_per_connection != 0
+                && self.served >= server.max_requests_per_connection)
+    }
+
+    /// After a local answer is written: close, flush a full buffer, or
+    /// hold its leases until the flush that sends it.
+    pub(super) async fn after_local_answer(
+        &mut self,
+        close: bool,
+        leases: Option<Leases>,
+    ) -> Result<(), End> {
         if close {
             self.flush().await?;
             let _ = self.stream.shutdown().await;

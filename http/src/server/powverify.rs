@@ -5,7 +5,7 @@
 //! gate's pure check (`gapura_gate::pow::verify_form`).
 
 use super::body::BodyEnd;
-use super::conn::{Conn, End, WRITE_FLUSH_BYTES};
+use super::conn::{Conn, End};
 use super::leases::Leases;
 use super::stats::ErrorKind;
 use crate::codec::chunked::ChunkedDecoder;
@@ -43,24 +43,11 @@ impl Conn {
             Err(BodyEnd::End(end)) => return Err(end),
             Err(BodyEnd::Ok) => 0,
         };
-        let server = &snap.server;
-        let close = head.close
-            || self.shard.is_draining()
-            || (server.max_requests_per_connection != 0
-                && self.served >= server.max_requests_per_connection);
+        let close = self.closes_after(snap, head);
         let status = self.write_verify_answer(snap, head, pow, client, &form[..n], close);
         self.shard.stats.response(status);
         self.log_status(status);
-        if close {
-            self.flush().await?;
-            return Err(End::Done);
-        }
-        if self.wbuf.len() >= WRITE_FLUSH_BYTES {
-            self.flush().await?;
-        } else {
-            self.hold_guard(leases).await?;
-        }
-        Ok(())
+        self.after_local_answer(close, leases).await
     }
 
     /// Checks the form and writes the answer: 303 (the cookie when
