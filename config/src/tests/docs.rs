@@ -141,7 +141,12 @@ fn the_example_profile_compiles_every_block() {
     );
     assert_eq!(
         g.rule_set_names,
-        ["edge", "block_ai_crawlers", "block_known_scanners"]
+        [
+            "edge",
+            "suspects",
+            "block_ai_crawlers",
+            "block_known_scanners"
+        ]
     );
     assert_eq!(g.rule_sets[0].len(), 5);
     // The example user's line is what its comment says.
@@ -171,7 +176,7 @@ fn the_example_profile_compiles_every_block() {
         routes,
         [
             (b(0, Mode::Enforce), b(0, Mode::Shadow)),
-            (None, b(2, Mode::Enforce)),
+            (None, b(3, Mode::Enforce)),
             (b(0, Mode::Enforce), b(0, Mode::Enforce)),
         ]
     );
@@ -186,10 +191,23 @@ fn the_example_profile_compiles_every_block() {
     assert!(pages.get(ErrorStatus::NotFound).is_some());
     assert!(x.maintenance.is_none());
 
+    let members = entry(b"members.example.com");
+    let gapura_gate::HostAction::Proxy(p) = &members.action else {
+        panic!("members.example.com is a proxy host");
+    };
+    let r = &p.routes;
+    assert_eq!(r[0].policy.auth, b(0, Mode::Enforce));
+    assert_eq!(r[1].policy.auth, None);
+    let pow = r[0].policy.pow.expect("proof of work on /");
+    assert_eq!((pow.difficulty, pow.when), (16, Some(1)));
+    assert_eq!(r[1].policy.pow, None);
+    assert_eq!(g.auth_providers[0].path, "/api/authz/forward-auth");
+    assert_eq!(c.runtime.pow_key_file.as_deref(), Some("gapura-pow.key"));
+
     let shop = entry(b"shop.example.com");
     assert_eq!(
         (shop.policy.access, shop.policy.rules),
-        (None, b(1, Mode::Enforce))
+        (None, b(2, Mode::Enforce))
     );
     let m = shop.extras.maintenance.as_ref().unwrap();
     assert_eq!(
