@@ -59,8 +59,17 @@ fn check(file: &str) -> ExitCode {
             for w in &c.warnings {
                 eprintln!("{file}:{w} (warning)");
             }
-            // Read only: `check` creates no key.
-            if let Err(e) = powkey::load_into(&mut c, false) {
+            // Read only: `check` creates no key; a missing one whose
+            // directory exists is created at first start.
+            let creatable = c.runtime.pow_key_file.as_deref().is_some_and(|p| {
+                let p = std::path::Path::new(p);
+                !p.exists()
+                    && p.parent()
+                        .is_none_or(|d| d.as_os_str().is_empty() || d.is_dir())
+            });
+            if creatable {
+                println!("{file}: the proof-of-work key file is created at first start");
+            } else if let Err(e) = powkey::load_into(&mut c, false) {
                 if c.snapshot.gate.pow_in_use {
                     eprintln!(
                         "{file}: warning: proof of work has no usable key ({e}); its routes \
