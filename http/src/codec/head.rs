@@ -6,9 +6,11 @@
 //! the client wants HTML, and the header count and bytes the limits judge.
 //! Every ambiguity that could let two parsers disagree about where a request
 //! ends is an error: Content-Length with Transfer-Encoding, differing
-//! Content-Length values, a Transfer-Encoding whose last coding is not
-//! `chunked` or that names `chunked` twice, duplicate Host, obs-fold, bare CR,
-//! invalid header names. O(head length), no allocation.
+//! Content-Length values, a Transfer-Encoding that is anything but exactly
+//! `chunked` once (`gzip, chunked`, `identity, chunked`, `chunked` twice),
+//! duplicate Host, obs-fold, bare CR, invalid header names; so is a target
+//! with a `#fragment`, which a client never sends and two parsers may cut
+//! differently. O(head length), no allocation.
 
 use super::accept::accepts_html;
 use std::mem::MaybeUninit;
@@ -241,6 +243,9 @@ fn request_target(
     raw_target: &[u8],
 ) -> Result<(Range<usize>, Range<usize>, Option<Range<usize>>), HeadError> {
     let target = offset(buf, raw_target);
+    if raw_target.contains(&b'#') {
+        return Err(HeadError::Malformed("a fragment in the request target"));
+    }
     if raw_target.first() == Some(&b'/') || raw_target == b"*" {
         return Ok((target.clone(), target, None));
     }
@@ -268,6 +273,8 @@ struct HeaderFacts {
     te_seen: bool,
     chunked_last: bool,
     chunked_count: u32,
+    /// A coding other than `chunked` (never forwarded: 400).
+    other_coding: bool,
     close: bool,
     keep_alive: bool,
     upgrade: bool,
@@ -290,7 +297,11 @@ impl HeaderFacts {
                     if f.host.is_some() {
                         return Err(HeadError::Malformed("duplicate Host"));
                     }
-                    f.host = Some(offset(buf, value.trim_ascii()));
+                    let host = value.trim_ascii();
+                    if !host.iter().all(|&b| is_host_byte(b)) {
+                        return Err(HeadError::Malformed("invalid Host"));
+                    }
+                    f.host = Some(offset(buf, host));
                 }
                 14 if name.eq_ignore_ascii_case(b"content-length") => {
                     let Some(n) = parse_length(value) else {
@@ -311,6 +322,8 @@ impl HeaderFacts {
                         f.chunked_last = coding.eq_ignore_ascii_case(b"chunked");
                         if f.chunked_last {
                             f.chunked_count += 1;
+                        } else {
+                            f.other_coding = true;
                         }
                     }
                 }
@@ -331,7 +344,7 @@ impl HeaderFacts {
         Ok(f)
     }
 
-    /// The body's framing: chunked (the last coding, once, never beside a
+    /// The body's framing: chunked (the only coding, once, never beside a
     /// length, never in HTTP/1.0), a length, or none.
     #[inline]
     fn framing(&self, version: u8) -> Result<BodyFraming, HeadError> {
@@ -349,13 +362,19 @@ impl HeaderFacts {
         if version == 0 {
             return Err(HeadError::Malformed("Transfer-Encoding in HTTP/1.0"));
         }
-        if !self.chunked_last || self.chunked_count != 1 {
+        if !self.chunked_last || self.chunked_count != 1 || self.other_coding {
             return Err(HeadError::Malformed(
-                "chunked must be the last coding, once",
+                "Transfer-Encoding must be exactly chunked",
             ));
         }
         Ok(BodyFraming::Chunked)
     }
+}
+
+/// A byte a `Host` value may hold (RFC 3986 reg-name, IP literal, port):
+/// letters, digits, `-._~%!$&'()*+,;=:[]`. Anything else is a 400.
+fn is_host_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(&b)
 }
 
 fn strip_scheme(target: &[u8]) -> Option<&[u8]> {
@@ -455,7 +474,7 @@ mod tests {
         let h =
             ok(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\nContent-Length: 5\r\n\r\n");
         assert_eq!(h.framing, BodyFraming::Length(5));
-        let h = ok(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+        let h = ok(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:  Chunked \r\n\r\n");
         assert_eq!(h.framing, BodyFraming::Chunked);
         let h = ok(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
         assert_eq!(h.framing, BodyFraming::None);
@@ -472,6 +491,15 @@ mod tests {
         malformed(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n");
         malformed(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n");
         malformed(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n");
+        malformed(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+        malformed(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity, chunked\r\n\r\n");
+        malformed(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n");
+        malformed(b"GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n");
+        malformed(b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n");
+        malformed(b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n");
+        malformed(b"GET / HTTP/1.1\r\nHost: a@b\r\n\r\n");
+        assert!(ok(b"GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n").host.is_some());
+        malformed(b"GET http://a/x#y HTTP/1.1\r\nHost: a\r\n\r\n");
         malformed(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n");
     }
 
