@@ -498,7 +498,9 @@ mod tests {
         malformed(b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n");
         malformed(b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n");
         malformed(b"GET / HTTP/1.1\r\nHost: a@b\r\n\r\n");
-        assert!(ok(b"GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n").host.is_some());
+        assert!(ok(b"GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n")
+            .host
+            .is_some());
         malformed(b"GET http://a/x#y HTTP/1.1\r\nHost: a\r\n\r\n");
         malformed(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n");
     }
