@@ -63,13 +63,21 @@ fn probe(addr: SocketAddr, host: &str, path: &str, timeout: Duration) -> Result<
         }
         n += k;
     }
-    let line = std::str::from_utf8(&buf[..n]).map_err(|_| "not HTTP".to_string())?;
-    if !line.starts_with("HTTP/1.") {
+    status_of(&buf[..n])
+}
+
+/// The status of a response that starts `HTTP/1.x NNN`, read as bytes (an
+/// upstream may send anything: never sliced as text).
+fn status_of(line: &[u8]) -> Result<u16, String> {
+    if !line.starts_with(b"HTTP/1.") || line.get(8) != Some(&b' ') {
         return Err("not HTTP".into());
     }
-    line[9..12]
-        .parse()
-        .map_err(|_| "bad status line".to_string())
+    match line.get(9..12) {
+        Some(d) if d.iter().all(u8::is_ascii_digit) => {
+            Ok(d.iter().fold(0u16, |a, &b| a * 10 + u16::from(b - b'0')))
+        }
+        _ => Err("bad status line".into()),
+    }
 }
 
 /// Runs the checker until `stop` is set.
@@ -125,4 +133,18 @@ pub fn spawn(cell: Arc<SnapshotCell>, board: Arc<HealthBoard>, stop: Arc<AtomicB
                 std::thread::sleep(Duration::from_millis(50));
             }
         });
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::status_of;
+
+    #[test]
+    fn status_lines_are_read_as_bytes() {
+        assert_eq!(status_of(b"HTTP/1.1 204 No Content"), Ok(204));
+        assert!(status_of("HTTP/1.1 2\u{e9}4 x".as_bytes()).is_err());
+        assert!(status_of("\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}".as_bytes()).is_err());
+        assert!(status_of(b"HTTP/1.1 20").is_err());
+        assert!(status_of(b"SSH-2.0-OpenSSH").is_err());
+    }
 }

@@ -100,7 +100,7 @@ fn start(
     slots.assign(&mut first);
     let cell = Arc::new(SnapshotCell::new(first));
     let board = Arc::new(gapura_http::upstream::HealthBoard::default());
-    let key_seed = random_seed();
+    let key_seed = random_seed()?;
     let id_prefix = {
         let t = SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -355,18 +355,11 @@ fn refuse_resize(cell: &SnapshotCell, new: &gapura_gate::Snapshot, global: &Glob
     true
 }
 
-/// 16 random bytes for the gate's keyed hashes, from the kernel.
-fn random_seed() -> [u8; 16] {
+/// 16 random bytes for the gate's keyed hashes, from the kernel; without
+/// them Gapura does not start (guessable keys would let a client aim at
+/// one table slot).
+fn random_seed() -> Result<[u8; 16], String> {
     let mut seed = [0u8; 16];
-    if crate::random::fill(&mut seed).is_ok() {
-        return seed;
-    }
-    // No /dev/urandom: fall back to the clock and pid, still per process.
-    let t = SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos();
-    seed[..8].copy_from_slice(&(t as u64).to_le_bytes());
-    seed[8..12].copy_from_slice(&std::process::id().to_le_bytes());
-    seed
+    crate::random::fill(&mut seed).map_err(|e| format!("no randomness from the kernel: {e}"))?;
+    Ok(seed)
 }
