@@ -282,8 +282,25 @@ fn check_servers(
             });
         }
     }
+    if servers.len() > MAX_SERVERS {
+        e.push(
+            "upstream.servers.tooMany",
+            path,
+            list.span(),
+            format!(
+                "{} servers (names resolved): at most {MAX_SERVERS} per upstream, the servers \
+                 one request's retries keep apart",
+                servers.len()
+            ),
+        );
+        servers.truncate(MAX_SERVERS);
+    }
     servers
 }
+
+/// The most servers one upstream group holds: a request's retries mark
+/// the servers they tried in one 64-bit mask.
+pub(crate) const MAX_SERVERS: usize = 64;
 
 /// A server address as written.
 #[derive(Debug, PartialEq, Eq)]

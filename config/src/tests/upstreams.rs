@@ -499,3 +499,17 @@ fn a_health_timeout_must_be_shorter_than_the_interval() {
     );
     ok(&format!("{h}interval_ms = 500\ntimeout_ms = 499\n"));
 }
+
+#[test]
+fn an_upstream_holds_at_most_64_servers() {
+    let servers: Vec<String> = (0..65)
+        .map(|i| format!("\"127.0.0.1:{}\"", 9000 + i))
+        .collect();
+    let src = format!(
+        "[[upstream]]\nname = \"big\"\nservers = [{}]\n",
+        servers.join(", ")
+    );
+    assert_eq!(one(&src).0, "upstream.servers.tooMany");
+    let src = src.replace(", \"127.0.0.1:9064\"", "");
+    assert_eq!(ok(&src).snapshot.upstreams[0].servers.len(), 64);
+}

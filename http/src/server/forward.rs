@@ -221,7 +221,9 @@ impl Conn {
                     }
                     if reused {
                         // A stale pooled connection: try this server again.
-                        tried &= !(1u64 << idx.min(63));
+                        if idx < 64 {
+                            tried &= !(1u64 << idx);
+                        }
                     }
                 }
                 Attempt::Fail {
