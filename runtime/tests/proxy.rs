@@ -356,7 +356,8 @@ fn upstream_failures_get_their_statuses() {
 }
 
 #[test]
-fn every_server_down_answers_503() {
+fn a_group_whose_servers_are_all_out_still_tries_one() {
+    // A group's only server is never taken out: each request tries it.
     let dead = upstream::dead_addr();
     let g = Gapura::start(&proxy_profile(
         &[dead],
@@ -364,9 +365,45 @@ fn every_server_down_answers_503() {
         "",
     ));
     assert_eq!(get(&g, "/").status, 502);
-    // Taken out by passive health: nothing left to try.
-    let r = get(&g, "/");
-    assert_eq!(r.status, 503);
+    assert_eq!(get(&g, "/").status, 502);
+    // Two servers, both out for a minute: a request still probes one.
+    let (a, b) = (upstream::dead_addr(), upstream::dead_addr());
+    let g = Gapura::start(&proxy_profile(
+        &[a, b],
+        "fail_threshold = 1\nfail_cooldown_ms = 60000",
+        "",
+    ));
+    assert_eq!(get(&g, "/").status, 502);
+    assert_eq!(get(&g, "/").status, 502, "probed though both are out");
+}
+
+#[test]
+fn a_server_back_from_an_outage_serves_at_once() {
+    // Down: its port refuses; both servers go out for a minute.
+    let addr = upstream::dead_addr();
+    let other = upstream::dead_addr();
+    let g = Gapura::start(&proxy_profile(
+        &[addr, other],
+        "fail_threshold = 1\nfail_cooldown_ms = 60000",
+        "",
+    ));
+    for _ in 0..3 {
+        assert_eq!(get(&g, "/").status, 502);
+    }
+    // Restored on the same port: the next request's probe finds it, and its
+    // first success brings it back without waiting out the cooldown.
+    let listener = std::net::TcpListener::bind(addr).expect("the port is free again");
+    let _up = upstream::start_on(
+        listener,
+        Arc::new(|_: &UpRequest| upstream::Reply::Bytes(upstream::ok(b"back"))),
+    );
+    let mut ok = 0;
+    for _ in 0..4 {
+        if get(&g, "/").status == 200 {
+            ok += 1;
+        }
+    }
+    assert!(ok >= 3, "{ok} of 4 served after the server came back");
 }
 
 #[test]

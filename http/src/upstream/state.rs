@@ -76,9 +76,39 @@ impl Upstreams {
         }
     }
 
-    /// Picks a server of `group` not in `tried` (a bit per index, first 64).
-    /// None when every server is down or tried. O(servers).
+    /// Picks a server of `group` not in `tried` (a bit per index, first 64):
+    /// an available one by the group's balance, else, when every untried
+    /// server is out, the one whose cooldown ends first (a half-open probe:
+    /// its first success brings it back). None when every server is tried.
+    /// O(servers).
     pub fn pick(&self, group: &UpstreamGroup, tried: u64, board: &HealthBoard) -> Option<Pick> {
+        self.pick_available(group, tried, board)
+            .or_else(|| self.pick_out(group, tried, board))
+    }
+
+    /// When every untried server is out: the passively failed one whose
+    /// cooldown ends first, else the first one active checks hold down.
+    fn pick_out(&self, group: &UpstreamGroup, tried: u64, board: &HealthBoard) -> Option<Pick> {
+        let states = self.servers.borrow();
+        let untried = |i: usize| i >= 64 || tried & (1 << i) == 0;
+        group
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| untried(*i))
+            .min_by_key(|(_, s)| {
+                let until = states.get(&s.key).and_then(|st| st.down_until);
+                (board.is_down(s.health_slot), until)
+            })
+            .map(|(i, _)| i)
+    }
+
+    fn pick_available(
+        &self,
+        group: &UpstreamGroup,
+        tried: u64,
+        board: &HealthBoard,
+    ) -> Option<Pick> {
         let now = crate::clock::now();
         let mut states = self.servers.borrow_mut();
         let candidates = |i: usize| i >= 64 || tried & (1 << i) == 0;
@@ -174,14 +204,18 @@ impl Upstreams {
     }
 
     /// Passive health: a failed exchange. Returns true when this failure
-    /// took the server out for its cooldown.
+    /// took the server out for its cooldown. A group's only server is never
+    /// taken out (there is nothing else to send to).
     pub fn failure(&self, group: &UpstreamGroup, server: &UpstreamServer) -> bool {
         let mut states = self.servers.borrow_mut();
         let st = states.entry(server.key).or_default();
         st.failures += 1;
         // Pooled connections to a failing server are suspect.
         st.idle.clear();
-        if group.fail_threshold > 0 && st.failures >= group.fail_threshold {
+        if group.fail_threshold > 0
+            && group.servers.len() > 1
+            && st.failures >= group.fail_threshold
+        {
             st.failures = 0;
             st.down_until =
                 Some(crate::clock::now() + Duration::from_millis(group.fail_cooldown_ms));
@@ -190,9 +224,12 @@ impl Upstreams {
         false
     }
 
+    /// A completed exchange: the server's failures are forgotten and, out
+    /// for a cooldown, it is back at once.
     pub fn success(&self, server: &UpstreamServer) {
         if let Some(st) = self.servers.borrow_mut().get_mut(&server.key) {
             st.failures = 0;
+            st.down_until = None;
         }
     }
 

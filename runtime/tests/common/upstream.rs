@@ -146,7 +146,12 @@ fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<UpRequest> {
 
 /// Starts an upstream on 127.0.0.1 with `handler`.
 pub fn start(handler: Handler) -> Upstream {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    start_on(TcpListener::bind("127.0.0.1:0").unwrap(), handler)
+}
+
+/// As [`start`], on a listener the caller bound (a port reused after an
+/// outage).
+pub fn start_on(listener: TcpListener, handler: Handler) -> Upstream {
     let addr = listener.local_addr().unwrap();
     let connections = Arc::new(AtomicUsize::new(0));
     let requests = Arc::new(Mutex::new(Vec::new()));
