@@ -7,7 +7,7 @@ mod common;
 use common::gate::{basic, req_with};
 use common::*;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn log_profile(path: &Path, extra: &str) -> String {
     profile(
@@ -32,15 +32,13 @@ access_list = "staff"
 /// The file's lines once it holds `n` (the shards hand lines over once a
 /// second).
 fn lines(path: &Path, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let mut got = Vec::new();
+    wait_until(Duration::from_secs(10), || {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        let got: Vec<String> = text.lines().map(str::to_string).collect();
-        if got.len() >= n || Instant::now() > deadline {
-            return got;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        got = text.lines().map(str::to_string).collect();
+        got.len() >= n
+    });
+    got
 }
 
 #[test]

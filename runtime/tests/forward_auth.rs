@@ -8,18 +8,47 @@ use common::gate::{explain_json, explain_steps, req_with, ProfileFile};
 use common::upstream::{self, Reply, UpRequest, Upstream};
 use common::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 const GOOD: &str = "Authorization: Bearer good";
 
+/// What a held endpoint's calls wait for: released by the test (a call
+/// answers at the latest after 30 s), counted while they wait.
+#[derive(Default)]
+struct Latch {
+    in_flight: AtomicUsize,
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Latch {
+    fn release(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+
+    fn wait(&self) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let open = self.open.lock().unwrap();
+        let _ = self
+            .opened
+            .wait_timeout_while(open, Duration::from_secs(30), |open| !*open);
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The endpoint: `Bearer good` is ana of ops; anything else 401 with a
-/// challenge and a body. Waits `delay` first; counts calls in flight.
-fn auth_endpoint(delay: Duration, in_flight: Arc<AtomicUsize>) -> Upstream {
-    upstream::start(Arc::new(move |req: &UpRequest| {
-        in_flight.fetch_add(1, Ordering::SeqCst);
-        std::thread::sleep(delay);
-        in_flight.fetch_sub(1, Ordering::SeqCst);
+/// challenge and a body. `held`: each call waits until the latch is
+/// released.
+fn auth_endpoint(held: bool) -> (Upstream, Arc<Latch>) {
+    let latch = Arc::new(Latch::default());
+    if !held {
+        latch.release();
+    }
+    let l = latch.clone();
+    let up = upstream::start(Arc::new(move |req: &UpRequest| {
+        l.wait();
         if req.header("authorization") == Some("Bearer good") {
             Reply::Bytes(
                 b"HTTP/1.1 200 OK\r\nRemote-User: ana\r\nRemote-Groups: ops\r\nRemote-Name: Jos\xc3\xa9\r\nX-Other: no\r\nContent-Length: 0\r\n\r\n".to_vec(),
@@ -29,7 +58,8 @@ fn auth_endpoint(delay: Duration, in_flight: Arc<AtomicUsize>) -> Upstream {
                 b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"sso\"\r\nSet-Cookie: tried=1\r\nX-Secret: no\r\nContent-Type: text/plain\r\nContent-Length: 12\r\n\r\nsign in now\n".to_vec(),
             )
         }
-    }))
+    }));
+    (up, latch)
 }
 
 fn recording_upstream() -> Upstream {
@@ -80,8 +110,7 @@ fn saw(u: &Upstream, i: usize) -> UpRequest {
 
 #[test]
 fn an_allow_passes_with_the_providers_identity_and_is_remembered() {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let ep = auth_endpoint(Duration::ZERO, calls);
+    let ep = auth_endpoint(false).0;
     let up = recording_upstream();
     let g = Gapura::start(&auth_profile(ep.addr, up.addr, ""));
     let forged = "Remote-User: mallory";
@@ -158,7 +187,7 @@ fn an_allow_passes_with_the_providers_identity_and_is_remembered() {
 
 #[test]
 fn a_refusal_is_relayed_and_client_identity_is_stripped_host_wide() {
-    let ep = auth_endpoint(Duration::ZERO, Arc::new(AtomicUsize::new(0)));
+    let ep = auth_endpoint(false).0;
     let up = recording_upstream();
     let g = Gapura::start(&auth_profile(ep.addr, up.addr, ""));
     let r = request(
@@ -205,13 +234,14 @@ fn a_refusal_is_relayed_and_client_identity_is_stripped_host_wide() {
 fn failures_close_the_gate() {
     let up = recording_upstream();
     // Slow: past the timeout, 504.
-    let slow = auth_endpoint(Duration::from_secs(2), Arc::new(AtomicUsize::new(0)));
+    let (slow, latch) = auth_endpoint(true);
     let g = Gapura::start(&auth_profile(slow.addr, up.addr, "timeout_ms = 200"));
     let r = request(g.addr, &req_with("GET", "f.test", "/", &[GOOD]));
     assert_eq!(r.status, 504);
+    latch.release();
     // Gone: 502.
     let gone = {
-        let ep = auth_endpoint(Duration::ZERO, Arc::new(AtomicUsize::new(0)));
+        let ep = auth_endpoint(false).0;
         ep.addr
     };
     let g2 = Gapura::start(&auth_profile(gone, up.addr, ""));
@@ -232,8 +262,7 @@ fn failures_close_the_gate() {
 
 #[test]
 fn a_provider_at_its_call_cap_answers_503() {
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let ep = auth_endpoint(Duration::from_secs(3), in_flight.clone());
+    let (ep, latch) = auth_endpoint(true);
     let up = recording_upstream();
     let g = Gapura::start(&auth_profile(ep.addr, up.addr, "timeout_ms = 10000"));
     let mut waiting = Vec::new();
@@ -242,14 +271,15 @@ fn a_provider_at_its_call_cap_answers_503() {
         c.send(&req_with("GET", "f.test", &format!("/slow/{i}"), &[GOOD]));
         waiting.push(c);
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while in_flight.load(Ordering::SeqCst) < 64 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(in_flight.load(Ordering::SeqCst), 64, "64 calls running");
+    let running = || latch.in_flight.load(Ordering::SeqCst) == 64;
+    assert!(
+        wait_until(Duration::from_secs(10), running),
+        "64 calls running"
+    );
     let r = request(g.addr, &req_with("GET", "f.test", "/one-more", &[GOOD]));
     assert_eq!(r.status, 503);
     assert_eq!(r.header("Retry-After"), Some("1"));
+    latch.release();
     for mut c in waiting {
         assert_eq!(c.response(false).status, 200);
     }
@@ -257,7 +287,7 @@ fn a_provider_at_its_call_cap_answers_503() {
 
 #[test]
 fn explain_names_the_provider_and_makes_no_call() {
-    let ep = auth_endpoint(Duration::ZERO, Arc::new(AtomicUsize::new(0)));
+    let ep = auth_endpoint(false).0;
     let up = recording_upstream();
     let file = ProfileFile::new(&auth_profile(ep.addr, up.addr, ""));
     let said = explain_json(&file.path, &["http://f.test/app", "-H", GOOD]);
@@ -277,7 +307,7 @@ fn explain_names_the_provider_and_makes_no_call() {
 
 #[test]
 fn a_shadowed_route_counts_refusals_and_lets_them_on() {
-    let ep = auth_endpoint(Duration::ZERO, Arc::new(AtomicUsize::new(0)));
+    let ep = auth_endpoint(false).0;
     let up = recording_upstream();
     let text = auth_profile(ep.addr, up.addr, "").replace(
         "auth = \"sso\"\n  [[host.route]]",
@@ -315,7 +345,7 @@ fn a_shadowed_route_counts_refusals_and_lets_them_on() {
 
 #[test]
 fn refusals_are_remembered_only_with_negative_ttl() {
-    let ep = auth_endpoint(Duration::ZERO, Arc::new(AtomicUsize::new(0)));
+    let ep = auth_endpoint(false).0;
     let up = recording_upstream();
     let bad = "Authorization: Bearer bad";
     // Without negative_ttl_ms every refusal is asked again.

@@ -342,18 +342,32 @@ pub fn request_from(src: &str, addr: SocketAddr, req: &[u8]) -> Response {
     c.response(req.starts_with(b"HEAD "))
 }
 
+/// Waits for `event` (asked every 20 ms) until it holds or `ceiling`
+/// passes; whether it held. The one polling loop of the tests: a ceiling
+/// is generous, the wait ends as soon as the event is seen.
+pub fn wait_until(ceiling: Duration, mut event: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + ceiling;
+    loop {
+        if event() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 impl Gapura {
     /// Polls a sample until it reads `want` or `timeout` passes, and returns
     /// the last value read (the gate's counters reach `/metrics` once a
     /// second).
     pub fn wait_metric(&self, sample: &str, want: u64, timeout: Duration) -> u64 {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let v = self.metric(sample);
-            if v == want || Instant::now() > deadline {
-                return v;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut v = 0;
+        wait_until(timeout, || {
+            v = self.metric(sample);
+            v == want
+        });
+        v
     }
 }
