@@ -92,9 +92,9 @@ pub(super) struct Conn {
     /// How the head in the buffer resumes after a password check.
     pub(super) resume: Option<Resume>,
     /// The leases that head took before its check.
-    resume_leases: Option<Leases>,
+    pub(super) resume_leases: Option<Leases>,
     /// The identity lines a forward-auth provider gave that head.
-    resume_identity: Option<std::sync::Arc<[u8]>>,
+    pub(super) resume_identity: Option<std::sync::Arc<[u8]>>,
     /// The leases of answers written into `wbuf` and not yet sent.
     held: Held,
     /// The connection's request bucket (a host's `connection_rate`).
@@ -278,31 +278,7 @@ impl Conn {
                         return end;
                     }
                 }
-                Parse::Error(e) => {
-                    let (status, kind) = match e {
-                        HeadError::Malformed(_) => (ErrorStatus::BadRequest, ErrorKind::BadRequest),
-                        HeadError::UrlTooLong => (ErrorStatus::UriTooLong, ErrorKind::Limit),
-                        HeadError::TooLarge => {
-                            (ErrorStatus::HeaderFieldsTooLarge, ErrorKind::Limit)
-                        }
-                    };
-                    self.shard.stats.requests.inc();
-                    let snap = self.shard.snapshot();
-                    // It pays its budgets all the same.
-                    let now_ms = self.shard.now_ms();
-                    let paid =
-                        snap.pay_unparsed(self.client_peer, &mut self.shard.gate_mut(), now_ms);
-                    self.hold(paid).await;
-                    self.begin_log(&snap);
-                    self.write_page(&snap, status, false, false);
-                    if let Some(rec) = self.log.as_deref_mut() {
-                        rec.client = Some(self.client_peer.addr());
-                        rec.verdict = "refuse";
-                        rec.step = "parser";
-                    }
-                    self.finish_log(&snap);
-                    return self.close_after_refusal(kind).await;
-                }
+                Parse::Error(e) => return self.refuse_unparsed(e).await,
                 Parse::Complete(head, lines) => {
                     let snap = self.shard.snapshot();
                     let resume = self.resume.take();
@@ -344,43 +320,13 @@ impl Conn {
                         self.log_status(local.status);
                     }
                     match plan {
-                        Plan::Verify { job, list, ticket } => {
-                            // The head stays in the buffer: it is decided
-                            // again once the password is checked, with the
-                            // leases its budgets took.
-                            let leases = ticket.map(|t| Leases::new(self.shard.clone(), t));
-                            if let Err(end) = self.verify(job, list, snap.generation).await {
+                        Plan::Verify { .. } | Plan::Authenticate { .. } => {
+                            // The head stays in the buffer, decided again
+                            // once the check is made.
+                            if let Err(end) = self.defer(&snap, plan, &head).await {
                                 return end;
                             }
-                            self.resume_leases = leases;
                             continue;
-                        }
-                        Plan::Authenticate {
-                            provider,
-                            job,
-                            ticket,
-                            strip_authorization,
-                        } => {
-                            // As for a password: the head stays in the
-                            // buffer, decided again after the call with
-                            // the leases its budgets took.
-                            let leases = ticket.map(|t| Leases::new(self.shard.clone(), t));
-                            match self.authenticate(&snap, provider, job, &head).await {
-                                Ok(identity) => {
-                                    self.resume = Some(Resume::Authed {
-                                        generation: snap.generation,
-                                        strip_authorization,
-                                    });
-                                    self.resume_identity = identity;
-                                    self.resume_leases = leases;
-                                    continue;
-                                }
-                                Err(end) => {
-                                    self.finish_log(&snap);
-                                    drop(leases);
-                                    return end;
-                                }
-                            }
                         }
                         Plan::Drop => {
                             self.shard.stats.gate_drops.inc();
@@ -404,6 +350,30 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// A head the parser refused (400, 414, 431): it pays its budgets all
+    /// the same, gets its page, and the connection closes.
+    async fn refuse_unparsed(&mut self, e: HeadError) -> End {
+        let (status, kind) = match e {
+            HeadError::Malformed(_) => (ErrorStatus::BadRequest, ErrorKind::BadRequest),
+            HeadError::UrlTooLong => (ErrorStatus::UriTooLong, ErrorKind::Limit),
+            HeadError::TooLarge => (ErrorStatus::HeaderFieldsTooLarge, ErrorKind::Limit),
+        };
+        self.shard.stats.requests.inc();
+        let snap = self.shard.snapshot();
+        let now_ms = self.shard.now_ms();
+        let paid = snap.pay_unparsed(self.client_peer, &mut self.shard.gate_mut(), now_ms);
+        self.hold(paid).await;
+        self.begin_log(&snap);
+        self.write_page(&snap, status, false, false);
+        if let Some(rec) = self.log.as_deref_mut() {
+            rec.client = Some(self.client_peer.addr());
+            rec.verdict = "refuse";
+            rec.step = "parser";
+        }
+        self.finish_log(&snap);
+        self.close_after_refusal(kind).await
     }
 
     /// No complete head is buffered: flush answers, then read more under the

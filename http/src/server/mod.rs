@@ -1,8 +1,9 @@
 //! The HTTP/1.1 server side: a shard's shared context and the connection loop.
 //!
-//! Modules: `conn` (the connection loop), `prepare` (a head's decision and
-//! what can be written before its body), `forward` (proxying), `body` (a
-//! body read locally), `verify` (password checks on the pool),
+//! Modules: `conn` (the connection loop), `prepare` (a head's decision),
+//! `decided` (what the decision makes of it, written before its body),
+//! `forward` (proxying), `body` (a body read locally), `verify` (password
+//! checks on the pool, and waiting for a check made off the decision),
 //! `forwardauth` (forward-auth calls), `powverify` (proof of work's verify
 //! endpoint), `tunnel` (upgraded connections), `leases`, `accesslog`,
 //! `warn`, `live`, `stats`, `date`, `timing`.
@@ -11,6 +12,7 @@ pub mod accesslog;
 mod body;
 pub mod conn;
 pub mod date;
+mod decided;
 mod forward;
 mod forwardauth;
 mod leases;

@@ -6,20 +6,18 @@
 //! connection awaits anything.
 
 use super::accesslog::LogRecord;
+use super::decided::{Decided, Out};
 use super::stats::ErrorKind;
 use super::{Lines, Shard};
-use crate::codec::head::{BodyFraming, Method, ParsedHead};
-use crate::upstream::request::{write_request_head, Forwarding};
+use crate::codec::head::{BodyFraming, ParsedHead};
 use gapura_gate::access::VerifyJob;
 use gapura_gate::answer::WriteCtx;
 use gapura_gate::chain::{NoTrace, Request, Start};
 use gapura_gate::client::{HeaderLines, Peer};
-use gapura_gate::custom_pages::PageVars;
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::pages::RetryPage;
-use gapura_gate::pow::{write_challenge_page, write_non_browser_page, Mint};
 use gapura_gate::quota::{Bucket, QuotaTicket};
-use gapura_gate::snapshot::{PowAsk, Verdict};
+use gapura_gate::snapshot::Verdict;
 use gapura_gate::upstream::{Route, UpstreamGroup};
 use gapura_gate::Answer;
 use gapura_gate::{ErrorStatus, Snapshot};
@@ -124,30 +122,38 @@ pub(super) enum LocalEnd<'s> {
 
 /// Decides a complete head and writes what can be written before its body.
 /// Synchronous: everything borrowed from the head ends here. No allocation
-/// once the buffers have capacity.
+/// once the buffers have capacity. The steps: the head as the chain reads
+/// it, how a head decided again resumes (`resumed`), the chain (`decide`),
+/// then the plan: forwarding, a deferred check, or a local answer
+/// (`Decided`).
 pub(super) fn prepare<'s>(
     p: Prep<'_>,
     snap: &'s Snapshot,
     head: &ParsedHead,
     lines: &[httparse::Header<'_>],
 ) -> Plan<'s> {
-    let buf = p.buf;
-    let shard = p.shard;
-    let known_id = p.request_id;
-    // The request's id: the access log's when it has one, so the page, the
-    // upstream's header and the log line agree.
-    let new_id = || known_id.unwrap_or_else(|| shard.request_id());
-    let mut log = p.log;
-    let host = head.host.clone().map(|r| &buf[r]);
-    let path = &buf[head.path.clone()];
-    let method = &buf[..buf.iter().position(|&b| b == b' ').unwrap_or(0)];
+    let Prep {
+        shard,
+        buf,
+        wbuf,
+        ubuf,
+        peer,
+        resume,
+        paid,
+        page_vars,
+        connection,
+        mut log,
+        request_id,
+        host_out,
+        identity,
+    } = p;
     let headers = Lines(lines);
     let req = Request {
-        peer: p.peer,
-        method,
-        host,
+        peer,
+        method: &buf[..buf.iter().position(|&b| b == b' ').unwrap_or(0)],
+        host: head.host.clone().map(|r| &buf[r]),
         target: &buf[head.target.clone()],
-        path,
+        path: &buf[head.path.clone()],
         header_count: head.header_count,
         header_bytes: head.header_bytes,
         content_length: match head.framing {
@@ -155,337 +161,126 @@ pub(super) fn prepare<'s>(
             _ => None,
         },
         headers: &headers,
-        connection: Some(p.connection),
+        connection: Some(connection),
     };
-    let head_only = head.method == Method::Head;
-    let date = p.shard.date.line();
-    let resp_start = p.wbuf.len();
-    let close_now = head.close || p.shard.is_draining();
-    let whole_ctx = WriteCtx {
-        date_line: &date,
-        head_only,
-        close: close_now,
-        keep_alive_10: head.keep_alive_10 && !close_now,
+    let date = shard.date.line();
+    let mut out = Out {
+        resp_start: wbuf.len(),
+        wbuf,
+        head,
+        date: &date,
+        close_now: head.close || shard.is_draining(),
+        shard,
+        known_id: request_id,
     };
-    // A head decided again after a password check.
-    let mut start = Start::Beginning;
-    let mut paid = p.paid;
-    match p.resume {
+    let (start, paid) = match resumed(shard, snap, resume, paid) {
+        Ok(resumed) => resumed,
+        Err((list, busy, paid)) => {
+            return out.refused_after_check(snap, (list, busy), paid, log, &req);
+        }
+    };
+    let (decision, job, auth_job) = decide(shard, snap, &req, start);
+    // After a password check the budgets' leases were taken before it.
+    let ticket = decision.ticket.or(paid);
+    *host_out = decision.host;
+    note_decision(shard, snap, &decision, log.as_deref_mut(), &req);
+    let d = Decided {
+        snap,
+        req: &req,
+        lines,
+        buf,
+        cf_ray: if decision.via == gapura_gate::client::Arrival::Cloudflare {
+            headers.lines("cf-ray").last().unwrap_or(b"")
+        } else {
+            b""
+        },
+        entry: decision.host.map(|id| &snap.entries[id as usize]),
+        decision: &decision,
+        ticket,
+        identity: identity.as_deref(),
+    };
+    // The checks made off the decision; without their job (the chain hands
+    // one on with each) they are answered locally.
+    match (decision.verdict, job, auth_job) {
+        (Verdict::Verify(list), Some(job), _) => {
+            return Plan::Verify {
+                job: Box::new(job),
+                list,
+                ticket,
+            };
+        }
+        (Verdict::Authenticate(b), _, Some(job)) => {
+            if let Some(plan) = d.authenticate(ubuf, b, job) {
+                return plan;
+            }
+        }
+        _ => {}
+    }
+    match decision.verdict {
+        Verdict::Forward(route, group) => d.forward(&mut out, ubuf, page_vars, (route, group), log),
+        Verdict::Drop => {
+            // A plan that does not carry the ticket gives its leases back now.
+            if let Some(t) = ticket {
+                shard.release_ticket(t);
+            }
+            Plan::Drop
+        }
+        _ => match d.local(&mut out, log) {
+            Ok((end, status)) => Plan::Local(LocalPlan {
+                end,
+                status,
+                resp_start: out.resp_start,
+                limits: decision.limits,
+                ticket,
+                close: decision.close,
+            }),
+            Err(plan) => plan,
+        },
+    }
+}
+
+/// How a head decided again starts: after a passed password check or a
+/// provider's allow, from the step after it (the budgets' leases paid
+/// before it); a check that failed or found the line full is answered
+/// (`Err`: the list, whether it was busy, the leases). A reload meanwhile
+/// decides from the beginning, and the leases are paid again.
+#[allow(clippy::type_complexity)]
+fn resumed(
+    shard: &Shard,
+    snap: &Snapshot,
+    resume: Option<Resume>,
+    mut paid: Option<QuotaTicket>,
+) -> Result<(Start, Option<QuotaTicket>), (u32, bool, Option<QuotaTicket>)> {
+    let start = match resume {
         Some(Resume::Passed { list, generation }) if generation == snap.generation => {
-            start = Start::AfterAccess {
+            Start::AfterAccess {
                 strip_authorization: snap
                     .gate
                     .access_lists
                     .get(list as usize)
                     .is_some_and(|l| !l.pass_credentials()),
-            };
+            }
         }
         Some(Resume::Authed {
             generation,
             strip_authorization,
-        }) if generation == snap.generation => {
-            start = Start::AfterAuth {
-                strip_authorization,
-            };
-        }
+        }) if generation == snap.generation => Start::AfterAuth {
+            strip_authorization,
+        },
         Some(Resume::Failed { list, generation } | Resume::Busy { list, generation })
-            if generation == snap.generation =>
+            if generation == snap.generation
+                && snap.gate.access_lists.get(list as usize).is_some() =>
         {
-            if let Some(l) = snap.gate.access_lists.get(list as usize) {
-                let busy = matches!(p.resume, Some(Resume::Busy { .. }));
-                let page = if busy {
-                    l.busy_page()
-                } else {
-                    l.challenge_page()
-                };
-                let answer = page.for_client(head.wants_html);
-                answer.write_into(p.wbuf, &whole_ctx);
-                answer.stamp(p.wbuf, head_only, new_id);
-                if busy {
-                    if let Some(c) = p.shard.gate_mut().access_counters.get_mut(list as usize) {
-                        c.queue_refusals += 1;
-                    }
-                }
-                if let (Some(rec), Some(settings)) = (log, &snap.server.access_log) {
-                    rec.set_request(method, host.unwrap_or(b""), path, settings.log_query);
-                    rec.client = Some(p.peer.addr());
-                    rec.verdict = if busy { "refuse" } else { "challenge" };
-                    rec.step = gapura_gate::chain::Block::Access.name();
-                }
-                return Plan::Local(LocalPlan {
-                    end: LocalEnd::Written,
-                    status: answer.status,
-                    resp_start,
-                    limits: snap.default_limits,
-                    ticket: paid,
-                    close: false,
-                });
-            }
+            return Err((list, matches!(resume, Some(Resume::Busy { .. })), paid));
         }
-        // A reload meanwhile: decided from the beginning, paid again.
         _ => {
             if let Some(t) = paid.take() {
-                p.shard.release_ticket(t);
+                shard.release_ticket(t);
             }
-        }
-    }
-    let (decision, job, auth_job) = decide(shard, snap, &req, start);
-    // After a password check the budgets' leases were taken before it.
-    let ticket = decision.ticket.or(paid);
-    *p.host_out = decision.host;
-    note_decision(shard, snap, &decision, log.as_deref_mut(), &req);
-    let cf_ray: &[u8] = if decision.via == gapura_gate::client::Arrival::Cloudflare {
-        headers.lines("cf-ray").last().unwrap_or(b"")
-    } else {
-        b""
-    };
-    // A plan that does not carry the ticket gives its leases back now.
-    let release = || {
-        if let Some(t) = ticket {
-            p.shard.release_ticket(t);
+            Start::Beginning
         }
     };
-    let entry = decision.host.map(|id| &snap.entries[id as usize]);
-    let custom = entry.and_then(|e| e.extras.pages.as_ref());
-    let (end, status) = match decision.verdict {
-        Verdict::Forward(route, group) => {
-            p.ubuf.clear();
-            let fwd = Forwarding {
-                client: p.peer.addr(),
-                proto: "http",
-                host,
-                path,
-                host_header: &group.host_header,
-                request_id: route.request_id,
-                upgrade: head.upgrade && route.websocket,
-                strip_authorization: decision.strip_authorization,
-                strip: entry.map_or(&[], |e| &e.extras.identity_strip[..]),
-                identity: decision
-                    .identity
-                    .as_deref()
-                    .or(p.identity.as_deref())
-                    .unwrap_or(b""),
-            };
-            let raw = &buf[..head.head_len];
-            if write_request_head(raw, lines, &fwd, p.ubuf, &mut |o| match known_id {
-                Some(id) => o.extend_from_slice(&id),
-                None => shard.write_request_id(o),
-            }) {
-                if entry.is_some_and(|e| {
-                    e.extras.replace_upstream != gapura_gate::custom_pages::ReplaceUpstream::Off
-                }) {
-                    p.page_vars.set(host.unwrap_or(b""), cf_ray);
-                }
-                return Plan::Forward(ForwardPlan {
-                    route,
-                    group,
-                    limits: decision.limits,
-                    ticket,
-                    extras: entry.map(|e| &e.extras),
-                });
-            }
-            let page = snap.pages.get(ErrorStatus::BadRequest, head.wants_html);
-            page.write_into(p.wbuf, &close_ctx(&date, head_only));
-            page.stamp(p.wbuf, head_only, new_id);
-            p.shard.stats.response(400);
-            if let Some(rec) = log {
-                rec.status = 400;
-            }
-            return Plan::RefuseClose(ErrorKind::BadRequest, ticket);
-        }
-        Verdict::Respond(a) => {
-            a.write_start(p.wbuf, &date);
-            (LocalEnd::Answer(a), a.status)
-        }
-        Verdict::Redirect(r) => {
-            r.write_start(p.wbuf, &buf[head.path.clone()], &date);
-            (LocalEnd::HeadOnly, r.status)
-        }
-        Verdict::Drop => {
-            release();
-            return Plan::Drop;
-        }
-        Verdict::Verify(list) => match job {
-            Some(job) => {
-                return Plan::Verify {
-                    job: Box::new(job),
-                    list,
-                    ticket,
-                };
-            }
-            // The chain hands a Verify on only with its job; without one,
-            // answer as a failed check would.
-            None => {
-                let page = snap.gate.access_lists[list as usize].challenge_page();
-                let answer = page.for_client(head.wants_html);
-                answer.write_into(p.wbuf, &whole_ctx);
-                answer.stamp(p.wbuf, head_only, new_id);
-                (LocalEnd::Written, answer.status)
-            }
-        },
-        Verdict::Challenge(page) => {
-            let answer = page.for_client(head.wants_html);
-            answer.write_into(p.wbuf, &whole_ctx);
-            answer.stamp(p.wbuf, head_only, new_id);
-            (LocalEnd::Written, answer.status)
-        }
-        Verdict::Pow(pow, PowAsk::Challenge) => {
-            let mut gate = shard.gate_mut();
-            let now_s = gate.unix_s(shard.now_ms());
-            let nonce = gate.pow_nonce();
-            drop(gate);
-            // The chain answers 503 itself when there is no key.
-            if let Some(key) = &snap.gate.pow_key {
-                let mint = Mint {
-                    key,
-                    pow,
-                    client: decision.client,
-                    now_s,
-                    nonce,
-                };
-                write_challenge_page(p.wbuf, &mint, &new_id(), &whole_ctx);
-            }
-            (LocalEnd::Written, 403)
-        }
-        Verdict::Authenticate(b) => {
-            if let (Some(job), Some(provider)) =
-                (auth_job, snap.gate.auth_providers.get(b.index as usize))
-            {
-                p.ubuf.clear();
-                crate::upstream::authcall::write_call(
-                    provider,
-                    method,
-                    host.unwrap_or(b""),
-                    req.target,
-                    decision.client,
-                    lines,
-                    p.ubuf,
-                );
-                return Plan::Authenticate {
-                    provider: b,
-                    job,
-                    ticket,
-                    strip_authorization: decision.strip_authorization,
-                };
-            }
-            // The chain hands Authenticate on only with its job.
-            let page = snap.pages.get(ErrorStatus::BadGateway, head.wants_html);
-            page.write_into(p.wbuf, &whole_ctx);
-            page.stamp(p.wbuf, head_only, new_id);
-            (LocalEnd::Written, 502)
-        }
-        // A remembered forward-auth refusal: its bytes as relayed, then close.
-        Verdict::AuthRefusal => {
-            let status = match &decision.relay {
-                Some(r) => {
-                    write_relay(p.wbuf, r, &date, head_only);
-                    r.status
-                }
-                None => {
-                    let page = snap.pages.get(ErrorStatus::BadGateway, head.wants_html);
-                    page.write_into(p.wbuf, &close_ctx(&date, head_only));
-                    502
-                }
-            };
-            p.shard.stats.response(status);
-            if let Some(rec) = log {
-                rec.status = status;
-            }
-            return Plan::RefuseClose(ErrorKind::Limit, ticket);
-        }
-        Verdict::Pow(_, PowAsk::NotBrowser) => {
-            let status = write_non_browser_page(p.wbuf, head.wants_html, &new_id(), &whole_ctx);
-            (LocalEnd::Written, status)
-        }
-        // Answered once the form is read (`powverify`).
-        Verdict::Pow(pow, PowAsk::Verify) => (LocalEnd::PowVerify(pow, decision.client), 303),
-        Verdict::Maintenance(m) => {
-            let id = new_id();
-            let vars = PageVars {
-                request_id: &id,
-                host: host.unwrap_or(b""),
-                cf_ray,
-            };
-            m.write_into(p.wbuf, head.wants_html, &vars, &whole_ctx);
-            (LocalEnd::Written, m.status())
-        }
-        // The host's own 429 page, with the Retry-After of the refusal.
-        Verdict::Refuse(ErrorStatus::TooManyRequests)
-            if decision.retry_after_s > 0
-                && head.wants_html
-                && custom.is_some_and(|c| c.get(ErrorStatus::TooManyRequests).is_some()) =>
-        {
-            let id = new_id();
-            let vars = PageVars {
-                request_id: &id,
-                host: host.unwrap_or(b""),
-                cf_ray,
-            };
-            let mut line = [0u8; 36];
-            let retry = retry_after_line(&mut line, decision.retry_after_s);
-            if let Some(cp) = custom.and_then(|c| c.get(ErrorStatus::TooManyRequests)) {
-                let ctx = WriteCtx {
-                    close: close_now || decision.close,
-                    ..whole_ctx
-                };
-                cp.write_into(p.wbuf, &vars, retry, &ctx);
-            }
-            (LocalEnd::Written, 429)
-        }
-        Verdict::Refuse(ErrorStatus::TooManyRequests) if decision.retry_after_s > 0 => (
-            LocalEnd::RateLimited(
-                snap.pages.rate_limited(head.wants_html),
-                decision.retry_after_s,
-            ),
-            429,
-        ),
-        Verdict::Refuse(s) => {
-            let page = Refusal {
-                custom: custom.and_then(|c| c.get(s)).filter(|_| head.wants_html),
-                builtin: snap.pages.get(s, head.wants_html),
-            };
-            // Limits close the connection once the page is sent.
-            if is_limit(s) {
-                let id = new_id();
-                let vars = PageVars {
-                    request_id: &id,
-                    host: host.unwrap_or(b""),
-                    cf_ray,
-                };
-                page.write_whole(p.wbuf, &vars, &close_ctx(&date, head_only));
-                p.shard.stats.response(s.code());
-                if let Some(rec) = log {
-                    rec.status = s.code();
-                }
-                return Plan::RefuseClose(ErrorKind::Limit, ticket);
-            }
-            match page.custom {
-                Some(cp) => {
-                    let id = new_id();
-                    let vars = PageVars {
-                        request_id: &id,
-                        host: host.unwrap_or(b""),
-                        cf_ray,
-                    };
-                    cp.write_into(p.wbuf, &vars, b"", &whole_ctx);
-                    (LocalEnd::Written, s.code())
-                }
-                // The rest is written after the body (`LocalEnd::Answer`).
-                None => {
-                    page.builtin.write_start(p.wbuf, &date);
-                    (LocalEnd::Answer(page.builtin), s.code())
-                }
-            }
-        }
-    };
-    Plan::Local(LocalPlan {
-        end,
-        status,
-        resp_start,
-        limits: decision.limits,
-        ticket,
-        close: decision.close,
-    })
+    Ok((start, paid))
 }
 
 /// Runs the chain for the head on the shard's gate state (its rate slots
@@ -565,27 +360,6 @@ fn note_decision<H: HeaderLines + ?Sized>(
     }
 }
 
-/// A refusal's page: the host's own for a browser, else the built-in one.
-struct Refusal<'s> {
-    custom: Option<&'s gapura_gate::custom_pages::CustomPage>,
-    builtin: &'s Answer,
-}
-
-impl Refusal<'_> {
-    /// Writes the whole page (with its request id).
-    fn write_whole(&self, out: &mut Vec<u8>, vars: &PageVars<'_>, ctx: &WriteCtx<'_>) {
-        match self.custom {
-            Some(cp) => cp.write_into(out, vars, b"", ctx),
-            None => {
-                self.builtin.write_into(out, ctx);
-                if let Ok(id) = <&[u8; 24]>::try_from(vars.request_id) {
-                    self.builtin.stamp(out, ctx.head_only, || *id);
-                }
-            }
-        }
-    }
-}
-
 /// Writes a relayed forward-auth answer: its head, Date, `Connection:
 /// close`, the blank line and (unless `head_only`) its body.
 pub(super) fn write_relay(
@@ -601,18 +375,6 @@ pub(super) fn write_relay(
     if !head_only {
         out.extend_from_slice(body);
     }
-}
-
-/// `Retry-After: N\r\n` in `buf`. No allocation.
-fn retry_after_line(buf: &mut [u8; 36], seconds: u32) -> &[u8] {
-    const NAME: &[u8] = b"Retry-After: ";
-    let mut digits = [0u8; 20];
-    let d = gapura_gate::pages::decimal(u64::from(seconds), &mut digits);
-    let end = NAME.len() + d.len();
-    buf[..NAME.len()].copy_from_slice(NAME);
-    buf[NAME.len()..end].copy_from_slice(d);
-    buf[end..end + 2].copy_from_slice(b"\r\n");
-    &buf[..end + 2]
 }
 
 pub(super) fn close_ctx(date: &[u8], head_only: bool) -> WriteCtx<'_> {
@@ -652,7 +414,7 @@ impl Default for PageCopy {
 }
 
 impl PageCopy {
-    fn set(&mut self, host: &[u8], ray: &[u8]) {
+    pub(super) fn set(&mut self, host: &[u8], ray: &[u8]) {
         let h = host.len().min(self.host.len());
         self.host[..h].copy_from_slice(&host[..h]);
         self.host_len = h as u8;

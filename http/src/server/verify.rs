@@ -1,4 +1,7 @@
-//! Where a shard sends password checks: the process's verification pool.
+//! Where a shard sends password checks: the process's verification pool;
+//! and how a connection waits for a check made off the decision (a
+//! password here, a forward-auth call in `forwardauth`), its head decided
+//! again afterwards.
 //!
 //! PBKDF2 never runs on a shard thread. A connection whose access list
 //! asks for a password enters the job in the pool's line and polls for its
@@ -7,10 +10,14 @@
 //! back however the wait ends.
 
 use super::conn::{Conn, End};
-use super::prepare::Resume;
+use super::leases::Leases;
+use super::prepare::{Plan, Resume};
 use super::stats::ErrorKind;
+use crate::codec::head::ParsedHead;
 use gapura_gate::access::line::{Full, Ticket};
 use gapura_gate::access::{VerifyJob, VerifyResult};
+use gapura_gate::quota::QuotaTicket;
+use gapura_gate::Snapshot;
 use monoio::time::Instant;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -32,6 +39,51 @@ pub trait VerifyPool: Send + Sync {
 }
 
 impl Conn {
+    /// A check made off the decision: a password on the verification pool
+    /// or a forward-auth provider's call. The head stays in the buffer and
+    /// is decided again afterwards, with the leases its budgets took;
+    /// `Err` when the connection ends meanwhile (a provider's refusal
+    /// relayed, a failure, the client gone).
+    pub(super) async fn defer(
+        &mut self,
+        snap: &Snapshot,
+        plan: Plan<'_>,
+        head: &ParsedHead,
+    ) -> Result<(), End> {
+        let leases = |t: Option<QuotaTicket>| t.map(|t| Leases::new(self.shard.clone(), t));
+        match plan {
+            Plan::Verify { job, list, ticket } => {
+                let held = leases(ticket);
+                self.verify(job, list, snap.generation).await?;
+                self.resume_leases = held;
+            }
+            Plan::Authenticate {
+                provider,
+                job,
+                ticket,
+                strip_authorization,
+            } => {
+                let held = leases(ticket);
+                match self.authenticate(snap, provider, job, head).await {
+                    Ok(identity) => {
+                        self.resume = Some(Resume::Authed {
+                            generation: snap.generation,
+                            strip_authorization,
+                        });
+                        self.resume_identity = identity;
+                        self.resume_leases = held;
+                    }
+                    Err(end) => {
+                        self.finish_log(snap);
+                        return Err(end);
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// Runs a password check on the verification pool and records how the
     /// request resumes. Polls every few milliseconds, watching for the
     /// client going away; the line's place is given back however it ends.
