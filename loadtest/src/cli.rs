@@ -452,13 +452,10 @@ pub fn man_page() -> std::io::Result<Vec<u8>> {
 
 impl Args {
     /// Checks what clap cannot (file contents, combinations) and fills in the defaults.
-    fn build(self) -> Result<Config, String> {
-        if self.script.is_some() {
-            return Err(
-                "-s: Lua scripts are not supported; use -X, -H, --body and URL lists".into(),
-            );
-        }
-        // Required, except beside --completions and --man, which run no load.
+    /// The URL and the further paths or URLs, all on the first one's
+    /// scheme, host and port. Required, except beside --completions and
+    /// --man, which run no load.
+    fn targets(&self) -> Result<Vec<Target>, String> {
         let Some(url) = &self.url else {
             return Err("no target URL given (see --help)".into());
         };
@@ -477,36 +474,48 @@ impl Args {
             }
             targets.push(t);
         }
+        Ok(targets)
+    }
+
+    /// The request body and the UDP payload (sized by --payload-size).
+    fn bodies(&self) -> Result<(Vec<u8>, Vec<u8>), String> {
         let body = match &self.body_file {
             Some(f) => {
                 std::fs::read(f).map_err(|e| format!("--body-file: {}: {e}", f.display()))?
             }
-            None => self.body.unwrap_or_default().into_bytes(),
+            None => self.body.clone().unwrap_or_default().into_bytes(),
         };
         let payload = match &self.payload_file {
             Some(f) => Some(
                 std::fs::read(f).map_err(|e| format!("--payload-file: {}: {e}", f.display()))?,
             ),
-            None => self.payload.map(String::into_bytes),
+            None => self.payload.clone().map(String::into_bytes),
         };
-        let connections = self.connections;
-        let mut shards = self.threads;
-        let pipeline = self.pipeline;
-        let streams = self.streams;
-        let timeout = self.timeout;
-        let rate = self.rate;
-        let find_max = self.find_max;
-        let requests = self.requests;
-        let http2 = self.http2;
-        let engine = self.engine;
+        let mut payload = payload.unwrap_or_else(|| b"ping".to_vec());
+        if let Some(n) = self.payload_size {
+            if n == 0 || n > 65_507 {
+                return Err("--payload-size: must be within 1..65507".into());
+            }
+            let src = if payload.is_empty() {
+                vec![b'x']
+            } else {
+                payload.clone()
+            };
+            payload = src.iter().cycle().take(n).copied().collect();
+        }
+        Ok((body, payload))
+    }
+
+    /// The limits and which modes go together; the shard count (at most
+    /// one per connection).
+    fn check_modes(&self, first: &Target) -> Result<usize, String> {
+        let (connections, pipeline, streams) = (self.connections, self.pipeline, self.streams);
+        let (rate, find_max, http2) = (self.rate, self.find_max, self.http2);
         if connections == 0 {
             return Err("-c: at least one connection is needed".into());
         }
-        if shards == 0 {
+        if self.threads == 0 {
             return Err("-t: at least one shard is needed".into());
-        }
-        if shards > connections {
-            shards = connections;
         }
         if pipeline == 0 || pipeline > 4096 {
             return Err("--pipeline: depth must be within 1..4096".into());
@@ -514,7 +523,7 @@ impl Args {
         if streams == 0 || streams > 10_000 {
             return Err("-m: streams must be within 1..10000".into());
         }
-        if timeout.is_zero() {
+        if self.timeout.is_zero() {
             return Err("--timeout: must be above 0".into());
         }
         if pipeline > 1 && (rate.is_some() || find_max) {
@@ -530,31 +539,43 @@ impl Args {
         if http2 && pipeline > 1 {
             return Err("--http2 takes -m streams, not --pipeline".into());
         }
-        if find_max && requests.is_some() {
+        if find_max && self.requests.is_some() {
             return Err("--find-max runs timed steps; drop -n".into());
         }
-        if engine == Engine::Uring
+        if self.engine == Engine::Uring
             && (is_udp || http2 || first.scheme == Scheme::Https || rate.is_some() || find_max)
         {
             return Err("--engine uring drives plain http:// closed-loop HTTP/1.1 only".into());
         }
+        Ok(self.threads.min(connections))
+    }
+
+    /// The run's configuration, its steps: the targets (`targets`), the
+    /// bodies (`bodies`), the limits and mode combinations (`check_modes`),
+    /// the duration.
+    fn build(self) -> Result<Config, String> {
+        if self.script.is_some() {
+            return Err(
+                "-s: Lua scripts are not supported; use -X, -H, --body and URL lists".into(),
+            );
+        }
+        let targets = self.targets()?;
+        let shards = self.check_modes(&targets[0])?;
+        let (body, payload) = self.bodies()?;
+        let (connections, pipeline, streams, timeout) =
+            (self.connections, self.pipeline, self.streams, self.timeout);
+        let (rate, find_max, requests, http2, engine) = (
+            self.rate,
+            self.find_max,
+            self.requests,
+            self.http2,
+            self.engine,
+        );
         let duration = match (self.duration, requests) {
             (None, None) if find_max => Some(Duration::from_secs(2)),
             (None, None) => Some(Duration::from_secs(10)),
             (d, _) => d,
         };
-        let mut payload = payload.unwrap_or_else(|| b"ping".to_vec());
-        if let Some(n) = self.payload_size {
-            if n == 0 || n > 65_507 {
-                return Err("--payload-size: must be within 1..65507".into());
-            }
-            let src = if payload.is_empty() {
-                vec![b'x']
-            } else {
-                payload.clone()
-            };
-            payload = src.iter().cycle().take(n).copied().collect();
-        }
         let progress = if self.progress {
             Some(true)
         } else if self.no_progress {
