@@ -116,12 +116,12 @@ pub struct PowCounters {
 pub fn find_cookie<'a>(lines: impl Iterator<Item = &'a [u8]>, name: &[u8]) -> Option<&'a [u8]> {
     for line in lines {
         for pair in line.split(|&b| b == b';') {
-            let pair = trim(pair);
+            let pair = pair.trim_ascii();
             let Some(eq) = pair.iter().position(|&b| b == b'=') else {
                 continue;
             };
-            if trim(&pair[..eq]) == name {
-                let v = trim(&pair[eq + 1..]);
+            if pair[..eq].trim_ascii() == name {
+                let v = pair[eq + 1..].trim_ascii();
                 // A quoted value is allowed by RFC 6265.
                 let v = v
                     .strip_prefix(b"\"")
@@ -132,18 +132,6 @@ pub fn find_cookie<'a>(lines: impl Iterator<Item = &'a [u8]>, name: &[u8]) -> Op
         }
     }
     None
-}
-
-fn trim(s: &[u8]) -> &[u8] {
-    let start = s
-        .iter()
-        .position(|b| !matches!(b, b' ' | b'\t'))
-        .unwrap_or(s.len());
-    let end = s
-        .iter()
-        .rposition(|b| !matches!(b, b' ' | b'\t'))
-        .map_or(start, |e| e + 1);
-    &s[start..end.max(start)]
 }
 
 /// Whether a request is a browser's page load: a `GET` or `HEAD` whose

@@ -41,14 +41,14 @@ struct Place<'a> {
 
 impl Drop for Place<'_> {
     fn drop(&mut self) {
-        if let Some(e) = self
-            .calls
-            .running
-            .borrow_mut()
-            .iter_mut()
-            .find(|e| e.0 == self.provider)
-        {
-            e.1 = e.1.saturating_sub(1);
+        // A provider with no call running has no entry: the list holds only
+        // the providers being asked now.
+        let mut running = self.calls.running.borrow_mut();
+        if let Some(i) = running.iter().position(|e| e.0 == self.provider) {
+            running[i].1 = running[i].1.saturating_sub(1);
+            if running[i].1 == 0 {
+                running.swap_remove(i);
+            }
         }
     }
 }

@@ -172,9 +172,10 @@ pub enum CallError {
 }
 
 /// Sends `request` on `stream` and reads the answer; the answer and
-/// whether the connection can be used again. Bounded: a head of 64 KiB, a
-/// body of 64 KiB (a longer 2xx body is read and dropped up to 1 MiB,
-/// then the connection is closed).
+/// whether the connection can be used again. Bounded: a head of 64 KiB and
+/// a body of 64 KiB (a longer declared body is not read: the connection
+/// is closed, and the answer fails unless it is an allow; a longer chunked
+/// or close-delimited one fails).
 pub async fn exchange(
     p: &AuthProvider,
     stream: &mut TcpStream,
@@ -231,7 +232,9 @@ async fn read_body(
     head_len: usize,
     framing: RespFraming,
 ) -> Result<(Vec<u8>, bool), CallError> {
-    const READ_CAP: usize = 1 << 20;
+    // Past the largest body relayed (and chunk framing around it), an
+    // answer is not read further: memory per call stays bounded.
+    const READ_CAP: usize = 2 * MAX_RELAY_BODY;
     let mut body = Vec::new();
     let keep = |body: &mut Vec<u8>, data: &[u8]| {
         let room = (MAX_RELAY_BODY + 1).saturating_sub(body.len());
@@ -240,8 +243,10 @@ async fn read_body(
     match framing {
         RespFraming::None => Ok((body, true)),
         RespFraming::Length(n) => {
-            let n = usize::try_from(n).map_err(|_| CallError::Failed)?;
-            if n > READ_CAP {
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            if n > MAX_RELAY_BODY {
+                // Not read: too long to relay, and the connection is not
+                // used again (`body` says over-long by its length).
                 return Ok((vec![0; MAX_RELAY_BODY + 1], false));
             }
             while buf.len() < head_len + n {
