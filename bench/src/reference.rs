@@ -192,6 +192,7 @@ pub fn snapshot() -> Snapshot {
             rule_set_names: vec!["reference".into()],
             ..GatePolicy::default()
         },
+        udp: Vec::new(),
     }
 }
 

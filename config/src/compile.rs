@@ -42,6 +42,7 @@ pub(crate) fn compile(c: Checked) -> Compiled {
             pages: ErrorPages::builtin(),
             upstreams: c.upstreams,
             gate: c.gate,
+            udp: c.udp,
         },
         warnings: Vec::new(),
         protection_off: Vec::new(),

@@ -79,6 +79,7 @@ mod server;
 mod settings;
 mod size;
 mod syntax;
+mod udp;
 mod upstream;
 mod validate;
 mod values;

@@ -290,7 +290,7 @@ fn check_sizes(q: &RawQuota, e: &mut Errors<'_>) -> QuotaSizes {
 
 /// A tracked-key ceiling: `max_keys` in 1..=8 Mi, the reserve below it
 /// (default: a sixteenth of a written `max_keys`, else the built-in).
-fn ceiling(
+pub(crate) fn ceiling(
     e: &mut Errors<'_>,
     (keys_path, keys): (&str, &Opt<i64>),
     (reserve_path, reserve): (&str, &Opt<i64>),
@@ -330,7 +330,7 @@ fn ceiling(
 }
 
 /// `scope` of a budget: `"split"` (the default) or `"per_shard"`.
-fn scope(e: &mut Errors<'_>, v: &Opt<String>, path: &str) -> Scope {
+pub(crate) fn scope(e: &mut Errors<'_>, v: &Opt<String>, path: &str) -> Scope {
     choice(
         e,
         v,
@@ -343,14 +343,14 @@ fn scope(e: &mut Errors<'_>, v: &Opt<String>, path: &str) -> Scope {
 
 /// A full threshold and its optional-work threshold, under `base`:
 /// `requests`/`optional` or `concurrent`/`concurrent_optional`.
-struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     base: &'a str,
     full: &'a Opt<i64>,
     optional: &'a Opt<i64>,
 }
 
 impl<'a> Fields<'a> {
-    fn new(base: &'a str, full: &'a Opt<i64>, optional: &'a Opt<i64>) -> Fields<'a> {
+    pub(crate) fn new(base: &'a str, full: &'a Opt<i64>, optional: &'a Opt<i64>) -> Fields<'a> {
         Fields {
             base,
             full,
@@ -359,7 +359,7 @@ impl<'a> Fields<'a> {
     }
 
     /// `requests` and `optional`: a budget per window.
-    fn budget(&self, e: &mut Errors<'_>) -> Option<Budget> {
+    pub(crate) fn budget(&self, e: &mut Errors<'_>) -> Option<Budget> {
         self.check(
             e,
             ("requests", "optional"),

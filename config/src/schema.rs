@@ -48,6 +48,8 @@ pub(crate) struct RawProfile {
     #[serde(default)]
     pub auth_provider: Vec<Spanned<crate::auth::RawAuthProvider>>,
     #[serde(default)]
+    pub udp: Vec<Spanned<crate::udp::RawUdp>>,
+    #[serde(default)]
     pub bundle: Vec<Spanned<RawBundle>>,
 }
 

@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 /// the connection loop and the gate read ([`check_connections`]).
 pub(crate) fn check_server(
     s: &RawServer,
+    udp_only: bool,
     e: &mut Errors<'_>,
 ) -> (RuntimeSettings, ServerSettings, Option<ProxyListener>) {
     let d = RuntimeSettings::default();
@@ -45,7 +46,7 @@ pub(crate) fn check_server(
         ],
         d.steering,
     );
-    let (listen, proxy_protocol, proxy_listener) = check_listen(s, &d, e);
+    let (listen, proxy_protocol, proxy_listener) = check_listen(s, &d, udp_only, e);
     let admin = check_admin(s, &d, &listen, e);
     let drain_timeout_ms = int_in(
         e,
@@ -64,6 +65,7 @@ pub(crate) fn check_server(
         admin,
         drain_timeout_ms,
         pow_key_file: check_pow_key_file(s, e),
+        udp_listen: Vec::new(),
     };
     (runtime, check_connections(s, e), proxy_listener)
 }
@@ -254,17 +256,18 @@ const ADDRESS_FORM: &str = "IPv4:PORT or [IPv6]:PORT, such as \"127.0.0.1:8080\"
 fn check_listen(
     s: &RawServer,
     d: &RuntimeSettings,
+    udp_only: bool,
     e: &mut Errors<'_>,
 ) -> (Vec<SocketAddr>, Vec<SocketAddr>, Option<ProxyListener>) {
     let Some(list) = &s.listen else {
         return (d.listen.clone(), Vec::new(), None);
     };
-    if list.get_ref().is_empty() {
+    if list.get_ref().is_empty() && !udp_only {
         e.push(
             "server.listen.empty",
             "server.listen",
             list.span(),
-            "needs at least one address",
+            "needs at least one address (an empty list only in a profile with [[udp]] relays)",
         );
     }
     let mut listen: Vec<SocketAddr> = Vec::new();

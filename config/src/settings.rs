@@ -8,7 +8,8 @@ pub struct RuntimeSettings {
     pub shards: Shards,
     pub driver: Driver,
     pub steering: Steering,
-    /// Public listeners; never empty, no duplicates (port 0 means an ephemeral port).
+    /// Public HTTP listeners; no duplicates (port 0 means an ephemeral
+    /// port); empty only in a profile of UDP relays alone.
     pub listen: Vec<SocketAddr>,
     /// The listen addresses (a subset of `listen`, in its order) that expect
     /// a PROXY protocol header before anything else; their peers must be in
@@ -21,6 +22,9 @@ pub struct RuntimeSettings {
     /// Proof of work's key file (`[server] pow_key_file`), opened or
     /// created by the runtime; `None`: no key (proof of work answers 503).
     pub pow_key_file: Option<String>,
+    /// Every UDP relay's listen addresses, in profile order (the runtime
+    /// binds them at start; a reload cannot move them).
+    pub udp_listen: Vec<SocketAddr>,
 }
 
 impl Default for RuntimeSettings {
@@ -34,6 +38,7 @@ impl Default for RuntimeSettings {
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             drain_timeout_ms: 10_000,
             pow_key_file: None,
+            udp_listen: Vec::new(),
         }
     }
 }

@@ -100,7 +100,7 @@ fn check_group(
     resolver: &dyn Resolver,
     e: &mut Errors<'_>,
 ) -> UpstreamGroup {
-    let servers = check_servers(u, &name, base, span, resolver, e);
+    let servers = check_servers(&u.servers, &name, base, span, resolver, e);
     let balance = choice(
         e,
         &u.balance,
@@ -185,9 +185,10 @@ fn check_group(
     }
 }
 
-/// Parses and resolves `servers`; refuses an address reached twice.
-fn check_servers(
-    u: &RawUpstream,
+/// Parses and resolves `servers` (of an upstream group or a UDP relay);
+/// refuses an address reached twice.
+pub(crate) fn check_servers(
+    list: &Option<Spanned<Vec<Spanned<RawServerEntry>>>>,
     name: &str,
     base: &str,
     span: Range<usize>,
@@ -195,7 +196,7 @@ fn check_servers(
     e: &mut Errors<'_>,
 ) -> Vec<UpstreamServer> {
     let path = format!("{base}.servers");
-    let list = match &u.servers {
+    let list = match list {
         Some(list) if !list.get_ref().is_empty() => list,
         other => {
             let at = other.as_ref().map_or(span, |l| l.span());

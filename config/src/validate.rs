@@ -47,13 +47,16 @@ pub(crate) struct Checked {
     pub upstreams: Vec<UpstreamGroup>,
     /// One per `[[host]]`, in order.
     pub extras: Vec<HostExtras>,
+    /// One per `[[udp]]`, in order.
+    pub udp: Vec<std::sync::Arc<gapura_gate::udp::UdpPolicy>>,
 }
 
 /// Checks the whole profile; `env.cores` is the shard count when `shards`
 /// is `"auto"`, `env.resolver` resolves upstream names. The result is
 /// meaningful only when `errors` stays empty.
 pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors<'_>) -> Checked {
-    let (runtime, server, proxy_listener) = check_server(&raw.server, errors);
+    let (mut runtime, server, proxy_listener) =
+        check_server(&raw.server, !raw.udp.is_empty(), errors);
     let shards = match runtime.shards {
         Shards::Count(n) => n,
         Shards::Auto => env.cores.max(1),
@@ -61,6 +64,8 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
     let defaults = check_limits(&raw.defaults.limits, "defaults.limits", errors);
     let upstreams = check_upstreams(&raw.upstream, env.resolver, errors);
     let quota = check_quota(&raw.quota, shards, errors);
+    let udp = crate::udp::check_udp(&raw.udp, shards, env.resolver, errors);
+    runtime.udp_listen = udp.iter().flat_map(|u| u.listen.iter().copied()).collect();
     let rates = check_rate_limits(&raw.rate_limit, shards, errors);
     let client = check_client(&raw.client, proxy_listener.as_ref(), errors);
     let known = Known {
@@ -132,5 +137,6 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         entries,
         upstreams: upstreams.groups,
         extras: blocks.extras,
+        udp,
     }
 }

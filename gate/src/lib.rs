@@ -21,6 +21,8 @@
 //! - `hash`: the unkeyed hashers (stable identities, the host table,
 //!   pre-hashed keys).
 //! - `upstream`: upstream groups and proxy routes as compiled.
+//! - `udp`: UDP relays' policy, drop reasons and the budgets a datagram
+//!   pays before it is decoded.
 //! - `client`: who the client is (trusted proxies, Cloudflare, PROXY
 //!   sources).
 //! - `cidr`: CIDR sets answered in O(log n).
@@ -73,6 +75,7 @@ pub mod ruleset;
 pub mod snapshot;
 pub mod testing;
 pub mod token;
+pub mod udp;
 pub mod upstream;
 
 pub use answer::{Answer, WriteCtx};

@@ -97,6 +97,8 @@ pub struct Snapshot {
     pub upstreams: Vec<UpstreamGroup>,
     /// What every host's blocks share: client resolution, quotas, rate limits.
     pub gate: crate::policy::GatePolicy,
+    /// UDP relays, in profile order.
+    pub udp: Vec<std::sync::Arc<crate::udp::UdpPolicy>>,
 }
 
 /// What to do with a request.
@@ -250,6 +252,7 @@ mod tests {
             pages: ErrorPages::builtin(),
             upstreams: Vec::new(),
             gate: Default::default(),
+            udp: Vec::new(),
         }
     }
 

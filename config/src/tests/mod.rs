@@ -23,6 +23,7 @@ mod quota;
 mod ratelimit;
 mod rulesets;
 mod server;
+mod udp;
 mod upstreams;
 
 use crate::{Compiled, Environment, FixedNames, ProfileError};

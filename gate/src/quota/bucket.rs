@@ -19,6 +19,11 @@ pub struct Bucket {
 }
 
 impl Bucket {
+    /// A full bucket.
+    pub const fn new() -> Bucket {
+        Bucket { empty_at_ns: None }
+    }
+
     /// Takes one token at `now_ms` under `policy`: allowed, or the wait for
     /// one whole token. A refused take changes nothing.
     pub fn try_take(&mut self, policy: &RatePolicy, now_ms: u64) -> Decision {

@@ -53,6 +53,13 @@ pub enum Domain {
     /// A client address as the access log writes it when addresses are
     /// hashed.
     LogAddress = 10,
+    /// A UDP relay's source-prefix budget: a partition of its own, so a
+    /// datagram flood never spends an HTTP client's budget.
+    UdpPrefix = 11,
+    /// A UDP relay's session (the client's address and port).
+    UdpSession = 12,
+    /// A UDP source prefix as a drop's log line names it.
+    UdpLog = 13,
 }
 
 /// How much of a client address a key keeps, per family.

@@ -165,6 +165,7 @@ mod tests {
             pages: ErrorPages::builtin(),
             upstreams: Vec::new(),
             gate: Default::default(),
+            udp: Vec::new(),
         };
         Rc::new(Shard::new(
             0,

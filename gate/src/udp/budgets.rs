@@ -1,0 +1,318 @@
+//! The budgets a datagram pays before it is decoded: size bound, global,
+//! source prefix, operation class, in that order.
+//!
+//! Every check runs before any count moves, and the counts move only when
+//! every check passed: a dropped datagram adds nothing anywhere (a flood
+//! refused by its prefix does not spend the global budget of everyone
+//! else). The source prefix is the budget partition of HTTP (IPv4 /24,
+//! IPv6 /56), keyed in a domain of its own ([`Domain::UdpPrefix`]).
+//!
+//! One shard's state; O(1) plus the prefix table's bounded probe per
+//! datagram; no allocation after [`UdpBudgets::new`].
+
+use super::{UdpDrop, UdpPolicy, MAX_CLASSES};
+use crate::quota::{Class, Domain, FixedWindow, Keyer, SourcePrefix, WindowRefusal, WindowTable};
+use std::net::IpAddr;
+
+/// What passed: the datagram's operation class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    /// Index in the policy's `classes` (0: unmatched).
+    pub class: u8,
+    /// Whether the class may use the reserves.
+    pub critical: bool,
+}
+
+/// One relay's budget counters on one shard.
+#[derive(Debug)]
+pub struct UdpBudgets {
+    global: FixedWindow,
+    prefixes: WindowTable,
+    classes: [FixedWindow; MAX_CLASSES + 1],
+}
+
+impl UdpBudgets {
+    /// Counters for `policy` (the prefix table sized by its ceiling,
+    /// allocated once).
+    pub fn new(policy: &UdpPolicy) -> UdpBudgets {
+        let b = &policy.budgets;
+        UdpBudgets {
+            global: FixedWindow::default(),
+            // The window length was checked when the policy was compiled.
+            prefixes: WindowTable::new(b.window_ms, b.tracked)
+                .expect("a compiled window length is in range"),
+            classes: [FixedWindow::default(); MAX_CLASSES + 1],
+        }
+    }
+
+    /// Whether these counters can serve `policy` as they are (same window
+    /// and ceiling); otherwise a reload builds new ones.
+    pub fn fits(&self, policy: &UdpPolicy) -> bool {
+        self.prefixes.window_ms() == policy.budgets.window_ms
+            && self.prefixes.ceiling() == policy.budgets.tracked
+    }
+
+    /// Prefixes tracked in the current window.
+    pub fn tracked_prefixes(&self) -> u32 {
+        self.prefixes.tracked_keys()
+    }
+
+    /// Runs the size bound and the three budgets for a datagram from `src`
+    /// at `now_ms`, counting it when every one passed. O(1) + probe.
+    pub fn admit(
+        &mut self,
+        policy: &UdpPolicy,
+        keyer: &Keyer,
+        src: IpAddr,
+        datagram: &[u8],
+        now_ms: u64,
+    ) -> Result<Admitted, UdpDrop> {
+        if datagram.len() > policy.max_datagram_bytes as usize {
+            return Err(UdpDrop::Oversized);
+        }
+        let admitted = classify(policy, datagram);
+        let class = if admitted.critical {
+            Class::Critical
+        } else {
+            Class::Normal
+        };
+        let window = self.prefixes.roll(now_ms);
+        let b = &policy.budgets;
+        if let Some(global) = b.global {
+            if !self.global.fits(window, global.threshold(class)) {
+                return Err(UdpDrop::GlobalBudget);
+            }
+        }
+        let prefix = match b.prefix {
+            Some(budget) => {
+                let key = keyer.source(Domain::UdpPrefix, src, SourcePrefix::BUDGET);
+                match self
+                    .prefixes
+                    .check(key, budget.threshold(class), class, now_ms)
+                {
+                    Ok(pass) => Some(pass),
+                    Err(WindowRefusal::Exhausted) => return Err(UdpDrop::PrefixBudget),
+                    Err(WindowRefusal::Untracked) => return Err(UdpDrop::TrackedKeys),
+                }
+            }
+            None => None,
+        };
+        let c = usize::from(admitted.class);
+        let class_budget = policy.classes.get(c).and_then(|k| k.budget);
+        if let Some(budget) = class_budget {
+            if !self.classes[c].fits(window, budget.threshold(class)) {
+                return Err(UdpDrop::OperationBudget);
+            }
+        }
+        if b.global.is_some() {
+            self.global.add(window);
+        }
+        if let Some(pass) = prefix {
+            self.prefixes.commit(pass);
+        }
+        if class_budget.is_some() {
+            self.classes[c].add(window);
+        }
+        Ok(admitted)
+    }
+}
+
+/// The datagram's operation class: the first class whose values hold the
+/// field's value; the unmatched class when none does, when the datagram is
+/// too short for the field, or when the relay reads no field.
+/// O(classes x values), at most a few dozen comparisons.
+#[inline]
+pub fn classify(policy: &UdpPolicy, datagram: &[u8]) -> Admitted {
+    let unmatched = Admitted {
+        class: 0,
+        critical: policy.classes.first().is_some_and(|c| c.critical),
+    };
+    let Some(value) = policy.operation.and_then(|f| f.read(datagram)) else {
+        return unmatched;
+    };
+    for (i, c) in policy.classes.iter().enumerate().skip(1) {
+        if c.values.contains(&value) {
+            return Admitted {
+                class: i as u8,
+                critical: c.critical,
+            };
+        }
+    }
+    unmatched
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quota::{Budget, Ceiling};
+    use crate::udp::{OperationField, SessionPolicy, UdpBudgetPolicy, UdpClass};
+    use crate::upstream::Balance;
+
+    fn policy() -> UdpPolicy {
+        UdpPolicy {
+            name: "game".into(),
+            listen: Vec::new(),
+            servers: Vec::new(),
+            balance: Balance::RoundRobin,
+            max_datagram_bytes: 64,
+            budgets: UdpBudgetPolicy {
+                window_ms: 1_000,
+                global: Some(Budget::new(10, 8).unwrap()),
+                prefix: Some(Budget::flat(4).unwrap()),
+                tracked: Ceiling::new(4, 1).unwrap(),
+            },
+            operation: Some(OperationField { offset: 0, len: 1 }),
+            classes: vec![
+                UdpClass::other(),
+                UdpClass {
+                    name: "join".into(),
+                    values: vec![1],
+                    budget: Some(Budget::flat(2).unwrap()),
+                    critical: true,
+                },
+            ],
+            session: SessionPolicy {
+                rate: None,
+                idle_timeout_ms: 30_000,
+                ceiling: Ceiling::new(16, 2).unwrap(),
+            },
+            envelope: None,
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    const SEED: [u8; 16] = [7; 16];
+
+    #[test]
+    fn an_oversized_datagram_is_dropped_before_any_budget() {
+        let p = policy();
+        let mut b = UdpBudgets::new(&p);
+        let k = Keyer::new(SEED);
+        assert_eq!(
+            b.admit(&p, &k, ip("192.0.2.1"), &[0u8; 65], 0),
+            Err(UdpDrop::Oversized)
+        );
+        assert_eq!(b.tracked_prefixes(), 0, "nothing counted");
+        assert!(b.admit(&p, &k, ip("192.0.2.1"), &[0u8; 64], 0).is_ok());
+    }
+
+    #[test]
+    fn a_prefix_pays_as_one_and_recovers_at_the_boundary() {
+        let p = policy();
+        let mut b = UdpBudgets::new(&p);
+        let k = Keyer::new(SEED);
+        for last in 1..=4 {
+            let src = ip(&format!("192.0.2.{last}"));
+            assert!(b.admit(&p, &k, src, b"\x00x", 100).is_ok());
+        }
+        assert_eq!(
+            b.admit(&p, &k, ip("192.0.2.200"), b"\x00x", 999),
+            Err(UdpDrop::PrefixBudget)
+        );
+        // Another /24 still has its own.
+        assert!(b.admit(&p, &k, ip("192.0.3.1"), b"\x00x", 999).is_ok());
+        assert!(b.admit(&p, &k, ip("192.0.2.9"), b"\x00x", 1_000).is_ok());
+    }
+
+    #[test]
+    fn ipv6_sources_share_their_slash_56() {
+        let p = policy();
+        let mut b = UdpBudgets::new(&p);
+        let k = Keyer::new(SEED);
+        for i in 0..4 {
+            let src = ip(&format!("2001:db8:1:2{i:02x}::1"));
+            assert!(b.admit(&p, &k, src, b"\x00", 0).is_ok());
+        }
+        assert_eq!(
+            b.admit(&p, &k, ip("2001:db8:1:2ff::7"), b"\x00", 0),
+            Err(UdpDrop::PrefixBudget)
+        );
+        assert!(b.admit(&p, &k, ip("2001:db8:1:300::1"), b"\x00", 0).is_ok());
+    }
+
+    #[test]
+    fn a_refused_datagram_spends_no_budget_anywhere() {
+        let mut p = policy();
+        p.budgets.prefix = Some(Budget::flat(1).unwrap());
+        p.budgets.tracked = Ceiling::new(64, 1).unwrap();
+        let mut b = UdpBudgets::new(&p);
+        let k = Keyer::new(SEED);
+        assert!(b.admit(&p, &k, ip("192.0.2.1"), b"\x00", 0).is_ok());
+        // 100 refusals by the prefix leave the global budget (8 for
+        // ordinary work) to everyone else.
+        for _ in 0..100 {
+            assert_eq!(
+                b.admit(&p, &k, ip("192.0.2.1"), b"\x00", 0),
+                Err(UdpDrop::PrefixBudget)
+            );
+        }
+        for last in 2..=8 {
+            let src = ip(&format!("198.51.{last}.1"));
+            assert!(b.admit(&p, &k, src, b"\x00", 0).is_ok(), "{src}");
+        }
+    }
+
+    #[test]
+    fn operation_classes_have_their_own_budget_and_reserve() {
+        let mut p = policy();
+        p.budgets.prefix = None;
+        let mut b = UdpBudgets::new(&p);
+        let k = Keyer::new(SEED);
+        let src = ip("192.0.2.1");
+        // "join" (0x01) has 2 per window.
+        assert_eq!(
+            b.admit(&p, &k, src, b"\x01", 0),
+            Ok(Admitted {
+                class: 1,
+                critical: true
+            })
+        );
+        assert!(b.admit(&p, &k, src, b"\x01", 0).is_ok());
+        assert_eq!(
+            b.admit(&p, &k, src, b"\x01", 0),
+            Err(UdpDrop::OperationBudget)
+        );
+        // Ordinary work stops at the global budget's optional part (8 of
+        // 10): 2 joins and 6 others.
+        for _ in 0..6 {
+            assert!(b.admit(&p, &k, src, b"\x02", 0).is_ok());
+        }
+        assert_eq!(b.admit(&p, &k, src, b"\x02", 0), Err(UdpDrop::GlobalBudget));
+        // A critical class still has the reserve, within its own budget.
+        assert_eq!(b.admit(&p, &k, src, b"\x01", 1_000).map(|a| a.class), Ok(1));
+    }
+
+    #[test]
+    fn unmatched_short_or_unread_datagrams_are_the_other_class() {
+        let mut p = policy();
+        assert_eq!(classify(&p, b"\x07").class, 0);
+        assert_eq!(classify(&p, b"").class, 0);
+        assert_eq!(classify(&p, b"\x01").class, 1);
+        p.operation = None;
+        assert_eq!(classify(&p, b"\x01").class, 0);
+    }
+
+    #[test]
+    fn a_full_prefix_table_fails_closed() {
+        let mut p = policy();
+        p.budgets.global = None;
+        let mut b = UdpBudgets::new(&p);
+        let k = Keyer::new(SEED);
+        // Ceiling 4 with 1 reserved: 3 ordinary prefixes.
+        for n in 1..=3 {
+            assert!(b
+                .admit(&p, &k, ip(&format!("10.{n}.0.1")), b"\x00", 0)
+                .is_ok());
+        }
+        assert_eq!(
+            b.admit(&p, &k, ip("10.9.0.1"), b"\x00", 0),
+            Err(UdpDrop::TrackedKeys)
+        );
+        assert_eq!(b.tracked_prefixes(), 3);
+        // A critical class may take the reserve.
+        assert!(b.admit(&p, &k, ip("10.9.0.1"), b"\x01", 0).is_ok());
+    }
+}

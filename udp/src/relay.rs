@@ -1,0 +1,367 @@
+//! The relay's decisions, pure: what happens to a datagram from a client
+//! ([`Relay::inbound`]) and to a reply from upstream ([`Relay::outbound`]).
+//! No sockets and no clock: the I/O layer ([`crate::io`]) and `gapura
+//! explain` drive the same code, time passed in.
+//!
+//! A client's datagram goes through, in order (docs/udp.md):
+//!
+//! 1. size bound, global, source prefix and operation budgets (gate's
+//!    [`UdpBudgets`]), before any byte is decoded;
+//! 2. the session: found by address and port, or a vacancy under the
+//!    ceiling (the critical reserve for critical classes); not yet added;
+//! 3. the session's token bucket (a new session's is full);
+//! 4. the envelope, when the relay has one: version, key, timestamp, tag,
+//!    then the nonce against the session's replay window;
+//! 5. relay: a new session is opened only now, on a server the balancer
+//!    picks, so nothing that failed a check leaves state behind.
+//!
+//! Replies pass the amplification bound: until a session is validated (a
+//! datagram from the client arrived after a reply was sent), the bytes sent
+//! back stay within [`AMPLIFICATION_FACTOR`] times the bytes received.
+//!
+//! Every call is O(1) plus the tables' bounded probes and the envelope's
+//! HMAC; nothing allocates after [`Relay::new`] (a reload that resizes a
+//! table allocates the new one).
+
+use crate::envelope::{self, ReplayWindow};
+use crate::session::{SessionRef, SessionTable, Spot};
+use gapura_gate::quota::{Domain, Keyer};
+use gapura_gate::udp::{UdpBudgets, UdpDrop, UdpPolicy, AMPLIFICATION_FACTOR};
+use gapura_gate::upstream::Balance;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// What to do with a client's datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inbound {
+    /// Send `datagram[payload.0..payload.1]` on the session's upstream
+    /// socket; `new`: the session was just opened (make its socket, on
+    /// `server`).
+    Forward {
+        session: SessionRef,
+        new: bool,
+        server: usize,
+        payload: (usize, usize),
+        class: u8,
+    },
+    Drop {
+        reason: UdpDrop,
+        class: u8,
+    },
+}
+
+/// Counters of one relay on one shard (published to the metrics by the
+/// I/O layer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub dropped: [u64; UdpDrop::ALL.len()],
+    /// Datagrams relayed to upstream and replies relayed to clients.
+    pub forwarded: u64,
+    pub replied: u64,
+    pub forwarded_bytes: u64,
+    pub replied_bytes: u64,
+    pub sessions_opened: u64,
+    pub sessions_closed: u64,
+}
+
+/// One relay's state on one shard.
+pub struct Relay {
+    policy: Arc<UdpPolicy>,
+    keyer: Keyer,
+    budgets: UdpBudgets,
+    sessions: SessionTable,
+    /// Smooth weighted round robin's current weights, and the live sessions
+    /// per server (least outstanding), indexed like the policy's servers.
+    weights: Vec<i64>,
+    per_server: Vec<u32>,
+    /// Moves when a reload changes the servers: older sessions' indexes no
+    /// longer count.
+    server_epoch: u32,
+    pub counters: Counters,
+}
+
+fn replay_window(p: &UdpPolicy) -> u32 {
+    p.envelope.as_ref().map_or(0, |e| e.replay_window)
+}
+
+impl Relay {
+    /// The state for `policy` under the process's hash `seed`. Allocates its
+    /// tables once.
+    pub fn new(policy: Arc<UdpPolicy>, seed: [u8; 16]) -> Relay {
+        let n = policy.servers.len();
+        Relay {
+            budgets: UdpBudgets::new(&policy),
+            sessions: SessionTable::new(policy.session.ceiling, replay_window(&policy)),
+            keyer: Keyer::new(seed),
+            weights: vec![0; n],
+            per_server: vec![0; n],
+            server_epoch: 0,
+            counters: Counters::default(),
+            policy,
+        }
+    }
+
+    pub fn policy(&self) -> &Arc<UdpPolicy> {
+        &self.policy
+    }
+
+    pub fn keyer(&self) -> &Keyer {
+        &self.keyer
+    }
+
+    pub fn live_sessions(&self) -> u32 {
+        self.sessions.live()
+    }
+
+    /// The session `r` names, while it lives.
+    pub fn session(&self, r: SessionRef) -> Option<&crate::session::Session> {
+        self.sessions.get(r)
+    }
+
+    /// Takes a reloaded policy. Sessions and budget counts stay; a table
+    /// whose size or window changed is rebuilt (its sessions are ended: the
+    /// returned handles are the ones the I/O layer must close).
+    pub fn set_policy(&mut self, policy: Arc<UdpPolicy>) -> Vec<SessionRef> {
+        let mut ended = Vec::new();
+        if !self.budgets.fits(&policy) {
+            self.budgets = UdpBudgets::new(&policy);
+        }
+        if !self
+            .sessions
+            .fits(policy.session.ceiling, replay_window(&policy))
+        {
+            ended = self.sessions.refs().collect();
+            self.counters.sessions_closed += ended.len() as u64;
+            self.sessions = SessionTable::new(policy.session.ceiling, replay_window(&policy));
+        }
+        let same_servers = policy.servers.len() == self.policy.servers.len()
+            && policy
+                .servers
+                .iter()
+                .zip(&self.policy.servers)
+                .all(|(a, b)| a.key == b.key);
+        if !same_servers {
+            self.server_epoch = self.server_epoch.wrapping_add(1);
+            self.weights = vec![0; policy.servers.len()];
+            self.per_server = vec![0; policy.servers.len()];
+        }
+        self.policy = policy;
+        ended
+    }
+
+    fn session_key(&self, client: SocketAddr) -> u64 {
+        let mut msg = [0u8; 18];
+        match client.ip().to_canonical() {
+            std::net::IpAddr::V4(v4) => msg[..4].copy_from_slice(&v4.octets()),
+            std::net::IpAddr::V6(v6) => msg[..16].copy_from_slice(&v6.octets()),
+        }
+        msg[16..].copy_from_slice(&client.port().to_be_bytes());
+        self.keyer.bytes(Domain::UdpSession, &msg)
+    }
+
+    fn drop(&mut self, reason: UdpDrop, class: u8) -> Inbound {
+        self.counters.dropped[reason.index()] += 1;
+        Inbound::Drop { reason, class }
+    }
+
+    /// Decides a datagram from `client` at `now_ms` (shard clock) and
+    /// `unix_ms` (wall clock, for envelope timestamps).
+    pub fn inbound(
+        &mut self,
+        client: SocketAddr,
+        datagram: &[u8],
+        now_ms: u64,
+        unix_ms: u64,
+    ) -> Inbound {
+        let policy = self.policy.clone();
+        let admitted = match self
+            .budgets
+            .admit(&policy, &self.keyer, client.ip(), datagram, now_ms)
+        {
+            Ok(a) => a,
+            Err(reason) => {
+                let class = gapura_gate::udp::budgets::classify(&policy, datagram).class;
+                return self.drop(reason, class);
+            }
+        };
+        let class = admitted.class;
+        let key = self.session_key(client);
+        let (idx, new) = match self.sessions.spot(key, client, admitted.critical) {
+            Spot::Found(idx) => (idx, false),
+            Spot::Vacant(idx) => (idx, true),
+            Spot::Refused => return self.drop(UdpDrop::SessionCapacity, class),
+        };
+        if !new {
+            if let Some(rate) = &policy.session.rate {
+                let s = self.sessions.at_mut(idx).0;
+                if !s.bucket.try_take(rate, now_ms).allowed {
+                    return self.drop(UdpDrop::SessionRate, class);
+                }
+            }
+        }
+        let mut payload = (0, datagram.len());
+        let mut nonce = None;
+        if let Some(env) = &policy.envelope {
+            let opened = match envelope::open(env, datagram, unix_ms) {
+                Ok(o) => o,
+                Err(reason) => return self.drop(reason, class),
+            };
+            if !new {
+                let (s, bits) = self.sessions.at_mut(idx);
+                let w = ReplayWindow {
+                    highest: &mut s.replay_high,
+                    bits,
+                };
+                if !w.fresh(opened.nonce) {
+                    return self.drop(UdpDrop::Replayed, class);
+                }
+            }
+            nonce = Some(opened.nonce);
+            if env.strip {
+                payload = opened.payload;
+            }
+        }
+        let session = if new {
+            let Some(server) = self.pick() else {
+                return self.drop(UdpDrop::Unrelayed, class);
+            };
+            let r = self.sessions.insert(idx, key, client, now_ms);
+            let (s, _) = self.sessions.at_mut(idx);
+            s.server = server as u16;
+            s.server_epoch = self.server_epoch;
+            s.critical = admitted.critical;
+            if let Some(rate) = &policy.session.rate {
+                // A new session's full bucket pays for its first datagram.
+                let _ = s.bucket.try_take(rate, now_ms);
+            }
+            self.per_server[server] += 1;
+            self.counters.sessions_opened += 1;
+            r
+        } else {
+            let (s, _) = self.sessions.at_mut(idx);
+            SessionRef {
+                idx,
+                generation: s.generation,
+            }
+        };
+        let (s, bits) = self.sessions.at_mut(idx);
+        if let Some(n) = nonce {
+            ReplayWindow {
+                highest: &mut s.replay_high,
+                bits,
+            }
+            .mark(n);
+        }
+        s.last_ms = s.last_ms.max(now_ms);
+        if !s.validated {
+            if s.tx_bytes > 0 {
+                s.validated = true;
+            } else {
+                s.rx_bytes = s.rx_bytes.saturating_add(datagram.len() as u64);
+            }
+        }
+        let server = usize::from(s.server);
+        self.counters.forwarded += 1;
+        self.counters.forwarded_bytes += (payload.1 - payload.0) as u64;
+        Inbound::Forward {
+            session,
+            new,
+            server,
+            payload,
+            class,
+        }
+    }
+
+    /// Decides a reply of `len` bytes from upstream to session `r`: the
+    /// client's address, or why it is dropped (the session ended, or the
+    /// amplification bound).
+    pub fn outbound(
+        &mut self,
+        r: SessionRef,
+        len: usize,
+        now_ms: u64,
+    ) -> Result<SocketAddr, UdpDrop> {
+        let Some(s) = self.sessions.get_mut(r) else {
+            self.counters.dropped[UdpDrop::Unrelayed.index()] += 1;
+            return Err(UdpDrop::Unrelayed);
+        };
+        if !s.validated {
+            let after = s.tx_bytes.saturating_add(len as u64);
+            if after > s.rx_bytes.saturating_mul(AMPLIFICATION_FACTOR) {
+                self.counters.dropped[UdpDrop::Amplification.index()] += 1;
+                return Err(UdpDrop::Amplification);
+            }
+            s.tx_bytes = after;
+        }
+        s.last_ms = s.last_ms.max(now_ms);
+        self.counters.replied += 1;
+        self.counters.replied_bytes += len as u64;
+        Ok(s.client)
+    }
+
+    /// Whether session `r` is still open at `now_ms`: `Some(ms left)` before
+    /// its idle timeout, `None` once it has ended (now, by this call, or
+    /// before).
+    pub fn idle_check(&mut self, r: SessionRef, now_ms: u64) -> Option<u64> {
+        let s = self.sessions.get(r)?;
+        let idle = now_ms.saturating_sub(s.last_ms);
+        let timeout = self.policy.session.idle_timeout_ms;
+        if idle < timeout {
+            return Some(timeout - idle);
+        }
+        self.close(r);
+        None
+    }
+
+    /// Ends session `r` (idle, drained, or its socket failed); false when it
+    /// had already ended.
+    pub fn close(&mut self, r: SessionRef) -> bool {
+        let Some(s) = self.sessions.get(r) else {
+            return false;
+        };
+        if s.server_epoch == self.server_epoch {
+            if let Some(n) = self.per_server.get_mut(usize::from(s.server)) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        self.sessions.remove(r);
+        self.counters.sessions_closed += 1;
+        true
+    }
+
+    /// Every live session (for the drain).
+    pub fn sessions(&self) -> Vec<SessionRef> {
+        self.sessions.refs().collect()
+    }
+
+    /// The server a new session goes to, by the relay's balance. O(servers).
+    fn pick(&mut self) -> Option<usize> {
+        let servers = &self.policy.servers;
+        if servers.is_empty() {
+            return None;
+        }
+        match self.policy.balance {
+            Balance::RoundRobin => {
+                let mut total = 0i64;
+                let mut best = 0usize;
+                for (i, s) in servers.iter().enumerate() {
+                    self.weights[i] += i64::from(s.weight);
+                    total += i64::from(s.weight);
+                    if self.weights[i] > self.weights[best] {
+                        best = i;
+                    }
+                }
+                self.weights[best] -= total;
+                Some(best)
+            }
+            Balance::LeastOutstanding => {
+                // Fewest live sessions relative to weight; ties to the first.
+                (0..servers.len()).min_by(|&a, &b| {
+                    let wa = u64::from(servers[a].weight.max(1));
+                    let wb = u64::from(servers[b].weight.max(1));
+                    (u64::from(self.per_server[a]) * wb).cmp(&(u64::from(self.per_server[b]) * wa))
+                })
+            }
+        }
+    }
+}
