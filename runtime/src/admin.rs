@@ -26,6 +26,8 @@ pub struct Admin {
     pub global: Arc<Global>,
     /// Each shard's queue of `explain --live` asks.
     pub live: Vec<std::sync::mpsc::SyncSender<gapura_http::server::live::LiveAsk>>,
+    /// The UDP relays' counters.
+    pub udp: crate::udp::RelayBoard,
 }
 
 pub fn spawn(listener: TcpListener, admin: Admin) -> std::io::Result<()> {
@@ -258,6 +260,7 @@ pub fn render_metrics(admin: &Admin) -> String {
         }
     }
     render_blocks(&mut out, admin);
+    crate::udp::render_metrics(&mut out, &admin.udp);
     render_pow(&mut out, admin);
     render_auth(&mut out, admin);
     family(

@@ -163,11 +163,99 @@ pub fn bind_group(addr: SocketAddr, shards: usize, steer: Steer) -> io::Result<G
     })
 }
 
+/// Refuses a UDP address another process holds (a plain bind, without
+/// SO_REUSEPORT, must succeed).
+pub fn check_udp_port_free(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.bind(&addr.into()).map_err(|e| {
+        if e.kind() == io::ErrorKind::AddrInUse {
+            io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("udp {addr} is already in use by another process; refusing to share it"),
+            )
+        } else {
+            io::Error::new(e.kind(), format!("udp {addr}: {e}"))
+        }
+    })
+}
+
+/// Binds `shards` reuseport UDP sockets on `addr` in shard order (a port
+/// of 0 is chosen by the first bind), steered like the TCP groups: the
+/// datagrams of one source reach one shard, whose tables are then exact.
+pub fn bind_udp_group(
+    addr: SocketAddr,
+    shards: usize,
+    steer: Steer,
+) -> io::Result<(SocketAddr, Vec<std::net::UdpSocket>)> {
+    let mut bound = addr;
+    let mut sockets = Vec::with_capacity(shards);
+    let mut first: Option<Socket> = None;
+    for _ in 0..shards {
+        let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        sock.set_reuse_port(true)?;
+        if addr.is_ipv6() {
+            sock.set_only_v6(true)?;
+        }
+        sock.bind(&bound.into())
+            .map_err(|e| io::Error::new(e.kind(), format!("bind udp {bound}: {e}")))?;
+        if bound.port() == 0 {
+            if let Some(local) = sock.local_addr()?.as_socket() {
+                bound.set_port(local.port());
+            }
+        }
+        if first.is_none() {
+            first = Some(sock.try_clone()?);
+        }
+        sockets.push(std::net::UdpSocket::from(sock));
+    }
+    if steer != Steer::Kernel && shards > 1 {
+        if let Some(sock) = &first {
+            attach_steering(sock, addr.is_ipv6(), shards as u32, steer == Steer::Prefix)
+                .map_err(|e| io::Error::new(e.kind(), format!("steering on udp {bound}: {e}")))?;
+        }
+    }
+    Ok((bound, sockets))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::net::TcpStream;
+
+    #[test]
+    fn steered_udp_group_sends_one_source_to_one_socket() {
+        let (addr, socks) =
+            bind_udp_group("127.0.0.1:0".parse().unwrap(), 2, Steer::Source).unwrap();
+        for s in &socks {
+            s.set_nonblocking(true).unwrap();
+        }
+        for (src, want) in [("127.0.0.2", 0usize), ("127.0.0.3", 1usize)] {
+            let c = std::net::UdpSocket::bind(format!("{src}:0")).unwrap();
+            for _ in 0..4 {
+                c.send_to(b"x", addr).unwrap();
+            }
+            let mut b = [0u8; 4];
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let mut got = 0;
+            while got < 4 {
+                if socks[want].recv_from(&mut b).is_ok() {
+                    got += 1;
+                } else {
+                    assert!(std::time::Instant::now() < deadline, "datagrams from {src}");
+                    std::thread::yield_now();
+                }
+            }
+            assert!(socks[1 - want].recv_from(&mut b).is_err());
+        }
+        assert!(check_udp_port_free(addr).is_err());
+    }
 
     #[test]
     fn steering_program_shapes() {

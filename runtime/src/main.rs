@@ -35,6 +35,7 @@ mod publish;
 mod random;
 mod run;
 mod shard;
+mod udp;
 mod verify;
 
 use clap::Parser;

@@ -12,6 +12,14 @@ use std::path::Path;
 
 /// Opens the key at `path`, creating it when missing and `create` is set.
 pub fn open(path: &Path, create: bool) -> Result<PowKey, String> {
+    open_bytes(path, create, "proof of work").map(|k| PowKey::new(&k))
+}
+
+/// Opens (or creates) a key file of 32 bytes as 64 hex digits, refusing
+/// one others can read or write; `what` names its user in the log line of
+/// a creation. Proof of work's key and the UDP envelopes' keys are such
+/// files.
+pub fn open_bytes(path: &Path, create: bool, what: &str) -> Result<[u8; KEY_BYTES], String> {
     match std::fs::metadata(path) {
         Ok(meta) => {
             let mode = meta.permissions().mode();
@@ -25,7 +33,6 @@ pub fn open(path: &Path, create: bool) -> Result<PowKey, String> {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             parse(text.trim())
-                .map(|k| PowKey::new(&k))
                 .ok_or_else(|| format!("{} does not hold a key (64 hex digits)", path.display()))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
@@ -41,8 +48,8 @@ pub fn open(path: &Path, create: bool) -> Result<PowKey, String> {
             file.write_all(format!("{hex}\n").as_bytes())
                 .and_then(|()| file.sync_all())
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            crate::log!("proof of work: created the key file {}", path.display());
-            Ok(PowKey::new(&key))
+            crate::log!("{what}: created the key file {}", path.display());
+            Ok(key)
         }
         Err(e) => Err(format!("cannot open {}: {e}", path.display())),
     }

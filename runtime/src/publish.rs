@@ -47,6 +47,13 @@ impl SnapshotCell {
 /// A shard's view of the cell.
 pub struct Feed(pub Arc<SnapshotCell>);
 
+impl gapura_udp::io::PolicyFeed for Feed {
+    #[inline]
+    fn newer_than(&self, generation: u64) -> Option<Arc<Snapshot>> {
+        SnapshotFeed::newer_than(self, generation)
+    }
+}
+
 impl SnapshotFeed for Feed {
     #[inline]
     fn newer_than(&self, generation: u64) -> Option<Arc<Snapshot>> {

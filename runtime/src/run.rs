@@ -35,13 +35,15 @@ fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
             log!("error: proof of work has no key ({e}): its routes answer 503");
         }
     }
-    result.map_err(|errors| {
+    let mut c = result.map_err(|errors| {
         errors
             .iter()
             .map(|e| format!("{name}:{e}"))
             .collect::<Vec<_>>()
             .join("\n")
-    })
+    })?;
+    crate::udp::load_keys(&mut c.snapshot, true).map_err(|e| format!("{name}: {e}"))?;
+    Ok(c)
 }
 
 pub fn run(profile: Option<PathBuf>, watch: bool) -> ExitCode {
@@ -78,6 +80,7 @@ fn start(
     for addr in settings.listen.iter().chain(settings.admin.iter()) {
         listeners::check_port_free(*addr).map_err(|e| e.to_string())?;
     }
+    crate::udp::check_ports(&compiled.snapshot)?;
     let steer = match settings.steering {
         Steering::Source => listeners::Steer::Source,
         Steering::Prefix => listeners::Steer::Prefix,
@@ -98,6 +101,7 @@ fn start(
     let mut slots = crate::health::Slots::default();
     let mut first = compiled.snapshot;
     slots.assign(&mut first);
+    let (mut udp_sockets, relay_board) = crate::udp::bind(&first, shard_count, steer)?;
     let cell = Arc::new(SnapshotCell::new(first));
     let board = Arc::new(gapura_http::upstream::HealthBoard::default());
     let key_seed = random_seed()?;
@@ -173,6 +177,8 @@ fn start(
                 live_senders.push(live_tx);
                 live_rx
             },
+            udp: std::mem::take(&mut udp_sockets[id]),
+            udp_stats: relay_board.of_shard(id),
         };
         let tx = tx.clone();
         let handle = std::thread::Builder::new()
@@ -202,6 +208,7 @@ fn start(
                 shards: stats.clone(),
                 global: global.clone(),
                 live: live_senders,
+                udp: relay_board,
             },
         )
         .map_err(|e| e.to_string())?;

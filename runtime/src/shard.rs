@@ -54,6 +54,9 @@ pub struct ShardSpec {
     pub access_log: std::sync::mpsc::SyncSender<Vec<u8>>,
     /// `gapura explain --live` asks from the admin listener.
     pub live: mpsc::Receiver<gapura_http::server::live::LiveAsk>,
+    /// This shard's UDP relay sockets and their counters.
+    pub udp: crate::udp::ShardSockets,
+    pub udp_stats: Vec<Arc<gapura_udp::stats::RelayStats>>,
 }
 
 /// What a shard reports once it is serving (or why it could not).
@@ -100,6 +103,19 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
             return;
         }
     };
+    let relays = match crate::udp::start(
+        spec.udp,
+        &first,
+        spec.key_seed,
+        spec.udp_stats,
+        Rc::new(Feed(spec.cell.clone())),
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = started.send(Err(format!("shard {}: {e}", spec.id)));
+            return;
+        }
+    };
     let shard = Rc::new(
         Shard::new(
             spec.id,
@@ -129,8 +145,12 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
     }
     let _ = started.send(Ok(line));
     let ticker = shard.clone();
+    let ticked = relays.clone();
     monoio::spawn(async move {
         loop {
+            for r in &ticked {
+                r.publish();
+            }
             monoio::time::sleep(Duration::from_millis(1000)).await;
             ticker.date.refresh();
             ticker.upstreams.sweep();
@@ -163,7 +183,17 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         monoio::time::sleep(Duration::from_millis(POLL_MS)).await;
     }
     shard.start_draining();
+    let draining: Vec<_> = relays
+        .iter()
+        .map(|r| {
+            let r = r.clone();
+            monoio::spawn(async move { r.drain().await })
+        })
+        .collect();
     for task in accepting {
+        task.await;
+    }
+    for task in draining {
         task.await;
     }
     let timeout_ms = spec.control.drain_timeout_ms.load(Ordering::Relaxed);

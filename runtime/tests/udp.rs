@@ -1,0 +1,276 @@
+//! The UDP relay end to end: the real binary, a real UDP upstream started
+//! by the test, real client sockets. Relay correctness, silence towards
+//! every source that failed a check (each captured on a socket of its
+//! own), the amplification bound, the envelope with its key file, and the
+//! drop counters.
+
+mod common;
+
+use common::{profile, wait_until, Gapura, HELLO_HOST};
+use gapura_gate::udp::EnvelopeKey;
+use gapura_udp::envelope::seal;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// An upstream that answers every datagram with `copies` copies of it.
+struct Upstream {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl Upstream {
+    fn start(copies: usize) -> Upstream {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let addr = sock.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 65_536];
+            while !stopped.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                    for _ in 0..copies {
+                        let _ = sock.send_to(&buf[..n], from);
+                    }
+                }
+            }
+        });
+        Upstream { addr, stop }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn relay_addr(g: &Gapura, name: &str) -> SocketAddr {
+    let lines = g.log.lock().unwrap().clone();
+    let line = lines
+        .iter()
+        .find(|l| l.contains("relaying udp://") && l.contains(&format!("({name},")))
+        .expect("the relay's address is logged");
+    let rest = &line[line.find("udp://").unwrap() + 6..];
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn start(relay: &str) -> Gapura {
+    Gapura::start(&profile("", &format!("{HELLO_HOST}\n{relay}")))
+}
+
+/// A client socket on `src` (any port).
+fn client(src: &str) -> UdpSocket {
+    let s = UdpSocket::bind(format!("{src}:0")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+fn exchange(c: &UdpSocket, to: SocketAddr, data: &[u8]) -> Vec<u8> {
+    c.send_to(data, to).unwrap();
+    let mut buf = [0u8; 65_536];
+    let (n, from) = c.recv_from(&mut buf).expect("a reply");
+    assert_eq!(from, to, "the reply comes from the relay's address");
+    buf[..n].to_vec()
+}
+
+/// Whether anything has arrived on `c` (without waiting).
+fn nothing_arrived(c: &UdpSocket) -> bool {
+    c.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 16];
+    let empty =
+        matches!(c.recv_from(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    c.set_nonblocking(false).unwrap();
+    empty
+}
+
+fn dropped(reason: &str) -> String {
+    format!("gapura_udp_dropped_total{{relay=\"game\",shard=\"0\",reason=\"{reason}\"}}")
+}
+
+#[test]
+fn datagrams_relay_to_a_real_upstream_and_back() {
+    let up = Upstream::start(1);
+    let g = start(&format!(
+        "[[udp]]\nname = \"game\"\nlisten = [\"127.0.0.1:0\"]\nservers = [\"{}\"]\n",
+        up.addr
+    ));
+    let at = relay_addr(&g, "game");
+    let a = client("127.0.0.1");
+    let b = client("127.0.0.2");
+    for i in 0..20u32 {
+        let msg = format!("ping {i}");
+        assert_eq!(exchange(&a, at, msg.as_bytes()), msg.as_bytes());
+    }
+    assert_eq!(exchange(&b, at, b"from b"), b"from b");
+    // Every byte of a 1,472-byte datagram, the default bound.
+    let big: Vec<u8> = (0..1_472u32).map(|i| i as u8).collect();
+    assert_eq!(exchange(&b, at, &big), big);
+    let forwarded = "gapura_udp_forwarded_total{relay=\"game\",shard=\"0\"}";
+    assert_eq!(g.wait_metric(forwarded, 22, WAIT), 22);
+    assert_eq!(
+        g.metric("gapura_udp_replied_total{relay=\"game\",shard=\"0\"}"),
+        22
+    );
+    assert_eq!(
+        g.metric("gapura_udp_sessions{relay=\"game\",shard=\"0\"}"),
+        2
+    );
+    assert_eq!(
+        g.metric("gapura_udp_sessions_opened_total{relay=\"game\",shard=\"0\"}"),
+        2
+    );
+}
+
+#[test]
+fn no_source_that_failed_a_check_gets_a_reply() {
+    let up = Upstream::start(1);
+    let g = start(&format!(
+        "[[udp]]\nname = \"game\"\nlisten = [\"127.0.0.1:0\"]\nservers = [\"{}\"]\n\
+         max_datagram_bytes = 100\nsession = {{ rate = 1, burst = 2 }}\n\
+         prefix = {{ requests = 1000 }}\n",
+        up.addr
+    ));
+    let at = relay_addr(&g, "game");
+    // Oversized: never relayed, never answered.
+    let big = client("127.0.0.3");
+    for _ in 0..5 {
+        big.send_to(&[7u8; 101], at).unwrap();
+    }
+    // Over the session's bucket: two pass (and are echoed), the rest are
+    // dropped silently.
+    let flood = client("127.0.0.4");
+    for _ in 0..10 {
+        flood.send_to(b"x", at).unwrap();
+    }
+    g.wait_metric(&dropped("oversized"), 5, WAIT);
+    g.wait_metric(&dropped("session_rate"), 8, WAIT);
+    assert!(
+        nothing_arrived(&big),
+        "an oversized datagram's source hears nothing"
+    );
+    let mut buf = [0u8; 8];
+    flood
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert_eq!(flood.recv_from(&mut buf).unwrap().0, 1);
+    assert_eq!(flood.recv_from(&mut buf).unwrap().0, 1);
+    assert!(nothing_arrived(&flood), "two echoes and not one more");
+    assert!(wait_until(WAIT, || g
+        .log_text()
+        .contains("udp game: dropped session_rate from prefix")));
+    let log = g.log_text();
+    assert!(!log.contains("127.0.0.4"), "no raw address in the log");
+}
+
+#[test]
+fn replies_stay_within_three_times_until_reachability_is_proved() {
+    // Every datagram is answered five times over.
+    let up = Upstream::start(5);
+    let g = start(&format!(
+        "[[udp]]\nname = \"game\"\nlisten = [\"127.0.0.1:0\"]\nservers = [\"{}\"]\n",
+        up.addr
+    ));
+    let at = relay_addr(&g, "game");
+    let c = client("127.0.0.5");
+    c.send_to(&[1u8; 100], at).unwrap();
+    // 3 x 100 bytes may go back before the client speaks again.
+    g.wait_metric(&dropped("amplification"), 2, WAIT);
+    let mut buf = [0u8; 200];
+    for _ in 0..3 {
+        assert_eq!(c.recv_from(&mut buf).unwrap().0, 100);
+    }
+    assert!(
+        nothing_arrived(&c),
+        "the fourth and fifth copies were dropped"
+    );
+    // The client's second datagram proves it is there: all five copies.
+    c.send_to(&[2u8; 100], at).unwrap();
+    for _ in 0..5 {
+        assert_eq!(c.recv_from(&mut buf).unwrap().0, 100);
+    }
+    assert_eq!(g.metric(&dropped("amplification")), 2);
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[test]
+fn the_envelope_is_checked_with_the_key_file_and_stripped() {
+    let up = Upstream::start(1);
+    let dir = common::TempDir::new();
+    let key_path = dir.0.join("game.key");
+    let g = start(&format!(
+        "[[udp]]\nname = \"game\"\nlisten = [\"127.0.0.1:0\"]\nservers = [\"{}\"]\n\
+         auth = {{ keys = [\"{}\"], max_age_ms = 5000 }}\n",
+        up.addr,
+        key_path.display()
+    ));
+    let at = relay_addr(&g, "game");
+    // Created at first start, private, 64 hex digits.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&key_path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let hex = std::fs::read_to_string(&key_path).unwrap();
+    let bytes: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&hex.trim()[i * 2..i * 2 + 2], 16).unwrap())
+        .collect();
+    let key = EnvelopeKey::new(&bytes);
+    let c = client("127.0.0.6");
+    let mut d = Vec::new();
+    seal(&key, 0, unix_ms(), 1, b"move north", &mut d);
+    assert_eq!(
+        exchange(&c, at, &d),
+        b"move north",
+        "stripped before relaying"
+    );
+    // The same envelope again: replayed, silence.
+    c.send_to(&d, at).unwrap();
+    // A forged one, a stale one, an unknown key: silence from each.
+    let forger = client("127.0.0.7");
+    let mut forged = d.clone();
+    let last = forged.len() - 1;
+    forged[last] ^= 1;
+    forger.send_to(&forged, at).unwrap();
+    seal(&key, 0, unix_ms() - 60_000, 2, b"old", &mut d);
+    forger.send_to(&d, at).unwrap();
+    seal(&key, 3, unix_ms(), 3, b"who", &mut d);
+    forger.send_to(&d, at).unwrap();
+    forger.send_to(b"not an envelope", at).unwrap();
+    for reason in ["replayed", "bad_tag", "stale", "unknown_key", "malformed"] {
+        assert_eq!(g.wait_metric(&dropped(reason), 1, WAIT), 1, "{reason}");
+    }
+    assert!(nothing_arrived(&c), "no reply to the replay");
+    assert!(
+        nothing_arrived(&forger),
+        "no reply to anything the forger sent"
+    );
+    assert_eq!(
+        g.metric("gapura_udp_sessions{relay=\"game\",shard=\"0\"}"),
+        1
+    );
+}
+
+#[test]
+fn a_drain_stops_receiving_and_closes_sessions() {
+    let up = Upstream::start(1);
+    let mut g = start(&format!(
+        "[[udp]]\nname = \"game\"\nlisten = [\"127.0.0.1:0\"]\nservers = [\"{}\"]\n",
+        up.addr
+    ));
+    let at = relay_addr(&g, "game");
+    let c = client("127.0.0.8");
+    assert_eq!(exchange(&c, at, b"hello"), b"hello");
+    g.signal(libc::SIGTERM);
+    let status = g.wait_exit(WAIT).expect("exits after the drain");
+    assert!(status.success());
+}
