@@ -79,7 +79,9 @@ pub enum Command {
     ///
     /// Uses the same decision as the server, on fresh tables of its own, so it
     /// changes nothing in a running server. The URL is http://host[:port]/path?query
-    /// and its host is the Host header.
+    /// and its host is the Host header. `gapura explain udp://RELAY IP:PORT
+    /// DATAGRAM` runs a UDP relay's checks on one datagram (hex or @FILE)
+    /// and names the step that would drop it.
     Explain(ExplainArgs),
     /// Make a password hash for a profile's users
     ///
@@ -171,9 +173,13 @@ pub struct ExplainArgs {
     /// The request method, as sent
     #[arg(value_name = "METHOD", default_value = "GET")]
     pub method: String,
-    /// http://host[:port]/path?query (the host is the Host header)
+    /// http://host[:port]/path?query (the host is the Host header); with
+    /// udp://RELAY in METHOD's place, the datagram's SOURCE (IP:PORT)
     #[arg(value_name = "URL", value_hint = ValueHint::Url)]
     pub url: String,
+    /// With udp://RELAY: the datagram, as hex or @FILE
+    #[arg(value_name = "DATAGRAM")]
+    pub datagram: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -296,6 +296,9 @@ fn verdict_text(v: &Verdict<'_>, snap: &gapura_gate::Snapshot, retry: u32) -> (u
 }
 
 pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
+    if let Some(relay) = a.method.strip_prefix("udp://") {
+        return crate::explain_udp::run(&a, relay);
+    }
     let compiled = crate::profile::load(a.profile.as_deref().map(std::path::Path::new));
     let compiled = match compiled {
         Ok(c) => c,

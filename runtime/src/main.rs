@@ -25,6 +25,7 @@ mod accesslog;
 mod admin;
 mod cli;
 mod explain;
+mod explain_udp;
 mod health;
 mod listeners;
 mod log;

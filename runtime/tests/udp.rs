@@ -274,3 +274,53 @@ fn a_drain_stops_receiving_and_closes_sessions() {
     let status = g.wait_exit(WAIT).expect("exits after the drain");
     assert!(status.success());
 }
+
+fn explain(profile_text: &str, args: &[&str]) -> (bool, String) {
+    let dir = common::TempDir::new();
+    let p = dir.0.join("profile.toml");
+    std::fs::write(&p, profile_text).unwrap();
+    let out = std::process::Command::new(common::bin())
+        .arg("explain")
+        .arg("--profile")
+        .arg(&p)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn explain_names_the_step_that_drops_a_datagram() {
+    let relay = "[server]\nlisten = []\nadmin = \"off\"\n[[udp]]\nname = \"game\"\n\
+                 listen = [\"127.0.0.1:7000\"]\nservers = [\"127.0.0.1:7001\"]\n\
+                 max_datagram_bytes = 4\noperation = { offset = 0, bytes = 1 }\n\
+                 classes = [{ name = \"join\", values = [1] }]\n";
+    let (ok, out) = explain(relay, &["udp://game", "203.0.113.7:5555", "01 aa"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("class join"), "{out}");
+    assert!(
+        out.contains("relayed to 127.0.0.1:7001 (2 bytes) on a new session"),
+        "{out}"
+    );
+    let (_, out) = explain(
+        relay,
+        &["udp://game", "203.0.113.7:5555", "0102030405", "--json"],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["answer"]["reason"], "oversized");
+    assert_eq!(v["steps"][0]["step"], "size");
+    let with_key = relay.replace(
+        "classes",
+        "auth = { keys = [\"/nonexistent/k.key\"] }\nclasses",
+    );
+    let (_, out) = explain(&with_key, &["udp://game", "203.0.113.7:5555", "0100"]);
+    assert!(out.contains("drops it: not an envelope"), "{out}");
+    let (ok, out) = explain(relay, &["udp://other", "203.0.113.7:5555", "00"]);
+    assert!(
+        !ok && out.contains("no [[udp]] relay named \"other\""),
+        "{out}"
+    );
+}
