@@ -210,6 +210,27 @@ mod tests {
         assert_eq!(open(&p, &other, 1_000_000), Err(UdpDrop::BadTag));
     }
 
+    /// docs/udp.md's worked example, byte for byte.
+    #[test]
+    fn the_documented_example_seals_to_its_bytes() {
+        let key: Vec<u8> = (0..32).collect();
+        let mut d = Vec::new();
+        seal(
+            &EnvelopeKey::new(&key),
+            0,
+            1_780_000_000_000,
+            7,
+            b"\x02hello",
+            &mut d,
+        );
+        let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "01000000019e7044880000000000000000070268656c6c6f58d09e0296afe6400900732690f583dc"
+        );
+        assert_eq!(d.len(), 40);
+    }
+
     fn window(words: usize) -> (Option<u64>, Vec<u64>) {
         (None, vec![0; words])
     }
