@@ -82,7 +82,7 @@ pub enum Command {
     /// and its host is the Host header. `gapura explain udp://RELAY IP:PORT
     /// DATAGRAM` runs a UDP relay's checks on one datagram (hex or @FILE)
     /// and names the step that would drop it.
-    Explain(ExplainArgs),
+    Explain(Box<ExplainArgs>),
     /// Make a password hash for a profile's users
     ///
     /// Reads the password from GAPURA_PASSWORD, the terminal (no echo, asked

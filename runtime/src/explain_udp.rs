@@ -37,7 +37,7 @@ fn datagram(arg: &str) -> Result<Vec<u8>, String> {
         return std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"));
     }
     let digits: Vec<u8> = arg.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err("the datagram's hex has an odd number of digits".into());
     }
     digits
