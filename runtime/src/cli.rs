@@ -170,16 +170,41 @@ pub struct ExplainArgs {
         value_parser = header
     )]
     pub headers: Vec<(String, String)>,
-    /// The request method, as sent
-    #[arg(value_name = "METHOD", default_value = "GET")]
+    /// [METHOD] URL: the request method as sent (GET when left out) and
+    /// http://host[:port]/path?query (the host is the Host header); or
+    /// udp://RELAY SOURCE DATAGRAM: a UDP relay's name, the datagram's
+    /// source (IP:PORT) and the datagram as hex or @FILE
+    #[arg(value_name = "[METHOD] URL", num_args = 1..=3, required = true, value_hint = ValueHint::Url)]
+    pub words: Vec<String>,
+    /// The request method (from `words`).
+    #[arg(skip)]
     pub method: String,
-    /// http://host[:port]/path?query (the host is the Host header); with
-    /// udp://RELAY in METHOD's place, the datagram's SOURCE (IP:PORT)
-    #[arg(value_name = "URL", value_hint = ValueHint::Url)]
+    /// The URL, or with udp://RELAY the datagram's source (from `words`).
+    #[arg(skip)]
     pub url: String,
-    /// With udp://RELAY: the datagram, as hex or @FILE
-    #[arg(value_name = "DATAGRAM")]
+    /// With udp://RELAY: the datagram (from `words`).
+    #[arg(skip)]
     pub datagram: Option<String>,
+}
+
+impl ExplainArgs {
+    /// Sets `method`, `url` and `datagram` from the positional words.
+    pub fn resolve_words(mut self) -> ExplainArgs {
+        let mut w = std::mem::take(&mut self.words).into_iter();
+        match (w.next(), w.next(), w.next()) {
+            (Some(url), None, _) => {
+                self.method = "GET".into();
+                self.url = url;
+            }
+            (Some(method), Some(url), datagram) => {
+                self.method = method;
+                self.url = url;
+                self.datagram = datagram;
+            }
+            (None, _, _) => {}
+        }
+        self
+    }
 }
 
 #[derive(Debug, Args)]

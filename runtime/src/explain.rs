@@ -299,6 +299,12 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
     if let Some(relay) = a.method.strip_prefix("udp://") {
         return crate::explain_udp::run(&a, relay);
     }
+    if let Some(extra) = &a.datagram {
+        eprintln!(
+            "gapura explain: unexpected {extra:?}: a third argument only follows udp://RELAY SOURCE"
+        );
+        return ExitCode::from(2);
+    }
     let compiled = crate::profile::load(a.profile.as_deref().map(std::path::Path::new));
     let compiled = match compiled {
         Ok(c) => c,

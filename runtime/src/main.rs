@@ -48,7 +48,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run(a) => run::run(a.profile, a.watch),
         Command::Check { file } => check(&file),
-        Command::Explain(a) => explain::run(*a),
+        Command::Explain(a) => explain::run(a.resolve_words()),
         Command::Passwd(a) => passwd::run(a),
         Command::Completions { shell } => cli::completions(shell),
         Command::Man { command } => cli::man(command.as_deref()),
