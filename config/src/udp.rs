@@ -13,14 +13,13 @@ use crate::error::{key_path, Errors};
 use crate::names::BlockKind;
 use crate::quota::{ceiling, scope, Fields};
 use crate::schema::{Opt, RawServerEntry, StrList};
-use crate::upstream::check_servers;
-use crate::values::{as_u64, choice, int_in};
+use crate::upstream::{check_balance, check_servers};
+use crate::values::{as_u64, int_in};
 use gapura_gate::quota::{Budget, Ceiling, RatePolicy, Scope};
 use gapura_gate::udp::{
     EnvelopePolicy, OperationField, SessionPolicy, UdpBudgetPolicy, UdpClass, UdpPolicy,
     MAX_CLASSES, MAX_DATAGRAM_BYTES, MAX_ENVELOPE_KEYS, MAX_OPERATION_BYTES, REPLAY_WINDOW_BOUNDS,
 };
-use gapura_gate::upstream::Balance;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -167,17 +166,7 @@ pub(crate) fn check_udp(
             name: relay_name,
             listen,
             servers,
-            balance: choice(
-                e,
-                &u.balance,
-                &format!("{base}.balance"),
-                "upstream.balance.invalid",
-                &[
-                    ("round_robin", Balance::RoundRobin),
-                    ("least_outstanding", Balance::LeastOutstanding),
-                ],
-                Balance::RoundRobin,
-            ),
+            balance: check_balance(&u.balance, &base, e),
             max_datagram_bytes: int_in(
                 e,
                 &u.max_datagram_bytes,

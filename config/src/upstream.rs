@@ -101,17 +101,7 @@ fn check_group(
     e: &mut Errors<'_>,
 ) -> UpstreamGroup {
     let servers = check_servers(&u.servers, &name, base, span, resolver, e);
-    let balance = choice(
-        e,
-        &u.balance,
-        &format!("{base}.balance"),
-        "upstream.balance.invalid",
-        &[
-            ("round_robin", Balance::RoundRobin),
-            ("least_outstanding", Balance::LeastOutstanding),
-        ],
-        Balance::RoundRobin,
-    );
+    let balance = check_balance(&u.balance, base, e);
     let host_header = check_host_header(&u.host_header, base, e);
     let mut ms = |v: &Opt<i64>, field: &str, code, bounds, default: u64| {
         int_in(e, v, &format!("{base}.{field}"), code, bounds).map_or(default, as_u64)
@@ -183,6 +173,21 @@ fn check_group(
         fail_cooldown_ms,
         active_health,
     }
+}
+
+/// `balance` of an upstream group or a UDP relay under `base`.
+pub(crate) fn check_balance(v: &Opt<String>, base: &str, e: &mut Errors<'_>) -> Balance {
+    choice(
+        e,
+        v,
+        &format!("{base}.balance"),
+        "upstream.balance.invalid",
+        &[
+            ("round_robin", Balance::RoundRobin),
+            ("least_outstanding", Balance::LeastOutstanding),
+        ],
+        Balance::RoundRobin,
+    )
 }
 
 /// Parses and resolves `servers` (of an upstream group or a UDP relay);

@@ -86,11 +86,19 @@ fn attach_steering(sock: &Socket, ipv6: bool, shards: u32, prefix: bool) -> io::
 /// would otherwise let a stale process share the port silently: a plain
 /// bind (SO_REUSEADDR only, so TIME_WAIT does not count) must succeed.
 pub fn check_port_free(addr: SocketAddr) -> io::Result<()> {
+    check_free(addr, Type::STREAM, Protocol::TCP, "")
+}
+
+/// Binds `addr` plainly and lets it go: an error when another socket holds
+/// it. `what` prefixes the address in the message.
+fn check_free(addr: SocketAddr, ty: Type, proto: Protocol, what: &str) -> io::Result<()> {
     if addr.port() == 0 {
         return Ok(());
     }
-    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    sock.set_reuse_address(true)?;
+    let sock = Socket::new(Domain::for_address(addr), ty, Some(proto))?;
+    if ty == Type::STREAM {
+        sock.set_reuse_address(true)?;
+    }
     if addr.is_ipv6() {
         sock.set_only_v6(true)?;
     }
@@ -98,12 +106,27 @@ pub fn check_port_free(addr: SocketAddr) -> io::Result<()> {
         if e.kind() == io::ErrorKind::AddrInUse {
             io::Error::new(
                 io::ErrorKind::AddrInUse,
-                format!("{addr} is already in use by another process; refusing to share it"),
+                format!("{what}{addr} is already in use by another process; refusing to share it"),
             )
         } else {
-            io::Error::new(e.kind(), format!("{addr}: {e}"))
+            io::Error::new(e.kind(), format!("{what}{addr}: {e}"))
         }
     })
+}
+
+/// Attaches the steering program to a group through its first socket.
+fn steer_group(
+    first: Option<&Socket>,
+    bound: SocketAddr,
+    shards: usize,
+    steer: Steer,
+) -> io::Result<()> {
+    if steer == Steer::Kernel || shards < 2 {
+        return Ok(());
+    }
+    let Some(sock) = first else { return Ok(()) };
+    attach_steering(sock, bound.is_ipv6(), shards as u32, steer == Steer::Prefix)
+        .map_err(|e| io::Error::new(e.kind(), format!("steering on {bound}: {e}")))
 }
 
 /// One address's group: socket `i` belongs to shard `i`.
@@ -150,12 +173,7 @@ pub fn bind_group(addr: SocketAddr, shards: usize, steer: Steer) -> io::Result<G
         }
         sockets.push(TcpListener::from(sock));
     }
-    if steer != Steer::Kernel && shards > 1 {
-        if let Some(sock) = &first {
-            attach_steering(sock, addr.is_ipv6(), shards as u32, steer == Steer::Prefix)
-                .map_err(|e| io::Error::new(e.kind(), format!("steering on {bound}: {e}")))?;
-        }
-    }
+    steer_group(first.as_ref(), bound, shards, steer)?;
     Ok(Group {
         requested: addr,
         addr: bound,
@@ -166,23 +184,7 @@ pub fn bind_group(addr: SocketAddr, shards: usize, steer: Steer) -> io::Result<G
 /// Refuses a UDP address another process holds (a plain bind, without
 /// SO_REUSEPORT, must succeed).
 pub fn check_udp_port_free(addr: SocketAddr) -> io::Result<()> {
-    if addr.port() == 0 {
-        return Ok(());
-    }
-    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    if addr.is_ipv6() {
-        sock.set_only_v6(true)?;
-    }
-    sock.bind(&addr.into()).map_err(|e| {
-        if e.kind() == io::ErrorKind::AddrInUse {
-            io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!("udp {addr} is already in use by another process; refusing to share it"),
-            )
-        } else {
-            io::Error::new(e.kind(), format!("udp {addr}: {e}"))
-        }
-    })
+    check_free(addr, Type::DGRAM, Protocol::UDP, "udp ")
 }
 
 /// Binds `shards` reuseport UDP sockets on `addr` in shard order (a port
@@ -214,12 +216,7 @@ pub fn bind_udp_group(
         }
         sockets.push(std::net::UdpSocket::from(sock));
     }
-    if steer != Steer::Kernel && shards > 1 {
-        if let Some(sock) = &first {
-            attach_steering(sock, addr.is_ipv6(), shards as u32, steer == Steer::Prefix)
-                .map_err(|e| io::Error::new(e.kind(), format!("steering on udp {bound}: {e}")))?;
-        }
-    }
+    steer_group(first.as_ref(), bound, shards, steer)?;
     Ok((bound, sockets))
 }
 

@@ -96,6 +96,9 @@ impl Future for SignalWait<'_> {
 
 /// A session's socket and the flag that ends its task.
 struct SessionIo {
+    /// The session's generation: a later session in the same place has
+    /// another.
+    generation: u32,
     sock: Rc<UdpSocket>,
     /// Which listening socket the client used: replies leave from it.
     listener: usize,
@@ -191,13 +194,23 @@ impl RelayIo {
 
     fn end_session(&self, r: SessionRef) {
         self.relay.borrow_mut().close(r);
-        if let Some(io) = self
-            .sessions
-            .borrow_mut()
-            .get_mut(r.idx)
-            .and_then(Option::take)
+        self.close_io(r);
+    }
+
+    /// Closes session `r`'s socket and ends its task, unless its place now
+    /// holds a later session.
+    fn close_io(&self, r: SessionRef) {
+        let mut sessions = self.sessions.borrow_mut();
+        let Some(slot) = sessions.get_mut(r.idx) else {
+            return;
+        };
+        if slot
+            .as_ref()
+            .is_some_and(|io| io.generation == r.generation)
         {
-            io.closed.raise();
+            if let Some(io) = slot.take() {
+                io.closed.raise();
+            }
         }
     }
 
@@ -213,14 +226,7 @@ impl RelayIo {
         };
         let ended = self.relay.borrow_mut().set_policy(p.clone());
         for r in ended {
-            if let Some(io) = self
-                .sessions
-                .borrow_mut()
-                .get_mut(r.idx)
-                .and_then(Option::take)
-            {
-                io.closed.raise();
-            }
+            self.close_io(r);
         }
         let entries = p.session.ceiling.entries();
         let mut sessions = self.sessions.borrow_mut();
@@ -259,6 +265,7 @@ impl RelayIo {
             Err(_) => return false,
         };
         let io = Rc::new(SessionIo {
+            generation: r.generation,
             sock,
             listener,
             closed: Signal::default(),
@@ -442,10 +449,7 @@ fn inbound(
             if new {
                 let addr = relay.relay.borrow().policy().servers[server].addr;
                 if !relay.open_session(session, addr, listener) {
-                    let mut r = relay.relay.borrow_mut();
-                    r.close(session);
-                    r.counters.dropped[UdpDrop::Unrelayed.index()] += 1;
-                    drop(r);
+                    relay.relay.borrow_mut().unrelayed(session, payload, true);
                     relay.note_drop(UdpDrop::Unrelayed, src, class);
                     return;
                 }
@@ -457,11 +461,7 @@ fn inbound(
                 .and_then(|s| s.as_ref().map(|s| s.sock.as_raw_fd()));
             let sent = fd.is_some_and(|fd| send(fd, &data[payload.0..payload.1]));
             if !sent {
-                let mut r = relay.relay.borrow_mut();
-                r.counters.dropped[UdpDrop::Unrelayed.index()] += 1;
-                r.counters.forwarded -= 1;
-                r.counters.forwarded_bytes -= (payload.1 - payload.0) as u64;
-                drop(r);
+                relay.relay.borrow_mut().unrelayed(session, payload, false);
                 relay.note_drop(UdpDrop::Unrelayed, src, class);
             }
         }

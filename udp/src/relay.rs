@@ -329,6 +329,18 @@ impl Relay {
         true
     }
 
+    /// A datagram [`inbound`](Self::inbound) forwarded could not be sent
+    /// (`close`: its new session has no socket and ends): counted as
+    /// `unrelayed`, not forwarded.
+    pub fn unrelayed(&mut self, session: SessionRef, payload: (usize, usize), close: bool) {
+        if close {
+            self.close(session);
+        }
+        self.counters.dropped[UdpDrop::Unrelayed.index()] += 1;
+        self.counters.forwarded -= 1;
+        self.counters.forwarded_bytes -= (payload.1 - payload.0) as u64;
+    }
+
     /// Every live session (for the drain).
     pub fn sessions(&self) -> Vec<SessionRef> {
         self.sessions.refs().collect()
