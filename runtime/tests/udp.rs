@@ -324,3 +324,40 @@ fn explain_names_the_step_that_drops_a_datagram() {
         "{out}"
     );
 }
+
+#[test]
+fn a_reload_keeps_sessions_and_takes_the_new_limits() {
+    let up = Upstream::start(1);
+    let relay = |rate: u32| {
+        format!(
+            "[[udp]]\nname = \"game\"\nlisten = [\"127.0.0.1:0\"]\nservers = [\"{}\"]\n\
+             session = {{ rate = {rate}, burst = {rate} }}\n",
+            up.addr
+        )
+    };
+    let g = start(&relay(1_000));
+    let at = relay_addr(&g, "game");
+    let c = client("127.0.0.9");
+    assert_eq!(exchange(&c, at, b"before"), b"before");
+    // The same relay with a session bucket of one datagram a second.
+    std::fs::write(
+        &g.profile,
+        profile("", &format!("{HELLO_HOST}\n{}", relay(1))),
+    )
+    .unwrap();
+    g.signal(libc::SIGHUP);
+    assert!(g.wait_log("reloaded: generation 2", WAIT));
+    // The session survives (no second one opens), and its bucket now
+    // holds one: of three datagrams, the first passes.
+    for _ in 0..3 {
+        c.send_to(b"after", at).unwrap();
+    }
+    let mut buf = [0u8; 16];
+    assert_eq!(c.recv_from(&mut buf).unwrap().0, 5);
+    g.wait_metric(&dropped("session_rate"), 2, WAIT);
+    assert!(nothing_arrived(&c));
+    assert_eq!(
+        g.metric("gapura_udp_sessions_opened_total{relay=\"game\",shard=\"0\"}"),
+        1
+    );
+}
