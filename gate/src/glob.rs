@@ -152,6 +152,23 @@ impl Glob {
     /// O(path length), no allocation, no backtracking. Case is ignored.
     #[inline]
     pub fn matches(&self, canonical_path: &[u8]) -> bool {
+        self.run(canonical_path, &mut ())
+    }
+
+    /// [`matches`](Self::matches), counting its steps (one per word
+    /// operation on the state: a byte's shift, then each skip round) into
+    /// `steps`: what the linear-time tests hold.
+    pub fn matches_counting(&self, canonical_path: &[u8], steps: &mut u64) -> bool {
+        self.run(canonical_path, steps)
+    }
+
+    /// Rounds of skipping per byte (at most the pattern's tokens).
+    pub fn skip_rounds(&self) -> u32 {
+        self.skip_rounds
+    }
+
+    #[inline(always)]
+    fn run<S: Steps>(&self, canonical_path: &[u8], steps: &mut S) -> bool {
         let mut state = self.start;
         for &b in canonical_path {
             let (stay, skip) = if b == b'/' {
@@ -160,14 +177,33 @@ impl Glob {
                 (self.stay_on_other, self.skip_always)
             };
             state = ((state & self.literal[b as usize]) << 1) | (state & stay);
+            steps.step();
             for _ in 0..self.skip_rounds {
                 state |= (state & skip) << 1;
+                steps.step();
             }
             if state == 0 {
                 return false;
             }
         }
         state & self.accept != 0
+    }
+}
+
+/// A step counter: nothing in production (`()`), a count in tests.
+trait Steps {
+    fn step(&mut self);
+}
+
+impl Steps for () {
+    #[inline(always)]
+    fn step(&mut self) {}
+}
+
+impl Steps for u64 {
+    #[inline(always)]
+    fn step(&mut self) {
+        *self += 1;
     }
 }
 
@@ -321,21 +357,36 @@ mod tests {
 
     #[test]
     fn quadratic_case_runs_in_linear_time() {
+        // A backtracking matcher takes O(n^5) on this pattern; this one
+        // takes exactly (1 + skip rounds) steps per byte it reads, so twice
+        // the path is twice the steps.
         let g = glob("/**/a*a*a*a*a*b");
-        let mut path = b"/".to_vec();
-        path.extend(std::iter::repeat_n(b'a', 8_000));
-        let started = std::time::Instant::now();
-        assert!(!g.matches(&path));
-        path.push(b'b');
-        assert!(g.matches(&path));
+        let per_byte = 1 + u64::from(g.skip_rounds());
+        assert!(g.skip_rounds() <= MAX_GLOB_TOKENS as u32);
+        let steps_for = |n: usize, tail: &[u8]| {
+            let mut path = b"/".to_vec();
+            path.extend(std::iter::repeat_n(b'a', n));
+            path.extend_from_slice(tail);
+            let mut steps = 0u64;
+            let matched = g.matches_counting(&path, &mut steps);
+            assert_eq!(matched, g.matches(&path));
+            (matched, steps, path.len() as u64)
+        };
+        let (m1, s1, len1) = steps_for(8_000, b"");
+        let (m2, s2, len2) = steps_for(16_000, b"");
+        assert!(!m1 && !m2);
+        assert_eq!(s1, len1 * per_byte);
+        assert_eq!(s2, len2 * per_byte);
+        let (m3, s3, len3) = steps_for(8_000, b"b");
+        assert!(m3);
+        assert_eq!(s3, len3 * per_byte);
+        // A path that fails early stops early.
         let mut deep = Vec::new();
         for _ in 0..4_000 {
             deep.extend_from_slice(b"/a");
         }
-        assert!(!g.matches(&deep));
-        println!(
-            "glob /**/a*a*a*a*a*b over 8,000 characters, three paths: {:?}",
-            started.elapsed()
-        );
+        let mut steps = 0u64;
+        assert!(!g.matches_counting(&deep, &mut steps));
+        assert!(steps <= deep.len() as u64 * per_byte);
     }
 }

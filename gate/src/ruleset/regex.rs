@@ -322,17 +322,17 @@ mod tests {
     }
 
     #[test]
-    fn catastrophic_backtracking_pattern_is_linear() {
+    fn catastrophic_backtracking_pattern_gets_its_answer_without_backtracking() {
+        // A lazy DFA reads each byte once per search; the cache's give-up
+        // bound is held by exponential_dfa_gives_up_instead_of_rebuilding_forever.
         let re = PathRegex::compile(r"^/(a+)+$").unwrap();
         let mut cache = re.create_cache();
         let mut path = b"/".to_vec();
         path.extend(std::iter::repeat_n(b'a', 8_000));
         path.push(b'!');
-        let t = std::time::Instant::now();
         assert_eq!(re.search(&mut cache, &path), RegexResult::NoMatch);
         path.pop();
         assert_eq!(re.search(&mut cache, &path), RegexResult::Match);
-        println!("^/(a+)+$ over 8,000 characters, twice: {:?}", t.elapsed());
     }
 
     #[test]

@@ -279,21 +279,19 @@ fn a_regex_that_gives_up_fails_closed_for_deny_and_drop_and_open_for_allow() {
 }
 
 #[test]
-fn catastrophic_regex_and_glob_worst_cases_stay_linear() {
+fn catastrophic_regex_and_glob_worst_cases_get_their_answers() {
+    // No backtracking: the glob's steps are counted in glob.rs
+    // (`quadratic_case_runs_in_linear_time`); the regex is a lazy DFA
+    // with a bounded cache (`exponential_dfa_gives_up_instead_of_rebuilding_forever`).
     let s = set(&[
         deny().path(Regex, r"^/(a+)+$").methods(&["POST"]),
         deny().path(GlobKind, "/**/a*a*a*a*a*b"),
     ]);
     let path = format!("/{}", "a".repeat(8_000));
-    let started = std::time::Instant::now();
     assert_eq!(eval(&s, "GET", &path, &[]).0, None);
     assert_eq!(eval(&s, "POST", &path, &[]).0, Some(0));
     assert_eq!(eval(&s, "GET", &format!("{path}b"), &[]).0, Some(1));
     assert_eq!(eval(&s, "POST", &format!("{path}!"), &[]).0, None);
-    println!(
-        "rule set with ^/(a+)+$ and /**/a*a*a*a*a*b over 8,000 characters, four requests: {:?}",
-        started.elapsed()
-    );
 }
 
 #[test]
