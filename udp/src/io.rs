@@ -235,8 +235,10 @@ impl RelayIo {
         }
     }
 
-    fn note_drop(&self, reason: UdpDrop, src: SocketAddr, class: u8) {
-        let now_s = self.now_ms() / 1_000;
+    /// Logs a drop unless its reason logged this second (`now_ms`, the
+    /// batch's clock: no clock read per datagram).
+    fn note_drop(&self, reason: UdpDrop, src: SocketAddr, class: u8, now_ms: u64) {
+        let now_s = now_ms / 1_000;
         {
             let mut logged = self.logged_s.borrow_mut();
             if logged[reason.index()] == now_s {
@@ -406,10 +408,19 @@ async fn receive_loop(relay: Rc<RelayIo>, listener: usize, feed: Rc<dyn PolicyFe
         }
         loop {
             let n = batch.receive(fd);
+            if n == 0 {
+                break;
+            }
+            // One clock read per batch; the wall clock only for envelopes.
             let now_ms = relay.now_ms();
-            let unix_ms = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
+            let sealed = relay.relay.borrow().policy().envelope.is_some();
+            let unix_ms = if sealed {
+                SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64)
+            } else {
+                0
+            };
             for i in 0..n {
                 let (data, cut, src) = batch.get(i);
                 let Some(src) = src else { continue };
@@ -438,7 +449,7 @@ fn inbound(
 ) {
     let decided = relay.relay.borrow_mut().inbound(src, data, now_ms, unix_ms);
     match decided {
-        Inbound::Drop { reason, class } => relay.note_drop(reason, src, class),
+        Inbound::Drop { reason, class } => relay.note_drop(reason, src, class, now_ms),
         Inbound::Forward {
             session,
             new,
@@ -450,7 +461,7 @@ fn inbound(
                 let addr = relay.relay.borrow().policy().servers[server].addr;
                 if !relay.open_session(session, addr, listener) {
                     relay.relay.borrow_mut().unrelayed(session, payload, true);
-                    relay.note_drop(UdpDrop::Unrelayed, src, class);
+                    relay.note_drop(UdpDrop::Unrelayed, src, class, now_ms);
                     return;
                 }
             }
@@ -462,7 +473,7 @@ fn inbound(
             let sent = fd.is_some_and(|fd| send(fd, &data[payload.0..payload.1]));
             if !sent {
                 relay.relay.borrow_mut().unrelayed(session, payload, false);
-                relay.note_drop(UdpDrop::Unrelayed, src, class);
+                relay.note_drop(UdpDrop::Unrelayed, src, class, now_ms);
             }
         }
     }

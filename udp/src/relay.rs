@@ -149,21 +149,6 @@ impl Relay {
         ended
     }
 
-    fn session_key(&self, client: SocketAddr) -> u64 {
-        let mut msg = [0u8; 18];
-        match client.ip().to_canonical() {
-            std::net::IpAddr::V4(v4) => msg[..4].copy_from_slice(&v4.octets()),
-            std::net::IpAddr::V6(v6) => msg[..16].copy_from_slice(&v6.octets()),
-        }
-        msg[16..].copy_from_slice(&client.port().to_be_bytes());
-        self.keyer.bytes(Domain::UdpSession, &msg)
-    }
-
-    fn drop(&mut self, reason: UdpDrop, class: u8) -> Inbound {
-        self.counters.dropped[reason.index()] += 1;
-        Inbound::Drop { reason, class }
-    }
-
     /// Decides a datagram from `client` at `now_ms` (shard clock) and
     /// `unix_ms` (wall clock, for envelope timestamps).
     pub fn inbound(
@@ -173,29 +158,31 @@ impl Relay {
         now_ms: u64,
         unix_ms: u64,
     ) -> Inbound {
-        let policy = self.policy.clone();
+        // Borrowed, not cloned: an Arc's count shared by every shard would
+        // be a contended write per datagram.
+        let policy: &UdpPolicy = &self.policy;
         let admitted = match self
             .budgets
-            .admit(&policy, &self.keyer, client.ip(), datagram, now_ms)
+            .admit(policy, &self.keyer, client.ip(), datagram, now_ms)
         {
             Ok(a) => a,
             Err(reason) => {
-                let class = gapura_gate::udp::budgets::classify(&policy, datagram).class;
-                return self.drop(reason, class);
+                let class = gapura_gate::udp::budgets::classify(policy, datagram).class;
+                return dropped(&mut self.counters, reason, class);
             }
         };
         let class = admitted.class;
-        let key = self.session_key(client);
+        let key = session_key(&self.keyer, client);
         let (idx, new) = match self.sessions.spot(key, client, admitted.critical) {
             Spot::Found(idx) => (idx, false),
             Spot::Vacant(idx) => (idx, true),
-            Spot::Refused => return self.drop(UdpDrop::SessionCapacity, class),
+            Spot::Refused => return dropped(&mut self.counters, UdpDrop::SessionCapacity, class),
         };
         if !new {
             if let Some(rate) = &policy.session.rate {
                 let s = self.sessions.at_mut(idx).0;
                 if !s.bucket.try_take(rate, now_ms).allowed {
-                    return self.drop(UdpDrop::SessionRate, class);
+                    return dropped(&mut self.counters, UdpDrop::SessionRate, class);
                 }
             }
         }
@@ -204,7 +191,7 @@ impl Relay {
         if let Some(env) = &policy.envelope {
             let opened = match envelope::open(env, datagram, unix_ms) {
                 Ok(o) => o,
-                Err(reason) => return self.drop(reason, class),
+                Err(reason) => return dropped(&mut self.counters, reason, class),
             };
             if !new {
                 let (s, bits) = self.sessions.at_mut(idx);
@@ -213,7 +200,7 @@ impl Relay {
                     bits,
                 };
                 if !w.fresh(opened.nonce) {
-                    return self.drop(UdpDrop::Replayed, class);
+                    return dropped(&mut self.counters, UdpDrop::Replayed, class);
                 }
             }
             nonce = Some(opened.nonce);
@@ -222,8 +209,8 @@ impl Relay {
             }
         }
         let session = if new {
-            let Some(server) = self.pick() else {
-                return self.drop(UdpDrop::Unrelayed, class);
+            let Some(server) = pick(policy, &mut self.weights, &self.per_server) else {
+                return dropped(&mut self.counters, UdpDrop::Unrelayed, class);
             };
             let r = self.sessions.insert(idx, key, client, now_ms);
             let (s, _) = self.sessions.at_mut(idx);
@@ -345,35 +332,50 @@ impl Relay {
     pub fn sessions(&self) -> Vec<SessionRef> {
         self.sessions.refs().collect()
     }
+}
 
-    /// The server a new session goes to, by the relay's balance. O(servers).
-    fn pick(&mut self) -> Option<usize> {
-        let servers = &self.policy.servers;
-        if servers.is_empty() {
-            return None;
-        }
-        match self.policy.balance {
-            Balance::RoundRobin => {
-                let mut total = 0i64;
-                let mut best = 0usize;
-                for (i, s) in servers.iter().enumerate() {
-                    self.weights[i] += i64::from(s.weight);
-                    total += i64::from(s.weight);
-                    if self.weights[i] > self.weights[best] {
-                        best = i;
-                    }
+fn dropped(counters: &mut Counters, reason: UdpDrop, class: u8) -> Inbound {
+    counters.dropped[reason.index()] += 1;
+    Inbound::Drop { reason, class }
+}
+
+/// A session's key: the client's address and port, keyed.
+fn session_key(keyer: &Keyer, client: SocketAddr) -> u64 {
+    let mut msg = [0u8; 18];
+    match client.ip().to_canonical() {
+        std::net::IpAddr::V4(v4) => msg[..4].copy_from_slice(&v4.octets()),
+        std::net::IpAddr::V6(v6) => msg[..16].copy_from_slice(&v6.octets()),
+    }
+    msg[16..].copy_from_slice(&client.port().to_be_bytes());
+    keyer.bytes(Domain::UdpSession, &msg)
+}
+
+/// The server a new session goes to, by `policy`'s balance: smooth
+/// weighted round robin over `weights`, or the fewest live sessions
+/// (`per_server`) relative to weight. O(servers).
+fn pick(policy: &UdpPolicy, weights: &mut [i64], per_server: &[u32]) -> Option<usize> {
+    let servers = &policy.servers;
+    if servers.is_empty() {
+        return None;
+    }
+    match policy.balance {
+        Balance::RoundRobin => {
+            let mut total = 0i64;
+            let mut best = 0usize;
+            for (i, s) in servers.iter().enumerate() {
+                weights[i] += i64::from(s.weight);
+                total += i64::from(s.weight);
+                if weights[i] > weights[best] {
+                    best = i;
                 }
-                self.weights[best] -= total;
-                Some(best)
             }
-            Balance::LeastOutstanding => {
-                // Fewest live sessions relative to weight; ties to the first.
-                (0..servers.len()).min_by(|&a, &b| {
-                    let wa = u64::from(servers[a].weight.max(1));
-                    let wb = u64::from(servers[b].weight.max(1));
-                    (u64::from(self.per_server[a]) * wb).cmp(&(u64::from(self.per_server[b]) * wa))
-                })
-            }
+            weights[best] -= total;
+            Some(best)
         }
+        Balance::LeastOutstanding => (0..servers.len()).min_by(|&a, &b| {
+            let wa = u64::from(servers[a].weight.max(1));
+            let wb = u64::from(servers[b].weight.max(1));
+            (u64::from(per_server[a]) * wb).cmp(&(u64::from(per_server[b]) * wa))
+        }),
     }
 }
