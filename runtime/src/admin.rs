@@ -233,18 +233,31 @@ const SHARD_METRICS: &[(&str, &str, &str, Getter)] = &[
     ("gapura_snapshot_generation", "gauge", "Profile generation the shard serves.", |s| s.snapshot_generation.get()),
 ];
 
-/// Renders every counter. Allocates (admin thread only).
-#[rustfmt::skip]
+/// Renders every counter: the shards' own, the blocks', the UDP relays',
+/// proof of work's and forward-auth's, the refusals, the process's.
+/// Allocates (admin thread only).
 pub fn render_metrics(admin: &Admin) -> String {
     let mut out = String::with_capacity(4096);
+    render_shard_counters(&mut out, admin);
+    render_blocks(&mut out, admin);
+    crate::udp::render_metrics(&mut out, &admin.udp);
+    render_pow(&mut out, admin);
+    render_auth(&mut out, admin);
+    render_refusals(&mut out, admin);
+    render_process(&mut out, admin);
+    out
+}
+
+/// The per-shard samples and responses by status class.
+fn render_shard_counters(out: &mut String, admin: &Admin) {
     for (name, kind, help, get) in SHARD_METRICS {
-        family(&mut out, name, kind, help);
+        family(out, name, kind, help);
         for (i, s) in admin.shards.iter().enumerate() {
             let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", get(s));
         }
     }
     family(
-        &mut out,
+        out,
         "gapura_responses_total",
         "counter",
         "Responses by status class.",
@@ -259,12 +272,12 @@ pub fn render_metrics(admin: &Admin) -> String {
             );
         }
     }
-    render_blocks(&mut out, admin);
-    crate::udp::render_metrics(&mut out, &admin.udp);
-    render_pow(&mut out, admin);
-    render_auth(&mut out, admin);
+}
+
+/// Refusals by level and kind: untracked, connection limits, quota, errors.
+fn render_refusals(out: &mut String, admin: &Admin) {
     family(
-        &mut out,
+        out,
         "gapura_quota_untracked_total",
         "counter",
         "Of the quota refusals, those that failed closed at a full table (tracked-key ceiling and reserve, lease records), by level.",
@@ -280,7 +293,7 @@ pub fn render_metrics(admin: &Admin) -> String {
         }
     }
     family(
-        &mut out,
+        out,
         "gapura_connection_limit_refused_total",
         "counter",
         "Connections closed at accept by [quota.connections], by kind.",
@@ -297,7 +310,7 @@ pub fn render_metrics(admin: &Admin) -> String {
         }
     }
     family(
-        &mut out,
+        out,
         "gapura_quota_refused_total",
         "counter",
         "Requests refused with 429 by quota level.",
@@ -313,7 +326,7 @@ pub fn render_metrics(admin: &Admin) -> String {
         }
     }
     family(
-        &mut out,
+        out,
         "gapura_errors_total",
         "counter",
         "Connections ended by an error, by kind.",
@@ -328,8 +341,12 @@ pub fn render_metrics(admin: &Admin) -> String {
             );
         }
     }
+}
+
+/// The process's own: reloads, generation, shards.
+fn render_process(out: &mut String, admin: &Admin) {
     family(
-        &mut out,
+        out,
         "gapura_reloads_total",
         "counter",
         "Profile reloads by result.",
@@ -346,7 +363,7 @@ pub fn render_metrics(admin: &Admin) -> String {
         g.reloads_failed.load(Ordering::Relaxed)
     );
     family(
-        &mut out,
+        out,
         "gapura_profile_generation",
         "gauge",
         "Latest published profile generation.",
@@ -356,9 +373,8 @@ pub fn render_metrics(admin: &Admin) -> String {
         "gapura_profile_generation {}",
         g.generation.load(Ordering::Relaxed)
     );
-    family(&mut out, "gapura_shards", "gauge", "Shards running.");
+    family(out, "gapura_shards", "gauge", "Shards running.");
     let _ = writeln!(out, "gapura_shards {}", admin.shards.len());
-    out
 }
 
 /// Forward-auth counters per provider, summed over the shards.
