@@ -5,6 +5,7 @@
 //! path never waits for it. Labels carry shard numbers and fixed names only.
 
 use gapura_http::server::{ErrorKind, ShardStats};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -509,19 +510,31 @@ fn render_pow(out: &mut String, admin: &Admin) {
     );
 }
 
-/// Per rule set, access list and maintenance counters, summed per name over
-/// the shards (names come from the profile; no addresses or credentials).
-fn render_blocks(out: &mut String, admin: &Admin) {
-    use std::collections::BTreeMap;
-    let mut rules: BTreeMap<String, [u64; 6]> = BTreeMap::new();
-    let mut access: BTreeMap<String, [u64; 9]> = BTreeMap::new();
-    let mut maint: BTreeMap<String, [u64; 3]> = BTreeMap::new();
-    let mut rates: BTreeMap<String, [u64; 2]> = BTreeMap::new();
-    let mut latency: BTreeMap<String, gapura_gate::latency::Histogram> = BTreeMap::new();
-    let mut robots = 0;
+/// The blocks' counters summed per name over the shards.
+#[derive(Default)]
+struct BlockSums {
+    rules: BTreeMap<String, [u64; 6]>,
+    access: BTreeMap<String, [u64; 9]>,
+    maint: BTreeMap<String, [u64; 3]>,
+    rates: BTreeMap<String, [u64; 2]>,
+    latency: BTreeMap<String, gapura_gate::latency::Histogram>,
+    robots: u64,
+}
+
+/// Sums every shard's block counters per name.
+fn sum_blocks(admin: &Admin) -> BlockSums {
+    let mut sums = BlockSums::default();
+    let BlockSums {
+        rules,
+        access,
+        maint,
+        rates,
+        latency,
+        robots,
+    } = &mut sums;
     for s in &admin.shards {
         let Ok(b) = s.blocks.lock() else { continue };
-        robots += b.robots_served;
+        *robots += b.robots_served;
         for (n, h) in &b.latency {
             latency.entry(n.clone()).or_default().merge(h);
         }
@@ -573,6 +586,53 @@ fn render_blocks(out: &mut String, admin: &Admin) {
             }
         }
     }
+    sums
+}
+
+/// Answer latency histograms per host.
+fn render_latency(out: &mut String, latency: &BTreeMap<String, gapura_gate::latency::Histogram>) {
+    family(
+        out,
+        "gapura_request_duration_seconds",
+        "histogram",
+        "Time from a request's complete head to its answer's end, by host (answered requests).",
+    );
+    for (n, h) in latency {
+        let cumulative = h.cumulative();
+        for (i, c) in cumulative.iter().enumerate() {
+            let le = match gapura_gate::latency::BOUNDS_US.get(i) {
+                Some(us) => format!("{}", *us as f64 / 1e6),
+                None => "+Inf".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "gapura_request_duration_seconds_bucket{{host=\"{n}\",le=\"{le}\"}} {c}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "gapura_request_duration_seconds_sum{{host=\"{n}\"}} {}",
+            h.sum_us as f64 / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "gapura_request_duration_seconds_count{{host=\"{n}\"}} {}",
+            h.count
+        );
+    }
+}
+
+/// Per rule set, access list and maintenance counters, summed per name over
+/// the shards (names come from the profile; no addresses or credentials).
+fn render_blocks(out: &mut String, admin: &Admin) {
+    let BlockSums {
+        rules,
+        access,
+        maint,
+        rates,
+        latency,
+        robots,
+    } = sum_blocks(admin);
     family(
         out,
         "gapura_rule_set_total",
@@ -650,35 +710,7 @@ fn render_blocks(out: &mut String, admin: &Admin) {
             );
         }
     }
-    family(
-        out,
-        "gapura_request_duration_seconds",
-        "histogram",
-        "Time from a request's complete head to its answer's end, by host (answered requests).",
-    );
-    for (n, h) in &latency {
-        let cumulative = h.cumulative();
-        for (i, c) in cumulative.iter().enumerate() {
-            let le = match gapura_gate::latency::BOUNDS_US.get(i) {
-                Some(us) => format!("{}", *us as f64 / 1e6),
-                None => "+Inf".to_string(),
-            };
-            let _ = writeln!(
-                out,
-                "gapura_request_duration_seconds_bucket{{host=\"{n}\",le=\"{le}\"}} {c}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "gapura_request_duration_seconds_sum{{host=\"{n}\"}} {}",
-            h.sum_us as f64 / 1e6
-        );
-        let _ = writeln!(
-            out,
-            "gapura_request_duration_seconds_count{{host=\"{n}\"}} {}",
-            h.count
-        );
-    }
+    render_latency(out, &latency);
     family(
         out,
         "gapura_robots_served_total",
