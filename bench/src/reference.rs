@@ -193,6 +193,7 @@ pub fn snapshot() -> Snapshot {
             ..GatePolicy::default()
         },
         udp: Vec::new(),
+        tls: None,
     }
 }
 

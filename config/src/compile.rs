@@ -43,6 +43,7 @@ pub(crate) fn compile(c: Checked) -> Compiled {
             upstreams: c.upstreams,
             gate: c.gate,
             udp: c.udp,
+            tls: c.tls,
         },
         warnings: Vec::new(),
         protection_off: Vec::new(),

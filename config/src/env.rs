@@ -1,7 +1,8 @@
 //! What a profile needs from the machine it runs on, passed in by the
 //! caller: the core count that `shards = "auto"` means, and a resolver for
-//! upstream server names. Config itself reads no clock, no randomness and no
-//! resolver; the runtime supplies them (and tests supply fixed ones).
+//! upstream server names, a reader of certificate files. Config itself reads
+//! no clock, no randomness, no resolver and no file but the profile; the
+//! runtime supplies them (and tests supply fixed ones).
 
 use std::net::SocketAddr;
 
@@ -39,6 +40,55 @@ impl Resolver for FixedNames {
     }
 }
 
+/// A certificate and key pair read for a profile: the chain (leaf first)
+/// and key as DER, checked to belong together.
+#[derive(Clone, Debug)]
+pub struct LoadedPair {
+    pub chain: Vec<Vec<u8>>,
+    pub key: Vec<u8>,
+}
+
+/// Why a pair could not be loaded; the file at fault is the variant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PairProblem {
+    /// The certificate file is unreadable or holds no usable certificate.
+    Cert(String),
+    /// The key file is unreadable or holds no usable private key.
+    Key(String),
+    /// The key is not the certificate's.
+    Mismatch(String),
+}
+
+/// Reads the files `[[certificate]]` names (the runtime supplies it;
+/// config reads no file but the profile). Relative paths are relative to
+/// the profile's directory.
+pub trait CertificateLoader {
+    /// Reads and checks a PEM certificate chain and its PEM private key.
+    fn load_pair(&self, cert: &str, key: &str) -> Result<LoadedPair, PairProblem>;
+    /// Reads a DER OCSP response.
+    fn load_ocsp(&self, path: &str) -> Result<Vec<u8>, String>;
+    /// A fresh random secret for session tickets (the runtime keeps one
+    /// per process, so a reload keeps tickets valid).
+    fn ticket_secret(&self) -> Vec<u8>;
+}
+
+/// A loader that reads nothing: every certificate is an error. For tools
+/// and tests without files.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoFiles;
+
+impl CertificateLoader for NoFiles {
+    fn load_pair(&self, cert: &str, _key: &str) -> Result<LoadedPair, PairProblem> {
+        Err(PairProblem::Cert(format!("{cert} is not read here")))
+    }
+    fn load_ocsp(&self, path: &str) -> Result<Vec<u8>, String> {
+        Err(format!("{path} is not read here"))
+    }
+    fn ticket_secret(&self) -> Vec<u8> {
+        Vec::new()
+    }
+}
+
 /// The machine as a profile sees it.
 #[derive(Clone, Copy)]
 pub struct Environment<'r> {
@@ -50,4 +100,6 @@ pub struct Environment<'r> {
     pub memory_bytes: u64,
     /// Resolves upstream server names.
     pub resolver: &'r dyn Resolver,
+    /// Reads certificate files.
+    pub certificates: &'r dyn CertificateLoader,
 }

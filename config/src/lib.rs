@@ -79,6 +79,7 @@ mod server;
 mod settings;
 mod size;
 mod syntax;
+mod tls;
 mod udp;
 mod upstream;
 mod validate;
@@ -89,7 +90,9 @@ pub mod password;
 #[cfg(test)]
 mod tests;
 
-pub use env::{Environment, FixedNames, NoNames, Resolver};
+pub use env::{
+    CertificateLoader, Environment, FixedNames, LoadedPair, NoFiles, NoNames, PairProblem, Resolver,
+};
 pub use error::ProfileError;
 pub use protection::{
     CLIENT_RATE_LIMIT, DIMENSIONS as PROTECTION_DIMENSIONS, FALLBACK_MEMORY_BYTES,

@@ -51,6 +51,10 @@ pub(crate) struct RawProfile {
     pub udp: Vec<Spanned<crate::udp::RawUdp>>,
     #[serde(default)]
     pub bundle: Vec<Spanned<RawBundle>>,
+    #[serde(default)]
+    pub certificate: Vec<Spanned<crate::tls::RawCertificate>>,
+    /// `[tls]`: settings of every TLS listener.
+    pub tls: Option<crate::tls::RawTls>,
 }
 
 /// `[server]`. Numbers are read as `i64` (TOML's integer) so that a negative
@@ -326,6 +330,8 @@ pub(crate) enum RawListenEntry {
 pub(crate) struct RawListenTable {
     pub addr: Spanned<String>,
     pub proxy_protocol: Opt<bool>,
+    /// TLS on this listener (`[[certificate]]` entries serve it).
+    pub tls: Opt<bool>,
 }
 
 impl RawListenEntry {
@@ -339,6 +345,16 @@ impl RawListenEntry {
         match self {
             RawListenEntry::Addr(a) => (a, element, ""),
             RawListenEntry::Table(t) => (t.addr.get_ref(), t.addr.span(), ".addr"),
+        }
+    }
+
+    /// `tls = true`, with the flag's span.
+    pub(crate) fn tls(&self) -> Option<std::ops::Range<usize>> {
+        match self {
+            RawListenEntry::Table(RawListenTable { tls: Some(t), .. }) if *t.get_ref() => {
+                Some(t.span())
+            }
+            _ => None,
         }
     }
 

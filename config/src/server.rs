@@ -19,7 +19,12 @@ pub(crate) fn check_server(
     s: &RawServer,
     udp_only: bool,
     e: &mut Errors<'_>,
-) -> (RuntimeSettings, ServerSettings, Option<ProxyListener>) {
+) -> (
+    RuntimeSettings,
+    ServerSettings,
+    Option<ProxyListener>,
+    Option<crate::tls::TlsListener>,
+) {
     let d = RuntimeSettings::default();
     let shards = check_shards(&s.shards, d.shards, e);
     let driver = choice(
@@ -46,7 +51,8 @@ pub(crate) fn check_server(
         ],
         d.steering,
     );
-    let (listen, proxy_protocol, proxy_listener) = check_listen(s, &d, udp_only, e);
+    let (listen, proxy_protocol, proxy_listener, tls, tls_listener) =
+        check_listen(s, &d, udp_only, e);
     let admin = check_admin(s, &d, &listen, e);
     let drain_timeout_ms = int_in(
         e,
@@ -62,12 +68,18 @@ pub(crate) fn check_server(
         steering,
         listen,
         proxy_protocol,
+        tls,
         admin,
         drain_timeout_ms,
         pow_key_file: check_pow_key_file(s, e),
         udp_listen: Vec::new(),
     };
-    (runtime, check_connections(s, e), proxy_listener)
+    (
+        runtime,
+        check_connections(s, e),
+        proxy_listener,
+        tls_listener,
+    )
 }
 
 /// `shards`: `"auto"` or a count from 1 to 1024; `default` when absent or
@@ -251,16 +263,20 @@ fn check_unknown_host(v: &Opt<i64>, default: ErrorStatus, e: &mut Errors<'_>) ->
 
 const ADDRESS_FORM: &str = "IPv4:PORT or [IPv6]:PORT, such as \"127.0.0.1:8080\" or \"[::1]:8080\"";
 
-/// The listen addresses, those that expect a PROXY header, and the first
-/// of those as (flag path, flag span) for `[client]`'s checks.
-fn check_listen(
-    s: &RawServer,
-    d: &RuntimeSettings,
-    udp_only: bool,
-    e: &mut Errors<'_>,
-) -> (Vec<SocketAddr>, Vec<SocketAddr>, Option<ProxyListener>) {
+/// What `listen` says: the addresses, those that expect a PROXY header,
+/// the first of those as (flag path, flag span) for `[client]`'s checks,
+/// the TLS listeners and the first of those.
+type Listen = (
+    Vec<SocketAddr>,
+    Vec<SocketAddr>,
+    Option<ProxyListener>,
+    Vec<usize>,
+    Option<crate::tls::TlsListener>,
+);
+
+fn check_listen(s: &RawServer, d: &RuntimeSettings, udp_only: bool, e: &mut Errors<'_>) -> Listen {
     let Some(list) = &s.listen else {
-        return (d.listen.clone(), Vec::new(), None);
+        return (d.listen.clone(), Vec::new(), None, Vec::new(), None);
     };
     if list.get_ref().is_empty() && !udp_only {
         e.push(
@@ -273,6 +289,8 @@ fn check_listen(
     let mut listen: Vec<SocketAddr> = Vec::new();
     let mut proxy: Vec<SocketAddr> = Vec::new();
     let mut first_proxy: Option<ProxyListener> = None;
+    let mut tls: Vec<usize> = Vec::new();
+    let mut first_tls: Option<crate::tls::TlsListener> = None;
     let mut first_at: Vec<usize> = Vec::new();
     for (i, item) in list.get_ref().iter().enumerate() {
         let (text, span, suffix) = item.get_ref().addr(item.span());
@@ -299,11 +317,15 @@ fn check_listen(
                         first_proxy
                             .get_or_insert((format!("server.listen[{i}].proxy_protocol"), flag));
                     }
+                    if let Some(flag) = item.get_ref().tls() {
+                        tls.push(listen.len() - 1);
+                        first_tls.get_or_insert((format!("server.listen[{i}].tls"), flag));
+                    }
                 }
             },
         }
     }
-    (listen, proxy, first_proxy)
+    (listen, proxy, first_proxy, tls, first_tls)
 }
 
 fn check_admin(

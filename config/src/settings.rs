@@ -15,6 +15,9 @@ pub struct RuntimeSettings {
     /// a PROXY protocol header before anything else; their peers must be in
     /// the snapshot's `gate.client.proxy_protocol_peers`.
     pub proxy_protocol: Vec<SocketAddr>,
+    /// The positions in `listen` of the listeners that speak TLS; the
+    /// snapshot's `tls` holds what they serve.
+    pub tls: Vec<usize>,
     /// The admin listener (metrics); `None` when `admin = "off"`.
     pub admin: Option<SocketAddr>,
     /// How long a drain waits for open requests before closing.
@@ -35,6 +38,7 @@ impl Default for RuntimeSettings {
             steering: Steering::Source,
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             proxy_protocol: Vec::new(),
+            tls: Vec::new(),
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             drain_timeout_ms: 10_000,
             pow_key_file: None,

@@ -49,14 +49,23 @@ pub(crate) struct Checked {
     pub extras: Vec<HostExtras>,
     /// One per `[[udp]]`, in order.
     pub udp: Vec<std::sync::Arc<gapura_gate::udp::UdpPolicy>>,
+    /// What TLS listeners serve.
+    pub tls: Option<std::sync::Arc<gapura_gate::tls::TlsSettings>>,
 }
 
 /// Checks the whole profile; `env.cores` is the shard count when `shards`
 /// is `"auto"`, `env.resolver` resolves upstream names. The result is
 /// meaningful only when `errors` stays empty.
 pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors<'_>) -> Checked {
-    let (mut runtime, server, proxy_listener) =
+    let (mut runtime, server, proxy_listener, tls_listener) =
         check_server(&raw.server, !raw.udp.is_empty(), errors);
+    let tls = crate::tls::check_tls(
+        &raw.certificate,
+        raw.tls.as_ref(),
+        tls_listener.as_ref(),
+        env.certificates,
+        errors,
+    );
     let shards = match runtime.shards {
         Shards::Count(n) => n,
         Shards::Auto => env.cores.max(1),
@@ -138,5 +147,6 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         upstreams: upstreams.groups,
         extras: blocks.extras,
         udp,
+        tls,
     }
 }

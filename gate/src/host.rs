@@ -71,22 +71,23 @@ impl HostTable {
     /// Finds the host for a `Host` header value (None: no header). O(name +
     /// wildcards), no allocation.
     pub fn lookup(&self, host_header: Option<&[u8]>) -> Option<HostId> {
-        let Some(raw) = host_header else {
-            return self.default;
-        };
+        host_header
+            .and_then(|raw| self.lookup_exact_or_wildcard(raw))
+            .or(self.default)
+    }
+
+    /// The host a name or wildcard claims, without falling back to the
+    /// default. O(name + wildcards), no allocation.
+    pub fn lookup_exact_or_wildcard(&self, raw: &[u8]) -> Option<HostId> {
         let mut buf = [0u8; MAX_HOST_BYTES];
-        let Some(name) = normalize(raw, &mut buf) else {
-            return self.default;
-        };
+        let name = normalize(raw, &mut buf)?;
         if let Some(&id) = self.exact.get(name) {
             return Some(id);
         }
-        for (suffix, id) in &self.wildcards {
-            if name.len() > suffix.len() && name.ends_with(suffix) {
-                return Some(*id);
-            }
-        }
-        self.default
+        self.wildcards
+            .iter()
+            .find(|(suffix, _)| name.len() > suffix.len() && name.ends_with(suffix))
+            .map(|(_, id)| *id)
     }
 }
 

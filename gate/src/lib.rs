@@ -44,6 +44,8 @@
 //! - `robots`: managed robots.txt.
 //! - `maintenance`: maintenance mode.
 //! - `latency`: answer latency histograms per host.
+//! - `tls`: what TLS listeners serve (certificates as DER, names, the
+//!   ticket secret) and a host's HTTPS policy (redirect, HSTS).
 //! - `pages`: built-in error pages; `custom_pages`: an operator's pages;
 //!   `answer`: precomputed answers and the one function that writes them.
 
@@ -74,6 +76,7 @@ pub mod robots;
 pub mod ruleset;
 pub mod snapshot;
 pub mod testing;
+pub mod tls;
 pub mod token;
 pub mod udp;
 pub mod upstream;

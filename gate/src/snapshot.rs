@@ -99,6 +99,8 @@ pub struct Snapshot {
     pub gate: crate::policy::GatePolicy,
     /// UDP relays, in profile order.
     pub udp: Vec<std::sync::Arc<crate::udp::UdpPolicy>>,
+    /// What TLS listeners serve; `None` when no listener is TLS.
+    pub tls: Option<std::sync::Arc<crate::tls::TlsSettings>>,
 }
 
 /// What to do with a request.
@@ -253,6 +255,7 @@ mod tests {
             upstreams: Vec::new(),
             gate: Default::default(),
             udp: Vec::new(),
+            tls: None,
         }
     }
 

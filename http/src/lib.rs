@@ -16,6 +16,9 @@
 //!   verify endpoint, request bodies read locally, per-shard stats).
 //! - `upstream`: upstream pools, balancing and health, the request head sent
 //!   upstream, the response parser, and forward-auth's call and answer.
+//! - `transport`: the streams a client connection runs over (plain TCP,
+//!   TLS by rustls with the ring provider), certificates and session
+//!   tickets.
 //! - `clock`: the shard's coarse monotonic clock.
 //! - `driver`: the one runtime builder (io_uring with the design's ring
 //!   flags, the explicit epoll fallback), for the server's and the load
@@ -25,4 +28,5 @@ pub mod clock;
 pub mod codec;
 pub mod driver;
 pub mod server;
+pub mod transport;
 pub mod upstream;

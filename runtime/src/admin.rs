@@ -232,6 +232,11 @@ const SHARD_METRICS: &[(&str, &str, &str, Getter)] = &[
     ("gapura_quota_shadow_total", "counter", "Quota refusals let through by shadow mode.", |s| s.quota_shadow.get()),
     ("gapura_quota_exempt_total", "counter", "Requests exempt from quotas (robots.txt).", |s| s.quota_exempt.get()),
     ("gapura_snapshot_generation", "gauge", "Profile generation the shard serves.", |s| s.snapshot_generation.get()),
+    ("gapura_tls_handshakes_total", "counter", "TLS handshakes completed.", |s| s.tls_handshakes.get()),
+    ("gapura_tls_handshakes_tls12_total", "counter", "Of the TLS handshakes completed, those over TLS 1.2.", |s| s.tls_12.get()),
+    ("gapura_tls_resumed_total", "counter", "Of the TLS handshakes completed, those resumed by a session ticket.", |s| s.tls_resumed.get()),
+    ("gapura_tls_sni_default_total", "counter", "TLS handshakes naming a server no certificate claims (served the default certificate).", |s| s.tls_sni_default.get()),
+    ("gapura_tls_no_sni_total", "counter", "TLS handshakes without a server name (served the default certificate).", |s| s.tls_no_sni.get()),
 ];
 
 /// Renders every counter: the shards' own, the blocks', the UDP relays',
@@ -245,8 +250,30 @@ pub fn render_metrics(admin: &Admin) -> String {
     render_pow(&mut out, admin);
     render_auth(&mut out, admin);
     render_refusals(&mut out, admin);
+    render_tls_failures(&mut out, admin);
     render_process(&mut out, admin);
     out
+}
+
+/// Failed TLS handshakes by reason.
+fn render_tls_failures(out: &mut String, admin: &Admin) {
+    use gapura_http::transport::tls::HandshakeFail;
+    family(
+        out,
+        "gapura_tls_handshake_failures_total",
+        "counter",
+        "Failed TLS handshakes by reason.",
+    );
+    for (i, s) in admin.shards.iter().enumerate() {
+        for why in HandshakeFail::ALL {
+            let _ = writeln!(
+                out,
+                "gapura_tls_handshake_failures_total{{shard=\"{i}\",reason=\"{}\"}} {}",
+                why.label(),
+                s.tls_failures[why as usize].get()
+            );
+        }
+    }
 }
 
 /// The per-shard samples and responses by status class.

@@ -9,10 +9,14 @@
 //! `upstream.server.unresolved` (on a reload, the running profile stays). A look-up still stuck past its
 //! timeout finishes on its own thread and its answer is dropped.
 
-use gapura_config::{Compiled, Environment, ProfileError, Resolver};
+use gapura_config::{
+    CertificateLoader, Compiled, Environment, LoadedPair, PairProblem, ProfileError, Resolver,
+};
+use gapura_http::transport::certs::PairError;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The longest one upstream name may take to resolve.
@@ -68,16 +72,76 @@ pub fn memory_bytes() -> u64 {
         .unwrap_or(gapura_config::FALLBACK_MEMORY_BYTES)
 }
 
+/// Certificate files read from disk, relative paths from the profile's
+/// directory.
+pub struct CertificateFiles {
+    pub base: PathBuf,
+}
+
+impl CertificateFiles {
+    fn path(&self, name: &str) -> PathBuf {
+        self.base.join(name)
+    }
+
+    fn read(&self, name: &str) -> Result<Vec<u8>, String> {
+        let p = self.path(name);
+        std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    }
+}
+
+impl CertificateLoader for CertificateFiles {
+    fn load_pair(&self, cert: &str, key: &str) -> Result<LoadedPair, PairProblem> {
+        let cert_pem = self.read(cert).map_err(PairProblem::Cert)?;
+        let key_pem = self.read(key).map_err(PairProblem::Key)?;
+        match gapura_http::transport::certs::load_pair(&cert_pem, &key_pem) {
+            Ok((chain, key)) => Ok(LoadedPair { chain, key }),
+            Err(PairError::Cert(why)) => Err(PairProblem::Cert(format!("{cert}: {why}"))),
+            Err(PairError::Key(why)) => Err(PairProblem::Key(format!("{key}: {why}"))),
+            Err(PairError::Mismatch(why)) => {
+                Err(PairProblem::Mismatch(format!("{key} and {cert}: {why}")))
+            }
+        }
+    }
+
+    fn load_ocsp(&self, path: &str) -> Result<Vec<u8>, String> {
+        self.read(path)
+    }
+
+    fn ticket_secret(&self) -> Vec<u8> {
+        ticket_secret().to_vec()
+    }
+}
+
+/// The process's session-ticket secret: random, made once, kept across
+/// reloads (so tickets stay valid); all zeros only if the kernel gave no
+/// randomness, which the start refuses before (the gate's seed).
+fn ticket_secret() -> &'static [u8; 32] {
+    static SECRET: OnceLock<[u8; 32]> = OnceLock::new();
+    SECRET.get_or_init(|| {
+        let mut s = [0u8; 32];
+        if crate::random::fill(&mut s).is_err() {
+            crate::log!("no randomness for the session-ticket secret: tickets are off");
+        }
+        s
+    })
+}
+
 /// Reads and compiles `profile` (the embedded default when `None`) for this
 /// machine.
 pub fn load(profile: Option<&Path>) -> Result<Compiled, Vec<ProfileError>> {
     let resolver = SystemResolver {
         timeout: RESOLVE_TIMEOUT,
     };
+    let files = CertificateFiles {
+        base: profile
+            .and_then(Path::parent)
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+    };
     let env = Environment {
         cores: cores(),
         memory_bytes: memory_bytes(),
         resolver: &resolver,
+        certificates: &files,
     };
     match profile {
         Some(p) => gapura_config::load_file_with(p, &env),

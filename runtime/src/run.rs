@@ -122,15 +122,23 @@ fn start(
 
     let verifier =
         crate::verify::Pool::start(cores.len()).map_err(|e| format!("verification pool: {e}"))?;
-    let mut per_shard: Vec<Vec<(std::net::SocketAddr, std::net::TcpListener, bool)>> =
-        (0..shard_count).map(|_| Vec::new()).collect();
-    for group in groups {
-        let proxy_protocol = settings.proxy_protocol.contains(&group.requested);
+    type Bound = (
+        std::net::SocketAddr,
+        std::net::TcpListener,
+        gapura_http::server::Listener,
+    );
+    let mut per_shard: Vec<Vec<Bound>> = (0..shard_count).map(|_| Vec::new()).collect();
+    for (index, group) in groups.into_iter().enumerate() {
+        let kind = gapura_http::server::Listener {
+            proxy_protocol: settings.proxy_protocol.contains(&group.requested),
+            tls: settings.tls.contains(&index),
+        };
         for (i, sock) in group.sockets.into_iter().enumerate() {
-            per_shard[i].push((group.addr, sock, proxy_protocol));
+            per_shard[i].push((group.addr, sock, kind));
         }
         log!(
-            "listening on http://{} ({} shards, steering {})",
+            "listening on {}://{} ({} shards, steering {})",
+            if kind.tls { "https" } else { "http" },
             group.addr,
             shard_count,
             match steer {

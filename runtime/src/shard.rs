@@ -11,7 +11,7 @@ use crate::log;
 use crate::publish::{Feed, SnapshotCell};
 use gapura_config::Driver;
 use gapura_http::driver::StartError;
-use gapura_http::server::{serve, Shard, ShardStats};
+use gapura_http::server::{serve, Listener, Shard, ShardStats};
 use monoio::net::TcpListener;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -39,8 +39,8 @@ pub struct ShardSpec {
     pub id: usize,
     pub core: Option<core_affinity::CoreId>,
     pub driver: Driver,
-    /// Each listener with whether it expects a PROXY header.
-    pub listeners: Vec<(SocketAddr, std::net::TcpListener, bool)>,
+    /// Each listener with how its connections start (a PROXY header, TLS).
+    pub listeners: Vec<(SocketAddr, std::net::TcpListener, Listener)>,
     pub cell: Arc<SnapshotCell>,
     pub stats: Arc<ShardStats>,
     pub control: Arc<Control>,
@@ -131,12 +131,12 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         .with_warnings(warn),
     );
     let mut listeners = Vec::new();
-    for (addr, std_listener, proxy_protocol) in spec.listeners {
+    for (addr, std_listener, kind) in spec.listeners {
         let setup = std_listener
             .set_nonblocking(legacy)
             .and_then(|_| TcpListener::from_std(std_listener));
         match setup {
-            Ok(l) => listeners.push((l, proxy_protocol)),
+            Ok(l) => listeners.push((l, kind)),
             Err(e) => {
                 let _ = started.send(Err(format!("shard {}: listener {addr}: {e}", spec.id)));
                 return;
@@ -175,8 +175,8 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         }
     });
     let mut accepting = Vec::new();
-    for (l, proxy_protocol) in listeners {
-        accepting.push(monoio::spawn(accept_loop(l, shard.clone(), proxy_protocol)));
+    for (l, kind) in listeners {
+        accepting.push(monoio::spawn(accept_loop(l, shard.clone(), kind)));
     }
     // Wait for the drain signal.
     while !spec.control.draining.load(Ordering::Acquire) {
@@ -216,7 +216,7 @@ fn warn(args: std::fmt::Arguments<'_>) {
 }
 
 /// Accepts until the shard drains; the listener closes when this returns.
-async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, proxy_protocol: bool) {
+async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, kind: Listener) {
     let mut error_logged = false;
     loop {
         // One accept stays in flight while the loop looks for a drain every
@@ -242,7 +242,7 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, proxy_protocol: bo
                     drop(stream);
                     continue;
                 }
-                monoio::spawn(serve(stream, peer, shard.clone(), proxy_protocol));
+                monoio::spawn(serve(stream, peer, shard.clone(), kind));
             }
             Err(e) => {
                 // EMFILE/ENFILE and friends: back off instead of spinning.

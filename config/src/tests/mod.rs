@@ -23,6 +23,7 @@ mod quota;
 mod ratelimit;
 mod rulesets;
 mod server;
+mod tls;
 mod udp;
 mod upstreams;
 
@@ -61,8 +62,44 @@ fn compile_protected(src: &str, cores: u32) -> Result<Compiled, Vec<ProfileError
             cores,
             memory_bytes: MEMORY,
             resolver: &names,
+            certificates: &FakeFiles,
         },
     )
+}
+
+/// Certificate files as the tests see them: a pair loads unless a name
+/// says otherwise (`missing` in a file name: unreadable; a key named
+/// `other`: not the certificate's); the ticket secret is 32 sevens.
+struct FakeFiles;
+
+impl crate::CertificateLoader for FakeFiles {
+    fn load_pair(&self, cert: &str, key: &str) -> Result<crate::LoadedPair, crate::PairProblem> {
+        if cert.contains("missing") {
+            return Err(crate::PairProblem::Cert(format!("cannot read {cert}")));
+        }
+        if key.contains("missing") {
+            return Err(crate::PairProblem::Key(format!("cannot read {key}")));
+        }
+        if key.contains("other") {
+            return Err(crate::PairProblem::Mismatch(format!(
+                "{key} does not belong to {cert}"
+            )));
+        }
+        Ok(crate::LoadedPair {
+            chain: vec![cert.as_bytes().to_vec()],
+            key: key.as_bytes().to_vec(),
+        })
+    }
+    fn load_ocsp(&self, path: &str) -> Result<Vec<u8>, String> {
+        if path.contains("missing") {
+            Err(format!("cannot read {path}"))
+        } else {
+            Ok(path.as_bytes().to_vec())
+        }
+    }
+    fn ticket_secret(&self) -> Vec<u8> {
+        vec![7; 32]
+    }
 }
 
 /// The memory of the tests' machine: 8 GiB.
@@ -77,6 +114,7 @@ fn load_file_with(path: &std::path::Path, cores: u32) -> Result<Compiled, Vec<Pr
             cores,
             memory_bytes: MEMORY,
             resolver: &names,
+            certificates: &FakeFiles,
         },
     )
 }

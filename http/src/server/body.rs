@@ -6,6 +6,7 @@ use super::conn::{Conn, End, ReadFail};
 use super::stats::ErrorKind;
 use crate::clock;
 use crate::codec::chunked::ChunkedDecoder;
+use crate::transport::Transport;
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::ErrorStatus;
 
@@ -20,23 +21,23 @@ pub(super) enum BodyEnd {
     End(End),
 }
 
-impl Conn {
+impl<S: Transport> Conn<S> {
     /// Before reading a body the client holds back for `100 Continue`: write
     /// the answers queued before this request, then the interim response.
     pub(super) async fn send_continue(&mut self, resp_start: usize) -> Result<(), End> {
-        let answer = self.wbuf.split_off(resp_start);
-        self.wbuf.extend_from_slice(CONTINUE_100);
+        let answer = self.io.wbuf.split_off(resp_start);
+        self.io.wbuf.extend_from_slice(CONTINUE_100);
         self.shard.stats.response(100);
         self.flush().await?;
-        self.wbuf = answer;
+        self.io.wbuf = answer;
         Ok(())
     }
 
     /// Makes room for body bytes: everything before `pos` is consumed.
     pub(super) fn recycle_for_body(&mut self) {
-        if self.pos == self.rbuf.len() {
-            self.rbuf.clear();
-            self.pos = 0;
+        if self.io.pos == self.io.rbuf.len() {
+            self.io.rbuf.clear();
+            self.io.pos = 0;
         }
     }
 
@@ -59,16 +60,16 @@ impl Conn {
         resp_start: usize,
     ) -> BodyEnd {
         let mut remaining = len;
-        let avail = (self.rbuf.len() - self.pos) as u64;
+        let avail = (self.io.rbuf.len() - self.io.pos) as u64;
         if avail == 0 && expect {
             if let Err(end) = self.send_continue(resp_start).await {
                 return BodyEnd::End(end);
             }
         }
         loop {
-            let avail = (self.rbuf.len() - self.pos) as u64;
+            let avail = (self.io.rbuf.len() - self.io.pos) as u64;
             let take = avail.min(remaining);
-            self.pos += take as usize;
+            self.io.pos += take as usize;
             remaining -= take;
             if remaining == 0 {
                 return BodyEnd::Ok;
@@ -87,17 +88,17 @@ impl Conn {
     ) -> BodyEnd {
         let mut decoder = ChunkedDecoder::new();
         let mut total: u64 = 0;
-        if self.pos == self.rbuf.len() && expect {
+        if self.io.pos == self.io.rbuf.len() && expect {
             if let Err(end) = self.send_continue(resp_start).await {
                 return BodyEnd::End(end);
             }
         }
         loop {
-            while self.pos < self.rbuf.len() {
-                match decoder.step(&self.rbuf[self.pos..]) {
+            while self.io.pos < self.io.rbuf.len() {
+                match decoder.step(&self.io.rbuf[self.io.pos..]) {
                     Ok(step) => {
                         total = total.saturating_add(step.data.len() as u64);
-                        self.pos += step.consumed;
+                        self.io.pos += step.consumed;
                         if !limits.body_allows(total) {
                             return BodyEnd::Refuse(ErrorStatus::PayloadTooLarge);
                         }

@@ -15,6 +15,7 @@
 
 use super::accesslog::LogRecord;
 use super::body::BodyEnd;
+use super::client::{ClientIo, READ_BUF_BYTES};
 use super::leases::{Held, Leases};
 use super::prepare::{prepare, ForwardPlan, LocalEnd, LocalPlan, PageCopy, Plan, Prep, Resume};
 use super::stats::ErrorKind;
@@ -23,24 +24,19 @@ use crate::clock;
 use crate::codec::head::{
     header_buf, parse_head, BodyFraming, HeadError, Method, Parse, ParsedHead,
 };
+use crate::transport::Transport;
 use gapura_gate::answer::{end_head, WriteCtx};
 use gapura_gate::client::Peer;
 use gapura_gate::limits::OUTER_MAX_HEAD_BYTES;
 use gapura_gate::quota::QuotaTicket;
 use gapura_gate::{ErrorStatus, Snapshot};
-use monoio::buf::IoBufMut;
-use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-/// Initial read buffer; it grows only for large heads.
-const READ_BUF_BYTES: usize = 4096;
 /// A buffer grown past this is given back once the connection is idle.
 const SHRINK_ABOVE_BYTES: usize = 16 * 1024;
-/// Initial write buffer.
-const WRITE_BUF_BYTES: usize = 4096;
 /// Flush the write buffer early once pipelined answers fill this much.
 pub(super) const WRITE_FLUSH_BYTES: usize = 64 * 1024;
 /// Unread input discarded at most after a refusal, before closing.
@@ -74,21 +70,16 @@ pub(super) struct Upgraded {
     pub host: String,
 }
 
-pub(super) struct Conn {
-    pub(super) stream: TcpStream,
-    pub(super) peer: SocketAddr,
+pub(super) struct Conn<S> {
+    /// The client's stream, buffers and head deadline.
+    pub(super) io: ClientIo<S>,
     pub(super) shard: Rc<Shard>,
-    pub(super) rbuf: Vec<u8>,
-    /// Start of unparsed bytes in `rbuf`.
-    pub(super) pos: usize,
-    pub(super) wbuf: Vec<u8>,
     /// Upstream request bytes (proxying only; allocated on first use).
     pub(super) ubuf: Vec<u8>,
     /// Upstream response bytes (proxying only; allocated on first use).
     pub(super) urbuf: Vec<u8>,
     busy: bool,
     pub(super) served: u64,
-    head_deadline: Option<Instant>,
     /// How the head in the buffer resumes after a password check.
     pub(super) resume: Option<Resume>,
     /// The leases that head took before its check.
@@ -101,8 +92,6 @@ pub(super) struct Conn {
     bucket: std::cell::Cell<gapura_gate::quota::Bucket>,
     /// The current request's access log facts (while the profile logs).
     pub(super) log: Option<Box<LogRecord>>,
-    /// Bytes handed to the socket so far.
-    pub(super) sent: u64,
     /// The current request's host and when its head was complete (its
     /// answer's latency).
     req_host: Option<gapura_gate::HostId>,
@@ -116,46 +105,163 @@ pub(super) struct Conn {
     pub(super) page_vars: PageCopy,
 }
 
+/// How a listener's connections start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Listener {
+    /// A PROXY protocol header comes first (from trusted peers).
+    pub proxy_protocol: bool,
+    /// TLS: the handshake follows the connection-level checks.
+    pub tls: bool,
+}
+
 /// Serves one accepted connection until it ends. Never panics on input.
-pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_protocol: bool) {
+///
+/// The connection-level checks (a PROXY header, the connection limits, the
+/// server's access list on the address) run first, before any TLS
+/// handshake, so a refused peer costs no cryptography.
+pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listener: Listener) {
     let _ = stream.set_nodelay(true);
     shard.stats.connections_accepted.inc();
     shard.open.set(shard.open.get() + 1);
-    let mut conn = Conn {
-        stream,
-        peer,
-        shard: shard.clone(),
-        rbuf: Vec::with_capacity(READ_BUF_BYTES),
-        pos: 0,
-        wbuf: Vec::with_capacity(WRITE_BUF_BYTES),
-        ubuf: Vec::new(),
-        urbuf: Vec::new(),
-        busy: false,
-        served: 0,
-        head_deadline: None,
-        resume: None,
-        resume_leases: None,
-        resume_identity: None,
-        held: Held::default(),
-        bucket: Default::default(),
-        log: None,
-        sent: 0,
-        req_host: None,
-        req_start: std::time::Instant::now(),
-        client_peer: Peer::tcp(peer.ip()),
-        connection_token: None,
-        page_vars: PageCopy::default(),
+    let mut io = ClientIo::new(stream, Vec::with_capacity(READ_BUF_BYTES), 0);
+    let admitted = accept(&mut io, &shard, peer, listener.proxy_protocol).await;
+    let (client_peer, token) = match admitted {
+        Ok(a) => a,
+        Err(end) => {
+            closed(&shard, end);
+            return;
+        }
     };
-    let end = match conn.accept(proxy_protocol).await {
-        Ok(()) => conn.run().await,
-        Err(end) => end,
-    };
-    conn.set_busy(false);
+    if !listener.tls {
+        let conn = Conn::new(io, shard, client_peer, token);
+        return conn.serve().await;
+    }
+    match super::tls::handshake(io, &shard).await {
+        Some(tls) => Conn::new(tls, shard, client_peer, token).serve().await,
+        None => {
+            if let Some(t) = token {
+                shard.release_connection(t);
+            }
+            closed(&shard, End::Done);
+        }
+    }
+}
+
+/// Counts a connection's end.
+fn closed(shard: &Shard, end: End) {
     match end {
-        End::Done => {}
+        End::Done | End::Upgrade(_) => {}
         End::Idle => shard.stats.idle_timeouts.inc(),
         End::Error(kind) => shard.stats.error(kind),
-        End::Upgrade(up) => {
+    }
+    shard.open.set(shard.open.get() - 1);
+    shard.stats.connections_closed.inc();
+}
+
+/// Connection-level checks before the first request: the PROXY header
+/// on listeners that expect one (from trusted peers only; anyone else's
+/// bytes are read as HTTP), then the connection limits and the server's
+/// access list on the address. The peer the gate sees and the
+/// connection's place in its limit, or how the connection ends.
+async fn accept(
+    io: &mut ClientIo<TcpStream>,
+    shard: &Shard,
+    peer: SocketAddr,
+    proxy_protocol: bool,
+) -> Result<(Peer, Option<gapura_gate::chain::ConnectionToken>), End> {
+    let snap = shard.snapshot();
+    let tcp_ip = peer.ip();
+    let mut client_peer = Peer::tcp(tcp_ip);
+    if proxy_protocol && snap.gate.client.proxy_protocol_trusted(tcp_ip) {
+        let deadline = clock::deadline(snap.server.header_timeout_ms);
+        loop {
+            match crate::codec::proxyproto::parse(&io.rbuf) {
+                Ok(Some((header, used))) => {
+                    match snap
+                        .gate
+                        .client
+                        .accept_proxy_header(tcp_ip, header.source())
+                    {
+                        Some(p) => client_peer = p,
+                        None => return Err(End::Error(ErrorKind::BadRequest)),
+                    }
+                    io.pos = used;
+                    break;
+                }
+                Ok(None) => match io.read_more(deadline).await {
+                    Ok(n) if n > 0 => {}
+                    Ok(_) | Err(ReadFail::Io) => return Err(End::Error(ErrorKind::Io)),
+                    Err(ReadFail::Timeout) => return Err(End::Error(ErrorKind::HeaderTimeout)),
+                },
+                Err(_) => return Err(End::Error(ErrorKind::BadRequest)),
+            }
+        }
+    }
+    let now_ms = shard.now_ms();
+    let token = match shard.gate_mut().admit_connection(
+        snap.gate.connections.as_ref(),
+        client_peer.addr(),
+        now_ms,
+    ) {
+        Ok(token) => token,
+        Err(_) => {
+            shard.stats.connections_refused.inc();
+            return Err(End::Done);
+        }
+    };
+    // The server's list judges the peer only where the peer is the
+    // client: directly connected, or named by a trusted PROXY header.
+    let peer_is_client = snap.gate.client.mode == gapura_gate::client::ClientMode::Direct
+        || client_peer.via_proxy_protocol();
+    if let Some(i) = snap.gate.accept_list.filter(|_| peer_is_client) {
+        if let Some(list) = snap.gate.access_lists.get(i as usize) {
+            if list.address_only_verdict(client_peer.addr()).is_some() {
+                shard.stats.accept_drops.inc();
+                if let Some(t) = token {
+                    shard.release_connection(t);
+                }
+                return Err(End::Done);
+            }
+        }
+    }
+    Ok((client_peer, token))
+}
+
+impl<S: Transport> Conn<S> {
+    fn new(
+        io: ClientIo<S>,
+        shard: Rc<Shard>,
+        client_peer: Peer,
+        connection_token: Option<gapura_gate::chain::ConnectionToken>,
+    ) -> Conn<S> {
+        Conn {
+            io,
+            shard,
+            ubuf: Vec::new(),
+            urbuf: Vec::new(),
+            busy: false,
+            served: 0,
+            resume: None,
+            resume_leases: None,
+            resume_identity: None,
+            held: Held::default(),
+            bucket: Default::default(),
+            log: None,
+            req_host: None,
+            req_start: std::time::Instant::now(),
+            client_peer,
+            connection_token,
+            page_vars: PageCopy::default(),
+        }
+    }
+
+    /// Serves requests until the connection ends, then counts its end (a
+    /// tunnel's whole life after an upgrade).
+    async fn serve(mut self) {
+        let end = self.run().await;
+        self.set_busy(false);
+        let shard = self.shard.clone();
+        if let End::Upgrade(up) = end {
             let Upgraded {
                 upstream,
                 pending,
@@ -163,12 +269,12 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
                 websocket,
                 host,
             } = *up;
-            let client_pending = conn.rbuf.split_off(conn.pos);
-            let token = conn.connection_token.take();
+            let client_pending = self.io.rbuf.split_off(self.io.pos);
+            let token = self.connection_token.take();
             let idle_ms = shard.snapshot().server.idle_timeout_ms;
             shard.stats.upgrades.inc();
-            conn.held.release_all();
-            let client = conn.client_peer.addr();
+            self.held.release_all();
+            let client = self.client_peer.addr();
             let messages = websocket.map(|limits| super::tunnel::Messages {
                 limits,
                 shard: shard.clone(),
@@ -176,33 +282,23 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, proxy_
                 host,
                 client,
             });
-            super::tunnel::tunnel(
-                conn.stream,
-                client_pending,
-                upstream,
-                pending,
-                idle_ms,
-                messages,
-            )
-            .await;
+            let stream = self.io.stream;
+            super::tunnel::tunnel(stream, client_pending, upstream, pending, idle_ms, messages)
+                .await;
             // The request ends with its tunnel.
             drop(leases);
             if let Some(t) = token {
                 shard.release_connection(t);
             }
-            shard.open.set(shard.open.get() - 1);
-            shard.stats.connections_closed.inc();
+            closed(&shard, End::Done);
             return;
         }
+        if let Some(t) = self.connection_token.take() {
+            shard.release_connection(t);
+        }
+        closed(&shard, end);
     }
-    if let Some(t) = conn.connection_token.take() {
-        shard.release_connection(t);
-    }
-    shard.open.set(shard.open.get() - 1);
-    shard.stats.connections_closed.inc();
-}
 
-impl Conn {
     fn set_busy(&mut self, busy: bool) {
         if self.busy != busy {
             self.busy = busy;
@@ -210,68 +306,14 @@ impl Conn {
         }
     }
 
-    /// Connection-level checks before the first request: the PROXY header
-    /// on listeners that expect one (from trusted peers only; anyone else's
-    /// bytes are read as HTTP), then the server's access list on the address.
-    async fn accept(&mut self, proxy_protocol: bool) -> Result<(), End> {
-        let snap = self.shard.snapshot();
-        let tcp_ip = self.peer.ip();
-        if proxy_protocol && snap.gate.client.proxy_protocol_trusted(tcp_ip) {
-            let deadline = clock::deadline(snap.server.header_timeout_ms);
-            loop {
-                match crate::codec::proxyproto::parse(&self.rbuf) {
-                    Ok(Some((header, used))) => {
-                        match snap
-                            .gate
-                            .client
-                            .accept_proxy_header(tcp_ip, header.source())
-                        {
-                            Some(peer) => self.client_peer = peer,
-                            None => return Err(End::Error(ErrorKind::BadRequest)),
-                        }
-                        self.pos = used;
-                        break;
-                    }
-                    Ok(None) => match self.read_more(deadline).await {
-                        Ok(n) if n > 0 => {}
-                        Ok(_) | Err(ReadFail::Io) => return Err(End::Error(ErrorKind::Io)),
-                        Err(ReadFail::Timeout) => return Err(End::Error(ErrorKind::HeaderTimeout)),
-                    },
-                    Err(_) => return Err(End::Error(ErrorKind::BadRequest)),
-                }
-            }
-        }
-        let now_ms = self.shard.now_ms();
-        match self.shard.gate_mut().admit_connection(
-            snap.gate.connections.as_ref(),
-            self.client_peer.addr(),
-            now_ms,
-        ) {
-            Ok(token) => self.connection_token = token,
-            Err(_) => {
-                self.shard.stats.connections_refused.inc();
-                return Err(End::Done);
-            }
-        }
-        // The server's list judges the peer only where the peer is the
-        // client: directly connected, or named by a trusted PROXY header.
-        let peer_is_client = snap.gate.client.mode == gapura_gate::client::ClientMode::Direct
-            || self.client_peer.via_proxy_protocol();
-        if let Some(i) = snap.gate.accept_list.filter(|_| peer_is_client) {
-            if let Some(list) = snap.gate.access_lists.get(i as usize) {
-                if list.address_only_verdict(self.client_peer.addr()).is_some() {
-                    self.shard.stats.accept_drops.inc();
-                    return Err(End::Done);
-                }
-            }
-        }
-        Ok(())
-    }
-
     async fn run(&mut self) -> End {
         loop {
             let mut headers = header_buf::<{ super::REQUEST_LINES }>();
-            let parsed = parse_head(&self.rbuf[self.pos..], &mut headers, &super::HEAD_BOUNDS);
+            let parsed = parse_head(
+                &self.io.rbuf[self.io.pos..],
+                &mut headers,
+                &super::HEAD_BOUNDS,
+            );
             match parsed {
                 Parse::Partial => {
                     if let Err(end) = self.wait_for_more().await {
@@ -286,15 +328,15 @@ impl Conn {
                         self.shard.stats.requests.inc();
                         self.served += 1;
                         self.req_start = std::time::Instant::now();
-                        let before = self.sent + self.wbuf.len() as u64;
+                        let before = self.io.sent + self.io.wbuf.len() as u64;
                         begin_log(&mut self.log, &self.shard, before, &snap, self.req_start);
                     }
                     let request_id = self.log.as_deref().map(|r| r.request_id);
                     let plan = prepare(
                         Prep {
                             shard: &self.shard,
-                            buf: &self.rbuf[self.pos..],
-                            wbuf: &mut self.wbuf,
+                            buf: &self.io.rbuf[self.io.pos..],
+                            wbuf: &mut self.io.wbuf,
                             ubuf: &mut self.ubuf,
                             peer: self.client_peer,
                             resume,
@@ -315,7 +357,7 @@ impl Conn {
                         lines,
                     );
                     self.set_busy(true);
-                    self.head_deadline = None;
+                    self.io.head_deadline = None;
                     if let Plan::Local(local) = &plan {
                         self.log_status(local.status);
                     }
@@ -338,7 +380,7 @@ impl Conn {
                         // writes (a copy that straddles them waits for them
                         // to reach the cache).
                         ref plan => {
-                            self.pos += head.head_len;
+                            self.io.pos += head.head_len;
                             let done = self.execute(&snap, &head, plan).await;
                             self.finish_log(&snap);
                             self.record_latency();
@@ -379,34 +421,35 @@ impl Conn {
     /// No complete head is buffered: flush answers, then read more under the
     /// idle or header deadline.
     async fn wait_for_more(&mut self) -> Result<(), End> {
-        if !self.wbuf.is_empty() {
+        if !self.io.wbuf.is_empty() {
             self.flush().await?;
         }
-        let idle = self.pos == self.rbuf.len();
+        let idle = self.io.pos == self.io.rbuf.len();
         if idle {
-            self.rbuf.clear();
-            self.pos = 0;
-            if self.rbuf.capacity() > SHRINK_ABOVE_BYTES {
-                self.rbuf = Vec::with_capacity(READ_BUF_BYTES);
+            self.io.rbuf.clear();
+            self.io.pos = 0;
+            if self.io.rbuf.capacity() > SHRINK_ABOVE_BYTES {
+                self.io.rbuf = Vec::with_capacity(READ_BUF_BYTES);
             }
             self.set_busy(false);
             if self.shard.is_draining() {
                 return Err(End::Done);
             }
-        } else if self.pos > 0 {
-            self.rbuf.copy_within(self.pos.., 0);
-            self.rbuf.truncate(self.rbuf.len() - self.pos);
-            self.pos = 0;
+        } else if self.io.pos > 0 {
+            self.io.rbuf.copy_within(self.io.pos.., 0);
+            self.io.rbuf.truncate(self.io.rbuf.len() - self.io.pos);
+            self.io.pos = 0;
         }
-        if self.rbuf.len() == self.rbuf.capacity() {
-            let grown = (self.rbuf.capacity() * 2).min(OUTER_MAX_HEAD_BYTES + READ_BUF_BYTES);
-            self.rbuf.reserve_exact(grown - self.rbuf.len());
+        if self.io.rbuf.len() == self.io.rbuf.capacity() {
+            let grown = (self.io.rbuf.capacity() * 2).min(OUTER_MAX_HEAD_BYTES + READ_BUF_BYTES);
+            self.io.rbuf.reserve_exact(grown - self.io.rbuf.len());
         }
         let server = &self.shard.snapshot().server;
         let deadline = if idle {
             clock::deadline(server.idle_timeout_ms)
         } else {
             *self
+                .io
                 .head_deadline
                 .get_or_insert_with(|| clock::deadline(server.header_timeout_ms))
         };
@@ -420,7 +463,7 @@ impl Conn {
             Ok(_) => {
                 if idle {
                     self.set_busy(true);
-                    self.head_deadline = Some(clock::deadline(header_timeout_ms));
+                    self.io.head_deadline = Some(clock::deadline(header_timeout_ms));
                 }
                 Ok(())
             }
@@ -435,45 +478,21 @@ impl Conn {
 
     /// Reads client bytes into `rbuf`'s spare room (growing it when full).
     pub(super) async fn read_client(&mut self, deadline: Instant) -> Result<usize, ()> {
-        if self.rbuf.len() == self.rbuf.capacity() {
-            self.rbuf.reserve(READ_BUF_BYTES);
-        }
-        self.read_more(deadline).await.map_err(|_| ())
+        self.io.read_client(deadline).await
     }
 
-    /// Reads into the spare capacity of `rbuf`. A timed-out read takes its
-    /// buffer with it; the caller closes the connection then.
+    /// Reads into the spare capacity of `rbuf` ([`ClientIo::read_more`]).
     pub(super) async fn read_more(&mut self, deadline: Instant) -> Result<usize, ReadFail> {
-        let buf = std::mem::take(&mut self.rbuf);
-        let len = buf.len();
-        let cap = buf.capacity();
-        let read = self.stream.read(buf.slice_mut(len..cap));
-        match monoio::time::timeout_at(deadline, read).await {
-            Ok((res, slice)) => {
-                self.rbuf = slice.into_inner();
-                res.map_err(|_| ReadFail::Io)
-            }
-            Err(_) => Err(ReadFail::Timeout),
-        }
+        self.io.read_more(deadline).await
     }
 
+    /// Sends the pending answers; their requests end here.
     pub(super) async fn flush(&mut self) -> Result<(), End> {
-        let buf = std::mem::take(&mut self.wbuf);
         let ms = self.shard.snapshot().server.write_timeout_ms;
         self.shard.stats.writes.inc();
-        self.sent += buf.len() as u64;
-        let deadline = clock::deadline(ms);
-        match monoio::time::timeout_at(deadline, self.stream.write_all(buf)).await {
-            Ok((Ok(_), mut buf)) => {
-                buf.clear();
-                self.wbuf = buf;
-                // The answers are sent: their requests end here.
-                self.held.release_all();
-                Ok(())
-            }
-            Ok((Err(_), _)) => Err(End::Error(ErrorKind::Io)),
-            Err(_) => Err(End::Error(ErrorKind::WriteTimeout)),
-        }
+        self.io.flush(ms).await?;
+        self.held.release_all();
+        Ok(())
     }
 
     pub(super) fn write_page(
@@ -490,10 +509,9 @@ impl Conn {
             close: true,
             keep_alive_10: false,
         };
-        let page = snap.pages.get(status, html);
-        page.write_into(&mut self.wbuf, &ctx);
-        page.stamp(&mut self.wbuf, head_only, || {
-            request_id(&self.log, &self.shard)
+        let (log, shard) = (&self.log, &self.shard);
+        self.io.write_page(snap.pages.get(status, html), &ctx, || {
+            request_id(log, shard)
         });
         self.shard.stats.response(status.code());
         self.log_status(status.code());
@@ -506,14 +524,14 @@ impl Conn {
         if self.flush().await.is_err() {
             return End::Error(kind);
         }
-        let _ = self.stream.shutdown().await;
+        self.io.close_write().await;
         let deadline = clock::deadline(LINGER_MS);
         let mut discarded = 0;
         while discarded < LINGER_BYTES {
-            self.rbuf.clear();
-            self.pos = 0;
-            if self.rbuf.capacity() == 0 {
-                self.rbuf.reserve(READ_BUF_BYTES);
+            self.io.rbuf.clear();
+            self.io.pos = 0;
+            if self.io.rbuf.capacity() == 0 {
+                self.io.rbuf.reserve(READ_BUF_BYTES);
             }
             match self.read_more(deadline).await {
                 Ok(n) if n > 0 => discarded += n,
@@ -585,7 +603,7 @@ impl Conn {
                 Err(End::Upgrade(up))
             }
             // An answer of the proxy's own still in the buffer.
-            Ok(()) if !self.wbuf.is_empty() => {
+            Ok(()) if !self.io.wbuf.is_empty() => {
                 self.hold_guard(held).await?;
                 Ok(())
             }
@@ -615,7 +633,7 @@ impl Conn {
         match body {
             BodyEnd::Ok => {}
             BodyEnd::Refuse(s) => {
-                self.wbuf.truncate(resp_start);
+                self.io.wbuf.truncate(resp_start);
                 self.write_page(snap, s, head.wants_html, head_only);
                 let kind = if s == ErrorStatus::PayloadTooLarge {
                     ErrorKind::Limit
@@ -651,10 +669,10 @@ impl Conn {
     ) -> Result<(), End> {
         if close {
             self.flush().await?;
-            let _ = self.stream.shutdown().await;
+            self.io.close_write().await;
             return Err(End::Done);
         }
-        if self.wbuf.len() >= WRITE_FLUSH_BYTES {
+        if self.io.wbuf.len() >= WRITE_FLUSH_BYTES {
             self.flush().await?;
         } else {
             self.hold_guard(leases).await?;
@@ -675,15 +693,15 @@ impl Conn {
         };
         match end {
             LocalEnd::Answer(a) => {
-                a.write_end(&mut self.wbuf, &ctx);
-                a.stamp(&mut self.wbuf, head_only, || {
+                a.write_end(&mut self.io.wbuf, &ctx);
+                a.stamp(&mut self.io.wbuf, head_only, || {
                     request_id(&self.log, &self.shard)
                 });
             }
-            LocalEnd::HeadOnly => end_head(&mut self.wbuf, &ctx),
+            LocalEnd::HeadOnly => end_head(&mut self.io.wbuf, &ctx),
             LocalEnd::RateLimited(page, retry_after_s) => {
-                page.write_into(&mut self.wbuf, retry_after_s, &ctx);
-                page.stamp(&mut self.wbuf, head_only, || {
+                page.write_into(&mut self.io.wbuf, retry_after_s, &ctx);
+                page.stamp(&mut self.io.wbuf, head_only, || {
                     request_id(&self.log, &self.shard)
                 });
             }
@@ -694,7 +712,7 @@ impl Conn {
     /// Starts the access log record of a new request (when the profile
     /// logs): its start, its id, the bytes before it.
     fn begin_log(&mut self, snap: &Snapshot) {
-        let before = self.sent + self.wbuf.len() as u64;
+        let before = self.io.sent + self.io.wbuf.len() as u64;
         begin_log(
             &mut self.log,
             &self.shard,
@@ -712,7 +730,7 @@ impl Conn {
         if !rec.active() {
             return;
         }
-        let bytes = (self.sent + self.wbuf.len() as u64).saturating_sub(rec.sent_before);
+        let bytes = (self.io.sent + self.io.wbuf.len() as u64).saturating_sub(rec.sent_before);
         self.shard.log_request(settings, rec, bytes);
         if let Some(rec) = self.log.as_deref_mut() {
             rec.end();

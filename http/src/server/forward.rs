@@ -20,6 +20,7 @@ use super::stats::ErrorKind;
 use crate::clock;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
+use crate::transport::Transport;
 use crate::upstream::response::{
     parse_response, resp_header_buf, write_client_head, RespFraming, RespParse,
 };
@@ -119,9 +120,9 @@ pub(super) fn peer_closed(fd: i32) -> bool {
     n == 0
 }
 
-impl Conn {
+impl<S: Transport> Conn<S> {
     /// Proxies one request: its rewritten head is in `ubuf`, its body (if
-    /// any) starts at `self.pos`.
+    /// any) starts at `self.io.pos`.
     pub(super) async fn forward(
         &mut self,
         head: &ParsedHead,
@@ -281,8 +282,8 @@ impl Conn {
             keep_alive_10: head.keep_alive_10 && !close,
         };
         let page = snap.pages.get(status, head.wants_html);
-        page.write_into(&mut self.wbuf, &ctx);
-        page.stamp(&mut self.wbuf, ctx.head_only, || {
+        page.write_into(&mut self.io.wbuf, &ctx);
+        page.stamp(&mut self.io.wbuf, ctx.head_only, || {
             super::conn::request_id(&self.log, &self.shard)
         });
         self.shard.stats.response(status.code());
@@ -295,13 +296,13 @@ impl Conn {
         body: &mut Body,
         limits: &RequestLimits,
     ) -> Result<(), ErrorStatus> {
-        let avail = &self.rbuf[self.pos..];
+        let avail = &self.io.rbuf[self.io.pos..];
         match body.framing {
             BodyFraming::None => {}
             BodyFraming::Length(_) => {
                 let take = (avail.len() as u64).min(body.remaining) as usize;
                 self.ubuf.extend_from_slice(&avail[..take]);
-                self.pos += take;
+                self.io.pos += take;
                 body.remaining -= take as u64;
                 body.done = body.remaining == 0;
             }
@@ -320,7 +321,7 @@ impl Conn {
                     body.done = step.done;
                 }
                 self.ubuf.extend_from_slice(&avail[..off]);
-                self.pos += off;
+                self.io.pos += off;
             }
         }
         Ok(())
@@ -374,7 +375,8 @@ impl Conn {
         // 2. The rest of the body, streamed.
         if !body.done {
             if head.expect_continue {
-                self.wbuf
+                self.io
+                    .wbuf
                     .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
                 self.shard.stats.response(100);
                 if self.flush().await.is_err() {
@@ -429,7 +431,7 @@ impl Conn {
                             cf_ray: copy.ray(),
                         };
                         write_error_page(
-                            &mut self.wbuf,
+                            &mut self.io.wbuf,
                             replace.pages,
                             replace.extras.and_then(|x| x.pages.as_ref()),
                             status,
@@ -448,7 +450,13 @@ impl Conn {
                             close,
                         };
                     }
-                    write_client_head(r.status, reason, lines, &mut self.wbuf, close && !interim);
+                    write_client_head(
+                        r.status,
+                        reason,
+                        lines,
+                        &mut self.io.wbuf,
+                        close && !interim,
+                    );
                     Some((r, close, interim))
                 }
                 RespParse::Malformed => {
@@ -520,7 +528,8 @@ impl Conn {
             RespFraming::Length(n) => {
                 let have = (self.urbuf.len() - start) as u64;
                 let take = have.min(n) as usize;
-                self.wbuf
+                self.io
+                    .wbuf
                     .extend_from_slice(&self.urbuf[start..start + take]);
                 reusable &= have <= n;
                 if self.flush().await.is_err() {
@@ -594,7 +603,7 @@ impl Conn {
             }
             RespFraming::Close => {
                 reusable = false;
-                self.wbuf.extend_from_slice(&self.urbuf[start..]);
+                self.io.wbuf.extend_from_slice(&self.urbuf[start..]);
                 if self.flush().await.is_err() {
                     return Attempt::ClientGone;
                 }
@@ -620,10 +629,10 @@ impl Conn {
 
     /// Appends `urbuf[from..]` to the pending answer and flushes both.
     async fn flush_with_urbuf(&mut self, from: usize) -> bool {
-        if from == 0 && self.wbuf.is_empty() {
+        if from == 0 && self.io.wbuf.is_empty() {
             return self.relay_urbuf().await;
         }
-        self.wbuf.extend_from_slice(&self.urbuf[from..]);
+        self.io.wbuf.extend_from_slice(&self.urbuf[from..]);
         self.flush().await.is_ok()
     }
 
@@ -634,13 +643,12 @@ impl Conn {
         }
         let buf = std::mem::take(&mut self.urbuf);
         let ms = self.shard.snapshot().server.write_timeout_ms;
-        self.sent += buf.len() as u64;
-        match monoio::time::timeout_at(clock::deadline(ms), self.stream.write_all(buf)).await {
-            Ok((Ok(_), buf)) => {
+        match self.io.send(buf, ms).await {
+            Some(buf) => {
                 self.urbuf = buf;
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
@@ -654,9 +662,9 @@ impl Conn {
     ) -> Option<Attempt> {
         let body_ms = self.shard.snapshot().server.body_timeout_ms;
         while !body.done {
-            if self.pos == self.rbuf.len() {
-                self.rbuf.clear();
-                self.pos = 0;
+            if self.io.pos == self.io.rbuf.len() {
+                self.io.rbuf.clear();
+                self.io.pos = 0;
             }
             let deadline = clock::deadline(body_ms);
             match self.read_client(deadline).await {
@@ -717,8 +725,8 @@ impl Conn {
                     if watching {
                         monoio::select! {
                             r = &mut read => break r,
-                            _ = self.stream.readable(false) => {
-                                if peer_closed(self.stream.as_raw_fd()) {
+                            _ = self.io.stream.socket().readable(false) => {
+                                if peer_closed(self.io.stream.socket().as_raw_fd()) {
                                     return Err(UpRead::ClientGone);
                                 }
                                 // Pipelined bytes: stop watching, they wait in the socket.

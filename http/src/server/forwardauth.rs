@@ -11,6 +11,7 @@ use super::conn::{Conn, End};
 use super::prepare::write_relay;
 use super::stats::ErrorKind;
 use crate::codec::head::{Method, ParsedHead};
+use crate::transport::Transport;
 use crate::upstream::authcall::{exchange, Answer, CallError};
 use gapura_gate::answer::WriteCtx;
 use gapura_gate::auth::{AuthJob, AuthProvider, Relay, MAX_CALLS};
@@ -119,7 +120,7 @@ fn busy_page() -> &'static Page {
     })
 }
 
-impl Conn {
+impl<S: Transport> Conn<S> {
     /// Asks provider `i` about the head in the buffer (its call's request
     /// head is in `ubuf`): the identity lines of an allow (`Ok`), or the
     /// end of the connection once the provider's refusal or the failure's
@@ -216,7 +217,12 @@ impl Conn {
                     head_len,
                 };
                 let date = shard.date.line();
-                write_relay(&mut self.wbuf, &relay, &date, head.method == Method::Head);
+                write_relay(
+                    &mut self.io.wbuf,
+                    &relay,
+                    &date,
+                    head.method == Method::Head,
+                );
                 let now_ms = shard.now_ms();
                 shard
                     .gate_mut()
@@ -236,9 +242,9 @@ impl Conn {
 
     fn write_closing(&mut self, answer: &gapura_gate::Answer, head: &ParsedHead) {
         let date = self.shard.date.line();
-        answer.write_into(&mut self.wbuf, &closing(&date, head));
+        answer.write_into(&mut self.io.wbuf, &closing(&date, head));
         let id = super::conn::request_id(&self.log, &self.shard);
-        answer.stamp(&mut self.wbuf, head.method == Method::Head, || id);
+        answer.stamp(&mut self.io.wbuf, head.method == Method::Head, || id);
         self.shard.stats.response(answer.status);
         self.log_status(answer.status);
     }

@@ -166,6 +166,7 @@ mod tests {
             upstreams: Vec::new(),
             gate: Default::default(),
             udp: Vec::new(),
+            tls: None,
         };
         Rc::new(Shard::new(
             0,

@@ -6,10 +6,13 @@
 //! checks on the pool, and waiting for a check made off the decision),
 //! `forwardauth` (forward-auth calls), `powverify` (proof of work's verify
 //! endpoint), `tunnel` (upgraded connections), `leases`, `accesslog`,
-//! `warn`, `live`, `stats`, `date`, `timing`.
+//! `warn`, `live`, `stats`, `date`, `timing`; `client` (the client
+//! side's stream and buffers), `tls` (a shard's TLS configuration and the
+//! handshake).
 
 pub mod accesslog;
 mod body;
+mod client;
 pub mod conn;
 pub mod date;
 mod decided;
@@ -22,6 +25,7 @@ mod prepare;
 pub mod stats;
 #[cfg(feature = "decide-timing")]
 mod timing;
+pub mod tls;
 mod tunnel;
 pub mod verify;
 mod warn;
@@ -36,7 +40,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
-pub use conn::serve;
+pub use conn::{serve, Listener};
 pub use date::DateCache;
 pub use leases::Leases;
 pub use stats::{Counter, ErrorKind, ShardStats};
@@ -103,6 +107,8 @@ pub struct Shard {
     pub verifier: Option<Arc<dyn verify::VerifyPool>>,
     /// Forward-auth: idle connections and calls running, per provider.
     pub(crate) auth: forwardauth::AuthCalls,
+    /// The TLS configuration built for the current snapshot (`tls`).
+    tls: RefCell<tls::Built>,
 }
 
 /// Request header lines as the gate reads them: every line of a name.
@@ -186,6 +192,7 @@ impl Shard {
             started,
             verifier: None,
             auth: forwardauth::AuthCalls::default(),
+            tls: RefCell::new(None),
         }
     }
 

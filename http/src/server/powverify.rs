@@ -10,6 +10,7 @@ use super::leases::Leases;
 use super::stats::ErrorKind;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
+use crate::transport::Transport;
 use gapura_gate::answer::WriteCtx;
 use gapura_gate::pow::{
     verify_form, write_verified, ProofOfWork, ReturnTarget, Verified, MAX_FORM_BYTES,
@@ -17,7 +18,7 @@ use gapura_gate::pow::{
 use gapura_gate::{ErrorStatus, Snapshot};
 use std::net::IpAddr;
 
-impl Conn {
+impl<S: Transport> Conn<S> {
     /// Reads the verify form, checks it and writes the answer; its leases
     /// are held until it is sent.
     pub(super) async fn answer_pow_verify(
@@ -85,7 +86,7 @@ impl Conn {
                         }
                         drop(gate);
                         // Not over TLS: the cookie cannot be `Secure`.
-                        write_verified(&mut self.wbuf, &v, ret.as_bytes(), false, &ctx);
+                        write_verified(&mut self.io.wbuf, &v, ret.as_bytes(), false, &ctx);
                         return 303;
                     }
                     Err(r) => {
@@ -97,8 +98,8 @@ impl Conn {
         };
         drop(gate);
         let answer = snap.pages.get(refusal, head.wants_html);
-        answer.write_into(&mut self.wbuf, &ctx);
-        answer.stamp(&mut self.wbuf, ctx.head_only, || {
+        answer.write_into(&mut self.io.wbuf, &ctx);
+        answer.stamp(&mut self.io.wbuf, ctx.head_only, || {
             super::conn::request_id(&self.log, &self.shard)
         });
         refusal.code()
@@ -116,15 +117,16 @@ impl Conn {
             }
             BodyFraming::Length(len) => {
                 let len = len as usize;
-                if self.pos == self.rbuf.len() && expect && len > 0 {
-                    self.send_continue(self.wbuf.len())
+                if self.io.pos == self.io.rbuf.len() && expect && len > 0 {
+                    self.send_continue(self.io.wbuf.len())
                         .await
                         .map_err(BodyEnd::End)?;
                 }
                 while n < len {
-                    let take = (self.rbuf.len() - self.pos).min(len - n);
-                    out[n..n + take].copy_from_slice(&self.rbuf[self.pos..self.pos + take]);
-                    self.pos += take;
+                    let take = (self.io.rbuf.len() - self.io.pos).min(len - n);
+                    out[n..n + take]
+                        .copy_from_slice(&self.io.rbuf[self.io.pos..self.io.pos + take]);
+                    self.io.pos += take;
                     n += take;
                     if n < len {
                         self.read_body().await.map_err(BodyEnd::End)?;
@@ -133,24 +135,24 @@ impl Conn {
                 Ok(n)
             }
             BodyFraming::Chunked => {
-                if self.pos == self.rbuf.len() && expect {
-                    self.send_continue(self.wbuf.len())
+                if self.io.pos == self.io.rbuf.len() && expect {
+                    self.send_continue(self.io.wbuf.len())
                         .await
                         .map_err(BodyEnd::End)?;
                 }
                 let mut decoder = ChunkedDecoder::new();
                 loop {
-                    while self.pos < self.rbuf.len() {
+                    while self.io.pos < self.io.rbuf.len() {
                         let step = decoder
-                            .step(&self.rbuf[self.pos..])
+                            .step(&self.io.rbuf[self.io.pos..])
                             .map_err(|_| BodyEnd::Refuse(ErrorStatus::BadRequest))?;
-                        let data = &self.rbuf[self.pos..][step.data.clone()];
+                        let data = &self.io.rbuf[self.io.pos..][step.data.clone()];
                         let Some(dst) = out.get_mut(n..n + data.len()) else {
                             return Err(BodyEnd::Refuse(ErrorStatus::PayloadTooLarge));
                         };
                         dst.copy_from_slice(data);
                         n += data.len();
-                        self.pos += step.consumed;
+                        self.io.pos += step.consumed;
                         if step.done {
                             return Ok(n);
                         }

@@ -137,6 +137,16 @@ pub struct ShardStats {
     pub blocks: std::sync::Mutex<BlockStats>,
     /// The snapshot generation this shard serves.
     pub snapshot_generation: Counter,
+    /// TLS handshakes completed, of which over TLS 1.2 and resumed.
+    pub tls_handshakes: Counter,
+    pub tls_12: Counter,
+    pub tls_resumed: Counter,
+    /// Handshakes whose SNI name no certificate claims (served the
+    /// default), and those without SNI.
+    pub tls_sni_default: Counter,
+    pub tls_no_sni: Counter,
+    /// Failed handshakes by `HandshakeFail` reason.
+    pub tls_failures: [Counter; 8],
 }
 
 impl ShardStats {
@@ -149,6 +159,11 @@ impl ShardStats {
     #[inline]
     pub fn error(&self, kind: ErrorKind) {
         self.errors[kind as usize].inc();
+    }
+
+    #[inline]
+    pub fn tls_failure(&self, why: crate::transport::tls::HandshakeFail) {
+        self.tls_failures[why as usize].inc();
     }
 
     pub fn open_connections(&self) -> u64 {

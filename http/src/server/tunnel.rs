@@ -9,10 +9,10 @@
 
 use super::Shard;
 use crate::codec::websocket::{Judge, Scanner, Verdict, MAX_HEADER};
+use crate::transport::{ReadSpare, Transport, WriteAll};
 use gapura_gate::policy::{OnLimit, WebSocketLimits};
 use gapura_gate::quota::Bucket;
-use monoio::buf::{IoBuf, IoBufMut};
-use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
+use monoio::buf::IoBuf;
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 use std::cell::Cell;
@@ -59,8 +59,8 @@ impl Judge for Messages {
 }
 
 /// Copies until one side ends; both connections close when this returns.
-pub async fn tunnel(
-    client: TcpStream,
+pub async fn tunnel<S: Transport>(
+    client: S,
     client_pending: Vec<u8>,
     upstream: TcpStream,
     upstream_pending: Vec<u8>,
@@ -70,12 +70,12 @@ pub async fn tunnel(
     let idle = Duration::from_millis(idle_ms);
     let last = Rc::new(Cell::new(Instant::now()));
     let (mut cr, mut cw) = client.into_split();
-    let (mut ur, mut uw) = upstream.into_split();
-    if !upstream_pending.is_empty() && cw.write_all(upstream_pending).await.0.is_err() {
+    let (mut ur, mut uw) = Transport::into_split(upstream);
+    if !upstream_pending.is_empty() && cw.write_all_of(upstream_pending).await.0.is_err() {
         return;
     }
     let Some(mut messages) = messages else {
-        if !client_pending.is_empty() && uw.write_all(client_pending).await.0.is_err() {
+        if !client_pending.is_empty() && uw.write_all_of(client_pending).await.0.is_err() {
             return;
         }
         let up = copy(&mut cr, &mut uw, last.clone(), idle);
@@ -109,10 +109,10 @@ pub async fn tunnel(
         let [hi, lo] = code.to_be_bytes();
         // To the client unmasked; to the upstream masked with a zero key,
         // as a client's frame must be.
-        let _ = cw.write_all(vec![0x88, 2, hi, lo]).await;
-        let _ = uw.write_all(vec![0x88, 0x82, 0, 0, 0, 0, hi, lo]).await;
-        let _ = cw.shutdown().await;
-        let _ = uw.shutdown().await;
+        let _ = cw.write_all_of(vec![0x88, 2, hi, lo]).await;
+        let _ = uw.write_all_of(vec![0x88, 0x82, 0, 0, 0, 0, hi, lo]).await;
+        cw.close_write().await;
+        uw.close_write().await;
     }
 }
 
@@ -137,7 +137,7 @@ async fn read_while_active<F: std::future::Future>(
     }
 }
 
-async fn copy<R: AsyncReadRent, W: AsyncWriteRent>(
+async fn copy<R: ReadSpare, W: WriteAll>(
     from: &mut R,
     to: &mut W,
     last: Rc<Cell<Instant>>,
@@ -146,19 +146,19 @@ async fn copy<R: AsyncReadRent, W: AsyncWriteRent>(
     let mut buf = Vec::with_capacity(TUNNEL_BUF_BYTES);
     loop {
         buf.clear();
-        let Some((res, b)) = read_while_active(from.read(buf), &last, idle).await else {
+        let Some((res, b)) = read_while_active(from.read_spare(buf), &last, idle).await else {
             return;
         };
         buf = b;
         match res {
             Ok(n) if n > 0 => {}
             _ => {
-                let _ = to.shutdown().await;
+                to.close_write().await;
                 return;
             }
         }
         last.set(Instant::now());
-        let (res, b) = to.write_all(buf).await;
+        let (res, b) = to.write_all_of(buf).await;
         buf = b;
         if res.is_err() {
             return;
@@ -169,7 +169,7 @@ async fn copy<R: AsyncReadRent, W: AsyncWriteRent>(
 /// The client's direction of a WebSocket tunnel with message limits:
 /// frames scanned from their headers, dropped messages cut out. Returns
 /// the close status when a limit closes the tunnel.
-async fn copy_messages<R: AsyncReadRent, W: AsyncWriteRent>(
+async fn copy_messages<R: ReadSpare, W: WriteAll>(
     from: &mut R,
     to: &mut W,
     pending: Vec<u8>,
@@ -184,15 +184,13 @@ async fn copy_messages<R: AsyncReadRent, W: AsyncWriteRent>(
     let mut fresh = !buf.is_empty();
     loop {
         if !fresh {
-            let len = buf.len();
-            let cap = buf.capacity();
-            let read = from.read(buf.slice_mut(len..cap));
-            let (res, slice) = read_while_active(read, &last, idle).await?;
-            buf = slice.into_inner();
+            let read = from.read_spare(buf);
+            let (res, b) = read_while_active(read, &last, idle).await?;
+            buf = b;
             match res {
                 Ok(n) if n > 0 => {}
                 _ => {
-                    let _ = to.shutdown().await;
+                    to.close_write().await;
                     return None;
                 }
             }
@@ -211,7 +209,7 @@ async fn copy_messages<R: AsyncReadRent, W: AsyncWriteRent>(
                 .warn_websocket("dropped", &messages.host, messages.client);
         }
         if got.keep > 0 {
-            let (res, slice) = to.write_all(buf.slice(0..got.keep)).await;
+            let (res, slice) = to.write_all_of(buf.slice(0..got.keep)).await;
             buf = slice.into_inner();
             if res.is_err() {
                 return None;

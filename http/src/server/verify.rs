@@ -14,6 +14,7 @@ use super::leases::Leases;
 use super::prepare::{Plan, Resume};
 use super::stats::ErrorKind;
 use crate::codec::head::ParsedHead;
+use crate::transport::Transport;
 use gapura_gate::access::line::{Full, Ticket};
 use gapura_gate::access::{VerifyJob, VerifyResult};
 use gapura_gate::quota::QuotaTicket;
@@ -38,7 +39,7 @@ pub trait VerifyPool: Send + Sync {
     fn cancel(&self, ticket: Ticket);
 }
 
-impl Conn {
+impl<S: Transport> Conn<S> {
     /// A check made off the decision: a password on the verification pool
     /// or a forward-auth provider's call. The head stays in the buffer and
     /// is decided again afterwards, with the leases its budgets took;
@@ -93,7 +94,7 @@ impl Conn {
         list: u32,
         generation: u64,
     ) -> Result<(), End> {
-        if !self.wbuf.is_empty() {
+        if !self.io.wbuf.is_empty() {
             self.flush().await?;
         }
         let shard = self.shard.clone();
@@ -144,7 +145,7 @@ impl Conn {
                 self.resume = Some(Resume::Busy { list, generation });
                 return Ok(());
             }
-            if super::forward::peer_closed(self.stream.as_raw_fd()) {
+            if super::forward::peer_closed(self.io.stream.socket().as_raw_fd()) {
                 return Err(End::Error(ErrorKind::Io));
             }
             monoio::time::sleep(Duration::from_millis(VERIFY_POLL_MS)).await;

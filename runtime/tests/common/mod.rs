@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod gate;
+pub mod tls;
 pub mod upstream;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -16,6 +17,8 @@ use std::time::{Duration, Instant};
 pub struct Gapura {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The first TLS listener, when the profile has one.
+    pub tls_addr: Option<SocketAddr>,
     pub admin: SocketAddr,
     pub profile: PathBuf,
     pub log: Arc<Mutex<Vec<String>>>,
@@ -106,9 +109,15 @@ impl Gapura {
                 };
                 let addr = find("listening on http://");
                 let admin = find("admin on http://");
+                let tls_addr = lines
+                    .iter()
+                    .find_map(|l| l.split("listening on https://").nth(1))
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .and_then(|a| a.parse().ok());
                 return Ok(Gapura {
                     child,
                     addr,
+                    tls_addr,
                     admin,
                     profile,
                     log,

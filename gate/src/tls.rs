@@ -1,0 +1,132 @@
+//! What TLS listeners serve, as a snapshot carries it: certificates (DER
+//! bytes read by the runtime when the profile was compiled), the names they
+//! answer for, the protocol floor and the session-ticket secret. Pure data:
+//! the HTTP layer builds its rustls configuration from it, once per shard
+//! and snapshot.
+//!
+//! Private keys and the ticket secret never appear in `Debug` output.
+
+use crate::host::HostTable;
+use std::fmt;
+
+/// The lowest protocol version a TLS listener accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsVersion {
+    V12,
+    V13,
+}
+
+/// Bytes that must never be logged.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(pub Vec<u8>);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret({} bytes)", self.0.len())
+    }
+}
+
+/// One `[[certificate]]`: its chain (leaf first), its key, the names it
+/// answers for and an optional OCSP response to staple.
+#[derive(Clone, Debug)]
+pub struct Certificate {
+    /// The certificate file as written in the profile (for logs).
+    pub label: String,
+    pub names: Vec<String>,
+    /// DER certificates, the leaf first.
+    pub chain: Vec<Vec<u8>>,
+    /// The private key's DER (PKCS#8, SEC1 or PKCS#1).
+    pub key: Secret,
+    /// A DER OCSP response, stapled to every handshake.
+    pub ocsp: Option<Vec<u8>>,
+}
+
+/// Every TLS listener's settings.
+#[derive(Clone, Debug)]
+pub struct TlsSettings {
+    pub certificates: Vec<Certificate>,
+    /// A certificate's names to its index; the default (no SNI, or a name
+    /// no certificate claims) is set.
+    pub names: HostTable,
+    pub min_version: TlsVersion,
+    /// The longest a handshake may take, from the connection's accept.
+    pub handshake_timeout_ms: u64,
+    /// Session tickets: a ticket key is derived from `ticket_secret` for
+    /// each period of `ticket_rotation_s` seconds of wall-clock time, so
+    /// every shard holds the same key without sharing state. A ticket is
+    /// accepted in the period it was issued in and the next. An empty
+    /// secret turns tickets off.
+    pub ticket_secret: Secret,
+    pub ticket_rotation_s: u64,
+    /// Offer HTTP/2 by ALPN (`[server] http2`).
+    pub h2: bool,
+}
+
+impl TlsSettings {
+    /// The index of the certificate for a client's SNI name.
+    pub fn certificate_for(&self, sni: Option<&str>) -> usize {
+        self.names
+            .lookup(sni.map(str::as_bytes))
+            .map_or(0, |i| i as usize)
+    }
+
+    /// Whether `sni` is claimed by a certificate (not served the default).
+    pub fn claims(&self, sni: &str) -> bool {
+        self.names
+            .lookup_exact_or_wildcard(sni.as_bytes())
+            .is_some()
+    }
+}
+
+/// A host's HTTPS policy for requests that arrived in plaintext.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HttpsPolicy {
+    /// Answer plaintext requests with a 308 to the https URL.
+    pub redirect: bool,
+    /// The `Strict-Transport-Security` line added to answers over TLS
+    /// (`Strict-Transport-Security: ...\r\n`), or empty.
+    pub hsts_line: Vec<u8>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> TlsSettings {
+        let mut names = HostTable::default();
+        names.insert("a.example", 0).unwrap();
+        names.insert("*.b.example", 1).unwrap();
+        names.set_default(0);
+        TlsSettings {
+            certificates: Vec::new(),
+            names,
+            min_version: TlsVersion::V12,
+            handshake_timeout_ms: 10_000,
+            ticket_secret: Secret(vec![7; 32]),
+            ticket_rotation_s: 3600,
+            h2: false,
+        }
+    }
+
+    #[test]
+    fn names_pick_certificates_like_hosts() {
+        let s = settings();
+        assert_eq!(s.certificate_for(Some("a.example")), 0);
+        assert_eq!(s.certificate_for(Some("A.Example")), 0);
+        assert_eq!(s.certificate_for(Some("x.b.example")), 1);
+        assert_eq!(s.certificate_for(Some("y.x.b.example")), 1);
+        // The bare suffix is not the wildcard's: the default.
+        assert_eq!(s.certificate_for(Some("b.example")), 0);
+        assert_eq!(s.certificate_for(None), 0);
+        assert!(s.claims("x.b.example"));
+        assert!(!s.claims("b.example"));
+        assert!(!s.claims("unknown.example"));
+    }
+
+    #[test]
+    fn secrets_stay_out_of_debug_output() {
+        let text = format!("{:?}", settings());
+        assert!(text.contains("Secret(32 bytes)"), "{text}");
+        assert!(!text.contains("7, 7"), "{text}");
+    }
+}

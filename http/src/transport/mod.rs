@@ -1,0 +1,123 @@
+//! The byte streams a client connection runs over: plain TCP, or TLS over
+//! TCP (`tls`). The connection loop, the proxy and the tunnel are written
+//! once against [`Transport`] and its halves.
+//!
+//! Reads fill a `Vec`'s spare capacity (its length grows by what was read);
+//! writes hand a buffer over and get it back, as the ring's operations do.
+//! A transport always has its TCP socket at hand ([`Transport::socket`]):
+//! the proxy watches it for the client going away while an upstream answer
+//! is awaited.
+
+pub mod certs;
+pub mod tickets;
+pub mod tls;
+
+use monoio::buf::{IoBuf, IoBufMut};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf};
+use monoio::net::TcpStream;
+use std::io;
+
+/// What a transport reads with.
+// The futures are polled on their shard's thread only: no `Send` bound.
+#[allow(async_fn_in_trait)]
+pub trait ReadSpare {
+    /// Reads into `buf`'s spare capacity; `Ok(0)` at the end of the stream.
+    async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>);
+}
+
+/// What a transport writes with.
+#[allow(async_fn_in_trait)]
+pub trait WriteAll {
+    /// Writes all of `buf`.
+    async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T);
+    /// Ends the writing direction (a TLS close_notify first).
+    async fn close_write(&mut self);
+}
+
+/// A client connection's stream.
+pub trait Transport: ReadSpare + WriteAll + 'static {
+    type ReadHalf: ReadSpare + 'static;
+    type WriteHalf: WriteAll + 'static;
+    /// Whether the bytes travel encrypted (`X-Forwarded-Proto: https`).
+    const TLS: bool;
+    /// The TCP socket underneath (readiness, peeking).
+    fn socket(&self) -> &TcpStream;
+    /// Two halves that read and write independently (a tunnel).
+    fn into_split(self) -> (Self::ReadHalf, Self::WriteHalf);
+}
+
+async fn read_spare_raw<R: AsyncReadRent>(r: &mut R, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+    let len = buf.len();
+    let cap = buf.capacity();
+    let (res, slice) = r.read(buf.slice_mut(len..cap)).await;
+    (res, slice.into_inner())
+}
+
+async fn write_all_raw<W: AsyncWriteRent, T: IoBuf + 'static>(
+    w: &mut W,
+    buf: T,
+) -> (io::Result<()>, T) {
+    let (res, buf) = w.write_all(buf).await;
+    (res.map(|_| ()), buf)
+}
+
+macro_rules! plain {
+    ($($t:ty),*) => {$(
+        impl ReadSpare for $t {
+            #[inline]
+            async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+                read_spare_raw(self, buf).await
+            }
+        }
+    )*};
+}
+
+macro_rules! plain_write {
+    ($($t:ty),*) => {$(
+        impl WriteAll for $t {
+            #[inline]
+            async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
+                write_all_raw(self, buf).await
+            }
+            async fn close_write(&mut self) {
+                let _ = AsyncWriteRent::shutdown(self).await;
+            }
+        }
+    )*};
+}
+
+plain!(TcpStream, OwnedReadHalf<TcpStream>);
+plain_write!(TcpStream, OwnedWriteHalf<TcpStream>);
+
+impl Transport for TcpStream {
+    type ReadHalf = OwnedReadHalf<TcpStream>;
+    type WriteHalf = OwnedWriteHalf<TcpStream>;
+    const TLS: bool = false;
+    #[inline]
+    fn socket(&self) -> &TcpStream {
+        self
+    }
+    fn into_split(self) -> (Self::ReadHalf, Self::WriteHalf) {
+        monoio::io::Splitable::into_split(self)
+    }
+}
+
+/// Reads into spare capacity from a byte slice (tests, buffered input).
+impl ReadSpare for &[u8] {
+    async fn read_spare(&mut self, mut buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        let n = (buf.capacity() - buf.len()).min(self.len());
+        buf.extend_from_slice(&self[..n]);
+        *self = &self[n..];
+        (Ok(n), buf)
+    }
+}
+
+/// `buf`'s initialized bytes.
+pub(crate) fn init_bytes<T: IoBuf>(buf: &T) -> &[u8] {
+    // SAFETY: `IoBuf` promises `bytes_init` initialized bytes at `read_ptr`
+    // for as long as the buffer is borrowed.
+    unsafe { std::slice::from_raw_parts(buf.read_ptr(), buf.bytes_init()) }
+}
+
+#[allow(dead_code)]
+fn _assert_bufmut<T: IoBufMut>() {}
