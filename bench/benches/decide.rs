@@ -102,6 +102,7 @@ fn main() {
             content_length: None,
             headers: &headers[..],
             connection: None,
+            tls: false,
         };
         measure(&format!("decide, {name}"), 200_000, |_| {
             let d = snap.decide(black_box(&req), &mut state, 0, &mut scratch, &mut NoTrace);

@@ -80,6 +80,7 @@ fn forward_auth_decisions_allocate_nothing() {
             content_length: None,
             headers: &headers[..],
             connection: None,
+            tls: false,
         };
         let _ = snap.decide(&req, &mut state, 1, &mut scratch, &mut NoTrace);
         let _ = state.auth.take_job();

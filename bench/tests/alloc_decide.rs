@@ -189,6 +189,7 @@ fn every_synchronous_decision_allocates_nothing() {
             content_length: None,
             headers: &headers[..],
             connection: None,
+            tls: false,
         };
         // Warm once (a regex's lazy DFA fills its cache on new shapes).
         let _ = snap.decide(&req, state, 0, scratch, &mut NoTrace);

@@ -65,6 +65,7 @@ fn proof_of_work_decisions_allocate_nothing() {
             content_length: None,
             headers: &headers[..],
             connection: None,
+            tls: false,
         };
         let _ = snap.decide(&req, &mut state, 0, &mut scratch, &mut NoTrace);
         let mut got = None;

@@ -460,5 +460,6 @@ fn host_extras(
         websocket: m.websocket.flatten(),
         pow: None,
         identity_strip: Vec::new(),
+        https: m.https.compile(),
     }
 }

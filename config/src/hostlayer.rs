@@ -124,6 +124,7 @@ pub(crate) struct SettingsLayer {
     /// `Some(None)`: turned off in this layer.
     pub auth: Option<Option<u32>>,
     pub auth_mode: Option<Mode>,
+    pub https: crate::tls::HttpsLayer,
 }
 
 impl SettingsLayer {
@@ -162,6 +163,7 @@ impl SettingsLayer {
             pow: crate::pow::PowLayer::merge(&base.pow, &over.pow),
             auth: over.auth.or(base.auth),
             auth_mode: over.auth_mode.or(base.auth_mode),
+            https: crate::tls::HttpsLayer::merge(&base.https, &over.https),
         }
     }
 }
@@ -196,6 +198,9 @@ pub(crate) struct LayerFields<'a> {
     pub proof_of_work: Option<&'a Spanned<crate::pow::RawProofOfWork>>,
     pub auth: &'a Opt<RawNameRef>,
     pub auth_mode: &'a Opt<String>,
+    pub https_redirect: &'a Opt<bool>,
+    pub https_port: &'a Opt<i64>,
+    pub hsts: Option<&'a Spanned<crate::tls::RawHsts>>,
 }
 
 macro_rules! fields {
@@ -218,6 +223,9 @@ macro_rules! fields {
             proof_of_work: $r.proof_of_work.as_ref(),
             auth: &$r.auth,
             auth_mode: &$r.auth_mode,
+            https_redirect: &$r.https_redirect,
+            https_port: &$r.https_port,
+            hsts: $r.hsts.as_ref(),
         }
     };
 }
@@ -430,6 +438,7 @@ pub(crate) fn check_layer(
             e,
         ),
         auth_mode: auth_mode(f.auth_mode, base, "host.auth.mode.invalid", e),
+        https: crate::tls::check_https(f.https_redirect, f.https_port, f.hsts, base, e),
     }
 }
 

@@ -122,6 +122,11 @@ pub(crate) struct RawBundle {
     /// The forward-auth provider (`[[auth_provider]]`), or `false`.
     pub auth: Opt<RawNameRef>,
     pub auth_mode: Opt<String>,
+    /// Plaintext requests to HTTPS (`https_port`, default 443).
+    pub https_redirect: Opt<bool>,
+    pub https_port: Opt<i64>,
+    /// `Strict-Transport-Security` on answers over TLS.
+    pub hsts: Option<Spanned<crate::tls::RawHsts>>,
 }
 
 /// `[host.maintenance]` (and in `[defaults]` and bundles).

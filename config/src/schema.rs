@@ -115,6 +115,11 @@ pub(crate) struct RawDefaults {
     /// The forward-auth provider (`[[auth_provider]]`), or `false`.
     pub auth: Opt<RawNameRef>,
     pub auth_mode: Opt<String>,
+    /// Plaintext requests to HTTPS (`https_port`, default 443).
+    pub https_redirect: Opt<bool>,
+    pub https_port: Opt<i64>,
+    /// `Strict-Transport-Security` on answers over TLS.
+    pub hsts: Option<Spanned<crate::tls::RawHsts>>,
 }
 
 /// `[defaults.limits]` and `[host.limits]`. Byte sizes are an integer or a
@@ -163,6 +168,11 @@ pub(crate) struct RawHost {
     /// The forward-auth provider (`[[auth_provider]]`), or `false`.
     pub auth: Opt<RawNameRef>,
     pub auth_mode: Opt<String>,
+    /// Plaintext requests to HTTPS (`https_port`, default 443).
+    pub https_redirect: Opt<bool>,
+    pub https_port: Opt<i64>,
+    /// `Strict-Transport-Security` on answers over TLS.
+    pub hsts: Option<Spanned<crate::tls::RawHsts>>,
     /// `[[host.route]]`, proxy hosts only.
     #[serde(default)]
     pub route: Vec<Spanned<RawRoute>>,

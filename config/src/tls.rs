@@ -42,6 +42,90 @@ pub(crate) struct RawTls {
     pub ticket_rotation_s: Opt<i64>,
 }
 
+/// `hsts = { max_age_s, include_subdomains, preload }`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHsts {
+    pub max_age_s: Opt<i64>,
+    pub include_subdomains: Opt<bool>,
+    pub preload: Opt<bool>,
+}
+
+/// Default HSTS max-age: one year.
+pub const HSTS_MAX_AGE_S: i64 = 365 * 24 * 3600;
+
+/// One layer's HTTPS settings.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HttpsLayer {
+    pub redirect: Option<bool>,
+    pub port: Option<u16>,
+    /// The whole header line.
+    pub hsts: Option<Vec<u8>>,
+}
+
+impl HttpsLayer {
+    pub(crate) fn merge(base: &HttpsLayer, over: &HttpsLayer) -> HttpsLayer {
+        HttpsLayer {
+            redirect: over.redirect.or(base.redirect),
+            port: over.port.or(base.port),
+            hsts: over.hsts.clone().or_else(|| base.hsts.clone()),
+        }
+    }
+
+    pub(crate) fn compile(&self) -> gapura_gate::tls::HttpsPolicy {
+        gapura_gate::tls::HttpsPolicy {
+            redirect_port: self
+                .redirect
+                .unwrap_or(false)
+                .then_some(self.port.unwrap_or(443)),
+            hsts_line: self.hsts.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// A layer's `https_redirect`, `https_port` and `hsts`.
+pub(crate) fn check_https(
+    redirect: &Opt<bool>,
+    port: &Opt<i64>,
+    hsts: Option<&Spanned<RawHsts>>,
+    base: &str,
+    e: &mut Errors<'_>,
+) -> HttpsLayer {
+    let port = int_in(
+        e,
+        port,
+        &format!("{base}.https_port"),
+        "host.https_port.range",
+        (1, 65535),
+    )
+    .map(|p| p as u16);
+    let hsts = hsts.map(|h| {
+        let h = h.get_ref();
+        let age = int_in(
+            e,
+            &h.max_age_s,
+            &format!("{base}.hsts.max_age_s"),
+            "host.hsts.max_age_s.range",
+            (0, 2 * HSTS_MAX_AGE_S),
+        )
+        .unwrap_or(HSTS_MAX_AGE_S);
+        let mut line = format!("Strict-Transport-Security: max-age={age}");
+        if h.include_subdomains.as_ref().is_some_and(|v| *v.get_ref()) {
+            line.push_str("; includeSubDomains");
+        }
+        if h.preload.as_ref().is_some_and(|v| *v.get_ref()) {
+            line.push_str("; preload");
+        }
+        line.push_str("\r\n");
+        line.into_bytes()
+    });
+    HttpsLayer {
+        redirect: redirect.as_ref().map(|r| *r.get_ref()),
+        port,
+        hsts,
+    }
+}
+
 /// The first TLS listener's key path and flag span.
 pub(crate) type TlsListener = (String, Range<usize>);
 

@@ -225,6 +225,8 @@ pub struct HostExtras {
     /// The identity headers of every provider the host's routes ask:
     /// removed from what clients send on every route of the host.
     pub identity_strip: Vec<crate::auth::HeaderMatch>,
+    /// Plaintext requests to HTTPS; HSTS on answers over TLS.
+    pub https: crate::tls::HttpsPolicy,
 }
 
 /// A host's limits on the messages a client sends through one WebSocket

@@ -110,6 +110,8 @@ pub enum Verdict<'s> {
     Respond(&'s Answer),
     /// Write this redirect with the request's target.
     Redirect(&'s Redirect),
+    /// 308 to the request's URL with `https` (and this port unless 443).
+    HttpsRedirect(u16),
     /// Refuse with a page.
     Refuse(ErrorStatus),
     /// Forward along this route to its group.
@@ -158,6 +160,7 @@ impl Verdict<'_> {
         match self {
             Verdict::Respond(_) => "respond",
             Verdict::Redirect(_) => "redirect",
+            Verdict::HttpsRedirect(_) => "https_redirect",
             Verdict::Refuse(_) => "refuse",
             Verdict::Forward(..) => "forward",
             Verdict::Drop => "drop",
@@ -226,6 +229,7 @@ mod tests {
             content_length: f.content_length,
             headers: &headers[..],
             connection: None,
+            tls: false,
         };
         s.decide(&req, &mut state(), 0, &mut scratch, &mut NoTrace)
     }

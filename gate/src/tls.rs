@@ -78,19 +78,129 @@ impl TlsSettings {
     }
 }
 
-/// A host's HTTPS policy for requests that arrived in plaintext.
+/// A host's HTTPS policy: plaintext requests redirected, HSTS over TLS.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HttpsPolicy {
-    /// Answer plaintext requests with a 308 to the https URL.
-    pub redirect: bool,
+    /// Answer plaintext requests with a 308 to the https URL on this port.
+    pub redirect_port: Option<u16>,
     /// The `Strict-Transport-Security` line added to answers over TLS
     /// (`Strict-Transport-Security: ...\r\n`), or empty.
     pub hsts_line: Vec<u8>,
 }
 
+/// The authority of an HTTPS redirect: the request's host without its
+/// port, when it is a plain name or address literal (letters, digits, `-`,
+/// `.`, or `[...]` with hex digits, `:` and `.`), else `None`.
+pub fn redirect_authority(host: &[u8]) -> Option<&[u8]> {
+    let host = host.trim_ascii();
+    let name = if host.first() == Some(&b'[') {
+        let end = host.iter().position(|&b| b == b']')?;
+        let inner = &host[1..end];
+        if inner.is_empty()
+            || !inner
+                .iter()
+                .all(|b| b.is_ascii_hexdigit() || *b == b':' || *b == b'.')
+        {
+            return None;
+        }
+        &host[..=end]
+    } else {
+        let name = match host.iter().position(|&b| b == b':') {
+            Some(colon) => &host[..colon],
+            None => host,
+        };
+        if name.is_empty()
+            || !name
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'.')
+        {
+            return None;
+        }
+        name
+    };
+    (name.len() <= crate::host::MAX_HOST_BYTES + 2).then_some(name)
+}
+
+/// Writes the head of a 308 to `https://AUTHORITY[:PORT]TARGET` (the port
+/// only when not 443), up to its connection line ([`crate::answer::end_head`]
+/// finishes). No allocation once `out` has room.
+pub fn write_https_redirect(
+    out: &mut Vec<u8>,
+    authority: &[u8],
+    port: u16,
+    target: &[u8],
+    date_line: &[u8],
+) {
+    out.extend_from_slice(b"HTTP/1.1 308 Permanent Redirect\r\nLocation: https://");
+    out.extend_from_slice(authority);
+    if port != 443 {
+        out.push(b':');
+        let mut digits = [0u8; 5];
+        let mut n = port;
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        out.extend_from_slice(&digits[at..]);
+    }
+    if target.first() == Some(&b'/') {
+        out.extend_from_slice(target);
+    } else {
+        out.push(b'/');
+    }
+    out.extend_from_slice(b"\r\nContent-Length: 0\r\n");
+    out.extend_from_slice(date_line);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redirects_keep_the_host_and_target_and_name_a_port_only_when_needed() {
+        let mut out = Vec::new();
+        write_https_redirect(&mut out, b"a.example", 443, b"/p?q=1", b"Date: d\r\n");
+        assert_eq!(
+            out,
+            b"HTTP/1.1 308 Permanent Redirect\r\nLocation: https://a.example/p?q=1\r\nContent-Length: 0\r\nDate: d\r\n"
+        );
+        out.clear();
+        write_https_redirect(&mut out, b"[::1]", 8443, b"*", b"");
+        assert_eq!(
+            out,
+            b"HTTP/1.1 308 Permanent Redirect\r\nLocation: https://[::1]:8443/\r\nContent-Length: 0\r\n"
+        );
+    }
+
+    #[test]
+    fn only_plain_hosts_become_an_authority() {
+        assert_eq!(
+            redirect_authority(b"A.example:8080"),
+            Some(&b"A.example"[..])
+        );
+        assert_eq!(
+            redirect_authority(b"[2001:db8::1]:80"),
+            Some(&b"[2001:db8::1]"[..])
+        );
+        assert_eq!(redirect_authority(b"10.0.0.1"), Some(&b"10.0.0.1"[..]));
+        for bad in [
+            &b""[..],
+            b"a b",
+            b"evil.example/x",
+            b"a@b",
+            b"[zz]",
+            b"[::1",
+            b":80",
+            b"a\r\nX: y",
+        ] {
+            assert_eq!(redirect_authority(bad), None, "{bad:?}");
+        }
+    }
 
     fn settings() -> TlsSettings {
         let mut names = HostTable::default();

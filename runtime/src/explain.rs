@@ -131,6 +131,14 @@ impl Trace for Recorder {
                     shadow_note(mode)
                 ),
             ),
+            Step::HttpsRedirect { redirected } => (
+                "https redirect",
+                if redirected {
+                    "the request came in plaintext: 308 to https".to_string()
+                } else {
+                    "the request came over TLS".to_string()
+                },
+            ),
             Step::Robots { served } => (
                 "robots.txt",
                 if served {
@@ -235,6 +243,7 @@ fn verdict_text(v: &Verdict<'_>, snap: &gapura_gate::Snapshot, retry: u32) -> (u
     match v {
         Verdict::Respond(a) => (a.status, format!("answer {} from the host", a.status)),
         Verdict::Redirect(r) => (r.status, format!("redirect {}", r.status)),
+        Verdict::HttpsRedirect(port) => (308, format!("redirect 308 to https (port {port})")),
         Verdict::Refuse(s) if s.code() == 429 => (429, format!("refuse 429, Retry-After {retry}")),
         Verdict::Refuse(s) => (s.code(), format!("refuse {} with its page", s.code())),
         Verdict::Drop => (0, "close the connection without an answer".to_string()),
@@ -390,6 +399,7 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
         headers: &lines[..],
         // As the server sees it: a request on a new connection.
         connection: Some(&fresh_connection),
+        tls: false,
     };
     let mut state = GateState::small();
     // Proof of work's tokens carry wall-clock seconds.

@@ -264,3 +264,120 @@ fn failed_handshakes_are_counted_by_reason() {
         g.metric("gapura_connections_open{shard=\"0\"}") == 0
     }));
 }
+
+/// A proxy host behind TLS with the HTTPS redirect and HSTS, and a fixed
+/// host with them; the upstream echoes.
+fn https_hosts(upstream: std::net::SocketAddr) -> String {
+    format!(
+        r#"
+[[upstream]]
+name = "app"
+servers = ["{upstream}"]
+
+[[host]]
+names = ["app.example"]
+kind = "proxy"
+https_redirect = true
+hsts = {{ max_age_s = 600, include_subdomains = true }}
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+  websocket = true
+
+[[host]]
+names = ["site.example"]
+kind = "respond"
+status = 200
+body = "site\n"
+https_redirect = true
+https_port = 8443
+hsts = {{}}
+"#
+    )
+}
+
+#[test]
+fn plaintext_is_redirected_and_tls_answers_carry_hsts_and_the_scheme() {
+    let dir = TempDir::new();
+    let (ca, ka, _) = write_cert(&dir.0, "app", &["app.example"]);
+    let up = common::upstream::echo();
+    let rest = format!(
+        "{}[[certificate]]\nnames = [\"app.example\", \"site.example\"]\ncert = {ca:?}\nkey = {ka:?}\n",
+        https_hosts(up.addr)
+    );
+    let g = Gapura::start(&tls_profile("", &rest));
+    // Plaintext: 308 to https, target kept, port named when not 443.
+    let r = common::request(
+        g.addr,
+        b"GET /a/b?c=1 HTTP/1.1\r\nHost: APP.example:8080\r\n\r\n",
+    );
+    assert_eq!(r.status, 308);
+    assert_eq!(r.header("location"), Some("https://APP.example/a/b?c=1"));
+    assert_eq!(
+        r.header("strict-transport-security"),
+        None,
+        "never over plaintext"
+    );
+    let r = common::request(g.addr, b"GET /x HTTP/1.1\r\nHost: site.example\r\n\r\n");
+    assert_eq!(r.header("location"), Some("https://site.example:8443/x"));
+    assert!(
+        up.requests.lock().unwrap().is_empty(),
+        "nothing reached the upstream"
+    );
+    // Over TLS: proxied, with the scheme told upstream and HSTS added.
+    let config = client_config(ClientOptions::default());
+    let mut c = TlsClient::connect(g.tls_addr.unwrap(), Some("app.example"), &config).unwrap();
+    let body = vec![b'x'; 100_000];
+    let mut req = format!(
+        "POST /upload HTTP/1.1\r\nHost: app.example\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&body);
+    let r = c.request(&req);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, body, "the body streamed both ways");
+    assert_eq!(
+        r.header("strict-transport-security"),
+        Some("max-age=600; includeSubDomains")
+    );
+    let seen = up.requests.lock().unwrap()[0].clone();
+    assert_eq!(seen.header("x-forwarded-proto"), Some("https"));
+    // A fixed answer over TLS carries the default max-age.
+    let mut s = TlsClient::connect(g.tls_addr.unwrap(), Some("site.example"), &config).unwrap();
+    let r = s.request(b"GET / HTTP/1.1\r\nHost: site.example\r\n\r\n");
+    assert_eq!((r.status, &r.body[..]), (200, &b"site\n"[..]));
+    assert_eq!(
+        r.header("strict-transport-security"),
+        Some("max-age=31536000")
+    );
+}
+
+#[test]
+fn a_websocket_tunnel_runs_over_tls() {
+    let dir = TempDir::new();
+    let (ca, ka, _) = write_cert(&dir.0, "app", &["app.example"]);
+    let up = common::upstream::upgrading_echo();
+    let rest = format!(
+        "{}[[certificate]]\nnames = [\"app.example\"]\ncert = {ca:?}\nkey = {ka:?}\n",
+        https_hosts(up.addr)
+    );
+    let g = Gapura::start(&tls_profile("", &rest));
+    let config = client_config(ClientOptions::default());
+    let mut c = TlsClient::connect(g.tls_addr.unwrap(), Some("app.example"), &config).unwrap();
+    let r = c.request(
+        b"GET /ws HTTP/1.1\r\nHost: app.example\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+    );
+    assert_eq!(r.status, 101);
+    for message in [&b"ping"[..], &[7u8; 40_000][..]] {
+        c.send(message);
+        let mut got = Vec::new();
+        while got.len() < message.len() {
+            let mut tmp = [0u8; 16384];
+            let n = std::io::Read::read(&mut c.tls, &mut tmp).unwrap();
+            assert!(n > 0, "the tunnel stays open");
+            got.extend_from_slice(&tmp[..n]);
+        }
+        assert_eq!(got, message);
+    }
+}

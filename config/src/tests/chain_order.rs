@@ -53,6 +53,7 @@ robots = "disallow_all"
 connection_rate = { requests = 10 }
 proof_of_work = { enabled = true, difficulty = 8 }
 auth = "sso"
+https_redirect = true
 
 [host.maintenance]
 enabled = true
@@ -82,8 +83,9 @@ fn row_of(step: &Step<'_>) -> Option<(u32, &'static str)> {
         // The verify endpoint is answered before the blocks.
         Step::PowEndpoint { .. } => return None,
         Step::RequestLimits { .. } => (12, "request limits of the host"),
-        Step::Robots { .. } => (13, "managed `robots.txt`"),
-        Step::Maintenance { .. } => (14, "maintenance"),
+        Step::HttpsRedirect { .. } => (13, "HTTPS redirect"),
+        Step::Robots { .. } => (14, "managed `robots.txt`"),
+        Step::Maintenance { .. } => (15, "maintenance"),
     })
 }
 
@@ -140,6 +142,8 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
         content_length: None,
         headers: &headers[..],
         connection: Some(&connection),
+        // Over TLS: the HTTPS redirect lets it through.
+        tls: true,
     };
     // A remembered allow for this request.
     let provider = &s.gate.auth_providers[0];
@@ -168,7 +172,7 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
     let ran: Vec<u32> = rows.0.iter().map(|r| r.0).collect();
     assert_eq!(
         ran,
-        (2..=14).collect::<Vec<_>>(),
+        (2..=15).collect::<Vec<_>>(),
         "one step per block, in order"
     );
     let doc = table_rows();
@@ -199,6 +203,7 @@ fn every_step_name_is_distinct_and_below_the_count() {
         Block::ForwardAuth,
         Block::ProofOfWork,
         Block::RequestLimits,
+        Block::HttpsRedirect,
         Block::Robots,
         Block::Maintenance,
         Block::Answer,

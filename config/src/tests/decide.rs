@@ -38,6 +38,7 @@ fn get(
         content_length: None,
         headers: &headers[..],
         connection: None,
+        tls: false,
     };
     state.adopt(s, now_ms);
     let d = s.decide(&req, state, now_ms, &mut scratch, &mut NoTrace);
@@ -270,6 +271,7 @@ access_list = "staff"
         content_length: None,
         headers: &headers[..],
         connection: None,
+        tls: false,
     };
     let live = |state: &GateState, scratch: &mut gapura_gate::path::PathScratch| {
         state.live_view(s, &req, 1_000, scratch)

@@ -175,6 +175,7 @@ fn the_gate_routes_a_compiled_proxy_host_by_precedence() {
             content_length: body,
             headers: &headers[..],
             connection: None,
+            tls: false,
         };
         let mut state = GateState::small();
         let d = c

@@ -75,6 +75,9 @@ pub struct Request<'a, H: HeaderLines + ?Sized> {
     /// The request bucket of the connection it came on (step 5), when the
     /// caller keeps one.
     pub connection: Option<&'a Cell<Bucket>>,
+    /// The request arrived over TLS (the HTTPS redirect lets it through;
+    /// `X-Forwarded-Proto: https`).
+    pub tls: bool,
 }
 
 /// The chain's answer for one request.
@@ -127,15 +130,16 @@ pub enum Block {
     ForwardAuth,
     ProofOfWork,
     RequestLimits,
+    HttpsRedirect,
     Robots,
     Maintenance,
-    /// Step 15: the host's answer.
+    /// Step 16: the host's answer.
     Answer,
 }
 
 impl Block {
     /// How many steps there are (every variant is below it).
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 15;
 
     /// The access log's name of the step.
     pub fn name(self) -> &'static str {
@@ -151,6 +155,7 @@ impl Block {
             Block::ForwardAuth => "forward_auth",
             Block::ProofOfWork => "proof_of_work",
             Block::RequestLimits => "request_limits",
+            Block::HttpsRedirect => "https_redirect",
             Block::Robots => "robots",
             Block::Maintenance => "maintenance",
             Block::Answer => "answer",
@@ -351,6 +356,7 @@ impl Snapshot {
             content_length: None,
             headers: &no_headers[..],
             connection: None,
+            tls: false,
         };
         self.budget_step(
             &req,
@@ -407,7 +413,7 @@ impl Snapshot {
 
     /// The route of a proxying host for the canonical path, for its policy
     /// and body limit. `None` for other hosts and for a path no route takes
-    /// (answered 404 by step 15).
+    /// (answered 404 by step 16).
     #[inline(always)]
     fn route<'s, T: Trace>(
         &'s self,

@@ -67,7 +67,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Steps 4 to 14 of docs/gate.md, in their order; step 15 (the
+    /// Steps 4 to 15 of docs/gate.md, in their order; step 16 (the
     /// host's answer) follows when all let the request go on. This is the
     /// chain's order: a test holds it to the table in docs/gate.md.
     #[inline(always)]
@@ -81,6 +81,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         self.at(Block::ForwardAuth).forward_auth()?;
         self.at(Block::ProofOfWork).proof_of_work()?;
         self.at(Block::RequestLimits).request_limits()?;
+        self.at(Block::HttpsRedirect).https_redirect()?;
         self.at(Block::Robots).robots()?;
         self.at(Block::Maintenance).maintenance()?;
         self.decision.step = Block::Answer;
@@ -423,7 +424,25 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 13: the managed robots.txt. Runs when the host manages one;
+    /// Step 13: the HTTPS redirect. Runs when the host has one; a request
+    /// that came in plaintext gets a 308 to its https URL.
+    #[inline(always)]
+    fn https_redirect(&mut self) -> Next<'s> {
+        let Some(port) = self.entry.extras.https.redirect_port else {
+            return ControlFlow::Continue(());
+        };
+        let redirected = !self.req.tls;
+        if self.trace.enabled() {
+            self.trace.step(Step::HttpsRedirect { redirected });
+        }
+        if redirected {
+            ControlFlow::Break(Verdict::HttpsRedirect(port))
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+
+    /// Step 14: the managed robots.txt. Runs when the host manages one;
     /// answers `GET`/`HEAD /robots.txt` with the file.
     #[inline(always)]
     fn robots(&mut self) -> Next<'s> {
@@ -449,7 +468,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 14: maintenance. Runs when the host is in maintenance; answers
+    /// Step 15: maintenance. Runs when the host is in maintenance; answers
     /// the maintenance page unless the bypass list's address side allows
     /// the client. The page applies its own mode.
     #[inline(always)]

@@ -63,6 +63,10 @@ pub enum Step<'s> {
         credentials: CredentialsFact,
         mode: Mode,
     },
+    /// The host sends plaintext requests to HTTPS.
+    HttpsRedirect {
+        redirected: bool,
+    },
     Robots {
         served: bool,
     },

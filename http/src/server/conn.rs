@@ -124,7 +124,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
     shard.stats.connections_accepted.inc();
     shard.open.set(shard.open.get() + 1);
     let mut io = ClientIo::new(stream, Vec::with_capacity(READ_BUF_BYTES), 0);
-    let admitted = accept(&mut io, &shard, peer, listener.proxy_protocol).await;
+    let admitted = super::accept::accept(&mut io, &shard, peer, listener.proxy_protocol).await;
     let (client_peer, token) = match admitted {
         Ok(a) => a,
         Err(end) => {
@@ -148,7 +148,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
 }
 
 /// Counts a connection's end.
-fn closed(shard: &Shard, end: End) {
+pub(super) fn closed(shard: &Shard, end: End) {
     match end {
         End::Done | End::Upgrade(_) => {}
         End::Idle => shard.stats.idle_timeouts.inc(),
@@ -156,75 +156,6 @@ fn closed(shard: &Shard, end: End) {
     }
     shard.open.set(shard.open.get() - 1);
     shard.stats.connections_closed.inc();
-}
-
-/// Connection-level checks before the first request: the PROXY header
-/// on listeners that expect one (from trusted peers only; anyone else's
-/// bytes are read as HTTP), then the connection limits and the server's
-/// access list on the address. The peer the gate sees and the
-/// connection's place in its limit, or how the connection ends.
-async fn accept(
-    io: &mut ClientIo<TcpStream>,
-    shard: &Shard,
-    peer: SocketAddr,
-    proxy_protocol: bool,
-) -> Result<(Peer, Option<gapura_gate::chain::ConnectionToken>), End> {
-    let snap = shard.snapshot();
-    let tcp_ip = peer.ip();
-    let mut client_peer = Peer::tcp(tcp_ip);
-    if proxy_protocol && snap.gate.client.proxy_protocol_trusted(tcp_ip) {
-        let deadline = clock::deadline(snap.server.header_timeout_ms);
-        loop {
-            match crate::codec::proxyproto::parse(&io.rbuf) {
-                Ok(Some((header, used))) => {
-                    match snap
-                        .gate
-                        .client
-                        .accept_proxy_header(tcp_ip, header.source())
-                    {
-                        Some(p) => client_peer = p,
-                        None => return Err(End::Error(ErrorKind::BadRequest)),
-                    }
-                    io.pos = used;
-                    break;
-                }
-                Ok(None) => match io.read_more(deadline).await {
-                    Ok(n) if n > 0 => {}
-                    Ok(_) | Err(ReadFail::Io) => return Err(End::Error(ErrorKind::Io)),
-                    Err(ReadFail::Timeout) => return Err(End::Error(ErrorKind::HeaderTimeout)),
-                },
-                Err(_) => return Err(End::Error(ErrorKind::BadRequest)),
-            }
-        }
-    }
-    let now_ms = shard.now_ms();
-    let token = match shard.gate_mut().admit_connection(
-        snap.gate.connections.as_ref(),
-        client_peer.addr(),
-        now_ms,
-    ) {
-        Ok(token) => token,
-        Err(_) => {
-            shard.stats.connections_refused.inc();
-            return Err(End::Done);
-        }
-    };
-    // The server's list judges the peer only where the peer is the
-    // client: directly connected, or named by a trusted PROXY header.
-    let peer_is_client = snap.gate.client.mode == gapura_gate::client::ClientMode::Direct
-        || client_peer.via_proxy_protocol();
-    if let Some(i) = snap.gate.accept_list.filter(|_| peer_is_client) {
-        if let Some(list) = snap.gate.access_lists.get(i as usize) {
-            if list.address_only_verdict(client_peer.addr()).is_some() {
-                shard.stats.accept_drops.inc();
-                if let Some(t) = token {
-                    shard.release_connection(t);
-                }
-                return Err(End::Done);
-            }
-        }
-    }
-    Ok((client_peer, token))
 }
 
 impl<S: Transport> Conn<S> {
@@ -351,6 +282,7 @@ impl<S: Transport> Conn<S> {
                             request_id,
                             host_out: &mut self.req_host,
                             identity: self.resume_identity.take(),
+                            tls: S::TLS,
                         },
                         &snap,
                         &head,
@@ -645,6 +577,11 @@ impl<S: Transport> Conn<S> {
             BodyEnd::End(end) => return Err(end),
         }
         let close = local.close || self.closes_after(snap, head);
+        if matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
+            // The head so far ends with a whole header line.
+            let hsts = self.hsts(snap);
+            self.io.wbuf.extend_from_slice(hsts);
+        }
         self.end_local_answer(local.end, head, close);
         self.shard.stats.response(local.status);
         self.after_local_answer(close, leases).await
@@ -678,6 +615,17 @@ impl<S: Transport> Conn<S> {
             self.hold_guard(leases).await?;
         }
         Ok(())
+    }
+
+    /// The `Strict-Transport-Security` line of the current request's host,
+    /// over TLS; empty otherwise.
+    pub(super) fn hsts<'s>(&self, snap: &'s Snapshot) -> &'s [u8] {
+        if !S::TLS {
+            return b"";
+        }
+        self.req_host
+            .and_then(|h| snap.entries.get(h as usize))
+            .map_or(b"", |e| &e.extras.https.hsts_line)
     }
 
     /// Writes what a local answer still lacks once its body is read: the

@@ -171,7 +171,7 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
         ubuf.clear();
         let fwd = Forwarding {
             client: self.req.peer.addr(),
-            proto: "http",
+            proto: if self.req.tls { "https" } else { "http" },
             host: self.req.host,
             path: self.req.path,
             host_header: &group.host_header,
@@ -255,6 +255,21 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
             Verdict::Redirect(r) => {
                 r.write_start(out.wbuf, self.req.path, out.date);
                 (LocalEnd::HeadOnly, r.status)
+            }
+            Verdict::HttpsRedirect(port) => {
+                let authority = self.req.host.and_then(gapura_gate::tls::redirect_authority);
+                let Some(authority) = authority else {
+                    // No name to send the client to.
+                    return self.refusal(out, ErrorStatus::BadRequest, log);
+                };
+                gapura_gate::tls::write_https_redirect(
+                    out.wbuf,
+                    authority,
+                    port,
+                    self.req.path,
+                    out.date,
+                );
+                (LocalEnd::HeadOnly, 308)
             }
             // Without the job the chain hands on with it: as a failed check.
             Verdict::Verify(list) => {

@@ -46,6 +46,7 @@ impl Shard {
             content_length: None,
             headers: &lines[..],
             connection: None,
+            tls: false,
         };
         let now_ms = self.now_ms();
         self.gate_mut().adopt(&snap, now_ms);

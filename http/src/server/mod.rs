@@ -10,6 +10,7 @@
 //! side's stream and buffers), `tls` (a shard's TLS configuration and the
 //! handshake).
 
+mod accept;
 pub mod accesslog;
 mod body;
 mod client;

@@ -48,6 +48,8 @@ pub(super) struct Prep<'a> {
     /// The identity lines a forward-auth provider gave this head (decided
     /// again after the call).
     pub identity: Option<std::sync::Arc<[u8]>>,
+    /// The connection is TLS.
+    pub tls: bool,
 }
 
 /// What a request's head decided, to be carried out once the borrows of
@@ -146,6 +148,7 @@ pub(super) fn prepare<'s>(
         request_id,
         host_out,
         identity,
+        tls,
     } = p;
     let headers = Lines(lines);
     let req = Request {
@@ -162,6 +165,7 @@ pub(super) fn prepare<'s>(
         },
         headers: &headers,
         connection: Some(connection),
+        tls,
     };
     let date = shard.date.line();
     let mut out = Out {

@@ -1,0 +1,517 @@
+//! Forwarding one request to an upstream and streaming the answer back.
+//!
+//! The phases, in order: pick a server (balancer, skipping servers the
+//! health board or passive health took out), take a pooled connection or
+//! connect, send the rewritten head with whatever body bytes are buffered,
+//! stream the rest of the body, read the response head (watching for the
+//! client going away), write the client's head, stream the body, then pool
+//! the upstream connection if both sides ended cleanly.
+//!
+//! Failure answers: refused or reset connections 502, timeouts 504, a
+//! malformed response 502, every server down 503. Retries go to another
+//! server when a connection could not be made, and for idempotent requests
+//! (or a stale pooled connection) when the request could be sent again
+//! whole. Once the client's response has started, a failure closes the
+//! client connection; no second status is ever written. Buffers are the
+//! connection's own and bounded; bodies stream with backpressure.
+//!
+//! Modules: this one picks servers and sends the request; `response` reads
+//! the response head; `relay` relays the body.
+
+mod relay;
+mod response;
+
+use super::conn::{Conn, End};
+use super::stats::ErrorKind;
+use crate::clock;
+use crate::codec::chunked::ChunkedDecoder;
+use crate::codec::head::{BodyFraming, Method, ParsedHead};
+use crate::transport::Transport;
+use gapura_gate::custom_pages::ReplaceUpstream;
+use gapura_gate::limits::RequestLimits;
+use gapura_gate::policy::HostExtras;
+use gapura_gate::upstream::{Route, UpstreamGroup, UpstreamServer};
+use gapura_gate::{ErrorStatus, Snapshot};
+use monoio::io::AsyncWriteRentExt;
+use monoio::net::TcpStream;
+use response::Replace;
+
+/// Most servers tried for one request.
+const MAX_ATTEMPTS: u32 = 4;
+/// Upstream read buffer.
+pub(super) const UPSTREAM_BUF_BYTES: usize = 16 * 1024;
+/// How long a response may take before the client is watched for aborts.
+pub(super) const WATCH_AFTER_MS: u64 = 20;
+
+/// How one attempt ended.
+pub(super) enum Attempt {
+    /// Response relayed. `reusable`: the upstream connection can be pooled;
+    /// `close`: the client connection ends.
+    Done { reusable: bool, close: bool },
+    /// Nothing reached the client and the request can be sent again whole.
+    Retry {
+        status: ErrorStatus,
+        count_failure: bool,
+    },
+    /// Nothing reached the client; answer with this status.
+    Fail {
+        status: ErrorStatus,
+        count_failure: bool,
+    },
+    /// The client's response started and then broke: close the client.
+    Broken { count_failure: bool },
+    /// The client went away.
+    ClientGone,
+    /// The body over the limit (413), or its framing broke (400): answer and close.
+    BadBody(ErrorStatus),
+    /// 101 relayed: tunnel bytes both ways; the upstream's bytes read past its head.
+    Upgrade(Vec<u8>),
+}
+
+/// Why no server answered: the last failure's status, and whether the
+/// request can no longer be sent whole (the connection closes then).
+struct NoAnswer {
+    last: ErrorStatus,
+    replay_broken: bool,
+}
+
+/// What an attempt's phases need to know of the exchange.
+pub(super) struct Exchange {
+    /// The upstream connection came from the pool.
+    pub(super) reused: bool,
+    /// A WebSocket upgrade may be answered with 101.
+    pub(super) upgrade: bool,
+    /// A `HEAD` request: the response has no body.
+    pub(super) head_only: bool,
+    /// Body bytes had left the client before this attempt began.
+    pub(super) body_streamed: bool,
+}
+
+/// The request body's progress across attempts.
+struct Body {
+    framing: BodyFraming,
+    decoder: ChunkedDecoder,
+    /// Body bytes (data, or raw chunked framing) still to come from the client.
+    remaining: u64,
+    data_total: u64,
+    done: bool,
+    /// Bytes of the body taken from the client beyond what `ubuf` holds.
+    streamed: bool,
+}
+
+fn connect_error(e: &std::io::Error) -> ErrorStatus {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        ErrorStatus::GatewayTimeout
+    } else {
+        ErrorStatus::BadGateway
+    }
+}
+
+async fn connect(server: &UpstreamServer, timeout_ms: u64) -> std::io::Result<TcpStream> {
+    match monoio::time::timeout_at(
+        clock::deadline(timeout_ms),
+        TcpStream::connect_addr(server.addr),
+    )
+    .await
+    {
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            Ok(s)
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// Whether the peer closed `fd` (EOF waiting), without consuming data.
+pub(super) fn peer_closed(fd: i32) -> bool {
+    let mut b = [0u8; 1];
+    // SAFETY: a one-byte peek into a stack buffer on a socket we own.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            b.as_mut_ptr() as *mut libc::c_void,
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n == 0
+}
+
+impl<S: Transport> Conn<S> {
+    /// Proxies one request: its rewritten head is in `ubuf`, its body (if
+    /// any) starts at `self.io.pos`.
+    pub(super) async fn forward(
+        &mut self,
+        head: &ParsedHead,
+        route: &Route,
+        group: &UpstreamGroup,
+        snap: &Snapshot,
+        limits: RequestLimits,
+        extras: Option<&HostExtras>,
+    ) -> Result<(), End> {
+        let replace = Replace {
+            extras: extras.filter(|x| x.replace_upstream != ReplaceUpstream::Off),
+            pages: &snap.pages,
+        };
+        let idempotent = matches!(
+            head.method,
+            Method::Get | Method::Head | Method::Options | Method::Put | Method::Delete
+        );
+        let upgrade = head.upgrade && route.websocket;
+        let mut body = Body {
+            framing: head.framing,
+            decoder: ChunkedDecoder::new(),
+            remaining: match head.framing {
+                BodyFraming::Length(n) => n,
+                _ => 0,
+            },
+            data_total: 0,
+            done: head.framing == BodyFraming::None,
+            streamed: false,
+        };
+        // Body bytes already buffered travel with the head in one write.
+        if let Err(status) = self.take_buffered_body(&mut body, &limits) {
+            self.write_error(snap, status, head, true);
+            return Err(self.close_after_refusal(ErrorKind::Limit).await);
+        }
+        let failed = match self
+            .try_servers(
+                head,
+                group,
+                snap,
+                &mut body,
+                &limits,
+                (upgrade, idempotent),
+                &replace,
+            )
+            .await?
+        {
+            Some(failed) => failed,
+            None => return Ok(()),
+        };
+        // No attempt produced a response.
+        let close = !body.done || failed.replay_broken || head.close || self.shard.is_draining();
+        self.write_error(snap, failed.last, head, close);
+        if close {
+            let _ = self.flush().await;
+            return Err(End::Done);
+        }
+        Ok(())
+    }
+
+    /// Tries servers picked by the balancer, at most [`MAX_ATTEMPTS`]:
+    /// `None` once one answered (the connection goes on), why none did, or
+    /// how the connection ends.
+    #[allow(clippy::too_many_arguments)]
+    async fn try_servers(
+        &mut self,
+        head: &ParsedHead,
+        group: &UpstreamGroup,
+        snap: &Snapshot,
+        body: &mut Body,
+        limits: &RequestLimits,
+        (upgrade, idempotent): (bool, bool),
+        replace: &Replace<'_>,
+    ) -> Result<Option<NoAnswer>, End> {
+        let shard = self.shard.clone();
+        let mut tried = 0u64;
+        let mut attempts = 0;
+        let mut failed = NoAnswer {
+            last: ErrorStatus::ServiceUnavailable,
+            replay_broken: false,
+        };
+        while attempts < MAX_ATTEMPTS {
+            let Some(idx) = shard.upstreams.pick(group, tried, &shard.board) else {
+                break;
+            };
+            attempts += 1;
+            if idx < 64 {
+                tried |= 1 << idx;
+            }
+            let server = &group.servers[idx];
+            let (mut up, reused) = match shard.upstreams.take_idle(server) {
+                Some(s) => (s, true),
+                None => match connect(server, group.connect_timeout_ms).await {
+                    Ok(s) => (s, false),
+                    Err(e) => {
+                        shard.upstreams.failure(group, server);
+                        shard.stats.upstream_failures.inc();
+                        failed.last = connect_error(&e);
+                        continue;
+                    }
+                },
+            };
+            shard.upstreams.begin(server);
+            let outcome = self
+                .attempt(&mut up, reused, head, group, body, limits, upgrade, replace)
+                .await;
+            shard.upstreams.end(server);
+            let count = |c: bool| {
+                if c {
+                    shard.upstreams.failure(group, server);
+                    shard.stats.upstream_failures.inc();
+                }
+            };
+            match outcome {
+                Attempt::Done { reusable, close } => {
+                    shard.upstreams.success(server);
+                    if reusable {
+                        shard.upstreams.put_idle(group, server, up);
+                    }
+                    return if close { Err(End::Done) } else { Ok(None) };
+                }
+                Attempt::Retry {
+                    status,
+                    count_failure,
+                } => {
+                    count(count_failure);
+                    failed.last = status;
+                    if !(idempotent || reused) {
+                        break;
+                    }
+                    if reused && idx < 64 {
+                        // A stale pooled connection: try this server again.
+                        tried &= !(1u64 << idx);
+                    }
+                }
+                Attempt::Fail {
+                    status,
+                    count_failure,
+                } => {
+                    count(count_failure);
+                    failed.last = status;
+                    failed.replay_broken = true;
+                    break;
+                }
+                Attempt::Broken { count_failure } => {
+                    count(count_failure);
+                    return Err(End::Error(ErrorKind::Io));
+                }
+                Attempt::ClientGone => return Err(End::Error(ErrorKind::Io)),
+                Attempt::BadBody(status) => {
+                    self.write_error(snap, status, head, true);
+                    return Err(self.close_after_refusal(ErrorKind::Limit).await);
+                }
+                Attempt::Upgrade(pending) => {
+                    shard.upstreams.success(server);
+                    return Err(End::Upgrade(Box::new(super::conn::Upgraded {
+                        upstream: up,
+                        pending,
+                        leases: None,
+                        websocket: None,
+                        host: String::new(),
+                    })));
+                }
+            }
+        }
+        Ok(Some(failed))
+    }
+
+    /// One try against one upstream connection, in three phases: send the
+    /// request (`send_request`), read the response head
+    /// (`response::read_response_head`), relay the body (`relay`), or
+    /// switch to a tunnel after a 101.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt(
+        &mut self,
+        up: &mut TcpStream,
+        reused: bool,
+        head: &ParsedHead,
+        group: &UpstreamGroup,
+        body: &mut Body,
+        limits: &RequestLimits,
+        upgrade: bool,
+        replace: &Replace<'_>,
+    ) -> Attempt {
+        if let Err(a) = self
+            .send_request(up, reused, head, group, body, limits)
+            .await
+        {
+            return a;
+        }
+        let exchange = Exchange {
+            reused,
+            upgrade,
+            head_only: head.method == Method::Head,
+            body_streamed: body.streamed,
+        };
+        let (resp, close) = match self
+            .read_response_head(up, head, group, &exchange, replace)
+            .await
+        {
+            Ok(r) => r,
+            Err(a) => return a,
+        };
+        if resp.status == 101 {
+            if self.flush().await.is_err() {
+                return Attempt::ClientGone;
+            }
+            let pending = self.urbuf.split_off(resp.head_len);
+            return Attempt::Upgrade(pending);
+        }
+        let reusable = resp.keep_alive && body.done;
+        self.relay_body(up, &resp, reusable, close, group.read_timeout_ms)
+            .await
+    }
+
+    /// Phase 1: the head and buffered body in one write (kept in `ubuf`
+    /// for a replay), then the rest of the body streamed from the client.
+    async fn send_request(
+        &mut self,
+        up: &mut TcpStream,
+        reused: bool,
+        head: &ParsedHead,
+        group: &UpstreamGroup,
+        body: &mut Body,
+        limits: &RequestLimits,
+    ) -> Result<(), Attempt> {
+        let timeout_ms = group.read_timeout_ms;
+        if body.streamed {
+            // The body is gone: a new attempt cannot resend it.
+            return Err(Attempt::Fail {
+                status: ErrorStatus::BadGateway,
+                count_failure: false,
+            });
+        }
+        let out = std::mem::take(&mut self.ubuf);
+        let (res, out) =
+            match monoio::time::timeout_at(clock::deadline(timeout_ms), up.write_all(out)).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(Attempt::Retry {
+                        status: ErrorStatus::GatewayTimeout,
+                        count_failure: true,
+                    })
+                }
+            };
+        self.ubuf = out;
+        if res.is_err() {
+            return Err(Attempt::Retry {
+                status: ErrorStatus::BadGateway,
+                count_failure: !reused,
+            });
+        }
+        if !body.done {
+            if head.expect_continue {
+                self.io
+                    .wbuf
+                    .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                self.shard.stats.response(100);
+                if self.flush().await.is_err() {
+                    return Err(Attempt::ClientGone);
+                }
+            }
+            if let Some(a) = self.stream_body(up, body, limits, timeout_ms).await {
+                return Err(a);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_error(
+        &mut self,
+        snap: &Snapshot,
+        status: ErrorStatus,
+        head: &ParsedHead,
+        close: bool,
+    ) {
+        let date = self.shard.date.line();
+        let ctx = gapura_gate::WriteCtx {
+            date_line: &date,
+            head_only: head.method == Method::Head,
+            close,
+            keep_alive_10: head.keep_alive_10 && !close,
+        };
+        let page = snap.pages.get(status, head.wants_html);
+        page.write_into(&mut self.io.wbuf, &ctx);
+        page.stamp(&mut self.io.wbuf, ctx.head_only, || {
+            super::conn::request_id(&self.log, &self.shard)
+        });
+        self.shard.stats.response(status.code());
+        self.log_status(status.code());
+    }
+
+    /// Moves the body bytes already in `rbuf` to `ubuf`.
+    fn take_buffered_body(
+        &mut self,
+        body: &mut Body,
+        limits: &RequestLimits,
+    ) -> Result<(), ErrorStatus> {
+        let avail = &self.io.rbuf[self.io.pos..];
+        match body.framing {
+            BodyFraming::None => {}
+            BodyFraming::Length(_) => {
+                let take = (avail.len() as u64).min(body.remaining) as usize;
+                self.ubuf.extend_from_slice(&avail[..take]);
+                self.io.pos += take;
+                body.remaining -= take as u64;
+                body.done = body.remaining == 0;
+            }
+            BodyFraming::Chunked => {
+                let mut off = 0;
+                while off < avail.len() && !body.done {
+                    let step = body
+                        .decoder
+                        .step(&avail[off..])
+                        .map_err(|_| ErrorStatus::BadRequest)?;
+                    body.data_total += step.data.len() as u64;
+                    if !limits.body_allows(body.data_total) {
+                        return Err(ErrorStatus::PayloadTooLarge);
+                    }
+                    off += step.consumed;
+                    body.done = step.done;
+                }
+                self.ubuf.extend_from_slice(&avail[..off]);
+                self.io.pos += off;
+            }
+        }
+        Ok(())
+    }
+
+    /// Streams the rest of the request body from the client to `up`.
+    async fn stream_body(
+        &mut self,
+        up: &mut TcpStream,
+        body: &mut Body,
+        limits: &RequestLimits,
+        write_timeout_ms: u64,
+    ) -> Option<Attempt> {
+        let body_ms = self.shard.snapshot().server.body_timeout_ms;
+        while !body.done {
+            if self.io.pos == self.io.rbuf.len() {
+                self.io.rbuf.clear();
+                self.io.pos = 0;
+            }
+            let deadline = clock::deadline(body_ms);
+            match self.read_client(deadline).await {
+                Ok(n) if n > 0 => {}
+                _ => return Some(Attempt::ClientGone),
+            }
+            body.streamed = true;
+            self.ubuf.clear();
+            if let Err(status) = self.take_buffered_body(body, limits) {
+                return Some(Attempt::BadBody(status));
+            }
+            let out = std::mem::take(&mut self.ubuf);
+            match monoio::time::timeout_at(clock::deadline(write_timeout_ms), up.write_all(out))
+                .await
+            {
+                Ok((Ok(_), out)) => self.ubuf = out,
+                Ok((Err(_), _)) => {
+                    return Some(Attempt::Fail {
+                        status: ErrorStatus::BadGateway,
+                        count_failure: true,
+                    })
+                }
+                Err(_) => {
+                    return Some(Attempt::Fail {
+                        status: ErrorStatus::GatewayTimeout,
+                        count_failure: true,
+                    })
+                }
+            }
+        }
+        None
+    }
+}

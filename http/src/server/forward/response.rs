@@ -1,0 +1,253 @@
+//! Phase 2 of an attempt: the response head (interim answers passed on,
+//! the host's page in place of an upstream error), read while the client is
+//! watched for going away.
+
+use super::{peer_closed, Attempt, Exchange, UPSTREAM_BUF_BYTES, WATCH_AFTER_MS};
+use crate::clock;
+use crate::codec::head::{Method, ParsedHead};
+use crate::server::conn::Conn;
+use crate::transport::Transport;
+use crate::upstream::response::{
+    parse_response, resp_header_buf, write_client_head, RespFraming, RespHead, RespParse,
+};
+use gapura_gate::custom_pages::{replace_upstream, write_error_page, PageVars, UpstreamHead};
+use gapura_gate::policy::HostExtras;
+use gapura_gate::upstream::UpstreamGroup;
+use gapura_gate::ErrorStatus;
+use monoio::buf::IoBufMut;
+use monoio::io::AsyncReadRent;
+use monoio::net::TcpStream;
+use monoio::time::Instant;
+use std::os::fd::AsRawFd;
+
+impl<S: Transport> Conn<S> {
+    /// Phase 2: reads the response head, passing interim answers (100,
+    /// 103) on, and writes the client's head (with the host's HSTS line
+    /// over TLS), or the host's page in place of an upstream error. The
+    /// head and whether the client connection closes after it.
+    pub(super) async fn read_response_head(
+        &mut self,
+        up: &mut TcpStream,
+        head: &ParsedHead,
+        group: &UpstreamGroup,
+        x: &Exchange,
+        replace: &Replace<'_>,
+    ) -> Result<(RespHead, bool), Attempt> {
+        if self.urbuf.capacity() == 0 {
+            self.urbuf = Vec::with_capacity(UPSTREAM_BUF_BYTES);
+        }
+        self.urbuf.clear();
+        let deadline = clock::deadline(group.response_header_timeout_ms);
+        let snap = self.shard.snapshot();
+        let close_anyway = self.closes_after(&snap, head);
+        let hsts = self.hsts(&snap);
+        loop {
+            // Parse and, when complete, write the client's head in one step
+            // while the lines are borrowed.
+            let mut lines = resp_header_buf();
+            let outcome = match parse_response(&self.urbuf, &mut lines, x.head_only) {
+                RespParse::Complete(r, reason, lines) => {
+                    let close = close_anyway || r.framing == RespFraming::Close;
+                    let interim = r.status / 100 == 1 && r.status != 101;
+                    if r.status == 101 && !x.upgrade {
+                        return Err(Attempt::Fail {
+                            status: ErrorStatus::BadGateway,
+                            count_failure: true,
+                        });
+                    }
+                    if let Some(status) = replace.status(&r, lines, x.upgrade) {
+                        let a = self.replace_answer(head, replace, status, r.status, close);
+                        return Err(a.await);
+                    }
+                    let wbuf = &mut self.io.wbuf;
+                    write_client_head(r.status, reason, lines, wbuf, close && !interim);
+                    if !interim && !hsts.is_empty() {
+                        // Before the blank line that ends the head.
+                        wbuf.truncate(wbuf.len() - 2);
+                        wbuf.extend_from_slice(hsts);
+                        wbuf.extend_from_slice(b"\r\n");
+                    }
+                    Some((r, close, interim))
+                }
+                RespParse::Malformed => {
+                    return Err(Attempt::Fail {
+                        status: ErrorStatus::BadGateway,
+                        count_failure: true,
+                    })
+                }
+                RespParse::Partial => None,
+            };
+            if let Some((r, close, interim)) = outcome {
+                self.shard.stats.response(r.status);
+                if !interim {
+                    self.log_status(r.status);
+                    return Ok((r, close));
+                }
+                // Interim (100, 103): passed on; read on.
+                self.urbuf.drain(..r.head_len);
+                if self.flush().await.is_err() {
+                    return Err(Attempt::ClientGone);
+                }
+                continue;
+            }
+            let got_nothing = self.urbuf.is_empty();
+            match self.read_upstream(up, deadline).await {
+                Ok(0) | Err(UpRead::Io) => {
+                    return Err(if got_nothing && !x.body_streamed {
+                        Attempt::Retry {
+                            status: ErrorStatus::BadGateway,
+                            count_failure: !x.reused,
+                        }
+                    } else {
+                        Attempt::Fail {
+                            status: ErrorStatus::BadGateway,
+                            count_failure: true,
+                        }
+                    });
+                }
+                Ok(_) => {}
+                Err(UpRead::Timeout) => {
+                    return Err(Attempt::Fail {
+                        status: ErrorStatus::GatewayTimeout,
+                        count_failure: true,
+                    })
+                }
+                Err(UpRead::ClientGone) => return Err(Attempt::ClientGone),
+            }
+        }
+    }
+
+    /// The host's page in place of an upstream error (`replace_upstream`):
+    /// its body is dropped unread, so the connection is not pooled.
+    async fn replace_answer(
+        &mut self,
+        head: &ParsedHead,
+        replace: &Replace<'_>,
+        status: ErrorStatus,
+        upstream_status: u16,
+        close: bool,
+    ) -> Attempt {
+        let date = self.shard.date.line();
+        let id = self.shard.request_id();
+        let ctx = gapura_gate::WriteCtx {
+            date_line: &date,
+            head_only: head.method == Method::Head,
+            close,
+            keep_alive_10: head.keep_alive_10 && !close,
+        };
+        let copy = self.page_vars;
+        let vars = PageVars {
+            request_id: &id,
+            host: copy.host(),
+            cf_ray: copy.ray(),
+        };
+        write_error_page(
+            &mut self.io.wbuf,
+            replace.pages,
+            replace.extras.and_then(|x| x.pages.as_ref()),
+            status,
+            head.wants_html,
+            &vars,
+            b"",
+            &ctx,
+        );
+        self.shard.stats.response(upstream_status);
+        self.log_status(upstream_status);
+        if self.flush().await.is_err() {
+            return Attempt::ClientGone;
+        }
+        Attempt::Done {
+            reusable: false,
+            close,
+        }
+    }
+
+    /// Reads from the upstream into `urbuf`'s spare room under `deadline`,
+    /// watching the client for an abort once the answer takes a while.
+    async fn read_upstream(
+        &mut self,
+        up: &mut TcpStream,
+        deadline: Instant,
+    ) -> Result<usize, UpRead> {
+        if self.urbuf.len() == self.urbuf.capacity() {
+            if self.urbuf.len() >= crate::upstream::response::MAX_RESPONSE_HEAD_BYTES {
+                return Err(UpRead::Io);
+            }
+            self.urbuf.reserve(self.urbuf.len());
+        }
+        let buf = std::mem::take(&mut self.urbuf);
+        let (len, cap) = (buf.len(), buf.capacity());
+        let read = up.read(buf.slice_mut(len..cap));
+        let mut read = std::pin::pin!(read);
+        let quick = clock::deadline(WATCH_AFTER_MS);
+        let first = monoio::time::timeout_at(quick.min(deadline), &mut read).await;
+        let (res, slice) = match first {
+            Ok(r) => r,
+            Err(_) => {
+                let mut watching = true;
+                loop {
+                    if watching {
+                        monoio::select! {
+                            r = &mut read => break r,
+                            _ = self.io.stream.socket().readable(false) => {
+                                if peer_closed(self.io.stream.socket().as_raw_fd()) {
+                                    return Err(UpRead::ClientGone);
+                                }
+                                // Pipelined bytes: stop watching, they wait in the socket.
+                                watching = false;
+                            }
+                            _ = monoio::time::sleep_until(deadline) => return Err(UpRead::Timeout),
+                        }
+                    } else {
+                        match monoio::time::timeout_at(deadline, &mut read).await {
+                            Ok(r) => break r,
+                            Err(_) => return Err(UpRead::Timeout),
+                        }
+                    }
+                }
+            }
+        };
+        self.urbuf = slice.into_inner();
+        res.map_err(|_| UpRead::Io)
+    }
+}
+
+/// The host's upstream error replacement, when it has one.
+pub(super) struct Replace<'a> {
+    pub(super) extras: Option<&'a HostExtras>,
+    pub(super) pages: &'a gapura_gate::ErrorPages,
+}
+
+impl Replace<'_> {
+    /// The page that replaces this response, if any. O(headers) only when
+    /// replacement is on; the plain path is one `None` check.
+    fn status(
+        &self,
+        r: &crate::upstream::response::RespHead,
+        lines: &[httparse::Header<'_>],
+        upgrade: bool,
+    ) -> Option<ErrorStatus> {
+        let x = self.extras?;
+        if r.status < 400 {
+            return None;
+        }
+        let content_type = lines
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("content-type"))
+            .map(|h| h.value);
+        replace_upstream(
+            x.replace_upstream,
+            &UpstreamHead {
+                status: r.status,
+                content_type,
+                is_upgrade: upgrade,
+            },
+        )
+    }
+}
+
+pub(super) enum UpRead {
+    Io,
+    Timeout,
+    ClientGone,
+}
