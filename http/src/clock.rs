@@ -57,6 +57,13 @@ pub fn now() -> Instant {
     at + Duration::from_nanos(read(libc::CLOCK_MONOTONIC_COARSE).saturating_sub(mono))
 }
 
+/// The coarse monotonic clock in milliseconds (the clock of the upstream
+/// pools and passive health): a memory read.
+#[inline]
+pub fn now_ms() -> u64 {
+    read(libc::CLOCK_MONOTONIC_COARSE) / 1_000_000
+}
+
 /// The instant `ms` milliseconds from now, never earlier (one tick added).
 #[inline]
 pub fn deadline(ms: u64) -> Instant {

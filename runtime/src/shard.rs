@@ -153,7 +153,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
             }
             monoio::time::sleep(Duration::from_millis(1000)).await;
             ticker.date.refresh();
-            ticker.upstreams.sweep();
+            ticker.upstreams.sweep(gapura_http::clock::now_ms());
             let now_ms = ticker.now_ms();
             ticker.gate.borrow_mut().sweep(now_ms, 4096);
             ticker.publish_gate_counters();

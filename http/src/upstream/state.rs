@@ -5,69 +5,90 @@
 //! short and never held across an await. Capacities: each server keeps at
 //! most its group's `max_idle_per_server` idle connections, and entries of
 //! servers no longer used are removed by the sweeper.
+//!
+//! Time is passed in (`now_ms`, the shard's monotonic milliseconds), and
+//! the pooled connection is a type parameter, so the balancer, the idle
+//! pool and passive health are tested without sockets or clocks.
 
 use super::HealthBoard;
 use gapura_gate::hash::KeyHasher;
 use gapura_gate::upstream::{Balance, UpstreamGroup, UpstreamServer};
 use monoio::net::TcpStream;
-use monoio::time::Instant;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
-use std::time::Duration;
 
 type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
 
-struct Idle {
-    stream: TcpStream,
-    expires: Instant,
+struct Idle<C> {
+    conn: C,
+    expires_ms: u64,
 }
 
-#[derive(Default)]
-struct ServerState {
-    idle: Vec<Idle>,
+struct ServerState<C> {
+    idle: Vec<Idle<C>>,
     outstanding: u32,
     failures: u32,
-    down_until: Option<Instant>,
+    down_until_ms: Option<u64>,
     current_weight: i64,
 }
 
-impl ServerState {
+impl<C> Default for ServerState<C> {
+    fn default() -> Self {
+        ServerState {
+            idle: Vec::new(),
+            outstanding: 0,
+            failures: 0,
+            down_until_ms: None,
+            current_weight: 0,
+        }
+    }
+}
+
+impl<C> ServerState<C> {
     fn is_empty(&self) -> bool {
         self.idle.is_empty()
             && self.outstanding == 0
             && self.failures == 0
-            && self.down_until.is_none()
+            && self.down_until_ms.is_none()
             && self.current_weight == 0
     }
 }
 
-/// A shard's upstream state.
-#[derive(Default)]
-pub struct Upstreams {
-    servers: RefCell<KeyMap<ServerState>>,
+/// A shard's upstream state; `C` is the pooled connection.
+pub struct Upstreams<C = TcpStream> {
+    servers: RefCell<KeyMap<ServerState<C>>>,
     rotation: RefCell<KeyMap<u64>>,
+}
+
+impl<C> Default for Upstreams<C> {
+    fn default() -> Self {
+        Upstreams {
+            servers: RefCell::default(),
+            rotation: RefCell::default(),
+        }
+    }
 }
 
 /// The chosen server: its index in the group.
 pub type Pick = usize;
 
-impl Upstreams {
+impl<C> Upstreams<C> {
     fn available(
         &self,
         server: &UpstreamServer,
         board: &HealthBoard,
-        now: Instant,
-        states: &mut KeyMap<ServerState>,
+        now_ms: u64,
+        states: &mut KeyMap<ServerState<C>>,
     ) -> bool {
         if board.is_down(server.health_slot) {
             return false;
         }
         match states.get_mut(&server.key) {
-            Some(st) => match st.down_until {
-                Some(t) if t > now => false,
+            Some(st) => match st.down_until_ms {
+                Some(t) if t > now_ms => false,
                 Some(_) => {
-                    st.down_until = None;
+                    st.down_until_ms = None;
                     true
                 }
                 None => true,
@@ -81,8 +102,14 @@ impl Upstreams {
     /// server is out, the one whose cooldown ends first (a half-open probe:
     /// its first success brings it back). None when every server is tried.
     /// O(servers).
-    pub fn pick(&self, group: &UpstreamGroup, tried: u64, board: &HealthBoard) -> Option<Pick> {
-        self.pick_available(group, tried, board)
+    pub fn pick(
+        &self,
+        group: &UpstreamGroup,
+        tried: u64,
+        board: &HealthBoard,
+        now_ms: u64,
+    ) -> Option<Pick> {
+        self.pick_available(group, tried, board, now_ms)
             .or_else(|| self.pick_out(group, tried, board))
     }
 
@@ -97,7 +124,7 @@ impl Upstreams {
             .enumerate()
             .filter(|(i, _)| untried(*i))
             .min_by_key(|(_, s)| {
-                let until = states.get(&s.key).and_then(|st| st.down_until);
+                let until = states.get(&s.key).and_then(|st| st.down_until_ms);
                 (board.is_down(s.health_slot), until)
             })
             .map(|(i, _)| i)
@@ -108,8 +135,8 @@ impl Upstreams {
         group: &UpstreamGroup,
         tried: u64,
         board: &HealthBoard,
+        now: u64,
     ) -> Option<Pick> {
-        let now = crate::clock::now();
         let mut states = self.servers.borrow_mut();
         let candidates = |i: usize| i >= 64 || tried & (1 << i) == 0;
         match group.balance {
@@ -161,21 +188,22 @@ impl Upstreams {
         }
     }
 
-    /// An idle pooled connection to `server`, if one has not expired.
-    pub fn take_idle(&self, server: &UpstreamServer) -> Option<TcpStream> {
+    /// An idle pooled connection to `server`, if one has not expired: the
+    /// most recently returned first (its socket is the warmest).
+    pub fn take_idle(&self, server: &UpstreamServer, now_ms: u64) -> Option<C> {
         let mut states = self.servers.borrow_mut();
         let st = states.get_mut(&server.key)?;
-        let now = crate::clock::now();
         while let Some(idle) = st.idle.pop() {
-            if idle.expires > now {
-                return Some(idle.stream);
+            if idle.expires_ms > now_ms {
+                return Some(idle.conn);
             }
         }
         None
     }
 
     /// Returns a connection whose exchange completed cleanly.
-    pub fn put_idle(&self, group: &UpstreamGroup, server: &UpstreamServer, stream: TcpStream) {
+    /// At most `max_idle_per_server`; past it the connection is dropped.
+    pub fn put_idle(&self, group: &UpstreamGroup, server: &UpstreamServer, conn: C, now_ms: u64) {
         if group.max_idle_per_server == 0 {
             return;
         }
@@ -183,8 +211,8 @@ impl Upstreams {
         let st = states.entry(server.key).or_default();
         if st.idle.len() < group.max_idle_per_server as usize {
             st.idle.push(Idle {
-                stream,
-                expires: crate::clock::now() + Duration::from_millis(group.idle_timeout_ms),
+                conn,
+                expires_ms: now_ms.saturating_add(group.idle_timeout_ms),
             });
         }
     }
@@ -206,7 +234,7 @@ impl Upstreams {
     /// Passive health: a failed exchange. Returns true when this failure
     /// took the server out for its cooldown. A group's only server is never
     /// taken out (there is nothing else to send to).
-    pub fn failure(&self, group: &UpstreamGroup, server: &UpstreamServer) -> bool {
+    pub fn failure(&self, group: &UpstreamGroup, server: &UpstreamServer, now_ms: u64) -> bool {
         let mut states = self.servers.borrow_mut();
         let st = states.entry(server.key).or_default();
         st.failures += 1;
@@ -217,8 +245,7 @@ impl Upstreams {
             && st.failures >= group.fail_threshold
         {
             st.failures = 0;
-            st.down_until =
-                Some(crate::clock::now() + Duration::from_millis(group.fail_cooldown_ms));
+            st.down_until_ms = Some(now_ms.saturating_add(group.fail_cooldown_ms));
             return true;
         }
         false
@@ -229,19 +256,18 @@ impl Upstreams {
     pub fn success(&self, server: &UpstreamServer) {
         if let Some(st) = self.servers.borrow_mut().get_mut(&server.key) {
             st.failures = 0;
-            st.down_until = None;
+            st.down_until_ms = None;
         }
     }
 
     /// Closes expired idle connections and forgets empty entries. Called by
     /// the shard's sweeper; O(servers + idle connections).
-    pub fn sweep(&self) {
-        let now = crate::clock::now();
+    pub fn sweep(&self, now_ms: u64) {
         let mut states = self.servers.borrow_mut();
         states.retain(|_, st| {
-            st.idle.retain(|i| i.expires > now);
-            if matches!(st.down_until, Some(t) if t <= now) {
-                st.down_until = None;
+            st.idle.retain(|i| i.expires_ms > now_ms);
+            if matches!(st.down_until_ms, Some(t) if t <= now_ms) {
+                st.down_until_ms = None;
             }
             !st.is_empty()
         });
@@ -252,3 +278,7 @@ impl Upstreams {
         self.servers.borrow().values().map(|s| s.idle.len()).sum()
     }
 }
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

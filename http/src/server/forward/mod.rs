@@ -217,12 +217,13 @@ impl<S: Transport> Conn<S> {
         let shard = self.shard.clone();
         let mut tried = 0u64;
         let mut attempts = 0;
+        let now_ms = clock::now_ms();
         let mut failed = NoAnswer {
             last: ErrorStatus::ServiceUnavailable,
             replay_broken: false,
         };
         while attempts < MAX_ATTEMPTS {
-            let Some(idx) = shard.upstreams.pick(group, tried, &shard.board) else {
+            let Some(idx) = shard.upstreams.pick(group, tried, &shard.board, now_ms) else {
                 break;
             };
             attempts += 1;
@@ -230,12 +231,12 @@ impl<S: Transport> Conn<S> {
                 tried |= 1 << idx;
             }
             let server = &group.servers[idx];
-            let (mut up, reused) = match shard.upstreams.take_idle(server) {
+            let (mut up, reused) = match shard.upstreams.take_idle(server, clock::now_ms()) {
                 Some(s) => (s, true),
                 None => match connect(server, group.connect_timeout_ms).await {
                     Ok(s) => (s, false),
                     Err(e) => {
-                        shard.upstreams.failure(group, server);
+                        shard.upstreams.failure(group, server, clock::now_ms());
                         shard.stats.upstream_failures.inc();
                         failed.last = connect_error(&e);
                         continue;
@@ -249,7 +250,7 @@ impl<S: Transport> Conn<S> {
             shard.upstreams.end(server);
             let count = |c: bool| {
                 if c {
-                    shard.upstreams.failure(group, server);
+                    shard.upstreams.failure(group, server, clock::now_ms());
                     shard.stats.upstream_failures.inc();
                 }
             };
@@ -257,7 +258,7 @@ impl<S: Transport> Conn<S> {
                 Attempt::Done { reusable, close } => {
                     shard.upstreams.success(server);
                     if reusable {
-                        shard.upstreams.put_idle(group, server, up);
+                        shard.upstreams.put_idle(group, server, up, clock::now_ms());
                     }
                     return if close { Err(End::Done) } else { Ok(None) };
                 }
