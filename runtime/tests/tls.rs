@@ -217,6 +217,21 @@ fn a_reload_serves_new_certificates_to_new_handshakes_only() {
     );
     // The open connection goes on with the keys it agreed.
     assert_eq!(open.request(GET).status, 200);
+    // A broken pair fails the reload: the running certificate stays.
+    std::fs::write(&ka, "not a key").unwrap();
+    g.signal(libc::SIGHUP);
+    assert!(g.wait_log(
+        "reload failed; still serving generation 2",
+        Duration::from_secs(10)
+    ));
+    assert!(g.log_text().contains("certificate.key.unreadable"));
+    let after = TlsClient::connect(
+        addr,
+        Some("a.example"),
+        &client_config(ClientOptions::default()),
+    )
+    .unwrap();
+    assert_eq!(after.leaf(), new);
 }
 
 #[test]
