@@ -80,6 +80,9 @@ pub(crate) struct RawServer {
     pub access_log: Option<Spanned<RawAccessLog>>,
     /// Proof of work's key: 32 random bytes, created 0600 when missing.
     pub pow_key_file: Opt<String>,
+    pub http2: Opt<bool>,
+    pub http2_max_streams: Opt<i64>,
+    pub http2_max_resets: Opt<i64>,
 }
 
 /// `[server] access_log = { path, format, log_addresses, log_query }`.

@@ -171,6 +171,31 @@ fn check_connections(s: &RawServer, e: &mut Errors<'_>) -> ServerSettings {
         }),
         unknown_host: check_unknown_host(&s.unknown_host, ds.unknown_host, e),
         access_log: check_access_log(s, e),
+        http2: check_http2(s, e),
+    }
+}
+
+/// `http2`, `http2_max_streams`, `http2_max_resets`.
+fn check_http2(s: &RawServer, e: &mut Errors<'_>) -> gapura_gate::snapshot::Http2Settings {
+    let d = gapura_gate::snapshot::Http2Settings::default();
+    gapura_gate::snapshot::Http2Settings {
+        enabled: s.http2.as_ref().map_or(d.enabled, |v| *v.get_ref()),
+        max_streams: int_in(
+            e,
+            &s.http2_max_streams,
+            "server.http2_max_streams",
+            "server.http2_max_streams.range",
+            (1, 1_000),
+        )
+        .map_or(d.max_streams, |n| n as u32),
+        max_resets: int_in(
+            e,
+            &s.http2_max_resets,
+            "server.http2_max_resets",
+            "server.http2_max_resets.range",
+            (1, 100_000),
+        )
+        .map_or(d.max_resets, |n| n as u32),
     }
 }
 

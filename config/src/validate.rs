@@ -65,7 +65,12 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         tls_listener.as_ref(),
         env.certificates,
         errors,
-    );
+    )
+    .map(|t| {
+        let mut t = std::sync::Arc::unwrap_or_clone(t);
+        t.h2 = server.http2.enabled;
+        std::sync::Arc::new(t)
+    });
     let shards = match runtime.shards {
         Shards::Count(n) => n,
         Shards::Auto => env.cores.max(1),

@@ -31,6 +31,30 @@ pub struct ServerSettings {
     pub unknown_host: ErrorStatus,
     /// The access log (`[server] access_log`); `None`: off.
     pub access_log: Option<AccessLogSettings>,
+    /// HTTP/2: h2 by ALPN over TLS, h2c by prior knowledge in plaintext.
+    pub http2: Http2Settings,
+}
+
+/// `[server] http2*`: HTTP/2 and its defences.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Http2Settings {
+    pub enabled: bool,
+    /// Streams one connection may have open at once.
+    pub max_streams: u32,
+    /// Streams the client may reset (or that end in a protocol error) per
+    /// connection in 10 seconds before the connection is closed with
+    /// GOAWAY `ENHANCE_YOUR_CALM` (rapid reset, CVE-2023-44487).
+    pub max_resets: u32,
+}
+
+impl Default for Http2Settings {
+    fn default() -> Self {
+        Http2Settings {
+            enabled: true,
+            max_streams: 128,
+            max_resets: 200,
+        }
+    }
 }
 
 /// `[server] access_log`: where every answered request is written.
@@ -65,6 +89,7 @@ impl Default for ServerSettings {
             max_connections_per_shard: 16_384,
             unknown_host: ErrorStatus::NotFound,
             access_log: None,
+            http2: Http2Settings::default(),
         }
     }
 }

@@ -237,6 +237,11 @@ const SHARD_METRICS: &[(&str, &str, &str, Getter)] = &[
     ("gapura_tls_resumed_total", "counter", "Of the TLS handshakes completed, those resumed by a session ticket.", |s| s.tls_resumed.get()),
     ("gapura_tls_sni_default_total", "counter", "TLS handshakes naming a server no certificate claims (served the default certificate).", |s| s.tls_sni_default.get()),
     ("gapura_tls_no_sni_total", "counter", "TLS handshakes without a server name (served the default certificate).", |s| s.tls_no_sni.get()),
+    ("gapura_h2_connections_total", "counter", "HTTP/2 connections (h2 by ALPN, h2c by prior knowledge).", |s| s.h2_connections.get()),
+    ("gapura_h2_streams_total", "counter", "HTTP/2 streams, each a request through the gate.", |s| s.h2_streams.get()),
+    ("gapura_h2_resets_total", "counter", "HTTP/2 streams reset by the client or ended by a stream error.", |s| s.h2_resets.get()),
+    ("gapura_h2_enhance_your_calm_total", "counter", "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM (reset budget, reset streams waiting, floods).", |s| s.h2_calm.get()),
+    ("gapura_h2_protocol_errors_total", "counter", "HTTP/2 connections that ended in a protocol error.", |s| s.h2_errors.get()),
 ];
 
 /// Renders every counter: the shards' own, the blocks', the UDP relays',

@@ -133,16 +133,59 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
         }
     };
     if !listener.tls {
+        if shard.snapshot().server.http2.enabled {
+            match sniff_preface(&mut io, &shard).await {
+                Ok(true) => {
+                    let early = io.rbuf.split_off(io.pos);
+                    return super::h2::serve(io.stream, early, shard, client_peer, token).await;
+                }
+                Ok(false) => {}
+                Err(end) => {
+                    if let Some(t) = token {
+                        shard.release_connection(t);
+                    }
+                    return closed(&shard, end);
+                }
+            }
+        }
         let conn = Conn::new(io, shard, client_peer, token);
         return conn.serve().await;
     }
     match super::tls::handshake(io, &shard).await {
+        Some(tls) if tls.stream.alpn_h2() => {
+            super::h2::serve(tls.stream, Vec::new(), shard, client_peer, token).await
+        }
         Some(tls) => Conn::new(tls, shard, client_peer, token).serve().await,
         None => {
             if let Some(t) = token {
                 shard.release_connection(t);
             }
             closed(&shard, End::Done);
+        }
+    }
+}
+
+/// Whether a plaintext connection opens with the HTTP/2 preface (h2c with
+/// prior knowledge): reads until the buffered bytes either are the
+/// preface or differ from it, under the idle timeout. The bytes stay
+/// buffered either way.
+async fn sniff_preface(io: &mut ClientIo<TcpStream>, shard: &Shard) -> Result<bool, End> {
+    let preface = super::h2::PREFACE;
+    let deadline = clock::deadline(shard.snapshot().server.idle_timeout_ms);
+    loop {
+        let have = &io.rbuf[io.pos..];
+        let n = have.len().min(preface.len());
+        if have[..n] != preface[..n] {
+            return Ok(false);
+        }
+        if n == preface.len() {
+            return Ok(true);
+        }
+        match io.read_more(deadline).await {
+            Ok(0) => return Err(End::Done),
+            Ok(_) => {}
+            Err(ReadFail::Timeout) => return Err(End::Idle),
+            Err(ReadFail::Io) => return Err(End::Error(ErrorKind::Io)),
         }
     }
 }
@@ -159,7 +202,7 @@ pub(super) fn closed(shard: &Shard, end: End) {
 }
 
 impl<S: Transport> Conn<S> {
-    fn new(
+    pub(super) fn new(
         io: ClientIo<S>,
         shard: Rc<Shard>,
         client_peer: Peer,
@@ -184,6 +227,14 @@ impl<S: Transport> Conn<S> {
             connection_token,
             page_vars: PageCopy::default(),
         }
+    }
+
+    /// Serves an HTTP/2 stream's one request; the connection's counters
+    /// are its driver's.
+    pub(super) async fn serve_stream(mut self) -> End {
+        let end = self.run().await;
+        self.set_busy(false);
+        end
     }
 
     /// Serves requests until the connection ends, then counts its end (a

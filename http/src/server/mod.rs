@@ -19,6 +19,7 @@ pub mod date;
 mod decided;
 mod forward;
 mod forwardauth;
+mod h2;
 mod leases;
 pub mod live;
 mod powverify;

@@ -147,6 +147,17 @@ pub struct ShardStats {
     pub tls_no_sni: Counter,
     /// Failed handshakes by `HandshakeFail` reason.
     pub tls_failures: [Counter; 8],
+    /// HTTP/2 connections and streams served.
+    pub h2_connections: Counter,
+    pub h2_streams: Counter,
+    /// Streams the client reset, or that ended in a stream error.
+    pub h2_resets: Counter,
+    /// Connections closed with GOAWAY `ENHANCE_YOUR_CALM` (the reset
+    /// budget, or h2's own bounds on reset streams).
+    pub h2_calm: Counter,
+    /// Connections that ended in a protocol error (a bad preface,
+    /// SETTINGS, frame or header block).
+    pub h2_errors: Counter,
 }
 
 impl ShardStats {

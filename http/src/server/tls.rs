@@ -74,7 +74,11 @@ pub fn build_config(
             keys,
             stats,
         }));
-    config.alpn_protocols = vec![HTTP11.to_vec()];
+    config.alpn_protocols = if settings.h2 {
+        vec![b"h2".to_vec(), HTTP11.to_vec()]
+    } else {
+        vec![HTTP11.to_vec()]
+    };
     // Resumption is by tickets only: no per-shard session cache.
     config.session_storage = Arc::new(NoServerSessionStorage {});
     if settings.ticket_secret.0.is_empty() {

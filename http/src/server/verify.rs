@@ -145,7 +145,8 @@ impl<S: Transport> Conn<S> {
                 self.resume = Some(Resume::Busy { list, generation });
                 return Ok(());
             }
-            if super::forward::peer_closed(self.io.stream.socket().as_raw_fd()) {
+            let gone = self.io.stream.socket().map(|s| s.as_raw_fd());
+            if gone.is_some_and(super::forward::peer_closed) {
                 return Err(End::Error(ErrorKind::Io));
             }
             monoio::time::sleep(Duration::from_millis(VERIFY_POLL_MS)).await;

@@ -9,6 +9,7 @@
 //! is awaited.
 
 pub mod certs;
+pub mod compat;
 pub mod tickets;
 pub mod tls;
 
@@ -40,8 +41,9 @@ pub trait Transport: ReadSpare + WriteAll + 'static {
     type WriteHalf: WriteAll + 'static;
     /// Whether the bytes travel encrypted (`X-Forwarded-Proto: https`).
     const TLS: bool;
-    /// The TCP socket underneath (readiness, peeking).
-    fn socket(&self) -> &TcpStream;
+    /// The TCP socket underneath (readiness, peeking); `None` for an
+    /// HTTP/2 stream, which shares its connection's.
+    fn socket(&self) -> Option<&TcpStream>;
     /// Two halves that read and write independently (a tunnel).
     fn into_split(self) -> (Self::ReadHalf, Self::WriteHalf);
 }
@@ -94,8 +96,8 @@ impl Transport for TcpStream {
     type WriteHalf = OwnedWriteHalf<TcpStream>;
     const TLS: bool = false;
     #[inline]
-    fn socket(&self) -> &TcpStream {
-        self
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(self)
     }
     fn into_split(self) -> (Self::ReadHalf, Self::WriteHalf) {
         monoio::io::Splitable::into_split(self)
@@ -118,6 +120,3 @@ pub(crate) fn init_bytes<T: IoBuf>(buf: &T) -> &[u8] {
     // for as long as the buffer is borrowed.
     unsafe { std::slice::from_raw_parts(buf.read_ptr(), buf.bytes_init()) }
 }
-
-#[allow(dead_code)]
-fn _assert_bufmut<T: IoBufMut>() {}

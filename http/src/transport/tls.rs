@@ -181,6 +181,11 @@ impl TlsStream {
         self.tls.borrow().alpn_protocol().map(<[u8]>::to_vec)
     }
 
+    /// Whether ALPN agreed on HTTP/2.
+    pub fn alpn_h2(&self) -> bool {
+        self.tls.borrow().alpn_protocol() == Some(b"h2")
+    }
+
     /// The protocol version agreed.
     pub fn version(&self) -> Option<rustls::ProtocolVersion> {
         self.tls.borrow().protocol_version()
@@ -390,8 +395,8 @@ impl Transport for TlsStream {
     const TLS: bool = true;
 
     #[inline]
-    fn socket(&self) -> &TcpStream {
-        &self.tcp
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(&self.tcp)
     }
 
     fn into_split(self) -> (TlsReadHalf, TlsWriteHalf) {

@@ -184,13 +184,15 @@ impl<S: Transport> Conn<S> {
         let (res, slice) = match first {
             Ok(r) => r,
             Err(_) => {
-                let mut watching = true;
+                // An HTTP/2 stream has no socket of its own to watch.
+                let socket = self.io.stream.socket();
+                let mut watching = socket.is_some();
                 loop {
-                    if watching {
+                    if let (true, Some(socket)) = (watching, socket) {
                         monoio::select! {
                             r = &mut read => break r,
-                            _ = self.io.stream.socket().readable(false) => {
-                                if peer_closed(self.io.stream.socket().as_raw_fd()) {
+                            _ = socket.readable(false) => {
+                                if peer_closed(socket.as_raw_fd()) {
                                     return Err(UpRead::ClientGone);
                                 }
                                 // Pipelined bytes: stop watching, they wait in the socket.
