@@ -28,7 +28,7 @@ enum Half<T> {
     Gone,
 }
 
-pub struct Compat<R, W> {
+pub struct Compat<R, W: WriteAll + 'static> {
     read: Half<R>,
     rbuf: Vec<u8>,
     rpos: usize,
@@ -87,6 +87,30 @@ impl<R: ReadSpare + 'static, W: WriteAll + 'static> Compat<R, W> {
                 let (res, buf) = w.write_all_of(buf).await;
                 (w, res.map(|()| n), buf)
             }));
+        }
+    }
+}
+
+/// What was written last (a GOAWAY, say) still reaches the peer when the
+/// codec lets go of the connection: the write in flight and the gathered
+/// bytes finish on their own task, then the write half closes.
+impl<R, W: WriteAll + 'static> Drop for Compat<R, W> {
+    fn drop(&mut self) {
+        let write = std::mem::replace(&mut self.write, Half::Gone);
+        let rest = std::mem::take(&mut self.wbuf);
+        let finishing: Option<Fut<W>> = match write {
+            Half::Busy(f) => Some(f),
+            Half::Idle(w) => Some(Box::pin(async move { (w, Ok(0), Vec::new()) })),
+            Half::Gone => None,
+        };
+        if let Some(f) = finishing {
+            monoio::spawn(async move {
+                let (mut w, res, _) = f.await;
+                if res.is_ok() && !rest.is_empty() {
+                    let _ = w.write_all_of(rest).await;
+                }
+                w.close_write().await;
+            });
         }
     }
 }

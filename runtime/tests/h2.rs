@@ -1,0 +1,355 @@
+//! HTTP/2 end to end with the h2 client crate (and curl): h2c by prior
+//! knowledge and h2 by ALPN over TLS, many streams through the gate on one
+//! connection, bodies streamed both ways through the proxy, and the
+//! defences (rapid reset, CONTINUATION flood).
+
+mod common;
+
+use bytes::Bytes;
+use common::tls::{client_config, write_cert, ClientOptions};
+use common::{profile, Gapura, TempDir};
+use h2::client::SendRequest;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+const HELLO: &str = r#"
+[[host]]
+names = ["hello.test"]
+default = true
+kind = "respond"
+status = 200
+body = "hello\n"
+content_type = "text/plain"
+"#;
+
+/// An h2c connection by prior knowledge; its driver runs on the runtime.
+async fn h2c(
+    addr: SocketAddr,
+) -> (
+    SendRequest<Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    (client, tokio::spawn(conn))
+}
+
+/// Sends a request (with `body` when given) and reads the whole answer.
+async fn exchange(
+    client: &SendRequest<Bytes>,
+    method: &str,
+    path: &str,
+    body: Option<(Vec<u8>, bool)>,
+) -> Result<(u16, http::HeaderMap, Vec<u8>), h2::Error> {
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://hello.test{path}"));
+    if let Some((b, true)) = &body {
+        req = req.header("content-length", b.len());
+    }
+    let req = req.body(()).unwrap();
+    let mut client = client.clone().ready().await?;
+    let (resp, mut send) = client.send_request(req, body.is_none())?;
+    if let Some((b, _)) = body {
+        let mut rest = Bytes::from(b);
+        while !rest.is_empty() {
+            send.reserve_capacity(rest.len());
+            let n = std::future::poll_fn(|cx| send.poll_capacity(cx))
+                .await
+                .unwrap()?;
+            let piece = rest.split_to(n.min(rest.len()));
+            send.send_data(piece, rest.is_empty())?;
+        }
+    }
+    let resp = resp.await?;
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    Ok((status, headers, got))
+}
+
+#[test]
+fn many_streams_on_one_connection_pass_the_gate_and_the_limit_refuses_the_rest() {
+    let rest = format!(
+        "[[rate_limit]]\nname = \"ten\"\nrequests = 1\nper = \"minute\"\nburst = 10\n{}rate_limit = \"ten\"\n",
+        HELLO
+    );
+    let g = Gapura::start(&profile("", &rest));
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, driver) = h2c(g.addr).await;
+        let streams: Vec<_> = (0..50)
+            .map(|i| {
+                let c = client.clone();
+                tokio::spawn(async move { exchange(&c, "GET", &format!("/{i}"), None).await })
+            })
+            .collect();
+        let mut ok = 0;
+        let mut limited = 0;
+        for s in streams {
+            let (status, headers, body) = s.await.unwrap().unwrap();
+            match status {
+                200 => {
+                    assert_eq!(body, b"hello\n");
+                    ok += 1;
+                }
+                429 => {
+                    assert!(headers.contains_key("retry-after"));
+                    limited += 1;
+                }
+                other => panic!("status {other}"),
+            }
+        }
+        assert_eq!(
+            (ok, limited),
+            (10, 40),
+            "the burst passes, the rest is refused"
+        );
+        // Refusals are stream answers: the connection serves on.
+        let (status, _, _) = exchange(&client, "GET", "/again", None).await.unwrap();
+        assert_eq!(status, 429);
+        assert!(!driver.is_finished());
+    });
+    assert_eq!(g.metric("gapura_h2_connections_total{shard=\"0\"}"), 1);
+    assert_eq!(g.metric("gapura_h2_streams_total{shard=\"0\"}"), 51);
+    assert_eq!(g.metric("gapura_requests_total{shard=\"0\"}"), 51);
+}
+
+#[test]
+fn a_proxied_post_streams_both_ways_with_and_without_a_length() {
+    let up = common::upstream::echo();
+    let rest = format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n\n[[host]]\nnames = [\"hello.test\"]\nkind = \"proxy\"\n  [[host.route]]\n  path = \"/\"\n  upstream = \"app\"\n",
+        up.addr
+    );
+    let g = Gapura::start(&profile("", &rest));
+    let rt = runtime();
+    let body: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    rt.block_on(async {
+        let (client, _driver) = h2c(g.addr).await;
+        for with_length in [true, false] {
+            let (status, headers, got) = exchange(
+                &client,
+                "POST",
+                "/upload",
+                Some((body.clone(), with_length)),
+            )
+            .await
+            .unwrap();
+            assert_eq!(status, 200);
+            assert_eq!(headers.get("x-seen-method").unwrap(), "POST");
+            assert_eq!(got.len(), body.len(), "with a length: {with_length}");
+            assert!(got == body);
+        }
+    });
+    let seen = up.requests.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].header("x-forwarded-proto"), Some("http"));
+    assert_eq!(seen[1].header("transfer-encoding"), Some("chunked"));
+}
+
+#[test]
+fn h2_over_tls_is_chosen_by_alpn_and_http2_false_turns_it_off() {
+    let dir = TempDir::new();
+    let (cert, key, _) = write_cert(&dir.0, "hello", &["hello.test"]);
+    let certs =
+        format!("[[certificate]]\nnames = [\"hello.test\"]\ncert = {cert:?}\nkey = {key:?}\n");
+    let tls_profile = |extra: &str| {
+        profile(extra, &format!("{HELLO}{certs}")).replace(
+            "listen = [\"127.0.0.1:0\"]",
+            "listen = [\"127.0.0.1:0\", { addr = \"127.0.0.1:0\", tls = true }]",
+        )
+    };
+    let g = Gapura::start(&tls_profile(""));
+    let addr = g.tls_addr.unwrap();
+    let rt = runtime();
+    rt.block_on(async {
+        let config = client_config(ClientOptions {
+            alpn: &[b"h2", b"http/1.1"],
+            ..Default::default()
+        });
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("hello.test").unwrap();
+        let tls = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let (client, conn) = h2::client::handshake(tls).await.unwrap();
+        tokio::spawn(conn);
+        let (status, _, body) = exchange(&client, "GET", "/", None).await.unwrap();
+        assert_eq!((status, &body[..]), (200, &b"hello\n"[..]));
+    });
+    // curl, when the machine has it: HTTP/2 over TLS and h2c.
+    if let Ok(out) = std::process::Command::new("curl")
+        .args([
+            "-sk",
+            "--http2",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code}",
+        ])
+        .arg("--resolve")
+        .arg(format!("hello.test:{}:127.0.0.1", addr.port()))
+        .arg(format!("https://hello.test:{}/", addr.port()))
+        .output()
+    {
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "2 200");
+    }
+    // `http2 = false`: ALPN offers only http/1.1 and h2c is not spoken.
+    let off = Gapura::start(&tls_profile("http2 = false"));
+    let config = client_config(ClientOptions {
+        alpn: &[b"h2", b"http/1.1"],
+        ..Default::default()
+    });
+    let c = common::tls::TlsClient::connect(off.tls_addr.unwrap(), Some("hello.test"), &config)
+        .unwrap();
+    assert_eq!(c.alpn().as_deref(), Some(&b"http/1.1"[..]));
+    let mut plain = std::net::TcpStream::connect(off.addr).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    plain
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(
+        answer.starts_with(b"HTTP/1.1 400"),
+        "read as HTTP/1.1: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
+#[test]
+fn rapid_reset_gets_goaway_and_other_clients_keep_their_service() {
+    let g = Gapura::start(&profile("http2_max_resets = 10", HELLO));
+    let rt = runtime();
+    rt.block_on(async {
+        let (attacker, attack_conn) = h2c(g.addr).await;
+        let (client, _driver) = h2c(g.addr).await;
+        // Open streams and reset them at once, over and over.
+        let mut sent = 0;
+        for _ in 0..5_000 {
+            let Ok(mut ready) = attacker.clone().ready().await else {
+                break;
+            };
+            let req = http::Request::get("http://hello.test/").body(()).unwrap();
+            let Ok((resp, mut stream)) = ready.send_request(req, false) else {
+                break;
+            };
+            stream.send_reset(h2::Reason::CANCEL);
+            drop(resp);
+            sent += 1;
+            if attack_conn.is_finished() {
+                break;
+            }
+            if sent % 50 == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        let ended = tokio::time::timeout(Duration::from_secs(10), attack_conn)
+            .await
+            .expect("the attacking connection is closed")
+            .unwrap();
+        let err = ended.expect_err("closed with an error");
+        assert_eq!(err.reason(), Some(h2::Reason::ENHANCE_YOUR_CALM), "{err:?}");
+        assert!(sent < 5_000, "cut off after {sent} resets");
+        // The other client is served all along.
+        for _ in 0..20 {
+            let (status, _, body) = exchange(&client, "GET", "/", None).await.unwrap();
+            assert_eq!((status, &body[..]), (200, &b"hello\n"[..]));
+        }
+    });
+    assert_eq!(
+        g.metric("gapura_h2_enhance_your_calm_total{shard=\"0\"}"),
+        1
+    );
+    // Each reset stream was counted (the budget, or h2's own bound on
+    // reset streams waiting to be accepted, sent the GOAWAY).
+    assert!(g.metric("gapura_h2_resets_total{shard=\"0\"}") >= 10);
+}
+
+/// A frame header: length, type, flags, stream.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let n = payload.len() as u32;
+    let mut f = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+#[test]
+fn a_continuation_flood_is_cut_off() {
+    let g = Gapura::start(&profile("", HELLO));
+    let mut s = std::net::TcpStream::connect(g.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    s.write_all(&frame(0x4, 0, 0, &[])).unwrap();
+    // HEADERS without END_HEADERS: `:method GET` (static index 2), then
+    // CONTINUATION frames of literal fields that never end the block.
+    s.write_all(&frame(0x1, 0x1, 1, &[0x82])).unwrap();
+    let mut literal = Vec::new();
+    for _ in 0..1_000 {
+        // Literal without indexing, new name "x-a" (3), value of 10 bytes.
+        literal.extend_from_slice(&[0x00, 0x03, b'x', b'-', b'a', 0x0a]);
+        literal.extend_from_slice(b"0123456789");
+    }
+    let continuation = frame(0x9, 0, 1, &literal[..16_000]);
+    let reader = std::thread::spawn({
+        let mut r = s.try_clone().unwrap();
+        move || {
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = r.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.extend_from_slice(&buf[..n]);
+            }
+            seen
+        }
+    });
+    let mut sent = 0usize;
+    while sent < 4_000 {
+        if s.write_all(&continuation).is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let seen = reader.join().unwrap();
+    // The server's frames: find a GOAWAY (type 7) after its SETTINGS.
+    let mut at = 0;
+    let mut goaway = false;
+    while at + 9 <= seen.len() {
+        let len = (usize::from(seen[at]) << 16)
+            | (usize::from(seen[at + 1]) << 8)
+            | usize::from(seen[at + 2]);
+        goaway |= seen[at + 3] == 0x7;
+        at += 9 + len;
+    }
+    assert!(
+        goaway || sent < 4_000,
+        "the flood was cut off ({sent} frames sent)"
+    );
+    assert!(goaway, "a GOAWAY ended it: {} bytes seen", seen.len());
+    assert!(common::wait_until(Duration::from_secs(5), || {
+        g.metric("gapura_connections_open{shard=\"0\"}") == 0
+    }));
+}
