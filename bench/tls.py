@@ -15,6 +15,11 @@ from /proc) is read before and after each load:
                  a new connection, and wrk resumes its last session (TLS 1.3
                  tickets), so each is a resumed handshake; Gapura's counters
                  confirm the split
+  h2-m10         h2load over TLS (ALPN h2), 64 connections, 10 streams each:
+                 CPU per request (nginx: `listen ... ssl http2`)
+  proxy-c64      wrk, 64 keep-alive HTTPS connections, each request
+                 forwarded to an upstream nginx on the load core (both
+                 servers keep a pool of upstream connections)
 
 The loads run pinned to the load core. Both servers negotiate TLS 1.3 with
 TLS_AES_256_GCM_SHA384 with these clients (OpenSSL's order; both servers
@@ -38,7 +43,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICKS = os.sysconf("SC_CLK_TCK")
 SERVERS = ("gapura", "nginx")
-SCENARIOS = ("https-c64", "handshake-new", "resumed-c16")
+SCENARIOS = ("https-c64", "handshake-new", "resumed-c16", "h2-m10", "proxy-c64")
 
 
 def say(msg):
@@ -98,7 +103,31 @@ def make_cert(work):
     return cert, key
 
 
-def start_gapura(binary, work, port, cert, key, core):
+def start_upstream(work, port, core):
+    conf = os.path.join(work, "upstream.conf")
+    with open(conf, "w") as f:
+        f.write(f"""worker_processes 1;
+daemon off;
+pid {work}/upstream.pid;
+error_log {work}/upstream-error.log;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    keepalive_requests 1000000;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            default_type text/plain;
+            return 200 "hello\\n";
+        }}
+    }}
+}}
+""")
+    return subprocess.Popen(["taskset", "-c", str(core), "nginx", "-c", conf, "-p", work],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_gapura(binary, work, port, cert, key, core, upstream):
     admin = free_port()
     profile = os.path.join(work, "gapura.toml")
     with open(profile, "w") as f:
@@ -108,8 +137,21 @@ admin = "127.0.0.1:{admin}"
 shards = 1
 max_requests_per_connection = 0
 
+[[upstream]]
+name = "origin"
+servers = ["127.0.0.1:{upstream}"]
+max_idle_per_server = 64
+
+[[host]]
+names = ["proxy.test"]
+kind = "proxy"
+  [[host.route]]
+  path = "/"
+  upstream = "origin"
+  request_id = "off"
+
 [[certificate]]
-names = ["bench.test"]
+names = ["bench.test", "proxy.test"]
 cert = "{cert}"
 key = "{key}"
 
@@ -130,7 +172,7 @@ off = ["all"]
     return proc, admin
 
 
-def start_nginx(work, port, cert, key, core):
+def start_nginx(work, port, cert, key, core, upstream):
     conf = os.path.join(work, "nginx.conf")
     with open(conf, "w") as f:
         f.write(f"""worker_processes 1;
@@ -144,13 +186,22 @@ http {{
     ssl_session_cache off;
     ssl_session_tickets on;
     ssl_protocols TLSv1.2 TLSv1.3;
+    upstream origin {{
+        server 127.0.0.1:{upstream};
+        keepalive 64;
+    }}
     server {{
-        listen 127.0.0.1:{port} ssl;
+        listen 127.0.0.1:{port} ssl http2;
         ssl_certificate {cert};
         ssl_certificate_key {key};
         location / {{
             default_type text/plain;
             return 200 "hello\\n";
+        }}
+        location /p {{
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
         }}
     }}
 }}
@@ -160,11 +211,13 @@ http {{
     return proc
 
 
-def wrk(port, conns, secs, core, close):
+def wrk(port, conns, secs, core, close, proxy=False):
     cmd = ["taskset", "-c", str(core), "wrk", "-t1", f"-c{conns}", f"-d{secs}s"]
     if close:
         cmd += ["-H", "Connection: close"]
-    cmd.append(f"https://127.0.0.1:{port}/")
+    if proxy:
+        cmd += ["-H", "Host: proxy.test"]
+    cmd.append(f"https://127.0.0.1:{port}/p" if proxy else f"https://127.0.0.1:{port}/")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30).stdout
     m = re.search(r"(\d+) requests in", out)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -181,6 +234,19 @@ def s_time(port, secs, core):
     return int(m.group(1)) if m else 0
 
 
+def h2load(port, secs, core):
+    cmd = ["taskset", "-c", str(core), "h2load", "-c64", "-m10", "-t1", "-D", str(secs),
+           f"https://127.0.0.1:{port}/"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 60).stdout
+    m = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
+    if not m:
+        say("h2load: " + out[-400:])
+        return 0
+    if m.group(1) != m.group(2):
+        say(f"h2load: {m.group(1)} done, {m.group(2)} succeeded")
+    return int(m.group(2))
+
+
 def metric(admin, name):
     try:
         text = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=2).read().decode()
@@ -189,12 +255,13 @@ def metric(admin, name):
     return sum(int(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(name + "{"))
 
 
-def run_server(name, args, work, cert, key):
+def run_server(name, args, work, cert, key, upstream):
     port = free_port()
     if name == "gapura":
-        proc, admin = start_gapura(args.gapura, work, port, cert, key, args.server_core)
+        proc, admin = start_gapura(args.gapura, work, port, cert, key, args.server_core, upstream)
     else:
-        proc, admin = start_nginx(work, port, cert, key, args.server_core), None
+        proc = start_nginx(work, port, cert, key, args.server_core, upstream)
+        admin = None
     results = {}
     try:
         wait_port(port, proc)
@@ -205,8 +272,12 @@ def run_server(name, args, work, cert, key):
                 n = wrk(port, 64, args.duration, args.load_core, False)
             elif sc == "handshake-new":
                 n = s_time(port, args.duration, args.load_core)
-            else:
+            elif sc == "resumed-c16":
                 n = wrk(port, 16, args.duration, args.load_core, True)
+            elif sc == "h2-m10":
+                n = h2load(port, args.duration, args.load_core)
+            else:
+                n = wrk(port, 64, args.duration, args.load_core, False, proxy=True)
             if admin:
                 results[sc + " resumed"] = metric(admin, "gapura_tls_resumed_total")
             used = cpu_ticks(proc.pid) - before
@@ -238,16 +309,31 @@ def main():
     rows = {(s, sc): [] for s in servers for sc in SCENARIOS}
     with tempfile.TemporaryDirectory(prefix="gapura-tls-bench-") as work:
         cert, key = make_cert(work)
-        for r in range(args.rounds):
-            for s in servers:
-                say(f"round {r + 1}: {s}")
-                res = run_server(s, args, work, cert, key)
-                for sc in SCENARIOS:
-                    rows[(s, sc)].append(res[sc])
-                if s == "gapura":
-                    say(f"gapura counted {res['handshakes_seen']} handshakes; resumed, "
-                        "cumulative after each scenario: "
-                        + ", ".join(f"{sc} {res[sc + ' resumed']}" for sc in SCENARIOS))
+        upstream_port = free_port()
+        upstream = start_upstream(work, upstream_port, args.load_core)
+        try:
+            wait_port(upstream_port, upstream)
+            run_rounds(args, servers, rows, work, cert, key, upstream_port)
+        finally:
+            upstream.send_signal(signal.SIGTERM)
+            upstream.wait(timeout=15)
+    print_table(args, servers, rows)
+
+
+def run_rounds(args, servers, rows, work, cert, key, upstream_port):
+    for r in range(args.rounds):
+        for s in servers:
+            say(f"round {r + 1}: {s}")
+            res = run_server(s, args, work, cert, key, upstream_port)
+            for sc in SCENARIOS:
+                rows[(s, sc)].append(res[sc])
+            if s == "gapura":
+                say(f"gapura counted {res['handshakes_seen']} handshakes; resumed, "
+                    "cumulative after each scenario: "
+                    + ", ".join(f"{sc} {res[sc + ' resumed']}" for sc in SCENARIOS))
+
+
+def print_table(args, servers, rows):
     print(f"# TLS: server CPU µs per unit, {args.rounds} rounds of {args.duration} s, "
           f"server on core {args.server_core}, load on core {args.load_core}\n")
     print("| scenario | server | rounds (CPU µs) | median | vs nginx (median) | units per round |")
