@@ -396,3 +396,28 @@ fn a_websocket_tunnel_runs_over_tls() {
         assert_eq!(got, message);
     }
 }
+
+#[test]
+fn the_ocsp_response_is_stapled() {
+    let dir = TempDir::new();
+    let (ca, ka, _) = write_cert(&dir.0, "a", &["a.example"]);
+    let ocsp = dir.0.join("a.ocsp");
+    std::fs::write(&ocsp, b"\x30\x03\x0a\x01\x00").unwrap();
+    let certs = format!(
+        "[[certificate]]\nnames = [\"a.example\"]\ncert = {ca:?}\nkey = {ka:?}\nocsp = {ocsp:?}\n"
+    );
+    let g = Gapura::start(&tls_profile("", &format!("{HELLO_HOST}{certs}")));
+    for tls12 in [false, true] {
+        let (config, stapled) = common::tls::client_config_keeping_ocsp(ClientOptions {
+            tls12_only: tls12,
+            ..Default::default()
+        });
+        let mut c = TlsClient::connect(g.tls_addr.unwrap(), Some("a.example"), &config).unwrap();
+        assert_eq!(c.request(GET).status, 200);
+        assert_eq!(
+            *stapled.lock().unwrap(),
+            b"\x30\x03\x0a\x01\x00",
+            "TLS 1.2 only: {tls12}"
+        );
+    }
+}

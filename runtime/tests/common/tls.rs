@@ -25,8 +25,12 @@ pub fn write_cert(dir: &Path, stem: &str, names: &[&str]) -> (PathBuf, PathBuf, 
     (cert, key, c.cert.der().to_vec())
 }
 
+/// Accepts any certificate; keeps the stapled OCSP response it was sent.
 #[derive(Debug)]
-struct AcceptAny(Arc<rustls::crypto::CryptoProvider>);
+struct AcceptAny(
+    Arc<rustls::crypto::CryptoProvider>,
+    Arc<std::sync::Mutex<Vec<u8>>>,
+);
 
 impl ServerCertVerifier for AcceptAny {
     fn verify_server_cert(
@@ -34,9 +38,10 @@ impl ServerCertVerifier for AcceptAny {
         _end_entity: &CertificateDer<'_>,
         _intermediates: &[CertificateDer<'_>],
         _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
+        ocsp: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        *self.1.lock().unwrap() = ocsp.to_vec();
         Ok(ServerCertVerified::assertion())
     }
 
@@ -85,6 +90,15 @@ pub struct ClientOptions {
 /// A client configuration; configurations keep their session tickets, so
 /// reusing one resumes.
 pub fn client_config(options: ClientOptions) -> Arc<ClientConfig> {
+    client_config_keeping_ocsp(options).0
+}
+
+/// A client configuration, and where its verifier keeps the last OCSP
+/// response a server stapled.
+pub fn client_config_keeping_ocsp(
+    options: ClientOptions,
+) -> (Arc<ClientConfig>, Arc<std::sync::Mutex<Vec<u8>>>) {
+    let stapled = Arc::new(std::sync::Mutex::new(Vec::new()));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let versions: &[&rustls::SupportedProtocolVersion] = if options.tls12_only {
         &[&rustls::version::TLS12]
@@ -95,10 +109,10 @@ pub fn client_config(options: ClientOptions) -> Arc<ClientConfig> {
         .with_protocol_versions(versions)
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
+        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider, stapled.clone())))
         .with_no_client_auth();
     config.alpn_protocols = options.alpn.iter().map(|p| p.to_vec()).collect();
-    Arc::new(config)
+    (Arc::new(config), stapled)
 }
 
 /// A TLS connection to the server under test.
