@@ -83,6 +83,7 @@ pub(crate) struct RawServer {
     pub http2: Opt<bool>,
     pub http2_max_streams: Opt<i64>,
     pub http2_max_resets: Opt<i64>,
+    pub http2_max_control_frames: Opt<i64>,
 }
 
 /// `[server] access_log = { path, format, log_addresses, log_query }`.

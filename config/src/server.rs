@@ -175,7 +175,8 @@ fn check_connections(s: &RawServer, e: &mut Errors<'_>) -> ServerSettings {
     }
 }
 
-/// `http2`, `http2_max_streams`, `http2_max_resets`.
+/// `http2`, `http2_max_streams`, `http2_max_resets`,
+/// `http2_max_control_frames`.
 fn check_http2(s: &RawServer, e: &mut Errors<'_>) -> gapura_gate::snapshot::Http2Settings {
     let d = gapura_gate::snapshot::Http2Settings::default();
     gapura_gate::snapshot::Http2Settings {
@@ -196,6 +197,14 @@ fn check_http2(s: &RawServer, e: &mut Errors<'_>) -> gapura_gate::snapshot::Http
             (1, 100_000),
         )
         .map_or(d.max_resets, |n| n as u32),
+        max_control_frames: int_in(
+            e,
+            &s.http2_max_control_frames,
+            "server.http2_max_control_frames",
+            "server.http2_max_control_frames.range",
+            (1, 1_000_000),
+        )
+        .map_or(d.max_control_frames, |n| n as u32),
     }
 }
 

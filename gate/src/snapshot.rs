@@ -45,6 +45,9 @@ pub struct Http2Settings {
     /// connection in 10 seconds before the connection is closed with
     /// GOAWAY `ENHANCE_YOUR_CALM` (rapid reset, CVE-2023-44487).
     pub max_resets: u32,
+    /// SETTINGS, PING and PRIORITY frames and empty DATA frames one
+    /// connection may send in 10 seconds before it is closed the same way.
+    pub max_control_frames: u32,
 }
 
 impl Default for Http2Settings {
@@ -53,6 +56,7 @@ impl Default for Http2Settings {
             enabled: true,
             max_streams: 128,
             max_resets: 200,
+            max_control_frames: 1_000,
         }
     }
 }

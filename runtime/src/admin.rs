@@ -241,6 +241,7 @@ const SHARD_METRICS: &[(&str, &str, &str, Getter)] = &[
     ("gapura_h2_streams_total", "counter", "HTTP/2 streams, each a request through the gate.", |s| s.h2_streams.get()),
     ("gapura_h2_resets_total", "counter", "HTTP/2 streams reset by the client or ended by a stream error.", |s| s.h2_resets.get()),
     ("gapura_h2_enhance_your_calm_total", "counter", "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM (reset budget, reset streams waiting, floods).", |s| s.h2_calm.get()),
+    ("gapura_h2_floods_total", "counter", "HTTP/2 connections closed over their budget of SETTINGS, PING, PRIORITY and empty DATA frames.", |s| s.h2_floods.get()),
     ("gapura_h2_protocol_errors_total", "counter", "HTTP/2 connections that ended in a protocol error.", |s| s.h2_errors.get()),
 ];
 

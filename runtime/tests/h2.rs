@@ -353,3 +353,40 @@ fn a_continuation_flood_is_cut_off() {
         g.metric("gapura_connections_open{shard=\"0\"}") == 0
     }));
 }
+
+/// The frames a server sent: (type, payload) each.
+fn frames(mut seen: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while seen.len() >= 9 {
+        let len = (usize::from(seen[0]) << 16) | (usize::from(seen[1]) << 8) | usize::from(seen[2]);
+        if seen.len() < 9 + len {
+            break;
+        }
+        out.push((seen[3], seen[9..9 + len].to_vec()));
+        seen = &seen[9 + len..];
+    }
+    out
+}
+
+#[test]
+fn a_ping_flood_gets_goaway_enhance_your_calm() {
+    let g = Gapura::start(&profile("http2_max_control_frames = 100", HELLO));
+    let mut s = std::net::TcpStream::connect(g.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut flood = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    flood.extend_from_slice(&frame(0x4, 0, 0, &[]));
+    for i in 0..1_000u64 {
+        flood.extend_from_slice(&frame(0x6, 0, 0, &i.to_be_bytes()));
+    }
+    // Some of it may meet a closed socket.
+    let _ = s.write_all(&flood);
+    let mut seen = Vec::new();
+    let _ = s.read_to_end(&mut seen);
+    let frames = frames(&seen);
+    let pongs = frames.iter().filter(|(k, _)| *k == 0x6).count();
+    let goaway = frames.iter().find(|(k, _)| *k == 0x7).expect("a GOAWAY");
+    // Last stream id (4 bytes), then the error code: ENHANCE_YOUR_CALM (0xb).
+    assert_eq!(&goaway.1[4..8], &[0, 0, 0, 0xb]);
+    assert!(pongs <= 101, "answered {pongs} pings of 1000");
+    assert_eq!(g.metric("gapura_h2_floods_total{shard=\"0\"}"), 1);
+}

@@ -16,7 +16,9 @@
 //! by it); streams reset by the client, or ending in a stream error, are
 //! budgeted per connection (`http2_max_resets` per 10 s), past which the
 //! connection gets GOAWAY `ENHANCE_YOUR_CALM`; h2 itself closes a
-//! connection with too many reset streams waiting to be accepted. The
+//! connection with too many reset streams waiting to be accepted; frames
+//! that cost work without a request (SETTINGS, PING, PRIORITY, empty DATA)
+//! are budgeted below the codec (`h2scan`, `http2_max_control_frames`). The
 //! preface and SETTINGS must arrive within the header timeout; an idle
 //! connection (no open stream) is closed with GOAWAY after the idle
 //! timeout; a draining shard sends GOAWAY and lets open streams finish.
@@ -88,6 +90,12 @@ pub(super) async fn serve<S: Transport>(
     let settings = snap.server.http2;
     shard.stats.h2_connections.inc();
     let (r, w) = stream.into_split();
+    let mut r = super::h2scan::Scanned::new(r, settings.max_control_frames);
+    let mut early = early;
+    if let Some(cut) = r.scan(&early) {
+        early.truncate(cut);
+    }
+    let flooded = r.flooded.clone();
     let io = Compat::new(r, w, early);
     let mut builder = h2::server::Builder::new();
     builder
@@ -139,7 +147,10 @@ pub(super) async fn serve<S: Transport>(
             Some(None) => break,
             None => {}
         }
-        if shared.resets.get() > settings.max_resets {
+        if flooded.get() {
+            shard.stats.h2_floods.inc();
+        }
+        if shared.resets.get() > settings.max_resets || flooded.get() {
             shard.stats.h2_calm.inc();
             conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
             // Sends the GOAWAY; the connection ends with it.

@@ -20,6 +20,7 @@ mod decided;
 mod forward;
 mod forwardauth;
 mod h2;
+mod h2scan;
 mod leases;
 pub mod live;
 mod powverify;

@@ -155,6 +155,9 @@ pub struct ShardStats {
     /// Connections closed with GOAWAY `ENHANCE_YOUR_CALM` (the reset
     /// budget, or h2's own bounds on reset streams).
     pub h2_calm: Counter,
+    /// Connections over their budget of SETTINGS, PING, PRIORITY and empty
+    /// DATA frames.
+    pub h2_floods: Counter,
     /// Connections that ended in a protocol error (a bad preface,
     /// SETTINGS, frame or header block).
     pub h2_errors: Counter,
