@@ -8,6 +8,8 @@ one worker (nginx: `worker_processes 1`; Gapura: `shards = 1`) and answers
 `200 hello` on a TLS listener. Its CPU (utime + stime of its process tree,
 from /proc) is read before and after each load:
 
+  http-c64       wrk, 64 keep-alive plaintext connections: the same answer
+                 without TLS, the floor of https-c64 in the same run
   https-c64      wrk, 64 keep-alive connections: CPU per request
   handshake-new  `openssl s_time -new`: one connection at a time, each a
                  full TLS 1.3 handshake and one request (CPU per handshake)
@@ -43,7 +45,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICKS = os.sysconf("SC_CLK_TCK")
 SERVERS = ("gapura", "nginx")
-SCENARIOS = ("https-c64", "handshake-new", "resumed-c16", "h2-m10", "proxy-c64")
+SCENARIOS = ("http-c64", "https-c64", "handshake-new", "resumed-c16", "h2-m10", "proxy-c64")
 
 
 def say(msg):
@@ -51,9 +53,17 @@ def say(msg):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now whose successor is free too (the plaintext listener)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            with socket.socket() as t:
+                t.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
 
 
 def children(pid):
@@ -132,7 +142,7 @@ def start_gapura(binary, work, port, cert, key, core, upstream):
     profile = os.path.join(work, "gapura.toml")
     with open(profile, "w") as f:
         f.write(f"""[server]
-listen = [{{ addr = "127.0.0.1:{port}", tls = true }}]
+listen = [{{ addr = "127.0.0.1:{port}", tls = true }}, "127.0.0.1:{port + 1}"]
 admin = "127.0.0.1:{admin}"
 shards = 1
 max_requests_per_connection = 0
@@ -192,6 +202,7 @@ http {{
     }}
     server {{
         listen 127.0.0.1:{port} ssl http2;
+        listen 127.0.0.1:{port + 1};
         ssl_certificate {cert};
         ssl_certificate_key {key};
         location / {{
@@ -211,13 +222,16 @@ http {{
     return proc
 
 
-def wrk(port, conns, secs, core, close, proxy=False):
+def wrk(port, conns, secs, core, close, proxy=False, plain=False):
     cmd = ["taskset", "-c", str(core), "wrk", "-t1", f"-c{conns}", f"-d{secs}s"]
     if close:
         cmd += ["-H", "Connection: close"]
     if proxy:
         cmd += ["-H", "Host: proxy.test"]
-    cmd.append(f"https://127.0.0.1:{port}/p" if proxy else f"https://127.0.0.1:{port}/")
+    if plain:
+        cmd.append(f"http://127.0.0.1:{port + 1}/")
+    else:
+        cmd.append(f"https://127.0.0.1:{port}/p" if proxy else f"https://127.0.0.1:{port}/")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30).stdout
     m = re.search(r"(\d+) requests in", out)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -268,7 +282,9 @@ def run_server(name, args, work, cert, key, upstream):
         wrk(port, 64, 1, args.load_core, False)  # warm-up
         for sc in SCENARIOS:
             before = cpu_ticks(proc.pid)
-            if sc == "https-c64":
+            if sc == "http-c64":
+                n = wrk(port, 64, args.duration, args.load_core, False, plain=True)
+            elif sc == "https-c64":
                 n = wrk(port, 64, args.duration, args.load_core, False)
             elif sc == "handshake-new":
                 n = s_time(port, args.duration, args.load_core)
