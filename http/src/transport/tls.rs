@@ -330,24 +330,26 @@ impl ReadSpare for TlsStream {
     }
 }
 
-impl WriteAll for TlsStream {
-    async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
-        let res = write_plain(
-            &mut self.tcp,
-            &self.tls,
-            &mut self.cout,
-            super::init_bytes(&buf),
-        )
-        .await;
-        (res, buf)
-    }
+/// The writing side of a stream and of its write half: the same fields.
+macro_rules! tls_write {
+    ($($t:ty),*) => {$(
+        impl WriteAll for $t {
+            async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
+                let data = super::init_bytes(&buf);
+                let res = write_plain(&mut self.tcp, &self.tls, &mut self.cout, data).await;
+                (res, buf)
+            }
 
-    async fn close_write(&mut self) {
-        self.tls.borrow_mut().send_close_notify();
-        let _ = flush_tls(&mut self.tcp, &self.tls, &mut self.cout).await;
-        let _ = AsyncWriteRent::shutdown(&mut self.tcp).await;
-    }
+            async fn close_write(&mut self) {
+                self.tls.borrow_mut().send_close_notify();
+                let _ = flush_tls(&mut self.tcp, &self.tls, &mut self.cout).await;
+                let _ = AsyncWriteRent::shutdown(&mut self.tcp).await;
+            }
+        }
+    )*};
 }
+
+tls_write!(TlsStream, TlsWriteHalf);
 
 /// The reading half of a split [`TlsStream`].
 pub struct TlsReadHalf {
@@ -367,25 +369,6 @@ pub struct TlsWriteHalf {
 impl ReadSpare for TlsReadHalf {
     async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
         read_plain(&mut self.tcp, &self.tls, &mut self.cin, buf).await
-    }
-}
-
-impl WriteAll for TlsWriteHalf {
-    async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
-        let res = write_plain(
-            &mut self.tcp,
-            &self.tls,
-            &mut self.cout,
-            super::init_bytes(&buf),
-        )
-        .await;
-        (res, buf)
-    }
-
-    async fn close_write(&mut self) {
-        self.tls.borrow_mut().send_close_notify();
-        let _ = flush_tls(&mut self.tcp, &self.tls, &mut self.cout).await;
-        let _ = AsyncWriteRent::shutdown(&mut self.tcp).await;
     }
 }
 
