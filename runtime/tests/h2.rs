@@ -20,15 +20,7 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-const HELLO: &str = r#"
-[[host]]
-names = ["hello.test"]
-default = true
-kind = "respond"
-status = 200
-body = "hello\n"
-content_type = "text/plain"
-"#;
+const HELLO: &str = common::HELLO_HOST;
 
 /// An h2c connection by prior knowledge; its driver runs on the runtime.
 async fn h2c(
