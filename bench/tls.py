@@ -280,7 +280,7 @@ def run_server(name, args, work, cert, key, upstream):
     try:
         wait_port(port, proc)
         wrk(port, 64, 1, args.load_core, False)  # warm-up
-        for sc in SCENARIOS:
+        for sc in args.scenarios:
             before = cpu_ticks(proc.pid)
             if sc == "http-c64":
                 n = wrk(port, 64, args.duration, args.load_core, False, plain=True)
@@ -318,11 +318,17 @@ def main():
     p.add_argument("--duration", type=int, default=5)
     p.add_argument("--gapura", default=os.path.join(ROOT, "target", "release", "gapura"))
     p.add_argument("--only", choices=SERVERS)
+    p.add_argument("--scenarios", default=",".join(SCENARIOS),
+                   help="a comma-separated subset of " + ", ".join(SCENARIOS))
     p.add_argument("--server-core", type=int, default=0)
     p.add_argument("--load-core", type=int, default=1)
     args = p.parse_args()
+    args.scenarios = [sc for sc in args.scenarios.split(",") if sc]
+    for sc in args.scenarios:
+        if sc not in SCENARIOS:
+            p.error(f"unknown scenario {sc!r}")
     servers = [args.only] if args.only else list(SERVERS)
-    rows = {(s, sc): [] for s in servers for sc in SCENARIOS}
+    rows = {(s, sc): [] for s in servers for sc in args.scenarios}
     with tempfile.TemporaryDirectory(prefix="gapura-tls-bench-") as work:
         cert, key = make_cert(work)
         upstream_port = free_port()
@@ -341,12 +347,12 @@ def run_rounds(args, servers, rows, work, cert, key, upstream_port):
         for s in servers:
             say(f"round {r + 1}: {s}")
             res = run_server(s, args, work, cert, key, upstream_port)
-            for sc in SCENARIOS:
+            for sc in args.scenarios:
                 rows[(s, sc)].append(res[sc])
             if s == "gapura":
                 say(f"gapura counted {res['handshakes_seen']} handshakes; resumed, "
                     "cumulative after each scenario: "
-                    + ", ".join(f"{sc} {res[sc + ' resumed']}" for sc in SCENARIOS))
+                    + ", ".join(f"{sc} {res[sc + ' resumed']}" for sc in args.scenarios))
 
 
 def print_table(args, servers, rows):
@@ -354,7 +360,7 @@ def print_table(args, servers, rows):
           f"server on core {args.server_core}, load on core {args.load_core}\n")
     print("| scenario | server | rounds (CPU µs) | median | vs nginx (median) | units per round |")
     print("|---|---|---|---:|---:|---|")
-    for sc in SCENARIOS:
+    for sc in args.scenarios:
         base = statistics.median(u for u, _ in rows[("nginx", sc)]) if "nginx" in servers else None
         for s in servers:
             us = [u for u, _ in rows[(s, sc)]]

@@ -382,3 +382,31 @@ fn a_ping_flood_gets_goaway_enhance_your_calm() {
     assert!(pongs <= 101, "answered {pongs} pings of 1000");
     assert_eq!(g.metric("gapura_h2_floods_total{shard=\"0\"}"), 1);
 }
+
+#[test]
+fn the_streams_of_a_connection_share_its_request_rate() {
+    let host = HELLO.replace(
+        "default = true",
+        "default = true\nconnection_rate = { requests = 1, burst = 2 }",
+    );
+    let g = Gapura::start(&profile("", &host));
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, driver) = h2c(g.addr).await;
+        let mut statuses = Vec::new();
+        for i in 0..4 {
+            let (status, _, _) = exchange(&client, "GET", &format!("/{i}"), None)
+                .await
+                .unwrap();
+            statuses.push(status);
+        }
+        assert_eq!(statuses, [200, 200, 429, 429]);
+        assert!(
+            !driver.is_finished(),
+            "a refused stream is the stream's answer"
+        );
+        // A second connection has a bucket of its own.
+        let (other, _d) = h2c(g.addr).await;
+        assert_eq!(exchange(&other, "GET", "/", None).await.unwrap().0, 200);
+    });
+}

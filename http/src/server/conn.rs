@@ -88,8 +88,9 @@ pub(super) struct Conn<S> {
     pub(super) resume_identity: Option<std::sync::Arc<[u8]>>,
     /// The leases of answers written into `wbuf` and not yet sent.
     held: Held,
-    /// The connection's request bucket (a host's `connection_rate`).
-    bucket: std::cell::Cell<gapura_gate::quota::Bucket>,
+    /// The connection's request bucket (a host's `connection_rate`),
+    /// shared by the streams of an HTTP/2 connection.
+    bucket: Rc<std::cell::Cell<gapura_gate::quota::Bucket>>,
     /// The current request's access log facts (while the profile logs).
     pub(super) log: Option<Box<LogRecord>>,
     /// The current request's host and when its head was complete (its
@@ -148,14 +149,18 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
                 }
             }
         }
-        let conn = Conn::new(io, shard, client_peer, token);
+        let conn = Conn::new(io, shard, client_peer, token, Rc::default());
         return conn.serve().await;
     }
     match super::tls::handshake(io, &shard).await {
         Some(tls) if tls.stream.alpn_h2() => {
             super::h2::serve(tls.stream, Vec::new(), shard, client_peer, token).await
         }
-        Some(tls) => Conn::new(tls, shard, client_peer, token).serve().await,
+        Some(tls) => {
+            Conn::new(tls, shard, client_peer, token, Rc::default())
+                .serve()
+                .await
+        }
         None => {
             if let Some(t) = token {
                 shard.release_connection(t);
@@ -207,6 +212,7 @@ impl<S: Transport> Conn<S> {
         shard: Rc<Shard>,
         client_peer: Peer,
         connection_token: Option<gapura_gate::chain::ConnectionToken>,
+        bucket: Rc<std::cell::Cell<gapura_gate::quota::Bucket>>,
     ) -> Conn<S> {
         Conn {
             io,
@@ -219,7 +225,7 @@ impl<S: Transport> Conn<S> {
             resume_leases: None,
             resume_identity: None,
             held: Held::default(),
-            bucket: Default::default(),
+            bucket,
             log: None,
             req_host: None,
             req_start: std::time::Instant::now(),

@@ -38,9 +38,11 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use monoio::buf::IoBuf;
 use monoio::net::TcpStream;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::io;
 use std::rc::Rc;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 /// The connection preface a client with prior knowledge opens with.
@@ -57,6 +59,9 @@ const SEND_BUFFER: usize = 64 * 1024;
 /// What one connection's streams share with its driver.
 #[derive(Default)]
 struct Shared {
+    /// The connection's request bucket (a host's `connection_rate`
+    /// counts the requests of every stream).
+    bucket: Rc<Cell<gapura_gate::quota::Bucket>>,
     open: Cell<u32>,
     /// Resets in the current window, and when it began.
     resets: Cell<u32>,
@@ -114,6 +119,9 @@ pub(super) async fn serve<S: Transport>(
         }
     };
     let shared = Rc::new(Shared::default());
+    let queue = Rc::new(Queue::default());
+    // The workers end with the connection.
+    let _closing = CloseOnDrop(queue.clone());
     let idle = Duration::from_millis(snap.server.idle_timeout_ms);
     let mut last_active = monoio::time::Instant::now();
     let mut shutting = false;
@@ -124,17 +132,20 @@ pub(super) async fn serve<S: Transport>(
             _ = monoio::time::sleep(Duration::from_millis(TICK_MS)) => None,
         };
         match next {
-            Some(Some(Ok((request, respond)))) => {
+            Some(Some(Ok(stream))) => {
                 last_active = monoio::time::Instant::now();
                 shard.stats.h2_streams.inc();
                 shared.open.set(shared.open.get() + 1);
-                monoio::spawn(serve_stream::<S>(
-                    request,
-                    respond,
-                    shard.clone(),
-                    client_peer,
-                    shared.clone(),
-                ));
+                if !queue.push(stream) {
+                    // Every worker is busy: one more (at most one per
+                    // stream the connection may have open).
+                    monoio::spawn(worker::<S>(
+                        queue.clone(),
+                        shard.clone(),
+                        client_peer,
+                        shared.clone(),
+                    ));
+                }
             }
             Some(Some(Err(e))) => {
                 if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
@@ -177,13 +188,92 @@ fn finish(shard: &Shard, token: Option<ConnectionToken>) {
     closed(shard, End::Done);
 }
 
+/// A new stream and its response handle.
+type Incoming = (http::Request<RecvStream>, SendResponse<Bytes>);
+
+/// Streams waiting for a worker, and the workers waiting for a stream.
+///
+/// A stream is served by one of the connection's worker tasks, each a loop
+/// that takes the next stream and runs it through the pipeline. A worker's
+/// task (whose state holds the whole pipeline's, several KiB) is made once
+/// and reused: a task per stream would allocate and move that state for
+/// every request.
+#[derive(Default)]
+struct Queue {
+    waiting: RefCell<VecDeque<Incoming>>,
+    idle: RefCell<Vec<Waker>>,
+    closed: Cell<bool>,
+}
+
+impl Queue {
+    /// Queues a stream for an idle worker; false when none is idle (the
+    /// caller starts one, which takes it).
+    fn push(&self, stream: Incoming) -> bool {
+        self.waiting.borrow_mut().push_back(stream);
+        match self.idle.borrow_mut().pop() {
+            Some(w) => {
+                w.wake();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The next stream; `None` once the connection has ended.
+    async fn next(&self) -> Option<Incoming> {
+        std::future::poll_fn(|cx| {
+            if let Some(s) = self.waiting.borrow_mut().pop_front() {
+                return Poll::Ready(Some(s));
+            }
+            if self.closed.get() {
+                return Poll::Ready(None);
+            }
+            let mut idle = self.idle.borrow_mut();
+            if !idle.iter().any(|w| w.will_wake(cx.waker())) {
+                idle.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    fn close(&self) {
+        self.closed.set(true);
+        self.waiting.borrow_mut().clear();
+        for w in self.idle.borrow_mut().drain(..) {
+            w.wake();
+        }
+    }
+}
+
+/// Ends the workers when the connection's driver returns.
+struct CloseOnDrop(Rc<Queue>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// Serves the connection's streams one after another.
+async fn worker<S: Transport>(
+    queue: Rc<Queue>,
+    shard: Rc<Shard>,
+    client_peer: Peer,
+    shared: Rc<Shared>,
+) {
+    while let Some((request, respond)) = queue.next().await {
+        serve_stream::<S>(request, respond, &shard, client_peer, &shared).await;
+    }
+}
+
 /// One stream through the request pipeline.
 async fn serve_stream<S: Transport>(
     request: http::Request<RecvStream>,
     respond: SendResponse<Bytes>,
-    shard: Rc<Shard>,
+    shard: &Rc<Shard>,
     client_peer: Peer,
-    shared: Rc<Shared>,
+    shared: &Shared,
 ) {
     let reset = Rc::new(Cell::new(false));
     let (parts, body) = request.into_parts();
@@ -206,7 +296,7 @@ async fn serve_stream<S: Transport>(
         _transport: std::marker::PhantomData,
     };
     let io = ClientIo::new(pipe, Vec::with_capacity(READ_BUF_BYTES), 0);
-    let end = Conn::new(io, shard.clone(), client_peer, None)
+    let end = Conn::new(io, shard.clone(), client_peer, None, shared.bucket.clone())
         .serve_stream()
         .await;
     if let End::Error(kind) = end {
