@@ -18,6 +18,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 const READ_BYTES: usize = 16 * 1024;
 /// Gathered writes past this wait for the write in flight.
 pub const WRITE_HIGH: usize = 64 * 1024;
+/// How long a closed connection's input is still read and dropped.
+const LINGER_MS: u64 = 1000;
+/// The most input read and dropped after the close.
+const LINGER_BYTES: usize = 256 * 1024;
 
 type Fut<T> = Pin<Box<dyn Future<Output = (T, io::Result<usize>, Vec<u8>)>>>;
 
@@ -28,7 +32,7 @@ enum Half<T> {
     Gone,
 }
 
-pub struct Compat<R, W: WriteAll + 'static> {
+pub struct Compat<R: ReadSpare + 'static, W: WriteAll + 'static> {
     read: Half<R>,
     rbuf: Vec<u8>,
     rpos: usize,
@@ -93,25 +97,51 @@ impl<R: ReadSpare + 'static, W: WriteAll + 'static> Compat<R, W> {
 
 /// What was written last (a GOAWAY, say) still reaches the peer when the
 /// codec lets go of the connection: the write in flight and the gathered
-/// bytes finish on their own task, then the write half closes.
-impl<R, W: WriteAll + 'static> Drop for Compat<R, W> {
+/// bytes finish on their own task, then the write half closes, and what
+/// the peer still sends is read and dropped for a moment (at most
+/// [`LINGER_MS`] and [`LINGER_BYTES`]), so it reads those last bytes
+/// rather than a reset.
+impl<R: ReadSpare + 'static, W: WriteAll + 'static> Drop for Compat<R, W> {
     fn drop(&mut self) {
         let write = std::mem::replace(&mut self.write, Half::Gone);
+        let read = std::mem::replace(&mut self.read, Half::Gone);
         let rest = std::mem::take(&mut self.wbuf);
         let finishing: Option<Fut<W>> = match write {
             Half::Busy(f) => Some(f),
             Half::Idle(w) => Some(Box::pin(async move { (w, Ok(0), Vec::new()) })),
             Half::Gone => None,
         };
-        if let Some(f) = finishing {
-            monoio::spawn(async move {
-                let (mut w, res, _) = f.await;
-                if res.is_ok() && !rest.is_empty() {
-                    let _ = w.write_all_of(rest).await;
+        let Some(finishing) = finishing else {
+            return;
+        };
+        monoio::spawn(async move {
+            let (mut w, res, _) = finishing.await;
+            if res.is_ok() && !rest.is_empty() {
+                let _ = w.write_all_of(rest).await;
+            }
+            w.close_write().await;
+            let deadline = crate::clock::deadline(LINGER_MS);
+            let mut r = match read {
+                Half::Idle(r) => r,
+                Half::Busy(f) => match monoio::time::timeout_at(deadline, f).await {
+                    Ok((r, _, _)) => r,
+                    Err(_) => return,
+                },
+                Half::Gone => return,
+            };
+            let mut buf = Vec::with_capacity(READ_BYTES);
+            let mut drained = 0;
+            while drained < LINGER_BYTES {
+                buf.clear();
+                match monoio::time::timeout_at(deadline, r.read_spare(buf)).await {
+                    Ok((Ok(n), b)) if n > 0 => {
+                        drained += n;
+                        buf = b;
+                    }
+                    _ => return,
                 }
-                w.close_write().await;
-            });
-        }
+            }
+        });
     }
 }
 
