@@ -101,6 +101,7 @@ pub(super) async fn serve<S: Transport>(
         early.truncate(cut);
     }
     let flooded = r.flooded.clone();
+    let head_since = r.head_since.clone();
     let io = Compat::new(r, w, early);
     let mut builder = h2::server::Builder::new();
     builder
@@ -160,6 +161,17 @@ pub(super) async fn serve<S: Transport>(
         }
         if flooded.get() {
             shard.stats.h2_floods.inc();
+        }
+        let slow_head = head_since.get().is_some_and(|t| {
+            crate::clock::now_ms().saturating_sub(t) >= snap.server.header_timeout_ms
+        });
+        if slow_head {
+            // A trickled header block: the connection ends.
+            shard.stats.error(super::stats::ErrorKind::HeaderTimeout);
+            conn.abrupt_shutdown(Reason::NO_ERROR);
+            let flush = async { while let Some(Ok(_)) = conn.accept().await {} };
+            let _ = monoio::time::timeout(Duration::from_millis(1000), flush).await;
+            break;
         }
         if shared.resets.get() > settings.max_resets || flooded.get() {
             shard.stats.h2_calm.inc();

@@ -6,6 +6,12 @@
 //! end their stream. Past `limit` of them in 10 seconds the connection is
 //! flagged: its reads stop (the codec sees no more frames) and the
 //! connection's driver closes it with GOAWAY `ENHANCE_YOUR_CALM`.
+//!
+//! It also tells how long a request head has been arriving: from the
+//! first byte of a frame header, or of a HEADERS or CONTINUATION frame,
+//! until the header block's END_HEADERS has arrived whole. The driver
+//! closes a connection whose head takes longer than the header timeout (a
+//! trickled header block opens no stream the codec could time out).
 
 use crate::transport::ReadSpare;
 use std::cell::Cell;
@@ -21,6 +27,13 @@ pub(super) struct Scanned<R> {
     inner: R,
     /// Raised once the budget is spent; the driver reads it.
     pub flooded: Rc<Cell<bool>>,
+    /// Since when (coarse ms) a frame header or header block has been
+    /// arriving; `None` between them.
+    pub head_since: Rc<Cell<Option<u64>>>,
+    /// A header block without END_HEADERS so far.
+    block_open: bool,
+    /// The frame whose payload is arriving is HEADERS or CONTINUATION.
+    in_header_frame: bool,
     limit: u32,
     seen: u32,
     window_start_ms: u64,
@@ -38,6 +51,9 @@ impl<R> Scanned<R> {
         Scanned {
             inner,
             flooded: Rc::new(Cell::new(false)),
+            head_since: Rc::new(Cell::new(None)),
+            block_open: false,
+            in_header_frame: false,
             limit,
             seen: 0,
             window_start_ms: 0,
@@ -66,7 +82,14 @@ impl<R> Scanned<R> {
                 let k = (*left).min(bytes.len() - i);
                 *left -= k;
                 i += k;
+                if self.payload_left == 0 && self.in_header_frame {
+                    self.in_header_frame = false;
+                    self.note_head();
+                }
                 continue;
+            }
+            if self.have == 0 {
+                self.note_head_start();
             }
             let k = (HEADER - self.have).min(bytes.len() - i);
             self.head[self.have..self.have + k].copy_from_slice(&bytes[i..i + k]);
@@ -74,6 +97,7 @@ impl<R> Scanned<R> {
             i += k;
             if self.have == HEADER {
                 self.have = 0;
+                self.header_frame();
                 if self.frame() {
                     self.flooded.set(true);
                     return Some(i.saturating_sub(HEADER));
@@ -81,6 +105,36 @@ impl<R> Scanned<R> {
             }
         }
         None
+    }
+
+    /// A frame header's first byte: a head may be starting.
+    fn note_head_start(&mut self) {
+        if self.head_since.get().is_none() {
+            self.head_since.set(Some(crate::clock::now_ms()));
+        }
+    }
+
+    /// Whether a head is still arriving, once a frame or its header ended.
+    fn note_head(&mut self) {
+        let arriving = self.have > 0 || self.in_header_frame || self.block_open;
+        if !arriving {
+            self.head_since.set(None);
+        }
+    }
+
+    /// Follows header blocks: HEADERS opens one unless it has
+    /// END_HEADERS, CONTINUATION with END_HEADERS closes it.
+    fn header_frame(&mut self) {
+        let h = self.head;
+        let len = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
+        let end_headers = h[4] & 0x4 != 0;
+        match h[3] {
+            0x1 => self.block_open = !end_headers,
+            0x9 if end_headers => self.block_open = false,
+            _ => {}
+        }
+        self.in_header_frame = matches!(h[3], 0x1 | 0x9) && len > 0;
+        self.note_head();
     }
 
     /// Takes the frame whose header was read; true when it is one past the
@@ -149,6 +203,35 @@ mod tests {
         f.extend_from_slice(&1u32.to_be_bytes());
         f.resize(HEADER + payload, 0xaa);
         f
+    }
+
+    #[test]
+    fn a_head_is_timed_from_its_first_byte_to_the_end_of_its_block() {
+        let mut s = Scanned::new((), 100);
+        s.scan(super::super::h2::PREFACE);
+        assert_eq!(s.head_since.get(), None);
+        // A complete SETTINGS frame: nothing is arriving after it.
+        s.scan(&frame(4, 0, 6));
+        assert_eq!(s.head_since.get(), None);
+        // Half a frame header.
+        let headers = frame(1, 0, 4);
+        s.scan(&headers[..5]);
+        assert!(s.head_since.get().is_some());
+        // The rest of HEADERS without END_HEADERS: the block is open.
+        s.scan(&headers[5..]);
+        assert!(s.head_since.get().is_some());
+        // DATA of another stream between does not close it...
+        s.scan(&frame(0, 0, 3));
+        assert!(s.head_since.get().is_some());
+        // ...CONTINUATION with END_HEADERS does, once its payload is in.
+        let end = frame(9, 0x4, 10);
+        s.scan(&end[..12]);
+        assert!(s.head_since.get().is_some());
+        s.scan(&end[12..]);
+        assert_eq!(s.head_since.get(), None);
+        // HEADERS with END_HEADERS, whole: nothing arriving.
+        s.scan(&frame(1, 0x4, 7));
+        assert_eq!(s.head_since.get(), None);
     }
 
     #[test]
