@@ -19,27 +19,75 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Assigns board slots by server key; stable for the process's life.
-#[derive(Default)]
+/// Assigns board slots by server key: a server keeps its slot while
+/// published snapshots name it (a reload keeps its state); a slot whose
+/// server no published snapshot names any more is freed at the next
+/// assignment, and given again (marked up first) to a new server. So the
+/// slots in use are at most the servers of the current snapshot; past the
+/// board's capacity, servers share slot 0, which reads as up.
 pub struct Slots {
     by_key: HashMap<u64, u32>,
+    free: Vec<u32>,
+    /// The next never-used slot.
+    next: u32,
+    board: Arc<HealthBoard>,
 }
 
 impl Slots {
-    /// Sets `health_slot` on every server of `snap`. Slot 0 is never
-    /// assigned: servers past the board's capacity share it and read as up.
+    pub fn new(board: Arc<HealthBoard>) -> Slots {
+        Slots {
+            by_key: HashMap::new(),
+            free: Vec::new(),
+            next: 1,
+            board,
+        }
+    }
+
+    /// Sets `health_slot` on every server of `snap`, the snapshot about to
+    /// be published. Slot 0 is never assigned.
     pub fn assign(&mut self, snap: &mut Snapshot) {
+        let named: std::collections::HashSet<u64> = snap
+            .upstreams
+            .iter()
+            .flat_map(|g| g.servers.iter().map(|s| s.key))
+            .collect();
+        let free = &mut self.free;
+        self.by_key.retain(|key, slot| {
+            let keep = named.contains(key);
+            if !keep && *slot != 0 {
+                free.push(*slot);
+            }
+            keep
+        });
         for group in &mut snap.upstreams {
             for server in &mut group.servers {
-                let next = self.by_key.len() as u32 + 1;
-                let slot = *self.by_key.entry(server.key).or_insert(next);
-                server.health_slot = if (slot as usize) < BOARD_SLOTS {
-                    slot
-                } else {
-                    0
+                let slot = match self.by_key.get(&server.key) {
+                    Some(&slot) => slot,
+                    None => {
+                        let slot = match self.free.pop() {
+                            Some(slot) => slot,
+                            None if (self.next as usize) < BOARD_SLOTS => {
+                                self.next += 1;
+                                self.next - 1
+                            }
+                            None => 0,
+                        };
+                        // Whatever the slot's last server was, this one
+                        // starts up.
+                        self.board.set_down(slot, false);
+                        self.by_key.insert(server.key, slot);
+                        slot
+                    }
                 };
+                server.health_slot = slot;
             }
         }
+    }
+
+    /// Slots held now.
+    #[cfg(test)]
+    fn in_use(&self) -> usize {
+        self.by_key.values().filter(|&&s| s != 0).count()
     }
 }
 
@@ -87,9 +135,22 @@ pub fn spawn(cell: Arc<SnapshotCell>, board: Arc<HealthBoard>, stop: Arc<AtomicB
         .spawn(move || {
             let mut due: HashMap<u64, Instant> = HashMap::new();
             let mut down: HashMap<u64, bool> = HashMap::new();
+            let mut generation = 0;
             while !stop.load(Ordering::Relaxed) {
                 let snap = cell.load();
                 let now = Instant::now();
+                if snap.generation != generation {
+                    // Servers no snapshot names any more are forgotten.
+                    generation = snap.generation;
+                    let named: std::collections::HashSet<u64> = snap
+                        .upstreams
+                        .iter()
+                        .filter(|g| g.active_health.is_some())
+                        .flat_map(|g| g.servers.iter().map(|s| s.key))
+                        .collect();
+                    due.retain(|k, _| named.contains(k));
+                    down.retain(|k, _| named.contains(k));
+                }
                 for group in &snap.upstreams {
                     let Some(check) = &group.active_health else {
                         continue;
@@ -133,6 +194,67 @@ pub fn spawn(cell: Arc<SnapshotCell>, board: Arc<HealthBoard>, stop: Arc<AtomicB
                 std::thread::sleep(Duration::from_millis(50));
             }
         });
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::*;
+
+    fn snapshot(keys: &[u64]) -> Snapshot {
+        let mut c = gapura_config::compile_with(
+            "[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\n",
+            &gapura_config::Environment {
+                cores: 1,
+                memory_bytes: 1 << 30,
+                resolver: &gapura_config::NoNames,
+                certificates: &gapura_config::NoFiles,
+            },
+        )
+        .unwrap();
+        let template = c.snapshot.upstreams[0].servers[0].clone();
+        c.snapshot.upstreams[0].servers = keys
+            .iter()
+            .map(|&key| gapura_gate::upstream::UpstreamServer {
+                key,
+                ..template.clone()
+            })
+            .collect();
+        c.snapshot
+    }
+
+    fn slots_of(s: &Snapshot) -> Vec<u32> {
+        s.upstreams[0]
+            .servers
+            .iter()
+            .map(|s| s.health_slot)
+            .collect()
+    }
+
+    #[test]
+    fn slots_stay_with_their_servers_and_freed_ones_are_reused_up() {
+        let board = Arc::new(HealthBoard::default());
+        let mut slots = Slots::new(board.clone());
+        let mut first = snapshot(&[10, 20, 30]);
+        slots.assign(&mut first);
+        assert_eq!(slots_of(&first), [1, 2, 3]);
+        board.set_down(2, true);
+        // A reload keeps 10 and 30, drops 20, adds 40: 40 gets 20's slot,
+        // marked up.
+        let mut second = snapshot(&[30, 40, 10]);
+        slots.assign(&mut second);
+        assert_eq!(slots_of(&second), [3, 2, 1]);
+        assert!(!board.is_down(2));
+        assert_eq!(slots.in_use(), 3);
+        // A thousand reloads of fresh servers hold no more slots than the
+        // snapshot has servers.
+        for round in 0..1_000u64 {
+            let keys: Vec<u64> = (0..3).map(|i| 1_000 + round * 3 + i).collect();
+            let mut s = snapshot(&keys);
+            slots.assign(&mut s);
+            assert!(slots_of(&s).iter().all(|&slot| (1..=3).contains(&slot)));
+        }
+        assert_eq!(slots.in_use(), 3);
+    }
 }
 
 #[cfg(test)]

@@ -98,12 +98,12 @@ fn start(
         None => None,
     };
 
-    let mut slots = crate::health::Slots::default();
+    let board = Arc::new(gapura_http::upstream::HealthBoard::default());
+    let mut slots = crate::health::Slots::new(board.clone());
     let mut first = compiled.snapshot;
     slots.assign(&mut first);
     let (mut udp_sockets, relay_board) = crate::udp::bind(&first, shard_count, steer)?;
     let cell = Arc::new(SnapshotCell::new(first));
-    let board = Arc::new(gapura_http::upstream::HealthBoard::default());
     let key_seed = random_seed()?;
     let id_prefix = {
         let t = SystemTime::now()

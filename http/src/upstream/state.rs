@@ -260,9 +260,13 @@ impl<C> Upstreams<C> {
         }
     }
 
-    /// Closes expired idle connections and forgets empty entries. Called by
-    /// the shard's sweeper; O(servers + idle connections).
+    /// Closes expired idle connections and forgets empty entries, and the
+    /// least-outstanding rotation counters (they only spread ties, so
+    /// starting them over costs nothing, and groups gone with a reload
+    /// leave none behind). Called by the shard's sweeper once a second;
+    /// O(servers + idle connections).
     pub fn sweep(&self, now_ms: u64) {
+        self.rotation.borrow_mut().clear();
         let mut states = self.servers.borrow_mut();
         states.retain(|_, st| {
             st.idle.retain(|i| i.expires_ms > now_ms);

@@ -160,4 +160,10 @@ fn the_sweeper_forgets_servers_with_nothing_to_remember() {
     u.put_idle(&g, &g.servers[0], 7, 0);
     u.sweep(1);
     assert_eq!(u.servers.borrow().len(), 1);
+    // The rotation counters of least outstanding go too.
+    let board = HealthBoard::default();
+    u.pick(&g, 0, &board, 1);
+    assert_eq!(u.rotation.borrow().len(), 1);
+    u.sweep(2);
+    assert!(u.rotation.borrow().is_empty());
 }
