@@ -180,7 +180,11 @@ pub fn spawn(cell: Arc<SnapshotCell>, board: Arc<HealthBoard>, stop: Arc<AtomicB
                             Ok(s) => (false, format!("status {s}")),
                             Err(e) => (false, e),
                         };
-                        board.set_down(server.health_slot, !ok);
+                        // Slot 0 is shared by servers past the board's
+                        // capacity: it always reads as up.
+                        if server.health_slot != 0 {
+                            board.set_down(server.health_slot, !ok);
+                        }
                         let was_down = down.insert(server.key, !ok).unwrap_or(false);
                         if was_down == ok {
                             if ok {
