@@ -44,6 +44,16 @@ const LINGER_BYTES: usize = 256 * 1024;
 /// Longest wait for that input.
 const LINGER_MS: u64 = 1000;
 
+/// What the buffered bytes make of the next request.
+enum Step<'s> {
+    /// No complete head yet.
+    More,
+    /// The parser refused the head.
+    Refuse(HeadError),
+    /// A complete head and what it decided.
+    Plan(ParsedHead, Plan<'s>),
+}
+
 /// Why a connection ended (for counters; never shown to the peer).
 #[derive(Debug)]
 pub(super) enum End {
@@ -296,91 +306,102 @@ impl<S: Transport> Conn<S> {
 
     async fn run(&mut self) -> End {
         loop {
-            let mut headers = header_buf::<{ super::REQUEST_LINES }>();
-            let parsed = parse_head(
-                &self.io.rbuf[self.io.pos..],
-                &mut headers,
-                &super::HEAD_BOUNDS,
-            );
-            match parsed {
-                Parse::Partial => {
+            let snap = self.shard.snapshot();
+            match self.decide(&snap) {
+                Step::More => {
+                    // No snapshot held while the connection waits.
+                    drop(snap);
                     if let Err(end) = self.wait_for_more().await {
                         return end;
                     }
                 }
-                Parse::Error(e) => return self.refuse_unparsed(e).await,
-                Parse::Complete(head, lines) => {
-                    let snap = self.shard.snapshot();
-                    let resume = self.resume.take();
-                    if resume.is_none() {
-                        self.shard.stats.requests.inc();
-                        self.served += 1;
-                        self.req_start = std::time::Instant::now();
-                        let before = self.io.sent + self.io.wbuf.len() as u64;
-                        begin_log(&mut self.log, &self.shard, before, &snap, self.req_start);
-                    }
-                    let request_id = self.log.as_deref().map(|r| r.request_id);
-                    let plan = prepare(
-                        Prep {
-                            shard: &self.shard,
-                            buf: &self.io.rbuf[self.io.pos..],
-                            wbuf: &mut self.io.wbuf,
-                            ubuf: &mut self.ubuf,
-                            peer: self.client_peer,
-                            resume,
-                            paid: self.resume_leases.take().and_then(Leases::into_ticket),
-                            page_vars: &mut self.page_vars,
-                            connection: &self.bucket,
-                            log: if snap.server.access_log.is_some() {
-                                self.log.as_deref_mut()
-                            } else {
-                                None
-                            },
-                            request_id,
-                            host_out: &mut self.req_host,
-                            identity: self.resume_identity.take(),
-                            tls: S::TLS,
-                        },
-                        &snap,
-                        &head,
-                        lines,
-                    );
-                    self.set_busy(true);
-                    self.io.head_deadline = None;
-                    if let Plan::Local(local) = &plan {
-                        self.log_status(local.status);
-                    }
-                    match plan {
-                        Plan::Verify { .. } | Plan::Authenticate { .. } => {
-                            // The head stays in the buffer, decided again
-                            // once the check is made.
-                            if let Err(end) = self.defer(&snap, plan, &head).await {
-                                return end;
-                            }
-                            continue;
-                        }
-                        Plan::Drop => {
-                            self.shard.stats.gate_drops.inc();
-                            self.finish_log(&snap);
-                            return End::Done;
-                        }
-                        // By reference: each field is then read as it was
-                        // written, not copied whole straight after the
-                        // writes (a copy that straddles them waits for them
-                        // to reach the cache).
-                        ref plan => {
-                            self.io.pos += head.head_len;
-                            let done = self.execute(&snap, &head, plan).await;
-                            self.finish_log(&snap);
-                            self.record_latency();
-                            if let Err(end) = done {
-                                return end;
-                            }
+                Step::Refuse(e) => return self.refuse_unparsed(e).await,
+                Step::Plan(head, plan) => match plan {
+                    Plan::Verify { .. } | Plan::Authenticate { .. } => {
+                        // The head stays in the buffer, decided again
+                        // once the check is made.
+                        if let Err(end) = self.defer(&snap, plan, &head).await {
+                            return end;
                         }
                     }
-                }
+                    Plan::Drop => {
+                        self.shard.stats.gate_drops.inc();
+                        self.finish_log(&snap);
+                        return End::Done;
+                    }
+                    // By reference: each field is then read as it was
+                    // written, not copied whole straight after the
+                    // writes (a copy that straddles them waits for them
+                    // to reach the cache).
+                    ref plan => {
+                        self.io.pos += head.head_len;
+                        let done = self.execute(&snap, &head, plan).await;
+                        self.finish_log(&snap);
+                        self.record_latency();
+                        if let Err(end) = done {
+                            return end;
+                        }
+                    }
+                },
             }
         }
+    }
+
+    /// Parses the buffered head and decides it. Not async: the header
+    /// array (4 KiB) lives on this call's stack, not in the connection
+    /// task's state across its awaits.
+    fn decide<'s>(&mut self, snap: &'s Snapshot) -> Step<'s> {
+        let mut headers = header_buf::<{ super::REQUEST_LINES }>();
+        let parsed = parse_head(
+            &self.io.rbuf[self.io.pos..],
+            &mut headers,
+            &super::HEAD_BOUNDS,
+        );
+        let (head, lines) = match parsed {
+            Parse::Partial => return Step::More,
+            Parse::Error(e) => return Step::Refuse(e),
+            Parse::Complete(head, lines) => (head, lines),
+        };
+        let resume = self.resume.take();
+        if resume.is_none() {
+            self.shard.stats.requests.inc();
+            self.served += 1;
+            self.req_start = std::time::Instant::now();
+            let before = self.io.sent + self.io.wbuf.len() as u64;
+            begin_log(&mut self.log, &self.shard, before, snap, self.req_start);
+        }
+        let request_id = self.log.as_deref().map(|r| r.request_id);
+        let plan = prepare(
+            Prep {
+                shard: &self.shard,
+                buf: &self.io.rbuf[self.io.pos..],
+                wbuf: &mut self.io.wbuf,
+                ubuf: &mut self.ubuf,
+                peer: self.client_peer,
+                resume,
+                paid: self.resume_leases.take().and_then(Leases::into_ticket),
+                page_vars: &mut self.page_vars,
+                connection: &self.bucket,
+                log: if snap.server.access_log.is_some() {
+                    self.log.as_deref_mut()
+                } else {
+                    None
+                },
+                request_id,
+                host_out: &mut self.req_host,
+                identity: self.resume_identity.take(),
+                tls: S::TLS,
+            },
+            snap,
+            &head,
+            lines,
+        );
+        self.set_busy(true);
+        self.io.head_deadline = None;
+        if let Plan::Local(local) = &plan {
+            self.log_status(local.status);
+        }
+        Step::Plan(head, plan)
     }
 
     /// A head the parser refused (400, 414, 431): it pays its budgets all

@@ -1,7 +1,7 @@
 //! Proof of work's verify endpoint on a connection: `POST
 //! /.well-known/gapura/pow` with its form (at most
-//! [`MAX_FORM_BYTES`](gapura_gate::pow::MAX_FORM_BYTES), read into a stack
-//! buffer), answered 303 (with the cookie when solved) or 403, by the
+//! [`MAX_FORM_BYTES`](gapura_gate::pow::MAX_FORM_BYTES), read into a
+//! buffer of that size), answered 303 (with the cookie when solved) or 403, by the
 //! gate's pure check (`gapura_gate::pow::verify_form`).
 
 use super::body::BodyEnd;
@@ -29,7 +29,9 @@ impl<S: Transport> Conn<S> {
         client: IpAddr,
         leases: Option<Leases>,
     ) -> Result<(), End> {
-        let mut form = [0u8; MAX_FORM_BYTES];
+        // On the heap: this path is rare, and a stack array would sit in
+        // every connection's task state.
+        let mut form = vec![0u8; MAX_FORM_BYTES];
         let n = match self.read_form(head, &mut form).await {
             Ok(n) => n,
             Err(BodyEnd::Refuse(s)) => {

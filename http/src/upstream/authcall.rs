@@ -185,15 +185,24 @@ pub async fn exchange(
     r.map_err(|_| CallError::Failed)?;
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     loop {
-        let mut headers = resp_header_buf();
-        match parse_response(&buf, &mut headers, false) {
-            RespParse::Malformed => return Err(CallError::Failed),
-            RespParse::Partial => {
+        // The header array in a scope without an await: it is not part of
+        // the calling connection's task state.
+        let parsed = {
+            let mut headers = resp_header_buf();
+            match parse_response(&buf, &mut headers, false) {
+                RespParse::Malformed => None,
+                RespParse::Partial => Some(None),
+                RespParse::Complete(head, _, _) => Some(Some(head)),
+            }
+        };
+        match parsed {
+            None => return Err(CallError::Failed),
+            Some(None) => {
                 if !read_more(stream, &mut buf).await? {
                     return Err(CallError::Failed);
                 }
             }
-            RespParse::Complete(head, _, _) => {
+            Some(Some(head)) => {
                 let (body, reusable) =
                     read_body(stream, &mut buf, head.head_len, head.framing).await?;
                 let mut headers = resp_header_buf();

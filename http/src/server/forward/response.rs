@@ -42,53 +42,26 @@ impl<S: Transport> Conn<S> {
         let close_anyway = self.closes_after(&snap, head);
         let hsts = self.hsts(&snap);
         loop {
-            // Parse and, when complete, write the client's head in one step
-            // while the lines are borrowed.
-            let mut lines = resp_header_buf();
-            let outcome = match parse_response(&self.urbuf, &mut lines, x.head_only) {
-                RespParse::Complete(r, reason, lines) => {
-                    let close = close_anyway || r.framing == RespFraming::Close;
-                    let interim = r.status / 100 == 1 && r.status != 101;
-                    if r.status == 101 && !x.upgrade {
-                        return Err(Attempt::Fail {
-                            status: ErrorStatus::BadGateway,
-                            count_failure: true,
-                        });
+            match self.take_response_head(x, replace, close_anyway, hsts) {
+                HeadStep::Partial => {}
+                HeadStep::Fail(a) => return Err(a),
+                HeadStep::Replace(status, upstream_status, close) => {
+                    let a = self.replace_answer(head, replace, status, upstream_status, close);
+                    return Err(a.await);
+                }
+                HeadStep::Head(r, close, interim) => {
+                    self.shard.stats.response(r.status);
+                    if !interim {
+                        self.log_status(r.status);
+                        return Ok((r, close));
                     }
-                    if let Some(status) = replace.status(&r, lines, x.upgrade) {
-                        let a = self.replace_answer(head, replace, status, r.status, close);
-                        return Err(a.await);
+                    // Interim (100, 103): passed on; read on.
+                    self.urbuf.drain(..r.head_len);
+                    if self.flush().await.is_err() {
+                        return Err(Attempt::ClientGone);
                     }
-                    let wbuf = &mut self.io.wbuf;
-                    write_client_head(r.status, reason, lines, wbuf, close && !interim);
-                    if !interim && !hsts.is_empty() {
-                        // Before the blank line that ends the head.
-                        wbuf.truncate(wbuf.len() - 2);
-                        wbuf.extend_from_slice(hsts);
-                        wbuf.extend_from_slice(b"\r\n");
-                    }
-                    Some((r, close, interim))
+                    continue;
                 }
-                RespParse::Malformed => {
-                    return Err(Attempt::Fail {
-                        status: ErrorStatus::BadGateway,
-                        count_failure: true,
-                    })
-                }
-                RespParse::Partial => None,
-            };
-            if let Some((r, close, interim)) = outcome {
-                self.shard.stats.response(r.status);
-                if !interim {
-                    self.log_status(r.status);
-                    return Ok((r, close));
-                }
-                // Interim (100, 103): passed on; read on.
-                self.urbuf.drain(..r.head_len);
-                if self.flush().await.is_err() {
-                    return Err(Attempt::ClientGone);
-                }
-                continue;
             }
             let got_nothing = self.urbuf.is_empty();
             match self.read_upstream(up, deadline).await {
@@ -114,6 +87,49 @@ impl<S: Transport> Conn<S> {
                 }
                 Err(UpRead::ClientGone) => return Err(Attempt::ClientGone),
             }
+        }
+    }
+
+    /// Parses the response head buffered so far and, when it is complete,
+    /// writes the client's head (with the HSTS line over TLS) while its
+    /// lines are borrowed. Not async: the header array (4 KiB) lives on
+    /// this call's stack, not in the connection task's state.
+    fn take_response_head(
+        &mut self,
+        x: &Exchange,
+        replace: &Replace<'_>,
+        close_anyway: bool,
+        hsts: &[u8],
+    ) -> HeadStep {
+        let mut lines = resp_header_buf();
+        match parse_response(&self.urbuf, &mut lines, x.head_only) {
+            RespParse::Complete(r, reason, lines) => {
+                let close = close_anyway || r.framing == RespFraming::Close;
+                let interim = r.status / 100 == 1 && r.status != 101;
+                if r.status == 101 && !x.upgrade {
+                    return HeadStep::Fail(Attempt::Fail {
+                        status: ErrorStatus::BadGateway,
+                        count_failure: true,
+                    });
+                }
+                if let Some(status) = replace.status(&r, lines, x.upgrade) {
+                    return HeadStep::Replace(status, r.status, close);
+                }
+                let wbuf = &mut self.io.wbuf;
+                write_client_head(r.status, reason, lines, wbuf, close && !interim);
+                if !interim && !hsts.is_empty() {
+                    // Before the blank line that ends the head.
+                    wbuf.truncate(wbuf.len() - 2);
+                    wbuf.extend_from_slice(hsts);
+                    wbuf.extend_from_slice(b"\r\n");
+                }
+                HeadStep::Head(r, close, interim)
+            }
+            RespParse::Malformed => HeadStep::Fail(Attempt::Fail {
+                status: ErrorStatus::BadGateway,
+                count_failure: true,
+            }),
+            RespParse::Partial => HeadStep::Partial,
         }
     }
 
@@ -212,6 +228,16 @@ impl<S: Transport> Conn<S> {
         self.urbuf = slice.into_inner();
         res.map_err(|_| UpRead::Io)
     }
+}
+
+/// What the buffered response bytes make of its head.
+enum HeadStep {
+    Partial,
+    Fail(Attempt),
+    /// The host's page instead: (its status, the upstream's, close).
+    Replace(ErrorStatus, u16, bool),
+    /// The head, written for the client: (head, close, interim).
+    Head(RespHead, bool, bool),
 }
 
 /// The host's upstream error replacement, when it has one.
