@@ -39,173 +39,187 @@ struct Recorder {
 
 impl Trace for Recorder {
     fn step(&mut self, step: Step<'_>) {
-        let (name, sentence) = match step {
-            Step::Client { peer, client, via } => (
-                "client",
-                if peer == client {
-                    format!("the client is the peer {client} ({})", via.as_str())
-                } else {
-                    format!(
-                        "the client is {client}, named by peer {peer} ({})",
-                        via.as_str()
-                    )
-                },
-            ),
-            Step::Host { label } => (
-                "host",
-                match label {
-                    Some(l) => format!("matched host {l}"),
-                    None => "no host takes this Host header".to_string(),
-                },
-            ),
-            Step::Path { canonical } => (
-                "path",
-                match canonical {
-                    Ok(p) => format!("canonical path {p}"),
-                    Err(e) => format!("the path cannot be made canonical ({e:?}): 400"),
-                },
-            ),
-            Step::Route { index } => (
-                "route",
-                match index {
-                    Some(i) => format!("route #{i} takes it"),
-                    None => "no route takes this path: 404".to_string(),
-                },
-            ),
-            Step::Budgets { outcome } => ("budgets", quota_sentence(outcome, "budget")),
-            Step::ConnectionRate { refused } => (
-                "connection rate",
-                match refused {
-                    None => "within the connection's request rate (a new connection)".to_string(),
-                    Some(s) => format!(
-                        "over the connection's request rate: 429, retry after {s} s, then close"
-                    ),
-                },
-            ),
-            Step::RateLimit { outcome } => ("rate limit", quota_sentence(outcome, "rate limit")),
-            Step::AccessAddress {
-                list,
-                refused,
-                mode,
-            } => (
-                "access address",
-                match refused {
-                    None => format!("list {list}: the address alone refuses nothing"),
-                    Some(r) => format!(
-                        "list {list}: the address is refused ({r:?}){}",
-                        shadow_note(mode)
-                    ),
-                },
-            ),
-            Step::RuleSet {
-                set,
-                rule,
-                action,
-                mode,
-                exempt,
-            } => (
-                "rule set",
-                if exempt {
-                    format!("set {set}: robots.txt is never ruled on")
-                } else {
-                    match (rule, action) {
-                        (Some(i), Some(a)) => format!(
-                            "set {set}: rule {} matches: {a:?}{}",
-                            i + 1,
-                            shadow_note(mode)
-                        ),
-                        _ => format!("set {set}: no rule matches"),
-                    }
-                },
-            ),
-            Step::Access {
-                list,
-                outcome,
-                credentials,
-                mode,
-            } => (
-                "access list",
-                format!(
-                    "list {list}: {outcome:?} (credentials: {}){}",
-                    credentials.as_str(),
-                    shadow_note(mode)
-                ),
-            ),
-            Step::HttpsRedirect { redirected } => (
-                "https redirect",
-                if redirected {
-                    "the request came in plaintext: 308 to https".to_string()
-                } else {
-                    "the request came over TLS".to_string()
-                },
-            ),
-            Step::Robots { served } => (
-                "robots.txt",
-                if served {
-                    "answered with the managed robots.txt".to_string()
-                } else {
-                    "not a robots.txt request".to_string()
-                },
-            ),
-            Step::Maintenance { outcome } => (
-                "maintenance",
-                format!("the host is in maintenance: {outcome:?}"),
-            ),
-            Step::ForwardAuth {
-                provider,
-                endpoint,
-                outcome,
-            } => {
-                (
-                    "forward-auth",
-                    match outcome {
-                        AuthOutcome::Remembered { identity } => {
-                            format!(
-                        "provider {provider}: an allow is remembered for these credentials{}: \
-                         let through",
-                        if identity { " (with identity headers)" } else { "" }
-                    )
-                        }
-                        AuthOutcome::WouldCall => format!(
-                        "provider {provider}: would call GET {endpoint} with the original request \
-                         in X-Forwarded-*; a 2xx lets it on, a 401, 403, 407 or redirect is \
-                         relayed, anything else refuses (502, 504 on timeout)"
-                    ),
-                        AuthOutcome::Allowed => format!("provider {provider}: allowed"),
-                        AuthOutcome::RememberedRefusal { status } => format!(
-                            "provider {provider}: its {status} for this request is remembered \
-                         (cache.negative_ttl_ms): answered again"
-                        ),
-                    },
-                )
-            }
-            Step::ProofOfWork { outcome } => ("proof of work", pow_sentence(outcome)),
-            Step::PowEndpoint { post } => (
-                "proof of work",
-                if post {
-                    "the verify endpoint: the form is checked once read (303 or 403)".to_string()
-                } else {
-                    "the verify endpoint takes only POST: 403".to_string()
-                },
-            ),
-            Step::RequestLimits { refusal } => (
-                "request limits",
-                match refusal {
-                    None => "within the host's request limits".to_string(),
-                    Some(LimitRefusal::UrlTooLong) => "target longer than allowed: 414".into(),
-                    Some(LimitRefusal::TooManyHeaders) => "too many header lines: 431".into(),
-                    Some(LimitRefusal::HeadersTooLarge) => {
-                        "header bytes over the limit: 431".into()
-                    }
-                    Some(LimitRefusal::BodyTooLarge) => "declared body over the limit: 413".into(),
-                },
-            ),
-        };
+        let (name, sentence) = block_line(step);
         self.lines.push((name.to_string(), sentence));
     }
 
     fn enabled(&self) -> bool {
         true
+    }
+}
+
+/// The facts the chain learns before the blocks: client, host, path, route.
+fn fact_line(step: Step<'_>) -> (&'static str, String) {
+    match step {
+        Step::Client { peer, client, via } => (
+            "client",
+            if peer == client {
+                format!("the client is the peer {client} ({})", via.as_str())
+            } else {
+                format!(
+                    "the client is {client}, named by peer {peer} ({})",
+                    via.as_str()
+                )
+            },
+        ),
+        Step::Host { label } => (
+            "host",
+            match label {
+                Some(l) => format!("matched host {l}"),
+                None => "no host takes this Host header".to_string(),
+            },
+        ),
+        Step::Path { canonical } => (
+            "path",
+            match canonical {
+                Ok(p) => format!("canonical path {p}"),
+                Err(e) => format!("the path cannot be made canonical ({e:?}): 400"),
+            },
+        ),
+        Step::Route { index } => (
+            "route",
+            match index {
+                Some(i) => format!("route #{i} takes it"),
+                None => "no route takes this path: 404".to_string(),
+            },
+        ),
+        // Every block is `block_line`'s, which hands only facts on.
+        _ => ("", String::new()),
+    }
+}
+
+/// What one block of the chain made of the request (the facts before the
+/// blocks by `fact_line`).
+fn block_line(step: Step<'_>) -> (&'static str, String) {
+    match step {
+        Step::Budgets { outcome } => ("budgets", quota_sentence(outcome, "budget")),
+        Step::ConnectionRate { refused } => (
+            "connection rate",
+            match refused {
+                None => "within the connection's request rate (a new connection)".to_string(),
+                Some(s) => format!(
+                    "over the connection's request rate: 429, retry after {s} s, then close"
+                ),
+            },
+        ),
+        Step::RateLimit { outcome } => ("rate limit", quota_sentence(outcome, "rate limit")),
+        Step::AccessAddress {
+            list,
+            refused,
+            mode,
+        } => (
+            "access address",
+            match refused {
+                None => format!("list {list}: the address alone refuses nothing"),
+                Some(r) => format!(
+                    "list {list}: the address is refused ({r:?}){}",
+                    shadow_note(mode)
+                ),
+            },
+        ),
+        Step::RuleSet {
+            set,
+            rule,
+            action,
+            mode,
+            exempt,
+        } => (
+            "rule set",
+            if exempt {
+                format!("set {set}: robots.txt is never ruled on")
+            } else {
+                match (rule, action) {
+                    (Some(i), Some(a)) => format!(
+                        "set {set}: rule {} matches: {a:?}{}",
+                        i + 1,
+                        shadow_note(mode)
+                    ),
+                    _ => format!("set {set}: no rule matches"),
+                }
+            },
+        ),
+        Step::Access {
+            list,
+            outcome,
+            credentials,
+            mode,
+        } => (
+            "access list",
+            format!(
+                "list {list}: {outcome:?} (credentials: {}){}",
+                credentials.as_str(),
+                shadow_note(mode)
+            ),
+        ),
+        Step::HttpsRedirect { redirected } => (
+            "https redirect",
+            if redirected {
+                "the request came in plaintext: 308 to https".to_string()
+            } else {
+                "the request came over TLS".to_string()
+            },
+        ),
+        Step::Robots { served } => (
+            "robots.txt",
+            if served {
+                "answered with the managed robots.txt".to_string()
+            } else {
+                "not a robots.txt request".to_string()
+            },
+        ),
+        Step::Maintenance { outcome } => (
+            "maintenance",
+            format!("the host is in maintenance: {outcome:?}"),
+        ),
+        Step::ForwardAuth {
+            provider,
+            endpoint,
+            outcome,
+        } => ("forward-auth", auth_sentence(provider, endpoint, outcome)),
+        Step::ProofOfWork { outcome } => ("proof of work", pow_sentence(outcome)),
+        Step::PowEndpoint { post } => (
+            "proof of work",
+            if post {
+                "the verify endpoint: the form is checked once read (303 or 403)".to_string()
+            } else {
+                "the verify endpoint takes only POST: 403".to_string()
+            },
+        ),
+        Step::RequestLimits { refusal } => (
+            "request limits",
+            match refusal {
+                None => "within the host's request limits".to_string(),
+                Some(LimitRefusal::UrlTooLong) => "target longer than allowed: 414".into(),
+                Some(LimitRefusal::TooManyHeaders) => "too many header lines: 431".into(),
+                Some(LimitRefusal::HeadersTooLarge) => "header bytes over the limit: 431".into(),
+                Some(LimitRefusal::BodyTooLarge) => "declared body over the limit: 413".into(),
+            },
+        ),
+        fact => fact_line(fact),
+    }
+}
+
+/// Forward-auth's step.
+fn auth_sentence(provider: &str, endpoint: &str, outcome: AuthOutcome) -> String {
+    match outcome {
+        AuthOutcome::Remembered { identity } => format!(
+            "provider {provider}: an allow is remembered for these credentials{}: let through",
+            if identity {
+                " (with identity headers)"
+            } else {
+                ""
+            }
+        ),
+        AuthOutcome::WouldCall => format!(
+            "provider {provider}: would call GET {endpoint} with the original request in \
+             X-Forwarded-*; a 2xx lets it on, a 401, 403, 407 or redirect is relayed, anything \
+             else refuses (502, 504 on timeout)"
+        ),
+        AuthOutcome::Allowed => format!("provider {provider}: allowed"),
+        AuthOutcome::RememberedRefusal { status } => format!(
+            "provider {provider}: its {status} for this request is remembered \
+             (cache.negative_ttl_ms): answered again"
+        ),
     }
 }
 
