@@ -328,92 +328,35 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let compiled = crate::profile::load(a.profile.as_deref().map(std::path::Path::new));
-    let compiled = match compiled {
+    let compiled = match load(&a) {
         Ok(c) => c,
-        Err(errors) => {
-            for e in errors {
-                eprintln!(
-                    "{}:{e}",
-                    a.profile.as_deref().unwrap_or("<embedded default>")
-                );
-            }
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
-    let mut compiled = compiled;
-    if let Err(e) = crate::powkey::load_into(&mut compiled, false) {
-        if compiled.snapshot.gate.pow_in_use {
-            eprintln!("gapura explain: proof of work has no key ({e}): its routes answer 503");
-        }
-    }
     let admin = a.admin.or(compiled.runtime.admin);
     let snap = compiled.snapshot;
-    let Some(rest) = a
-        .url
-        .strip_prefix("http://")
-        .or_else(|| a.url.strip_prefix("https://"))
-    else {
-        eprintln!("gapura explain: the URL must start with http:// or https://");
-        return ExitCode::from(2);
+    let asked = match Asked::from_args(&a) {
+        Ok(x) => x,
+        Err(code) => return code,
     };
-    let split = rest.find('/').unwrap_or(rest.len());
-    let host = rest[..split].to_string();
-    let path = if split == rest.len() {
-        "/".to_string()
-    } else {
-        rest[split..].to_string()
-    };
-    let mut headers = a.headers.clone();
-    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
-        headers.insert(0, ("Host".into(), host.clone()));
-    }
-    let client = a
-        .client
-        .unwrap_or_else(|| "127.0.0.1".parse().expect("literal"));
-    let peer = match a.via.as_str() {
-        "direct" => a.peer.or(a.client).unwrap_or(client),
-        "proxy" => {
-            headers.push(("X-Forwarded-For".into(), client.to_string()));
-            a.peer
-                .unwrap_or_else(|| "127.0.0.1".parse().expect("literal"))
-        }
-        _ => {
-            headers.push(("CF-Connecting-IP".into(), client.to_string()));
-            if let Some(c) = &a.country {
-                headers.push(("CF-IPCountry".into(), c.clone()));
-            }
-            a.peer
-                .unwrap_or_else(|| "173.245.48.1".parse().expect("literal"))
-        }
-    };
+    let headers = &asked.headers;
     let lines: Vec<(&str, &[u8])> = headers
         .iter()
         .map(|(n, v)| (n.as_str(), v.as_bytes()))
         .collect();
-    let header_bytes = headers.iter().map(|(n, v)| n.len() + v.len()).sum();
-    let content_length = headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok());
-    let host_value = headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("host"))
-        .map(|(_, v)| v.as_bytes());
     let fresh_connection = std::cell::Cell::new(gapura_gate::quota::Bucket::default());
     let req = Request {
-        peer: Peer::tcp(peer),
+        peer: Peer::tcp(asked.peer),
         method: a.method.as_bytes(),
-        host: host_value,
-        target: path.as_bytes(),
-        path: path.as_bytes(),
+        host: asked.header("host").map(str::as_bytes),
+        target: asked.path.as_bytes(),
+        path: asked.path.as_bytes(),
         header_count: headers.len(),
-        header_bytes,
-        content_length,
+        header_bytes: headers.iter().map(|(n, v)| n.len() + v.len()).sum(),
+        content_length: asked.header("content-length").and_then(|v| v.parse().ok()),
         headers: &lines[..],
         // As the server sees it: a request on a new connection.
         connection: Some(&fresh_connection),
-        tls: false,
+        tls: asked.tls,
     };
     let mut state = GateState::small();
     // Proof of work's tokens carry wall-clock seconds.
@@ -424,7 +367,125 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
     let mut scratch = Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES]);
     let mut rec = Recorder { lines: Vec::new() };
     let d = snap.decide(&req, &mut state, 0, &mut scratch, &mut rec);
-    let (status, answer) = verdict_text(&d.verdict, &snap, d.retry_after_s);
+    print_decision(&a, asked.peer, &rec, &d, &snap);
+    if a.live {
+        let Some(addr) = admin else {
+            eprintln!("gapura explain --live: the profile's admin listener is off");
+            return ExitCode::FAILURE;
+        };
+        match ask_live(addr, &a.method, &asked.path, asked.peer, headers) {
+            Ok(body) => println!("{body}"),
+            Err(e) => {
+                eprintln!("gapura explain --live: {addr}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// The profile explain reads (its proof-of-work key read, not created),
+/// or the exit code of its errors, which are printed.
+fn load(a: &crate::cli::ExplainArgs) -> Result<gapura_config::Compiled, ExitCode> {
+    let mut compiled = match crate::profile::load(a.profile.as_deref().map(std::path::Path::new)) {
+        Ok(c) => c,
+        Err(errors) => {
+            for e in errors {
+                eprintln!(
+                    "{}:{e}",
+                    a.profile.as_deref().unwrap_or("<embedded default>")
+                );
+            }
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    if let Err(e) = crate::powkey::load_into(&mut compiled, false) {
+        if compiled.snapshot.gate.pow_in_use {
+            eprintln!("gapura explain: proof of work has no key ({e}): its routes answer 503");
+        }
+    }
+    Ok(compiled)
+}
+
+/// The request the arguments describe: its path, header lines (with the
+/// forwarding headers `--via` implies), the peer the server would see,
+/// and whether it came over TLS (an `https://` URL).
+struct Asked {
+    path: String,
+    headers: Vec<(String, String)>,
+    peer: std::net::IpAddr,
+    tls: bool,
+}
+
+impl Asked {
+    fn from_args(a: &crate::cli::ExplainArgs) -> Result<Asked, ExitCode> {
+        let (rest, tls) = match (
+            a.url.strip_prefix("http://"),
+            a.url.strip_prefix("https://"),
+        ) {
+            (Some(r), _) => (r, false),
+            (_, Some(r)) => (r, true),
+            _ => {
+                eprintln!("gapura explain: the URL must start with http:// or https://");
+                return Err(ExitCode::from(2));
+            }
+        };
+        let split = rest.find('/').unwrap_or(rest.len());
+        let host = rest[..split].to_string();
+        let path = if split == rest.len() {
+            "/".to_string()
+        } else {
+            rest[split..].to_string()
+        };
+        let mut headers = a.headers.clone();
+        if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+            headers.insert(0, ("Host".into(), host));
+        }
+        let client = a
+            .client
+            .unwrap_or_else(|| "127.0.0.1".parse().expect("literal"));
+        let peer = match a.via.as_str() {
+            "direct" => a.peer.or(a.client).unwrap_or(client),
+            "proxy" => {
+                headers.push(("X-Forwarded-For".into(), client.to_string()));
+                a.peer
+                    .unwrap_or_else(|| "127.0.0.1".parse().expect("literal"))
+            }
+            _ => {
+                headers.push(("CF-Connecting-IP".into(), client.to_string()));
+                if let Some(c) = &a.country {
+                    headers.push(("CF-IPCountry".into(), c.clone()));
+                }
+                a.peer
+                    .unwrap_or_else(|| "173.245.48.1".parse().expect("literal"))
+            }
+        };
+        Ok(Asked {
+            path,
+            headers,
+            peer,
+            tls,
+        })
+    }
+
+    /// The first line of a header, any case.
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Prints the steps and the answer, as text or JSON (`--json`).
+fn print_decision(
+    a: &crate::cli::ExplainArgs,
+    peer: std::net::IpAddr,
+    rec: &Recorder,
+    d: &gapura_gate::chain::Decision<'_>,
+    snap: &gapura_gate::Snapshot,
+) {
+    let (status, answer) = verdict_text(&d.verdict, snap, d.retry_after_s);
     if a.json {
         let steps: Vec<serde_json::Value> = rec
             .lines
@@ -448,20 +509,6 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
         }
         println!("  {:<15} {answer}", "answer");
     }
-    if a.live {
-        let Some(addr) = admin else {
-            eprintln!("gapura explain --live: the profile's admin listener is off");
-            return ExitCode::FAILURE;
-        };
-        match ask_live(addr, &a.method, &path, peer, &headers) {
-            Ok(body) => println!("{body}"),
-            Err(e) => {
-                eprintln!("gapura explain --live: {addr}: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    ExitCode::SUCCESS
 }
 
 /// Asks the running server's admin listener for its live tables (read

@@ -534,3 +534,27 @@ rate_limit = "three"
     assert_eq!(get(), 200);
     assert_eq!(ask()["shards"][0]["rate_limit"]["tokens"], 0);
 }
+
+#[test]
+fn explain_tells_an_https_url_from_a_plaintext_one() {
+    let dir = TempDir::new();
+    let file = dir.0.join("https.toml");
+    std::fs::write(
+        &file,
+        "[[host]]\nnames = [\"s.test\"]\nkind = \"respond\"\nstatus = 200\nbody = \"s\"\nhttps_redirect = true\n",
+    )
+    .unwrap();
+    let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let plain = explain(&file, &args(&["GET", "http://s.test/x"]));
+    assert!(
+        plain.contains("the request came in plaintext: 308 to https"),
+        "{plain}"
+    );
+    assert!(
+        plain.contains("redirect 308 to https (port 443)"),
+        "{plain}"
+    );
+    let tls = explain(&file, &args(&["GET", "https://s.test/x"]));
+    assert!(tls.contains("the request came over TLS"), "{tls}");
+    assert!(tls.contains("answer 200 from the host"), "{tls}");
+}
