@@ -84,6 +84,11 @@ impl Slots {
         }
     }
 
+    /// The board the slots are on.
+    pub fn board(&self) -> Arc<HealthBoard> {
+        self.board.clone()
+    }
+
     /// Slots held now.
     #[cfg(test)]
     fn in_use(&self) -> usize {

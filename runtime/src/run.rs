@@ -86,11 +86,7 @@ fn start(
         Steering::Prefix => listeners::Steer::Prefix,
         Steering::Kernel => listeners::Steer::Kernel,
     };
-    let mut groups = Vec::new();
-    for addr in &settings.listen {
-        let group = listeners::bind_group(*addr, shard_count, steer).map_err(|e| e.to_string())?;
-        groups.push(group);
-    }
+    let mut per_shard = bind_listeners(&settings, shard_count, steer)?.into_iter();
     let admin_listener = match settings.admin {
         Some(addr) => Some(
             std::net::TcpListener::bind(addr).map_err(|e| format!("admin listener {addr}: {e}"))?,
@@ -105,64 +101,21 @@ fn start(
     let (mut udp_sockets, relay_board) = crate::udp::bind(&first, shard_count, steer)?;
     let cell = Arc::new(SnapshotCell::new(first));
     let key_seed = random_seed()?;
-    let id_prefix = {
-        let t = SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        (t.as_nanos() as u32) ^ std::process::id().rotate_left(16)
-    };
-    let control = Arc::new(Control::default());
-    control
-        .drain_timeout_ms
-        .store(settings.drain_timeout_ms, Ordering::Relaxed);
-    let global = Arc::new(Global::default());
-    global
-        .generation
-        .store(cell.generation(), Ordering::Relaxed);
+    let id_prefix = request_id_prefix();
+    let (control, global) = control_and_global(&settings, &cell);
 
     let verifier =
         crate::verify::Pool::start(cores.len()).map_err(|e| format!("verification pool: {e}"))?;
-    type Bound = (
-        std::net::SocketAddr,
-        std::net::TcpListener,
-        gapura_http::server::Listener,
-    );
-    let mut per_shard: Vec<Vec<Bound>> = (0..shard_count).map(|_| Vec::new()).collect();
-    for (index, group) in groups.into_iter().enumerate() {
-        let kind = gapura_http::server::Listener {
-            proxy_protocol: settings.proxy_protocol.contains(&group.requested),
-            tls: settings.tls.contains(&index),
-        };
-        for (i, sock) in group.sockets.into_iter().enumerate() {
-            per_shard[i].push((group.addr, sock, kind));
-        }
-        log!(
-            "listening on {}://{} ({} shards, steering {})",
-            if kind.tls { "https" } else { "http" },
-            group.addr,
-            shard_count,
-            match steer {
-                listeners::Steer::Source => "source",
-                listeners::Steer::Prefix => "prefix",
-                listeners::Steer::Kernel => "kernel",
-            }
-        );
-    }
     let stats: Vec<Arc<ShardStats>> = (0..shard_count)
         .map(|_| Arc::new(ShardStats::default()))
         .collect();
-    let first = cell.load();
-    let (log_tx, log_writer) = crate::accesslog::LogWriter::start(
-        first.server.access_log.as_ref().map(|a| a.path.as_str()),
-        shard_count,
-    )
-    .map_err(|e| format!("access log writer: {e}"))?;
-    drop(first);
+    let (log_tx, log_writer) = start_log_writer(&cell, shard_count)?;
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
     // `gapura explain --live` asks reach each shard through its own queue.
     let mut live_senders = Vec::new();
-    for (id, listeners) in per_shard.into_iter().enumerate() {
+    for id in 0..shard_count {
+        let listeners = per_shard.next().unwrap_or_default();
         let spec = ShardSpec {
             id,
             core: if cores.is_empty() {
@@ -188,53 +141,28 @@ fn start(
             udp: std::mem::take(&mut udp_sockets[id]),
             udp_stats: relay_board.of_shard(id),
         };
-        let tx = tx.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("gapura-shard-{id}"))
-            .spawn(move || shard::run(spec, tx))
-            .map_err(|e| format!("shard {id}: {e}"))?;
-        threads.push(handle);
+        threads.push(spawn_shard(spec, tx.clone())?);
     }
     drop(tx);
-    let mut failures = Vec::new();
-    for _ in 0..shard_count {
-        match rx.recv() {
-            Ok(Ok(line)) => log!("{line}"),
-            Ok(Err(e)) => failures.push(e),
-            Err(_) => failures.push("a shard exited before starting".into()),
-        }
-    }
-    if !failures.is_empty() {
+    if let Err(e) = wait_started(&rx, shard_count) {
         control.draining.store(true, Ordering::Release);
-        return Err(failures.join("; "));
+        return Err(e);
     }
     if let Some(l) = admin_listener {
-        let addr = l.local_addr().map_err(|e| e.to_string())?;
-        admin::spawn(
-            l,
-            Admin {
-                shards: stats.clone(),
-                global: global.clone(),
-                live: live_senders,
-                udp: relay_board,
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        log!("admin on http://{addr} (/healthz, /metrics)");
+        let admin = Admin {
+            shards: stats.clone(),
+            global: global.clone(),
+            live: live_senders,
+            udp: relay_board,
+        };
+        start_admin(l, admin)?;
     }
-    log!(
-        "ready: generation {} from {}",
-        cell.generation(),
-        profile
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "the embedded default profile".into())
-    );
+    let from = profile.as_ref().map(|p| p.display().to_string());
+    let from = from.unwrap_or_else(|| "the embedded default profile".into());
+    log!("ready: generation {} from {from}", cell.generation());
 
-    let stop_health = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    crate::health::spawn(cell.clone(), board.clone(), stop_health.clone());
     drop(log_tx);
-    let result = control_loop(
+    control_loop(
         &cell,
         &control,
         &global,
@@ -243,9 +171,7 @@ fn start(
         watch,
         &mut slots,
         &log_writer,
-    );
-    stop_health.store(true, Ordering::Relaxed);
-    result?;
+    )?;
 
     for t in threads {
         let _ = t.join();
@@ -256,13 +182,133 @@ fn start(
     Ok(ExitCode::SUCCESS)
 }
 
+/// A listener socket for one shard, and how its connections start.
+type Bound = (
+    std::net::SocketAddr,
+    std::net::TcpListener,
+    gapura_http::server::Listener,
+);
+
+/// Binds every listen address once per shard, in shard order (steering
+/// needs it), and hands each shard its sockets.
+fn bind_listeners(
+    settings: &RuntimeSettings,
+    shard_count: usize,
+    steer: listeners::Steer,
+) -> Result<Vec<Vec<Bound>>, String> {
+    let mut per_shard: Vec<Vec<Bound>> = (0..shard_count).map(|_| Vec::new()).collect();
+    for (index, addr) in settings.listen.iter().enumerate() {
+        let group = listeners::bind_group(*addr, shard_count, steer).map_err(|e| e.to_string())?;
+        let kind = gapura_http::server::Listener {
+            proxy_protocol: settings.proxy_protocol.contains(&group.requested),
+            tls: settings.tls.contains(&index),
+        };
+        for (i, sock) in group.sockets.into_iter().enumerate() {
+            per_shard[i].push((group.addr, sock, kind));
+        }
+        log!(
+            "listening on {}://{} ({} shards, steering {})",
+            if kind.tls { "https" } else { "http" },
+            group.addr,
+            shard_count,
+            match steer {
+                listeners::Steer::Source => "source",
+                listeners::Steer::Prefix => "prefix",
+                listeners::Steer::Kernel => "kernel",
+            }
+        );
+    }
+    Ok(per_shard)
+}
+
+/// The flags shards read, and the process-wide figures the admin reports.
+fn control_and_global(
+    settings: &RuntimeSettings,
+    cell: &SnapshotCell,
+) -> (Arc<Control>, Arc<Global>) {
+    let control = Arc::new(Control::default());
+    control
+        .drain_timeout_ms
+        .store(settings.drain_timeout_ms, Ordering::Relaxed);
+    let global = Arc::new(Global::default());
+    global
+        .generation
+        .store(cell.generation(), Ordering::Relaxed);
+    (control, global)
+}
+
+/// The access log's writer thread, with the queue shards send to.
+fn start_log_writer(
+    cell: &SnapshotCell,
+    shard_count: usize,
+) -> Result<(mpsc::SyncSender<Vec<u8>>, crate::accesslog::LogWriter), String> {
+    let snap = cell.load();
+    let path = snap.server.access_log.as_ref().map(|a| a.path.as_str());
+    crate::accesslog::LogWriter::start(path, shard_count)
+        .map_err(|e| format!("access log writer: {e}"))
+}
+
+/// Starts a shard's thread; it reports on `started` once serving.
+fn spawn_shard(
+    spec: ShardSpec,
+    started: mpsc::Sender<shard::Started>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let id = spec.id;
+    std::thread::Builder::new()
+        .name(format!("gapura-shard-{id}"))
+        .spawn(move || shard::run(spec, started))
+        .map_err(|e| format!("shard {id}: {e}"))
+}
+
+/// Serves `/metrics` and the rest of the admin listener on its thread.
+fn start_admin(listener: std::net::TcpListener, admin: Admin) -> Result<(), String> {
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    admin::spawn(listener, admin).map_err(|e| e.to_string())?;
+    log!("admin on http://{addr} (/healthz, /metrics)");
+    Ok(())
+}
+
+/// Waits for every shard's report, logging each one's core and driver.
+fn wait_started(rx: &mpsc::Receiver<shard::Started>, shard_count: usize) -> Result<(), String> {
+    let mut failures = Vec::new();
+    for _ in 0..shard_count {
+        match rx.recv() {
+            Ok(Ok(line)) => log!("{line}"),
+            Ok(Err(e)) => failures.push(e),
+            Err(_) => failures.push("a shard exited before starting".into()),
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("; "))
+    }
+}
+
+/// Request ids' per-process prefix: the start time and the pid mixed.
+fn request_id_prefix() -> u32 {
+    let t = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (t.as_nanos() as u32) ^ std::process::id().rotate_left(16)
+}
+
 fn mtime(p: &Path) -> Option<SystemTime> {
     std::fs::metadata(p).and_then(|m| m.modified()).ok()
 }
 
+/// Raises a stop flag when dropped.
+struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn control_loop(
-    cell: &SnapshotCell,
+    cell: &Arc<SnapshotCell>,
     control: &Control,
     global: &Global,
     settings: &RuntimeSettings,
@@ -273,6 +319,10 @@ fn control_loop(
 ) -> Result<(), String> {
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM, SIGINT, SIGUSR1])
         .map_err(|e| format!("signals: {e}"))?;
+    // The active health checker runs while the control loop does.
+    let stop_health = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    crate::health::spawn(cell.clone(), slots.board(), stop_health.clone());
+    let _stop = StopOnDrop(stop_health);
     let mut last_mtime = profile.and_then(mtime);
     loop {
         let mut reload = false;
