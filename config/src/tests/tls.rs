@@ -206,3 +206,19 @@ fn tls_settings_are_checked() {
         assert_eq!(one(&src), want, "{src}");
     }
 }
+
+#[test]
+fn the_example_profile_sends_its_site_to_https() {
+    let c = ok(include_str!("../../../profiles/example.toml"));
+    let s = &c.snapshot;
+    let site = &s.entries[s.hosts.lookup(Some(b"example.com")).unwrap() as usize];
+    assert_eq!(site.extras.https.redirect_port, Some(443));
+    assert_eq!(
+        site.extras.https.hsts_line,
+        b"Strict-Transport-Security: max-age=63072000\r\n"
+    );
+    assert_eq!(
+        s.server.http2,
+        gapura_gate::snapshot::Http2Settings::default()
+    );
+}
