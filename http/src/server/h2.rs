@@ -40,7 +40,7 @@ use monoio::buf::IoBuf;
 use monoio::net::TcpStream;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::io;
+use std::io::{self, Write};
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
@@ -598,8 +598,8 @@ impl<S> ReadSpare for H2Stream<S> {
                         continue;
                     }
                     if self.chunked {
-                        self.pending
-                            .extend_from_slice(format!("{:x}\r\n", bytes.len()).as_bytes());
+                        // The chunk's size line, written in place.
+                        let _ = write!(self.pending, "{:x}\r\n", bytes.len());
                         self.pending.extend_from_slice(&bytes);
                         self.pending.extend_from_slice(b"\r\n");
                     } else {
