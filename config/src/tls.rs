@@ -328,11 +328,6 @@ fn load(
     };
     Some(Certificate {
         label: cert.get_ref().clone(),
-        names: raw
-            .names
-            .as_ref()
-            .map(|l| l.get_ref().iter().map(|n| n.get_ref().clone()).collect())
-            .unwrap_or_default(),
         chain: pair.chain,
         key: Secret(pair.key),
         ocsp,

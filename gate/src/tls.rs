@@ -26,13 +26,13 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// One `[[certificate]]`: its chain (leaf first), its key, the names it
-/// answers for and an optional OCSP response to staple.
+/// One `[[certificate]]`: its chain (leaf first), its key and an optional
+/// OCSP response to staple (the names it answers for are in
+/// [`TlsSettings::names`]).
 #[derive(Clone, Debug)]
 pub struct Certificate {
     /// The certificate file as written in the profile (for logs).
     pub label: String,
-    pub names: Vec<String>,
     /// DER certificates, the leaf first.
     pub chain: Vec<Vec<u8>>,
     /// The private key's DER (PKCS#8, SEC1 or PKCS#1).

@@ -104,16 +104,6 @@ impl Transport for TcpStream {
     }
 }
 
-/// Reads into spare capacity from a byte slice (tests, buffered input).
-impl ReadSpare for &[u8] {
-    async fn read_spare(&mut self, mut buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
-        let n = (buf.capacity() - buf.len()).min(self.len());
-        buf.extend_from_slice(&self[..n]);
-        *self = &self[n..];
-        (Ok(n), buf)
-    }
-}
-
 /// `buf`'s initialized bytes.
 pub(crate) fn init_bytes<T: IoBuf>(buf: &T) -> &[u8] {
     // SAFETY: `IoBuf` promises `bytes_init` initialized bytes at `read_ptr`
