@@ -23,8 +23,9 @@ use std::sync::Arc;
 /// The ALPN names served over HTTP/1.1.
 const HTTP11: &[u8] = b"http/1.1";
 
-/// The configuration a shard built, and the settings it was built from.
-pub(super) type Built = Option<(Arc<TlsSettings>, Arc<ServerConfig>)>;
+/// The configuration a shard built (`None`: it could not be), and the
+/// settings it was built from.
+pub(super) type Built = Option<(Arc<TlsSettings>, Option<Arc<ServerConfig>>)>;
 
 /// Picks the certificate for a client's SNI name, counting the names no
 /// certificate claims (they get the default).
@@ -99,21 +100,20 @@ impl Shard {
     fn tls_config(&self, settings: &Arc<TlsSettings>) -> Option<Arc<ServerConfig>> {
         if let Some((built_from, config)) = &*self.tls.borrow() {
             if Arc::ptr_eq(built_from, settings) {
-                return Some(config.clone());
+                return config.clone();
             }
         }
-        match build_config(settings, self.stats.clone()) {
-            Ok(config) => {
-                *self.tls.borrow_mut() = Some((settings.clone(), config.clone()));
-                Some(config)
-            }
+        let config = match build_config(settings, self.stats.clone()) {
+            Ok(config) => Some(config),
             Err(e) => {
                 if let Some(warn) = self.warn {
                     warn(format_args!("shard {}: TLS cannot start: {e}", self.id));
                 }
                 None
             }
-        }
+        };
+        *self.tls.borrow_mut() = Some((settings.clone(), config.clone()));
+        config
     }
 }
 
