@@ -49,8 +49,8 @@ use std::time::Duration;
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// The window of the reset budget.
 const RESET_WINDOW_MS: u64 = 10_000;
-/// How often the driver looks for a drain.
-const TICK_MS: u64 = 100;
+/// How often the driver looks for a drain, an idle or a slow head.
+const TICK: Duration = Duration::from_millis(100);
 /// Response bytes reserved per flow-control wait.
 const SEND_CHUNK: usize = 16 * 1024;
 /// Per-stream send buffer in h2.
@@ -126,11 +126,16 @@ pub(super) async fn serve<S: Transport>(
     let idle = Duration::from_millis(snap.server.idle_timeout_ms);
     let mut last_active = monoio::time::Instant::now();
     let mut shutting = false;
+    // One timer for the connection's life, not one per stream.
+    let mut tick = std::pin::pin!(monoio::time::sleep(TICK));
     loop {
         let quiet = shared.open.get() == 0;
         let next = monoio::select! {
             next = conn.accept() => Some(next),
-            _ = monoio::time::sleep(Duration::from_millis(TICK_MS)) => None,
+            _ = &mut tick => {
+                tick.as_mut().reset(monoio::time::Instant::now() + TICK);
+                None
+            }
         };
         match next {
             Some(Some(Ok(stream))) => {
