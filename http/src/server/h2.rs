@@ -164,23 +164,24 @@ pub(super) async fn serve<S: Transport>(
             Some(None) => break,
             None => {}
         }
-        if flooded.get() {
-            shard.stats.h2_floods.inc();
-        }
         let slow_head = head_since.get().is_some_and(|t| {
             crate::clock::now_ms().saturating_sub(t) >= snap.server.header_timeout_ms
         });
-        if slow_head {
-            // A trickled header block: the connection ends.
-            shard.stats.error(super::stats::ErrorKind::HeaderTimeout);
-            conn.abrupt_shutdown(Reason::NO_ERROR);
-            let flush = async { while let Some(Ok(_)) = conn.accept().await {} };
-            let _ = monoio::time::timeout(Duration::from_millis(1000), flush).await;
-            break;
-        }
-        if shared.resets.get() > settings.max_resets || flooded.get() {
+        let ending = if shared.resets.get() > settings.max_resets || flooded.get() {
+            if flooded.get() {
+                shard.stats.h2_floods.inc();
+            }
             shard.stats.h2_calm.inc();
-            conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+            Some(Reason::ENHANCE_YOUR_CALM)
+        } else if slow_head {
+            // A trickled header block.
+            shard.stats.error(super::stats::ErrorKind::HeaderTimeout);
+            Some(Reason::NO_ERROR)
+        } else {
+            None
+        };
+        if let Some(reason) = ending {
+            conn.abrupt_shutdown(reason);
             // Sends the GOAWAY; the connection ends with it.
             let flush = async { while let Some(Ok(_)) = conn.accept().await {} };
             let _ = monoio::time::timeout(Duration::from_millis(1000), flush).await;
