@@ -108,22 +108,29 @@ impl CertificateLoader for CertificateFiles {
     }
 
     fn ticket_secret(&self) -> Vec<u8> {
-        ticket_secret().to_vec()
+        ticket_secret().map_or_else(Vec::new, |s| s.to_vec())
     }
 }
 
 /// The process's session-ticket secret: random, made once, kept across
-/// reloads (so tickets stay valid); all zeros only if the kernel gave no
-/// randomness, which the start refuses before (the gate's seed).
-fn ticket_secret() -> &'static [u8; 32] {
-    static SECRET: OnceLock<[u8; 32]> = OnceLock::new();
-    SECRET.get_or_init(|| {
-        let mut s = [0u8; 32];
-        if crate::random::fill(&mut s).is_err() {
-            crate::log!("no randomness for the session-ticket secret: tickets are off");
-        }
-        s
-    })
+/// reloads (so tickets stay valid). `None` (tickets off, and said so once)
+/// when the kernel gives no randomness: a guessable key is never used.
+fn ticket_secret() -> Option<&'static [u8; 32]> {
+    static SECRET: OnceLock<Option<[u8; 32]>> = OnceLock::new();
+    SECRET
+        .get_or_init(|| {
+            let mut s = [0u8; 32];
+            match crate::random::fill(&mut s) {
+                Ok(()) => Some(s),
+                Err(e) => {
+                    crate::log!(
+                        "no randomness for the session-ticket secret ({e}): tickets are off"
+                    );
+                    None
+                }
+            }
+        })
+        .as_ref()
 }
 
 /// Reads and compiles `profile` (the embedded default when `None`) for this
