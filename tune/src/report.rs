@@ -1,0 +1,140 @@
+//! The readable report: the pass's counts, then per group its figures and
+//! suggested rate limit, then the source budget.
+
+use crate::analyze::{Analysis, GroupStats};
+use crate::histogram::{Histogram, EXACT, SUB};
+use crate::suggest::{self, percent};
+use std::fmt::Write as _;
+
+/// Groups with requests, busiest first (ties in order of appearance).
+pub fn ordered(a: &Analysis) -> Vec<&GroupStats> {
+    let mut groups: Vec<&GroupStats> = a.groups.iter().filter(|g| g.requests > 0).collect();
+    groups.sort_by(|x, y| y.requests.cmp(&x.requests));
+    groups
+}
+
+/// What the report says about the pass itself.
+pub struct Context<'a> {
+    pub log: &'a str,
+    /// Where the window came from: "the profile" or "the default".
+    pub window_from: &'a str,
+    pub max_clients: usize,
+    pub max_groups: usize,
+}
+
+fn dist(out: &mut String, label: &str, h: &Histogram) {
+    let _ = writeln!(
+        out,
+        "  {label}: samples {}, mean {:.2}, σ {:.2}, p99 {}, max {}",
+        h.count(),
+        h.mean(),
+        h.std_dev(),
+        h.quantile(0.99),
+        h.max()
+    );
+}
+
+fn header(out: &mut String, a: &Analysis, ctx: &Context<'_>) {
+    let _ = writeln!(out, "gapura tune: {}", ctx.log);
+    let _ = writeln!(
+        out,
+        "lines {}: used {}, malformed {}, blank {}, late {}, without a client {}",
+        a.lines, a.requests, a.malformed, a.blank, a.late, a.no_client
+    );
+    let _ = writeln!(out, "window {} ms (from {})", a.window_ms, ctx.window_from);
+    let _ = writeln!(
+        out,
+        "client table: capacity {}, most held {}, evictions {}; prefix table: most held {}, evictions {}",
+        ctx.max_clients, a.peak_clients, a.client_evictions, a.peak_prefixes, a.prefix_evictions
+    );
+    let _ = writeln!(
+        out,
+        "groups: {} (at most {}; further host/route pairs count in \"(other)\")",
+        a.groups.len(),
+        ctx.max_groups
+    );
+    let _ = writeln!(
+        out,
+        "samples: a client's requests in one second (or window) in which it sent any; \
+         p99 exact below {EXACT}, above it at most {:.2} % high",
+        100.0 / SUB as f64
+    );
+}
+
+fn group(out: &mut String, g: &GroupStats, window_ms: u64) {
+    let _ = writeln!(out, "\nhost {}  route {}", g.name.host, g.name.route);
+    let _ = writeln!(out, "  requests {}, clients {}", g.requests, g.clients);
+    dist(out, "per client per second", &g.per_second);
+    dist(
+        out,
+        &format!("per client per window ({window_ms} ms)"),
+        &g.per_window,
+    );
+    let Some(r) = suggest::rate(&g.per_second, &g.client_peaks) else {
+        let _ = writeln!(out, "  no samples: no suggestion");
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "  suggested rate {} per second (mean + 3.5σ = {:.2}), burst {} (p99 {})",
+        r.rate,
+        r.raw,
+        r.burst,
+        g.per_second.quantile(0.99)
+    );
+    let _ = writeln!(
+        out,
+        "  refused in this log: {} of {} clients ({:.2} %) had a busiest second over {}",
+        r.refused,
+        r.clients,
+        percent(r.refused, r.clients),
+        r.burst
+    );
+}
+
+fn sources(out: &mut String, a: &Analysis) {
+    let _ = writeln!(
+        out,
+        "\nsource budget (per IPv4 /24 and IPv6 /56, all hosts together, window {} ms)",
+        a.window_ms
+    );
+    if a.hashed > 0 {
+        let _ = writeln!(
+            out,
+            "  {} requests have a hashed client (log_addresses = \"hash\"): their source \
+             prefixes cannot be derived, so they are not in the budget",
+            a.hashed
+        );
+    }
+    let s = &a.sources;
+    let Some(b) = suggest::budget(&s.per_window, &s.peaks) else {
+        let _ = writeln!(out, "  no address in the log: budgets skipped");
+        return;
+    };
+    let _ = writeln!(out, "  prefixes {}", s.prefixes);
+    dist(out, "per prefix per window", &s.per_window);
+    let _ = writeln!(
+        out,
+        "  suggested [quota.source] requests = {} per window (mean + 3.5σ = {:.2})",
+        b.requests, b.raw
+    );
+    let _ = writeln!(
+        out,
+        "  refused in this log: {} of {} prefixes ({:.2} %) had a busiest window over {}",
+        b.refused,
+        b.prefixes,
+        percent(b.refused, b.prefixes),
+        b.requests
+    );
+}
+
+/// The whole report.
+pub fn render(a: &Analysis, ctx: &Context<'_>) -> String {
+    let mut out = String::new();
+    header(&mut out, a, ctx);
+    for g in ordered(a) {
+        group(&mut out, g, a.window_ms);
+    }
+    sources(&mut out, a);
+    out
+}

@@ -1,0 +1,155 @@
+//! Suggested limits from the distributions.
+//!
+//! The method: a limit sits at the mean plus 3.5 standard deviations of the
+//! samples, rounded up so it never sits below that boundary, then rounded
+//! up again to an operator-friendly number ([`round_up`]: two significant
+//! digits). Concretely:
+//!
+//! - `rate` (requests per second) = `round_up(ceil(mean + 3.5σ))` of the
+//!   requests per client per active second, at least 1, at most 1000000;
+//! - `burst` = `round_up(max(p99, rate))` of the same samples, at most
+//!   1048575 (the bucket absorbs the short peaks the p99 shows);
+//! - the source budget `requests` (per window) = `round_up(ceil(mean +
+//!   3.5σ))` of the requests per source prefix per active window, at least
+//!   1, at most 4294967295.
+//!
+//! The share refused: a client counts as refused by a rate suggestion when
+//! its busiest second in the log held more requests than `burst` (a full
+//! bucket lets `burst` through at once; more in one second means some were
+//! refused, whatever the refill). A prefix counts as refused by a budget
+//! when its busiest window held more requests than `requests`.
+
+use crate::histogram::Histogram;
+
+/// How many standard deviations above the mean a limit sits.
+pub const SIGMAS: f64 = 3.5;
+/// The largest rate a rate limit takes (per second).
+pub const MAX_RATE: u64 = 1_000_000;
+/// The largest burst a rate limit takes.
+pub const MAX_BURST: u64 = 1_048_575;
+/// The largest budget.
+pub const MAX_BUDGET: u64 = u32::MAX as u64;
+
+/// `x` rounded up to two significant digits: 9 stays 9, 87 stays 87, 123
+/// becomes 130, 1001 becomes 1100. Never below `x`.
+pub fn round_up(x: u64) -> u64 {
+    let mut step = 1u64;
+    while x / step >= 100 {
+        step = step.saturating_mul(10);
+    }
+    x.div_ceil(step).saturating_mul(step)
+}
+
+/// `ceil(mean + 3.5σ)` of a histogram's samples, as an integer.
+pub fn boundary(h: &Histogram) -> u64 {
+    let raw = h.mean() + SIGMAS * h.std_dev();
+    if raw.is_finite() && raw > 0.0 {
+        raw.ceil().min(u64::MAX as f64) as u64
+    } else {
+        0
+    }
+}
+
+/// A rate limit for one group.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rate {
+    /// mean + 3.5σ of requests per client per active second.
+    pub raw: f64,
+    pub rate: u64,
+    pub burst: u64,
+    /// Clients whose busiest second was over `burst`.
+    pub refused: u64,
+    pub clients: u64,
+}
+
+/// A source budget per window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Budget {
+    /// mean + 3.5σ of requests per prefix per active window.
+    pub raw: f64,
+    pub requests: u64,
+    /// Prefixes whose busiest window was over `requests`.
+    pub refused: u64,
+    pub prefixes: u64,
+}
+
+/// The rate suggestion from per-second samples and each client's busiest
+/// second. `None` without samples.
+pub fn rate(per_second: &Histogram, peaks: &Histogram) -> Option<Rate> {
+    if per_second.count() == 0 {
+        return None;
+    }
+    let rate = round_up(boundary(per_second)).clamp(1, MAX_RATE);
+    let burst = round_up(per_second.quantile(0.99).max(rate)).clamp(1, MAX_BURST);
+    Some(Rate {
+        raw: per_second.mean() + SIGMAS * per_second.std_dev(),
+        rate,
+        burst,
+        refused: peaks.count_above(burst),
+        clients: peaks.count(),
+    })
+}
+
+/// The budget suggestion from per-window samples and each prefix's busiest
+/// window. `None` without samples.
+pub fn budget(per_window: &Histogram, peaks: &Histogram) -> Option<Budget> {
+    if per_window.count() == 0 {
+        return None;
+    }
+    let requests = round_up(boundary(per_window)).clamp(1, MAX_BUDGET);
+    Some(Budget {
+        raw: per_window.mean() + SIGMAS * per_window.std_dev(),
+        requests,
+        refused: peaks.count_above(requests),
+        prefixes: peaks.count(),
+    })
+}
+
+/// `part` of `whole` in percent (0 when `whole` is 0).
+pub fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_is_two_significant_digits_up() {
+        let cases = [
+            (0, 0),
+            (1, 1),
+            (9, 9),
+            (99, 99),
+            (100, 100),
+            (101, 110),
+            (123, 130),
+        ];
+        for (x, want) in cases {
+            assert_eq!(round_up(x), want, "{x}");
+        }
+        assert_eq!(round_up(1001), 1100);
+        assert_eq!(round_up(25_000), 25_000);
+        assert_eq!(round_up(25_001), 26_000);
+        assert!(round_up(u64::MAX) >= u64::MAX / 2);
+    }
+
+    #[test]
+    fn the_seed_example_gives_nine() {
+        // mean 1.845, σ 1.790: 8.11 -> 9.
+        let mut h = Histogram::default();
+        let mut peaks = Histogram::default();
+        for v in [1u64, 1, 1, 2, 2, 3, 8] {
+            h.add(v);
+            peaks.add(v);
+        }
+        let r = rate(&h, &peaks).unwrap();
+        assert_eq!(r.rate, round_up(boundary(&h)));
+        assert!(r.burst >= r.rate);
+        assert_eq!(r.clients, 7);
+    }
+}
