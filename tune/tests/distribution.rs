@@ -1,0 +1,125 @@
+//! The figures and suggestions of a log with a known distribution, and
+//! their independence from the order shards flush lines in.
+
+mod common;
+
+use common::{known, opts, run, Lcg};
+use gapura_tune::suggest::{self, round_up};
+
+/// The per-second counts a client draws from.
+const KS: [u64; 10] = [1, 2, 2, 3, 3, 3, 4, 5, 8, 12];
+const SEED: u64 = 0x5eed_0003;
+
+fn stats(samples: &[u64]) -> (f64, f64, u64, u64) {
+    let n = samples.len() as f64;
+    let mean = samples.iter().sum::<u64>() as f64 / n;
+    let var = samples
+        .iter()
+        .map(|&x| (x as f64 - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    let rank = (0.99 * n).ceil() as usize;
+    (mean, var.sqrt(), sorted[rank - 1], *sorted.last().unwrap())
+}
+
+#[test]
+fn the_suggested_rate_is_mean_plus_three_and_a_half_sigma_rounded_up() {
+    let (log, samples) = known(40, 30, &KS, SEED);
+    let a = run(&log, &opts());
+    assert_eq!(a.groups.len(), 1);
+    let g = &a.groups[0];
+    let (mean, sigma, p99, max) = stats(&samples);
+    assert_eq!(g.per_second.count(), samples.len() as u64);
+    assert_eq!(g.requests, samples.iter().sum::<u64>());
+    assert!((g.per_second.mean() - mean).abs() < 1e-9);
+    assert!((g.per_second.std_dev() - sigma).abs() < 1e-9);
+    assert_eq!(g.per_second.quantile(0.99), p99);
+    assert_eq!(g.per_second.max(), max);
+    assert_eq!(max, 12);
+    let r = suggest::rate(&g.per_second, &g.client_peaks).unwrap();
+    let raw = (mean + 3.5 * sigma).ceil() as u64;
+    assert_eq!(r.rate, round_up(raw));
+    assert_eq!(r.burst, round_up(p99.max(r.rate)));
+    assert_eq!(r.clients, 40);
+    // Window = second here: the window figures are the same samples.
+    assert_eq!(g.per_window.count(), g.per_second.count());
+    assert_eq!(a.malformed + a.late + a.no_client, 0);
+}
+
+#[test]
+fn the_refused_share_counts_clients_whose_busiest_second_passed_the_burst() {
+    // Ten clients send 1 a second; one sends 50 once.
+    let mut log = String::new();
+    for s in 0..20u64 {
+        for c in 0..10 {
+            log.push_str(&common::line(
+                common::BASE_MS + s * 1000 + c,
+                &format!("192.0.2.{c}"),
+                "a.test",
+                "/",
+            ));
+        }
+    }
+    for j in 0..49 {
+        log.push_str(&common::line(
+            common::BASE_MS + 19_000 + 100 + j,
+            "192.0.2.0",
+            "a.test",
+            "/",
+        ));
+    }
+    let a = run(&log, &opts());
+    let g = &a.groups[0];
+    let r = suggest::rate(&g.per_second, &g.client_peaks).unwrap();
+    assert!(r.burst < 50, "{r:?}");
+    assert_eq!((r.refused, r.clients), (1, 10));
+    assert_eq!(g.client_peaks.max(), 50);
+}
+
+#[test]
+fn lines_out_of_order_by_a_few_seconds_count_as_the_sorted_log() {
+    let (log, _) = known(30, 40, &KS, SEED + 1);
+    let lines: Vec<&str> = log.split_inclusive('\n').collect();
+    let mut rng = Lcg(7);
+    let mut shuffled = String::new();
+    // Shuffle within blocks of about three seconds of lines.
+    for block in lines.chunks(lines.len() / 13) {
+        let mut block = block.to_vec();
+        for i in (1..block.len()).rev() {
+            block.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        shuffled.extend(block);
+    }
+    assert_ne!(shuffled, log);
+    let (a, b) = (run(&log, &opts()), run(&shuffled, &opts()));
+    assert_eq!(b.late, 0);
+    let (ga, gb) = (&a.groups[0], &b.groups[0]);
+    for (x, y) in [
+        (&ga.per_second, &gb.per_second),
+        (&ga.per_window, &gb.per_window),
+        (&ga.client_peaks, &gb.client_peaks),
+        (&a.sources.per_window, &b.sources.per_window),
+        (&a.sources.peaks, &b.sources.peaks),
+    ] {
+        assert_eq!(x.count(), y.count());
+        assert_eq!(x.sum(), y.sum());
+        assert_eq!(x.max(), y.max());
+        assert_eq!(x.quantile(0.99), y.quantile(0.99));
+        assert_eq!(x.std_dev(), y.std_dev());
+    }
+    assert_eq!(ga.clients, gb.clients);
+}
+
+#[test]
+fn a_line_far_behind_the_newest_is_late_and_skipped() {
+    let log = [
+        common::line(common::BASE_MS + 60_000, "192.0.2.1", "a.test", "/"),
+        common::line(common::BASE_MS + 1000, "192.0.2.1", "a.test", "/"),
+        common::line(common::BASE_MS + 55_000, "192.0.2.1", "a.test", "/"),
+    ]
+    .concat();
+    let a = run(&log, &opts());
+    assert_eq!((a.late, a.requests), (1, 2));
+}
