@@ -89,8 +89,8 @@ pub fn render(a: &Analysis, log: &str) -> String {
         );
         let _ = writeln!(
             out,
-            "[[rate_limit]]\nname = \"{}\"\nrequests = {}        # ceil(mean + 3.5σ), rounded up\n\
-             per = \"second\"\nburst = {}           # max(p99, requests), rounded up\nkey = \"ip\"",
+            "[[rate_limit]]\nname = \"{}\"\nrequests = {:<8} # ceil(mean + 3.5σ), rounded up\n\
+             per = \"second\"\nburst = {:<11} # max(p99, requests), rounded up\nkey = \"ip\"",
             limit_name(&g.name, &mut taken),
             r.rate,
             r.burst
@@ -137,7 +137,7 @@ fn budget(out: &mut String, a: &Analysis) {
     }
     let _ = writeln!(
         out,
-        "[quota.source]\nrequests = {}        # per window, ceil(mean + 3.5σ), rounded up",
+        "[quota.source]\nrequests = {:<8} # per window, ceil(mean + 3.5σ), rounded up",
         b.requests
     );
 }
