@@ -31,7 +31,7 @@ impl<'w> Progress<'w> {
 
     /// Called for every line; looks at the clock every 4096 lines.
     pub fn tick(&mut self, bytes: u64, lines: u64) {
-        if self.out.is_none() || lines % 4096 != 0 {
+        if self.out.is_none() || lines & 4095 != 0 {
             return;
         }
         let now = Instant::now();

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 /// Groups with requests, busiest first (ties in order of appearance).
 pub fn ordered(a: &Analysis) -> Vec<&GroupStats> {
     let mut groups: Vec<&GroupStats> = a.groups.iter().filter(|g| g.requests > 0).collect();
-    groups.sort_by(|x, y| y.requests.cmp(&x.requests));
+    groups.sort_by_key(|g| std::cmp::Reverse(g.requests));
     groups
 }
 

@@ -48,6 +48,11 @@ impl<K: Hash + Eq + Clone, V: Default> Lru<K, V> {
         self.nodes.len()
     }
 
+    /// Whether the table holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
     /// Entries removed to make room.
     pub fn evictions(&self) -> u64 {
         self.evictions
