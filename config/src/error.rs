@@ -38,6 +38,27 @@ impl fmt::Display for ProfileError {
 
 impl std::error::Error for ProfileError {}
 
+impl ProfileError {
+    /// Displays as a warning: `LINE:COL: warning[CODE] PATH: MESSAGE`.
+    pub fn as_warning(&self) -> AsWarning<'_> {
+        AsWarning(self)
+    }
+}
+
+/// A [`ProfileError`] that does not stop the profile, displayed as a warning.
+pub struct AsWarning<'a>(&'a ProfileError);
+
+impl fmt::Display for AsWarning<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = self.0;
+        write!(f, "{}:{}: warning[{}] ", e.line, e.column, e.code)?;
+        if !e.path.is_empty() {
+            write!(f, "{}: ", e.path)?;
+        }
+        f.write_str(&e.message)
+    }
+}
+
 /// Line starts of a source text, for turning byte offsets into positions.
 pub(crate) struct Positions<'s> {
     src: &'s str,
@@ -134,6 +155,11 @@ impl<'s> Errors<'s> {
             column,
             message,
         }
+    }
+
+    /// Records an error already placed.
+    pub(crate) fn push_error(&mut self, e: ProfileError) {
+        self.list.push(e);
     }
 
     /// Records an error that has no position (line and column 0).

@@ -121,17 +121,31 @@ pub struct Compiled {
 }
 
 /// Compiles profile text. On failure returns every error found, in source
-/// order: all semantic errors at once, or the one syntax, unknown-key or
-/// type error that stopped reading. Limits with `scope = "split"` are
+/// order: every unknown key and wrong type (each entry is stepped over and
+/// the rest read), and beside them every semantic error of what was read;
+/// a syntax error or a missing field ends the reading there. Limits with `scope = "split"` are
 /// divided by the shard count: `server.shards`, or `env.cores` when it is
 /// `"auto"`. Upstream server names are resolved by `env.resolver`, once
 /// each. Allocates; O(profile) plus the resolver's work.
 pub fn compile_with(src: &str, env: &Environment<'_>) -> Result<Compiled, Vec<ProfileError>> {
-    let mut raw: schema::RawProfile =
-        toml::from_str(src).map_err(|e| syntax::parse_error(src, &e).into_sorted())?;
+    let read = syntax::read_all::<schema::RawProfile>(src)?;
+    let mut raw = read.value;
     let mut errors = error::Errors::new(src);
     let protection_off = protection::apply(&mut raw, env, &mut errors);
     let checked = validate::check(&raw, env, &mut errors);
+    if !read.errors.is_empty() {
+        // Checks of what was read beside the entries stepped over, less
+        // those the missing entries explain.
+        let mut all = read.errors;
+        all.extend(
+            errors
+                .into_sorted()
+                .into_iter()
+                .filter(|e| !read.blanked.iter().any(|b| syntax::explains(b, &e.path))),
+        );
+        all.sort_by_key(|e| (e.line, e.column));
+        return Err(all);
+    }
     if !errors.is_empty() {
         return Err(errors.into_sorted());
     }

@@ -59,7 +59,7 @@ fn check(file: &str) -> ExitCode {
     match profile::load(Some(std::path::Path::new(file))) {
         Ok(mut c) => {
             for w in &c.warnings {
-                eprintln!("{file}:{w} (warning)");
+                eprintln!("{file}:{}", w.as_warning());
             }
             // Read only: `check` creates no key; a missing one whose
             // directory exists is created at first start.

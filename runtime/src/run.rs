@@ -29,7 +29,7 @@ fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
     let mut result = result;
     if let Ok(c) = &mut result {
         for w in &c.warnings {
-            log!("warning: {name}:{w}");
+            log!("{name}:{}", w.as_warning());
         }
         if let Err(e) = crate::powkey::load_into(c, true) {
             log!("error: proof of work has no key ({e}): its routes answer 503");

@@ -45,6 +45,86 @@ fn wrong_types_report_the_value_path_and_position() {
 }
 
 #[test]
+fn every_unknown_key_and_wrong_type_of_a_file_is_reported_in_one_run() {
+    let src = "[server]\n\
+               listen = [\"127.0.0.1:8080\", 5]\n\
+               shards = true\n\
+               [server.bogus]\n\
+               a = 1\n\
+               b = [1,\n  2]\n\
+               [[host]]\n\
+               names = [\"a.test\"]\n\
+               limits = { max_header_count = \"x\", wat = 1 }\n\
+               [[host]]\n\
+               names = [\"b.test\"]\n\
+               x.y = 2\n\
+               [host.limits]\n\
+               max_url_bytes = 3\n";
+    let found: Vec<_> = errors(src).iter().map(key).collect();
+    assert_eq!(
+        found,
+        vec![
+            at("profile.type", "server.listen[1]", 2, 29),
+            at("profile.type", "server.shards", 3, 10),
+            at("profile.unknown_key", "server.bogus", 4, 9),
+            at("profile.type", "host[0].limits.max_header_count", 10, 31),
+            at("profile.unknown_key", "host[0].limits.wat", 10, 36),
+            at("profile.unknown_key", "host[1].x", 13, 1),
+            // Beside them, the checks of what was read.
+            at(
+                "limits.max_url_bytes.range",
+                "host[1].limits.max_url_bytes",
+                15,
+                17
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_semantic_error_under_a_stepped_over_entry_is_not_reported_twice() {
+    // `requests` has the wrong type; the rate limit then lacks it, which
+    // is the same mistake.
+    let src = "[[rate_limit]]\nname = \"r\"\nrequests = \"ten\"\n";
+    let found: Vec<_> = errors(src).iter().map(key).collect();
+    assert_eq!(
+        found,
+        vec![at("profile.type", "rate_limit[0].requests", 3, 12)]
+    );
+}
+
+#[test]
+fn reading_stops_at_a_syntax_error_or_a_missing_field_keeping_what_came_before() {
+    let found: Vec<_> = errors("[server]\nbogus = 1\n[server\n")
+        .iter()
+        .map(key)
+        .collect();
+    // The syntax error comes first: nothing reads before it is fixed.
+    assert_eq!(found, vec![at("profile.syntax", "", 3, 8)]);
+    let found: Vec<_> = errors("[server]\nbogus = 1\nlisten = [{ tls = true }]\n")
+        .iter()
+        .map(key)
+        .collect();
+    assert_eq!(found[0], at("profile.unknown_key", "server.bogus", 2, 1));
+    assert_eq!(found.len(), 2, "{found:?}");
+}
+
+#[test]
+fn warnings_display_as_warnings() {
+    let e = ProfileError {
+        code: "access.users.no_hash",
+        path: "access_list[0].users[0]".into(),
+        line: 3,
+        column: 5,
+        message: "m".into(),
+    };
+    assert_eq!(
+        e.as_warning().to_string(),
+        "3:5: warning[access.users.no_hash] access_list[0].users[0]: m"
+    );
+}
+
+#[test]
 fn syntax_errors_have_a_position_and_no_path() {
     assert_eq!(one("[server\nshards = 1\n"), at("profile.syntax", "", 1, 8));
     assert_eq!(
@@ -64,7 +144,13 @@ fn columns_count_characters_after_multi_byte_text() {
     let src = "# café ☕\nhost = [{ names = [\"a.test\"], body = \"é☕\", status = 7 }]\n";
     assert_eq!(one(src), at("host.status.invalid", "host[0].status", 2, 53));
     let src = "# ☕☕☕\n[server]\nshards = \"☕\"\nfoo = 1\n";
-    assert_eq!(one(src), at("profile.unknown_key", "server.foo", 4, 1));
+    assert_eq!(
+        errors(src).iter().map(key).collect::<Vec<_>>(),
+        vec![
+            at("server.shards.invalid", "server.shards", 3, 10),
+            at("profile.unknown_key", "server.foo", 4, 1)
+        ]
+    );
     let src = "[server] # ☕\nlisten = [\"☕\", \"x\"]\n";
     let e = errors(src);
     assert_eq!(
