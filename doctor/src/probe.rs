@@ -104,6 +104,8 @@ impl Probe for RealProbe {
         if rc != 0 {
             return None;
         }
+        // rlim_t is 32 bits on some targets.
+        #[allow(clippy::unnecessary_cast)]
         let value = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
         Some(Rlimit {
             soft: value(lim.rlim_cur),

@@ -81,7 +81,7 @@ fn irqs_of(host: &dyn Host, interrupts: &str, nic: &Nic) -> Vec<Irq> {
         .filter_map(|line| {
             let mut words = line.split_whitespace();
             let number: u32 = words.next()?.strip_suffix(':')?.parse().ok()?;
-            let name = words.filter(|w| names_card(w, nic)).last()?.to_string();
+            let name = words.rev().find(|w| names_card(w, nic))?.to_string();
             let affinity = host
                 .read(&format!("/proc/irq/{number}/smp_affinity_list"))
                 .and_then(|t| parse::cpu_list(&t));
@@ -145,7 +145,7 @@ pub fn numa(cx: &Ctx) -> Finding {
         })
         .collect();
     let found = format!(
-        "{} NUMA nodes ({}); cards: {}.",
+        "NUMA nodes: {} ({}); cards: {}.",
         nodes.len(),
         shard_nodes.join("; "),
         if card_nodes.is_empty() {

@@ -87,14 +87,15 @@ fn group_only(cx: &Ctx, level: Level, why: &str) -> Finding {
         .host
         .read("/proc/sys/kernel/io_uring_group")
         .and_then(|t| parse::int(&t));
-    let who = match group {
-        Some(g) if g >= 0 => format!("members of group {g} (kernel.io_uring_group)"),
-        _ => "no group (kernel.io_uring_group = -1)".to_string(),
+    let found = match group {
+        Some(g) if g >= 0 => format!(
+            "kernel.io_uring_disabled = 1: only members of group {g} (kernel.io_uring_group) \
+             and processes with CAP_SYS_ADMIN may create rings."
+        ),
+        _ => "kernel.io_uring_disabled = 1 and kernel.io_uring_group = -1: only processes \
+              with CAP_SYS_ADMIN may create rings."
+            .to_string(),
     };
-    let found = format!(
-        "kernel.io_uring_disabled = 1: only {who} and processes with CAP_SYS_ADMIN may \
-         create rings."
-    );
     let in_group = group.filter(|g| *g >= 0).is_some_and(|g| {
         cx.host
             .read("/proc/self/status")
