@@ -55,7 +55,7 @@ pub fn nofile(cx: &Ctx) -> Finding {
     };
     Finding::new(ID, Level::Warn, found)
         .why(format!(
-            "Gapura does not raise its own limit: past the soft limit accepts and upstream \
+            "Gapura runs with the limit it is started with: past the soft limit accepts and upstream \
              connects fail with EMFILE and clients are refused.{hard_too}"
         ))
         .fix(format!(

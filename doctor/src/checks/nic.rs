@@ -292,31 +292,66 @@ fn hex_mask(cpus: &[u32]) -> String {
     parts.join(",")
 }
 
-/// One card's queues and their masks.
-fn queues(cx: &Ctx, nic: &Nic) -> (usize, Vec<u32>, usize, Vec<u32>) {
+/// One direction of a card's queues: how many, and the CPUs their steering
+/// masks name (`None`: no mask file could be read).
+#[derive(Default)]
+struct Queues {
+    count: usize,
+    cpus: Option<Vec<u32>>,
+}
+
+impl Queues {
+    fn show(&self, what: &str) -> String {
+        if self.count == 0 {
+            return format!("no {what} queues listed");
+        }
+        let mask = match &self.cpus {
+            None => "unreadable".to_string(),
+            Some(c) if c.is_empty() => "off".to_string(),
+            Some(c) => format!("cpus {}", parse::format_cpus(c)),
+        };
+        let s = if self.count == 1 { "" } else { "s" };
+        format!(
+            "{} {what} queue{s} ({} {mask})",
+            self.count,
+            what_mask(what)
+        )
+    }
+}
+
+fn what_mask(what: &str) -> &'static str {
+    if what == "rx" {
+        "RPS"
+    } else {
+        "XPS"
+    }
+}
+
+/// One card's receive and transmit queues.
+fn queues(cx: &Ctx, nic: &Nic) -> (Queues, Queues) {
     let dir = format!("/sys/class/net/{}/queues", nic.name);
-    let (mut rx, mut rps, mut tx, mut xps) = (0, Vec::new(), 0, Vec::new());
+    let (mut rx, mut tx) = (Queues::default(), Queues::default());
     for q in cx.host.list(&dir) {
-        let (file, count, set) = if q.starts_with("rx-") {
-            ("rps_cpus", &mut rx, &mut rps)
+        let (file, side) = if q.starts_with("rx-") {
+            ("rps_cpus", &mut rx)
         } else if q.starts_with("tx-") {
-            ("xps_cpus", &mut tx, &mut xps)
+            ("xps_cpus", &mut tx)
         } else {
             continue;
         };
-        *count += 1;
+        side.count += 1;
         let mask = cx
             .host
             .read(&format!("{dir}/{q}/{file}"))
-            .and_then(|t| parse::hex_mask(&t))
-            .unwrap_or_default();
-        set.extend(mask);
+            .and_then(|t| parse::hex_mask(&t));
+        if let Some(mask) = mask {
+            let cpus = side.cpus.get_or_insert_with(Vec::new);
+            cpus.extend(mask);
+            cpus.sort_unstable();
+            cpus.dedup();
+        }
     }
-    for v in [&mut rps, &mut xps] {
-        v.sort_unstable();
-        v.dedup();
-    }
-    (rx, rps, tx, xps)
+    (rx, tx)
 }
 
 /// `nic.rps_xps`: receive and transmit packet steering per card.
@@ -335,23 +370,17 @@ pub fn rps_xps(cx: &Ctx) -> Finding {
     let mut found = Vec::new();
     let mut fix = Vec::new();
     for nic in &cards {
-        let (rx, rps, tx, xps) = queues(cx, nic);
-        let show = |v: &[u32]| {
-            if v.is_empty() {
-                "off".to_string()
-            } else {
-                format!("cpus {}", parse::format_cpus(v))
-            }
-        };
+        let (rx, tx) = queues(cx, nic);
         found.push(format!(
-            "{}: {rx} rx queues (RPS {}), {tx} tx queues (XPS {})",
+            "{}: {}, {}",
             nic.name,
-            show(&rps),
-            show(&xps)
+            rx.show("rx"),
+            tx.show("tx")
         ));
-        if rx > 0 && rx < shards && rps.is_empty() {
+        let rps_off = rx.cpus.as_ref().is_none_or(Vec::is_empty);
+        if rx.count > 0 && rx.count < shards && rps_off {
             let mask = hex_mask(&cores_near(cx, nic, &nodes));
-            for q in 0..rx {
+            for q in 0..rx.count {
                 fix.push(format!(
                     "echo {mask} > /sys/class/net/{}/queues/rx-{q}/rps_cpus",
                     nic.name
