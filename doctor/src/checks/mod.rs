@@ -90,7 +90,10 @@ impl Cpus {
             .unwrap_or_else(|| vec![0]);
         let (shard_cores, shards_from) = match profile.map(|p| p.runtime.shards) {
             Some(Shards::Count(n)) => (
-                (0..n as usize).map(|i| pool[i % pool.len()]).collect(),
+                // The profile allows 1..=1024; never fewer than one here.
+                (0..n.max(1) as usize)
+                    .map(|i| pool[i % pool.len()])
+                    .collect(),
                 format!("the profile's shards = {n}"),
             ),
             Some(Shards::Auto) => (pool, "the profile's shards = \"auto\"".to_string()),
