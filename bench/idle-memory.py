@@ -81,7 +81,7 @@ body = "hello\\n"
 [protection]
 off = ["all"]
 """)
-        server = subprocess.Popen([args.gapura, "run", "--profile", profile],
+        server = subprocess.Popen([args.gapura, "run", "--allow-root", "--profile", profile],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.time() + 15

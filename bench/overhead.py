@@ -115,7 +115,7 @@ def run_once(template, tmp, upstream_port, args, env=None, binary=GAPURA):
     profile = os.path.join(tmp, "profile.toml")
     with open(profile, "w") as f:
         f.write(text)
-    server = subprocess.Popen(["taskset", "-c", "0", binary, "run", "--profile", profile],
+    server = subprocess.Popen(["taskset", "-c", "0", binary, "run", "--allow-root", "--profile", profile],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env=dict(os.environ, **(env or {})))
     try:

@@ -177,7 +177,7 @@ body = "hello\\n"
 off = ["all"]
 """)
     log = open(os.path.join(work, "gapura.log"), "w")
-    proc = subprocess.Popen(["taskset", "-c", str(core), binary, "run", "--profile", profile],
+    proc = subprocess.Popen(["taskset", "-c", str(core), binary, "run", "--allow-root", "--profile", profile],
                             stdout=log, stderr=log)
     return proc, admin
 

@@ -62,7 +62,7 @@ prefix = {{ requests = 1 }}
 window_ms = 3600000
 """)
         log = open(os.path.join(d, "gapura.log"), "w")
-        g = subprocess.Popen(["taskset", "-c", "0", o.gapura, "run", "--profile", prof],
+        g = subprocess.Popen(["taskset", "-c", "0", o.gapura, "run", "--allow-root", "--profile", prof],
                              stdout=log, stderr=log)
         try:
             for _ in range(200):

@@ -212,7 +212,7 @@ def start(b, name, directory, port):
             return None, 0, ("skipped: `gapura check` refuses the [[udp]] profile "
                              "(no UDP relay in this binary, or keys to adjust in "
                              "peers/gapura-udp.toml.in)")
-        cmd = [*pin, o.gapura, "run", "--profile", conf]
+        cmd = [*pin, o.gapura, "run", "--allow-root", "--profile", conf]
     proc = b.procs.start(cmd, os.path.join(directory, "server.log"))
     if not probe(port, proc.pid, o.payload_size):
         logs = [os.path.join(directory, f) for f in ("server.log", "error.log")]

@@ -61,7 +61,7 @@ def start_server(b, name, kind, directory, core, port, admin, upstream):
         if checked.returncode != 0:
             sys.stderr.write(indented(read_text(conf + ".check")))
             return None, f"skipped: `gapura check` rejects the {kind} profile"
-        cmd = [*pin, b.gapura_bin, "run", "--profile", conf]
+        cmd = [*pin, b.gapura_bin, "run", "--allow-root", "--profile", conf]
     proc = b.procs.start(cmd, os.path.join(directory, "server.log"))
     if not wait_port(port, proc.pid):
         show_log_tails([os.path.join(directory, "server.log"),

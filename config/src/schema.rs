@@ -84,6 +84,8 @@ pub(crate) struct RawServer {
     pub http2_max_streams: Opt<i64>,
     pub http2_max_resets: Opt<i64>,
     pub http2_max_control_frames: Opt<i64>,
+    /// The user the process drops to once its ports are bound.
+    pub user: Opt<String>,
 }
 
 /// `[server] access_log = { path, format, log_addresses, log_query }`.

@@ -73,6 +73,7 @@ pub(crate) fn check_server(
         drain_timeout_ms,
         pow_key_file: check_pow_key_file(s, e),
         udp_listen: Vec::new(),
+        user: check_user(s, e),
     };
     (
         runtime,
@@ -222,6 +223,30 @@ fn check_pow_key_file(s: &RawServer, e: &mut Errors<'_>) -> Option<String> {
         return None;
     }
     Some(path.clone())
+}
+
+/// `user`: a system user name (1 to 32 of a-z, 0-9, '_' and '-', starting
+/// with a letter or '_'; a trailing '$' allowed). Whether it exists is the
+/// runtime's question.
+fn check_user(s: &RawServer, e: &mut Errors<'_>) -> Option<String> {
+    let u = s.user.as_ref()?;
+    let name = u.get_ref();
+    let body = name.strip_suffix('$').unwrap_or(name);
+    let valid = (1..=32).contains(&name.len())
+        && body.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && body
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !valid {
+        e.push(
+            "server.user.invalid",
+            "server.user",
+            u.span(),
+            format!("`{name}` is not a user name: 1 to 32 of a-z, 0-9, '_' and '-', starting with a letter or '_', such as user = \"gapura\""),
+        );
+        return None;
+    }
+    Some(name.clone())
 }
 
 /// `access_log`: off unless written; a path is required.

@@ -28,6 +28,9 @@ pub struct RuntimeSettings {
     /// Every UDP relay's listen addresses, in profile order (the runtime
     /// binds them at start; a reload cannot move them).
     pub udp_listen: Vec<SocketAddr>,
+    /// `[server] user`: the user the process drops to once its ports are
+    /// bound and its key files open; `None`: it stays who started it.
+    pub user: Option<String>,
 }
 
 impl Default for RuntimeSettings {
@@ -43,6 +46,7 @@ impl Default for RuntimeSettings {
             drain_timeout_ms: 10_000,
             pow_key_file: None,
             udp_listen: Vec::new(),
+            user: None,
         }
     }
 }

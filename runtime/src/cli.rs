@@ -21,6 +21,7 @@ const EXIT_STATUS: &[(u8, &str)] = &[
         "the command failed: a profile with errors, a server that could not start, a refused password",
     ),
     (2, "a usage error: an unknown option, a missing or invalid value"),
+    (3, "doctor: the worst finding is a warning"),
 ];
 
 /// [`EXIT_STATUS`] as `--help` shows it.
@@ -34,7 +35,16 @@ fn exit_status_help() -> String {
 
 /// The subcommands that have a man page of their own (`gapura man COMMAND`):
 /// every one of [`Command`]'s.
-pub const MAN_PAGES: [&str; 6] = ["run", "check", "explain", "passwd", "completions", "man"];
+pub const MAN_PAGES: [&str; 8] = [
+    "run",
+    "check",
+    "explain",
+    "passwd",
+    "doctor",
+    "tune",
+    "completions",
+    "man",
+];
 
 /// A thread-per-core reverse proxy with an abuse-protection gate
 ///
@@ -89,6 +99,23 @@ pub enum Command {
     /// twice) or stdin, and prints the line for a user's `password_hash` in a
     /// profile.
     Passwd(PasswdArgs),
+    /// Check this host for what Gapura needs; changes nothing
+    ///
+    /// io_uring and its flags, memlock and open-file limits against the
+    /// profile, listen backlogs, steering, CPUs and isolation, SMT, NUMA and
+    /// NIC interrupts, the clock source, huge pages, kernel TLS and the
+    /// profile's ports. Each finding says what was found, why it matters and
+    /// how to fix it. Exits 0 when nothing warns, 3 when the worst finding
+    /// is a warning, 1 when one fails (docs/doctor.md).
+    Doctor(DoctorArgs),
+    /// Suggest rate limits and budgets from an access log
+    ///
+    /// Reads a JSON access log (streamed, in bounded memory) and prints, per
+    /// host and route, requests per client per second and per window (mean,
+    /// standard deviation, p99, max) with a suggested rate and burst at the
+    /// mean plus 3.5 standard deviations, and source-prefix budgets likewise
+    /// (docs/tune.md).
+    Tune(TuneArgs),
     /// Print a shell completion script to stdout
     ///
     /// For example `gapura completions bash > /etc/bash_completion.d/gapura`,
@@ -120,6 +147,36 @@ pub struct RunArgs {
     /// Also reload when FILE changes
     #[arg(long, requires = "profile")]
     pub watch: bool,
+    /// Run as root even though the profile names no `user` to become
+    #[arg(long)]
+    pub allow_root: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_override_self = true)]
+pub struct DoctorArgs {
+    /// The profile Gapura will serve (the embedded default without it):
+    /// its ports, shards and connection limits are checked
+    #[arg(short, long, value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub profile: Option<PathBuf>,
+    /// Print the findings as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_override_self = true)]
+pub struct TuneArgs {
+    /// The access log to read (`format = "json"`)
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub access_log: PathBuf,
+    /// The profile the log was written under: requests are grouped by the
+    /// route it picks, and budgets use its window
+    #[arg(short, long, value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub profile: Option<PathBuf>,
+    /// Print a profile fragment with the suggestions instead of the report
+    #[arg(long)]
+    pub write: bool,
 }
 
 #[derive(Debug, Args)]

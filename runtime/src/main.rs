@@ -29,8 +29,10 @@ mod explain_udp;
 mod health;
 mod listeners;
 mod log;
+mod notify;
 mod passwd;
 mod powkey;
+mod privileges;
 mod profile;
 mod publish;
 mod random;
@@ -46,10 +48,12 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // Usage errors print clap's message and exit 2; --help and --version exit 0.
     match Cli::parse().command {
-        Command::Run(a) => run::run(a.profile, a.watch),
+        Command::Run(a) => run::run(a.profile, a.watch, a.allow_root),
         Command::Check { file } => check(&file),
         Command::Explain(a) => explain::run(a.resolve_words()),
         Command::Passwd(a) => passwd::run(a),
+        Command::Doctor(a) => doctor(a),
+        Command::Tune(a) => tune(a),
         Command::Completions { shell } => cli::completions(shell),
         Command::Man { command } => cli::man(command.as_deref()),
     }
@@ -97,6 +101,59 @@ fn check(file: &str) -> ExitCode {
                 eprintln!("{file}:{e}");
             }
             eprintln!("{file}: {} error(s)", errors.len());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `gapura doctor`: the host checked against the profile it will serve.
+fn doctor(a: cli::DoctorArgs) -> ExitCode {
+    let compiled = match profile::load(a.profile.as_deref()) {
+        Ok(c) => c,
+        Err(errors) => {
+            let name = a
+                .profile
+                .as_ref()
+                .map_or_else(|| "<embedded default>".into(), |p| p.display().to_string());
+            for e in &errors {
+                eprintln!("{name}:{e}");
+            }
+            eprintln!("{name}: {} error(s); fix the profile first", errors.len());
+            return ExitCode::FAILURE;
+        }
+    };
+    // The steering program attached to a group of two sockets, as start
+    // attaches it; the sockets close at once.
+    let steering = || {
+        let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        listeners::bind_group(any, 2, listeners::Steer::Source)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
+    let opts = gapura_doctor::Options { json: a.json };
+    let code = gapura_doctor::run(Some(&compiled), &steering, &opts, &mut std::io::stdout());
+    ExitCode::from(code)
+}
+
+/// `gapura tune`: suggestions from an access log.
+fn tune(a: cli::TuneArgs) -> ExitCode {
+    use std::io::IsTerminal;
+    let profile = match a.profile.as_deref().map(gapura_tune::compile_profile) {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut opts = gapura_tune::Options::new(a.access_log);
+    opts.profile = profile;
+    opts.write = a.write;
+    opts.progress = std::io::stderr().is_terminal();
+    match gapura_tune::run(&opts, &mut std::io::stdout(), &mut std::io::stderr()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gapura tune: {e}");
             ExitCode::FAILURE
         }
     }

@@ -10,6 +10,18 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
+/// The key files this process created, for the privilege drop to hand to
+/// the user it becomes.
+static CREATED: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// The key files created so far (and forgets them).
+pub fn take_created() -> Vec<std::path::PathBuf> {
+    CREATED
+        .lock()
+        .map(|mut c| std::mem::take(&mut *c))
+        .unwrap_or_default()
+}
+
 /// Opens the key at `path`, creating it when missing and `create` is set.
 pub fn open(path: &Path, create: bool) -> Result<PowKey, String> {
     open_bytes(path, create, "proof of work").map(|k| PowKey::new(&k))
@@ -49,6 +61,9 @@ pub fn open_bytes(path: &Path, create: bool, what: &str) -> Result<[u8; KEY_BYTE
                 .and_then(|()| file.sync_all())
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             crate::log!("{what}: created the key file {}", path.display());
+            if let Ok(mut created) = CREATED.lock() {
+                created.push(path.to_path_buf());
+            }
             Ok(key)
         }
         Err(e) => Err(format!("cannot open {}: {e}", path.display())),

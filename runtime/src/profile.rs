@@ -83,6 +83,23 @@ impl CertificateFiles {
         self.base.join(name)
     }
 
+    /// Refuses a private key others can read or write.
+    fn private(&self, name: &str) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.path(name);
+        let mode = std::fs::metadata(&p)
+            .map_err(|e| format!("cannot read {}: {e}", p.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o007 != 0 {
+            return Err(format!(
+                "{name}: readable or writable by others (mode {:04o}): chmod 600 it",
+                mode & 0o7777
+            ));
+        }
+        Ok(())
+    }
+
     fn read(&self, name: &str) -> Result<Vec<u8>, String> {
         let p = self.path(name);
         std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
@@ -92,6 +109,7 @@ impl CertificateFiles {
 impl CertificateLoader for CertificateFiles {
     fn load_pair(&self, cert: &str, key: &str) -> Result<LoadedPair, PairProblem> {
         let cert_pem = self.read(cert).map_err(PairProblem::Cert)?;
+        self.private(key).map_err(PairProblem::Key)?;
         let key_pem = self.read(key).map_err(PairProblem::Key)?;
         match gapura_http::transport::certs::load_pair(&cert_pem, &key_pem) {
             Ok((chain, key)) => Ok(LoadedPair { chain, key }),

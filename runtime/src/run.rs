@@ -46,7 +46,7 @@ fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
     Ok(c)
 }
 
-pub fn run(profile: Option<PathBuf>, watch: bool) -> ExitCode {
+pub fn run(profile: Option<PathBuf>, watch: bool, allow_root: bool) -> ExitCode {
     let compiled = match compile(profile.as_deref()) {
         Ok(c) => c,
         Err(msg) => {
@@ -56,7 +56,21 @@ pub fn run(profile: Option<PathBuf>, watch: bool) -> ExitCode {
         }
     };
     let settings = compiled.runtime.clone();
-    match start(settings, compiled, profile, watch) {
+    // Who to become is settled before anything is bound.
+    let drop_to = match crate::privileges::plan(settings.user.as_deref(), allow_root) {
+        Ok(t) => t,
+        Err(msg) => {
+            log!("cannot start: {msg}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let run = Run {
+        profile,
+        watch,
+        drop_to,
+        notify: crate::notify::Notifier::from_env(),
+    };
+    match start(settings, compiled, run) {
         Ok(code) => code,
         Err(msg) => {
             log!("cannot start: {msg}");
@@ -65,12 +79,22 @@ pub fn run(profile: Option<PathBuf>, watch: bool) -> ExitCode {
     }
 }
 
-fn start(
-    settings: RuntimeSettings,
-    compiled: Compiled,
+/// How this process runs, beside its profile's settings.
+struct Run {
     profile: Option<PathBuf>,
     watch: bool,
-) -> Result<ExitCode, String> {
+    /// The user to become once the ports are bound.
+    drop_to: Option<crate::privileges::Target>,
+    notify: crate::notify::Notifier,
+}
+
+fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<ExitCode, String> {
+    let Run {
+        profile,
+        watch,
+        drop_to,
+        notify,
+    } = run;
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let shard_count = match settings.shards {
         Shards::Auto => cores.len().max(1),
@@ -99,10 +123,20 @@ fn start(
     let mut first = compiled.snapshot;
     slots.assign(&mut first);
     let (mut udp_sockets, relay_board) = crate::udp::bind(&first, shard_count, steer)?;
+    // Every port is bound and every key file read: become the user.
+    if let Some(target) = &drop_to {
+        crate::privileges::drop_to(target, &crate::powkey::take_created())?;
+        log!(
+            "running as user {} (uid {}, gid {})",
+            target.name,
+            target.uid,
+            target.gid
+        );
+    }
     let cell = Arc::new(SnapshotCell::new(first));
     let key_seed = random_seed()?;
     let id_prefix = request_id_prefix();
-    let (control, global) = control_and_global(&settings, &cell);
+    let (control, global) = control_and_global(&settings, &cell, shard_count);
 
     let verifier =
         crate::verify::Pool::start(cores.len()).map_err(|e| format!("verification pool: {e}"))?;
@@ -160,6 +194,7 @@ fn start(
     let from = profile.as_ref().map(|p| p.display().to_string());
     let from = from.unwrap_or_else(|| "the embedded default profile".into());
     log!("ready: generation {} from {from}", cell.generation());
+    notify.ready(cell.generation());
 
     drop(log_tx);
     control_loop(
@@ -171,6 +206,7 @@ fn start(
         watch,
         &mut slots,
         &log_writer,
+        &notify,
     )?;
 
     for t in threads {
@@ -225,8 +261,15 @@ fn bind_listeners(
 fn control_and_global(
     settings: &RuntimeSettings,
     cell: &SnapshotCell,
+    shard_count: usize,
 ) -> (Arc<Control>, Arc<Global>) {
-    let control = Arc::new(Control::default());
+    let now = gapura_http::clock::now_ms();
+    let control = Arc::new(Control {
+        beats: (0..shard_count)
+            .map(|_| std::sync::atomic::AtomicU64::new(now))
+            .collect(),
+        ..Control::default()
+    });
     control
         .drain_timeout_ms
         .store(settings.drain_timeout_ms, Ordering::Relaxed);
@@ -316,6 +359,7 @@ fn control_loop(
     watch: bool,
     slots: &mut crate::health::Slots,
     log_writer: &crate::accesslog::LogWriter,
+    notify: &crate::notify::Notifier,
 ) -> Result<(), String> {
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM, SIGINT, SIGUSR1])
         .map_err(|e| format!("signals: {e}"))?;
@@ -334,6 +378,7 @@ fn control_loop(
                     log!("access log: reopening");
                 }
                 SIGTERM | SIGINT => {
+                    notify.stopping();
                     log!(
                         "draining: no new connections; waiting up to {} ms for requests in flight",
                         settings.drain_timeout_ms
@@ -355,10 +400,15 @@ fn control_loop(
             }
         }
         if reload {
+            notify.reloading();
+            let failed_before = global.reloads_failed.load(Ordering::Relaxed);
             do_reload(cell, global, settings, profile, slots);
+            let ok = global.reloads_failed.load(Ordering::Relaxed) == failed_before;
+            notify.reloaded(cell.generation(), ok);
             let current = cell.load();
             log_writer.set_path(current.server.access_log.as_ref().map(|a| a.path.as_str()));
         }
+        notify.watchdog(gapura_http::clock::now_ms(), &control.beats);
         std::thread::sleep(Duration::from_millis(50));
     }
 }

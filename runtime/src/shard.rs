@@ -33,6 +33,9 @@ pub struct Control {
     pub draining: AtomicBool,
     /// Milliseconds a draining shard waits for busy connections.
     pub drain_timeout_ms: std::sync::atomic::AtomicU64,
+    /// Each shard's last turn of its loop (coarse monotonic ms), for the
+    /// systemd watchdog.
+    pub beats: Box<[std::sync::atomic::AtomicU64]>,
 }
 
 pub struct ShardSpec {
@@ -180,6 +183,9 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
     }
     // Wait for the drain signal.
     while !spec.control.draining.load(Ordering::Acquire) {
+        if let Some(beat) = spec.control.beats.get(spec.id) {
+            beat.store(gapura_http::clock::now_ms(), Ordering::Relaxed);
+        }
         monoio::time::sleep(Duration::from_millis(POLL_MS)).await;
     }
     shard.start_draining();

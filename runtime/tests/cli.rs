@@ -4,7 +4,16 @@
 
 use std::process::{Command, Output};
 
-const COMMANDS: [&str; 6] = ["run", "check", "explain", "passwd", "completions", "man"];
+const COMMANDS: [&str; 8] = [
+    "run",
+    "check",
+    "explain",
+    "passwd",
+    "doctor",
+    "tune",
+    "completions",
+    "man",
+];
 
 fn gapura(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gapura"))
@@ -43,6 +52,9 @@ fn usage_errors_exit_2_with_a_message_on_stderr() {
         &["completions"],
         &["completions", "tcsh"],
         &["man", "frobnicate"],
+        &["doctor", "--bogus"],
+        &["tune"],
+        &["tune", "--access-log"],
     ] {
         let out = gapura(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));

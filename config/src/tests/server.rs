@@ -245,3 +245,23 @@ fn the_access_log_needs_a_path_and_known_choices() {
         )
     );
 }
+
+#[test]
+fn the_user_to_drop_to_is_a_user_name() {
+    assert_eq!(ok("").runtime.user, None);
+    assert_eq!(
+        ok("[server]\nuser = \"gapura\"\n").runtime.user.as_deref(),
+        Some("gapura")
+    );
+    assert_eq!(
+        ok("[server]\nuser = \"_www-data9\"\n").runtime.user.as_deref(),
+        Some("_www-data9")
+    );
+    for bad in ["", "Root", "9lives", "a b", "a/b", &"a".repeat(33)] {
+        assert_eq!(
+            one(&format!("[server]\nuser = \"{bad}\"\n")),
+            at("server.user.invalid", "server.user", 2, 8),
+            "{bad:?}"
+        );
+    }
+}

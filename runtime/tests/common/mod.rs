@@ -77,6 +77,19 @@ impl Gapura {
     }
 
     pub fn try_start(profile_text: &str, extra_args: &[&str]) -> Result<Gapura, String> {
+        // The tests may run as root; what running as root means is tested
+        // on its own.
+        let mut args = vec!["--allow-root"];
+        args.extend_from_slice(extra_args);
+        Self::try_start_with(profile_text, &args, &[])
+    }
+
+    /// Starts with exactly `extra_args` after the profile, and `env` set.
+    pub fn try_start_with(
+        profile_text: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Gapura, String> {
         let dir = TempDir::new();
         let profile = dir.0.join("profile.toml");
         std::fs::write(&profile, profile_text).unwrap();
@@ -85,6 +98,7 @@ impl Gapura {
             .arg("--profile")
             .arg(&profile)
             .args(extra_args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

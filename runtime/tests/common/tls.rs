@@ -22,6 +22,7 @@ pub fn write_cert(dir: &Path, stem: &str, names: &[&str]) -> (PathBuf, PathBuf, 
     let key = dir.join(format!("{stem}.key"));
     std::fs::write(&cert, c.cert.pem()).unwrap();
     std::fs::write(&key, c.key_pair.serialize_pem()).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     (cert, key, c.cert.der().to_vec())
 }
 
