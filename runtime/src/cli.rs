@@ -150,6 +150,14 @@ pub struct RunArgs {
     /// Run as root even though the profile names no `user` to become
     #[arg(long)]
     pub allow_root: bool,
+    /// Serve hand-overs at PATH: a new binary started with --take-over PATH
+    /// takes this process's listeners, then this one drains and exits
+    #[arg(long, value_name = "PATH", value_hint = ValueHint::FilePath)]
+    pub upgrade_socket: Option<PathBuf>,
+    /// Take the listeners of the process serving hand-overs at PATH (same
+    /// listen addresses and shard count), then tell it to drain
+    #[arg(long, value_name = "PATH", value_hint = ValueHint::FilePath)]
+    pub take_over: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

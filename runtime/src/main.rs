@@ -39,6 +39,7 @@ mod random;
 mod run;
 mod shard;
 mod udp;
+mod upgrade;
 mod verify;
 
 use clap::Parser;
@@ -48,7 +49,13 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // Usage errors print clap's message and exit 2; --help and --version exit 0.
     match Cli::parse().command {
-        Command::Run(a) => run::run(a.profile, a.watch, a.allow_root),
+        Command::Run(a) => run::run(run::Options {
+            profile: a.profile,
+            watch: a.watch,
+            allow_root: a.allow_root,
+            upgrade_socket: a.upgrade_socket,
+            take_over: a.take_over,
+        }),
         Command::Check { file } => check(&file),
         Command::Explain(a) => explain::run(a.resolve_words()),
         Command::Passwd(a) => passwd::run(a),

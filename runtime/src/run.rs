@@ -46,7 +46,25 @@ fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
     Ok(c)
 }
 
-pub fn run(profile: Option<PathBuf>, watch: bool, allow_root: bool) -> ExitCode {
+/// How `gapura run` was asked to run, beside the profile.
+pub struct Options {
+    pub profile: Option<PathBuf>,
+    pub watch: bool,
+    pub allow_root: bool,
+    /// Serve hand-overs to a new binary at this path.
+    pub upgrade_socket: Option<PathBuf>,
+    /// Take the listeners of the process serving hand-overs here.
+    pub take_over: Option<PathBuf>,
+}
+
+pub fn run(o: Options) -> ExitCode {
+    let Options {
+        profile,
+        watch,
+        allow_root,
+        upgrade_socket,
+        take_over,
+    } = o;
     let compiled = match compile(profile.as_deref()) {
         Ok(c) => c,
         Err(msg) => {
@@ -69,6 +87,8 @@ pub fn run(profile: Option<PathBuf>, watch: bool, allow_root: bool) -> ExitCode 
         watch,
         drop_to,
         notify: crate::notify::Notifier::from_env(),
+        upgrade_socket,
+        take_over,
     };
     match start(settings, compiled, run) {
         Ok(code) => code,
@@ -86,6 +106,8 @@ struct Run {
     /// The user to become once the ports are bound.
     drop_to: Option<crate::privileges::Target>,
     notify: crate::notify::Notifier,
+    upgrade_socket: Option<PathBuf>,
+    take_over: Option<PathBuf>,
 }
 
 fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<ExitCode, String> {
@@ -94,29 +116,58 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         watch,
         drop_to,
         notify,
+        upgrade_socket,
+        take_over,
     } = run;
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let shard_count = match settings.shards {
         Shards::Auto => cores.len().max(1),
         Shards::Count(n) => n as usize,
     };
-    // Port ownership first: nothing is bound if any address is taken.
-    for addr in settings.listen.iter().chain(settings.admin.iter()) {
-        listeners::check_port_free(*addr).map_err(|e| e.to_string())?;
-    }
-    crate::udp::check_ports(&compiled.snapshot)?;
+    let mut inherited = match &take_over {
+        Some(path) => {
+            if !settings.udp_listen.is_empty() {
+                return Err("a profile with UDP relays cannot take over a running process (their sockets are not handed over); restart instead".into());
+            }
+            Some(crate::upgrade::take_over(path)?)
+        }
+        None => None,
+    };
     let steer = match settings.steering {
         Steering::Source => listeners::Steer::Source,
         Steering::Prefix => listeners::Steer::Prefix,
         Steering::Kernel => listeners::Steer::Kernel,
     };
-    let mut per_shard = bind_listeners(&settings, shard_count, steer)?.into_iter();
-    let admin_listener = match settings.admin {
-        Some(addr) => Some(
-            std::net::TcpListener::bind(addr).map_err(|e| format!("admin listener {addr}: {e}"))?,
-        ),
+    let (per_shard, admin_listener) = match inherited.as_mut() {
+        Some(got) => inherit_listeners(&settings, shard_count, got)?,
+        None => {
+            // Port ownership first: nothing is bound if any address is taken.
+            for addr in settings.listen.iter().chain(settings.admin.iter()) {
+                listeners::check_port_free(*addr).map_err(|e| e.to_string())?;
+            }
+            let per_shard = bind_listeners(&settings, shard_count, steer)?;
+            let admin = match settings.admin {
+                Some(addr) => Some(
+                    std::net::TcpListener::bind(addr)
+                        .map_err(|e| format!("admin listener {addr}: {e}"))?,
+                ),
+                None => None,
+            };
+            (per_shard, admin)
+        }
+    };
+    crate::udp::check_ports(&compiled.snapshot)?;
+    let handover = match &upgrade_socket {
+        Some(path) => Some(offer_handover(
+            path,
+            take_over.as_deref() == Some(path.as_path()),
+            &settings,
+            &per_shard,
+            admin_listener.as_ref(),
+        )?),
         None => None,
     };
+    let mut per_shard = per_shard.into_iter();
 
     let board = Arc::new(gapura_http::upstream::HealthBoard::default());
     let mut slots = crate::health::Slots::new(board.clone());
@@ -194,6 +245,10 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     let from = profile.as_ref().map(|p| p.display().to_string());
     let from = from.unwrap_or_else(|| "the embedded default profile".into());
     log!("ready: generation {} from {from}", cell.generation());
+    if let Some(got) = inherited {
+        got.ready();
+        log!("upgrade: took over the listeners; the old process drains");
+    }
     notify.ready(cell.generation());
 
     drop(log_tx);
@@ -207,7 +262,11 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         &mut slots,
         &log_writer,
         &notify,
+        handover.as_ref(),
     )?;
+    if let Some(h) = &handover {
+        h.remove();
+    }
 
     for t in threads {
         let _ = t.join();
@@ -255,6 +314,82 @@ fn bind_listeners(
         );
     }
     Ok(per_shard)
+}
+
+/// Every shard's listeners and the admin listener from a process that hands
+/// them over: the same addresses, shard for shard, or nothing.
+fn inherit_listeners(
+    settings: &RuntimeSettings,
+    shard_count: usize,
+    got: &mut crate::upgrade::Inherited,
+) -> Result<(Vec<Vec<Bound>>, Option<std::net::TcpListener>), String> {
+    let mut per_shard: Vec<Vec<Bound>> = (0..shard_count).map(|_| Vec::new()).collect();
+    for (index, addr) in settings.listen.iter().enumerate() {
+        let kind = gapura_http::server::Listener {
+            proxy_protocol: settings.proxy_protocol.contains(addr),
+            tls: settings.tls.contains(&index),
+        };
+        for (shard, list) in per_shard.iter_mut().enumerate() {
+            let sock = got.take_tcp(*addr, shard).ok_or_else(|| {
+                format!("the running process has no listener on {addr} for shard {shard}: a take-over needs the same listen addresses and shard count; restart instead")
+            })?;
+            let bound = sock.local_addr().map_err(|e| e.to_string())?;
+            list.push((bound, sock, kind));
+        }
+        log!(
+            "listening on {}://{} ({} shards, taken over)",
+            if kind.tls { "https" } else { "http" },
+            per_shard[0].last().map_or(*addr, |b| b.0),
+            shard_count
+        );
+    }
+    if let Some((addr, _, _)) = got.tcp.first() {
+        return Err(format!(
+            "the running process also listens on {addr}, which this profile does not: a take-over needs the same listen addresses and shard count; restart instead"
+        ));
+    }
+    let admin = match (settings.admin, got.admin.take()) {
+        (Some(want), Some((had, sock))) if want == had => Some(sock),
+        (Some(want), _) => Some(
+            std::net::TcpListener::bind(want).map_err(|e| format!("admin listener {want}: {e}"))?,
+        ),
+        (None, _) => None,
+    };
+    Ok((per_shard, admin))
+}
+
+/// Serves hand-overs at `path`, offering every socket this process listens
+/// on. `replace`: this process took over from the one at `path`, whose
+/// socket it replaces.
+fn offer_handover(
+    path: &Path,
+    replace: bool,
+    settings: &RuntimeSettings,
+    per_shard: &[Vec<Bound>],
+    admin: Option<&std::net::TcpListener>,
+) -> Result<crate::upgrade::Handover, String> {
+    if replace {
+        let _ = std::fs::remove_file(path);
+    }
+    let mut h = crate::upgrade::Handover::bind(path)?;
+    for (shard, list) in per_shard.iter().enumerate() {
+        for ((_, sock, _), requested) in list.iter().zip(&settings.listen) {
+            let bound = sock.local_addr().map_err(|e| e.to_string())?;
+            h.offer_tcp(*requested, bound, shard, sock)
+                .map_err(|e| format!("upgrade socket: {e}"))?;
+        }
+    }
+    if let (Some(sock), Some(requested)) = (admin, settings.admin) {
+        h.offer_admin(requested, sock)
+            .map_err(|e| format!("upgrade socket: {e}"))?;
+    }
+    if !settings.udp_listen.is_empty() {
+        h.refuse(
+            "this process relays UDP, whose sockets are not handed over; restart instead".into(),
+        );
+    }
+    log!("upgrade: hand-overs at {}", path.display());
+    Ok(h)
 }
 
 /// The flags shards read, and the process-wide figures the admin reports.
@@ -360,6 +495,7 @@ fn control_loop(
     slots: &mut crate::health::Slots,
     log_writer: &crate::accesslog::LogWriter,
     notify: &crate::notify::Notifier,
+    handover: Option<&crate::upgrade::Handover>,
 ) -> Result<(), String> {
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM, SIGINT, SIGUSR1])
         .map_err(|e| format!("signals: {e}"))?;
@@ -409,6 +545,19 @@ fn control_loop(
             log_writer.set_path(current.server.access_log.as_ref().map(|a| a.path.as_str()));
         }
         notify.watchdog(gapura_http::clock::now_ms(), &control.beats);
+        if let Some(h) = handover {
+            h.poll();
+            if h.taken.load(Ordering::Acquire) {
+                notify.stopping();
+                log!(
+                    "draining after the hand-over: waiting up to {} ms for requests in flight",
+                    settings.drain_timeout_ms
+                );
+                global.draining.store(true, Ordering::Relaxed);
+                control.draining.store(true, Ordering::Release);
+                return Ok(());
+            }
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
