@@ -172,3 +172,66 @@ fn man_prints_gapura_1_and_a_page_per_command() {
     let page = stdout(&gapura(&["man", "explain"]));
     assert!(page.contains("cloudflare"), "{page}");
 }
+
+#[test]
+fn doctor_reports_every_check_as_json_with_its_exit_code() {
+    let out = gapura(&["doctor", "--json"]);
+    let code = out.status.code().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["exit_code"], code, "{}", stdout(&out));
+    assert!([0, 1, 3].contains(&code), "{code}");
+    let ids: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, gapura_doctor::CHECK_IDS);
+    // A profile with errors is named, not checked against.
+    let dir = std::env::temp_dir().join(format!("gapura-cli-doctor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[server]\nbogus = 1\n").unwrap();
+    let out = gapura(&["doctor", "--profile", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("error[profile.unknown_key]"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tune_reads_a_log_and_suggests_a_rate() {
+    let dir = std::env::temp_dir().join(format!("gapura-cli-tune-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("access.log");
+    let mut text = String::new();
+    // Two clients, 3 requests a second each for 10 seconds.
+    for s in 0..10 {
+        for c in 1..=2 {
+            for _ in 0..3 {
+                text.push_str(&format!(
+                    "{{\"time\":\"2026-12-01T10:00:{s:02}.000Z\",\"shard\":0,\"client\":\"192.0.2.{c}\",\"host\":\"a.test\",\"method\":\"GET\",\"path\":\"/\",\"status\":200,\"bytes\":10,\"upstream_ms\":null,\"total_ms\":0,\"request_id\":\"x\",\"verdict\":\"respond\",\"step\":\"answer\"}}\n"
+                ));
+            }
+        }
+    }
+    std::fs::write(&log, text).unwrap();
+    let out = gapura(&["tune", "--access-log", log.to_str().unwrap(), "--write"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // σ is 0, so the rate is the mean itself.
+    let text = stdout(&out);
+    assert!(text.contains("\nrequests = 3 "), "{text}");
+    assert!(text.contains("\nburst = 3 "), "{text}");
+    // Both clients share 192.0.2.0/24: 6 a window.
+    assert!(text.contains("[quota.source]\nrequests = 6 "), "{text}");
+    let out = gapura(&[
+        "tune",
+        "--access-log",
+        dir.join("missing.log").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
