@@ -251,6 +251,26 @@ fn a_broken_pair_fails_the_profile_naming_the_file() {
 }
 
 #[test]
+fn a_private_key_others_can_read_is_refused() {
+    let dir = TempDir::new();
+    let (cert, key, _) = write_cert(&dir.0, "a", &["a.example"]);
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let certs =
+        format!("[[certificate]]\nnames = [\"a.example\"]\ncert = {cert:?}\nkey = {key:?}\n");
+    let err = Gapura::try_start(&tls_profile("", &format!("{HELLO_HOST}{certs}")), &[])
+        .err()
+        .expect("the profile is refused");
+    assert!(
+        err.contains("error[certificate.key.unreadable] certificate[0].key"),
+        "{err}"
+    );
+    assert!(
+        err.contains("mode 0644") && err.contains("chmod 600"),
+        "{err}"
+    );
+}
+
+#[test]
 fn failed_handshakes_are_counted_by_reason() {
     let dir = TempDir::new();
     let (certs, _, _) = two_certs(&dir);
