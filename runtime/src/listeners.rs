@@ -138,9 +138,6 @@ pub struct Group {
     pub sockets: Vec<TcpListener>,
 }
 
-/// Binds `shards` reuseport sockets on `addr` (a port of 0 is chosen by the
-/// first bind and shared by the rest), listening in shard order, with
-/// steering attached when asked.
 /// How a group steers: not at all (the kernel's hash), by source, by prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Steer {
@@ -149,6 +146,9 @@ pub enum Steer {
     Prefix,
 }
 
+/// Binds `shards` reuseport sockets on `addr` (a port of 0 is chosen by the
+/// first bind and shared by the rest), listening in shard order, with
+/// steering attached when asked.
 pub fn bind_group(addr: SocketAddr, shards: usize, steer: Steer) -> io::Result<Group> {
     let mut bound = addr;
     let mut sockets = Vec::with_capacity(shards);
