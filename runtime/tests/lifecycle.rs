@@ -211,13 +211,29 @@ fn check_reports_every_error_with_code_and_position() {
 
 #[test]
 fn the_shipped_profiles_pass_check() {
-    for p in ["../profiles/default.toml", "../profiles/example.toml"] {
-        let out = Command::new(bin()).arg("check").arg(p).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{p}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    let mut names: Vec<String> = std::fs::read_dir("../profiles")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".toml"))
+        .collect();
+    names.sort();
+    // Every deployment kind the docs promise is there.
+    for kind in ["default", "example", "edge", "internal-api", "game-relay"] {
+        assert!(names.contains(&format!("{kind}.toml")), "{names:?}");
+    }
+    for name in names {
+        let dir = TempDir::new();
+        let p = dir.0.join(&name);
+        std::fs::copy(format!("../profiles/{name}"), &p).unwrap();
+        // The edge profile names its certificate pair relative to itself;
+        // an operator brings their own, this check makes one.
+        let certs = dir.0.join("certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        common::tls::write_cert(&certs, "edge", &["example.com", "*.example.com"]);
+        let out = Command::new(bin()).arg("check").arg(&p).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {err}");
+        assert!(!err.contains("error["), "{name}: {err}");
     }
 }
 
