@@ -233,7 +233,10 @@ fn check_user(s: &RawServer, e: &mut Errors<'_>) -> Option<String> {
     let name = u.get_ref();
     let body = name.strip_suffix('$').unwrap_or(name);
     let valid = (1..=32).contains(&name.len())
-        && body.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && body
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
         && body
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');

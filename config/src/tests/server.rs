@@ -254,7 +254,10 @@ fn the_user_to_drop_to_is_a_user_name() {
         Some("gapura")
     );
     assert_eq!(
-        ok("[server]\nuser = \"_www-data9\"\n").runtime.user.as_deref(),
+        ok("[server]\nuser = \"_www-data9\"\n")
+            .runtime
+            .user
+            .as_deref(),
         Some("_www-data9")
     );
     for bad in ["", "Root", "9lives", "a b", "a/b", &"a".repeat(33)] {
