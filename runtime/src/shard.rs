@@ -204,6 +204,9 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
     }
     let timeout_ms = spec.control.drain_timeout_ms.load(Ordering::Relaxed);
     let deadline = monoio::time::Instant::now() + Duration::from_millis(timeout_ms);
+    // Connections the last accepts spawned start (and count as busy) on
+    // the next turns of the loop.
+    monoio::time::sleep(Duration::from_millis(10)).await;
     while shard.busy_connections() > 0 && monoio::time::Instant::now() < deadline {
         monoio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -229,10 +232,18 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, kind: Listener) {
         // POLL_MS: dropping it (a timeout around it) cancels the operation,
         // and a connection the kernel had accepted just then was lost, its
         // client left hanging.
-        let accept = listener.accept();
+        // At the drain the accept is cancelled, not dropped: one the
+        // kernel completed first is still served (the socket may live on in
+        // a process that took it over, whose clients must not lose one).
+        let canceller = monoio::io::Canceller::new();
+        let accept = listener.cancelable_accept(canceller.handle());
         let mut accept = std::pin::pin!(accept);
         let accepted = loop {
             if shard.is_draining() {
+                let _ = canceller.cancel();
+                if let Ok((stream, peer)) = accept.await {
+                    monoio::spawn(serve(stream, peer, shard.clone(), kind));
+                }
                 return;
             }
             monoio::select! {

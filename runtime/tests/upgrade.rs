@@ -30,7 +30,10 @@ fn load(addr: SocketAddr, stop: Arc<AtomicBool>, ok: Arc<AtomicU64>, failed: Arc
         })();
         match answered {
             Ok(true) => ok.fetch_add(1, Ordering::Relaxed),
-            _ => failed.fetch_add(1, Ordering::Relaxed),
+            other => {
+                eprintln!("failed request: {other:?}");
+                failed.fetch_add(1, Ordering::Relaxed)
+            }
         };
     }
 }

@@ -256,6 +256,9 @@ impl<S: Transport> Conn<S> {
     /// Serves requests until the connection ends, then counts its end (a
     /// tunnel's whole life after an upgrade).
     async fn serve(mut self) {
+        // Busy from the start until its first wait for a request: a drain
+        // that begins meanwhile waits for it.
+        self.set_busy(true);
         let end = self.run().await;
         self.set_busy(false);
         let shard = self.shard.clone();
@@ -441,9 +444,16 @@ impl<S: Transport> Conn<S> {
             if self.io.rbuf.capacity() > SHRINK_ABOVE_BYTES {
                 self.io.rbuf = Vec::with_capacity(READ_BUF_BYTES);
             }
-            self.set_busy(false);
-            if self.shard.is_draining() {
+            if !self.shard.is_draining() {
+                self.set_busy(false);
+            } else if self.served > 0 {
+                self.set_busy(false);
                 return Err(End::Done);
+            } else {
+                // A connection accepted as the drain began stays busy
+                // until its first request is answered: its client is owed
+                // an answer (the drain's timeout bounds the wait).
+                self.set_busy(true);
             }
         } else if self.io.pos > 0 {
             self.io.rbuf.copy_within(self.io.pos.., 0);
