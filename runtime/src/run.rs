@@ -124,38 +124,13 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         Shards::Auto => cores.len().max(1),
         Shards::Count(n) => n as usize,
     };
-    let mut inherited = match &take_over {
-        Some(path) => {
-            if !settings.udp_listen.is_empty() {
-                return Err("a profile with UDP relays cannot take over a running process (their sockets are not handed over); restart instead".into());
-            }
-            Some(crate::upgrade::take_over(path)?)
-        }
-        None => None,
-    };
     let steer = match settings.steering {
         Steering::Source => listeners::Steer::Source,
         Steering::Prefix => listeners::Steer::Prefix,
         Steering::Kernel => listeners::Steer::Kernel,
     };
-    let (per_shard, admin_listener) = match inherited.as_mut() {
-        Some(got) => inherit_listeners(&settings, shard_count, got)?,
-        None => {
-            // Port ownership first: nothing is bound if any address is taken.
-            for addr in settings.listen.iter().chain(settings.admin.iter()) {
-                listeners::check_port_free(*addr).map_err(|e| e.to_string())?;
-            }
-            let per_shard = bind_listeners(&settings, shard_count, steer)?;
-            let admin = match settings.admin {
-                Some(addr) => Some(
-                    std::net::TcpListener::bind(addr)
-                        .map_err(|e| format!("admin listener {addr}: {e}"))?,
-                ),
-                None => None,
-            };
-            (per_shard, admin)
-        }
-    };
+    let (inherited, per_shard, admin_listener) =
+        acquire_listeners(&settings, shard_count, steer, take_over.as_deref())?;
     crate::udp::check_ports(&compiled.snapshot)?;
     let handover = match &upgrade_socket {
         Some(path) => Some(offer_handover(
@@ -314,6 +289,45 @@ fn bind_listeners(
         );
     }
     Ok(per_shard)
+}
+
+/// What start listens with: the hand-over it took (to confirm once it
+/// serves), every shard's listeners, the admin listener.
+type Acquired = (
+    Option<crate::upgrade::Inherited>,
+    Vec<Vec<Bound>>,
+    Option<std::net::TcpListener>,
+);
+
+/// Every shard's listeners and the admin listener: taken over from the
+/// process serving hand-overs at `take_over`, or bound here (after checking
+/// that no other process holds an address).
+fn acquire_listeners(
+    settings: &RuntimeSettings,
+    shard_count: usize,
+    steer: listeners::Steer,
+    take_over: Option<&Path>,
+) -> Result<Acquired, String> {
+    if let Some(path) = take_over {
+        if !settings.udp_listen.is_empty() {
+            return Err("a profile with UDP relays cannot take over a running process (their sockets are not handed over); restart instead".into());
+        }
+        let mut got = crate::upgrade::take_over(path)?;
+        let (per_shard, admin) = inherit_listeners(settings, shard_count, &mut got)?;
+        return Ok((Some(got), per_shard, admin));
+    }
+    // Port ownership first: nothing is bound if any address is taken.
+    for addr in settings.listen.iter().chain(settings.admin.iter()) {
+        listeners::check_port_free(*addr).map_err(|e| e.to_string())?;
+    }
+    let per_shard = bind_listeners(settings, shard_count, steer)?;
+    let admin = match settings.admin {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr).map_err(|e| format!("admin listener {addr}: {e}"))?,
+        ),
+        None => None,
+    };
+    Ok((None, per_shard, admin))
 }
 
 /// Every shard's listeners and the admin listener from a process that hands
