@@ -124,24 +124,23 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         Shards::Auto => cores.len().max(1),
         Shards::Count(n) => n as usize,
     };
-    let steer = match settings.steering {
-        Steering::Source => listeners::Steer::Source,
-        Steering::Prefix => listeners::Steer::Prefix,
-        Steering::Kernel => listeners::Steer::Kernel,
-    };
+    let steer = steering(settings.steering);
     let (inherited, per_shard, admin_listener) =
         acquire_listeners(&settings, shard_count, steer, take_over.as_deref())?;
     crate::udp::check_ports(&compiled.snapshot)?;
-    let handover = match &upgrade_socket {
-        Some(path) => Some(offer_handover(
-            path,
-            take_over.as_deref() == Some(path.as_path()),
-            &settings,
-            &per_shard,
-            admin_listener.as_ref(),
-        )?),
-        None => None,
-    };
+    let handover = upgrade_socket
+        .as_deref()
+        .map(|path| {
+            let replace = take_over.as_deref() == Some(path);
+            offer_handover(
+                path,
+                replace,
+                &settings,
+                &per_shard,
+                admin_listener.as_ref(),
+            )
+        })
+        .transpose()?;
     let mut per_shard = per_shard.into_iter();
 
     let board = Arc::new(gapura_http::upstream::HealthBoard::default());
@@ -149,16 +148,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     let mut first = compiled.snapshot;
     slots.assign(&mut first);
     let (mut udp_sockets, relay_board) = crate::udp::bind(&first, shard_count, steer)?;
-    // Every port is bound and every key file read: become the user.
-    if let Some(target) = &drop_to {
-        crate::privileges::drop_to(target, &crate::powkey::take_created())?;
-        log!(
-            "running as user {} (uid {}, gid {})",
-            target.name,
-            target.uid,
-            target.gid
-        );
-    }
+    become_user(drop_to.as_ref())?;
     let cell = Arc::new(SnapshotCell::new(first));
     let key_seed = random_seed()?;
     let id_prefix = request_id_prefix();
@@ -178,11 +168,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         let listeners = per_shard.next().unwrap_or_default();
         let spec = ShardSpec {
             id,
-            core: if cores.is_empty() {
-                None
-            } else {
-                Some(cores[id % cores.len()])
-            },
+            core: cores.get(id % cores.len().max(1)).copied(),
             driver: settings.driver,
             listeners,
             cell: cell.clone(),
@@ -217,14 +203,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         };
         start_admin(l, admin)?;
     }
-    let from = profile.as_ref().map(|p| p.display().to_string());
-    let from = from.unwrap_or_else(|| "the embedded default profile".into());
-    log!("ready: generation {} from {from}", cell.generation());
-    if let Some(got) = inherited {
-        got.ready();
-        log!("upgrade: took over the listeners; the old process drains");
-    }
-    notify.ready(cell.generation());
+    announce_ready(profile.as_deref(), cell.generation(), inherited, &notify);
 
     drop(log_tx);
     control_loop(
@@ -242,7 +221,6 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     if let Some(h) = &handover {
         h.remove();
     }
-
     for t in threads {
         let _ = t.join();
     }
@@ -250,6 +228,45 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     log_writer.finish();
     log!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every shard serves: the log line, the old process told after a
+/// take-over, systemd told.
+fn announce_ready(
+    profile: Option<&Path>,
+    generation: u64,
+    inherited: Option<crate::upgrade::Inherited>,
+    notify: &crate::notify::Notifier,
+) {
+    let from = profile.map_or_else(
+        || "the embedded default profile".into(),
+        |p| p.display().to_string(),
+    );
+    log!("ready: generation {generation} from {from}");
+    if let Some(got) = inherited {
+        got.ready();
+        log!("upgrade: took over the listeners; the old process drains");
+    }
+    notify.ready(generation);
+}
+
+/// How a profile's steering groups the listeners.
+fn steering(s: Steering) -> listeners::Steer {
+    match s {
+        Steering::Source => listeners::Steer::Source,
+        Steering::Prefix => listeners::Steer::Prefix,
+        Steering::Kernel => listeners::Steer::Kernel,
+    }
+}
+
+/// Once every port is bound and every key file read: becomes the
+/// profile's user, giving it the key files this start created.
+fn become_user(target: Option<&crate::privileges::Target>) -> Result<(), String> {
+    if let Some(t) = target {
+        crate::privileges::drop_to(t, &crate::powkey::take_created())?;
+        log!("running as user {} (uid {}, gid {})", t.name, t.uid, t.gid);
+    }
+    Ok(())
 }
 
 /// A listener socket for one shard, and how its connections start.

@@ -147,26 +147,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         }
     }
     let _ = started.send(Ok(line));
-    let ticker = shard.clone();
-    let ticked = relays.clone();
-    monoio::spawn(async move {
-        loop {
-            for r in &ticked {
-                r.publish();
-            }
-            monoio::time::sleep(Duration::from_millis(1000)).await;
-            ticker.date.refresh();
-            ticker.upstreams.sweep(gapura_http::clock::now_ms());
-            let now_ms = ticker.now_ms();
-            ticker.gate.borrow_mut().sweep(now_ms, 4096);
-            ticker.publish_gate_counters();
-            ticker.flush_access_log();
-            ticker
-                .stats
-                .upstream_idle
-                .set(ticker.upstreams.idle_connections() as u64);
-        }
-    });
+    monoio::spawn(tick(shard.clone(), relays.clone()));
     let asked = shard.clone();
     let live = spec.live;
     monoio::spawn(async move {
@@ -217,6 +198,27 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         shard.busy_connections(),
         shard.open_connections()
     );
+}
+
+/// The shard's once-a-second work: relay counters, the date, sweeps of
+/// the pools and tables, gate counters, the access log's buffer.
+async fn tick(shard: Rc<Shard>, relays: Vec<Rc<gapura_udp::io::RelayIo>>) {
+    loop {
+        for r in &relays {
+            r.publish();
+        }
+        monoio::time::sleep(Duration::from_millis(1000)).await;
+        shard.date.refresh();
+        shard.upstreams.sweep(gapura_http::clock::now_ms());
+        let now_ms = shard.now_ms();
+        shard.gate.borrow_mut().sweep(now_ms, 4096);
+        shard.publish_gate_counters();
+        shard.flush_access_log();
+        shard
+            .stats
+            .upstream_idle
+            .set(shard.upstreams.idle_connections() as u64);
+    }
 }
 
 /// A shard's refusal warning, as a log line.

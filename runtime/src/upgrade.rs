@@ -464,8 +464,10 @@ mod tests {
         sock.set_nonblocking(false).unwrap();
         assert!(sock.accept().is_ok());
         got.ready();
-        while old.busy.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_millis(5));
+        // The hand-over thread sees READY and raises the flag.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !old.taken.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
         }
         assert!(old.taken.load(Ordering::Acquire));
         let _ = std::fs::remove_dir_all(&dir);
