@@ -227,6 +227,12 @@ mod tests {
     use std::net::TcpStream;
 
     #[test]
+    fn doctor_checks_against_the_backlog_and_ring_the_runtime_uses() {
+        assert_eq!(BACKLOG as u32, gapura_doctor::LISTEN_BACKLOG);
+        assert_eq!(crate::shard::RING_ENTRIES, gapura_doctor::RING_ENTRIES);
+    }
+
+    #[test]
     fn steered_udp_group_sends_one_source_to_one_socket() {
         let (addr, socks) =
             bind_udp_group("127.0.0.1:0".parse().unwrap(), 2, Steer::Source).unwrap();

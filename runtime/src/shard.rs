@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Entries of each shard's submission queue.
-const RING_ENTRIES: u32 = 4096;
+pub const RING_ENTRIES: u32 = 4096;
 /// How often a shard looks for `explain --live` asks.
 const LIVE_POLL_MS: u64 = 20;
 /// How often an idle accept loop and the drain watcher look at their flags.
