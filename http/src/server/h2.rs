@@ -331,7 +331,7 @@ async fn serve_stream<S: Transport>(
 /// pseudo-headers, `Host` from `:authority`, the fields (cookies joined
 /// into one line, as RFC 9113 §8.2.3 asks of a gateway to HTTP/1.1), and
 /// `Transfer-Encoding: chunked` for a body without a length.
-fn request_head(parts: &http::request::Parts, chunked: bool, out: &mut Vec<u8>) {
+pub(super) fn request_head(parts: &http::request::Parts, chunked: bool, out: &mut Vec<u8>) {
     out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');
     let authority = parts.uri.authority().map(|a| a.as_str());

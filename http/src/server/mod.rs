@@ -19,6 +19,8 @@ pub mod date;
 mod decided;
 mod forward;
 mod forwardauth;
+#[doc(hidden)]
+pub mod fuzzing;
 mod h2;
 mod h2scan;
 mod leases;

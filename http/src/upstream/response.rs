@@ -78,6 +78,10 @@ pub fn parse_response<'h, 'b>(
     let (Some(status), Some(version)) = (resp.code, resp.version) else {
         return RespParse::Malformed;
     };
+    // Three digits are not enough: a status is 1xx to 5xx (RFC 9110 §15).
+    if !(100..=599).contains(&status) {
+        return RespParse::Malformed;
+    }
     let mut length: Option<u64> = None;
     let mut te = false;
     let mut chunked_last = false;
@@ -272,6 +276,11 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
             b"NOT HTTP\r\n\r\n",
             b"HTTP/1.1 2000 OK\r\n\r\n",
+            // Statuses outside 1xx to 5xx.
+            b"HTTP/1.1 002 OK\r\nContent-Length: 0\r\n\r\n",
+            b"HTTP/1.1 099 X\r\n\r\n",
+            b"HTTP/1.1 600 X\r\n\r\n",
+            b"HTTP/1.1 999 X\r\n\r\n",
         ] {
             let mut lines = resp_header_buf();
             assert_eq!(

@@ -1,0 +1,36 @@
+//! The bodies of Gapura's fuzz targets: each takes arbitrary bytes, runs
+//! them through one production parser (or decoder, or compiler) and checks
+//! what must hold of the answer, panicking when it does not. The cargo-fuzz
+//! project in `fuzz/` calls these from its targets; `tests/replay.rs` runs
+//! every checked-in corpus through them in the ordinary test suite.
+//!
+//! This crate must never change what it tests: it calls the parsers as the
+//! server calls them, and never runs in the server.
+
+pub mod framing;
+pub mod front;
+pub mod gate;
+pub mod profile;
+pub mod udp;
+
+/// A target's body.
+pub type Body = fn(&[u8]);
+
+/// Every target: its name (the corpus folder under `fuzz/corpus/`) and body.
+pub const TARGETS: &[(&str, Body)] = &[
+    ("request_head", framing::request_head),
+    ("chunked", framing::chunked),
+    ("response_head", framing::response_head),
+    ("canonical_path", gate::canonical_path),
+    ("proxy_protocol", gate::proxy_protocol),
+    ("basic_auth", gate::basic_auth),
+    ("profile", profile::profile),
+    ("udp_envelope", udp::udp_envelope),
+    ("h2_front", front::h2_front),
+    ("tls_front", front::tls_front),
+];
+
+/// The body of the target named `name`.
+pub fn target(name: &str) -> Option<Body> {
+    TARGETS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
+}
