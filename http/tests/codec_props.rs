@@ -59,7 +59,11 @@ fn decode_split(input: &[u8], cuts: &[usize]) -> Result<(Vec<u8>, usize), String
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 2000,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x9A7B_0006),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn the_head_parser_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
