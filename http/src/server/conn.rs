@@ -439,6 +439,8 @@ impl<S: Transport> Conn<S> {
         }
         let idle = self.io.pos == self.io.rbuf.len();
         if idle {
+            self.shard
+                .return_write_buf(std::mem::take(&mut self.io.wbuf));
             self.io.rbuf.clear();
             self.io.pos = 0;
             if self.io.rbuf.capacity() > SHRINK_ABOVE_BYTES {
@@ -482,6 +484,7 @@ impl<S: Transport> Conn<S> {
             }),
             Ok(_) => {
                 if idle {
+                    self.io.wbuf = self.shard.lend_write_buf();
                     self.set_busy(true);
                     self.io.head_deadline = Some(clock::deadline(header_timeout_ms));
                 }

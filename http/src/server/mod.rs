@@ -114,7 +114,14 @@ pub struct Shard {
     pub(crate) auth: forwardauth::AuthCalls,
     /// The TLS configuration built for the current snapshot (`tls`).
     tls: RefCell<tls::Built>,
+    /// Write buffers given back by connections waiting idle for their next
+    /// request, lent to the next one that reads a request: an idle
+    /// connection holds no write buffer. At most [`SPARE_WRITE_BUFFERS`].
+    spare_writes: RefCell<Vec<Vec<u8>>>,
 }
+
+/// Most write buffers a shard keeps for its connections.
+const SPARE_WRITE_BUFFERS: usize = 256;
 
 /// Request header lines as the gate reads them: every line of a name.
 pub struct Lines<'a, 'b>(pub &'a [httparse::Header<'b>]);
@@ -198,6 +205,7 @@ impl Shard {
             verifier: None,
             auth: forwardauth::AuthCalls::default(),
             tls: RefCell::new(None),
+            spare_writes: RefCell::new(Vec::new()),
         }
     }
 
@@ -239,6 +247,26 @@ impl Shard {
             }
         }
         out
+    }
+
+    /// A write buffer for a connection that read a request: a spare one, or
+    /// a new one.
+    pub(crate) fn lend_write_buf(&self) -> Vec<u8> {
+        self.spare_writes
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(client::WRITE_BUF_BYTES))
+    }
+
+    /// Takes back an idle connection's write buffer (emptied); one that grew
+    /// past 16 KiB, or one past the pool's bound, is freed.
+    pub(crate) fn return_write_buf(&self, mut buf: Vec<u8>) {
+        let mut spare = self.spare_writes.borrow_mut();
+        if buf.capacity() == 0 || buf.capacity() > 16 * 1024 || spare.len() >= SPARE_WRITE_BUFFERS {
+            return;
+        }
+        buf.clear();
+        spare.push(buf);
     }
 
     /// Milliseconds since the shard started: the gate's clock.
