@@ -264,7 +264,9 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, kind: Listener) {
                 monoio::spawn(serve(stream, peer, shard.clone(), kind));
             }
             Err(e) => {
-                // EMFILE/ENFILE and friends: back off instead of spinning.
+                // EMFILE/ENFILE and friends: counted, and a back-off instead
+                // of spinning.
+                shard.stats.accept_errors.inc();
                 if !error_logged {
                     log!("shard {}: accept failed: {e}", shard.id);
                     error_logged = true;

@@ -1,7 +1,9 @@
 //! Per-connection limits through the real binary: a keep-alive connection
 //! over its host's `connection_rate` gets 429 and is closed, and a
 //! WebSocket tunnel's messages over the host's rate or size are dropped
-//! whole or close the tunnel with 1008 or 1009, every one counted.
+//! whole or close the tunnel with 1008 or 1009, every one counted; out
+//! of file descriptors, accepts fail, are counted and backed off from, and
+//! the server serves again once descriptors are free.
 
 mod common;
 
@@ -158,4 +160,71 @@ fn websocket_messages_over_the_rate_close_the_tunnel_with_1008_when_asked() {
         g.wait_metric("gapura_websocket_closed_total{shard=\"0\"}", 1, METRIC_WAIT),
         1
     );
+}
+
+/// The file descriptors `pid` has open.
+fn open_fds(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count() as u64)
+        .unwrap_or(0)
+}
+
+#[test]
+fn out_of_file_descriptors_accepts_fail_counted_and_service_resumes() {
+    let mut g = Gapura::start(&profile("", &respond_host("f.test", "default = true")));
+    let pid = g.child.id();
+    let limit = open_fds(pid) + 6;
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: reading and lowering the soft limit of our own child.
+    unsafe {
+        assert_eq!(
+            libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, std::ptr::null(), &mut rl),
+            0
+        );
+        let low = libc::rlimit {
+            rlim_cur: limit,
+            rlim_max: rl.rlim_max,
+        };
+        assert_eq!(
+            libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, &low, std::ptr::null_mut()),
+            0
+        );
+    }
+    // More connections than descriptors left: the kernel queues them, the
+    // server accepts until it runs out.
+    let clients: Vec<Client> = (0..24)
+        .map(|_| {
+            let mut c = Client::connect(g.addr);
+            c.send(&get("f.test", "/"));
+            c
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(10), || open_fds(pid) >= limit));
+    assert!(g.wait_log("accept failed", Duration::from_secs(10)));
+    assert!(
+        matches!(g.child.try_wait(), Ok(None)),
+        "the server died out of descriptors"
+    );
+    drop(clients);
+    // Descriptors free again: the next request is served.
+    let mut served = false;
+    wait_until(Duration::from_secs(10), || {
+        served = std::net::TcpStream::connect(g.addr)
+            .ok()
+            .and_then(|mut s| {
+                use std::io::Write;
+                s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+                s.write_all(&get("f.test", "/")).ok()?;
+                let mut buf = [0u8; 64];
+                let n = s.read(&mut buf).ok()?;
+                Some(buf[..n].starts_with(b"HTTP/1.1 200"))
+            })
+            .unwrap_or(false);
+        served
+    });
+    assert!(served, "no request served after the descriptors were freed");
+    assert!(g.metric("gapura_accept_errors_total{shard=\"0\"}") >= 1);
 }

@@ -84,6 +84,8 @@ pub struct ShardStats {
     pub connections_closed: Counter,
     /// Closed at accept because the shard was at its connection limit.
     pub connections_refused: Counter,
+    /// Accepts the kernel failed (out of file descriptors or memory).
+    pub accept_errors: Counter,
     /// Keep-alive connections closed after the idle timeout.
     pub idle_timeouts: Counter,
     pub requests: Counter,
