@@ -148,7 +148,8 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
             match sniff_preface(&mut io, &shard).await {
                 Ok(true) => {
                     let early = io.rbuf.split_off(io.pos);
-                    return super::h2::serve(io.stream, early, shard, client_peer, token).await;
+                    let h2 = super::h2::serve(io.stream, early, shard, client_peer, token);
+                    return Box::pin(h2).await;
                 }
                 Ok(false) => {}
                 Err(end) => {
@@ -159,17 +160,26 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
                 }
             }
         }
-        let conn = Conn::new(io, shard, client_peer, token, Rc::default());
-        return conn.serve().await;
+        let mut conn = Conn::new(io, shard, client_peer, token, Rc::default());
+        let end = conn.requests().await;
+        return conn.finish(end).await;
     }
-    match super::tls::handshake(io, &shard).await {
+    // The handshake and what follows it on their own allocation: a plain
+    // connection's task keeps only what a plain connection needs.
+    match Box::pin(super::tls::handshake(io, &shard)).await {
         Some(tls) if tls.stream.alpn_h2() => {
-            super::h2::serve(tls.stream, Vec::new(), shard, client_peer, token).await
+            Box::pin(super::h2::serve(
+                tls.stream,
+                Vec::new(),
+                shard,
+                client_peer,
+                token,
+            ))
+            .await
         }
         Some(tls) => {
-            Conn::new(tls, shard, client_peer, token, Rc::default())
-                .serve()
-                .await
+            let conn = Conn::new(tls, shard, client_peer, token, Rc::default());
+            Box::pin(conn.serve()).await
         }
         None => {
             if let Some(t) = token {
@@ -256,11 +266,25 @@ impl<S: Transport> Conn<S> {
     /// Serves requests until the connection ends, then counts its end (a
     /// tunnel's whole life after an upgrade).
     async fn serve(mut self) {
+        let end = self.requests().await;
+        self.finish(end).await;
+    }
+
+    /// Serves requests until the connection ends or is upgraded. By
+    /// reference: the caller's task holds the connection once (a
+    /// connection moved into an async fn is stored twice in its state).
+    async fn requests(&mut self) -> End {
         // Busy from the start until its first wait for a request: a drain
         // that begins meanwhile waits for it.
         self.set_busy(true);
         let end = self.run().await;
         self.set_busy(false);
+        end
+    }
+
+    /// Counts the connection's end, after the tunnel's whole life when it
+    /// was upgraded.
+    async fn finish(mut self, end: End) {
         let shard = self.shard.clone();
         if let End::Upgrade(up) = end {
             let Upgraded {
@@ -284,8 +308,16 @@ impl<S: Transport> Conn<S> {
                 client,
             });
             let stream = self.io.stream;
-            super::tunnel::tunnel(stream, client_pending, upstream, pending, idle_ms, messages)
-                .await;
+            // Its own allocation: the connection's task stays small while idle.
+            Box::pin(super::tunnel::tunnel(
+                stream,
+                client_pending,
+                upstream,
+                pending,
+                idle_ms,
+                messages,
+            ))
+            .await;
             // The request ends with its tunnel.
             drop(leases);
             if let Some(t) = token {
@@ -323,7 +355,7 @@ impl<S: Transport> Conn<S> {
                     Plan::Verify { .. } | Plan::Authenticate { .. } => {
                         // The head stays in the buffer, decided again
                         // once the check is made.
-                        if let Err(end) = self.defer(&snap, plan, &head).await {
+                        if let Err(end) = Box::pin(self.defer(&snap, plan, &head)).await {
                             return end;
                         }
                     }
@@ -583,7 +615,9 @@ impl<S: Transport> Conn<S> {
             Plan::Drop | Plan::Verify { .. } | Plan::Authenticate { .. } => Err(End::Done),
             Plan::Forward(f) => {
                 let held = leases(f.ticket);
-                self.forward_plan(snap, head, f, held).await
+                // The exchange's state on its own allocation, freed when
+                // it ends: an idle connection's task does not carry it.
+                Box::pin(self.forward_plan(snap, head, f, held)).await
             }
             Plan::Local(local) => {
                 let held = leases(local.ticket);
