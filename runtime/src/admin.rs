@@ -214,6 +214,7 @@ const SHARD_METRICS: &[(&str, &str, &str, Getter)] = &[
     ("gapura_connections_closed_total", "counter", "Connections closed.", |s| s.connections_closed.get()),
     ("gapura_connections_open", "gauge", "Connections open now.", |s| s.open_connections()),
     ("gapura_connections_refused_total", "counter", "Connections closed at accept because the shard was full.", |s| s.connections_refused.get()),
+    ("gapura_connections_parked", "gauge", "Idle connections waiting without a buffer (quiet for a second).", |s| s.parked_connections()),
     ("gapura_accept_errors_total", "counter", "Accepts that failed (out of file descriptors or memory); the listener waits 10 ms after each.", |s| s.accept_errors.get()),
     ("gapura_idle_timeouts_total", "counter", "Keep-alive connections closed after the idle timeout.", |s| s.idle_timeouts.get()),
     ("gapura_requests_total", "counter", "Requests received.", |s| s.requests.get()),
@@ -410,6 +411,29 @@ fn render_process(out: &mut String, admin: &Admin) {
     );
     family(out, "gapura_shards", "gauge", "Shards running.");
     let _ = writeln!(out, "gapura_shards {}", admin.shards.len());
+    if let Some(bytes) = heap_in_use() {
+        family(
+            out,
+            "gapura_heap_bytes",
+            "gauge",
+            "Heap allocated and in use (freed memory the allocator keeps is not counted).",
+        );
+        let _ = writeln!(out, "gapura_heap_bytes {bytes}");
+    }
+}
+
+/// Bytes the C allocator has handed out and not had back (glibc's
+/// `mallinfo2`: in-use chunks of every arena and the mapped blocks).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn heap_in_use() -> Option<u64> {
+    // SAFETY: a plain query of the allocator's statistics.
+    let info = unsafe { libc::mallinfo2() };
+    Some(info.uordblks as u64 + info.hblkhd as u64)
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn heap_in_use() -> Option<u64> {
+    None
 }
 
 /// Forward-auth counters per provider, summed over the shards.

@@ -334,3 +334,42 @@ keep = "path_and_query"
     assert_eq!(r.status, 421);
     assert!(r.body.is_empty());
 }
+
+/// An idle connection quiet for a second parks (gives its read buffer
+/// back); a request then wakes it and is answered, and its end (a close
+/// while parked) is counted.
+#[test]
+fn idle_connections_park_and_wake_on_their_next_request() {
+    let g = Gapura::start(&profile("idle_timeout_ms = 600000", HELLO_HOST));
+    let parked = "gapura_connections_parked{shard=\"0\"}";
+    let mut clients: Vec<Client> = (0..20).map(|_| Client::connect(g.addr)).collect();
+    for c in clients.iter_mut() {
+        c.send(b"GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n");
+        assert_eq!(c.response(false).status, 200);
+    }
+    assert_eq!(g.wait_metric(parked, 20, Duration::from_secs(10)), 20);
+    // Every parked connection wakes for its request, the pipelined ones
+    // with all their bytes.
+    for (i, c) in clients.iter_mut().enumerate() {
+        if i % 2 == 0 {
+            c.send(b"GET / HTTP/1.1\r\nHost: hello.test\r\n\r\nGET / HTTP/1.1\r\nHost: hello.test\r\n\r\n");
+            assert_eq!(c.response(false).status, 200);
+        } else {
+            c.send(b"GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n");
+        }
+        assert_eq!(c.response(false).status, 200);
+    }
+    // They park again, and closing them while parked ends them.
+    assert_eq!(g.wait_metric(parked, 20, Duration::from_secs(10)), 20);
+    drop(clients);
+    assert_eq!(g.wait_metric(parked, 0, Duration::from_secs(10)), 0);
+    assert_eq!(
+        g.wait_metric(
+            "gapura_connections_open{shard=\"0\"}",
+            0,
+            Duration::from_secs(10)
+        ),
+        0
+    );
+    assert_eq!(g.metric("gapura_requests_total{shard=\"0\"}"), 50);
+}

@@ -20,6 +20,21 @@ use monoio::time::Instant;
 pub(super) const READ_BUF_BYTES: usize = 4096;
 /// Initial write buffer.
 pub(super) const WRITE_BUF_BYTES: usize = 4096;
+/// How long an idle plain connection waits with its read buffer before it
+/// parks: the read is cancelled, the buffer goes back to the shard, and
+/// the connection waits for readability holding none.
+pub(super) const PARK_MS: u64 = 1000;
+/// The error a cancelled read ends with.
+const ECANCELED: i32 = 125;
+
+/// Counts a parked connection's wake (or end) when dropped.
+struct Unpark<'a>(&'a super::stats::Counter);
+
+impl Drop for Unpark<'_> {
+    fn drop(&mut self) {
+        self.0.inc();
+    }
+}
 
 pub(super) struct ClientIo<S> {
     pub(super) stream: S,
@@ -31,6 +46,8 @@ pub(super) struct ClientIo<S> {
     pub(super) sent: u64,
     /// When the head being read must be complete.
     pub(super) head_deadline: Option<Instant>,
+    /// Cancels an idle read to park (`read_idle`); made on the first.
+    canceller: Option<monoio::io::Canceller>,
 }
 
 impl<S: Transport> ClientIo<S> {
@@ -43,7 +60,70 @@ impl<S: Transport> ClientIo<S> {
             wbuf: Vec::with_capacity(WRITE_BUF_BYTES),
             sent: 0,
             head_deadline: None,
+            canceller: None,
         }
+    }
+
+    /// Reads the next request's first bytes into `rbuf` (empty) on an idle
+    /// connection, by `deadline` (the idle timeout). A connection quiet for
+    /// [`PARK_MS`] parks: its read is cancelled (bytes that came first are
+    /// kept: they end the read), `rbuf` goes back to `shard`'s spare
+    /// buffers, and it waits for readability holding no buffer, then
+    /// borrows one and reads. Plain TCP only ([`Transport::PARKS`]).
+    pub(super) async fn read_idle(
+        &mut self,
+        deadline: Instant,
+        shard: &super::Shard,
+    ) -> Result<usize, ReadFail> {
+        let park_at = clock::deadline(PARK_MS);
+        if !S::PARKS || park_at >= deadline {
+            return self.read_more(deadline).await;
+        }
+        let handle = self
+            .canceller
+            .get_or_insert_with(monoio::io::Canceller::new)
+            .handle();
+        let (res, buf) = {
+            let read = self
+                .stream
+                .cancelable_read_spare(std::mem::take(&mut self.rbuf), handle);
+            let mut read = std::pin::pin!(read);
+            match monoio::time::timeout_at(park_at, &mut read).await {
+                Ok(done) => done,
+                Err(_) => {
+                    // Cancelled, not dropped: a read the kernel completed
+                    // first still hands over its bytes.
+                    if let Some(c) = self.canceller.take() {
+                        self.canceller = Some(c.cancel());
+                    }
+                    read.await
+                }
+            }
+        };
+        match res {
+            Ok(n) => {
+                self.rbuf = buf;
+                return Ok(n);
+            }
+            Err(e) if e.raw_os_error() == Some(ECANCELED) => {
+                // Parked: nothing held, not even the canceller.
+                shard.return_buf(buf);
+                self.canceller = None;
+            }
+            Err(_) => return Err(ReadFail::Io),
+        }
+        let Some(socket) = self.stream.socket() else {
+            return Err(ReadFail::Io);
+        };
+        shard.stats.parks.inc();
+        let _parked = Unpark(&shard.stats.unparks);
+        match monoio::time::timeout_at(deadline, socket.readable(false)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(ReadFail::Io),
+            Err(_) => return Err(ReadFail::Timeout),
+        }
+        self.rbuf = shard.lend_buf();
+        self.read_more(deadline).await
     }
 
     /// Reads into the spare capacity of `rbuf`. A timed-out read takes its

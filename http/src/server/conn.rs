@@ -26,6 +26,7 @@ use crate::codec::head::{
 };
 use crate::transport::Transport;
 use gapura_gate::answer::{end_head, WriteCtx};
+use gapura_gate::chain::ConnectionToken;
 use gapura_gate::client::Peer;
 use gapura_gate::limits::OUTER_MAX_HEAD_BYTES;
 use gapura_gate::quota::QuotaTicket;
@@ -113,7 +114,7 @@ pub(super) struct Conn<S> {
     connection_token: Option<gapura_gate::chain::ConnectionToken>,
     /// The current request's page variables, kept for an answer written
     /// after its head's bytes are gone (an upstream error replaced).
-    pub(super) page_vars: PageCopy,
+    pub(super) page_vars: Option<Box<PageCopy>>,
 }
 
 /// How a listener's connections start.
@@ -134,52 +135,81 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
     let _ = stream.set_nodelay(true);
     shard.stats.connections_accepted.inc();
     shard.open.set(shard.open.get() + 1);
-    let mut io = ClientIo::new(stream, Vec::with_capacity(READ_BUF_BYTES), 0);
-    let admitted = super::accept::accept(&mut io, &shard, peer, listener.proxy_protocol).await;
+    let io = ClientIo::new(stream, Vec::with_capacity(READ_BUF_BYTES), 0);
+    // The opening steps in a call of their own: what they hold across
+    // their waits is not kept in this task for the connection's life.
+    let Some((mut io, client_peer, token, h2)) = open(io, &shard, peer, listener).await else {
+        return;
+    };
+    if listener.tls {
+        // The handshake and what follows it on their own allocation: a
+        // plain connection's task keeps only what a plain connection needs.
+        return Box::pin(serve_tls(io, shard, client_peer, token)).await;
+    }
+    if h2 {
+        let early = io.rbuf.split_off(io.pos);
+        let h2 = super::h2::serve(io.stream, early, shard, client_peer, token);
+        return Box::pin(h2).await;
+    }
+    let mut conn = Conn::new(io, shard, client_peer, token, Rc::default());
+    // Busy from the start until its first wait for a request: a drain
+    // that begins meanwhile waits for it.
+    conn.set_busy(true);
+    let end = conn.run().await;
+    conn.set_busy(false);
+    conn.finish(end).await;
+}
+
+/// The connection-level checks, and for plain HTTP with HTTP/2 on, whether
+/// the client opens with the HTTP/2 preface. `None`: the connection ended
+/// (its end counted).
+async fn open(
+    mut io: ClientIo<TcpStream>,
+    shard: &Rc<Shard>,
+    peer: SocketAddr,
+    listener: Listener,
+) -> Option<(ClientIo<TcpStream>, Peer, Option<ConnectionToken>, bool)> {
+    let admitted = super::accept::accept(&mut io, shard, peer, listener.proxy_protocol).await;
     let (client_peer, token) = match admitted {
         Ok(a) => a,
         Err(end) => {
-            closed(&shard, end);
-            return;
+            closed(shard, end);
+            return None;
         }
     };
-    if !listener.tls {
-        if shard.snapshot().server.http2.enabled {
-            match sniff_preface(&mut io, &shard).await {
-                Ok(true) => {
-                    let early = io.rbuf.split_off(io.pos);
-                    let h2 = super::h2::serve(io.stream, early, shard, client_peer, token);
-                    return Box::pin(h2).await;
-                }
-                Ok(false) => {}
-                Err(end) => {
-                    if let Some(t) = token {
-                        shard.release_connection(t);
-                    }
-                    return closed(&shard, end);
-                }
-            }
-        }
-        let mut conn = Conn::new(io, shard, client_peer, token, Rc::default());
-        let end = conn.requests().await;
-        return conn.finish(end).await;
+    if listener.tls || !shard.snapshot().server.http2.enabled {
+        return Some((io, client_peer, token, false));
     }
-    // The handshake and what follows it on their own allocation: a plain
-    // connection's task keeps only what a plain connection needs.
-    match Box::pin(super::tls::handshake(io, &shard)).await {
+    match sniff_preface(&mut io, shard).await {
+        Ok(h2) => Some((io, client_peer, token, h2)),
+        Err(end) => {
+            if let Some(t) = token {
+                shard.release_connection(t);
+            }
+            closed(shard, end);
+            None
+        }
+    }
+}
+
+/// A TLS connection after its checks: the handshake, then HTTP/2 or
+/// HTTP/1.1 as ALPN chose.
+async fn serve_tls(
+    io: ClientIo<TcpStream>,
+    shard: Rc<Shard>,
+    client_peer: Peer,
+    token: Option<ConnectionToken>,
+) {
+    match super::tls::handshake(io, &shard).await {
         Some(tls) if tls.stream.alpn_h2() => {
-            Box::pin(super::h2::serve(
-                tls.stream,
-                Vec::new(),
-                shard,
-                client_peer,
-                token,
-            ))
-            .await
+            super::h2::serve(tls.stream, Vec::new(), shard, client_peer, token).await
         }
         Some(tls) => {
-            let conn = Conn::new(tls, shard, client_peer, token, Rc::default());
-            Box::pin(conn.serve()).await
+            let mut conn = Conn::new(tls, shard, client_peer, token, Rc::default());
+            conn.set_busy(true);
+            let end = conn.run().await;
+            conn.set_busy(false);
+            conn.finish(end).await;
         }
         None => {
             if let Some(t) = token {
@@ -251,32 +281,13 @@ impl<S: Transport> Conn<S> {
             req_start: std::time::Instant::now(),
             client_peer,
             connection_token,
-            page_vars: PageCopy::default(),
+            page_vars: None,
         }
     }
 
     /// Serves an HTTP/2 stream's one request; the connection's counters
     /// are its driver's.
     pub(super) async fn serve_stream(mut self) -> End {
-        let end = self.run().await;
-        self.set_busy(false);
-        end
-    }
-
-    /// Serves requests until the connection ends, then counts its end (a
-    /// tunnel's whole life after an upgrade).
-    async fn serve(mut self) {
-        let end = self.requests().await;
-        self.finish(end).await;
-    }
-
-    /// Serves requests until the connection ends or is upgraded. By
-    /// reference: the caller's task holds the connection once (a
-    /// connection moved into an async fn is stored twice in its state).
-    async fn requests(&mut self) -> End {
-        // Busy from the start until its first wait for a request: a drain
-        // that begins meanwhile waits for it.
-        self.set_busy(true);
         let end = self.run().await;
         self.set_busy(false);
         end
@@ -471,8 +482,7 @@ impl<S: Transport> Conn<S> {
         }
         let idle = self.io.pos == self.io.rbuf.len();
         if idle {
-            self.shard
-                .return_write_buf(std::mem::take(&mut self.io.wbuf));
+            self.shard.return_buf(std::mem::take(&mut self.io.wbuf));
             self.io.rbuf.clear();
             self.io.pos = 0;
             if self.io.rbuf.capacity() > SHRINK_ABOVE_BYTES {
@@ -495,7 +505,9 @@ impl<S: Transport> Conn<S> {
             self.io.pos = 0;
         }
         if self.io.rbuf.len() == self.io.rbuf.capacity() {
-            let grown = (self.io.rbuf.capacity() * 2).min(OUTER_MAX_HEAD_BYTES + READ_BUF_BYTES);
+            let grown = (self.io.rbuf.capacity() * 2)
+                .max(READ_BUF_BYTES)
+                .min(OUTER_MAX_HEAD_BYTES + READ_BUF_BYTES);
             self.io.rbuf.reserve_exact(grown - self.io.rbuf.len());
         }
         let server = &self.shard.snapshot().server;
@@ -508,7 +520,12 @@ impl<S: Transport> Conn<S> {
                 .get_or_insert_with(|| clock::deadline(server.header_timeout_ms))
         };
         let header_timeout_ms = server.header_timeout_ms;
-        match self.read_more(deadline).await {
+        let read = if idle {
+            self.io.read_idle(deadline, &self.shard).await
+        } else {
+            self.read_more(deadline).await
+        };
+        match read {
             Ok(0) => Err(if idle {
                 End::Done
             } else {
@@ -516,7 +533,7 @@ impl<S: Transport> Conn<S> {
             }),
             Ok(_) => {
                 if idle {
-                    self.io.wbuf = self.shard.lend_write_buf();
+                    self.io.wbuf = self.shard.lend_buf();
                     self.set_busy(true);
                     self.io.head_deadline = Some(clock::deadline(header_timeout_ms));
                 }

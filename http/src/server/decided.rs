@@ -163,7 +163,7 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
         &self,
         out: &mut Out<'_>,
         ubuf: &mut Vec<u8>,
-        page_vars: &mut PageCopy,
+        page_vars: &mut Option<Box<PageCopy>>,
         (route, group): (&'s Route, &'s UpstreamGroup),
         log: Option<&mut LogRecord>,
     ) -> Plan<'s> {
@@ -190,7 +190,9 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
             if entry.is_some_and(|e| {
                 e.extras.replace_upstream != gapura_gate::custom_pages::ReplaceUpstream::Off
             }) {
-                page_vars.set(self.req.host.unwrap_or(b""), self.cf_ray);
+                page_vars
+                    .get_or_insert_with(Box::default)
+                    .set(self.req.host.unwrap_or(b""), self.cf_ray);
             }
             return Plan::Forward(ForwardPlan {
                 route,

@@ -59,34 +59,34 @@ impl Drop for Leases {
     }
 }
 
-/// The leases of answers queued in a connection's write buffer.
+/// The leases of answers queued in a connection's write buffer, at most
+/// [`HELD_ANSWERS`]. Its room is allocated the first time a lease is held
+/// and kept: a connection that never holds one carries an empty vector.
 #[derive(Default)]
 pub(super) struct Held {
-    guards: [Option<Leases>; HELD_ANSWERS],
-    len: usize,
+    guards: Vec<Leases>,
 }
 
 impl Held {
     /// Whether one more guard fits (else flush, then [`Held::release_all`]).
     pub(super) fn is_full(&self) -> bool {
-        self.len == HELD_ANSWERS
+        self.guards.len() == HELD_ANSWERS
     }
 
     /// Keeps `guard` until the next [`Held::release_all`]. The caller makes
     /// room first; a guard that finds none is released at once.
     pub(super) fn push(&mut self, guard: Leases) {
-        if let Some(slot) = self.guards.get_mut(self.len) {
-            *slot = Some(guard);
-            self.len += 1;
+        if self.guards.len() < HELD_ANSWERS {
+            if self.guards.capacity() == 0 {
+                self.guards.reserve_exact(HELD_ANSWERS);
+            }
+            self.guards.push(guard);
         }
     }
 
     /// The answers were sent: every lease is given back.
     pub(super) fn release_all(&mut self) {
-        for g in &mut self.guards[..self.len] {
-            *g = None;
-        }
-        self.len = 0;
+        self.guards.clear();
     }
 }
 

@@ -114,14 +114,16 @@ pub struct Shard {
     pub(crate) auth: forwardauth::AuthCalls,
     /// The TLS configuration built for the current snapshot (`tls`).
     tls: RefCell<tls::Built>,
-    /// Write buffers given back by connections waiting idle for their next
-    /// request, lent to the next one that reads a request: an idle
-    /// connection holds no write buffer. At most [`SPARE_WRITE_BUFFERS`].
-    spare_writes: RefCell<Vec<Vec<u8>>>,
+    /// Buffers given back by connections waiting idle for their next
+    /// request (the write buffer at once, the read buffer once parked),
+    /// lent to the next one that reads a request: an idle connection holds
+    /// no write buffer, a parked one no buffer at all. At most
+    /// [`SPARE_BUFFERS`].
+    spare_buffers: RefCell<Vec<Vec<u8>>>,
 }
 
-/// Most write buffers a shard keeps for its connections.
-const SPARE_WRITE_BUFFERS: usize = 256;
+/// Most spare buffers a shard keeps for its connections.
+const SPARE_BUFFERS: usize = 256;
 
 /// Request header lines as the gate reads them: every line of a name.
 pub struct Lines<'a, 'b>(pub &'a [httparse::Header<'b>]);
@@ -205,7 +207,7 @@ impl Shard {
             verifier: None,
             auth: forwardauth::AuthCalls::default(),
             tls: RefCell::new(None),
-            spare_writes: RefCell::new(Vec::new()),
+            spare_buffers: RefCell::new(Vec::new()),
         }
     }
 
@@ -249,20 +251,20 @@ impl Shard {
         out
     }
 
-    /// A write buffer for a connection that read a request: a spare one, or
-    /// a new one.
-    pub(crate) fn lend_write_buf(&self) -> Vec<u8> {
-        self.spare_writes
+    /// A buffer for a connection that reads a request: a spare one, or a
+    /// new one of 4 KiB.
+    pub(crate) fn lend_buf(&self) -> Vec<u8> {
+        self.spare_buffers
             .borrow_mut()
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(client::WRITE_BUF_BYTES))
     }
 
-    /// Takes back an idle connection's write buffer (emptied); one that grew
-    /// past 16 KiB, or one past the pool's bound, is freed.
-    pub(crate) fn return_write_buf(&self, mut buf: Vec<u8>) {
-        let mut spare = self.spare_writes.borrow_mut();
-        if buf.capacity() == 0 || buf.capacity() > 16 * 1024 || spare.len() >= SPARE_WRITE_BUFFERS {
+    /// Takes back an idle connection's buffer (emptied); one that grew past
+    /// 16 KiB, or one past the pool's bound, is freed.
+    pub(crate) fn return_buf(&self, mut buf: Vec<u8>) {
+        let mut spare = self.spare_buffers.borrow_mut();
+        if buf.capacity() == 0 || buf.capacity() > 16 * 1024 || spare.len() >= SPARE_BUFFERS {
             return;
         }
         buf.clear();

@@ -36,7 +36,8 @@ pub(super) struct Prep<'a> {
     /// The leases of a head decided again after its password check (its
     /// budgets were paid before the check).
     pub paid: Option<QuotaTicket>,
-    pub page_vars: &'a mut PageCopy,
+    /// Made on first use (a host that replaces upstream errors).
+    pub page_vars: &'a mut Option<Box<PageCopy>>,
     /// The connection's request bucket (step 5).
     pub connection: &'a Cell<Bucket>,
     /// The request's access log record, while the profile logs.

@@ -86,6 +86,10 @@ pub struct ShardStats {
     pub connections_refused: Counter,
     /// Accepts the kernel failed (out of file descriptors or memory).
     pub accept_errors: Counter,
+    /// Idle connections that parked (gave their read buffer back) and
+    /// that woke or ended since.
+    pub parks: Counter,
+    pub unparks: Counter,
     /// Keep-alive connections closed after the idle timeout.
     pub idle_timeouts: Counter,
     pub requests: Counter,
@@ -186,6 +190,11 @@ impl ShardStats {
         self.connections_accepted
             .get()
             .saturating_sub(self.connections_closed.get())
+    }
+
+    /// Idle connections parked now, holding no buffer.
+    pub fn parked_connections(&self) -> u64 {
+        self.parks.get().saturating_sub(self.unparks.get())
     }
 }
 

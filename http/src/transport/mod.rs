@@ -14,7 +14,10 @@ pub mod tickets;
 pub mod tls;
 
 use monoio::buf::{IoBuf, IoBufMut};
-use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf};
+use monoio::io::{
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelHandle, CancelableAsyncReadRent,
+    OwnedReadHalf, OwnedWriteHalf,
+};
 use monoio::net::TcpStream;
 use std::io;
 
@@ -36,6 +39,7 @@ pub trait WriteAll {
 }
 
 /// A client connection's stream.
+#[allow(async_fn_in_trait)]
 pub trait Transport: ReadSpare + WriteAll + 'static {
     type ReadHalf: ReadSpare + 'static;
     type WriteHalf: WriteAll + 'static;
@@ -46,6 +50,20 @@ pub trait Transport: ReadSpare + WriteAll + 'static {
     fn socket(&self) -> Option<&TcpStream>;
     /// Two halves that read and write independently (a tunnel).
     fn into_split(self) -> (Self::ReadHalf, Self::WriteHalf);
+    /// Whether an idle connection may stop its read and give the buffer
+    /// back while it waits ([`Transport::cancelable_read_spare`] cancels
+    /// without losing bytes). Plain TCP does; TLS keeps buffers of its own.
+    const PARKS: bool = false;
+    /// [`ReadSpare::read_spare`] that `handle` can cancel: the read then
+    /// ends with its bytes when they came first, else with `ECANCELED`.
+    async fn cancelable_read_spare(
+        &mut self,
+        buf: Vec<u8>,
+        handle: CancelHandle,
+    ) -> (io::Result<usize>, Vec<u8>) {
+        let _ = handle;
+        self.read_spare(buf).await
+    }
 }
 
 async fn read_spare_raw<R: AsyncReadRent>(r: &mut R, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
@@ -95,6 +113,16 @@ impl Transport for TcpStream {
     type ReadHalf = OwnedReadHalf<TcpStream>;
     type WriteHalf = OwnedWriteHalf<TcpStream>;
     const TLS: bool = false;
+    const PARKS: bool = true;
+    async fn cancelable_read_spare(
+        &mut self,
+        buf: Vec<u8>,
+        handle: CancelHandle,
+    ) -> (io::Result<usize>, Vec<u8>) {
+        let (len, cap) = (buf.len(), buf.capacity());
+        let (res, slice) = self.cancelable_read(buf.slice_mut(len..cap), handle).await;
+        (res, slice.into_inner())
+    }
     #[inline]
     fn socket(&self) -> Option<&TcpStream> {
         Some(self)

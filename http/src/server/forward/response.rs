@@ -151,7 +151,7 @@ impl<S: Transport> Conn<S> {
             close,
             keep_alive_10: head.keep_alive_10 && !close,
         };
-        let copy = self.page_vars;
+        let copy = self.page_vars.as_deref().copied().unwrap_or_default();
         let vars = PageVars {
             request_id: &id,
             host: copy.host(),
