@@ -506,8 +506,7 @@ impl<S: Transport> Conn<S> {
         }
         if self.io.rbuf.len() == self.io.rbuf.capacity() {
             let grown = (self.io.rbuf.capacity() * 2)
-                .max(READ_BUF_BYTES)
-                .min(OUTER_MAX_HEAD_BYTES + READ_BUF_BYTES);
+                .clamp(READ_BUF_BYTES, OUTER_MAX_HEAD_BYTES + READ_BUF_BYTES);
             self.io.rbuf.reserve_exact(grown - self.io.rbuf.len());
         }
         let server = &self.shard.snapshot().server;
