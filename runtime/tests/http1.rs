@@ -340,7 +340,19 @@ keep = "path_and_query"
 /// while parked) is counted.
 #[test]
 fn idle_connections_park_and_wake_on_their_next_request() {
-    let g = Gapura::start(&profile("idle_timeout_ms = 600000", HELLO_HOST));
+    park_and_wake("io_uring");
+}
+
+#[test]
+fn idle_connections_park_and_wake_under_the_epoll_driver() {
+    park_and_wake("epoll");
+}
+
+fn park_and_wake(driver: &str) {
+    let g = Gapura::start(&profile(
+        &format!("idle_timeout_ms = 600000\ndriver = \"{driver}\""),
+        HELLO_HOST,
+    ));
     let parked = "gapura_connections_parked{shard=\"0\"}";
     let mut clients: Vec<Client> = (0..20).map(|_| Client::connect(g.addr)).collect();
     for c in clients.iter_mut() {
