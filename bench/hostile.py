@@ -430,6 +430,67 @@ def fmt_wrk(r):
 
 # ============================================================== scenarios
 
+def attacked_run(ctx, name, target, attack_url, url, body, attack, d):
+    """Runs slowhttptest with `attack` connections against `attack_url`
+    (served by `target`), waits until `target` holds them (at most 15 s),
+    then measures `url` with wrk -c16 for `d` s; stops the attacker.
+    Returns (connections held when wrk started, wrk's summary)."""
+    cmd = ["slowhttptest", "-B" if body else "-H", "-c", str(attack), "-r", "1000", "-i", "10",
+           "-l", str(d + 120), "-x", "24", "-p", "3", "-u", attack_url]
+    if body:
+        # Big, and under the default max_body_bytes (100 MiB), which would
+        # refuse the request with 413 at once.
+        cmd += ["-s", str(64 << 20)]
+    slow_out = os.path.join(ctx.work, f"{name}.slowhttptest")
+    f = open(slow_out, "w")
+    try:
+        slow = ctx.procs.start(pinned(LOAD_CORE, cmd), stdout=f, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, cwd=ctx.work)
+    finally:
+        f.close()
+    figure("attacker", " ".join(cmd) + f" (pid {slow.pid})")
+    try:
+        t0 = time.monotonic()
+        peak = [0]
+
+        def opened():
+            n = mget(target.metrics(), "gapura_connections_open") or 0
+            peak[0] = max(peak[0], n)
+            if slow.poll() is not None:
+                raise CouldNotRun(f"slowhttptest exited with {slow.returncode}: "
+                                  f"{_tail(slow_out)}")
+            return n >= attack
+
+        wait_until(opened, 15, step=0.25)
+        held = mget(target.metrics(), "gapura_connections_open")
+        figure("attack connections open before the measured run",
+               f"{held} (peak {peak[0]}, after {time.monotonic() - t0:.1f} s)")
+        samples = []
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                try:
+                    samples.append(mget(target.metrics(), "gapura_connections_open"))
+                except OSError:
+                    pass
+                stop.wait(0.5)
+
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        try:
+            hit = run_wrk(ctx, url, 16, d, f"{name}-attacked")
+        finally:
+            stop.set()
+            th.join()
+        if samples:
+            figure("attack connections open during the measured run",
+                   f"min {min(samples)}, max {max(samples)} ({len(samples)} samples)")
+    finally:
+        ctx.procs.stop(slow)
+    return held, hit
+
+
 def scenario_slow(ctx, name, body):
     ensure_tools(ctx, "wrk", "slowhttptest")
     attack = 4000
@@ -453,60 +514,26 @@ def scenario_slow(ctx, name, body):
     base = run_wrk(ctx, url, 16, d, f"{name}-baseline")
     figure("baseline (wrk -t1 -c16 alone)", fmt_wrk(base))
 
-    cmd = ["slowhttptest", "-B" if body else "-H", "-c", str(attack), "-r", "1000", "-i", "10",
-           "-l", str(d + 120), "-x", "24", "-p", "3", "-u", url]
-    if body:
-        # Big, and under the default max_body_bytes (100 MiB), which would
-        # refuse the request with 413 at once.
-        cmd += ["-s", str(64 << 20)]
-    slow_out = os.path.join(ctx.work, f"{name}.slowhttptest")
-    f = open(slow_out, "w")
+    held, hit = attacked_run(ctx, name, srv, url, url, body, attack, d)
+    figure("attacked (same wrk, attack held)", fmt_wrk(hit))
+    # The floor: the same attack on a decoy server on the load core, while
+    # wrk measures this one. What wrk loses then is the attacker's share
+    # of the load core, not this server's.
+    dport, dadmin = free_port(), free_port()
+    decoy_profile = server_block(dport, dadmin, "max_connections_per_shard = 20000\n") + \
+        respond_host() + '\n[protection]\noff = ["all"]\n'
+    decoy = start_gapura(ctx, f"{name}-decoy", decoy_profile, dport, dadmin, core=LOAD_CORE)
     try:
-        slow = ctx.procs.start(pinned(LOAD_CORE, cmd), stdout=f, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, cwd=ctx.work)
+        _, floor = attacked_run(ctx, f"{name}-decoy", decoy, f"http://127.0.0.1:{dport}/", url,
+                                body, attack, d)
     finally:
-        f.close()
-    figure("attacker", " ".join(cmd) + f" (pid {slow.pid})")
-    try:
-        t0 = time.monotonic()
-        peak = [0]
-
-        def opened():
-            n = mget(srv.metrics(), "gapura_connections_open") or 0
-            peak[0] = max(peak[0], n)
-            if slow.poll() is not None:
-                raise CouldNotRun(f"slowhttptest exited with {slow.returncode}: "
-                                  f"{_tail(slow_out)}")
-            return n >= attack
-
-        wait_until(opened, 15, step=0.25)
-        held = mget(srv.metrics(), "gapura_connections_open")
-        figure("attack connections open before the attacked run",
-               f"{held} (peak {peak[0]}, after {time.monotonic() - t0:.1f} s)")
-        samples = []
-        stop = threading.Event()
-
-        def sample():
-            while not stop.is_set():
-                try:
-                    samples.append(mget(srv.metrics(), "gapura_connections_open"))
-                except OSError:
-                    pass
-                stop.wait(0.5)
-
-        th = threading.Thread(target=sample, daemon=True)
-        th.start()
-        try:
-            hit = run_wrk(ctx, url, 16, d, f"{name}-attacked")
-        finally:
-            stop.set()
-            th.join()
-        figure("attacked (same wrk, attack held)", fmt_wrk(hit))
-        if samples:
-            figure("connections open during the attacked run",
-                   f"min {min(samples)}, max {max(samples)} ({len(samples)} samples)")
-    finally:
-        ctx.procs.stop(slow)
+        ctx.procs.stop(decoy.proc)
+    figure("floor (same attack on a decoy on the load core, wrk on this server)", fmt_wrk(floor))
+    if floor["rps"]:
+        figure("this server's own share",
+               f"attacked {hit['rps']:.0f} / floor {floor['rps']:.0f} req/s = "
+               f"{hit['rps'] / floor['rps']:.2f}x; floor / baseline = "
+               f"{floor['rps'] / base['rps']:.2f}x")
     m = srv.metrics()
     figure("server counters after the attack",
            f"header_timeout {mget(m, 'gapura_errors_total', kind='header_timeout')}, "
@@ -523,6 +550,9 @@ def scenario_slow(ctx, name, body):
            f"(need >= 0.80), p99 {hit['p99_ms']:.3f} ms = {p99_ratio:.2f}x baseline "
            f"{base['p99_ms']:.3f} ms (need <= 3.00), {held} attack connections held "
            f"(need >= {int(0.9 * attack)})")
+    if floor["rps"] and base["rps"]:
+        why += (f"; floor (attack on a decoy) {floor['rps'] / base['rps']:.2f}x baseline, "
+                f"this server's share {hit['rps'] / floor['rps']:.2f}x")
     if not alive:
         why += ", the server died"
     return ok, why
