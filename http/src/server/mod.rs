@@ -25,6 +25,7 @@ mod h2;
 mod h2scan;
 mod leases;
 pub mod live;
+mod opening;
 mod powverify;
 mod prepare;
 pub mod stats;
@@ -45,9 +46,9 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
-pub use conn::{serve, Listener};
 pub use date::DateCache;
 pub use leases::Leases;
+pub use opening::{serve, Listener};
 pub use stats::{Counter, ErrorKind, ShardStats};
 
 /// Most header lines of a request head the server parses: the largest

@@ -1,0 +1,147 @@
+//! A client connection from its accept to its first request: the
+//! connection-level checks, the TLS handshake, and the choice of HTTP/2 or
+//! HTTP/1.1 (ALPN, or the preface of a client with prior knowledge); then
+//! the HTTP/1.1 connection loop (`conn`) or HTTP/2 (`h2`) takes it.
+//!
+//! The opening steps run in calls of their own and TLS and HTTP/2 on
+//! allocations of their own, so a plain connection's task keeps, between
+//! requests, only what a plain connection needs.
+
+use super::client::{ClientIo, READ_BUF_BYTES};
+use super::conn::{closed, Conn, End, ReadFail};
+use super::stats::ErrorKind;
+use super::Shard;
+use crate::clock;
+use gapura_gate::chain::ConnectionToken;
+use gapura_gate::client::Peer;
+use monoio::net::TcpStream;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+/// How a listener's connections start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Listener {
+    /// A PROXY protocol header comes first (from trusted peers).
+    pub proxy_protocol: bool,
+    /// TLS: the handshake follows the connection-level checks.
+    pub tls: bool,
+}
+
+/// Serves one accepted connection until it ends. Never panics on input.
+///
+/// The connection-level checks (a PROXY header, the connection limits, the
+/// server's access list on the address) run first, before any TLS
+/// handshake, so a refused peer costs no cryptography.
+pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listener: Listener) {
+    let _ = stream.set_nodelay(true);
+    shard.stats.connections_accepted.inc();
+    shard.open.set(shard.open.get() + 1);
+    let io = ClientIo::new(stream, Vec::with_capacity(READ_BUF_BYTES), 0);
+    // The opening steps in a call of their own: what they hold across
+    // their waits is not kept in this task for the connection's life.
+    let Some((mut io, client_peer, token, h2)) = open(io, &shard, peer, listener).await else {
+        return;
+    };
+    if listener.tls {
+        // The handshake and what follows it on their own allocation: a
+        // plain connection's task keeps only what a plain connection needs.
+        return Box::pin(serve_tls(io, shard, client_peer, token)).await;
+    }
+    if h2 {
+        let early = io.rbuf.split_off(io.pos);
+        let h2 = super::h2::serve(io.stream, early, shard, client_peer, token);
+        return Box::pin(h2).await;
+    }
+    let mut conn = Conn::new(io, shard, client_peer, token, Rc::default());
+    // Busy from the start until its first wait for a request: a drain
+    // that begins meanwhile waits for it.
+    conn.set_busy(true);
+    let end = conn.run().await;
+    conn.set_busy(false);
+    conn.finish(end).await;
+}
+
+/// The connection-level checks, and for plain HTTP with HTTP/2 on, whether
+/// the client opens with the HTTP/2 preface. `None`: the connection ended
+/// (its end counted).
+async fn open(
+    mut io: ClientIo<TcpStream>,
+    shard: &Rc<Shard>,
+    peer: SocketAddr,
+    listener: Listener,
+) -> Option<(ClientIo<TcpStream>, Peer, Option<ConnectionToken>, bool)> {
+    let admitted = super::accept::accept(&mut io, shard, peer, listener.proxy_protocol).await;
+    let (client_peer, token) = match admitted {
+        Ok(a) => a,
+        Err(end) => {
+            closed(shard, end);
+            return None;
+        }
+    };
+    if listener.tls || !shard.snapshot().server.http2.enabled {
+        return Some((io, client_peer, token, false));
+    }
+    match sniff_preface(&mut io, shard).await {
+        Ok(h2) => Some((io, client_peer, token, h2)),
+        Err(end) => {
+            if let Some(t) = token {
+                shard.release_connection(t);
+            }
+            closed(shard, end);
+            None
+        }
+    }
+}
+
+/// A TLS connection after its checks: the handshake, then HTTP/2 or
+/// HTTP/1.1 as ALPN chose.
+async fn serve_tls(
+    io: ClientIo<TcpStream>,
+    shard: Rc<Shard>,
+    client_peer: Peer,
+    token: Option<ConnectionToken>,
+) {
+    match super::tls::handshake(io, &shard).await {
+        Some(tls) if tls.stream.alpn_h2() => {
+            super::h2::serve(tls.stream, Vec::new(), shard, client_peer, token).await
+        }
+        Some(tls) => {
+            let mut conn = Conn::new(tls, shard, client_peer, token, Rc::default());
+            conn.set_busy(true);
+            let end = conn.run().await;
+            conn.set_busy(false);
+            conn.finish(end).await;
+        }
+        None => {
+            if let Some(t) = token {
+                shard.release_connection(t);
+            }
+            closed(&shard, End::Done);
+        }
+    }
+}
+
+/// Whether a plaintext connection opens with the HTTP/2 preface (h2c with
+/// prior knowledge): reads until the buffered bytes either are the
+/// preface or differ from it, under the idle timeout. The bytes stay
+/// buffered either way.
+async fn sniff_preface(io: &mut ClientIo<TcpStream>, shard: &Shard) -> Result<bool, End> {
+    let preface = super::h2::PREFACE;
+    let deadline = clock::deadline(shard.snapshot().server.idle_timeout_ms);
+    loop {
+        let have = &io.rbuf[io.pos..];
+        let n = have.len().min(preface.len());
+        if have[..n] != preface[..n] {
+            return Ok(false);
+        }
+        if n == preface.len() {
+            return Ok(true);
+        }
+        match io.read_more(deadline).await {
+            Ok(0) => return Err(End::Done),
+            Ok(_) => {}
+            Err(ReadFail::Timeout) => return Err(End::Idle),
+            Err(ReadFail::Io) => return Err(End::Error(ErrorKind::Io)),
+        }
+    }
+}
