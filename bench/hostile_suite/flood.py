@@ -1,0 +1,157 @@
+"""flood: thousands of unique 127/8 sources against a per-client rate limit
+while one legitimate address runs an open loop under it."""
+import os
+import subprocess
+import threading
+import time
+
+from . import common
+from .common import CouldNotRun, figure, free_port, mget, pinned, rss_kib
+from .gapura import respond_host, server_block, start_gapura
+from .load import read_report
+
+
+def scenario_flood(ctx):
+    if not os.access(ctx.loadtest, os.X_OK):
+        raise CouldNotRun(f"no gapura-loadtest at {ctx.loadtest}")
+    warm, measure = ctx.d(5, 3), ctx.d(20, 6)
+    total = warm + measure
+    chunk, flood_conns = 2, 256
+    rate, burst, legit_rate = 20, 40, 10
+    port, admin = free_port(), free_port()
+    profile = server_block(port, admin, "max_connections_per_shard = 20000\n") + f"""
+[[rate_limit]]
+name = "per_client"
+requests = {rate}
+per = "second"
+burst = {burst}
+key = "ip"
+
+[quota.source]
+requests = 1000000
+""" + respond_host(extra='rate_limit = "per_client"\n') + """
+[protection]
+off = ["global", "client_rate", "connections"]
+"""
+    figure("profile", f"respond host with rate_limit per_client (key ip: {rate}/s, burst {burst}; "
+           "one bucket per address in the rate table); [quota.source] requests = 1000000 per /24 "
+           "(its window table tracks every /24, but only the per-client limit refuses); "
+           "[protection] off = global (one flooding core would spend the shard's global budget "
+           "and refuse the legitimate client with it), client_rate (replaced by per_client), "
+           "connections (so the flood's sources reach the request tables)")
+    figure("legitimate client",
+           f"gapura-loadtest open loop -R {legit_rate} -c2 from 127.0.0.1 only: {legit_rate} req/s "
+           f"is half the per-client rate, so the limit never refuses it, and no flood source is "
+           "in its /24 (127.0.0.0/24) or shares its bucket")
+    figure("flood", f"gapura-loadtest -c{flood_conns} closed loop, a fresh /16 every {chunk} s "
+           f"(127.64.0.0/16, 127.65.0.0/16, ...): {flood_conns} new source addresses each time, "
+           f"each sending far over {rate}/s")
+    srv = start_gapura(ctx, "flood", profile, port, admin)
+    url = f"http://127.0.0.1:{port}/"
+    legit_json = os.path.join(ctx.work, "flood-legit.json")
+    samples = []
+    stop = threading.Event()
+    flood_reports = []
+    flood_procs = []
+    chunks_run = [0]
+
+    def rss_sampler(t0):
+        while not stop.is_set():
+            try:
+                samples.append((time.monotonic() - t0, rss_kib(srv.pid)))
+            except OSError:
+                return
+            stop.wait(1.0)
+
+    starting = threading.Lock()
+
+    def flooder(t_end):
+        k = 0
+        while time.monotonic() < t_end - 0.5:
+            left = max(1, min(chunk, int(t_end - time.monotonic())))
+            path = os.path.join(ctx.work, f"flood-{k}.json")
+            cidr = f"127.{64 + (k % 160)}.0.0/16"
+            with starting:  # never starts one once the scenario is stopping
+                if stop.is_set():
+                    return
+                p = ctx.procs.start(pinned(common.LOAD_CORE, [
+                    ctx.loadtest, "-t1", f"-c{flood_conns}", f"-d{left}s", "--timeout", "2s",
+                    "--no-progress", "-q", "--source-ips", cidr, "--json", path, url]),
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    stdin=subprocess.DEVNULL)
+                flood_procs.append(p)
+            try:
+                p.wait(timeout=left + 10)
+            except subprocess.TimeoutExpired:
+                pass
+            ctx.procs.stop(p)
+            if os.path.exists(path):
+                flood_reports.append(path)
+            chunks_run[0] += 1
+            k += 1
+
+    t0 = time.monotonic()
+    legit = ctx.procs.start(pinned(common.LOAD_CORE, [
+        ctx.loadtest, "-t1", "-c2", "-R", str(legit_rate), f"-d{total}s", "--timeout", "2s",
+        "--no-progress", "-q", "--source-ips", "127.0.0.1/32", "--json", legit_json, url]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    th_rss = threading.Thread(target=rss_sampler, args=(t0,), daemon=True)
+    th_flood = threading.Thread(target=flooder, args=(t0 + total,), daemon=True)
+    th_rss.start()
+    th_flood.start()
+    try:
+        try:
+            legit.wait(timeout=total + 15)
+        except subprocess.TimeoutExpired:
+            pass
+        ctx.procs.stop(legit)
+        th_flood.join(timeout=chunk + 20)
+    finally:
+        with starting:
+            stop.set()
+        for p in flood_procs:
+            ctx.procs.stop(p)
+        th_rss.join(timeout=5)
+        th_flood.join(timeout=5)
+    alive = srv.proc.poll() is None
+    m = srv.metrics() if alive else []
+    ctx.procs.stop(srv.proc)
+    if not os.path.exists(legit_json):
+        raise CouldNotRun("the legitimate client wrote no report")
+    lg = read_report(legit_json)
+    fl = {"ok": 0, "all": 0, "errors": 0, "429": 0}
+    for path in flood_reports:
+        r = read_report(path)
+        fl["ok"] += r["ok"]
+        fl["all"] += r["all"]
+        fl["errors"] += r["errors"]
+        fl["429"] += r["status"].get(429, 0)
+    figure("flood sent", f"{chunks_run[0]} runs, {chunks_run[0] * flood_conns} unique sources, "
+           f"{fl['all']} requests: {fl['ok']} 2xx, {fl['429']} 429, {fl['errors']} socket errors")
+    if m:
+        figure("server refusals", f"per_client "
+               f"{mget(m, 'gapura_rate_limit_total', limit='per_client', result='refused')} "
+               f"(gapura_rate_limit_total), by quota level: source "
+               f"{mget(m, 'gapura_quota_refused_total', level='source')}, rate "
+               f"{mget(m, 'gapura_quota_refused_total', level='rate')}; untracked (a full table) "
+               f"{mget(m, 'gapura_quota_untracked_total')}; gapura_quota_admitted_total "
+               f"{mget(m, 'gapura_quota_admitted_total')}")
+    success = lg["ok"] / lg["all"] if lg["all"] else 0.0
+    figure("legitimate client", f"{lg['ok']} 2xx of {lg['all']} ({100 * success:.2f} %), "
+           f"statuses {dict(sorted(lg['status'].items()))}, errors {lg['errors']}")
+    after = [(t, r) for t, r in samples if t >= warm]
+    ref = min((s for s in samples if s[0] >= warm), default=None, key=lambda s: s[0])
+    if not after or ref is None:
+        raise CouldNotRun(f"no VmRSS samples after the {warm} s warm-up")
+    ref_kib = ref[1]
+    lo, hi = min(r for _, r in after), max(r for _, r in after)
+    figure("VmRSS (KiB), one a second",
+           " ".join(f"{t:.0f}s:{r}" for t, r in samples))
+    dev_lo, dev_hi = (lo - ref_kib) / ref_kib * 100, (hi - ref_kib) / ref_kib * 100
+    ok = alive and abs(dev_lo) <= 5 and abs(dev_hi) <= 5 and success >= 0.99
+    why = (f"VmRSS at the end of the {warm} s warm-up {ref_kib} KiB, after it min {lo} "
+           f"({dev_lo:+.1f} %) max {hi} KiB ({dev_hi:+.1f} %) (need within +-5 %); legitimate "
+           f"success {100 * success:.2f} % of {lg['all']} (need >= 99 %)")
+    if not alive:
+        why += "; the server died"
+    return ok, why

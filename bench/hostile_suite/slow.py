@@ -1,0 +1,158 @@
+"""slow-headers and slow-body: wrk alone, then under a slowhttptest attack,
+then the floor (the same attack on a decoy server on the load core)."""
+import os
+import re
+import subprocess
+import threading
+import time
+
+from . import common
+from .common import CouldNotRun, figure, free_port, mget, pinned, wait_until
+from .gapura import profile_default, respond_host, server_block, start_gapura
+from .load import ensure_tools, fmt_wrk, run_wrk
+
+
+def attacked_run(ctx, name, target, attack_url, url, body, attack, d):
+    """Runs slowhttptest with `attack` connections against `attack_url`
+    (served by `target`), waits until `target` holds them (at most 15 s),
+    then measures `url` with wrk -c16 for `d` s; stops the attacker.
+    Returns (connections held when wrk started, wrk's summary)."""
+    cmd = ["slowhttptest", "-B" if body else "-H", "-c", str(attack), "-r", "1000", "-i", "10",
+           "-l", str(d + 120), "-x", "24", "-p", "3", "-u", attack_url]
+    if body:
+        # Big, and under the default max_body_bytes (100 MiB), which would
+        # refuse the request with 413 at once.
+        cmd += ["-s", str(64 << 20)]
+    slow_out = os.path.join(ctx.work, f"{name}.slowhttptest")
+    f = open(slow_out, "w")
+    try:
+        slow = ctx.procs.start(pinned(common.LOAD_CORE, cmd), stdout=f,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ctx.work)
+    finally:
+        f.close()
+    figure("attacker", " ".join(cmd) + f" (pid {slow.pid})")
+    try:
+        t0 = time.monotonic()
+        peak = [0]
+
+        def opened():
+            n = mget(target.metrics(), "gapura_connections_open") or 0
+            peak[0] = max(peak[0], n)
+            if slow.poll() is not None:
+                raise CouldNotRun(f"slowhttptest exited with {slow.returncode}: "
+                                  f"{_tail(slow_out)}")
+            return n >= attack
+
+        wait_until(opened, 15, step=0.25)
+        held = mget(target.metrics(), "gapura_connections_open")
+        figure("attack connections open before the measured run",
+               f"{held} (peak {peak[0]}, after {time.monotonic() - t0:.1f} s)")
+        samples = []
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                try:
+                    samples.append(mget(target.metrics(), "gapura_connections_open"))
+                except OSError:
+                    pass
+                stop.wait(0.5)
+
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        try:
+            hit = run_wrk(ctx, url, 16, d, f"{name}-attacked")
+        finally:
+            stop.set()
+            th.join()
+        if samples:
+            figure("attack connections open during the measured run",
+                   f"min {min(samples)}, max {max(samples)} ({len(samples)} samples)")
+    finally:
+        ctx.procs.stop(slow)
+    return held, hit
+
+
+def scenario_slow(ctx, name, body):
+    ensure_tools(ctx, "wrk", "slowhttptest")
+    attack = 4000
+    d = ctx.d(5, 2)
+    port, admin = free_port(), free_port()
+    profile = server_block(port, admin, "max_connections_per_shard = 20000\n") + respond_host() + \
+        '\n[protection]\noff = ["all"]\n'
+    header_default = profile_default("header_timeout_ms")
+    body_default = profile_default("body_timeout_ms")
+    figure("header timeout in effect",
+           f"{header_default} ms (header_timeout_ms not set in the profile: the server's default, "
+           "docs/profile.md)")
+    if body:
+        figure("body timeout in effect",
+               f"{body_default} ms between two reads of a body (body_timeout_ms not set: default)")
+    figure("profile", "one respond host, max_connections_per_shard = 20000, [protection] off = all "
+           "(the attack connections come from 127.0.0.1 and must not be refused at accept)")
+    srv = start_gapura(ctx, name, profile, port, admin)
+    url = f"http://127.0.0.1:{port}/"
+    run_wrk(ctx, url, 16, 1, f"{name}-warmup")
+    base = run_wrk(ctx, url, 16, d, f"{name}-baseline")
+    figure("baseline (wrk -t1 -c16 alone)", fmt_wrk(base))
+
+    held, hit = attacked_run(ctx, name, srv, url, url, body, attack, d)
+    figure("attacked (same wrk, attack held)", fmt_wrk(hit))
+    # The floor: the same attack on a decoy server on the load core, while
+    # wrk measures this one. What wrk loses then is the attacker's share
+    # of the load core, not this server's.
+    dport, dadmin = free_port(), free_port()
+    decoy_profile = server_block(dport, dadmin, "max_connections_per_shard = 20000\n") + \
+        respond_host() + '\n[protection]\noff = ["all"]\n'
+    decoy = start_gapura(ctx, f"{name}-decoy", decoy_profile, dport, dadmin,
+                         core=common.LOAD_CORE)
+    try:
+        _, floor = attacked_run(ctx, f"{name}-decoy", decoy, f"http://127.0.0.1:{dport}/", url,
+                                body, attack, d)
+    finally:
+        ctx.procs.stop(decoy.proc)
+    figure("floor (same attack on a decoy on the load core, wrk on this server)", fmt_wrk(floor))
+    if floor["rps"]:
+        figure("this server's own share",
+               f"attacked {hit['rps']:.0f} / floor {floor['rps']:.0f} req/s = "
+               f"{hit['rps'] / floor['rps']:.2f}x; floor / baseline = "
+               f"{floor['rps'] / base['rps']:.2f}x")
+    m = srv.metrics()
+    figure("server counters after the attack",
+           f"header_timeout {mget(m, 'gapura_errors_total', kind='header_timeout')}, "
+           f"body_timeout {mget(m, 'gapura_errors_total', kind='body_timeout')}, "
+           f"accepted {mget(m, 'gapura_connections_accepted_total')}, "
+           f"refused {mget(m, 'gapura_connections_refused_total')}")
+    alive = srv.proc.poll() is None
+    ctx.procs.stop(srv.proc)
+    rps_ratio = hit["rps"] / base["rps"] if base["rps"] else 0.0
+    p99_ratio = hit["p99_ms"] / base["p99_ms"] if base["p99_ms"] else float("inf")
+    ok_attack = (held or 0) >= 0.9 * attack
+    ok = rps_ratio >= 0.8 and p99_ratio <= 3.0 and ok_attack and alive
+    why = (f"attacked {hit['rps']:.0f} req/s = {rps_ratio:.2f}x baseline {base['rps']:.0f} "
+           f"(need >= 0.80), p99 {hit['p99_ms']:.3f} ms = {p99_ratio:.2f}x baseline "
+           f"{base['p99_ms']:.3f} ms (need <= 3.00), {held} attack connections held "
+           f"(need >= {int(0.9 * attack)})")
+    if floor["rps"] and base["rps"]:
+        why += (f"; floor (attack on a decoy) {floor['rps'] / base['rps']:.2f}x baseline, "
+                f"this server's share {hit['rps'] / floor['rps']:.2f}x")
+    if not alive:
+        why += ", the server died"
+    return ok, why
+
+
+def _tail(path, n=4):
+    try:
+        with open(path, errors="replace") as f:
+            text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", f.read())
+        return " | ".join(l.strip() for l in text.splitlines() if l.strip())[-400:]
+    except OSError:
+        return ""
+
+
+def scenario_slow_headers(ctx):
+    return scenario_slow(ctx, "slow-headers", body=False)
+
+
+def scenario_slow_body(ctx):
+    return scenario_slow(ctx, "slow-body", body=True)
