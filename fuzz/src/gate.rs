@@ -155,28 +155,15 @@ pub fn basic_auth(data: &[u8]) {
     assert!(!password.is_empty() && password.len() <= MAX_PASSWORD_BYTES);
     assert_eq!(c.as_sent(), [&name[..], b":", &password[..]].concat());
     assert!(std::str::from_utf8(c.as_sent()).is_ok());
+    use base64::Engine;
     let mut value = b"Basic ".to_vec();
-    base64(c.as_sent(), &mut value);
+    value.extend_from_slice(
+        base64::engine::general_purpose::STANDARD
+            .encode(c.as_sent())
+            .as_bytes(),
+    );
     let Authorization::Basic(back) = parse_basic(&value) else {
         panic!("re-encoded credentials do not parse");
     };
     assert_eq!((back.name(), back.password()), (&name[..], &password[..]));
-}
-
-/// Standard base64 with padding.
-fn base64(bytes: &[u8], out: &mut Vec<u8>) {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, &b)| acc | u32::from(b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize]);
-            } else {
-                out.push(b'=');
-            }
-        }
-    }
 }
