@@ -200,14 +200,18 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
     );
 }
 
-/// The shard's once-a-second work: relay counters, the date, sweeps of
-/// the pools and tables, gate counters, the access log's buffer.
+/// The shard's once-a-second work: relay counters, a newer snapshot, the
+/// date, sweeps of the pools and tables, gate counters, the access log's
+/// buffer.
 async fn tick(shard: Rc<Shard>, relays: Vec<Rc<gapura_udp::io::RelayIo>>) {
     loop {
         for r in &relays {
             r.publish();
         }
         monoio::time::sleep(Duration::from_millis(1000)).await;
+        // A shard with no requests still takes a newer snapshot within a
+        // second, so gapura_snapshot_generation says what it would serve.
+        drop(shard.snapshot());
         shard.date.refresh();
         shard.upstreams.sweep(gapura_http::clock::now_ms());
         let now_ms = shard.now_ms();
