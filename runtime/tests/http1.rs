@@ -354,6 +354,18 @@ fn park_and_wake(driver: &str) {
         HELLO_HOST,
     ));
     let parked = "gapura_connections_parked{shard=\"0\"}";
+    // Connections park while the shard holds more than 512.
+    let filler: Vec<std::net::TcpStream> = (0..512)
+        .map(|_| std::net::TcpStream::connect(g.addr).unwrap())
+        .collect();
+    assert_eq!(
+        g.wait_metric(
+            "gapura_connections_open{shard=\"0\"}",
+            512,
+            Duration::from_secs(10)
+        ),
+        512
+    );
     let mut clients: Vec<Client> = (0..20).map(|_| Client::connect(g.addr)).collect();
     for c in clients.iter_mut() {
         c.send(b"GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n");
@@ -375,6 +387,7 @@ fn park_and_wake(driver: &str) {
     assert_eq!(g.wait_metric(parked, 20, Duration::from_secs(10)), 20);
     drop(clients);
     assert_eq!(g.wait_metric(parked, 0, Duration::from_secs(10)), 0);
+    drop(filler);
     assert_eq!(
         g.wait_metric(
             "gapura_connections_open{shard=\"0\"}",

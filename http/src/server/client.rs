@@ -24,6 +24,10 @@ pub(super) const WRITE_BUF_BYTES: usize = 4096;
 /// parks: the read is cancelled, the buffer goes back to the shard, and
 /// the connection waits for readability holding none.
 pub(super) const PARK_MS: u64 = 1000;
+/// Idle connections park only while their shard holds more connections
+/// than this: below it the memory is small and the cancellable read's
+/// bookkeeping is not worth its cost on every request.
+pub(super) const PARK_ABOVE: u32 = 512;
 /// The error a cancelled read ends with.
 const ECANCELED: i32 = 125;
 
@@ -65,7 +69,8 @@ impl<S: Transport> ClientIo<S> {
     }
 
     /// Reads the next request's first bytes into `rbuf` (empty) on an idle
-    /// connection, by `deadline` (the idle timeout). A connection quiet for
+    /// connection, by `deadline` (the idle timeout). While the shard holds
+    /// more than [`PARK_ABOVE`] connections, a connection quiet for
     /// [`PARK_MS`] parks: its read is cancelled (bytes that came first are
     /// kept: they end the read), `rbuf` goes back to `shard`'s spare
     /// buffers, and it waits for readability holding no buffer, then
@@ -75,8 +80,11 @@ impl<S: Transport> ClientIo<S> {
         deadline: Instant,
         shard: &super::Shard,
     ) -> Result<usize, ReadFail> {
+        if !S::PARKS || shard.open_connections() <= PARK_ABOVE {
+            return self.read_more(deadline).await;
+        }
         let park_at = clock::deadline(PARK_MS);
-        if !S::PARKS || park_at >= deadline {
+        if park_at >= deadline {
             return self.read_more(deadline).await;
         }
         let handle = self
