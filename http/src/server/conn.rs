@@ -501,9 +501,10 @@ impl<S: Transport> Conn<S> {
             Plan::Drop | Plan::Verify { .. } | Plan::Authenticate { .. } => Err(End::Done),
             Plan::Forward(f) => {
                 let held = leases(f.ticket);
-                // The exchange's state on its own allocation, freed when
-                // it ends: an idle connection's task does not carry it.
-                Box::pin(self.forward_plan(snap, head, f, held)).await
+                // The exchange's state in one of the shard's reused
+                // allocations: an idle connection's task does not carry it.
+                let slots = self.shard.slots.clone();
+                slots.place(self.forward_plan(snap, head, f, held)).await
             }
             Plan::Local(local) => {
                 let held = leases(local.ticket);

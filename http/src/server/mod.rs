@@ -28,6 +28,7 @@ pub mod live;
 mod opening;
 mod powverify;
 mod prepare;
+mod slots;
 pub mod stats;
 #[cfg(feature = "decide-timing")]
 mod timing;
@@ -121,6 +122,8 @@ pub struct Shard {
     /// no write buffer, a parked one no buffer at all. At most
     /// [`SPARE_BUFFERS`].
     spare_buffers: RefCell<Vec<Vec<u8>>>,
+    /// Allocations of finished upstream exchanges, for the next ones.
+    pub(crate) slots: Rc<slots::Slots>,
 }
 
 /// Most spare buffers a shard keeps for its connections.
@@ -209,6 +212,7 @@ impl Shard {
             auth: forwardauth::AuthCalls::default(),
             tls: RefCell::new(None),
             spare_buffers: RefCell::new(Vec::new()),
+            slots: Rc::default(),
         }
     }
 
