@@ -7,12 +7,28 @@ import threading
 import time
 
 from . import common
-from .common import CouldNotRun, figure, free_port, mget, pinned, wait_until
+from .common import (TICKS, CouldNotRun, cpu_ticks, figure, free_port, mget, pinned,
+                     wait_until)
 from .gapura import profile_default, respond_host, server_block, start_gapura
-from .load import ensure_tools, fmt_wrk, run_wrk
+from .load import ensure_tools, run_wrk
+from .load import fmt_wrk as _fmt_wrk
 
 
-def attacked_run(ctx, name, target, attack_url, url, body, attack, d):
+def fmt_wrk(r):
+    return _fmt_wrk(r) + f", server CPU {100 * r['server_cpu']:.0f} % of a core"
+
+
+def busy_run(ctx, server, url, d, name):
+    """wrk -c16 against `url` for `d` s, with the share of a core the
+    server under test spent meanwhile (utime + stime): below 100 % the
+    server had time to spare, and what limited wrk was elsewhere."""
+    t0, c0 = time.monotonic(), cpu_ticks(server.pid)
+    out = run_wrk(ctx, url, 16, d, name)
+    out["server_cpu"] = (cpu_ticks(server.pid) - c0) / TICKS / (time.monotonic() - t0)
+    return out
+
+
+def attacked_run(ctx, name, target, attack_url, url, body, attack, d, measured):
     """Runs slowhttptest with `attack` connections against `attack_url`
     (served by `target`), waits until `target` holds them (at most 15 s),
     then measures `url` with wrk -c16 for `d` s; stops the attacker.
@@ -61,7 +77,7 @@ def attacked_run(ctx, name, target, attack_url, url, body, attack, d):
         th = threading.Thread(target=sample, daemon=True)
         th.start()
         try:
-            hit = run_wrk(ctx, url, 16, d, f"{name}-attacked")
+            hit = busy_run(ctx, measured, url, d, f"{name}-attacked")
         finally:
             stop.set()
             th.join()
@@ -93,10 +109,10 @@ def scenario_slow(ctx, name, body):
     srv = start_gapura(ctx, name, profile, port, admin)
     url = f"http://127.0.0.1:{port}/"
     run_wrk(ctx, url, 16, 1, f"{name}-warmup")
-    base = run_wrk(ctx, url, 16, d, f"{name}-baseline")
+    base = busy_run(ctx, srv, url, d, f"{name}-baseline")
     figure("baseline (wrk -t1 -c16 alone)", fmt_wrk(base))
 
-    held, hit = attacked_run(ctx, name, srv, url, url, body, attack, d)
+    held, hit = attacked_run(ctx, name, srv, url, url, body, attack, d, srv)
     figure("attacked (same wrk, attack held)", fmt_wrk(hit))
     # The floor: the same attack on a decoy server on the load core, while
     # wrk measures this one. What wrk loses then is the attacker's share
@@ -108,7 +124,7 @@ def scenario_slow(ctx, name, body):
                          core=common.LOAD_CORE)
     try:
         _, floor = attacked_run(ctx, f"{name}-decoy", decoy, f"http://127.0.0.1:{dport}/", url,
-                                body, attack, d)
+                                body, attack, d, srv)
     finally:
         ctx.procs.stop(decoy.proc)
     figure("floor (same attack on a decoy on the load core, wrk on this server)", fmt_wrk(floor))
@@ -135,7 +151,9 @@ def scenario_slow(ctx, name, body):
            f"(need >= {int(0.9 * attack)})")
     if floor["rps"] and base["rps"]:
         why += (f"; floor (attack on a decoy) {floor['rps'] / base['rps']:.2f}x baseline, "
-                f"this server's share {hit['rps'] / floor['rps']:.2f}x")
+                f"this server's share {hit['rps'] / floor['rps']:.2f}x; server CPU "
+                f"{100 * base['server_cpu']:.0f} % of a core alone, "
+                f"{100 * hit['server_cpu']:.0f} % attacked")
     if not alive:
         why += ", the server died"
     return ok, why
