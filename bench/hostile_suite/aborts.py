@@ -73,10 +73,18 @@ class UpstreamHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+class QuietServer(http.server.ThreadingHTTPServer):
+    """The upstream: a connection the proxy closes part-way (the client
+    aborted) is expected here, not a traceback to print."""
+
+    def handle_error(self, request, client_address):
+        pass
+
+
 def scenario_aborts(ctx):
     reps, workers = 50, 10
     up_port, port, admin = free_port(), free_port(), free_port()
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", up_port), UpstreamHandler)
+    httpd = QuietServer(("127.0.0.1", up_port), UpstreamHandler)
     httpd.daemon_threads = True
     httpd.lock = threading.Lock()
     httpd.active = 0
