@@ -6,12 +6,15 @@ import signal
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 from . import common
 from .common import (TICKS, CouldNotRun, cpu_ticks, figure, free_port, http_get, mget,
                      nofile_limit, wait_until)
 from .gapura import respond_host, server_block, start_gapura
 from .load import ensure_tools, finish_wrk, fmt_wrk, start_wrk
+
+_GATEWAY = (502, 503, 504)
 
 
 def scenario_reloads(ctx):
@@ -74,7 +77,35 @@ def scenario_upstream_kill(ctx):
     port, admin = free_port(), free_port()
     up_profile = server_block(up_port, up_admin) + respond_host() + \
         '\n[protection]\noff = ["all"]\n'
-    profile = server_block(port, admin) + f"""
+    profile = _upstream_kill_profile(port, admin, up_port, connect_timeout_ms)
+    figure("profile", f"proxy host -> upstream group of one server 127.0.0.1:{up_port} (a second "
+           f"gapura, respond host, on core {common.LOAD_CORE}); "
+           f"connect_timeout_ms = {connect_timeout_ms}")
+
+    def start_upstream():
+        return start_gapura(ctx, "upstream", up_profile, up_port, up_admin,
+                            core=common.LOAD_CORE)
+
+    up = start_upstream()
+    srv = start_gapura(ctx, "proxy", profile, port, admin)
+    if http_get(port)[0] != 200:
+        raise CouldNotRun("the proxy does not answer 200 through the upstream")
+    records = []  # (t_send, latency or None, status or error string)
+    up, times, post_out = _outage_under_gets(ctx, port, records, up, start_upstream,
+                                             (steady, outage, after))
+    post_after = _post_after_return(port, up)
+    alive = srv.proc.poll() is None
+    m = srv.metrics() if alive else []
+    ctx.procs.stop(srv.proc)
+    ctx.procs.stop(up.proc)
+    o = _outage_phases(records, times, connect_timeout_ms)
+    _upstream_kill_figures(o, records, post_out, post_after, m, connect_timeout_ms)
+    return _upstream_kill_verdict(o, post_out, post_after, alive, connect_timeout_ms)
+
+
+def _upstream_kill_profile(port, admin, up_port, connect_timeout_ms):
+    """The proxy's profile: one host proxying to a group of one upstream."""
+    return server_block(port, admin) + f"""
 [[upstream]]
 name = "origin"
 servers = ["127.0.0.1:{up_port}"]
@@ -91,29 +122,30 @@ kind = "proxy"
 [protection]
 off = ["all"]
 """
-    figure("profile", f"proxy host -> upstream group of one server 127.0.0.1:{up_port} (a second "
-           f"gapura, respond host, on core {common.LOAD_CORE}); "
-           f"connect_timeout_ms = {connect_timeout_ms}")
-    up = start_gapura(ctx, "upstream", up_profile, up_port, up_admin,
-                      core=common.LOAD_CORE)
-    srv = start_gapura(ctx, "proxy", profile, port, admin)
-    if http_get(port)[0] != 200:
-        raise CouldNotRun("the proxy does not answer 200 through the upstream")
-    records = []  # (t_send, latency or None, status or error string)
+
+
+def _sequential_gets(port, records, stop):
+    """GETs one after another, a new connection each, until `stop` is set;
+    each appended to `records` as (t_send, latency, status or error)."""
+    while not stop.is_set():
+        t = time.monotonic()
+        try:
+            status, lat = http_get(port, timeout=10)
+            records.append((t, lat, status))
+        except Exception as e:  # an answer that never came
+            records.append((t, time.monotonic() - t, f"{type(e).__name__}: {e}"))
+        stop.wait(0.01)
+
+
+def _outage_under_gets(ctx, port, records, up, start_upstream, phases):
+    """The upstream up for the steady phase, killed for the outage (a POST
+    sent half-way through it), started again and up for the phase after,
+    all under _sequential_gets. Returns the upstream started again, the
+    times (kill, restart, listening again) and the POST's (status, latency)."""
+    steady, outage, after = phases
     stop = threading.Event()
-
-    def client():
-        while not stop.is_set():
-            t = time.monotonic()
-            try:
-                status, lat = http_get(port, timeout=10)
-                records.append((t, lat, status))
-            except Exception as e:  # an answer that never came
-                records.append((t, time.monotonic() - t, f"{type(e).__name__}: {e}"))
-            stop.wait(0.01)
-
-    th = threading.Thread(target=client, daemon=True)
-    post_out = post_after = None
+    th = threading.Thread(target=_sequential_gets, args=(port, records, stop), daemon=True)
+    post_out = None
     th.start()
     try:
         time.sleep(steady)  # the steady phase (the upstream is known to be up)
@@ -130,8 +162,7 @@ off = ["all"]
         if rest > 0:
             time.sleep(rest)
         t_restart = time.monotonic()
-        up = start_gapura(ctx, "upstream", up_profile, up_port, up_admin,
-                          core=common.LOAD_CORE)
+        up = start_upstream()
         t_back = time.monotonic()
         figure("upstream started again", f"pid {up.pid}, listening {t_back - t_restart:.3f} s "
                f"after the start (outage {t_back - t_kill:.2f} s)")
@@ -139,39 +170,50 @@ off = ["all"]
     finally:
         stop.set()
         th.join(timeout=15)
-    # A POST now, with nothing else in flight: the upstream must count it once.
+    return up, (t_kill, t_restart, t_back), post_out
+
+
+def _post_after_return(port, up):
+    """A POST now, with nothing else in flight: the upstream must count it
+    once. Returns (status, requests the upstream counted)."""
     try:
         before = mget(up.metrics(), "gapura_requests_total")
         st, lat = http_get(port, method="POST", body=b"y" * 100, timeout=10)
         n_after = wait_until(lambda: mget(up.metrics(), "gapura_requests_total") - before, 2)
-        post_after = (st, n_after)
+        return (st, n_after)
     except Exception as e:
-        post_after = (f"{type(e).__name__}: {e}", None)
-    alive = srv.proc.poll() is None
-    m = srv.metrics() if alive else []
-    ctx.procs.stop(srv.proc)
-    ctx.procs.stop(up.proc)
+        return (f"{type(e).__name__}: {e}", None)
 
-    errors = [r for r in records if isinstance(r[2], str)]
-    steady_recs = [r for r in records if r[0] + r[1] < t_kill]
-    down = [r for r in records if t_kill <= r[0] and r[0] + r[1] < t_restart]
-    gateway = (502, 503, 504)
-    down_bad = [r for r in down if r[2] not in gateway or r[1] * 1000 > connect_timeout_ms]
-    down_max_ms = max((r[1] * 1000 for r in down), default=0.0)
+
+def _outage_phases(records, times, connect_timeout_ms):
+    """The GETs sorted into the phases: steady, outage and the first 200
+    after the return."""
+    t_kill, t_restart, t_back = times
+    o = SimpleNamespace()
+    o.errors = [r for r in records if isinstance(r[2], str)]
+    o.steady = [r for r in records if r[0] + r[1] < t_kill]
+    o.down = [r for r in records if t_kill <= r[0] and r[0] + r[1] < t_restart]
+    o.down_bad = [r for r in o.down
+                  if r[2] not in _GATEWAY or r[1] * 1000 > connect_timeout_ms]
+    o.down_max_ms = max((r[1] * 1000 for r in o.down), default=0.0)
     first_200 = next((r for r in records if r[0] >= t_restart and r[2] == 200), None)
-    first_200_s = None if first_200 is None else max(0.0, first_200[0] + first_200[1] - t_back)
-    statuses = {}
+    o.first_200_s = None if first_200 is None else max(0.0, first_200[0] + first_200[1] - t_back)
+    o.statuses = {}
     for r in records:
         key = r[2] if not isinstance(r[2], str) else "error"
-        statuses[key] = statuses.get(key, 0) + 1
-    figure("requests", f"{len(records)} sequential GETs, a new connection each: {statuses}")
-    figure("steady phase", f"{len(steady_recs)} answered before the kill, "
-           f"{sum(1 for r in steady_recs if r[2] == 200)} of them 200")
+        o.statuses[key] = o.statuses.get(key, 0) + 1
+    return o
+
+
+def _upstream_kill_figures(o, records, post_out, post_after, m, connect_timeout_ms):
+    figure("requests", f"{len(records)} sequential GETs, a new connection each: {o.statuses}")
+    figure("steady phase", f"{len(o.steady)} answered before the kill, "
+           f"{sum(1 for r in o.steady if r[2] == 200)} of them 200")
     figure("outage (sent after the kill, answered before the restart)",
-           f"{len(down)} requests: {sorted({r[2] for r in down}, key=str)}, max latency "
-           f"{down_max_ms:.1f} ms (connect timeout {connect_timeout_ms} ms)")
+           f"{len(o.down)} requests: {sorted({r[2] for r in o.down}, key=str)}, max latency "
+           f"{o.down_max_ms:.1f} ms (connect timeout {connect_timeout_ms} ms)")
     figure("first 200 after the upstream listened again",
-           "none" if first_200_s is None else f"{first_200_s * 1000:.1f} ms after its return")
+           "none" if o.first_200_s is None else f"{o.first_200_s * 1000:.1f} ms after its return")
     figure("POST during the outage", f"status {post_out[0]}" +
            (f", {post_out[1] * 1000:.1f} ms" if post_out[1] is not None else ""))
     figure("POST after the return", f"status {post_after[0]}, requests the upstream counted for it: "
@@ -180,16 +222,19 @@ off = ["all"]
         figure("proxy counters", f"gapura_upstream_failures_total "
                f"{mget(m, 'gapura_upstream_failures_total')}, 5xx responses "
                f"{mget(m, 'gapura_responses_total', **{'class': '5xx'})}")
-    for r in errors[:5]:
+    for r in o.errors[:5]:
         figure("no answer", f"sent at +{r[0] - records[0][0]:.3f} s: {r[2]}")
-    post_ok = post_out[0] in gateway and post_out[1] is not None \
+
+
+def _upstream_kill_verdict(o, post_out, post_after, alive, connect_timeout_ms):
+    post_ok = post_out[0] in _GATEWAY and post_out[1] is not None \
         and post_out[1] * 1000 <= connect_timeout_ms and post_after[0] == 200 and post_after[1] == 1
-    ok = (alive and not errors and not down_bad and len(down) > 0 and first_200_s is not None
-          and first_200_s <= 1.0 and post_ok)
-    why = (f"{len(down)} requests in the outage, {len(down_bad)} of them not a 502/503/504 within "
-           f"{connect_timeout_ms} ms (max {down_max_ms:.1f} ms); first 200 "
-           + ("never" if first_200_s is None else f"{first_200_s * 1000:.0f} ms")
-           + f" after the return (need <= 1000); {len(errors)} requests without an answer; "
+    ok = (alive and not o.errors and not o.down_bad and len(o.down) > 0
+          and o.first_200_s is not None and o.first_200_s <= 1.0 and post_ok)
+    why = (f"{len(o.down)} requests in the outage, {len(o.down_bad)} of them not a 502/503/504 "
+           f"within {connect_timeout_ms} ms (max {o.down_max_ms:.1f} ms); first 200 "
+           + ("never" if o.first_200_s is None else f"{o.first_200_s * 1000:.0f} ms")
+           + f" after the return (need <= 1000); {len(o.errors)} requests without an answer; "
            f"POST in the outage {post_out[0]}, POST after counted {post_after[1]}x by the upstream")
     if not alive:
         why += "; the proxy died"

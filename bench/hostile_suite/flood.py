@@ -19,7 +19,36 @@ def scenario_flood(ctx):
     chunk, flood_conns = 2, 256
     rate, burst, legit_rate = 20, 40, 10
     port, admin = free_port(), free_port()
-    profile = server_block(port, admin, "max_connections_per_shard = 20000\n") + f"""
+    profile = _flood_profile(port, admin, rate, burst)
+    _describe_flood(rate, burst, legit_rate, chunk, flood_conns)
+    srv = start_gapura(ctx, "flood", profile, port, admin)
+    url = f"http://127.0.0.1:{port}/"
+    legit_json = os.path.join(ctx.work, "flood-legit.json")
+    flood = _Flood(ctx, srv, url, chunk, flood_conns)
+    _run_flood(ctx, flood, url, legit_rate, total, legit_json)
+    alive = srv.proc.poll() is None
+    m = srv.metrics() if alive else []
+    ctx.procs.stop(srv.proc)
+    if not os.path.exists(legit_json):
+        raise CouldNotRun("the legitimate client wrote no report")
+    lg = read_report(legit_json)
+    _flood_figures(flood, m)
+    success = lg["ok"] / lg["all"] if lg["all"] else 0.0
+    figure("legitimate client", f"{lg['ok']} 2xx of {lg['all']} ({100 * success:.2f} %), "
+           f"statuses {dict(sorted(lg['status'].items()))}, errors {lg['errors']}")
+    ref_kib, lo, hi = _rss_after_warmup(flood.samples, warm)
+    dev_lo, dev_hi = (lo - ref_kib) / ref_kib * 100, (hi - ref_kib) / ref_kib * 100
+    ok = alive and abs(dev_lo) <= 5 and abs(dev_hi) <= 5 and success >= 0.99
+    why = (f"VmRSS at the end of the {warm} s warm-up {ref_kib} KiB, after it min {lo} "
+           f"({dev_lo:+.1f} %) max {hi} KiB ({dev_hi:+.1f} %) (need within +-5 %); legitimate "
+           f"success {100 * success:.2f} % of {lg['all']} (need >= 99 %)")
+    if not alive:
+        why += "; the server died"
+    return ok, why
+
+
+def _flood_profile(port, admin, rate, burst):
+    return server_block(port, admin, "max_connections_per_shard = 20000\n") + f"""
 [[rate_limit]]
 name = "per_client"
 requests = {rate}
@@ -33,6 +62,9 @@ requests = 1000000
 [protection]
 off = ["global", "client_rate", "connections"]
 """
+
+
+def _describe_flood(rate, burst, legit_rate, chunk, flood_conns):
     figure("profile", f"respond host with rate_limit per_client (key ip: {rate}/s, burst {burst}; "
            "one bucket per address in the rate table); [quota.source] requests = 1000000 per /24 "
            "(its window table tracks every /24, but only the per-client limit refuses); "
@@ -46,57 +78,68 @@ off = ["global", "client_rate", "connections"]
     figure("flood", f"gapura-loadtest -c{flood_conns} closed loop, a fresh /16 every {chunk} s "
            f"(127.64.0.0/16, 127.65.0.0/16, ...): {flood_conns} new source addresses each time, "
            f"each sending far over {rate}/s")
-    srv = start_gapura(ctx, "flood", profile, port, admin)
-    url = f"http://127.0.0.1:{port}/"
-    legit_json = os.path.join(ctx.work, "flood-legit.json")
-    samples = []
-    stop = threading.Event()
-    flood_reports = []
-    flood_procs = []
-    chunks_run = [0]
 
-    def rss_sampler(t0):
-        while not stop.is_set():
+
+class _Flood:
+    """The flood (runs of gapura-loadtest one after another, each from a
+    fresh /16) and the server's VmRSS sampled once a second, each run by a
+    thread until `stop` is set."""
+
+    def __init__(self, ctx, srv, url, chunk, flood_conns):
+        self.ctx, self.srv, self.url = ctx, srv, url
+        self.chunk, self.flood_conns = chunk, flood_conns
+        self.samples = []
+        self.stop = threading.Event()
+        self.starting = threading.Lock()
+        self.reports = []
+        self.procs = []
+        self.chunks_run = 0
+
+    def rss_sampler(self, t0):
+        while not self.stop.is_set():
             try:
-                samples.append((time.monotonic() - t0, rss_kib(srv.pid)))
+                self.samples.append((time.monotonic() - t0, rss_kib(self.srv.pid)))
             except OSError:
                 return
-            stop.wait(1.0)
+            self.stop.wait(1.0)
 
-    starting = threading.Lock()
-
-    def flooder(t_end):
+    def flooder(self, t_end):
+        ctx, chunk, flood_conns = self.ctx, self.chunk, self.flood_conns
         k = 0
         while time.monotonic() < t_end - 0.5:
             left = max(1, min(chunk, int(t_end - time.monotonic())))
             path = os.path.join(ctx.work, f"flood-{k}.json")
             cidr = f"127.{64 + (k % 160)}.0.0/16"
-            with starting:  # never starts one once the scenario is stopping
-                if stop.is_set():
+            with self.starting:  # never starts one once the scenario is stopping
+                if self.stop.is_set():
                     return
                 p = ctx.procs.start(pinned(common.LOAD_CORE, [
                     ctx.loadtest, "-t1", f"-c{flood_conns}", f"-d{left}s", "--timeout", "2s",
-                    "--no-progress", "-q", "--source-ips", cidr, "--json", path, url]),
+                    "--no-progress", "-q", "--source-ips", cidr, "--json", path, self.url]),
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     stdin=subprocess.DEVNULL)
-                flood_procs.append(p)
+                self.procs.append(p)
             try:
                 p.wait(timeout=left + 10)
             except subprocess.TimeoutExpired:
                 pass
             ctx.procs.stop(p)
             if os.path.exists(path):
-                flood_reports.append(path)
-            chunks_run[0] += 1
+                self.reports.append(path)
+            self.chunks_run += 1
             k += 1
 
+
+def _run_flood(ctx, flood, url, legit_rate, total, legit_json):
+    """The legitimate client's open loop for `total` seconds, with the flood
+    and the VmRSS sampler running beside it; everything stopped after."""
     t0 = time.monotonic()
     legit = ctx.procs.start(pinned(common.LOAD_CORE, [
         ctx.loadtest, "-t1", "-c2", "-R", str(legit_rate), f"-d{total}s", "--timeout", "2s",
         "--no-progress", "-q", "--source-ips", "127.0.0.1/32", "--json", legit_json, url]),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    th_rss = threading.Thread(target=rss_sampler, args=(t0,), daemon=True)
-    th_flood = threading.Thread(target=flooder, args=(t0 + total,), daemon=True)
+    th_rss = threading.Thread(target=flood.rss_sampler, args=(t0,), daemon=True)
+    th_flood = threading.Thread(target=flood.flooder, args=(t0 + total,), daemon=True)
     th_rss.start()
     th_flood.start()
     try:
@@ -105,29 +148,28 @@ off = ["global", "client_rate", "connections"]
         except subprocess.TimeoutExpired:
             pass
         ctx.procs.stop(legit)
-        th_flood.join(timeout=chunk + 20)
+        th_flood.join(timeout=flood.chunk + 20)
     finally:
-        with starting:
-            stop.set()
-        for p in flood_procs:
+        with flood.starting:
+            flood.stop.set()
+        for p in flood.procs:
             ctx.procs.stop(p)
         th_rss.join(timeout=5)
         th_flood.join(timeout=5)
-    alive = srv.proc.poll() is None
-    m = srv.metrics() if alive else []
-    ctx.procs.stop(srv.proc)
-    if not os.path.exists(legit_json):
-        raise CouldNotRun("the legitimate client wrote no report")
-    lg = read_report(legit_json)
+
+
+def _flood_figures(flood, m):
+    """What the flood sent, from its reports, and what the server refused."""
     fl = {"ok": 0, "all": 0, "errors": 0, "429": 0}
-    for path in flood_reports:
+    for path in flood.reports:
         r = read_report(path)
         fl["ok"] += r["ok"]
         fl["all"] += r["all"]
         fl["errors"] += r["errors"]
         fl["429"] += r["status"].get(429, 0)
-    figure("flood sent", f"{chunks_run[0]} runs, {chunks_run[0] * flood_conns} unique sources, "
-           f"{fl['all']} requests: {fl['ok']} 2xx, {fl['429']} 429, {fl['errors']} socket errors")
+    figure("flood sent", f"{flood.chunks_run} runs, {flood.chunks_run * flood.flood_conns} unique "
+           f"sources, {fl['all']} requests: {fl['ok']} 2xx, {fl['429']} 429, {fl['errors']} "
+           "socket errors")
     if m:
         figure("server refusals", f"per_client "
                f"{mget(m, 'gapura_rate_limit_total', limit='per_client', result='refused')} "
@@ -136,9 +178,11 @@ off = ["global", "client_rate", "connections"]
                f"{mget(m, 'gapura_quota_refused_total', level='rate')}; untracked (a full table) "
                f"{mget(m, 'gapura_quota_untracked_total')}; gapura_quota_admitted_total "
                f"{mget(m, 'gapura_quota_admitted_total')}")
-    success = lg["ok"] / lg["all"] if lg["all"] else 0.0
-    figure("legitimate client", f"{lg['ok']} 2xx of {lg['all']} ({100 * success:.2f} %), "
-           f"statuses {dict(sorted(lg['status'].items()))}, errors {lg['errors']}")
+
+
+def _rss_after_warmup(samples, warm):
+    """The VmRSS samples printed; returns the one at the end of the warm-up
+    and the lowest and highest after it (KiB)."""
     after = [(t, r) for t, r in samples if t >= warm]
     ref = min((s for s in samples if s[0] >= warm), default=None, key=lambda s: s[0])
     if not after or ref is None:
@@ -147,11 +191,4 @@ off = ["global", "client_rate", "connections"]
     lo, hi = min(r for _, r in after), max(r for _, r in after)
     figure("VmRSS (KiB), one a second",
            " ".join(f"{t:.0f}s:{r}" for t, r in samples))
-    dev_lo, dev_hi = (lo - ref_kib) / ref_kib * 100, (hi - ref_kib) / ref_kib * 100
-    ok = alive and abs(dev_lo) <= 5 and abs(dev_hi) <= 5 and success >= 0.99
-    why = (f"VmRSS at the end of the {warm} s warm-up {ref_kib} KiB, after it min {lo} "
-           f"({dev_lo:+.1f} %) max {hi} KiB ({dev_hi:+.1f} %) (need within +-5 %); legitimate "
-           f"success {100 * success:.2f} % of {lg['all']} (need >= 99 %)")
-    if not alive:
-        why += "; the server died"
-    return ok, why
+    return ref_kib, lo, hi
