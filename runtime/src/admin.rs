@@ -76,6 +76,16 @@ fn handle(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
         (b"GET" | b"HEAD", b"/metrics") => {
             ("200 OK", "text/plain; version=0.0.4", render_metrics(admin))
         }
+        // Not among the metrics: reading it walks the allocator's free
+        // lists with their locks held (milliseconds with many free chunks).
+        (b"GET" | b"HEAD", b"/heap") => match heap_in_use() {
+            Some(bytes) => ("200 OK", "text/plain", format!("{bytes}\n")),
+            None => (
+                "404 Not Found",
+                "text/plain",
+                "not known for this allocator\n".to_string(),
+            ),
+        },
         (b"GET", p) if p.starts_with(b"/explain?") => match live_explain(admin, &p[9..]) {
             Ok(json) => ("200 OK", "application/json", json),
             Err(why) => ("400 Bad Request", "text/plain", format!("{why}\n")),
@@ -411,19 +421,12 @@ fn render_process(out: &mut String, admin: &Admin) {
     );
     family(out, "gapura_shards", "gauge", "Shards running.");
     let _ = writeln!(out, "gapura_shards {}", admin.shards.len());
-    if let Some(bytes) = heap_in_use() {
-        family(
-            out,
-            "gapura_heap_bytes",
-            "gauge",
-            "Heap allocated and in use (freed memory the allocator keeps is not counted).",
-        );
-        let _ = writeln!(out, "gapura_heap_bytes {bytes}");
-    }
 }
 
 /// Bytes the C allocator has handed out and not had back (glibc's
-/// `mallinfo2`: in-use chunks of every arena and the mapped blocks).
+/// `mallinfo2`: in-use chunks of every arena and the mapped blocks);
+/// freed memory the allocator keeps is not counted. It walks every
+/// arena's free lists under the arena's lock: `GET /heap` only.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn heap_in_use() -> Option<u64> {
     // SAFETY: a plain query of the allocator's statistics.

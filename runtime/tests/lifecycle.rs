@@ -288,3 +288,26 @@ fn a_reload_that_changes_a_table_size_is_refused_naming_the_setting() {
     );
     assert_eq!(g.metric("gapura_reloads_total{result=\"failed\"}"), 1);
 }
+
+/// `GET /heap` on the admin listener tells the heap in use; it is not
+/// among the metrics (reading it walks the allocator's free lists).
+#[test]
+fn the_admin_listener_tells_the_heap_in_use_apart_from_the_metrics() {
+    use std::io::{Read, Write};
+    let g = Gapura::start(&respond_profile("one"));
+    let mut s = std::net::TcpStream::connect(g.admin).unwrap();
+    s.write_all(b"GET /heap HTTP/1.1\r\nHost: admin\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    let bytes: u64 = out
+        .rsplit("\r\n\r\n")
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(bytes > 0);
+    assert!(!g.metrics().contains("heap"));
+}
