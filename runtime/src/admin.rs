@@ -225,6 +225,7 @@ const SHARD_METRICS: &[(&str, &str, &str, Getter)] = &[
     ("gapura_connections_open", "gauge", "Connections open now.", |s| s.open_connections()),
     ("gapura_connections_refused_total", "counter", "Connections closed at accept because the shard was full.", |s| s.connections_refused.get()),
     ("gapura_connections_parked", "gauge", "Idle connections waiting without a buffer (quiet for a second).", |s| s.parked_connections()),
+    ("gapura_accept_refused_total", "counter", "Connections closed at accept because the process was out of descriptors.", |s| s.accept_refused_no_fd.get()),
     ("gapura_accept_errors_total", "counter", "Accepts that failed (out of file descriptors or memory); the listener waits 10 ms after each.", |s| s.accept_errors.get()),
     ("gapura_idle_timeouts_total", "counter", "Keep-alive connections closed after the idle timeout.", |s| s.idle_timeouts.get()),
     ("gapura_requests_total", "counter", "Requests received.", |s| s.requests.get()),

@@ -225,6 +225,65 @@ async fn tick(shard: Rc<Shard>, relays: Vec<Rc<gapura_udp::io::RelayIo>>) {
     }
 }
 
+/// Most connections refused in one go when descriptors run out.
+const REFUSE_BATCH: u64 = 64;
+
+/// A descriptor held in reserve (`/dev/null`): when the process runs out
+/// of descriptors, closing it makes room to accept a waiting connection
+/// and close it at once, so its client is refused rather than left
+/// waiting in the queue.
+struct Spare(Option<std::fs::File>);
+
+impl Spare {
+    fn open() -> Spare {
+        Spare(std::fs::File::open("/dev/null").ok())
+    }
+
+    /// Accepts and closes up to [`REFUSE_BATCH`] waiting connections, the
+    /// reserve descriptor freed for each; how many were refused.
+    fn refuse_waiting(&mut self, listener: &TcpListener) -> u64 {
+        use std::os::fd::AsRawFd;
+        let fd = listener.as_raw_fd();
+        let mut refused = 0;
+        while refused < REFUSE_BATCH && waiting(fd) && self.0.take().is_some() {
+            // SAFETY: an accept on our own listening socket, a connection
+            // waiting (`waiting`); the descriptor it returns is closed at
+            // once.
+            let conn = unsafe {
+                libc::accept4(
+                    fd,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                )
+            };
+            if conn >= 0 {
+                // SAFETY: the descriptor accept4 just returned, closed once.
+                unsafe { libc::close(conn) };
+                refused += 1;
+            }
+            *self = Spare::open();
+            if conn < 0 {
+                break;
+            }
+        }
+        refused
+    }
+}
+
+/// Whether a connection waits to be accepted on listening socket `fd`,
+/// without waiting (the socket itself may block: accept only then).
+fn waiting(fd: std::os::fd::RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, a zero timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & libc::POLLIN != 0
+}
+
 /// A shard's refusal warning, as a log line.
 fn warn(args: std::fmt::Arguments<'_>) {
     log!("{args}");
@@ -233,6 +292,7 @@ fn warn(args: std::fmt::Arguments<'_>) {
 /// Accepts until the shard drains; the listener closes when this returns.
 async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, kind: Listener) {
     let mut error_logged = false;
+    let mut spare = Spare::open();
     loop {
         // One accept stays in flight while the loop looks for a drain every
         // POLL_MS: dropping it (a timeout around it) cancels the operation,
@@ -268,9 +328,14 @@ async fn accept_loop(listener: TcpListener, shard: Rc<Shard>, kind: Listener) {
                 monoio::spawn(serve(stream, peer, shard.clone(), kind));
             }
             Err(e) => {
-                // EMFILE/ENFILE and friends: counted, and a back-off instead
-                // of spinning.
+                // EMFILE/ENFILE and friends: counted, the waiting
+                // connections refused (closed) rather than left hanging,
+                // and a back-off instead of spinning.
                 shard.stats.accept_errors.inc();
+                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                    let refused = spare.refuse_waiting(&listener);
+                    shard.stats.accept_refused_no_fd.add(refused);
+                }
                 if !error_logged {
                     log!("shard {}: accept failed: {e}", shard.id);
                     error_logged = true;

@@ -86,6 +86,9 @@ pub struct ShardStats {
     pub connections_refused: Counter,
     /// Accepts the kernel failed (out of file descriptors or memory).
     pub accept_errors: Counter,
+    /// Connections accepted and closed at once because the process was out
+    /// of descriptors (a reserve descriptor makes room for the accept).
+    pub accept_refused_no_fd: Counter,
     /// Idle connections that parked (gave their read buffer back) and
     /// that woke or ended since.
     pub parks: Counter,
