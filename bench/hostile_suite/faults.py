@@ -250,8 +250,8 @@ def scenario_fd_limit(ctx):
            "(soft and hard, set before exec)")
     srv = start_gapura(ctx, "fd-limit", profile, port, admin, preexec=nofile_limit(limit))
     m0 = srv.metrics()
-    candidates = ("gapura_accept_errors_total", "gapura_connections_refused_total",
-                  "gapura_connection_limit_refused_total")
+    candidates = ("gapura_accept_errors_total", "gapura_accept_refused_total",
+                  "gapura_connections_refused_total", "gapura_connection_limit_refused_total")
     have = [c for c in candidates if mget(m0, c) is not None]
     figure("counters watched", ", ".join(have) + ("" if "gapura_accept_errors_total" in have else
            " (this binary exposes no gapura_accept_errors_total)"))
