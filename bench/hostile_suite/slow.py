@@ -15,16 +15,38 @@ from .load import fmt_wrk as _fmt_wrk
 
 
 def fmt_wrk(r):
-    return _fmt_wrk(r) + f", server CPU {100 * r['server_cpu']:.0f} % of a core"
+    out = _fmt_wrk(r) + (f", server CPU {100 * r['server_cpu']:.0f} % of a core, load core "
+                         f"{100 * r['load_busy']:.0f} % busy")
+    if r["attacker_cpu"]:
+        out += f" (slowhttptest {100 * r['attacker_cpu']:.0f} % of it)"
+    return out
 
 
-def busy_run(ctx, server, url, d, name):
+def core_ticks(core):
+    """(busy, all) jiffies of one CPU so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith(f"cpu{core} "):
+                v = [int(x) for x in line.split()[1:]]
+                idle = v[3] + (v[4] if len(v) > 4 else 0)
+                return sum(v) - idle, sum(v)
+    return 0, 0
+
+
+def busy_run(ctx, server, url, d, name, attacker=None):
     """wrk -c16 against `url` for `d` s, with the share of a core the
-    server under test spent meanwhile (utime + stime): below 100 % the
-    server had time to spare, and what limited wrk was elsewhere."""
+    server under test spent meanwhile (utime + stime; below 100 % the
+    server had time to spare), how busy the load core was, and the
+    attacker's share of it."""
     t0, c0 = time.monotonic(), cpu_ticks(server.pid)
+    a0 = cpu_ticks(attacker.pid) if attacker else 0
+    l0 = core_ticks(common.LOAD_CORE)
     out = run_wrk(ctx, url, 16, d, name)
-    out["server_cpu"] = (cpu_ticks(server.pid) - c0) / TICKS / (time.monotonic() - t0)
+    wall = time.monotonic() - t0
+    out["server_cpu"] = (cpu_ticks(server.pid) - c0) / TICKS / wall
+    l1 = core_ticks(common.LOAD_CORE)
+    out["load_busy"] = (l1[0] - l0[0]) / max(1, l1[1] - l0[1])
+    out["attacker_cpu"] = (cpu_ticks(attacker.pid) - a0) / TICKS / wall if attacker else 0.0
     return out
 
 
@@ -77,7 +99,7 @@ def attacked_run(ctx, name, target, attack_url, url, body, attack, d, measured):
         th = threading.Thread(target=sample, daemon=True)
         th.start()
         try:
-            hit = busy_run(ctx, measured, url, d, f"{name}-attacked")
+            hit = busy_run(ctx, measured, url, d, f"{name}-attacked", attacker=slow)
         finally:
             stop.set()
             th.join()
@@ -153,7 +175,8 @@ def scenario_slow(ctx, name, body):
         why += (f"; floor (attack on a decoy) {floor['rps'] / base['rps']:.2f}x baseline, "
                 f"this server's share {hit['rps'] / floor['rps']:.2f}x; server CPU "
                 f"{100 * base['server_cpu']:.0f} % of a core alone, "
-                f"{100 * hit['server_cpu']:.0f} % attacked")
+                f"{100 * hit['server_cpu']:.0f} % attacked, load core "
+                f"{100 * hit['load_busy']:.0f} % busy attacked")
     if not alive:
         why += ", the server died"
     return ok, why
