@@ -29,8 +29,3 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("h2_front", front::h2_front),
     ("tls_front", front::tls_front),
 ];
-
-/// The body of the target named `name`.
-pub fn target(name: &str) -> Option<Body> {
-    TARGETS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
-}

@@ -244,6 +244,10 @@ impl Spare {
     fn refuse_waiting(&mut self, listener: &TcpListener) -> u64 {
         use std::os::fd::AsRawFd;
         let fd = listener.as_raw_fd();
+        if self.0.is_none() {
+            // Lost when descriptors ran out before: taken again once any is free.
+            *self = Spare::open();
+        }
         let mut refused = 0;
         while refused < REFUSE_BATCH && waiting(fd) && self.0.take().is_some() {
             // SAFETY: an accept on our own listening socket, a connection

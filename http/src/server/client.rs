@@ -28,8 +28,6 @@ pub(super) const PARK_MS: u64 = 1000;
 /// than this: below it the memory is small and the cancellable read's
 /// bookkeeping is not worth its cost on every request.
 pub(super) const PARK_ABOVE: u32 = 512;
-/// The error a cancelled read ends with.
-const ECANCELED: i32 = 125;
 
 /// Counts a parked connection's wake (or end) when dropped.
 struct Unpark<'a>(&'a super::stats::Counter);
@@ -113,7 +111,7 @@ impl<S: Transport> ClientIo<S> {
                 self.rbuf = buf;
                 return Ok(n);
             }
-            Err(e) if e.raw_os_error() == Some(ECANCELED) => {
+            Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => {
                 // Parked: nothing held, not even the canceller.
                 shard.return_buf(buf);
                 self.canceller = None;

@@ -35,7 +35,7 @@ use monoio::time::Instant;
 use std::rc::Rc;
 
 /// A buffer grown past this is given back once the connection is idle.
-const SHRINK_ABOVE_BYTES: usize = 16 * 1024;
+pub(super) const SHRINK_ABOVE_BYTES: usize = 16 * 1024;
 /// Flush the write buffer early once pipelined answers fill this much.
 pub(super) const WRITE_FLUSH_BYTES: usize = 64 * 1024;
 /// Unread input discarded at most after a refusal, before closing.

@@ -27,9 +27,4 @@ impl FrameScan {
     pub fn flooded(&self) -> bool {
         self.0.flooded.get()
     }
-
-    /// A frame header or header block is still arriving.
-    pub fn head_arriving(&self) -> bool {
-        self.0.head_since.get().is_some()
-    }
 }

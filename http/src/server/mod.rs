@@ -266,10 +266,14 @@ impl Shard {
     }
 
     /// Takes back an idle connection's buffer (emptied); one that grew past
-    /// 16 KiB, or one past the pool's bound, is freed.
+    /// 16 KiB (a buffer an idle connection would shrink), or one past the
+    /// pool's bound, is freed.
     pub(crate) fn return_buf(&self, mut buf: Vec<u8>) {
         let mut spare = self.spare_buffers.borrow_mut();
-        if buf.capacity() == 0 || buf.capacity() > 16 * 1024 || spare.len() >= SPARE_BUFFERS {
+        if buf.capacity() == 0
+            || buf.capacity() > conn::SHRINK_ABOVE_BYTES
+            || spare.len() >= SPARE_BUFFERS
+        {
             return;
         }
         buf.clear();
