@@ -3,15 +3,20 @@
 
 Every server gives the same answer (200, text/plain, "hello, world\\n"), runs
 with one worker pinned to one core, and is loaded by one load-generator
-thread pinned to another core: gapura-loadtest (the default, cheaper per
-request) or wrk. Per run the program records the generator's requests/s,
-p50/p99 latency, errors and its own CPU per request, and the server's CPU
-time (user + system over its whole process tree, from /proc) across the
-measured window, so servers are ranked by CPU per request measured in the
-same run. See bench/README.md.
+thread pinned to another core: gapura-loadtest and wrk, each in its own pass
+by default. The proxy scenarios run in both layouts: the upstream on the load
+core (the server's core saturated by the server alone) and on the server's
+core. Per run the program records the generator's requests/s, p50/p99
+latency, errors and its own CPU per request, and the server's CPU time (user
++ system over its whole process tree, from /proc) across the measured
+window, so servers are ranked by CPU per request measured in the same run;
+then a shorter run of the same load counts, per request, the server's system
+calls, io_uring_enter calls, SQEs, poll arms and context switches (perf
+stat) and the machine's TCP segments (/proc/net/snmp). See bench/README.md.
 
-  bench/compare.py [--servers LIST] [--scenarios LIST] [--duration S]
-                   [--warmup S] [--quick] [--generator G] [--no-build]
+  bench/compare.py [--servers LIST] [--scenarios LIST] [--layouts LIST]
+                   [--generator LIST] [--duration S] [--warmup S] [--counts S]
+                   [--quick] [--no-build]
 
 Python 3.11, standard library only. The servers, the load generator, curl
 and taskset run as child processes; each is tracked by its pid and stopped
@@ -37,15 +42,17 @@ from comparison import run
 from comparison.common import BENCH, die, online_cores
 from comparison.ports import PORT_LAST
 from comparison.procs import Processes
-from comparison.scenarios import KNOWN_GENERATORS, KNOWN_SERVERS, SCENARIOS, Options
+from comparison.scenarios import KNOWN_GENERATORS, KNOWN_SERVERS, LAYOUTS, SCENARIOS, Options
 
 # Defaults, as text: the options are read as text and checked afterwards.
 DEFAULTS = {
     "servers": "gapura,nginx,haproxy",
-    "scenarios": "respond-c64,respond-c256,pipelined16",
+    "scenarios": "all",
+    "layouts": "saturated,shared",
     "duration": "10",
     "warmup": "2",
-    "generator": "gapura-loadtest",
+    "counts": "3",
+    "generator": "gapura-loadtest,wrk",
     "server_core": "0",
     "load_core": "1",
     "port_base": "18080",
@@ -55,7 +62,9 @@ DEFAULTS = {
 VALUE_OPTIONS = {
     "--servers": "servers",
     "--scenarios": "scenarios",
+    "--layouts": "layouts",
     "--duration": "duration",
+    "--counts": "counts",
     "--warmup": "warmup",
     "--generator": "generator",
     "--server-core": "server_core",
@@ -75,14 +84,20 @@ pinned to core {v['server_core']}, loaded by one generator thread pinned to core
 Options:
   --servers LIST     comma-separated subset of: {' '.join(KNOWN_SERVERS)} (default: {v['servers']})
   --scenarios LIST   comma-separated subset of: {' '.join(SCENARIOS)}, or "all"
-                     (default: {v['scenarios']}; the proxy scenarios are opt-in)
+                     (default: {v['scenarios']})
+  --layouts LIST     where the proxy scenarios' upstream runs, comma-separated subset of:
+                     {' '.join(LAYOUTS)} (default: {v['layouts']}; saturated: on the
+                     load core, shared: on the server's core)
   --duration S       measured seconds per run (default: {v['duration']})
   --warmup S         warm-up seconds per run before measuring (default: {v['warmup']}; 0 skips)
-  --quick            smoke check: --duration 3 --warmup 1
-  --generator G      load generator: gapura-loadtest or wrk (default: {v['generator']}).
-                     When gapura-loadtest is the default and its binary is missing
-                     and cannot be built, wrk is used and the report says so;
-                     asked for explicitly, a missing binary is an error
+  --counts S         seconds of the counting run after each measured run (perf stat and
+                     TCP segments per request; default: {v['counts']}; 0 skips)
+  --quick            smoke check: --duration 3 --warmup 1 --counts 2
+  --generator LIST   load generators, comma-separated, each a pass of its own:
+                     gapura-loadtest, wrk (default: {v['generator']}). When
+                     gapura-loadtest is in the default and its binary is missing
+                     and cannot be built, wrk takes its place and the report says
+                     so; asked for explicitly, a missing binary is an error
   --no-build         do not run cargo; use $GAPURA_BIN / $LOADTEST_BIN or the
                      binaries in target/release
   --server-core N    core the server under test is pinned to (default: {v['server_core']})
@@ -117,7 +132,7 @@ def parse_args(argv):
             value = argv[i + 1]
             i += 2
         elif arg == "--quick":
-            v["duration"], v["warmup"] = "3", "1"
+            v["duration"], v["warmup"], v["counts"] = "3", "1", "2"
             i += 1
             continue
         elif arg == "--no-build":
@@ -147,8 +162,7 @@ def parse_args(argv):
     if server_core == load_core:
         die("--server-core and --load-core must differ")
     port_base = uint("port_base", "--port-base must be a port number")
-    if v["generator"] not in KNOWN_GENERATORS:
-        die(f"unknown generator '{v['generator']}' (known: {' '.join(KNOWN_GENERATORS)})")
+    counts = uint("counts", "--counts must be a whole number of seconds")
     if not 1024 <= port_base <= PORT_LAST:
         die(f"--port-base must be in 1024..{PORT_LAST}")
 
@@ -169,12 +183,14 @@ def parse_args(argv):
     servers = selection(v["servers"], KNOWN_SERVERS, "server", "--servers")
     scenarios_text = ",".join(SCENARIOS) if v["scenarios"] == "all" else v["scenarios"]
     scenarios = selection(scenarios_text, list(SCENARIOS), "scenario", "--scenarios")
+    layouts = selection(v["layouts"], list(LAYOUTS), "layout", "--layouts")
+    generators = selection(v["generator"], KNOWN_GENERATORS, "generator", "--generator")
 
     cores = online_cores()
     if server_core >= cores or load_core >= cores:
         die(f"this machine has {cores} cores; pick --server-core/--load-core below that")
-    return Options(servers, scenarios, duration, warmup, v["generator"], generator_explicit,
-                   build, server_core, load_core, port_base, v["results_dir"])
+    return Options(servers, scenarios, duration, warmup, generators, generator_explicit,
+                   layouts, counts, build, server_core, load_core, port_base, v["results_dir"])
 
 
 def shown_word(arg):

@@ -17,11 +17,11 @@ def prepare_wrk_scripts(work):
         f.write(read_text(os.path.join(PEERS, "wrk-report.lua")))
 
 
-def load_command(b, conns, depth, secs, port, json_path):
+def load_command(b, conns, depth, secs, port, json_path, warmup=True):
     """The generator's command for one run of SECS measured seconds (JSON_PATH:
     gapura-loadtest's report). gapura-loadtest warms up inside the measured
-    process (--warmup); wrk has no such option, so its warm-up is a separate
-    run of the same command."""
+    process (--warmup, unless WARMUP is false); wrk has no such option, so its
+    warm-up is a separate run of the same command."""
     pin = ["taskset", "-c", str(b.opts.load_core)]
     url = f"http://127.0.0.1:{port}/"
     if b.generator == "wrk":
@@ -31,7 +31,7 @@ def load_command(b, conns, depth, secs, port, json_path):
             cmd += ["--", str(depth)]
         return cmd
     cmd = [*pin, b.loadtest_bin, "-t1", f"-c{conns}", f"-d{secs}s"]
-    if b.opts.warmup > 0:
+    if warmup and b.opts.warmup > 0:
         cmd += ["--warmup", f"{b.opts.warmup}s"]
     if depth > 1:
         cmd += ["--pipeline", str(depth)]
@@ -61,12 +61,15 @@ def warm_up(b, sc, port, directory):
 
 def add_loadtest_summary(out_path, json_path, m):
     """Appends to gapura-loadtest's output the summary loadtest-report.py reads
-    from its JSON report, and how the measurement M went."""
+    from its JSON report, and how the measurement M went (None: a run that
+    measured no CPU)."""
     if os.path.isfile(json_path) and os.path.getsize(json_path) > 0:
         with open(out_path, "ab") as out:
             subprocess.run([sys.executable, os.path.join(PEERS, "loadtest-report.py"),
                             json_path], stdin=subprocess.DEVNULL, stdout=out,
                            stderr=subprocess.STDOUT)
+    if m is None:
+        return
     with open(out_path, "a", encoding="utf-8") as out:
         out.write(f"(server CPU read {int(m.late_us / 1000)} ms after the measured window "
                   f"opened; generator CPU by /proc: {m.gen_ticks} ticks)\n")

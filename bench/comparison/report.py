@@ -8,8 +8,9 @@ import sys
 import time
 
 from .common import ROOT, online_cores, read_text
+from .counts import LABELS
 from .load import load_command, shown
-from .scenarios import SCENARIOS, needs_nginx
+from .scenarios import LAYOUTS, SCENARIOS, any_proxy_scenario, needs_nginx
 
 # 0 is wrk's answer when its histogram walk finds no value (see NA_NOTE);
 # gapura-loadtest reports a percentile of every non-empty histogram.
@@ -44,43 +45,54 @@ def scenario_command(b, sc_name):
     return shown(b, cmd)
 
 
-def scenario_table(b, sc_name, results):
-    """The markdown section of one scenario."""
+def scenario_table(b, sc_name, layout, results):
+    """The markdown section of one scenario in one layout, with the pass's
+    generator (b.generator): the figures, then the per-request counts."""
     sc = SCENARIOS[sc_name]
     opts = b.opts
-    out = ["", f"## {sc_name}", "", f"{sc.text}.", f"Load: `{scenario_command(b, sc_name)}`"]
+    gen = b.generator
+    heading = " · ".join(x for x in (sc_name, layout, gen) if x)
+    out = ["", f"## {heading}", "", f"{sc.text}.", f"Load: `{scenario_command(b, sc_name)}`"]
     if sc.kind == "proxy":
-        out.append(f"Upstream: nginx `return 200`, one worker, pinned to core {opts.load_core} "
-                   "beside the load generator.")
+        if layout == "shared":
+            out.append(f"Upstream: nginx `return 200`, one worker, pinned to core "
+                       f"{opts.server_core} beside the server under test (its CPU is not in "
+                       "the server's figures).")
+        else:
+            out.append(f"Upstream: nginx `return 200`, one worker, pinned to core "
+                       f"{opts.load_core} beside the load generator.")
     out += ["",
             f"| server | req/s | p50 | p99 | CPU µs/req | user / sys µs/req | CPU/req vs nginx "
-            f"| req/s vs nginx | core {opts.server_core} busy | {b.generator} CPU µs/req | errors |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    ok = {srv: results[sc_name, srv] for srv in opts.servers
-          if results[sc_name, srv]["status"] == "ok"}
+            f"| CPU/req vs HAProxy | req/s vs nginx | core {opts.server_core} busy "
+            f"| {gen} CPU µs/req | errors |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    key = (gen, sc_name, layout)
+    ok = {srv: results[key + (srv,)] for srv in opts.servers
+          if results[key + (srv,)]["status"] == "ok"}
     base = ok.get("nginx")
+    haproxy = ok.get("haproxy")
     for srv in opts.servers:
-        r = results[sc_name, srv]
+        r = results[key + (srv,)]
         if srv not in ok:
-            out.append(f"| {srv} | {r['status']} | | | | | | | | | |")
+            out.append(f"| {srv} | {r['status']} | | | | | | | | | | |")
             continue
         cpu_ratio = ratio(r["cpu_us"], base["cpu_us"]) if base else "—"
+        ha_ratio = ratio(r["cpu_us"], haproxy["cpu_us"]) if haproxy else "—"
         rps_ratio = ratio(r["rps"], base["rps"]) if base else "—"
         errs = str(r["errors"])
         if r["errors"] != 0:
             errs += f" (non-2xx {r['non2xx']}, socket {r['socket_errors']})"
         out.append(
-            "| %s | %.0f | %s | %s | %.2f | %.2f / %.2f | %s | %s | %.0f %% | %.2f | %s |" % (
+            "| %s | %.0f | %s | %s | %.2f | %.2f / %.2f | %s | %s | %s | %.0f %% | %.2f | %s |" % (
                 srv, float(r["rps"]), fmt_us(r["p50_us"]), fmt_us(r["p99_us"]),
                 float(r["cpu_us"]), float(r["user_us"]), float(r["sys_us"]), cpu_ratio,
-                rps_ratio, float(r["busy_pct"]), float(r["gen_cpu_us"]), errs))
+                ha_ratio, rps_ratio, float(r["busy_pct"]), float(r["gen_cpu_us"]), errs))
     out.append("")
-    if b.generator == "wrk" and any(r["p50_us"] == "0" or r["p99_us"] == "0"
-                                    for r in ok.values()):
+    if gen == "wrk" and any(r["p50_us"] == "0" or r["p99_us"] == "0" for r in ok.values()):
         out += [NA_NOTE, ""]
     notes = []
     for srv, r in ok.items():
-        if b.generator == "wrk":
+        if gen == "wrk":
             notes.append(f"{srv} {r['requests']} requests, answer {r['answer_bytes']} bytes")
         else:
             notes.append(f"{srv} {r['requests']} requests (+{r['warmup_requests']} in warm-up), "
@@ -88,7 +100,26 @@ def scenario_table(b, sc_name, results):
                          f"{r['gen_proc_us']} µs/req by /proc")
     if notes:
         out.append("Measured: " + "; ".join(notes) + ".")
+    out += counts_table(b, ok)
     return "\n".join(out) + "\n"
+
+
+def counts_table(b, ok):
+    """The per-request counts of the runs in OK (lines), or none when no
+    counting run was asked for."""
+    if b.opts.counts_secs == 0:
+        return []
+    out = ["", f"Per response, over a {b.opts.counts_secs} s run of the same load after the "
+           "measured one (the server's processes by `perf stat`; TCP segments: the machine's "
+           "`Tcp OutSegs`, every peer's segments):", "",
+           "| server | " + " | ".join(LABELS) + " |",
+           "|---|" + "---:|" * len(LABELS)]
+    for srv, r in ok.items():
+        counts = r.get("counts") or {}
+        out.append(f"| {srv} | " + " | ".join(counts.get(label, "") for label in LABELS) + " |")
+    if b.counts_note:
+        out += ["", b.counts_note + "."]
+    return out
 
 
 def first_line(cmd, merge_stderr=True, timeout=None, need_success=False):
@@ -158,7 +189,6 @@ def build_processes():
 
 def report_header(b, command_line, nofile, note):
     opts = b.opts
-    gen = b.generator
     builds = build_processes()
     versions = []
     if needs_nginx(opts):
@@ -174,51 +204,48 @@ def report_header(b, command_line, nofile, note):
            f"- Kernel: {uname.sysname} {uname.release} {uname.machine}",
            f"- CPU: {cpu_model()}, {online_cores()} cores online"]
     out += [f"- {v}" for v in versions]
-    out.append(f"- Load generator: **{gen}**, {tool_version(b, gen)}, one thread (`-t1`) "
-               f"pinned to core {opts.load_core}. Exact command per scenario "
-               "(PORT: each server's port; SERVER: its name):")
-    out += [f"  - {sc_name}: `{scenario_command(b, sc_name)}`" for sc_name in opts.scenarios]
+    current = b.generator
+    for gen in b.generators:
+        b.generator = gen
+        out.append(f"- Load generator, one pass each: **{gen}**, {tool_version(b, gen)}, one "
+                   f"thread (`-t1`) pinned to core {opts.load_core}. Exact command per scenario "
+                   "(PORT: each server's port; SERVER: its name):")
+        out += [f"  - {sc_name}: `{scenario_command(b, sc_name)}`" for sc_name in opts.scenarios]
+    b.generator = current
     if note:
         out.append(f"- **Note:** {note}.")
     if opts.warmup == 0:
         warm = "no warm-up"
-    elif gen == "wrk":
-        warm = f"{opts.warmup} s warm-up (a separate wrk run of the same command, discarded)"
     else:
-        warm = (f"{opts.warmup} s warm-up (`--warmup`, in the same process and on the same "
-                "connections; the server's CPU is read when the measured window opens)")
+        warm = (f"{opts.warmup} s warm-up (gapura-loadtest: `--warmup`, in the same process and "
+                "on the same connections, the server's CPU read when the measured window opens; "
+                "wrk: a separate run of the same command, discarded)")
     out.append(f"- Layout: server under test pinned to core {opts.server_core} with one worker "
                "(nginx `worker_processes 1`, HAProxy `nbthread 1`, Gapura `shards = 1`); the "
                f"load generator pinned to core {opts.load_core}; {warm}, then {opts.duration} s "
                f"measured per run; `ulimit -n` {nofile}")
+    if any_proxy_scenario(opts):
+        out.append("- Proxy layouts: " + "; ".join(
+            f"**{name}**: {LAYOUTS[name]}" for name in opts.layouts))
     out.append("- Load average at start: " + " ".join(read_text("/proc/loadavg").split()[:3]))
     if builds > 0:
         out.append(f"- **Warning:** {builds} cargo/rustc processes were running at start; "
                    "these figures are noise.")
     out += ["",
             "CPU µs/req is the server's user + system CPU time (whole process tree) over the "
-            f"measured window divided by the responses {gen} counted; lower is better. Ratios "
-            f"are against nginx in this same run. \"core {opts.server_core} busy\" is that CPU "
+            "measured window divided by the responses the generator counted; lower is better. "
+            "Ratios are against nginx and HAProxy in the same pass. "
+            f"\"core {opts.server_core} busy\" is that CPU "
             "time over the window's wall time: below ~100 % the server was waiting on the load "
             "generator, so its req/s says more about the generator than about the server.",
-            ""]
-    if gen == "wrk":
-        out.append(
-            "\"wrk CPU µs/req\" is the load generator's own cost: wrk's user + system CPU time "
-            "over its measured run (from /proc: this script's cutime + cstime when it reaps wrk) "
-            "divided by the responses wrk counted. It is not part of the server's figure; it "
-            "shows how hard the generator worked for each request, so runs with either "
-            "generator can be compared.")
-    else:
-        out.append(
-            "\"gapura-loadtest CPU µs/req\" is the load generator's own cost as it reports it "
-            "(`cpu.per_request_us` in its JSON: user + system CPU time of its process over "
-            "warm-up and measured window, getrusage, divided by the responses in both). "
-            "\"Measured\" under each table also gives the same from /proc (its whole process, "
-            "start and exit included). It is not part of the server's figure; it shows how hard "
-            "the generator worked for each request, so runs with either generator can be "
-            "compared (wrk spent about 1.3× gapura-loadtest's CPU per request in "
-            "docs/loadtest.md).")
+            "",
+            "The generator's CPU µs/req is its own cost, not part of the server's figure: "
+            "gapura-loadtest's as it reports it (`cpu.per_request_us` in its JSON: user + "
+            "system CPU time of its process over warm-up and measured window, divided by the "
+            "responses in both; \"Measured\" gives the same from /proc), wrk's from /proc "
+            "(this script's cutime + cstime when it reaps wrk, over the responses it counted). "
+            "It shows how hard the generator worked for each request, so passes with either "
+            "generator can be compared."]
     return "\n".join(out) + "\n"
 
 

@@ -6,28 +6,32 @@ import os
 import time
 
 from .common import say
+from .counts import count_run, per_request, usable_events
 from .cpu import TICKS, measure
 from .load import (add_loadtest_summary, last_summary, load_command, prepare_wrk_scripts,
                    shown, warm_up)
 from .ports import Ports
 from .procs import Processes, is_running, raise_nofile
 from .report import emit, report_header, scenario_table
-from .scenarios import SCENARIOS, Options, needs_nginx
+from .scenarios import SCENARIOS, Options, needs_nginx, runs_of
 from .servers import check_answer, start_server
-from .tools import ensure_tools, find_gapura, find_generator
+from .tools import ensure_tools, find_gapura, find_generators
 
 
 @dataclasses.dataclass
 class Bench:
     """What every run needs: the options, the binaries and the shared state."""
     opts: Options
-    generator: str
+    generators: list  # the passes, in order
+    generator: str  # the pass running now
     gapura_bin: str
     loadtest_bin: str
     work: str  # private temp dir: configs, pid files, server logs
     log_file: str  # raw log beside the report
     procs: Processes
     ports: Ports
+    count_events: list  # (label, perf event) perf can count here
+    counts_note: str  # why some or all counts are missing
 
 
 def log_section(b, title, paths):
@@ -44,16 +48,18 @@ def log_section(b, title, paths):
                 log.write(f.read())
 
 
-def run_one(b, sc_name, srv):
-    """Start, check, warm up, measure, stop. Returns the run's result: its
-    status ("ok", "failed: ..." or "skipped: ...") and, where measured, its
-    figures as the report prints them."""
+def run_one(b, sc_name, layout, srv):
+    """Start, check, warm up, measure, count, stop. Returns the run's result:
+    its status ("ok", "failed: ..." or "skipped: ...") and, where measured,
+    its figures as the report prints them. LAYOUT places a proxy scenario's
+    upstream: on the load core ("saturated") or on the server's ("shared")."""
     sc = SCENARIOS[sc_name]
     opts = b.opts
-    directory = os.path.join(b.work, sc_name, srv)
+    directory = os.path.join(b.work, b.generator, sc_name, layout or "", srv)
     server_dir = os.path.join(directory, "server")
     os.makedirs(directory, exist_ok=True)
     res = {"status": "ok"}
+    title = " ".join(x for x in (b.generator, sc_name, layout, srv) if x)
     port = b.ports.next()
     admin = b.ports.next() if srv == "gapura" else 0
     upstream_port = 0
@@ -61,8 +67,9 @@ def run_one(b, sc_name, srv):
 
     if sc.kind == "proxy":
         upstream_port = b.ports.next()
+        upstream_core = opts.server_core if layout == "shared" else opts.load_core
         upstream, _ = start_server(b, "nginx", "respond", os.path.join(directory, "upstream"),
-                                   opts.load_core, upstream_port, 0, 0)
+                                   upstream_core, upstream_port, 0, 0)
         if upstream is None:
             res["status"] = "failed: upstream nginx did not start"
             return res
@@ -72,7 +79,7 @@ def run_one(b, sc_name, srv):
     if server is None:
         res["status"] = reason
         b.procs.stop(upstream)
-        log_section(b, f"{sc_name} {srv} (did not start)",
+        log_section(b, f"{title} (did not start)",
                     sorted(glob.glob(os.path.join(server_dir, "*.log")))
                     + sorted(glob.glob(os.path.join(server_dir, "*.check"))))
         return res
@@ -82,7 +89,7 @@ def run_one(b, sc_name, srv):
         res["status"] = reason
         b.procs.stop(server)
         b.procs.stop(upstream)
-        log_section(b, f"{sc_name} {srv} (wrong answer)",
+        log_section(b, f"{title} (wrong answer)",
                     [os.path.join(b.work, "answer.hdr")]
                     + sorted(glob.glob(os.path.join(server_dir, "*.log"))))
         return res
@@ -93,6 +100,8 @@ def run_one(b, sc_name, srv):
     open_us = warm_up(b, sc, port, directory)
     cmd = load_command(b, sc.connections, sc.depth, opts.duration, port, json_path)
     m = measure(b, server.pid, out_path, open_us, cmd)
+    if opts.counts_secs > 0 and is_running(server.pid):
+        res["counts"] = counts_per_request(b, sc, port, server.pid, directory)
 
     if not is_running(server.pid):
         res["status"] = f"failed: {srv} exited during the run"
@@ -100,10 +109,28 @@ def run_one(b, sc_name, srv):
     b.procs.stop(upstream)
     if b.generator == "gapura-loadtest":
         add_loadtest_summary(out_path, json_path, m)
-    log_section(b, f"{sc_name} {srv}: {shown(b, cmd)}",
-                [out_path, json_path, *sorted(glob.glob(os.path.join(server_dir, "*.log")))])
+    log_section(b, f"{title}: {shown(b, cmd)}",
+                [out_path, json_path, os.path.join(directory, "counts.out"),
+                 os.path.join(directory, "counts.out.perf"), *sorted(glob.glob(os.path.join(server_dir, "*.log")))])
 
     return figures(b, last_summary(out_path), m, res)
+
+
+def counts_per_request(b, sc, port, server_pid, directory):
+    """The counting run after the measured one (comparison/counts.py): the
+    same load for --counts seconds with no warm-up. Returns {label: count
+    per response, as text}; empty when the run failed."""
+    counts_json = os.path.join(directory, "counts.json")
+    counts_out = os.path.join(directory, "counts.out")
+    cmd = load_command(b, sc.connections, sc.depth, b.opts.counts_secs, port, counts_json,
+                       warmup=False)
+    counts, rc = count_run(b, server_pid, cmd, counts_out)
+    if b.generator == "gapura-loadtest":
+        add_loadtest_summary(counts_out, counts_json, None)
+    w = last_summary(counts_out)
+    if rc != 0 or w is None:
+        return {}
+    return per_request(counts, int(w.get("requests") or 0) + int(w.get("warmup_requests") or 0))
 
 
 def figures(b, w, m, res):
@@ -163,9 +190,10 @@ def compare(opts, command_line, procs, work):
         tools.append("haproxy")
     ensure_tools(tools)
     gapura_bin = find_gapura(opts)
-    generator, loadtest_bin, note = find_generator(opts)
-    if generator == "wrk":
+    generators, loadtest_bin, note = find_generators(opts)
+    if "wrk" in generators:
         ensure_tools(["wrk"])
+    count_events, counts_note = ([], "") if opts.counts_secs == 0 else usable_events()
 
     nofile = raise_nofile()
     prepare_wrk_scripts(work)
@@ -175,19 +203,24 @@ def compare(opts, command_line, procs, work):
     report = os.path.join(opts.results_dir, f"compare-{stamp}.md")
     log_file = os.path.join(opts.results_dir, f"compare-{stamp}.log")
     open(log_file, "w").close()
-    b = Bench(opts, generator, gapura_bin, loadtest_bin, work, log_file, procs,
-              Ports(opts.port_base))
+    b = Bench(opts, generators, generators[0], gapura_bin, loadtest_bin, work, log_file, procs,
+              Ports(opts.port_base), count_events, counts_note)
 
     emit(report_header(b, command_line, nofile, note), report, "w")
     results = {}
-    for sc_name in opts.scenarios:
-        for srv in opts.servers:
-            say(f"{sc_name}: {srv}")
-            res = results[sc_name, srv] = run_one(b, sc_name, srv)
-            if res["status"] != "ok":
-                say(f"{sc_name}: {srv}: {res['status']}")
-        emit(scenario_table(b, sc_name, results), report, "a")
-    say(f"report: {report} (raw {generator} output and server logs: {log_file})")
+    for generator in generators:
+        b.generator = generator
+        for sc_name in opts.scenarios:
+            for layout in runs_of(opts, sc_name):
+                run = (generator, sc_name, layout)
+                for srv in opts.servers:
+                    what = " ".join(x for x in (generator, sc_name, layout, srv) if x)
+                    say(what)
+                    res = results[run + (srv,)] = run_one(b, sc_name, layout, srv)
+                    if res["status"] != "ok":
+                        say(f"{what}: {res['status']}")
+                emit(scenario_table(b, sc_name, layout, results), report, "a")
+    say(f"report: {report} (raw generator output and server logs: {log_file})")
 
     # Non-zero when a run failed (a server that is skipped on purpose is not a failure).
     return 1 if any(r["status"].startswith("failed:") for r in results.values()) else 0

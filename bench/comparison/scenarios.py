@@ -21,17 +21,32 @@ SCENARIOS = {
         "fixed 200 answered by the server itself, 64 keep-alive connections, "
         "16 pipelined requests per write; latency counts from the batch's write "
         "(gapura-loadtest: a sample per response; wrk: one per batch, at its 16th response)"),
+    "pipelined2": Scenario(
+        "respond", 64, 2,
+        "fixed 200 answered by the server itself, 64 keep-alive connections, "
+        "2 pipelined requests per write: enough to saturate the server with either "
+        "generator (one request in flight leaves wrk the bottleneck)"),
     "proxy-c64": Scenario(
         "proxy", 64, 1,
-        "the server forwards to an upstream nginx (on the load core) that answers "
+        "the server forwards to an upstream nginx that answers "
         "the fixed 200, 64 keep-alive connections"),
     "proxy-c256": Scenario(
         "proxy", 256, 1,
-        "the server forwards to an upstream nginx (on the load core) that answers "
+        "the server forwards to an upstream nginx that answers "
         "the fixed 200, 256 keep-alive connections"),
 }
 KNOWN_SERVERS = ("gapura", "nginx", "haproxy")
 KNOWN_GENERATORS = ("gapura-loadtest", "wrk")
+# Where a proxy scenario's upstream runs. `saturated`: on the load core, so
+# the server's core does only the server's work and is saturated by it, and
+# every send to a peer wakes a task on the other core. `shared`: on the
+# server's core, so the upstream's work shares that core (the server's figure
+# is still its own CPU only) and the server and its upstream hand each other
+# the core. The respond scenarios have no upstream and run once.
+LAYOUTS = {
+    "saturated": "upstream on the load core (the server's core runs the server alone, saturated)",
+    "shared": "upstream on the server's core (server and upstream share it)",
+}
 
 
 @dataclasses.dataclass
@@ -40,13 +55,21 @@ class Options:
     scenarios: list
     duration: int
     warmup: int
-    generator: str
+    generators: list  # in the order the runs go
     generator_explicit: bool  # --generator was given: then no fallback to wrk
+    layouts: list  # of the proxy scenarios
+    counts_secs: int  # the counting run's length; 0: no counts
     build: bool
     server_core: int
     load_core: int
     port_base: int
     results_dir: str
+
+
+def runs_of(opts, sc_name):
+    """The layouts SC_NAME runs in: each asked for when it has an upstream,
+    else one (None)."""
+    return opts.layouts if SCENARIOS[sc_name].kind == "proxy" else [None]
 
 
 def any_proxy_scenario(opts):

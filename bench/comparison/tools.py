@@ -64,14 +64,15 @@ def find_gapura(opts):
     return binary
 
 
-def find_generator(opts):
-    """(generator, gapura-loadtest binary, note for the report's header).
+def find_generators(opts):
+    """(the generators to run, in order; the gapura-loadtest binary; a note
+    for the report's header).
 
-    gapura-loadtest by default. When it was not asked for by name and there is
-    no binary and no way to build one, wrk takes its place and the report says so.
+    When gapura-loadtest was not asked for by name and there is no binary and
+    no way to build one, wrk takes its place and the report says so.
     """
-    if opts.generator != "gapura-loadtest":
-        return opts.generator, "", ""
+    if "gapura-loadtest" not in opts.generators:
+        return list(opts.generators), "", ""
     note = ""
     unusable = ""
     binary = os.environ.get("LOADTEST_BIN", "")
@@ -95,5 +96,5 @@ def find_generator(opts):
             die(f"--generator gapura-loadtest: {unusable}")
         note = f"gapura-loadtest was not used ({unusable}); wrk generated the load instead"
         say(f"note: {note}")
-        return "wrk", binary, note
-    return "gapura-loadtest", binary, note
+        return ["wrk"], binary, note
+    return list(opts.generators), binary, note
