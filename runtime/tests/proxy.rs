@@ -318,6 +318,29 @@ fn websocket_upgrade_tunnels_bytes_both_ways() {
 }
 
 #[test]
+fn a_client_that_stops_reading_is_closed_at_the_write_timeout() {
+    // More than the loopback socket buffers hold, so the relay's writes to
+    // the client block once they are full.
+    let big = Arc::new(upstream::ok(&vec![b'x'; 32 << 20]));
+    let up = upstream::start(Arc::new(move |_: &UpRequest| Reply::Bytes(big.to_vec())));
+    let text = proxy_profile(&[up.addr], "", "").replacen(
+        "header_timeout_ms = 2000",
+        "header_timeout_ms = 2000\nwrite_timeout_ms = 300",
+        1,
+    );
+    let g = Gapura::start(&text);
+    let mut c = Client::connect(g.addr);
+    c.send(b"GET / HTTP/1.1\r\nHost: app.test\r\n\r\n");
+    // Never read: the write that cannot finish meets its deadline (the
+    // default is 30 s), and the connection closes.
+    let sample = "gapura_connections_closed_total{shard=\"0\"}";
+    assert_eq!(g.wait_metric(sample, 1, Duration::from_secs(10)), 1);
+    assert!(c.closed_within(Duration::from_secs(10)));
+    // The server serves on.
+    assert_eq!(get(&g, "/").status, 200);
+}
+
+#[test]
 fn upstream_failures_get_their_statuses() {
     let dead = upstream::dead_addr();
     let g = Gapura::start(&proxy_profile(&[dead], "fail_threshold = 0", ""));

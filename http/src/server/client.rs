@@ -1,7 +1,9 @@
 //! The client side of a connection, with one owner: its stream (plain TCP
-//! or TLS), its read and write buffers, the head's deadline and the bytes
-//! sent, and the operations on them (read under a deadline, flush under the
-//! write timeout, write a page, relay a buffer, close).
+//! or TLS), its read and write buffers, the head's deadline, the
+//! connection's deadline entry (`deadline`: every wait of the connection,
+//! its upstream exchange's too, runs under it) and the bytes sent, and the
+//! operations on them (read under a deadline, flush under the write
+//! timeout, write a page, relay a buffer, close).
 //!
 //! The read buffer starts small and grows only while a head is incomplete;
 //! unparsed bytes start at `pos`, so pipelined requests are parsed from an
@@ -9,6 +11,7 @@
 //! together.
 
 use super::conn::{End, ReadFail};
+use super::deadline::Deadline;
 use super::stats::ErrorKind;
 use crate::clock;
 use crate::transport::Transport;
@@ -50,11 +53,13 @@ pub(super) struct ClientIo<S> {
     pub(super) head_deadline: Option<Instant>,
     /// Cancels an idle read to park (`read_idle`); made on the first.
     canceller: Option<monoio::io::Canceller>,
+    /// The connection's one deadline: each wait sets it and clears it.
+    pub(super) deadline: Deadline,
 }
 
 impl<S: Transport> ClientIo<S> {
     /// `rbuf` may already hold bytes read from the socket.
-    pub(super) fn new(stream: S, rbuf: Vec<u8>, pos: usize) -> ClientIo<S> {
+    pub(super) fn new(stream: S, rbuf: Vec<u8>, pos: usize, deadline: Deadline) -> ClientIo<S> {
         ClientIo {
             stream,
             rbuf,
@@ -63,6 +68,7 @@ impl<S: Transport> ClientIo<S> {
             sent: 0,
             head_deadline: None,
             canceller: None,
+            deadline,
         }
     }
 
@@ -94,7 +100,7 @@ impl<S: Transport> ClientIo<S> {
                 .stream
                 .cancelable_read_spare(std::mem::take(&mut self.rbuf), handle);
             let mut read = std::pin::pin!(read);
-            match monoio::time::timeout_at(park_at, &mut read).await {
+            match self.deadline.within(park_at, &mut read).await {
                 Ok(done) => done,
                 Err(_) => {
                     // Cancelled, not dropped: a read the kernel completed
@@ -123,7 +129,7 @@ impl<S: Transport> ClientIo<S> {
         };
         shard.stats.parks.inc();
         let _parked = Unpark(&shard.stats.unparks);
-        match monoio::time::timeout_at(deadline, socket.readable(false)).await {
+        match self.deadline.within(deadline, socket.readable(false)).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => return Err(ReadFail::Io),
             Err(_) => return Err(ReadFail::Timeout),
@@ -136,7 +142,11 @@ impl<S: Transport> ClientIo<S> {
     /// buffer with it; the caller closes the connection then.
     pub(super) async fn read_more(&mut self, deadline: Instant) -> Result<usize, ReadFail> {
         let buf = std::mem::take(&mut self.rbuf);
-        match monoio::time::timeout_at(deadline, self.stream.read_spare(buf)).await {
+        match self
+            .deadline
+            .within(deadline, self.stream.read_spare(buf))
+            .await
+        {
             Ok((res, buf)) => {
                 self.rbuf = buf;
                 res.map_err(|_| ReadFail::Io)
@@ -158,7 +168,11 @@ impl<S: Transport> ClientIo<S> {
         let buf = std::mem::take(&mut self.wbuf);
         self.sent += buf.len() as u64;
         let deadline = clock::deadline(write_timeout_ms);
-        match monoio::time::timeout_at(deadline, self.stream.write_all_of(buf)).await {
+        match self
+            .deadline
+            .within(deadline, self.stream.write_all_of(buf))
+            .await
+        {
             Ok((Ok(()), mut buf)) => {
                 buf.clear();
                 self.wbuf = buf;
@@ -173,7 +187,11 @@ impl<S: Transport> ClientIo<S> {
     pub(super) async fn send(&mut self, buf: Vec<u8>, write_timeout_ms: u64) -> Option<Vec<u8>> {
         self.sent += buf.len() as u64;
         let deadline = clock::deadline(write_timeout_ms);
-        match monoio::time::timeout_at(deadline, self.stream.write_all_of(buf)).await {
+        match self
+            .deadline
+            .within(deadline, self.stream.write_all_of(buf))
+            .await
+        {
             Ok((Ok(()), buf)) => Some(buf),
             _ => None,
         }

@@ -313,7 +313,12 @@ async fn serve_stream<S: Transport>(
         reset: reset.clone(),
         _transport: std::marker::PhantomData,
     };
-    let io = ClientIo::new(pipe, Vec::with_capacity(READ_BUF_BYTES), 0);
+    let io = ClientIo::new(
+        pipe,
+        Vec::with_capacity(READ_BUF_BYTES),
+        0,
+        shard.deadlines.register(),
+    );
     let end = Conn::new(io, shard.clone(), client_peer, None, shared.bucket.clone())
         .serve_stream()
         .await;

@@ -16,6 +16,7 @@ mod body;
 mod client;
 pub mod conn;
 pub mod date;
+mod deadline;
 mod decided;
 mod forward;
 mod forwardauth;
@@ -124,6 +125,8 @@ pub struct Shard {
     spare_buffers: RefCell<Vec<Vec<u8>>>,
     /// Allocations of finished upstream exchanges, for the next ones.
     pub(crate) slots: Rc<slots::Slots>,
+    /// The connections' deadlines and the one timer that watches them.
+    pub(crate) deadlines: Rc<deadline::Deadlines>,
 }
 
 /// Most spare buffers a shard keeps for its connections.
@@ -213,6 +216,7 @@ impl Shard {
             tls: RefCell::new(None),
             spare_buffers: RefCell::new(Vec::new()),
             slots: Rc::default(),
+            deadlines: Rc::default(),
         }
     }
 

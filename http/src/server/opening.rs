@@ -36,7 +36,12 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
     let _ = stream.set_nodelay(true);
     shard.stats.connections_accepted.inc();
     shard.open.set(shard.open.get() + 1);
-    let io = ClientIo::new(stream, Vec::with_capacity(READ_BUF_BYTES), 0);
+    let io = ClientIo::new(
+        stream,
+        Vec::with_capacity(READ_BUF_BYTES),
+        0,
+        shard.deadlines.register(),
+    );
     // The opening steps in a call of their own: what they hold across
     // their waits is not kept in this task for the connection's life.
     let Some((mut io, client_peer, token, h2)) = open(io, &shard, peer, listener).await else {

@@ -135,6 +135,7 @@ pub(super) async fn handshake(
         stream,
         mut rbuf,
         pos,
+        deadline,
         ..
     } = io;
     rbuf.drain(..pos);
@@ -147,7 +148,12 @@ pub(super) async fn handshake(
             if s.resumed() {
                 stats.tls_resumed.inc();
             }
-            Some(ClientIo::new(s, Vec::with_capacity(READ_BUF_BYTES), 0))
+            Some(ClientIo::new(
+                s,
+                Vec::with_capacity(READ_BUF_BYTES),
+                0,
+                deadline,
+            ))
         }
         Err(fail) => {
             stats.tls_failure(fail);

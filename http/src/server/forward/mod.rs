@@ -376,16 +376,20 @@ impl<S: Transport> Conn<S> {
             });
         }
         let out = std::mem::take(&mut self.ubuf);
-        let (res, out) =
-            match monoio::time::timeout_at(clock::deadline(timeout_ms), up.write_all(out)).await {
-                Ok(r) => r,
-                Err(_) => {
-                    return Err(Attempt::Retry {
-                        status: ErrorStatus::GatewayTimeout,
-                        count_failure: true,
-                    })
-                }
-            };
+        let (res, out) = match self
+            .io
+            .deadline
+            .within(clock::deadline(timeout_ms), up.write_all(out))
+            .await
+        {
+            Ok(r) => r,
+            Err(_) => {
+                return Err(Attempt::Retry {
+                    status: ErrorStatus::GatewayTimeout,
+                    count_failure: true,
+                })
+            }
+        };
         self.ubuf = out;
         if res.is_err() {
             return Err(Attempt::Retry {
@@ -495,7 +499,10 @@ impl<S: Transport> Conn<S> {
                 return Some(Attempt::BadBody(status));
             }
             let out = std::mem::take(&mut self.ubuf);
-            match monoio::time::timeout_at(clock::deadline(write_timeout_ms), up.write_all(out))
+            match self
+                .io
+                .deadline
+                .within(clock::deadline(write_timeout_ms), up.write_all(out))
                 .await
             {
                 Ok((Ok(_), out)) => self.ubuf = out,

@@ -206,7 +206,10 @@ impl<S: Transport> Conn<S> {
     ) -> Result<usize, UpRead> {
         let buf = std::mem::take(&mut self.urbuf);
         let cap = buf.capacity();
-        match monoio::time::timeout_at(clock::deadline(timeout_ms), up.read(buf.slice_mut(0..cap)))
+        match self
+            .io
+            .deadline
+            .within(clock::deadline(timeout_ms), up.read(buf.slice_mut(0..cap)))
             .await
         {
             Ok((res, slice)) => {

@@ -196,32 +196,35 @@ impl<S: Transport> Conn<S> {
         let read = up.read(buf.slice_mut(len..cap));
         let mut read = std::pin::pin!(read);
         let quick = clock::deadline(WATCH_AFTER_MS);
-        let first = monoio::time::timeout_at(quick.min(deadline), &mut read).await;
+        let first = self
+            .io
+            .deadline
+            .within(quick.min(deadline), &mut read)
+            .await;
         let (res, slice) = match first {
             Ok(r) => r,
+            Err(_) if quick >= deadline => return Err(UpRead::Timeout),
             Err(_) => {
                 // An HTTP/2 stream has no socket of its own to watch.
                 let socket = self.io.stream.socket();
-                let mut watching = socket.is_some();
-                loop {
-                    if let (true, Some(socket)) = (watching, socket) {
+                let watch = async {
+                    if let Some(socket) = socket {
                         monoio::select! {
-                            r = &mut read => break r,
+                            r = &mut read => return Ok(r),
                             _ = socket.readable(false) => {
                                 if peer_closed(socket.as_raw_fd()) {
                                     return Err(UpRead::ClientGone);
                                 }
                                 // Pipelined bytes: stop watching, they wait in the socket.
-                                watching = false;
                             }
-                            _ = monoio::time::sleep_until(deadline) => return Err(UpRead::Timeout),
-                        }
-                    } else {
-                        match monoio::time::timeout_at(deadline, &mut read).await {
-                            Ok(r) => break r,
-                            Err(_) => return Err(UpRead::Timeout),
                         }
                     }
+                    Ok(read.await)
+                };
+                match self.io.deadline.within(deadline, watch).await {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(gone)) => return Err(gone),
+                    Err(_) => return Err(UpRead::Timeout),
                 }
             }
         };

@@ -1,0 +1,251 @@
+//! One deadline per connection, and one timer per shard.
+//!
+//! A connection's reads and writes (the client's, and its upstream
+//! exchange's) wait one at a time, so each connection needs one deadline,
+//! not a timer per operation. [`Deadline::within`] sets the connection's
+//! deadline (a write to its entry in the shard's table) and clears it when
+//! the wait ends; the operation itself is polled as it is. Nothing is put
+//! on the runtime's timer wheel per operation.
+//!
+//! A sweeper task per shard sleeps until the earliest deadline it knows of.
+//! When it wakes it walks the table: an entry whose deadline has passed is
+//! marked fired and its waiting task woken (its wait then ends with
+//! [`Elapsed`], dropping the operation, as a timeout would); the others
+//! give the next wake. A deadline set earlier than the sweeper's next wake
+//! moves the wake up. Under load deadlines move later with every request,
+//! so the sweeper wakes about once per shortest timeout and walks the
+//! table then: O(connections) per timeout period, not per request.
+//!
+//! Deadlines are never early: the sweeper compares them with the precise
+//! clock. They fire at most the runtime timer's millisecond after their
+//! time (plus a loop turn).
+
+use monoio::time::Instant;
+use std::cell::{Cell, RefCell};
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+/// A wait that ran past its connection's deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Elapsed;
+
+#[derive(Default)]
+struct Entry {
+    /// The deadline of the wait in progress; `None`: no wait.
+    at: Option<Instant>,
+    /// The deadline passed while waiting.
+    fired: bool,
+    /// The waiting task.
+    waker: Option<Waker>,
+}
+
+#[derive(Default)]
+struct Table {
+    entries: Vec<Entry>,
+    /// Indices of unused entries.
+    free: Vec<u32>,
+    live: u32,
+}
+
+/// A shard's deadlines: one entry per connection, and the sweeper's state.
+#[derive(Default)]
+pub(crate) struct Deadlines {
+    table: RefCell<Table>,
+    /// When the sweeper wakes next; `None`: only when a deadline is set.
+    next: Cell<Option<Instant>>,
+    /// The sweeper, to wake when a deadline comes before `next`.
+    sweeper: RefCell<Option<Waker>>,
+    /// A sweeper task is running (it ends when no entry is left).
+    running: Cell<bool>,
+    /// Walks of the table so far.
+    sweeps: Cell<u64>,
+}
+
+impl Deadlines {
+    /// A new connection's deadline; starts the sweeper when none runs.
+    pub(crate) fn register(self: &Rc<Self>) -> Deadline {
+        let index = {
+            let mut t = self.table.borrow_mut();
+            t.live += 1;
+            match t.free.pop() {
+                Some(i) => i,
+                None => {
+                    t.entries.push(Entry::default());
+                    (t.entries.len() - 1) as u32
+                }
+            }
+        };
+        if !self.running.get() {
+            self.running.set(true);
+            monoio::spawn(sweep(self.clone()));
+        }
+        Deadline {
+            shard: self.clone(),
+            index,
+        }
+    }
+
+    /// Connections registered now.
+    pub(crate) fn live(&self) -> u32 {
+        self.table.borrow().live
+    }
+
+    /// Walks of the table so far.
+    #[cfg(test)]
+    pub(crate) fn sweeps(&self) -> u64 {
+        self.sweeps.get()
+    }
+
+    fn nudge(&self, at: Instant) {
+        if self.next.get().is_none_or(|n| at < n) {
+            self.next.set(Some(at));
+            if let Some(w) = self.sweeper.borrow().as_ref() {
+                w.wake_by_ref();
+            }
+        }
+    }
+
+    /// Fires what has passed `now` and returns the earliest deadline left.
+    fn walk(&self, now: Instant) -> Option<Instant> {
+        self.sweeps.set(self.sweeps.get() + 1);
+        let mut next: Option<Instant> = None;
+        let mut woken = Vec::new();
+        {
+            let mut t = self.table.borrow_mut();
+            for e in t.entries.iter_mut() {
+                let Some(at) = e.at else { continue };
+                if at <= now {
+                    e.at = None;
+                    e.fired = true;
+                    if let Some(w) = e.waker.take() {
+                        woken.push(w);
+                    }
+                } else if next.is_none_or(|n| at < n) {
+                    next = Some(at);
+                }
+            }
+        }
+        // Woken outside the borrow: a waker may run code that sets a deadline.
+        for w in woken {
+            w.wake();
+        }
+        next
+    }
+}
+
+/// The sweeper: sleeps until the earliest deadline (or until one is set),
+/// then walks the table. Ends when no connection is registered.
+async fn sweep(shard: Rc<Deadlines>) {
+    let mut sleep = pin!(monoio::time::sleep_until(Instant::now()));
+    let mut sleeping_until: Option<Instant> = None;
+    loop {
+        poll_fn(|cx| {
+            if shard.live() == 0 {
+                return Poll::Ready(());
+            }
+            {
+                let mut w = shard.sweeper.borrow_mut();
+                if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *w = Some(cx.waker().clone());
+                }
+            }
+            let Some(at) = shard.next.get() else {
+                return Poll::Pending;
+            };
+            if sleeping_until != Some(at) {
+                sleep.as_mut().reset(at);
+                sleeping_until = Some(at);
+            }
+            sleep.as_mut().poll(cx)
+        })
+        .await;
+        if shard.live() == 0 {
+            shard.running.set(false);
+            shard.next.set(None);
+            shard.sweeper.borrow_mut().take();
+            return;
+        }
+        let next = shard.walk(Instant::now());
+        shard.next.set(next);
+    }
+}
+
+/// A connection's deadline: its entry in its shard's table, freed on drop.
+pub(crate) struct Deadline {
+    shard: Rc<Deadlines>,
+    index: u32,
+}
+
+impl Deadline {
+    /// Runs `fut` to its end, or until `at` passes: then `Elapsed`, and
+    /// `fut` is dropped. One wait at a time per connection.
+    pub(crate) async fn within<F: Future>(
+        &self,
+        at: Instant,
+        fut: F,
+    ) -> Result<F::Output, Elapsed> {
+        self.arm(at);
+        let _clear = Clear(self);
+        let mut fut = pin!(fut);
+        poll_fn(|cx| {
+            if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+                return Poll::Ready(Ok(v));
+            }
+            let mut t = self.shard.table.borrow_mut();
+            let e = &mut t.entries[self.index as usize];
+            if e.fired {
+                return Poll::Ready(Err(Elapsed));
+            }
+            if !e.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                e.waker = Some(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    fn arm(&self, at: Instant) {
+        {
+            let mut t = self.shard.table.borrow_mut();
+            let e = &mut t.entries[self.index as usize];
+            e.at = Some(at);
+            e.fired = false;
+        }
+        self.shard.nudge(at);
+    }
+}
+
+/// Clears the deadline when a wait ends (or is dropped).
+struct Clear<'a>(&'a Deadline);
+
+impl Drop for Clear<'_> {
+    fn drop(&mut self) {
+        let mut t = self.0.shard.table.borrow_mut();
+        let e = &mut t.entries[self.0.index as usize];
+        e.at = None;
+        e.fired = false;
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        let last = {
+            let mut t = self.shard.table.borrow_mut();
+            t.entries[self.index as usize] = Entry::default();
+            t.free.push(self.index);
+            t.live -= 1;
+            t.live == 0
+        };
+        if last {
+            // Lets the sweeper end.
+            if let Some(w) = self.shard.sweeper.borrow().as_ref() {
+                w.wake_by_ref();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

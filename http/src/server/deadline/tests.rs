@@ -1,0 +1,178 @@
+use super::*;
+use crate::driver::{block_on, Driver};
+use std::time::Duration;
+
+/// Runs `f` on a fresh runtime of each driver.
+fn on_both<F, Fut>(f: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    for driver in [Driver::Auto, Driver::Epoll] {
+        block_on(driver, 64, |_| f()).unwrap();
+    }
+}
+
+fn after(ms: u64) -> Instant {
+    Instant::now() + Duration::from_millis(ms)
+}
+
+#[test]
+fn a_wait_that_ends_in_time_gives_its_output_and_sets_nothing_off() {
+    on_both(|| async {
+        let shard = Rc::new(Deadlines::default());
+        let d = shard.register();
+        for i in 0..1000u32 {
+            assert_eq!(d.within(after(50), async { i }).await, Ok(i));
+        }
+        // An operation that waits once, then completes.
+        let (tx, rx) = local_channel();
+        monoio::spawn(async move {
+            monoio::time::sleep(Duration::from_millis(5)).await;
+            tx.set(7);
+        });
+        assert_eq!(d.within(after(10_000), rx).await, Ok(7));
+        // Nothing was due: the sweeper never walked the table.
+        assert_eq!(shard.sweeps(), 0);
+        drop(d);
+    });
+}
+
+#[test]
+fn a_wait_past_its_deadline_ends_elapsed_never_early() {
+    on_both(|| async {
+        let shard = Rc::new(Deadlines::default());
+        let d = shard.register();
+        let at = after(30);
+        let r = d.within(at, std::future::pending::<()>()).await;
+        assert_eq!(r, Err(Elapsed));
+        assert!(Instant::now() >= at);
+        // The entry is clear again: the next wait runs normally.
+        assert_eq!(d.within(after(30), async { 1 }).await, Ok(1));
+    });
+}
+
+#[test]
+fn deadlines_of_many_connections_fire_each_at_its_own_time() {
+    on_both(|| async {
+        let shard = Rc::new(Deadlines::default());
+        let fired = Rc::new(RefCell::new(Vec::new()));
+        let mut tasks = Vec::new();
+        // Set in an order unlike their deadlines.
+        for (i, ms) in [(0usize, 60u64), (1, 20), (2, 40), (3, 10_000)] {
+            let d = shard.register();
+            let fired = fired.clone();
+            let at = after(ms);
+            tasks.push(monoio::spawn(async move {
+                let r = d.within(at, std::future::pending::<()>()).await;
+                assert!(Instant::now() >= at);
+                fired.borrow_mut().push((i, r));
+            }));
+        }
+        let mut tasks = tasks.into_iter();
+        for t in tasks.by_ref().take(3) {
+            t.await;
+        }
+        // Each fired, earliest first; the 10 s one is still waiting.
+        let got = fired.borrow().clone();
+        assert_eq!(got.len(), 3);
+        let mut order: Vec<usize> = got.iter().map(|x| x.0).collect();
+        order.sort();
+        assert_eq!(order, vec![0, 1, 2]);
+        assert!(got.iter().all(|x| x.1 == Err(Elapsed)));
+        assert_eq!(shard.live(), 1);
+    });
+}
+
+#[test]
+fn an_earlier_deadline_moves_the_sweepers_wake_up() {
+    on_both(|| async {
+        let shard = Rc::new(Deadlines::default());
+        let late = shard.register();
+        let far = monoio::spawn(async move {
+            let _ = late
+                .within(after(60_000), std::future::pending::<()>())
+                .await;
+        });
+        // Let the sweeper sleep toward the far deadline first.
+        monoio::time::sleep(Duration::from_millis(5)).await;
+        let d = shard.register();
+        let started = Instant::now();
+        assert_eq!(
+            d.within(after(20), std::future::pending::<()>()).await,
+            Err(Elapsed)
+        );
+        // Woken for the 20 ms deadline, not the 60 s one.
+        assert!(started.elapsed() < Duration::from_secs(30));
+        drop(far);
+    });
+}
+
+#[test]
+fn a_dropped_wait_clears_its_deadline_and_the_sweeper_ends_with_the_last_connection() {
+    on_both(|| async {
+        let shard = Rc::new(Deadlines::default());
+        let d = shard.register();
+        {
+            let wait = d.within(after(10), std::future::pending::<()>());
+            let mut wait = std::pin::pin!(wait);
+            // Polled once (pending), then dropped before its deadline.
+            let polled = std::future::poll_fn(|cx| Poll::Ready(wait.as_mut().poll(cx))).await;
+            assert!(polled.is_pending());
+        }
+        monoio::time::sleep(Duration::from_millis(30)).await;
+        // Its deadline passed with nothing waiting: nothing fired.
+        {
+            let t = shard.table.borrow();
+            // (The waker is kept for the next wait: cloned once per connection.)
+            assert!(t.entries.iter().all(|e| e.at.is_none() && !e.fired));
+        }
+        assert!(shard.running.get());
+        drop(d);
+        assert_eq!(shard.live(), 0);
+        monoio::time::sleep(Duration::from_millis(5)).await;
+        assert!(!shard.running.get());
+        // A new connection starts it again, on a reused entry.
+        let d = shard.register();
+        assert!(shard.running.get());
+        assert_eq!(shard.table.borrow().entries.len(), 1);
+        assert_eq!(
+            d.within(after(10), std::future::pending::<()>()).await,
+            Err(Elapsed)
+        );
+    });
+}
+
+/// A one-value channel between tasks of one thread.
+fn local_channel() -> (Sender, Receiver) {
+    let cell = Rc::new((Cell::new(None), RefCell::new(None::<Waker>)));
+    (Sender(cell.clone()), Receiver(cell))
+}
+
+type Shared = Rc<(Cell<Option<u32>>, RefCell<Option<Waker>>)>;
+
+struct Sender(Shared);
+
+impl Sender {
+    fn set(&self, v: u32) {
+        self.0 .0.set(Some(v));
+        if let Some(w) = self.0 .1.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+struct Receiver(Shared);
+
+impl Future for Receiver {
+    type Output = u32;
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<u32> {
+        match self.0 .0.get() {
+            Some(v) => Poll::Ready(v),
+            None => {
+                *self.0 .1.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
