@@ -85,6 +85,37 @@ fn deadlines_of_many_connections_fire_each_at_its_own_time() {
 }
 
 #[test]
+fn walks_are_spaced_however_the_deadlines_spread() {
+    on_both(|| async {
+        let shard = Rc::new(Deadlines::default());
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        // 200 deadlines 0.1 ms apart: at most one walk per GAP.
+        for i in 0..200u64 {
+            let d = shard.register();
+            let at = start + Duration::from_millis(10) + Duration::from_micros(100 * i);
+            tasks.push(monoio::spawn(async move {
+                assert_eq!(
+                    d.within(at, std::future::pending::<()>()).await,
+                    Err(Elapsed)
+                );
+                assert!(Instant::now() >= at);
+            }));
+        }
+        for t in tasks {
+            t.await;
+        }
+        let span = start.elapsed();
+        let most = span.as_micros() / GAP.as_micros() + 2;
+        assert!(
+            shard.sweeps() as u128 <= most,
+            "{} walks in {span:?}",
+            shard.sweeps()
+        );
+    });
+}
+
+#[test]
 fn an_earlier_deadline_moves_the_sweepers_wake_up() {
     on_both(|| async {
         let shard = Rc::new(Deadlines::default());
