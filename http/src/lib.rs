@@ -23,10 +23,14 @@
 //! - `driver`: the one runtime builder (io_uring with the design's ring
 //!   flags, the explicit epoll fallback), for the server's and the load
 //!   tester's shards.
+//! - `ring`: the parts of a directly driven io_uring (the provided-buffer
+//!   ring of multishot receives, the single-thread ring flags) shared by
+//!   the load tester's engine and the floor proxy of `bench/`.
 
 pub mod clock;
 pub mod codec;
 pub mod driver;
+pub mod ring;
 pub mod server;
 pub mod transport;
 pub mod upstream;

@@ -25,6 +25,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use gapura_http::ring::BufRing;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::response::ResponseParser;
@@ -47,107 +48,6 @@ fn ud(op: u64, conn: usize, gen: u32) -> u64 {
 
 fn ud_split(u: u64) -> (u64, usize, u32) {
     (u & 3, (u >> 32) as usize, ((u >> 2) & 0x3fff_ffff) as u32)
-}
-
-/// A provided-buffer ring (IORING_REGISTER_PBUF_RING): `count` buffers of
-/// `BUF_BYTES`, the ring of descriptors in its own page-aligned mapping.
-struct BufRing {
-    ring: *mut u8,
-    ring_bytes: usize,
-    bufs: Vec<u8>,
-    mask: u16,
-    tail: u16,
-}
-
-#[repr(C)]
-struct BufReg {
-    ring_addr: u64,
-    ring_entries: u32,
-    bgid: u16,
-    flags: u16,
-    resv: [u64; 3],
-}
-
-impl BufRing {
-    fn new(ring_fd: i32, count: u16) -> io::Result<BufRing> {
-        let ring_bytes = (count as usize * 16).max(4096);
-        // SAFETY: anonymous private mapping, checked below.
-        let ring = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ring_bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ring == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let mut br = BufRing {
-            ring: ring as *mut u8,
-            ring_bytes,
-            bufs: vec![0u8; count as usize * BUF_BYTES],
-            mask: count - 1,
-            tail: 0,
-        };
-        let reg = BufReg {
-            ring_addr: ring as u64,
-            ring_entries: count as u32,
-            bgid: BGID,
-            flags: 0,
-            resv: [0; 3],
-        };
-        // SAFETY: registers our mapping with the ring; `reg` is valid for the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_io_uring_register,
-                ring_fd,
-                22, /* IORING_REGISTER_PBUF_RING */
-                &reg,
-                1,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        for bid in 0..count {
-            br.push(bid);
-        }
-        br.publish();
-        Ok(br)
-    }
-
-    /// Queues buffer `bid` for the kernel (visible after `publish`).
-    fn push(&mut self, bid: u16) {
-        let idx = (self.tail & self.mask) as usize;
-        // SAFETY: idx < count; each entry is 16 bytes: addr u64, len u32, bid u16, resv u16.
-        unsafe {
-            let e = self.ring.add(idx * 16);
-            (e as *mut u64).write(self.bufs.as_ptr().add(bid as usize * BUF_BYTES) as u64);
-            (e.add(8) as *mut u32).write(BUF_BYTES as u32);
-            (e.add(12) as *mut u16).write(bid);
-        }
-        self.tail = self.tail.wrapping_add(1);
-    }
-
-    fn publish(&self) {
-        // SAFETY: the ring tail is the u16 at offset 14 of the first entry.
-        let tail = unsafe { &*(self.ring.add(14) as *const std::sync::atomic::AtomicU16) };
-        tail.store(self.tail, std::sync::atomic::Ordering::Release);
-    }
-
-    fn buf(&self, bid: u16, len: usize) -> &[u8] {
-        &self.bufs[bid as usize * BUF_BYTES..bid as usize * BUF_BYTES + len]
-    }
-}
-
-impl Drop for BufRing {
-    fn drop(&mut self) {
-        // SAFETY: unmaps our own mapping (the ring that used it is closed first).
-        unsafe { libc::munmap(self.ring as *mut libc::c_void, self.ring_bytes) };
-    }
 }
 
 struct Conn {
@@ -201,18 +101,14 @@ pub fn run_shard(ctx: &ShardCtx) -> Result<ShardStats, String> {
     }
     let count = (n * 4).next_power_of_two().clamp(64, 4096) as u16;
     let entries = ((n * 2 + 8).next_power_of_two()).clamp(256, 32768) as u32;
-    let mut ring: IoUring = IoUring::builder()
-        .setup_single_issuer()
-        .setup_defer_taskrun()
-        .setup_cqsize(entries * 4)
-        .build(entries)
+    let mut ring: IoUring = gapura_http::ring::single_thread_ring(entries, entries * 4)
         .map_err(|e| format!("ring setup: {e}"))?;
     ring.submitter()
         .register_files_sparse(n as u32)
         .map_err(|e| format!("registered files: {e}"))?;
     // Dropped explicitly after the ring at the end: the kernel writes into these buffers.
-    let mut bufring =
-        BufRing::new(ring.as_raw_fd(), count).map_err(|e| format!("provided buffer ring: {e}"))?;
+    let mut bufring = BufRing::new(ring.as_raw_fd(), BGID, count, BUF_BYTES)
+        .map_err(|e| format!("provided buffer ring: {e}"))?;
     // The first connection proves the target is reachable before committing to this engine.
     let first = connect_blocking(ctx.addr, ctx.source(ctx.conns.start), ctx.cfg.timeout)
         .map_err(|e| format!("connect: {e}"))?;
