@@ -221,7 +221,7 @@ def report_header(b, command_line, nofile, note):
                 "on the same connections, the server's CPU read when the measured window opens; "
                 "wrk: a separate run of the same command, discarded)")
     out.append(f"- Layout: server under test pinned to core {opts.server_core} with one worker "
-               "(nginx `worker_processes 1`, HAProxy `nbthread 1`, Gapura `shards = 1`); the "
+               "(nginx `worker_processes 1`, HAProxy `nbthread 1`, Gapura `shards = 1`, the floors one thread); the "
                f"load generator pinned to core {opts.load_core}; {warm}, then {opts.duration} s "
                f"measured per run; `ulimit -n` {nofile}")
     if any_proxy_scenario(opts):

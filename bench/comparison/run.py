@@ -15,7 +15,7 @@ from .procs import Processes, is_running, raise_nofile
 from .report import emit, report_header, scenario_table
 from .scenarios import SCENARIOS, Options, needs_nginx, runs_of
 from .servers import check_answer, start_server
-from .tools import ensure_tools, find_gapura, find_generators
+from .tools import ensure_tools, find_floor, find_gapura, find_generators
 
 
 @dataclasses.dataclass
@@ -25,6 +25,7 @@ class Bench:
     generators: list  # the passes, in order
     generator: str  # the pass running now
     gapura_bin: str
+    floor_bin: str
     loadtest_bin: str
     work: str  # private temp dir: configs, pid files, server logs
     log_file: str  # raw log beside the report
@@ -190,6 +191,7 @@ def compare(opts, command_line, procs, work):
         tools.append("haproxy")
     ensure_tools(tools)
     gapura_bin = find_gapura(opts)
+    floor_bin = find_floor(opts)
     generators, loadtest_bin, note = find_generators(opts)
     if "wrk" in generators:
         ensure_tools(["wrk"])
@@ -203,7 +205,8 @@ def compare(opts, command_line, procs, work):
     report = os.path.join(opts.results_dir, f"compare-{stamp}.md")
     log_file = os.path.join(opts.results_dir, f"compare-{stamp}.log")
     open(log_file, "w").close()
-    b = Bench(opts, generators, generators[0], gapura_bin, loadtest_bin, work, log_file, procs,
+    b = Bench(opts, generators, generators[0], gapura_bin, floor_bin, loadtest_bin, work,
+              log_file, procs,
               Ports(opts.port_base), count_events, counts_note)
 
     emit(report_header(b, command_line, nofile, note), report, "w")

@@ -47,6 +47,11 @@ def start_server(b, name, kind, directory, core, port, admin, upstream):
         render(os.path.join(PEERS, f"nginx-{kind}.conf.in"), conf, values)
         cmd = [*pin, "nginx", "-p", directory + "/", "-c", conf,
                "-e", os.path.join(directory, "error.log")]
+    elif name.startswith("floor-"):
+        # The floor: the essential work only (bench/src/bin/floor-proxy.rs).
+        engine = name[len("floor-"):]
+        mode = ["--upstream", str(upstream)] if kind == "proxy" else ["--respond"]
+        cmd = [*pin, b.floor_bin, "--listen", str(port), "--engine", engine, *mode]
     elif name == "haproxy":
         conf = os.path.join(directory, "haproxy.cfg")
         render(os.path.join(PEERS, f"haproxy-{kind}.cfg.in"), conf, values)

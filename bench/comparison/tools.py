@@ -35,8 +35,8 @@ def target_dir():
     return os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
 
 
-def cargo_build(package):
-    cmd = ["cargo", "build", "--release", "-p", package]
+def cargo_build(package, *extra):
+    cmd = ["cargo", "build", "--release", "-p", package, *extra]
     say("building: " + " ".join(cmd))
     try:
         return subprocess.run(cmd, cwd=ROOT).returncode
@@ -61,6 +61,25 @@ def find_gapura(opts):
     if not executable(binary):
         die(f"no Gapura binary at {binary} (build it, set GAPURA_BIN, "
             "or leave gapura out of --servers)")
+    return binary
+
+
+def find_floor(opts):
+    """The floor proxy's binary (bench/src/bin/floor-proxy.rs; built first
+    unless FLOOR_BIN or --no-build), or None when no floor is among the
+    servers. A failed build ends the program with cargo's exit status."""
+    if not any(s.startswith("floor-") for s in opts.servers):
+        return None
+    binary = os.environ.get("FLOOR_BIN", "")
+    if not binary:
+        if opts.build:
+            rc = cargo_build("gapura-bench", "--bin", "floor-proxy")
+            if rc != 0:
+                sys.exit(rc)
+        binary = os.path.join(target_dir(), "release", "floor-proxy")
+    if not executable(binary):
+        die(f"no floor proxy at {binary} (build it with `cargo build --release -p gapura-bench "
+            "--bin floor-proxy`, set FLOOR_BIN, or leave the floors out of --servers)")
     return binary
 
 
