@@ -22,6 +22,8 @@ from /proc) is read before and after each load:
   proxy-c64      wrk, 64 keep-alive HTTPS connections, each request
                  forwarded to an upstream nginx on the load core (both
                  servers keep a pool of upstream connections)
+  http-proxy-c64 the same proxying over 64 plaintext connections: the floor
+                 of proxy-c64 in the same run
 
 The loads run pinned to the load core. Both servers negotiate TLS 1.3 with
 TLS_AES_256_GCM_SHA384 with these clients (OpenSSL's order; both servers
@@ -45,7 +47,8 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICKS = os.sysconf("SC_CLK_TCK")
 SERVERS = ("gapura", "nginx")
-SCENARIOS = ("http-c64", "https-c64", "handshake-new", "resumed-c16", "h2-m10", "proxy-c64")
+SCENARIOS = ("http-c64", "https-c64", "handshake-new", "resumed-c16", "h2-m10", "proxy-c64",
+             "http-proxy-c64")
 
 
 def say(msg):
@@ -229,7 +232,7 @@ def wrk(port, conns, secs, core, close, proxy=False, plain=False):
     if proxy:
         cmd += ["-H", "Host: proxy.test"]
     if plain:
-        cmd.append(f"http://127.0.0.1:{port + 1}/")
+        cmd.append(f"http://127.0.0.1:{port + 1}/p" if proxy else f"http://127.0.0.1:{port + 1}/")
     else:
         cmd.append(f"https://127.0.0.1:{port}/p" if proxy else f"https://127.0.0.1:{port}/")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30).stdout
@@ -292,6 +295,8 @@ def run_server(name, args, work, cert, key, upstream):
                 n = wrk(port, 16, args.duration, args.load_core, True)
             elif sc == "h2-m10":
                 n = h2load(port, args.duration, args.load_core)
+            elif sc == "http-proxy-c64":
+                n = wrk(port, 64, args.duration, args.load_core, False, proxy=True, plain=True)
             else:
                 n = wrk(port, 64, args.duration, args.load_core, False, proxy=True)
             if admin:
