@@ -45,42 +45,42 @@ def cargo_build(package, *extra):
         return 127
 
 
-def find_gapura(opts):
-    """The Gapura binary (built first unless GAPURA_BIN or --no-build), or
-    None when gapura is not among the servers. A failed build ends the
-    program with cargo's exit status."""
-    if "gapura" not in opts.servers:
-        return None
-    binary = os.environ.get("GAPURA_BIN", "")
+def release_binary(opts, env, build, name, missing):
+    """The release binary NAME: $ENV when set, else built first with
+    cargo_build(*BUILD) unless --no-build. A failed build ends the program
+    with cargo's exit status; no executable ends it with MISSING."""
+    binary = os.environ.get(env, "")
     if not binary:
         if opts.build:
-            rc = cargo_build("gapura")
+            rc = cargo_build(*build)
             if rc != 0:
                 sys.exit(rc)
-        binary = os.path.join(target_dir(), "release", "gapura")
+        binary = os.path.join(target_dir(), "release", name)
     if not executable(binary):
-        die(f"no Gapura binary at {binary} (build it, set GAPURA_BIN, "
-            "or leave gapura out of --servers)")
+        die(f"no {missing[0]} at {binary} ({missing[1]})")
     return binary
+
+
+def find_gapura(opts):
+    """The Gapura binary (built first unless GAPURA_BIN or --no-build), or
+    None when gapura is not among the servers."""
+    if "gapura" not in opts.servers:
+        return None
+    return release_binary(opts, "GAPURA_BIN", ["gapura"], "gapura", (
+        "Gapura binary", "build it, set GAPURA_BIN, or leave gapura out of --servers"))
 
 
 def find_floor(opts):
     """The floor proxy's binary (bench/src/bin/floor-proxy.rs; built first
     unless FLOOR_BIN or --no-build), or None when no floor is among the
-    servers. A failed build ends the program with cargo's exit status."""
+    servers."""
     if not any(s.startswith("floor-") for s in opts.servers):
         return None
-    binary = os.environ.get("FLOOR_BIN", "")
-    if not binary:
-        if opts.build:
-            rc = cargo_build("gapura-bench", "--bin", "floor-proxy")
-            if rc != 0:
-                sys.exit(rc)
-        binary = os.path.join(target_dir(), "release", "floor-proxy")
-    if not executable(binary):
-        die(f"no floor proxy at {binary} (build it with `cargo build --release -p gapura-bench "
-            "--bin floor-proxy`, set FLOOR_BIN, or leave the floors out of --servers)")
-    return binary
+    return release_binary(opts, "FLOOR_BIN", ["gapura-bench", "--bin", "floor-proxy"],
+                          "floor-proxy", (
+                              "floor proxy", "build it with `cargo build --release -p "
+                              "gapura-bench --bin floor-proxy`, set FLOOR_BIN, or leave the "
+                              "floors out of --servers"))
 
 
 def find_generators(opts):

@@ -62,6 +62,20 @@ fn args() -> Args {
     a
 }
 
+/// Copies header fields but the hop-by-hop ones (`Connection`,
+/// `Keep-Alive`) to `out`, one `Name: value` line each.
+fn copy_fields(fields: &[httparse::Header<'_>], out: &mut Vec<u8>) {
+    for h in fields {
+        if h.name.eq_ignore_ascii_case("connection") || h.name.eq_ignore_ascii_case("keep-alive") {
+            continue;
+        }
+        out.extend_from_slice(h.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 /// Parses one request head at the front of `buf` and appends it,
 /// rewritten for the upstream (hop-by-hop fields dropped, the client's
 /// address added), to `out`; or, with no upstream, appends the fixed
@@ -82,15 +96,7 @@ fn request(buf: &[u8], out: &mut Vec<u8>, upstream: bool) -> Result<usize, ()> {
     out.push(b' ');
     out.extend_from_slice(req.path.unwrap_or("/").as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for h in req.headers.iter() {
-        if h.name.eq_ignore_ascii_case("connection") || h.name.eq_ignore_ascii_case("keep-alive") {
-            continue;
-        }
-        out.extend_from_slice(h.name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(h.value);
-        out.extend_from_slice(b"\r\n");
-    }
+    copy_fields(req.headers, out);
     out.extend_from_slice(b"X-Forwarded-For: 127.0.0.1\r\n\r\n");
     Ok(n)
 }
@@ -122,15 +128,7 @@ fn response(buf: &[u8], out: &mut Vec<u8>) -> Result<usize, ()> {
     out.extend_from_slice(format!("HTTP/1.1 {code} ").as_bytes());
     out.extend_from_slice(resp.reason.unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
-    for h in resp.headers.iter() {
-        if h.name.eq_ignore_ascii_case("connection") || h.name.eq_ignore_ascii_case("keep-alive") {
-            continue;
-        }
-        out.extend_from_slice(h.name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(h.value);
-        out.extend_from_slice(b"\r\n");
-    }
+    copy_fields(resp.headers, out);
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&buf[n..n + len]);
     Ok(n + len)
