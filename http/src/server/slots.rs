@@ -1,6 +1,6 @@
 //! Reused allocations for the state of an upstream exchange.
 //!
-//! An exchange's future is large (about 3 KiB) and lives only while a
+//! An exchange's future is large (about 2.4 KiB) and lives only while a
 //! request is forwarded; kept inline, it would sit in every connection's
 //! task, idle ones too. On the heap, a fresh allocation per request costs
 //! the allocator's slow path (the size is past its per-thread caches).
