@@ -28,7 +28,7 @@ use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::rc::Rc;
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 /// The least time between two walks of a shard's table.
@@ -194,29 +194,13 @@ pub(crate) struct Deadline {
 impl Deadline {
     /// Runs `fut` to its end, or until `at` passes: then `Elapsed`, and
     /// `fut` is dropped. One wait at a time per connection.
-    pub(crate) async fn within<F: Future>(
-        &self,
-        at: Instant,
-        fut: F,
-    ) -> Result<F::Output, Elapsed> {
-        self.arm(at);
-        let _clear = Clear(self);
-        let mut fut = pin!(fut);
-        poll_fn(|cx| {
-            if let Poll::Ready(v) = fut.as_mut().poll(cx) {
-                return Poll::Ready(Ok(v));
-            }
-            let mut t = self.shard.table.borrow_mut();
-            let e = &mut t.entries[self.index as usize];
-            if e.fired {
-                return Poll::Ready(Err(Elapsed));
-            }
-            if !e.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                e.waker = Some(cx.waker().clone());
-            }
-            Poll::Pending
-        })
-        .await
+    pub(crate) fn within<F: Future>(&self, at: Instant, fut: F) -> Within<'_, F> {
+        Within {
+            deadline: self,
+            at,
+            armed: false,
+            fut,
+        }
     }
 
     fn arm(&self, at: Instant) {
@@ -228,17 +212,66 @@ impl Deadline {
         }
         self.shard.nudge(at);
     }
-}
 
-/// Clears the deadline when a wait ends (or is dropped).
-struct Clear<'a>(&'a Deadline);
-
-impl Drop for Clear<'_> {
-    fn drop(&mut self) {
-        let mut t = self.0.shard.table.borrow_mut();
-        let e = &mut t.entries[self.0.index as usize];
+    fn clear(&self) {
+        let mut t = self.shard.table.borrow_mut();
+        let e = &mut t.entries[self.index as usize];
         e.at = None;
         e.fired = false;
+    }
+}
+
+/// [`Deadline::within`]'s wait: sets the deadline when first polled and
+/// clears it when it ends or is dropped. The operation is polled in place
+/// (a future of its own rather than an `async fn`, so it is not moved
+/// once more into a wrapper's state).
+pub(crate) struct Within<'a, F> {
+    deadline: &'a Deadline,
+    at: Instant,
+    armed: bool,
+    fut: F,
+}
+
+impl<F: Future> Future for Within<'_, F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: `fut` is structurally pinned: it is never moved out of
+        // `self` (not by `Drop` either); the other fields are plain data.
+        let this = unsafe { self.get_unchecked_mut() };
+        if !this.armed {
+            this.deadline.arm(this.at);
+            this.armed = true;
+        }
+        // SAFETY: as above.
+        let fut = unsafe { std::pin::Pin::new_unchecked(&mut this.fut) };
+        if let Poll::Ready(v) = fut.poll(cx) {
+            this.armed = false;
+            this.deadline.clear();
+            return Poll::Ready(Ok(v));
+        }
+        let fired = {
+            let mut t = this.deadline.shard.table.borrow_mut();
+            let e = &mut t.entries[this.deadline.index as usize];
+            if !e.fired && !e.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                e.waker = Some(cx.waker().clone());
+            }
+            e.fired
+        };
+        if fired {
+            this.armed = false;
+            this.deadline.clear();
+            return Poll::Ready(Err(Elapsed));
+        }
+        Poll::Pending
+    }
+}
+
+impl<F> Drop for Within<'_, F> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.deadline.clear();
+        }
     }
 }
 
