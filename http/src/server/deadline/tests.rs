@@ -2,19 +2,49 @@ use super::*;
 use crate::driver::{block_on, Driver};
 use std::time::Duration;
 
-/// Runs `f` on a fresh runtime of each driver.
+/// Runs `f` as a task (so that its yields let the sweeper run) on a fresh
+/// runtime of each driver.
 fn on_both<F, Fut>(f: F)
 where
     F: Fn() -> Fut,
-    Fut: Future<Output = ()>,
+    Fut: Future<Output = ()> + 'static,
 {
     for driver in [Driver::Auto, Driver::Epoll] {
-        block_on(driver, 64, |_| f()).unwrap();
+        let body = f();
+        block_on(driver, 64, |_| async move { monoio::spawn(body).await }).unwrap();
     }
 }
 
 fn after(ms: u64) -> Instant {
     Instant::now() + Duration::from_millis(ms)
+}
+
+/// Lets the tasks queued now run once: a task woken while it runs goes
+/// back to the front of monoio's queue, so the wake comes from a task
+/// spawned behind them.
+async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        let waker = cx.waker().clone();
+        monoio::spawn(async move { waker.wake() });
+        Poll::Pending
+    })
+    .await
+}
+
+/// Yields until `done` holds, at most 10,000 times.
+async fn until(mut done: impl FnMut() -> bool) {
+    for _ in 0..10_000 {
+        if done() {
+            return;
+        }
+        yield_once().await;
+    }
+    panic!("the condition never held");
 }
 
 #[test]
@@ -27,10 +57,8 @@ fn a_wait_that_ends_in_time_gives_its_output_and_sets_nothing_off() {
         }
         // An operation that waits once, then completes.
         let (tx, rx) = local_channel();
-        monoio::spawn(async move {
-            monoio::time::sleep(Duration::from_millis(5)).await;
-            tx.set(7);
-        });
+        // It runs once this task waits: the operation is pending first.
+        monoio::spawn(async move { tx.set(7) });
         assert_eq!(d.within(after(10_000), rx).await, Ok(7));
         // Nothing was due: the sweeper never walked the table.
         assert_eq!(shard.sweeps(), 0);
@@ -125,8 +153,8 @@ fn an_earlier_deadline_moves_the_sweepers_wake_up() {
                 .within(after(60_000), std::future::pending::<()>())
                 .await;
         });
-        // Let the sweeper sleep toward the far deadline first.
-        monoio::time::sleep(Duration::from_millis(5)).await;
+        // The sweeper waits toward the far deadline first.
+        until(|| shard.next.get().is_some() && shard.sweeper.borrow().is_some()).await;
         let d = shard.register();
         let started = Instant::now();
         assert_eq!(
@@ -151,8 +179,14 @@ fn a_dropped_wait_clears_its_deadline_and_the_sweeper_ends_with_the_last_connect
             let polled = std::future::poll_fn(|cx| Poll::Ready(wait.as_mut().poll(cx))).await;
             assert!(polled.is_pending());
         }
-        monoio::time::sleep(Duration::from_millis(30)).await;
-        // Its deadline passed with nothing waiting: nothing fired.
+        // A later deadline of another connection fires: the sweeper has
+        // walked past the dropped wait's deadline with nothing waiting.
+        let other = shard.register();
+        assert_eq!(
+            other.within(after(30), std::future::pending::<()>()).await,
+            Err(Elapsed)
+        );
+        drop(other);
         {
             let t = shard.table.borrow();
             // (The waker is kept for the next wait: cloned once per connection.)
@@ -161,12 +195,12 @@ fn a_dropped_wait_clears_its_deadline_and_the_sweeper_ends_with_the_last_connect
         assert!(shard.running.get());
         drop(d);
         assert_eq!(shard.live(), 0);
-        monoio::time::sleep(Duration::from_millis(5)).await;
-        assert!(!shard.running.get());
-        // A new connection starts it again, on a reused entry.
+        until(|| !shard.running.get()).await;
+        // A new connection starts it again, on a reused entry (the table
+        // has had two).
         let d = shard.register();
         assert!(shard.running.get());
-        assert_eq!(shard.table.borrow().entries.len(), 1);
+        assert_eq!(shard.table.borrow().entries.len(), 2);
         assert_eq!(
             d.within(after(10), std::future::pending::<()>()).await,
             Err(Elapsed)
