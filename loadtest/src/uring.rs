@@ -99,48 +99,9 @@ pub fn run_shard(ctx: &ShardCtx) -> Result<ShardStats, String> {
         s.driver = "io_uring";
         return Ok(s);
     }
-    let count = (n * 4).next_power_of_two().clamp(64, 4096) as u16;
     let entries = ((n * 2 + 8).next_power_of_two()).clamp(256, 32768) as u32;
-    let mut ring: IoUring = gapura_http::ring::single_thread_ring(entries, entries * 4)
-        .map_err(|e| format!("ring setup: {e}"))?;
-    ring.submitter()
-        .register_files_sparse(n as u32)
-        .map_err(|e| format!("registered files: {e}"))?;
-    // Dropped explicitly after the ring at the end: the kernel writes into these buffers.
-    let mut bufring = BufRing::new(ring.as_raw_fd(), BGID, count, BUF_BYTES)
-        .map_err(|e| format!("provided buffer ring: {e}"))?;
-    // The first connection proves the target is reachable before committing to this engine.
-    let first = connect_blocking(ctx.addr, ctx.source(ctx.conns.start), ctx.cfg.timeout)
-        .map_err(|e| format!("connect: {e}"))?;
-    let reqs = RequestSet::build(&ctx.cfg, ctx.cfg.pipeline);
-    let mut eng = Engine {
-        ctx,
-        conns: Vec::with_capacity(n),
-        stats: ctx.new_stats(),
-        over: false,
-        reqs,
-    };
-    eng.stats.engine = "uring-direct";
-    eng.stats.driver = "io_uring";
-    let head_only = eng.reqs.head_only;
-    for g in ctx.conns.clone() {
-        eng.conns.push(Conn {
-            g,
-            sock: None,
-            gen: 0,
-            parser: ResponseParser::new(head_only),
-            pending: Vec::new(),
-            inflight: 0,
-            sent_at: Instant::now(),
-            rot: g % eng.reqs.count,
-            out: Bytes::new(),
-            out_done: 0,
-            recv_armed: false,
-            close_after: false,
-            retry_at: None,
-            backoff_ms: 1,
-        });
-    }
+    let (mut ring, mut bufring, first) = set_up(ctx, n, entries)?;
+    let mut eng = Engine::new(ctx, n);
     let tick_ts = types::Timespec::from(TICK);
     let wait = ctx.start.saturating_duration_since(Instant::now());
     std::thread::sleep(wait);
@@ -153,81 +114,166 @@ pub fn run_shard(ctx: &ShardCtx) -> Result<ShardStats, String> {
         &mut ring,
         opcode::Timeout::new(&tick_ts).build().user_data(OP_TICK),
     );
-    let mut last_publish = Instant::now();
-    let mut cqes: Vec<cqueue::Entry> = Vec::with_capacity(entries as usize * 4);
-    let batch_wait = types::Timespec::from(BATCH_WAIT);
-    loop {
-        // Wait for a batch of completions, not one: with DEFER_TASKRUN the
-        // kernel wakes this thread only once `want` are pending (or after
-        // BATCH_WAIT), so one enter serves many responses. A quarter of the
-        // busy connections keeps the other three quarters' requests queued
-        // at the server meanwhile.
-        let busy = eng.conns.iter().filter(|c| c.inflight > 0).count();
-        let want = (busy / 4).clamp(1, 64);
-        let args = types::SubmitArgs::new().timespec(&batch_wait);
-        if let Err(e) = ring.submitter().submit_with_args(want, &args) {
-            let code = e.raw_os_error();
-            if code != Some(libc::EINTR) && code != Some(libc::EBUSY) && code != Some(libc::ETIME) {
-                break;
-            }
-        }
-        let now = Instant::now();
-        let mut recycled = false;
-        cqes.clear();
-        cqes.extend(ring.completion());
-        for cqe in cqes.drain(..) {
-            let (op, i, gen) = ud_split(cqe.user_data());
-            match op {
-                OP_TICK => {
-                    if eng.ctx.over(now) {
-                        eng.over = true;
-                    }
-                    eng.tick(&mut ring, now);
-                    if eng.ctx.progress && now - last_publish >= Duration::from_millis(200) {
-                        eng.stats.publish(&eng.ctx.shared.live[eng.ctx.index]);
-                        last_publish = now;
-                    }
-                    push(
-                        &mut ring,
-                        opcode::Timeout::new(&tick_ts).build().user_data(OP_TICK),
-                    );
-                }
-                OP_SEND => eng.on_send(&mut ring, i, gen, cqe.result(), now),
-                OP_RECV => {
-                    let res = cqe.result();
-                    let flags = cqe.flags();
-                    let bid = cqueue::buffer_select(flags);
-                    if let Some(b) = bid {
-                        if res > 0 && eng.conns[i].gen == gen {
-                            eng.on_data(&mut ring, i, bufring.buf(b, res as usize), now);
-                        }
-                        bufring.push(b);
-                        recycled = true;
-                    }
-                    if eng.conns[i].gen == gen {
-                        eng.on_recv_status(&mut ring, i, res, cqueue::more(flags), now);
-                    }
-                }
-                _ => {}
-            }
-        }
-        if recycled {
-            bufring.publish();
-        }
-        if eng.over
-            || eng
-                .conns
-                .iter()
-                .all(|c| c.sock.is_none() && c.retry_at.is_none())
-        {
-            break;
-        }
-    }
+    eng.run(&mut ring, &mut bufring, &tick_ts, entries as usize * 4);
     let stats = std::mem::replace(&mut eng.stats, ctx.new_stats());
     drop(eng);
+    // The ring first: the kernel writes into the buffer ring's buffers.
     drop(ring);
     drop(bufring);
     Ok(stats)
+}
+
+/// The ring with `entries` entries, its registered file table and buffer
+/// ring for `n` connections, and the first connection, which proves the
+/// target is reachable before committing to this engine.
+fn set_up(
+    ctx: &ShardCtx,
+    n: usize,
+    entries: u32,
+) -> Result<(IoUring, BufRing, socket2::Socket), String> {
+    let count = (n * 4).next_power_of_two().clamp(64, 4096) as u16;
+    let ring: IoUring = gapura_http::ring::single_thread_ring(entries, entries * 4)
+        .map_err(|e| format!("ring setup: {e}"))?;
+    ring.submitter()
+        .register_files_sparse(n as u32)
+        .map_err(|e| format!("registered files: {e}"))?;
+    let bufring = BufRing::new(ring.as_raw_fd(), BGID, count, BUF_BYTES)
+        .map_err(|e| format!("provided buffer ring: {e}"))?;
+    let first = connect_blocking(ctx.addr, ctx.source(ctx.conns.start), ctx.cfg.timeout)
+        .map_err(|e| format!("connect: {e}"))?;
+    Ok((ring, bufring, first))
+}
+
+impl<'a> Engine<'a> {
+    /// The engine for the shard's `n` connections, none open yet.
+    fn new(ctx: &'a ShardCtx, n: usize) -> Engine<'a> {
+        let reqs = RequestSet::build(&ctx.cfg, ctx.cfg.pipeline);
+        let mut eng = Engine {
+            ctx,
+            conns: Vec::with_capacity(n),
+            stats: ctx.new_stats(),
+            over: false,
+            reqs,
+        };
+        eng.stats.engine = "uring-direct";
+        eng.stats.driver = "io_uring";
+        let head_only = eng.reqs.head_only;
+        for g in ctx.conns.clone() {
+            eng.conns.push(Conn {
+                g,
+                sock: None,
+                gen: 0,
+                parser: ResponseParser::new(head_only),
+                pending: Vec::new(),
+                inflight: 0,
+                sent_at: Instant::now(),
+                rot: g % eng.reqs.count,
+                out: Bytes::new(),
+                out_done: 0,
+                recv_armed: false,
+                close_after: false,
+                retry_at: None,
+                backoff_ms: 1,
+            });
+        }
+        eng
+    }
+
+    /// Waits for completions and handles them until the run is over or no
+    /// connection is left.
+    fn run(
+        &mut self,
+        ring: &mut IoUring,
+        bufring: &mut BufRing,
+        tick_ts: &types::Timespec,
+        cq_entries: usize,
+    ) {
+        let mut last_publish = Instant::now();
+        let mut cqes: Vec<cqueue::Entry> = Vec::with_capacity(cq_entries);
+        let batch_wait = types::Timespec::from(BATCH_WAIT);
+        loop {
+            // Wait for a batch of completions, not one: with DEFER_TASKRUN the
+            // kernel wakes this thread only once `want` are pending (or after
+            // BATCH_WAIT), so one enter serves many responses. A quarter of the
+            // busy connections keeps the other three quarters' requests queued
+            // at the server meanwhile.
+            let busy = self.conns.iter().filter(|c| c.inflight > 0).count();
+            let want = (busy / 4).clamp(1, 64);
+            let args = types::SubmitArgs::new().timespec(&batch_wait);
+            if let Err(e) = ring.submitter().submit_with_args(want, &args) {
+                let code = e.raw_os_error();
+                if code != Some(libc::EINTR)
+                    && code != Some(libc::EBUSY)
+                    && code != Some(libc::ETIME)
+                {
+                    break;
+                }
+            }
+            let now = Instant::now();
+            let mut recycled = false;
+            cqes.clear();
+            cqes.extend(ring.completion());
+            for cqe in cqes.drain(..) {
+                let (op, i, gen) = ud_split(cqe.user_data());
+                match op {
+                    OP_TICK => {
+                        if self.ctx.over(now) {
+                            self.over = true;
+                        }
+                        self.tick(ring, now);
+                        if self.ctx.progress && now - last_publish >= Duration::from_millis(200) {
+                            self.stats.publish(&self.ctx.shared.live[self.ctx.index]);
+                            last_publish = now;
+                        }
+                        push(
+                            ring,
+                            opcode::Timeout::new(tick_ts).build().user_data(OP_TICK),
+                        );
+                    }
+                    OP_SEND => self.on_send(ring, i, gen, cqe.result(), now),
+                    OP_RECV => recycled |= self.on_recv(ring, bufring, &cqe, i, gen, now),
+                    _ => {}
+                }
+            }
+            if recycled {
+                bufring.publish();
+            }
+            if self.over
+                || self
+                    .conns
+                    .iter()
+                    .all(|c| c.sock.is_none() && c.retry_at.is_none())
+            {
+                break;
+            }
+        }
+    }
+
+    /// A receive's completion: its bytes to the connection, its buffer back
+    /// to the ring (returns whether one went back), its status.
+    fn on_recv(
+        &mut self,
+        ring: &mut IoUring,
+        bufring: &mut BufRing,
+        cqe: &cqueue::Entry,
+        i: usize,
+        gen: u32,
+        now: Instant,
+    ) -> bool {
+        let res = cqe.result();
+        let flags = cqe.flags();
+        let bid = cqueue::buffer_select(flags);
+        if let Some(b) = bid {
+            if res > 0 && self.conns[i].gen == gen {
+                self.on_data(ring, i, bufring.buf(b, res as usize), now);
+            }
+            bufring.push(b);
+        }
+        if self.conns[i].gen == gen {
+            self.on_recv_status(ring, i, res, cqueue::more(flags), now);
+        }
+        bid.is_some()
+    }
 }
 
 fn push(ring: &mut IoUring, e: squeue::Entry) {
