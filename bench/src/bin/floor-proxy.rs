@@ -124,8 +124,15 @@ fn response(buf: &[u8], out: &mut Vec<u8>) -> Result<usize, ()> {
     if buf.len() < n + len {
         return Ok(0);
     }
-    let code = resp.code.unwrap_or(502);
-    out.extend_from_slice(format!("HTTP/1.1 {code} ").as_bytes());
+    // Three digits, written without the formatting machinery.
+    let code = resp.code.unwrap_or(502).clamp(100, 999);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(&[
+        b'0' + (code / 100) as u8,
+        b'0' + (code / 10 % 10) as u8,
+        b'0' + (code % 10) as u8,
+        b' ',
+    ]);
     out.extend_from_slice(resp.reason.unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
     copy_fields(resp.headers, out);
