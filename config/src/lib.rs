@@ -97,7 +97,7 @@ pub use error::ProfileError;
 pub use protection::{
     CLIENT_RATE_LIMIT, DIMENSIONS as PROTECTION_DIMENSIONS, FALLBACK_MEMORY_BYTES,
 };
-pub use settings::{Driver, RuntimeSettings, Shards, Steering};
+pub use settings::{ClientRing, Driver, RuntimeSettings, Shards, Steering};
 
 use std::path::Path;
 

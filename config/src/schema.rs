@@ -64,6 +64,7 @@ pub(crate) struct RawProfile {
 pub(crate) struct RawServer {
     pub shards: Opt<IntOrString>,
     pub driver: Opt<String>,
+    pub ring: Opt<String>,
     pub steering: Opt<String>,
     pub listen: Option<Spanned<Vec<Spanned<RawListenEntry>>>>,
     pub admin: Opt<String>,

@@ -6,7 +6,7 @@
 use crate::client::ProxyListener;
 use crate::error::Errors;
 use crate::schema::{IntOrString, Opt, RawServer};
-use crate::settings::{Driver, RuntimeSettings, Shards, Steering};
+use crate::settings::{ClientRing, Driver, RuntimeSettings, Shards, Steering};
 use crate::values::{as_u64, choice, int_in};
 use gapura_gate::snapshot::{AccessLogSettings, LogFormat};
 use gapura_gate::{ErrorStatus, ServerSettings};
@@ -39,6 +39,14 @@ pub(crate) fn check_server(
         ],
         d.driver,
     );
+    let ring = choice(
+        e,
+        &s.ring,
+        "server.ring",
+        "server.ring.invalid",
+        &[("auto", ClientRing::Auto), ("off", ClientRing::Off)],
+        d.ring,
+    );
     let steering = choice(
         e,
         &s.steering,
@@ -65,6 +73,7 @@ pub(crate) fn check_server(
     let runtime = RuntimeSettings {
         shards,
         driver,
+        ring,
         steering,
         listen,
         proxy_protocol,

@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 pub struct RuntimeSettings {
     pub shards: Shards,
     pub driver: Driver,
+    /// Whether plain HTTP/1.1 connections run on the shard's own ring.
+    pub ring: ClientRing,
     pub steering: Steering,
     /// Public HTTP listeners; no duplicates (port 0 means an ephemeral
     /// port); empty only in a profile of UDP relays alone.
@@ -38,6 +40,7 @@ impl Default for RuntimeSettings {
         RuntimeSettings {
             shards: Shards::Auto,
             driver: Driver::Auto,
+            ring: ClientRing::Auto,
             steering: Steering::Source,
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             proxy_protocol: Vec::new(),
@@ -67,6 +70,17 @@ pub enum Driver {
     Auto,
     IoUring,
     Epoll,
+}
+
+/// Where plain HTTP/1.1 client connections do their I/O (`[server] ring`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientRing {
+    /// On the shard's own ring (multishot receives over provided buffers,
+    /// registered files) when the shard runs on io_uring and the ring can
+    /// be set up; else on the runtime's streams.
+    Auto,
+    /// On the runtime's streams.
+    Off,
 }
 
 /// How connections are spread over shards.

@@ -170,6 +170,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
             id,
             core: cores.get(id % cores.len().max(1)).copied(),
             driver: settings.driver,
+            ring: settings.ring,
             listeners,
             cell: cell.clone(),
             stats: stats[id].clone(),

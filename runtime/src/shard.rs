@@ -42,6 +42,8 @@ pub struct ShardSpec {
     pub id: usize,
     pub core: Option<core_affinity::CoreId>,
     pub driver: Driver,
+    /// Whether plain HTTP/1.1 connections run on the shard's own ring.
+    pub ring: gapura_config::ClientRing,
     /// Each listener with how its connections start (a PROXY header, TLS).
     pub listeners: Vec<(SocketAddr, std::net::TcpListener, Listener)>,
     pub cell: Arc<SnapshotCell>,
@@ -97,6 +99,23 @@ pub fn run(spec: ShardSpec, started: mpsc::Sender<Started>) {
     let _ = failed.send(Err(why));
 }
 
+/// The shard's own ring for its plain HTTP/1.1 connections, as the
+/// profile asks and the driver allows; the start line says which (and why
+/// not, when the ring could not be set up).
+fn client_ring(
+    wanted: gapura_config::ClientRing,
+    legacy: bool,
+    line: String,
+) -> (Option<Rc<gapura_http::ring::ShardRing>>, String) {
+    if legacy || wanted == gapura_config::ClientRing::Off {
+        return (None, line);
+    }
+    match gapura_http::ring::ShardRing::new(gapura_http::ring::engine::MAX_FILES) {
+        Ok(ring) => (Some(ring), format!("{line}, client ring")),
+        Err(e) => (None, format!("{line}, client ring unavailable ({e})")),
+    }
+}
+
 async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::Sender<Started>) {
     let first = spec.cell.load();
     let gate = match gapura_gate::chain::GateState::new(&first.gate.quota_sizes, spec.key_seed) {
@@ -119,6 +138,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
             return;
         }
     };
+    let (ring, line) = client_ring(spec.ring, legacy, line);
     let shard = Rc::new(
         Shard::new(
             spec.id,
@@ -131,8 +151,12 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         )
         .with_verifier(spec.verifier.clone())
         .with_access_log(spec.access_log.clone())
-        .with_warnings(warn),
+        .with_warnings(warn)
+        .with_ring(ring.clone()),
     );
+    if let Some(ring) = ring {
+        monoio::spawn(ring.drive());
+    }
     let mut listeners = Vec::new();
     for (addr, std_listener, kind) in spec.listeners {
         let setup = std_listener

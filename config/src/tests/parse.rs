@@ -174,7 +174,7 @@ fn unknown_key_displays_as_one_line_with_its_path() {
     assert_eq!(
         e[0].to_string(),
         "2:1: error[profile.unknown_key] server.foo: unknown field `foo`, expected one of `shards`, \
-         `driver`, `steering`, `listen`, `admin`, `drain_timeout_ms`, `header_timeout_ms`, \
+         `driver`, `ring`, `steering`, `listen`, `admin`, `drain_timeout_ms`, `header_timeout_ms`, \
          `idle_timeout_ms`, `body_timeout_ms`, `write_timeout_ms`, `max_requests_per_connection`, \
          `max_connections_per_shard`, `unknown_host`, `access_list`, `access_log`, `pow_key_file`, `http2`, `http2_max_streams`, `http2_max_resets`, `http2_max_control_frames`, `user`"
     );

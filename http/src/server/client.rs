@@ -72,6 +72,20 @@ impl<S: Transport> ClientIo<S> {
         }
     }
 
+    /// The same connection over another stream (`f` wraps this one).
+    pub(super) fn map_stream<T>(self, f: impl FnOnce(S) -> T) -> ClientIo<T> {
+        ClientIo {
+            stream: f(self.stream),
+            rbuf: self.rbuf,
+            pos: self.pos,
+            wbuf: self.wbuf,
+            sent: self.sent,
+            head_deadline: self.head_deadline,
+            canceller: self.canceller,
+            deadline: self.deadline,
+        }
+    }
+
     /// Reads the next request's first bytes into `rbuf` (empty) on an idle
     /// connection, by `deadline` (the idle timeout). While the shard holds
     /// more than [`PARK_ABOVE`] connections, a connection quiet for
@@ -90,6 +104,9 @@ impl<S: Transport> ClientIo<S> {
         let park_at = clock::deadline(PARK_MS);
         if park_at >= deadline {
             return self.read_more(deadline).await;
+        }
+        if self.stream.waits_unbuffered() {
+            return self.read_idle_unbuffered(park_at, deadline, shard).await;
         }
         let handle = self
             .canceller
@@ -134,6 +151,29 @@ impl<S: Transport> ClientIo<S> {
             Ok(Err(_)) => return Err(ReadFail::Io),
             Err(_) => return Err(ReadFail::Timeout),
         }
+        self.rbuf = shard.lend_buf();
+        self.read_more(deadline).await
+    }
+
+    /// [`ClientIo::read_idle`] on a stream that waits for bytes holding
+    /// no buffer (the ring's): quiet until `park_at`, the read buffer goes
+    /// back to the shard; a buffer is borrowed again once bytes came.
+    async fn read_idle_unbuffered(
+        &mut self,
+        park_at: Instant,
+        deadline: Instant,
+        shard: &super::Shard,
+    ) -> Result<usize, ReadFail> {
+        if self.deadline.within(park_at, self.stream.ready()).await.is_ok() {
+            return self.read_more(deadline).await;
+        }
+        shard.return_buf(std::mem::take(&mut self.rbuf));
+        shard.stats.parks.inc();
+        let parked = Unpark(&shard.stats.unparks);
+        if self.deadline.within(deadline, self.stream.ready()).await.is_err() {
+            return Err(ReadFail::Timeout);
+        }
+        drop(parked);
         self.rbuf = shard.lend_buf();
         self.read_more(deadline).await
     }

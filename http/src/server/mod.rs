@@ -127,6 +127,9 @@ pub struct Shard {
     pub(crate) slots: Rc<slots::Slots>,
     /// The connections' deadlines and the one timer that watches them.
     pub(crate) deadlines: Rc<deadline::Deadlines>,
+    /// The shard's own ring under its plain HTTP/1.1 connections, when it
+    /// has one (`with_ring`).
+    pub(crate) ring: Option<Rc<crate::ring::ShardRing>>,
 }
 
 /// Most spare buffers a shard keeps for its connections.
@@ -217,6 +220,7 @@ impl Shard {
             spare_buffers: RefCell::new(Vec::new()),
             slots: Rc::default(),
             deadlines: Rc::default(),
+            ring: None,
         }
     }
 
@@ -234,6 +238,18 @@ impl Shard {
     }
 
     /// Sets the verification pool (at start).
+    /// Runs the plain HTTP/1.1 connections on `ring` (its driver spawned
+    /// by the caller: [`crate::ring::ShardRing::drive`]).
+    pub fn with_ring(mut self, ring: Option<Rc<crate::ring::ShardRing>>) -> Shard {
+        self.ring = ring;
+        self
+    }
+
+    /// The shard's own ring, when it has one.
+    pub fn ring(&self) -> Option<&Rc<crate::ring::ShardRing>> {
+        self.ring.as_ref()
+    }
+
     pub fn with_verifier(mut self, pool: Arc<dyn verify::VerifyPool>) -> Shard {
         self.verifier = Some(pool);
         self

@@ -12,6 +12,7 @@ use super::conn::{closed, Conn, End, ReadFail};
 use super::stats::ErrorKind;
 use super::Shard;
 use crate::clock;
+use crate::transport::plain::Plain;
 use gapura_gate::chain::ConnectionToken;
 use gapura_gate::client::Peer;
 use monoio::net::TcpStream;
@@ -57,6 +58,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
         let h2 = super::h2::serve(io.stream, early, shard, client_peer, token);
         return Box::pin(h2).await;
     }
+    let io = io.map_stream(|tcp| Plain::new(tcp, shard.ring.as_ref()));
     let mut conn = Conn::new(io, shard, client_peer, token, Rc::default());
     // Busy from the start until its first wait for a request: a drain
     // that begins meanwhile waits for it.

@@ -10,6 +10,7 @@
 
 pub mod certs;
 pub mod compat;
+pub mod plain;
 pub mod tickets;
 pub mod tls;
 
@@ -64,6 +65,15 @@ pub trait Transport: ReadSpare + WriteAll + 'static {
         let _ = handle;
         self.read_spare(buf).await
     }
+    /// Whether [`Transport::ready`] waits for bytes holding no buffer (the
+    /// ring keeps received bytes in its own): an idle connection then
+    /// waits that way and reads once bytes came.
+    fn waits_unbuffered(&self) -> bool {
+        false
+    }
+    /// Waits until a read would not wait (only where
+    /// [`Transport::waits_unbuffered`]).
+    async fn ready(&mut self) {}
 }
 
 async fn read_spare_raw<R: AsyncReadRent>(r: &mut R, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {

@@ -1,7 +1,9 @@
-//! The parts of a directly driven io_uring shared by every engine that
-//! drives one (the load tester's, the floor proxy of `bench/`): the
-//! provided-buffer ring that multishot receives take their buffers from,
-//! and the flags a ring driven by one thread is built with.
+//! io_uring driven directly. The parts shared by every engine that drives
+//! one (the server's shards, the load tester's, the floor proxy of
+//! `bench/`): the provided-buffer ring that multishot receives take their
+//! buffers from, and the flags a ring driven by one thread is built with.
+//! `engine` and `stream`: a shard's own ring under its plain HTTP/1.1
+//! client connections, beside the runtime's.
 //!
 //! A provided-buffer ring (`IORING_REGISTER_PBUF_RING`) is a ring of buffer
 //! descriptors in memory shared with the kernel: a receive armed with its
@@ -9,6 +11,11 @@
 //! armed across any number of completions and no receive is submitted per
 //! read. Buffers go back with [`BufRing::push`] and become visible to the
 //! kernel with [`BufRing::publish`] (once per batch of completions).
+
+pub mod engine;
+pub mod stream;
+
+pub use engine::ShardRing;
 
 use io_uring::IoUring;
 use std::io;

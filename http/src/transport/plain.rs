@@ -1,0 +1,143 @@
+//! A plain HTTP/1.1 client connection's stream: on its shard's ring
+//! (`crate::ring`: multishot receives over provided buffers, registered
+//! files, batched sends) where the shard has one, else on the runtime's
+//! TCP stream. One type, so the connection pipeline exists once.
+
+use super::{ReadSpare, Transport, WriteAll};
+use crate::ring::stream::{RingRead, RingStream, RingWrite};
+use monoio::buf::IoBuf;
+use monoio::io::{CancelHandle, OwnedReadHalf, OwnedWriteHalf};
+use monoio::net::TcpStream;
+use std::io;
+
+/// A plain connection's stream.
+pub enum Plain {
+    Tcp(TcpStream),
+    Ring(RingStream),
+}
+
+/// The reading half of a split [`Plain`].
+pub enum PlainRead {
+    Tcp(OwnedReadHalf<TcpStream>),
+    Ring(RingRead),
+}
+
+/// The writing half of a split [`Plain`].
+pub enum PlainWrite {
+    Tcp(OwnedWriteHalf<TcpStream>),
+    Ring(RingWrite),
+}
+
+impl Plain {
+    /// `tcp` on `ring` when there is one with room, else as it is.
+    pub fn new(tcp: TcpStream, ring: Option<&std::rc::Rc<crate::ring::ShardRing>>) -> Plain {
+        match ring {
+            Some(ring) => match RingStream::open(ring, tcp) {
+                Ok(s) => Plain::Ring(s),
+                Err(tcp) => Plain::Tcp(tcp),
+            },
+            None => Plain::Tcp(tcp),
+        }
+    }
+
+    /// Whether the connection runs on the shard's ring.
+    pub fn on_ring(&self) -> bool {
+        matches!(self, Plain::Ring(_))
+    }
+}
+
+impl ReadSpare for Plain {
+    #[inline]
+    async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        match self {
+            Plain::Tcp(s) => s.read_spare(buf).await,
+            Plain::Ring(s) => s.read_spare(buf).await,
+        }
+    }
+}
+
+impl WriteAll for Plain {
+    #[inline]
+    async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
+        match self {
+            Plain::Tcp(s) => s.write_all_of(buf).await,
+            Plain::Ring(s) => s.write_all_of(buf).await,
+        }
+    }
+    async fn close_write(&mut self) {
+        match self {
+            Plain::Tcp(s) => s.close_write().await,
+            Plain::Ring(s) => s.close_write(),
+        }
+    }
+}
+
+impl ReadSpare for PlainRead {
+    #[inline]
+    async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        match self {
+            PlainRead::Tcp(s) => s.read_spare(buf).await,
+            PlainRead::Ring(s) => s.read_spare(buf).await,
+        }
+    }
+}
+
+impl WriteAll for PlainWrite {
+    #[inline]
+    async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
+        match self {
+            PlainWrite::Tcp(s) => s.write_all_of(buf).await,
+            PlainWrite::Ring(s) => s.write_all_of(buf).await,
+        }
+    }
+    async fn close_write(&mut self) {
+        match self {
+            PlainWrite::Tcp(s) => s.close_write().await,
+            PlainWrite::Ring(s) => s.close_write(),
+        }
+    }
+}
+
+impl Transport for Plain {
+    type ReadHalf = PlainRead;
+    type WriteHalf = PlainWrite;
+    const TLS: bool = false;
+    const PARKS: bool = true;
+    async fn cancelable_read_spare(
+        &mut self,
+        buf: Vec<u8>,
+        handle: CancelHandle,
+    ) -> (io::Result<usize>, Vec<u8>) {
+        match self {
+            Plain::Tcp(s) => s.cancelable_read_spare(buf, handle).await,
+            Plain::Ring(s) => s.read_spare(buf).await,
+        }
+    }
+    fn waits_unbuffered(&self) -> bool {
+        self.on_ring()
+    }
+    async fn ready(&mut self) {
+        if let Plain::Ring(s) = self {
+            s.ready().await
+        }
+    }
+    #[inline]
+    fn socket(&self) -> Option<&TcpStream> {
+        match self {
+            Plain::Tcp(s) => Some(s),
+            Plain::Ring(s) => Some(s.socket()),
+        }
+    }
+    fn into_split(self) -> (PlainRead, PlainWrite) {
+        match self {
+            Plain::Tcp(s) => {
+                let (r, w) = monoio::io::Splitable::into_split(s);
+                (PlainRead::Tcp(r), PlainWrite::Tcp(w))
+            }
+            Plain::Ring(s) => {
+                let (r, w) = s.into_split();
+                (PlainRead::Ring(r), PlainWrite::Ring(w))
+            }
+        }
+    }
+}
