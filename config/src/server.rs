@@ -44,7 +44,7 @@ pub(crate) fn check_server(
         &s.ring,
         "server.ring",
         "server.ring.invalid",
-        &[("auto", ClientRing::Auto), ("off", ClientRing::Off)],
+        &[("on", ClientRing::On), ("off", ClientRing::Off)],
         d.ring,
     );
     let steering = choice(

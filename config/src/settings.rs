@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 pub struct RuntimeSettings {
     pub shards: Shards,
     pub driver: Driver,
-    /// Whether plain HTTP/1.1 connections run on the shard's own ring.
+    /// Whether plain HTTP/1.1 connections receive from the shard's own ring.
     pub ring: ClientRing,
     pub steering: Steering,
     /// Public HTTP listeners; no duplicates (port 0 means an ephemeral
@@ -40,7 +40,7 @@ impl Default for RuntimeSettings {
         RuntimeSettings {
             shards: Shards::Auto,
             driver: Driver::Auto,
-            ring: ClientRing::Auto,
+            ring: ClientRing::Off,
             steering: Steering::Source,
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             proxy_protocol: Vec::new(),
@@ -72,14 +72,15 @@ pub enum Driver {
     Epoll,
 }
 
-/// Where plain HTTP/1.1 client connections do their I/O (`[server] ring`).
+/// Where plain HTTP/1.1 connections (clients and upstreams) receive
+/// (`[server] ring`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClientRing {
-    /// On the shard's own ring (multishot receives over provided buffers,
-    /// registered files) when the shard runs on io_uring and the ring can
-    /// be set up; else on the runtime's streams.
-    Auto,
-    /// On the runtime's streams.
+    /// From the shard's own ring (one multishot receive per connection over
+    /// provided buffers) when the shard runs on io_uring and the ring can
+    /// be set up; else from the runtime's streams.
+    On,
+    /// From the runtime's streams.
     Off,
 }
 

@@ -110,7 +110,7 @@ fn client_ring(
     if legacy || wanted == gapura_config::ClientRing::Off {
         return (None, line);
     }
-    match gapura_http::ring::ShardRing::new(gapura_http::ring::engine::MAX_FILES) {
+    match gapura_http::ring::ShardRing::new() {
         Ok(ring) => (Some(ring), format!("{line}, client ring")),
         Err(e) => (None, format!("{line}, client ring unavailable ({e})")),
     }

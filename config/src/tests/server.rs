@@ -1,5 +1,5 @@
 use super::*;
-use crate::{Driver, Shards, Steering};
+use crate::{ClientRing, Driver, Shards, Steering};
 use gapura_gate::ErrorStatus;
 use std::net::SocketAddr;
 
@@ -25,6 +25,7 @@ fn every_server_key_is_read() {
 [server]
 shards = 4
 driver = "epoll"
+ring = "on"
 steering = "kernel"
 listen = ["127.0.0.1:0", "[::1]:8081"]
 admin = "off"
@@ -39,6 +40,7 @@ unknown_host = 421
 "#);
     assert_eq!(c.runtime.shards, Shards::Count(4));
     assert_eq!(c.runtime.driver, Driver::Epoll);
+    assert_eq!(c.runtime.ring, ClientRing::On);
     assert_eq!(c.runtime.steering, Steering::Kernel);
     assert_eq!(
         c.runtime.listen,
@@ -66,6 +68,8 @@ fn word_settings_accept_their_other_values() {
     assert_eq!(c.runtime.driver, Driver::IoUring);
     assert_eq!(c.runtime.steering, Steering::Source);
     assert_eq!(ok("server.driver = \"auto\"").runtime.driver, Driver::Auto);
+    assert_eq!(ok("server.ring = \"off\"").runtime.ring, ClientRing::Off);
+    assert_eq!(ok("").runtime.ring, ClientRing::Off);
 }
 
 #[test]
@@ -97,6 +101,10 @@ fn driver_and_steering_refuse_unknown_words() {
     assert_eq!(
         one("[server]\nsteering = \"random\"\n"),
         at("server.steering.invalid", "server.steering", 2, 12)
+    );
+    assert_eq!(
+        one("[server]\nring = \"auto\"\n"),
+        at("server.ring.invalid", "server.ring", 2, 8)
     );
     let e = errors("[server]\ndriver = \"IO_URING\"\n");
     assert_eq!(

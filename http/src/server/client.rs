@@ -164,13 +164,23 @@ impl<S: Transport> ClientIo<S> {
         deadline: Instant,
         shard: &super::Shard,
     ) -> Result<usize, ReadFail> {
-        if self.deadline.within(park_at, self.stream.ready()).await.is_ok() {
+        if self
+            .deadline
+            .within(park_at, self.stream.ready())
+            .await
+            .is_ok()
+        {
             return self.read_more(deadline).await;
         }
         shard.return_buf(std::mem::take(&mut self.rbuf));
         shard.stats.parks.inc();
         let parked = Unpark(&shard.stats.unparks);
-        if self.deadline.within(deadline, self.stream.ready()).await.is_err() {
+        if self
+            .deadline
+            .within(deadline, self.stream.ready())
+            .await
+            .is_err()
+        {
             return Err(ReadFail::Timeout);
         }
         drop(parked);

@@ -30,7 +30,6 @@ use gapura_gate::client::Peer;
 use gapura_gate::limits::OUTER_MAX_HEAD_BYTES;
 use gapura_gate::quota::QuotaTicket;
 use gapura_gate::{ErrorStatus, Snapshot};
-use monoio::net::TcpStream;
 use monoio::time::Instant;
 use std::rc::Rc;
 
@@ -68,7 +67,7 @@ pub(super) enum End {
 /// A connection upgraded after a relayed 101.
 #[derive(Debug)]
 pub(super) struct Upgraded {
-    pub upstream: TcpStream,
+    pub upstream: crate::transport::plain::Plain,
     /// Bytes the upstream sent past its 101 head.
     pub pending: Vec<u8>,
     /// The request's leases, held for the tunnel's life.

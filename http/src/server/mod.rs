@@ -90,7 +90,7 @@ pub struct Shard {
     busy: Cell<u32>,
     open: Cell<u32>,
     /// Pools, balancer state and passive health of this shard's upstreams.
-    pub upstreams: Upstreams,
+    pub upstreams: Upstreams<crate::transport::plain::Plain>,
     /// Active health results, shared by every shard.
     pub board: Arc<HealthBoard>,
     /// Request ids: a per-process prefix, the shard, a counter.

@@ -13,7 +13,6 @@ use crate::transport::{ReadSpare, Transport, WriteAll};
 use gapura_gate::policy::{OnLimit, WebSocketLimits};
 use gapura_gate::quota::Bucket;
 use monoio::buf::IoBuf;
-use monoio::net::TcpStream;
 use monoio::time::Instant;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -62,7 +61,7 @@ impl Judge for Messages {
 pub async fn tunnel<S: Transport>(
     client: S,
     client_pending: Vec<u8>,
-    upstream: TcpStream,
+    upstream: crate::transport::plain::Plain,
     upstream_pending: Vec<u8>,
     idle_ms: u64,
     messages: Option<Messages>,

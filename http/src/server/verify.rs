@@ -146,7 +146,7 @@ impl<S: Transport> Conn<S> {
                 return Ok(());
             }
             let gone = self.io.stream.socket().map(|s| s.as_raw_fd());
-            if gone.is_some_and(super::forward::peer_closed) {
+            if gone.is_some_and(super::forward::peer_closed) && !self.io.stream.buffered() {
                 return Err(End::Error(ErrorKind::Io));
             }
             monoio::time::sleep(Duration::from_millis(VERIFY_POLL_MS)).await;

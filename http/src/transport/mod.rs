@@ -74,6 +74,11 @@ pub trait Transport: ReadSpare + WriteAll + 'static {
     /// Waits until a read would not wait (only where
     /// [`Transport::waits_unbuffered`]).
     async fn ready(&mut self) {}
+    /// Whether received bytes wait unread outside the socket (in the
+    /// ring's buffers), where a peek on the socket cannot see them.
+    fn buffered(&self) -> bool {
+        false
+    }
 }
 
 async fn read_spare_raw<R: AsyncReadRent>(r: &mut R, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {

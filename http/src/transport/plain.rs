@@ -1,7 +1,7 @@
-//! A plain HTTP/1.1 client connection's stream: on its shard's ring
-//! (`crate::ring`: multishot receives over provided buffers, registered
-//! files, batched sends) where the shard has one, else on the runtime's
-//! TCP stream. One type, so the connection pipeline exists once.
+//! A plain HTTP/1.1 connection's stream (a client's, or an upstream's):
+//! receiving from its shard's ring (`crate::ring`: one multishot receive
+//! over provided buffers) where the shard has one, else on the runtime's
+//! TCP stream alone. One type, so the connection pipeline exists once.
 
 use super::{ReadSpare, Transport, WriteAll};
 use crate::ring::stream::{RingRead, RingStream, RingWrite};
@@ -28,6 +28,15 @@ pub enum PlainWrite {
     Ring(RingWrite),
 }
 
+impl std::fmt::Debug for Plain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Plain::Tcp(s) => f.debug_tuple("Tcp").field(s).finish(),
+            Plain::Ring(_) => f.write_str("Ring"),
+        }
+    }
+}
+
 impl Plain {
     /// `tcp` on `ring` when there is one with room, else as it is.
     pub fn new(tcp: TcpStream, ring: Option<&std::rc::Rc<crate::ring::ShardRing>>) -> Plain {
@@ -40,7 +49,7 @@ impl Plain {
         }
     }
 
-    /// Whether the connection runs on the shard's ring.
+    /// Whether the connection receives from the shard's ring.
     pub fn on_ring(&self) -> bool {
         matches!(self, Plain::Ring(_))
     }
@@ -67,7 +76,7 @@ impl WriteAll for Plain {
     async fn close_write(&mut self) {
         match self {
             Plain::Tcp(s) => s.close_write().await,
-            Plain::Ring(s) => s.close_write(),
+            Plain::Ring(s) => s.close_write().await,
         }
     }
 }
@@ -93,7 +102,7 @@ impl WriteAll for PlainWrite {
     async fn close_write(&mut self) {
         match self {
             PlainWrite::Tcp(s) => s.close_write().await,
-            PlainWrite::Ring(s) => s.close_write(),
+            PlainWrite::Ring(s) => s.close_write().await,
         }
     }
 }
@@ -111,6 +120,12 @@ impl Transport for Plain {
         match self {
             Plain::Tcp(s) => s.cancelable_read_spare(buf, handle).await,
             Plain::Ring(s) => s.read_spare(buf).await,
+        }
+    }
+    fn buffered(&self) -> bool {
+        match self {
+            Plain::Tcp(_) => false,
+            Plain::Ring(s) => s.buffered(),
         }
     }
     fn waits_unbuffered(&self) -> bool {

@@ -96,6 +96,7 @@ pub fn basic(name: &str, password: &str) -> String {
 /// A profile whose `[server]` has the given `listen` value (TOML), an
 /// ephemeral admin port and one shard, plus `rest`.
 pub fn profile_listening(listen: &str, server_extra: &str, rest: &str) -> String {
+    let server_extra = super::with_ring(server_extra);
     format!(
         "[server]\nlisten = {listen}\nadmin = \"127.0.0.1:0\"\nshards = 1\ndrain_timeout_ms = 5000\n{server_extra}\n{rest}\n[protection]\noff = [\"all\"]\n"
     )

@@ -51,6 +51,7 @@ pub fn bin() -> &'static str {
 /// protective defaults (a test states the limits it checks; the tests of
 /// the defaults write `[protection]` themselves).
 pub fn profile(server_extra: &str, rest: &str) -> String {
+    let server_extra = &with_ring(server_extra);
     let protection = if rest.contains("[protection]") {
         ""
     } else {
@@ -59,6 +60,17 @@ pub fn profile(server_extra: &str, rest: &str) -> String {
     format!(
         "[server]\nlisten = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\nshards = 1\ndrain_timeout_ms = 5000\n{server_extra}\n{rest}{protection}"
     )
+}
+
+/// `server_extra` with `ring = "on"` when `GAPURA_TEST_RING` is set (CI
+/// runs the HTTP/1.1 and proxy suites once more that way), unless it says
+/// `ring` itself.
+pub fn with_ring(server_extra: &str) -> String {
+    if std::env::var_os("GAPURA_TEST_RING").is_some() && !server_extra.contains("ring =") {
+        format!("ring = \"on\"\n{server_extra}")
+    } else {
+        server_extra.to_string()
+    }
 }
 
 pub const HELLO_HOST: &str = r#"

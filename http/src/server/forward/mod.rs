@@ -26,14 +26,14 @@ use super::stats::ErrorKind;
 use crate::clock;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
+use crate::transport::plain::Plain;
 use crate::transport::Transport;
+use crate::transport::WriteAll;
 use gapura_gate::custom_pages::ReplaceUpstream;
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::policy::HostExtras;
 use gapura_gate::upstream::{Route, UpstreamGroup, UpstreamServer};
 use gapura_gate::{ErrorStatus, Snapshot};
-use monoio::io::AsyncWriteRentExt;
-use monoio::net::TcpStream;
 use response::Replace;
 
 /// Most servers tried for one request.
@@ -107,16 +107,22 @@ fn connect_error(e: &std::io::Error) -> ErrorStatus {
     }
 }
 
-async fn connect(server: &UpstreamServer, timeout_ms: u64) -> std::io::Result<TcpStream> {
+/// A new connection to `server`, receiving from `ring` when the shard
+/// has one.
+async fn connect(
+    server: &UpstreamServer,
+    timeout_ms: u64,
+    ring: Option<&std::rc::Rc<crate::ring::ShardRing>>,
+) -> std::io::Result<Plain> {
     match monoio::time::timeout_at(
         clock::deadline(timeout_ms),
-        TcpStream::connect_addr(server.addr),
+        monoio::net::TcpStream::connect_addr(server.addr),
     )
     .await
     {
         Ok(Ok(s)) => {
             let _ = s.set_nodelay(true);
-            Ok(s)
+            Ok(Plain::new(s, ring))
         }
         Ok(Err(e)) => Err(e),
         Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
@@ -233,7 +239,7 @@ impl<S: Transport> Conn<S> {
             let server = &group.servers[idx];
             let (mut up, reused) = match shard.upstreams.take_idle(server, clock::now_ms()) {
                 Some(s) => (s, true),
-                None => match connect(server, group.connect_timeout_ms).await {
+                None => match connect(server, group.connect_timeout_ms, shard.ring()).await {
                     Ok(s) => (s, false),
                     Err(e) => {
                         shard.upstreams.failure(group, server, clock::now_ms());
@@ -316,7 +322,7 @@ impl<S: Transport> Conn<S> {
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Plain,
         reused: bool,
         head: &ParsedHead,
         group: &UpstreamGroup,
@@ -360,7 +366,7 @@ impl<S: Transport> Conn<S> {
     /// for a replay), then the rest of the body streamed from the client.
     async fn send_request(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Plain,
         reused: bool,
         head: &ParsedHead,
         group: &UpstreamGroup,
@@ -379,7 +385,7 @@ impl<S: Transport> Conn<S> {
         let (res, out) = match self
             .io
             .deadline
-            .within(clock::deadline(timeout_ms), up.write_all(out))
+            .within(clock::deadline(timeout_ms), up.write_all_of(out))
             .await
         {
             Ok(r) => r,
@@ -477,7 +483,7 @@ impl<S: Transport> Conn<S> {
     /// Streams the rest of the request body from the client to `up`.
     async fn stream_body(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Plain,
         body: &mut Body,
         limits: &RequestLimits,
         write_timeout_ms: u64,
@@ -502,7 +508,7 @@ impl<S: Transport> Conn<S> {
             match self
                 .io
                 .deadline
-                .within(clock::deadline(write_timeout_ms), up.write_all(out))
+                .within(clock::deadline(write_timeout_ms), up.write_all_of(out))
                 .await
             {
                 Ok((Ok(_), out)) => self.ubuf = out,

@@ -6,17 +6,16 @@ use super::Attempt;
 use crate::clock;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::server::conn::Conn;
+use crate::transport::plain::Plain;
+use crate::transport::ReadSpare;
 use crate::transport::Transport;
 use crate::upstream::response::{RespFraming, RespHead};
-use monoio::buf::IoBufMut;
-use monoio::io::AsyncReadRent;
-use monoio::net::TcpStream;
 
 impl<S: Transport> Conn<S> {
     /// Phase 3: the response body after its head, by its framing.
     pub(super) async fn relay_body(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Plain,
         resp: &RespHead,
         mut reusable: bool,
         close: bool,
@@ -54,7 +53,7 @@ impl<S: Transport> Conn<S> {
     /// A body of `n` bytes, from `urbuf[start..]` on.
     async fn relay_length(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Plain,
         start: usize,
         n: u64,
         reusable: &mut bool,
@@ -96,7 +95,7 @@ impl<S: Transport> Conn<S> {
     /// A chunked body, relayed as is once each piece is checked.
     async fn relay_chunked(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Plain,
         start: usize,
         reusable: &mut bool,
         read_timeout: u64,
@@ -148,7 +147,7 @@ impl<S: Transport> Conn<S> {
     /// A body that ends when the upstream closes.
     async fn relay_to_close(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Plain,
         start: usize,
         read_timeout: u64,
     ) -> Result<(), Attempt> {
@@ -201,19 +200,19 @@ impl<S: Transport> Conn<S> {
     /// Reads a body chunk from the upstream into the empty `urbuf`.
     async fn read_upstream_plain(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Plain,
         timeout_ms: u64,
     ) -> Result<usize, UpRead> {
-        let buf = std::mem::take(&mut self.urbuf);
-        let cap = buf.capacity();
+        let mut buf = std::mem::take(&mut self.urbuf);
+        buf.clear();
         match self
             .io
             .deadline
-            .within(clock::deadline(timeout_ms), up.read(buf.slice_mut(0..cap)))
+            .within(clock::deadline(timeout_ms), up.read_spare(buf))
             .await
         {
-            Ok((res, slice)) => {
-                self.urbuf = slice.into_inner();
+            Ok((res, buf)) => {
+                self.urbuf = buf;
                 res.map_err(|_| UpRead::Io)
             }
             Err(_) => Err(UpRead::Timeout),

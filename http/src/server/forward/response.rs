@@ -6,6 +6,8 @@ use super::{peer_closed, Attempt, Exchange, UPSTREAM_BUF_BYTES, WATCH_AFTER_MS};
 use crate::clock;
 use crate::codec::head::{Method, ParsedHead};
 use crate::server::conn::Conn;
+use crate::transport::plain::Plain;
+use crate::transport::ReadSpare;
 use crate::transport::Transport;
 use crate::upstream::response::{
     parse_response, resp_header_buf, write_client_head, RespFraming, RespHead, RespParse,
@@ -14,9 +16,6 @@ use gapura_gate::custom_pages::{replace_upstream, write_error_page, PageVars, Up
 use gapura_gate::policy::HostExtras;
 use gapura_gate::upstream::UpstreamGroup;
 use gapura_gate::ErrorStatus;
-use monoio::buf::IoBufMut;
-use monoio::io::AsyncReadRent;
-use monoio::net::TcpStream;
 use monoio::time::Instant;
 use std::os::fd::AsRawFd;
 
@@ -27,7 +26,7 @@ impl<S: Transport> Conn<S> {
     /// head and whether the client connection closes after it.
     pub(super) async fn read_response_head(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Plain,
         head: &ParsedHead,
         group: &UpstreamGroup,
         x: &Exchange,
@@ -180,11 +179,7 @@ impl<S: Transport> Conn<S> {
 
     /// Reads from the upstream into `urbuf`'s spare room under `deadline`,
     /// watching the client for an abort once the answer takes a while.
-    async fn read_upstream(
-        &mut self,
-        up: &mut TcpStream,
-        deadline: Instant,
-    ) -> Result<usize, UpRead> {
+    async fn read_upstream(&mut self, up: &mut Plain, deadline: Instant) -> Result<usize, UpRead> {
         if self.urbuf.len() == self.urbuf.capacity() {
             if self.urbuf.len() >= crate::upstream::response::MAX_RESPONSE_HEAD_BYTES {
                 return Err(UpRead::Io);
@@ -192,8 +187,7 @@ impl<S: Transport> Conn<S> {
             self.urbuf.reserve(self.urbuf.len());
         }
         let buf = std::mem::take(&mut self.urbuf);
-        let (len, cap) = (buf.len(), buf.capacity());
-        let read = up.read(buf.slice_mut(len..cap));
+        let read = up.read_spare(buf);
         let mut read = std::pin::pin!(read);
         let quick = clock::deadline(WATCH_AFTER_MS);
         let first = self
@@ -201,18 +195,21 @@ impl<S: Transport> Conn<S> {
             .deadline
             .within(quick.min(deadline), &mut read)
             .await;
-        let (res, slice) = match first {
+        let (res, buf) = match first {
             Ok(r) => r,
             Err(_) if quick >= deadline => return Err(UpRead::Timeout),
             Err(_) => {
                 // An HTTP/2 stream has no socket of its own to watch.
-                let socket = self.io.stream.socket();
+                let stream = &self.io.stream;
+                let socket = stream.socket();
                 let watch = async {
                     if let Some(socket) = socket {
                         monoio::select! {
                             r = &mut read => return Ok(r),
                             _ = socket.readable(false) => {
-                                if peer_closed(socket.as_raw_fd()) {
+                                // Bytes the ring received are pipelined
+                                // requests, not an end.
+                                if peer_closed(socket.as_raw_fd()) && !stream.buffered() {
                                     return Err(UpRead::ClientGone);
                                 }
                                 // Pipelined bytes: stop watching, they wait in the socket.
@@ -228,7 +225,7 @@ impl<S: Transport> Conn<S> {
                 }
             }
         };
-        self.urbuf = slice.into_inner();
+        self.urbuf = buf;
         res.map_err(|_| UpRead::Io)
     }
 }
