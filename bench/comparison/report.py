@@ -195,7 +195,7 @@ def report_header(b, command_line, nofile, note):
         versions.append(tool_version(b, "nginx"))
     if "haproxy" in opts.servers:
         versions.append(tool_version(b, "haproxy"))
-    if "gapura" in opts.servers:
+    if any(s.startswith("gapura") for s in opts.servers):
         versions.append(tool_version(b, "gapura"))
     uname = os.uname()
     out = ["# Gapura, nginx and HAProxy side by side", "",

@@ -62,7 +62,7 @@ def run_one(b, sc_name, layout, srv):
     res = {"status": "ok"}
     title = " ".join(x for x in (b.generator, sc_name, layout, srv) if x)
     port = b.ports.next()
-    admin = b.ports.next() if srv == "gapura" else 0
+    admin = b.ports.next() if srv.startswith("gapura") else 0
     upstream_port = 0
     upstream = None
 

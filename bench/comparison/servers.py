@@ -36,7 +36,7 @@ def show_log_tails(paths):
 
 
 def start_server(b, name, kind, directory, core, port, admin, upstream):
-    """Starts NAME (gapura|nginx|haproxy) in its KIND (respond|proxy)
+    """Starts NAME (gapura|gapura-ring|nginx|haproxy|floor-*) in its KIND (respond|proxy)
     configuration, pinned to CORE, and waits until PORT accepts.
     Returns (process, None), or (None, reason) with nothing left running."""
     os.makedirs(directory, exist_ok=True)
@@ -59,6 +59,12 @@ def start_server(b, name, kind, directory, core, port, admin, upstream):
     else:
         conf = os.path.join(directory, "gapura.toml")
         render(os.path.join(PEERS, f"gapura-{kind}.toml.in"), conf, values)
+        if name == "gapura-ring":
+            # The same profile, receiving from the shard's own ring.
+            with open(conf, encoding="utf-8") as f:
+                text = f.read()
+            with open(conf, "w", encoding="utf-8") as f:
+                f.write(text.replace("[server]\n", "[server]\nring = \"on\"\n", 1))
         # `gapura check` first: a profile it rejects is skipped, not a failure.
         with open(conf + ".check", "wb") as out:
             checked = subprocess.run([b.gapura_bin, "check", conf], stdin=subprocess.DEVNULL,

@@ -64,7 +64,7 @@ def release_binary(opts, env, build, name, missing):
 def find_gapura(opts):
     """The Gapura binary (built first unless GAPURA_BIN or --no-build), or
     None when gapura is not among the servers."""
-    if "gapura" not in opts.servers:
+    if not any(s.startswith("gapura") for s in opts.servers):
         return None
     return release_binary(opts, "GAPURA_BIN", ["gapura"], "gapura", (
         "Gapura binary", "build it, set GAPURA_BIN, or leave gapura out of --servers"))

@@ -17,15 +17,17 @@
 //! - `upstream`: upstream pools, balancing and health, the request head sent
 //!   upstream, the response parser, and forward-auth's call and answer.
 //! - `transport`: the streams a client connection runs over (plain TCP,
-//!   TLS by rustls with the ring provider), certificates and session
-//!   tickets.
+//!   receiving from the shard's own ring or not; TLS by rustls with the
+//!   ring provider), certificates and session tickets.
 //! - `clock`: the shard's coarse monotonic clock.
 //! - `driver`: the one runtime builder (io_uring with the design's ring
 //!   flags, the explicit epoll fallback), for the server's and the load
 //!   tester's shards.
-//! - `ring`: the parts of a directly driven io_uring (the provided-buffer
-//!   ring of multishot receives, the single-thread ring flags) shared by
-//!   the load tester's engine and the floor proxy of `bench/`.
+//! - `ring`: io_uring driven directly: the parts shared by the load
+//!   tester's engine and the floor proxy of `bench/` (the provided-buffer
+//!   ring of multishot receives, the single-thread ring flags), and a
+//!   shard's own ring for the receives of its plain HTTP/1.1 connections
+//!   (`[server] ring = "on"`).
 
 pub mod clock;
 pub mod codec;

@@ -1,6 +1,7 @@
-//! The byte streams a client connection runs over: plain TCP, or TLS over
-//! TCP (`tls`). The connection loop, the proxy and the tunnel are written
-//! once against [`Transport`] and its halves.
+//! The byte streams a client connection runs over: plain TCP (`plain`:
+//! the runtime's stream, receiving from the shard's own ring or not), or
+//! TLS over TCP (`tls`). The connection loop, the proxy and the tunnel
+//! are written once against [`Transport`] and its halves.
 //!
 //! Reads fill a `Vec`'s spare capacity (its length grows by what was read);
 //! writes hand a buffer over and get it back, as the ring's operations do.
