@@ -246,6 +246,12 @@ async fn tick(shard: Rc<Shard>, relays: Vec<Rc<gapura_udp::io::RelayIo>>) {
             .stats
             .upstream_idle
             .set(shard.upstreams.idle_connections() as u64);
+        if let Some(ring) = shard.ring() {
+            let c = ring.counts();
+            shard.stats.ring_arms.set(c.arms);
+            shard.stats.ring_starved.set(c.starved);
+            shard.stats.ring_capped.set(c.capped);
+        }
     }
 }
 

@@ -88,6 +88,14 @@ fn a_client_that_half_closes_after_its_requests_gets_every_answer() {
         assert_eq!(r.body, b"hello\n");
     }
     assert!(c.closed_within(Duration::from_secs(5)));
+    if g.log_text().contains("client ring") {
+        // One receive armed for the connection's life; none waited for a
+        // buffer or stopped at the cap (copied once a second).
+        let armed = "gapura_ring_receives_armed_total{shard=\"0\"}";
+        assert_eq!(g.wait_metric(armed, 1, Duration::from_secs(5)), 1);
+        assert_eq!(g.metric("gapura_ring_starved_total{shard=\"0\"}"), 0);
+        assert_eq!(g.metric("gapura_ring_capped_total{shard=\"0\"}"), 0);
+    }
 }
 
 #[test]

@@ -95,6 +95,12 @@ pub struct ShardStats {
     pub unparks: Counter,
     /// Keep-alive connections closed after the idle timeout.
     pub idle_timeouts: Counter,
+    /// The shard's own ring (`[server] ring = "on"`), copied from it once
+    /// a second: receives armed, receives that found no provided buffer,
+    /// receives stopped at a connection's cap.
+    pub ring_arms: Counter,
+    pub ring_starved: Counter,
+    pub ring_capped: Counter,
     pub requests: Counter,
     /// Responses by class: index 0 is 1xx, 4 is 5xx.
     pub responses: [Counter; 5],
