@@ -117,6 +117,8 @@ pub struct ShardRing {
     /// The driver task, while it waits.
     driver: Cell<Option<Waker>>,
     counts: Cell<RingCounts>,
+    /// The ring's file, watched through the runtime (`drive`).
+    poller: monoio::net::UnixDatagram,
 }
 
 impl ShardRing {
@@ -136,6 +138,7 @@ impl ShardRing {
             .setup_cqsize(CQ_ENTRIES)
             .build(ENTRIES)?;
         let bufs = BufRing::new(ring.as_raw_fd(), BGID, count, bytes)?;
+        let poller = poller(ring.as_raw_fd())?;
         Ok(Rc::new(ShardRing {
             inner: RefCell::new(Inner {
                 ring,
@@ -150,6 +153,7 @@ impl ShardRing {
             kicked: Cell::new(false),
             driver: Cell::new(None),
             counts: Cell::new(RingCounts::default()),
+            poller,
         }))
     }
 
@@ -356,9 +360,7 @@ impl ShardRing {
     /// ring has completions, and waits through the runtime in between.
     /// Runs for the shard's life (spawn it once).
     pub async fn drive(self: Rc<Self>) {
-        let Ok(poller) = self.poller() else {
-            return;
-        };
+        let poller = &self.poller;
         let mut ready = None;
         loop {
             self.turn();
@@ -378,21 +380,6 @@ impl ShardRing {
                 ready = None;
             }
         }
-    }
-
-    /// The ring's file, watched through the runtime: readable when a
-    /// completion waits.
-    fn poller(&self) -> io::Result<monoio::net::UnixDatagram> {
-        let fd = self.inner.borrow().ring.as_raw_fd();
-        // SAFETY: a duplicate of our own, owned by the wrapper, which only
-        // polls it (and closes it when dropped).
-        let own = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        if own < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `own` is ours (above).
-        let std = unsafe { std::os::unix::net::UnixDatagram::from_raw_fd(own) };
-        monoio::net::UnixDatagram::from_std(std)
     }
 }
 
@@ -541,6 +528,20 @@ impl Drop for ShardRing {
         // SAFETY: no receive is in flight: nothing uses the buffers.
         unsafe { std::mem::ManuallyDrop::drop(&mut i.bufs) };
     }
+}
+
+/// The ring's file, watched through the runtime: readable when a
+/// completion waits. On the shard's thread, inside its runtime.
+fn poller(fd: RawFd) -> io::Result<monoio::net::UnixDatagram> {
+    // SAFETY: a duplicate of our own, owned by the wrapper, which only
+    // polls it (and closes it when dropped).
+    let own = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if own < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `own` is ours (above).
+    let std = unsafe { std::os::unix::net::UnixDatagram::from_raw_fd(own) };
+    monoio::net::UnixDatagram::from_std(std)
 }
 
 fn cancel_entry(slot: u32) -> squeue::Entry {
