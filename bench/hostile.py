@@ -39,7 +39,7 @@ All traffic goes to 127.0.0.0/8. Every process is started here and stopped
 by its pid (SIGTERM, then SIGKILL after 10 s), also on Ctrl-C or an error.
 Python 3.11, standard library only.
 
-  bench/hostile.py [--scenarios a,b] [--quick] [--gapura PATH]
+  bench/hostile.py [--scenarios a,b] [--quick] [--ring] [--gapura PATH]
                    [--loadtest PATH] [--no-build]
 
 This file reads the command line, runs the chosen scenarios, prints the
@@ -60,6 +60,7 @@ import traceback
 sys.dont_write_bytecode = True
 
 from hostile_suite import common
+from hostile_suite import gapura as gapura_profiles
 from hostile_suite.aborts import scenario_aborts
 from hostile_suite.common import ROOT, CouldNotRun, Procs, say
 from hostile_suite.faults import scenario_fd_limit, scenario_reloads, scenario_upstream_kill
@@ -120,6 +121,8 @@ def main():
     p.add_argument("--loadtest", default=os.path.join(ROOT, "target", "release", "gapura-loadtest"))
     p.add_argument("--no-build", action="store_true", help="never run cargo build")
     p.add_argument("--quick", action="store_true", help="shorter phases, for a smoke run")
+    p.add_argument("--ring", action="store_true",
+                   help="every profile with [server] ring = \"on\" (receives from the shard's own ring)")
     args = p.parse_args()
     if args.scenarios == "all":
         chosen = list(SCENARIOS)
@@ -154,7 +157,9 @@ def main():
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    say(f"# hostile.py: {', '.join(chosen)}{' (--quick)' if args.quick else ''}")
+    gapura_profiles.RING["on"] = args.ring
+    say(f"# hostile.py: {', '.join(chosen)}{' (--quick)' if args.quick else ''}"
+        f"{' (--ring)' if args.ring else ''}")
     say(f"# gapura {args.gapura}, gapura-loadtest {args.loadtest}")
     say(f"# server on core {common.SERVER_CORE}, load and attackers on core "
         f"{common.LOAD_CORE}, shards = 1, "

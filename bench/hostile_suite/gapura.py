@@ -46,12 +46,17 @@ body = "hello\\n"
 {extra}"""
 
 
+# `hostile.py --ring`: every profile receives from the shard's own ring.
+RING = {"on": False}
+
+
 def server_block(port, admin, extra=""):
+    ring = 'ring = "on"\n' if RING["on"] else ""
     return f"""[server]
 listen = ["127.0.0.1:{port}"]
 admin = "127.0.0.1:{admin}"
 shards = 1
-{extra}"""
+{ring}{extra}"""
 
 
 def start_gapura(ctx, name, profile, port, admin, core=SERVER_CORE, preexec=None,
