@@ -82,10 +82,12 @@ fn source_ips_spread_connections_over_the_listed_addresses() {
 
 #[test]
 fn refused_connections_are_counted_and_exit_non_zero_on_time() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // Bound and never listening: connects are refused, and no other test
+    // can take the port while the run lasts.
+    let held = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    held.bind(&any.into()).unwrap();
+    let port = held.local_addr().unwrap().as_socket().unwrap().port();
     let r = run(&[
         "-c",
         "2",
@@ -97,6 +99,7 @@ fn refused_connections_are_counted_and_exit_non_zero_on_time() {
     assert!(u(&r.json, "errors.connect") > 0);
     assert!(r.stderr.contains("no request succeeded"));
     assert!(r.took < Duration::from_secs(4), "{:?}", r.took);
+    drop(held);
 }
 
 #[test]

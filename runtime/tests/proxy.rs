@@ -403,7 +403,7 @@ fn a_group_whose_servers_are_all_out_still_tries_one() {
 #[test]
 fn a_server_back_from_an_outage_serves_at_once() {
     // Down: its port refuses; both servers go out for a minute.
-    let addr = upstream::dead_addr();
+    let addr = upstream::released_addr();
     let other = upstream::dead_addr();
     let g = Gapura::start(&proxy_profile(
         &[addr, other],

@@ -250,8 +250,21 @@ pub fn upgrading_echo() -> Upstream {
     }))
 }
 
-/// A free port nobody listens on.
-pub fn dead_addr() -> SocketAddr {
+/// A port free now, for a test that binds it again later (another test's
+/// server could take it meanwhile: prefer [`dead_addr`]).
+pub fn released_addr() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()
+}
+
+/// A port nobody listens on, held for the test process's life: bound and
+/// never listening, so connects are refused and no other test's server can
+/// take it.
+pub fn dead_addr() -> SocketAddr {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    s.bind(&any.into()).unwrap();
+    let addr = s.local_addr().unwrap().as_socket().unwrap();
+    std::mem::forget(s);
+    addr
 }
