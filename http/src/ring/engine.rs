@@ -89,6 +89,9 @@ struct Inner {
     starved: VecDeque<u32>,
     /// Buffers given back since the last turn.
     returned: u32,
+    /// Cancellations the full queue refused, queued again on the next turn
+    /// (one per slot at most: the slot is marked `cancelling`).
+    uncancelled: Vec<u32>,
     /// Entries pushed and not yet submitted.
     pending: bool,
     /// Bytes a connection may hold unread before its receive stops.
@@ -147,6 +150,7 @@ impl ShardRing {
                 free: Vec::new(),
                 starved: VecDeque::new(),
                 returned: 0,
+                uncancelled: Vec::new(),
                 pending: false,
                 cap: QUEUE_BUFS * bytes,
             }),
@@ -211,9 +215,8 @@ impl ShardRing {
         s.open = false;
         s.reader = None;
         let cancel = s.armed && !s.cancelling;
-        s.cancelling |= cancel;
         if cancel {
-            let _ = i.push(&cancel_entry(slot));
+            i.cancel(slot);
         }
         i.release_queue(slot);
         i.try_free(slot);
@@ -314,6 +317,12 @@ impl ShardRing {
         let mut guard = self.inner.borrow_mut();
         let i = &mut *guard;
         for _ in 0..4 {
+            for slot in std::mem::take(&mut i.uncancelled) {
+                let s = &i.slots[slot as usize];
+                if s.armed && s.cancelling {
+                    i.cancel(slot);
+                }
+            }
             if i.pending {
                 i.pending = false;
                 submits += 1;
@@ -401,6 +410,15 @@ impl Inner {
         }
     }
 
+    /// Cancels `slot`'s receive, now or, when the queue is full, on the
+    /// next turn.
+    fn cancel(&mut self, slot: u32) {
+        self.slots[slot as usize].cancelling = true;
+        if self.push(&cancel_entry(slot)).is_err() {
+            self.uncancelled.push(slot);
+        }
+    }
+
     fn arm(&mut self, slot: u32) -> io::Result<()> {
         let fd = self.slots[slot as usize].fd;
         let recv = opcode::RecvMulti::new(types::Fd(fd), BGID)
@@ -451,8 +469,7 @@ impl Inner {
             s.armed = false;
             s.cancelling = false;
         } else if s.queued >= self.cap && !s.cancelling && s.open {
-            s.cancelling = true;
-            let _ = self.push(&cancel_entry(slot));
+            self.cancel(slot);
             counts.capped += 1;
         }
         // Not on a receive that found no buffer: it is armed again as

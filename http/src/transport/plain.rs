@@ -55,57 +55,40 @@ impl Plain {
     }
 }
 
-impl ReadSpare for Plain {
-    #[inline]
-    async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
-        match self {
-            Plain::Tcp(s) => s.read_spare(buf).await,
-            Plain::Ring(s) => s.read_spare(buf).await,
+/// Reading and writing on either kind: the same call on the variant.
+macro_rules! either {
+    (read $($t:ident),*) => {$(
+        impl ReadSpare for $t {
+            #[inline]
+            async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+                match self {
+                    $t::Tcp(s) => s.read_spare(buf).await,
+                    $t::Ring(s) => s.read_spare(buf).await,
+                }
+            }
         }
-    }
+    )*};
+    (write $($t:ident),*) => {$(
+        impl WriteAll for $t {
+            #[inline]
+            async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
+                match self {
+                    $t::Tcp(s) => s.write_all_of(buf).await,
+                    $t::Ring(s) => s.write_all_of(buf).await,
+                }
+            }
+            async fn close_write(&mut self) {
+                match self {
+                    $t::Tcp(s) => s.close_write().await,
+                    $t::Ring(s) => s.close_write().await,
+                }
+            }
+        }
+    )*};
 }
 
-impl WriteAll for Plain {
-    #[inline]
-    async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
-        match self {
-            Plain::Tcp(s) => s.write_all_of(buf).await,
-            Plain::Ring(s) => s.write_all_of(buf).await,
-        }
-    }
-    async fn close_write(&mut self) {
-        match self {
-            Plain::Tcp(s) => s.close_write().await,
-            Plain::Ring(s) => s.close_write().await,
-        }
-    }
-}
-
-impl ReadSpare for PlainRead {
-    #[inline]
-    async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
-        match self {
-            PlainRead::Tcp(s) => s.read_spare(buf).await,
-            PlainRead::Ring(s) => s.read_spare(buf).await,
-        }
-    }
-}
-
-impl WriteAll for PlainWrite {
-    #[inline]
-    async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
-        match self {
-            PlainWrite::Tcp(s) => s.write_all_of(buf).await,
-            PlainWrite::Ring(s) => s.write_all_of(buf).await,
-        }
-    }
-    async fn close_write(&mut self) {
-        match self {
-            PlainWrite::Tcp(s) => s.close_write().await,
-            PlainWrite::Ring(s) => s.close_write().await,
-        }
-    }
-}
+either!(read Plain, PlainRead);
+either!(write Plain, PlainWrite);
 
 impl Transport for Plain {
     type ReadHalf = PlainRead;
