@@ -427,3 +427,170 @@ fn a_trickled_header_block_meets_the_header_timeout() {
         1
     );
 }
+
+/// A HEADERS frame (END_HEADERS | END_STREAM) asking `GET http://hello.test/`
+/// on `stream`, then a RST_STREAM (CANCEL) for it: the rapid reset pair.
+fn reset_pair(stream: u32, out: &mut Vec<u8>) {
+    // :method GET, :scheme http, :path / (static 2, 6, 4); :authority
+    // hello.test as a literal with the static name 1.
+    let mut block = vec![0x82, 0x86, 0x84, 0x01, 10];
+    block.extend_from_slice(b"hello.test");
+    out.extend_from_slice(&frame(0x1, 0x5, stream, &block));
+    out.extend_from_slice(&frame(0x3, 0, stream, &8u32.to_be_bytes()));
+}
+
+/// Sends rapid reset pairs `per_write` to a write, 3,000 streams a second,
+/// for at most 5 s or until the server closes; returns the streams opened,
+/// whether a GOAWAY ENHANCE_YOUR_CALM came, and whether the connection
+/// ended.
+fn rapid_reset(addr: SocketAddr, per_write: u32) -> (u32, bool, bool) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend_from_slice(&frame(0x4, 0, 0, &[]));
+    s.write_all(&hello).unwrap();
+    let reader = std::thread::spawn({
+        let mut r = s.try_clone().unwrap();
+        move || {
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = r.read(&mut buf) {
+                if n == 0 {
+                    return (seen, true);
+                }
+                seen.extend_from_slice(&buf[..n]);
+            }
+            (seen, false)
+        }
+    });
+    let started = std::time::Instant::now();
+    let mut stream = 1u32;
+    let mut opened = 0;
+    let pace = Duration::from_micros(1_000_000 * u64::from(per_write) / 3_000);
+    while opened < 15_000 && started.elapsed() < Duration::from_secs(5) {
+        let mut batch = Vec::new();
+        for _ in 0..per_write {
+            reset_pair(stream, &mut batch);
+            stream += 2;
+        }
+        if s.write_all(&batch).is_err() {
+            break;
+        }
+        opened += per_write;
+        std::thread::sleep(pace);
+    }
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let (seen, ended) = reader.join().unwrap();
+    let calm = frames(&seen)
+        .iter()
+        .any(|(k, p)| *k == 0x7 && p.get(4..8) == Some(&[0, 0, 0, 0xb][..]));
+    (opened, calm, ended)
+}
+
+#[test]
+fn rapid_reset_through_a_proxy_host_reaches_the_origin_at_most_the_limit_and_closes() {
+    let up = common::upstream::fixed(b"origin\n");
+    let rest = format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n\n[[host]]\nnames = [\"hello.test\"]\nkind = \"proxy\"\n  [[host.route]]\n  path = \"/\"\n  upstream = \"app\"\n",
+        up.addr
+    );
+    let g = Gapura::start(&profile("http2_max_resets = 100", &rest));
+    let mut calm_total = 0;
+    for (i, per_write) in [1u32, 20, 100].into_iter().enumerate() {
+        let before = up.requests.lock().unwrap().len();
+        let (opened, calm, ended) = rapid_reset(g.addr, per_write);
+        let reached = up.requests.lock().unwrap().len() - before;
+        eprintln!(
+            "{per_write} a write: {opened} opened, {reached} reached, resets {}",
+            g.metric("gapura_h2_resets_total{shard=\"0\"}")
+        );
+        assert!(calm, "{per_write} a write: GOAWAY ENHANCE_YOUR_CALM");
+        assert!(ended, "{per_write} a write: the connection was closed");
+        assert!(
+            reached <= 100,
+            "{per_write} a write: {reached} of {opened} reset streams reached the origin"
+        );
+        assert!(
+            opened < 15_000,
+            "{per_write} a write: cut off before the end"
+        );
+        calm_total += 1;
+        assert_eq!(
+            g.metric("gapura_h2_enhance_your_calm_total{shard=\"0\"}"),
+            calm_total,
+            "round {i}"
+        );
+    }
+    // Every stream the client reset was counted, however it was noticed.
+    let resets = g.metric("gapura_h2_resets_total{shard=\"0\"}");
+    assert!(resets >= 2 * 101, "{resets} resets counted");
+    assert!(g.wait_log(
+        "http2 connection closed (enhance_your_calm",
+        Duration::from_secs(5)
+    ));
+    // A well-behaved client is still answered through the proxy.
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, _driver) = h2c(g.addr).await;
+        let (status, _, body) = exchange(&client, "GET", "/", None).await.unwrap();
+        assert_eq!((status, &body[..]), (200, &b"origin\n"[..]));
+    });
+}
+
+#[test]
+fn a_stream_reset_while_its_upstream_answers_ends_that_exchange() {
+    use common::upstream::{Reply, UpRequest};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+    let (ended_tx, ended_rx) = mpsc::channel::<usize>();
+    let ended_tx = Mutex::new(ended_tx);
+    let seen = AtomicUsize::new(0);
+    // The first request is never answered: its connection reports how
+    // it ended (0: closed by Gapura). The others get 200.
+    let up = common::upstream::start(Arc::new(move |_: &UpRequest| {
+        if seen.fetch_add(1, Ordering::SeqCst) > 0 {
+            return Reply::Bytes(common::upstream::ok(b"origin\n"));
+        }
+        let tx = ended_tx.lock().unwrap().clone();
+        Reply::Takeover(Box::new(move |mut s| {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+            let mut b = [0u8; 64];
+            let n = s.read(&mut b).unwrap_or(usize::MAX);
+            let _ = tx.send(n);
+        }))
+    }));
+    let rest = format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n\n[[host]]\nnames = [\"hello.test\"]\nkind = \"proxy\"\n  [[host.route]]\n  path = \"/\"\n  upstream = \"app\"\n",
+        up.addr
+    );
+    let g = Gapura::start(&profile("", &rest));
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, _driver) = h2c(g.addr).await;
+        let req = http::Request::get("http://hello.test/slow")
+            .body(())
+            .unwrap();
+        let mut ready = client.clone().ready().await.unwrap();
+        let (_resp, mut stream) = ready.send_request(req, true).unwrap();
+        let reached = async {
+            while up.requests.lock().unwrap().is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), reached)
+            .await
+            .expect("the request reached the origin");
+        stream.send_reset(h2::Reason::CANCEL);
+        // Gapura gives up the exchange: the upstream connection is closed.
+        let n = tokio::task::spawn_blocking(move || ended_rx.recv_timeout(Duration::from_secs(10)))
+            .await
+            .unwrap()
+            .expect("the upstream connection ended");
+        assert_eq!(n, 0, "closed by Gapura, not reused or timed out");
+        // The connection goes on serving.
+        let (status, _, body) = exchange(&client, "GET", "/", None).await.unwrap();
+        assert_eq!((status, &body[..]), (200, &b"origin\n"[..]));
+    });
+    assert_eq!(g.metric("gapura_h2_resets_total{shard=\"0\"}"), 1);
+    assert_eq!(up.connections.load(std::sync::atomic::Ordering::SeqCst), 2);
+}

@@ -15,8 +15,13 @@
 //! bounded by the parser's outer bound (h2 also bounds CONTINUATION frames
 //! by it); streams reset by the client, or ending in a stream error, are
 //! budgeted per connection (`http2_max_resets` per 10 s), past which the
-//! connection gets GOAWAY `ENHANCE_YOUR_CALM`; h2 itself closes a
-//! connection with too many reset streams waiting to be accepted; frames
+//! connection gets GOAWAY `ENHANCE_YOUR_CALM`. A reset is counted wherever
+//! it is noticed: at accept (h2 hands out streams reset before they were
+//! accepted; they are never served), before the request goes upstream
+//! (never forwarded), while the upstream answer is awaited (the exchange
+//! ends), or on any stream error. h2 itself holds at most
+//! `http2_max_resets + 1` (20 to 1,024) reset streams waiting to be
+//! accepted and closes the connection past that, those counted too; frames
 //! that cost work without a request (SETTINGS, PING, PRIORITY, empty DATA)
 //! are budgeted below the codec (`h2scan`, `http2_max_control_frames`). The
 //! preface and SETTINGS must arrive within the header timeout; an idle
@@ -108,7 +113,7 @@ pub(super) async fn serve<S: Transport>(
         .max_concurrent_streams(settings.max_streams)
         .max_header_list_size(OUTER_MAX_HEAD_BYTES as u32)
         .max_send_buffer_size(SEND_BUFFER)
-        .max_pending_accept_reset_streams(20);
+        .max_pending_accept_reset_streams(pending_resets(settings.max_resets));
     let handshake = builder.handshake::<_, Bytes>(io);
     let deadline = crate::clock::deadline(snap.server.header_timeout_ms);
     let mut conn = match monoio::time::timeout_at(deadline, handshake).await {
@@ -126,6 +131,7 @@ pub(super) async fn serve<S: Transport>(
     let idle = Duration::from_millis(snap.server.idle_timeout_ms);
     let mut last_active = monoio::time::Instant::now();
     let mut shutting = false;
+    let mut streams = 0u64;
     // One timer for the connection's life, not one per stream.
     let mut tick = std::pin::pin!(monoio::time::sleep(TICK));
     loop {
@@ -138,24 +144,39 @@ pub(super) async fn serve<S: Transport>(
             }
         };
         match next {
-            Some(Some(Ok(stream))) => {
+            Some(Some(Ok(mut stream))) => {
                 last_active = monoio::time::Instant::now();
                 shard.stats.h2_streams.inc();
-                shared.open.set(shared.open.get() + 1);
-                if !queue.push(stream) {
-                    // Every worker is busy: one more (at most one per
-                    // stream the connection may have open).
-                    monoio::spawn(worker::<S>(
-                        queue.clone(),
-                        shard.clone(),
-                        client_peer,
-                        shared.clone(),
-                    ));
+                streams += 1;
+                if reset_already(&mut stream.1) {
+                    // Opened and reset at once (rapid reset): counted here,
+                    // never queued, never served.
+                    shard.stats.h2_resets.inc();
+                    shared.reset(crate::clock::now_ms());
+                } else {
+                    shared.open.set(shared.open.get() + 1);
+                    if !queue.push(stream) {
+                        // Every worker is busy: one more (at most one per
+                        // stream the connection may have open).
+                        monoio::spawn(worker::<S>(
+                            queue.clone(),
+                            shard.clone(),
+                            client_peer,
+                            shared.clone(),
+                        ));
+                    }
                 }
             }
             Some(Some(Err(e))) => {
                 if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
                     shard.stats.h2_calm.inc();
+                    if e.to_string().contains("too_many_resets") {
+                        // h2's own bound on reset streams waiting to be
+                        // accepted: those it held are resets too.
+                        let held = pending_resets(settings.max_resets) as u64 + 1;
+                        shard.stats.h2_resets.add(held);
+                        shard.warn_h2_calm("resets", streams + held, client_peer.addr());
+                    }
                 } else if !e.is_io() && !e.is_go_away() {
                     shard.stats.h2_errors.inc();
                 }
@@ -172,6 +193,12 @@ pub(super) async fn serve<S: Transport>(
                 shard.stats.h2_floods.inc();
             }
             shard.stats.h2_calm.inc();
+            let why = if flooded.get() {
+                "control frames"
+            } else {
+                "resets"
+            };
+            shard.warn_h2_calm(why, streams, client_peer.addr());
             Some(Reason::ENHANCE_YOUR_CALM)
         } else if slow_head {
             // A trickled header block.
@@ -293,6 +320,14 @@ async fn serve_stream<S: Transport>(
     client_peer: Peer,
     shared: &Shared,
 ) {
+    let mut respond = respond;
+    if reset_already(&mut respond) {
+        // Reset before its turn (rapid reset): counted, never served.
+        shard.stats.h2_resets.inc();
+        shared.reset(crate::clock::now_ms());
+        shared.open.set(shared.open.get().saturating_sub(1));
+        return;
+    }
     let reset = Rc::new(Cell::new(false));
     let (parts, body) = request.into_parts();
     let head_only = parts.method == http::Method::HEAD;
@@ -330,6 +365,21 @@ async fn serve_stream<S: Transport>(
         shared.reset(crate::clock::now_ms());
     }
     shared.open.set(shared.open.get().saturating_sub(1));
+}
+
+/// How many streams reset by the client h2 may hold waiting to be
+/// accepted before it ends the connection itself: enough that the reset
+/// budget, which counts each of them, is what ends it.
+fn pending_resets(max_resets: u32) -> usize {
+    (max_resets as usize + 1).clamp(20, 1024)
+}
+
+/// Whether the client reset the stream before its answer began (h2 hands
+/// out streams the client reset after opening them, so that each is
+/// accounted). Polls without waiting.
+fn reset_already(respond: &mut SendResponse<Bytes>) -> bool {
+    let mut cx = std::task::Context::from_waker(Waker::noop());
+    matches!(respond.poll_reset(&mut cx), Poll::Ready(_))
 }
 
 /// Writes the request as an HTTP/1.1 head: the request line from the
@@ -422,6 +472,30 @@ impl<S> H2Stream<S> {
             self.reset.set(true);
         }
         io::Error::other(e)
+    }
+
+    /// Ready once the client reset the stream (or the connection ended).
+    fn poll_abandoned(&mut self, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        let polled = if let Some(r) = self.respond.as_mut() {
+            r.poll_reset(cx)
+        } else if let Some(s) = self.send.as_mut() {
+            s.poll_reset(cx)
+        } else {
+            return Poll::Pending;
+        };
+        match polled {
+            Poll::Ready(Ok(_)) => {
+                self.reset.set(true);
+                Poll::Ready(())
+            }
+            Poll::Ready(Err(e)) => {
+                if e.is_reset() || e.is_remote() {
+                    self.reset.set(true);
+                }
+                Poll::Ready(())
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     fn reset_stream(&mut self, reason: Reason) {
@@ -690,5 +764,12 @@ impl<S: Transport> Transport for H2Stream<S> {
     }
     fn into_split(self) -> (NoHalf, NoHalf) {
         (NoHalf, NoHalf)
+    }
+    fn abandoned(&mut self) -> bool {
+        let mut cx = std::task::Context::from_waker(Waker::noop());
+        self.poll_abandoned(&mut cx).is_ready()
+    }
+    async fn until_abandoned(&mut self) {
+        std::future::poll_fn(|cx| self.poll_abandoned(cx)).await
     }
 }

@@ -7,9 +7,11 @@ use super::Shard;
 use gapura_gate::chain::Block;
 use std::net::IpAddr;
 
-/// Refusal kinds: the chain's steps, then the WebSocket message limits.
-pub(super) const KINDS: usize = Block::COUNT + 1;
+/// Refusal kinds: the chain's steps, the WebSocket message limits, then
+/// HTTP/2 connections ended for abuse.
+pub(super) const KINDS: usize = Block::COUNT + 2;
 const WEBSOCKET: usize = Block::COUNT;
+const H2_CALM: usize = Block::COUNT + 1;
 
 impl Shard {
     /// The warning sink and the client's prefix hash, when kind `kind` has
@@ -65,6 +67,20 @@ impl Shard {
             self.id,
             or_dash(host),
             prefix
+        ));
+    }
+}
+
+impl Shard {
+    /// Warns of an HTTP/2 connection ended with GOAWAY `ENHANCE_YOUR_CALM`
+    /// (`why`: `resets` or `control frames`) after `streams` streams.
+    pub(crate) fn warn_h2_calm(&self, why: &str, streams: u64, client: IpAddr) {
+        let Some((warn, prefix)) = self.throttled(H2_CALM, client) else {
+            return;
+        };
+        warn(format_args!(
+            "refused: shard {} http2 connection closed (enhance_your_calm: too many {why}) after {streams} streams source {:016x} (at most one line a second)",
+            self.id, prefix
         ));
     }
 }

@@ -80,6 +80,17 @@ pub trait Transport: ReadSpare + WriteAll + 'static {
     fn buffered(&self) -> bool {
         false
     }
+    /// Whether the peer has given up on this request (an HTTP/2 stream
+    /// the client reset); answers at once. A byte stream cannot tell
+    /// (its end is watched on the socket).
+    fn abandoned(&mut self) -> bool {
+        false
+    }
+    /// Waits until the peer gives up on this request; never ends where
+    /// [`Transport::abandoned`] cannot tell.
+    async fn until_abandoned(&mut self) {
+        std::future::pending::<()>().await
+    }
 }
 
 async fn read_spare_raw<R: AsyncReadRent>(r: &mut R, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {

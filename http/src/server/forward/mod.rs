@@ -374,6 +374,10 @@ impl<S: Transport> Conn<S> {
         limits: &RequestLimits,
     ) -> Result<(), Attempt> {
         let timeout_ms = group.read_timeout_ms;
+        if self.io.stream.abandoned() {
+            // An HTTP/2 stream the client reset: nothing is sent upstream.
+            return Err(Attempt::ClientGone);
+        }
         if body.streamed {
             // The body is gone: a new attempt cannot resend it.
             return Err(Attempt::Fail {

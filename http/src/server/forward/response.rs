@@ -199,11 +199,9 @@ impl<S: Transport> Conn<S> {
             Ok(r) => r,
             Err(_) if quick >= deadline => return Err(UpRead::Timeout),
             Err(_) => {
-                // An HTTP/2 stream has no socket of its own to watch.
-                let stream = &self.io.stream;
-                let socket = stream.socket();
+                let stream = &mut self.io.stream;
                 let watch = async {
-                    if let Some(socket) = socket {
+                    if let Some(socket) = stream.socket() {
                         monoio::select! {
                             r = &mut read => return Ok(r),
                             _ = socket.readable(false) => {
@@ -214,6 +212,13 @@ impl<S: Transport> Conn<S> {
                                 }
                                 // Pipelined bytes: stop watching, they wait in the socket.
                             }
+                        }
+                    } else {
+                        // An HTTP/2 stream has no socket of its own: its
+                        // reset is the client going away.
+                        monoio::select! {
+                            r = &mut read => return Ok(r),
+                            _ = stream.until_abandoned() => return Err(UpRead::ClientGone),
                         }
                     }
                     Ok(read.await)
