@@ -398,3 +398,79 @@ fn park_and_wake(driver: &str) {
     );
     assert_eq!(g.metric("gapura_requests_total{shard=\"0\"}"), 50);
 }
+
+/// Only `hello.test`: any other name is refused (the `unknown_host` 404).
+fn hello_only() -> Gapura {
+    Gapura::start(&profile(
+        "header_timeout_ms = 1000\nidle_timeout_ms = 1500",
+        "[[host]]\nnames = [\"hello.test\"]\nkind = \"respond\"\nstatus = 200\nbody = \"hello\\n\"\n",
+    ))
+}
+
+#[test]
+fn a_refused_request_gets_no_100_continue_and_its_body_is_not_read() {
+    let g = hello_only();
+    let mut c = Client::connect(g.addr);
+    c.send(b"POST / HTTP/1.1\r\nHost: other.test\r\nExpect: 100-continue\r\nContent-Length: 100000000\r\n\r\n");
+    // The refusal comes first, and says the connection ends.
+    let r = c.response(false);
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("Connection"), Some("close"));
+    // A client that sends its body anyway is cut off long before the end:
+    // the server reads none of it past its short linger.
+    let mut w = c.stream.try_clone().unwrap();
+    w.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let piece = vec![b'x'; 64 * 1024];
+    let mut sent = 0usize;
+    while sent < 100_000_000 {
+        use std::io::Write;
+        if w.write_all(&piece).is_err() {
+            break;
+        }
+        sent += piece.len();
+    }
+    assert!(
+        sent < 32 * 1024 * 1024,
+        "{sent} bytes of the body were taken"
+    );
+    assert_eq!(
+        g.metric("gapura_responses_total{shard=\"0\",class=\"1xx\"}"),
+        0
+    );
+}
+
+#[test]
+fn a_refusal_reads_a_small_declared_body_and_keeps_the_connection() {
+    let g = hello_only();
+    let mut c = Client::connect(g.addr);
+    c.send(b"POST / HTTP/1.1\r\nHost: other.test\r\nContent-Length: 11\r\n\r\nhello world");
+    let r = c.response(false);
+    assert_eq!((r.status, r.header("Connection")), (404, None));
+    c.send(b"GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n");
+    assert_eq!(c.response(false).status, 200);
+    // Past the bound (64 KiB), or without a length, or held back for
+    // `100 Continue`: the refusal closes the connection unread.
+    for head in [
+        "POST / HTTP/1.1\r\nHost: other.test\r\nContent-Length: 65537\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: other.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: other.test\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+    ] {
+        let mut c = Client::connect(g.addr);
+        c.send(head.as_bytes());
+        let r = c.response(false);
+        assert_eq!(
+            (r.status, r.header("Connection")),
+            (404, Some("close")),
+            "{head:?}"
+        );
+        assert!(c.closed_within(Duration::from_secs(5)), "{head:?}");
+    }
+    // An admitted request is still invited to send its body.
+    let mut c = Client::connect(g.addr);
+    c.send(
+        b"POST / HTTP/1.1\r\nHost: hello.test\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n",
+    );
+    assert_eq!(c.response(false).status, 100);
+    c.send(b"data");
+    assert_eq!(c.response(false).status, 200);
+}

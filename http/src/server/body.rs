@@ -18,6 +18,8 @@ pub(super) enum BodyEnd {
     Ok,
     /// Refuse with this page and close.
     Refuse(ErrorStatus),
+    /// Not read (a refusal's): answer, then close.
+    Unread,
     End(End),
 }
 

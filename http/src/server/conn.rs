@@ -38,9 +38,9 @@ pub(super) const SHRINK_ABOVE_BYTES: usize = 16 * 1024;
 /// Flush the write buffer early once pipelined answers fill this much.
 pub(super) const WRITE_FLUSH_BYTES: usize = 64 * 1024;
 /// Unread input discarded at most after a refusal, before closing.
-const LINGER_BYTES: usize = 256 * 1024;
+pub(super) const LINGER_BYTES: usize = 256 * 1024;
 /// Longest wait for that input.
-const LINGER_MS: u64 = 1000;
+pub(super) const LINGER_MS: u64 = 1000;
 
 /// What the buffered bytes make of the next request.
 enum Step<'s> {
@@ -567,14 +567,21 @@ impl<S: Transport> Conn<S> {
         let resp_start = local.resp_start;
         let body = match head.framing {
             BodyFraming::None => BodyEnd::Ok,
+            // A refusal invites no body, and reads only a small one
+            // (`decided::keeps_refused_body`); else it closes unread.
+            _ if !local.admitted && local.close => BodyEnd::Unread,
+            BodyFraming::Length(n) if !local.admitted => {
+                self.drain_length(n, false, resp_start).await
+            }
             BodyFraming::Length(n) => self.drain_length(n, head.expect_continue, resp_start).await,
             BodyFraming::Chunked => {
                 self.drain_chunked(&local.limits, head.expect_continue, resp_start)
                     .await
             }
         };
+        let unread = matches!(body, BodyEnd::Unread);
         match body {
-            BodyEnd::Ok => {}
+            BodyEnd::Ok | BodyEnd::Unread => {}
             BodyEnd::Refuse(s) => {
                 self.io.wbuf.truncate(resp_start);
                 self.write_page(snap, s, head.wants_html, head_only);
@@ -595,6 +602,12 @@ impl<S: Transport> Conn<S> {
         }
         self.end_local_answer(local.end, head, close);
         self.shard.stats.response(local.status);
+        if unread {
+            // Held until the answer is sent.
+            let _leases = leases;
+            let _ = self.close_after_refusal(ErrorKind::Limit).await;
+            return Err(End::Done);
+        }
         self.after_local_answer(close, leases).await
     }
 

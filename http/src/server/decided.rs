@@ -71,6 +71,14 @@ impl<'a> Out<'a> {
         answer.status
     }
 
+    /// A refusal is coming: unless its body is one the connection reads
+    /// to stay open ([`keeps_refused_body`]), the answer closes it.
+    pub(super) fn refuse_body(&mut self) {
+        if !keeps_refused_body(self.head) {
+            self.close_now = true;
+        }
+    }
+
     /// The answer to a head whose password check failed (the list's
     /// challenge again) or found the line full (its 429).
     pub(super) fn refused_after_check<'s, H: HeaderLines + ?Sized>(
@@ -81,6 +89,7 @@ impl<'a> Out<'a> {
         log: Option<&mut LogRecord>,
         req: &Request<'_, H>,
     ) -> Plan<'s> {
+        self.refuse_body();
         let l = &snap.gate.access_lists[list as usize];
         let page = if busy {
             l.busy_page()
@@ -111,7 +120,8 @@ impl<'a> Out<'a> {
             resp_start: self.resp_start,
             limits: snap.default_limits,
             ticket: paid,
-            close: false,
+            close: self.close_now,
+            admitted: false,
         })
     }
 
@@ -128,6 +138,26 @@ impl<'a> Out<'a> {
             rec.status = status;
         }
         Plan::RefuseClose(kind, ticket)
+    }
+}
+
+/// The most body a refused request may declare and still keep its
+/// connection: it is read and discarded (within the body timeout). A
+/// larger body, one without a length (chunked) or one held back for
+/// `Expect: 100-continue` is never invited or read: the refusal says
+/// `Connection: close`, and after it the connection only lingers
+/// (`conn::LINGER_BYTES`, `conn::LINGER_MS`) so the client reads the
+/// answer rather than a reset.
+pub(super) const REFUSED_BODY_BYTES: u64 = 64 * 1024;
+
+/// Whether a refused request's body is read so its connection stays open.
+pub(super) fn keeps_refused_body(head: &ParsedHead) -> bool {
+    match head.framing {
+        crate::codec::head::BodyFraming::None => true,
+        crate::codec::head::BodyFraming::Length(n) => {
+            n <= REFUSED_BODY_BYTES && !head.expect_continue
+        }
+        crate::codec::head::BodyFraming::Chunked => false,
     }
 }
 

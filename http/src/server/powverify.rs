@@ -44,7 +44,7 @@ impl<S: Transport> Conn<S> {
                 return Err(self.close_after_refusal(kind).await);
             }
             Err(BodyEnd::End(end)) => return Err(end),
-            Err(BodyEnd::Ok) => 0,
+            Err(BodyEnd::Ok | BodyEnd::Unread) => 0,
         };
         let close = self.closes_after(snap, head);
         let status = self.write_verify_answer(snap, head, pow, client, &form[..n], close);

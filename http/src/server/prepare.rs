@@ -17,7 +17,7 @@ use gapura_gate::client::{HeaderLines, Peer};
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::pages::RetryPage;
 use gapura_gate::quota::{Bucket, QuotaTicket};
-use gapura_gate::snapshot::Verdict;
+use gapura_gate::snapshot::{PowAsk, Verdict};
 use gapura_gate::upstream::{Route, UpstreamGroup};
 use gapura_gate::Answer;
 use gapura_gate::{ErrorStatus, Snapshot};
@@ -94,8 +94,13 @@ pub(super) struct LocalPlan<'s> {
     pub resp_start: usize,
     pub limits: RequestLimits,
     pub ticket: Option<QuotaTicket>,
-    /// Close once it is sent (over the connection's request rate).
+    /// Close once it is sent (over the connection's request rate, or a
+    /// refusal whose body is not read).
     pub close: bool,
+    /// The gate admitted the request (the host's own answer): its body is
+    /// invited (`100 Continue`) and drained. A refusal's is not
+    /// ([`super::decided::keeps_refused_body`]).
+    pub admitted: bool,
 }
 
 /// Forwarding: the upstream head is in `ubuf`.
@@ -230,17 +235,27 @@ pub(super) fn prepare<'s>(
             }
             Plan::Drop
         }
-        _ => match d.local(&mut out, log) {
-            Ok((end, status)) => Plan::Local(LocalPlan {
-                end,
-                status,
-                resp_start: out.resp_start,
-                limits: decision.limits,
-                ticket,
-                close: decision.close,
-            }),
-            Err(plan) => plan,
-        },
+        verdict => {
+            let admitted = matches!(
+                verdict,
+                Verdict::Respond(_) | Verdict::Redirect(_) | Verdict::Pow(_, PowAsk::Verify)
+            );
+            if !admitted {
+                out.refuse_body();
+            }
+            match d.local(&mut out, log) {
+                Ok((end, status)) => Plan::Local(LocalPlan {
+                    end,
+                    status,
+                    resp_start: out.resp_start,
+                    limits: decision.limits,
+                    ticket,
+                    close: decision.close || out.close_now,
+                    admitted,
+                }),
+                Err(plan) => plan,
+            }
+        }
     }
 }
 
