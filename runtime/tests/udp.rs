@@ -169,7 +169,7 @@ fn no_source_that_failed_a_check_gets_a_reply() {
 }
 
 #[test]
-fn replies_stay_within_three_times_until_reachability_is_proved() {
+fn a_blind_spoofer_gets_at_most_three_times_over_a_session_life() {
     // Every datagram is answered five times over.
     let up = Upstream::start(5);
     let g = start(&format!(
@@ -179,7 +179,7 @@ fn replies_stay_within_three_times_until_reachability_is_proved() {
     let at = relay_addr(&g, "game");
     let c = client("127.0.0.5");
     c.send_to(&[1u8; 100], at).unwrap();
-    // 3 x 100 bytes may go back before the client speaks again.
+    // 3 x 100 bytes may go back.
     g.wait_metric(&dropped("amplification"), 2, WAIT);
     let mut buf = [0u8; 200];
     for _ in 0..3 {
@@ -189,12 +189,55 @@ fn replies_stay_within_three_times_until_reachability_is_proved() {
         nothing_arrived(&c),
         "the fourth and fifth copies were dropped"
     );
-    // The client's second datagram proves it is there: all five copies.
+    // A second datagram after a reply is what a spoofer who never sees
+    // the replies can send too: it proves nothing, and again only three
+    // of its five copies come back.
     c.send_to(&[2u8; 100], at).unwrap();
-    for _ in 0..5 {
+    g.wait_metric(&dropped("amplification"), 4, WAIT);
+    for _ in 0..3 {
         assert_eq!(c.recv_from(&mut buf).unwrap().0, 100);
     }
-    assert_eq!(g.metric(&dropped("amplification")), 2);
+    assert!(nothing_arrived(&c), "3x over the session's life");
+    assert_eq!(g.metric(&dropped("amplification")), 4);
+}
+
+#[test]
+fn a_fresh_envelope_proves_the_source_and_a_replay_from_another_is_dropped() {
+    let up = Upstream::start(5);
+    let dir = common::TempDir::new();
+    let key_path = dir.0.join("game.key");
+    std::fs::write(&key_path, "07".repeat(32)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let g = start(&format!(
+        "[[udp]]\nname = \"game\"\nlisten = [\"127.0.0.1:0\"]\nservers = [\"{}\"]\n\
+         auth = {{ keys = [\"{}\"], max_age_ms = 5000 }}\n",
+        up.addr,
+        key_path.display()
+    ));
+    let at = relay_addr(&g, "game");
+    let key = EnvelopeKey::new(&[7u8; 32]);
+    let c = client("127.0.0.8");
+    let mut d = Vec::new();
+    seal(&key, 0, unix_ms(), 1, &[3u8; 20], &mut d);
+    c.send_to(&d, at).unwrap();
+    // Proved by its envelope: all five copies come back.
+    let mut buf = [0u8; 200];
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for _ in 0..5 {
+        assert_eq!(c.recv_from(&mut buf).unwrap().0, 20);
+    }
+    // The captured envelope sent again from another source: dropped, no
+    // session, no reply.
+    let replayer = client("127.0.0.9");
+    replayer.send_to(&d, at).unwrap();
+    assert_eq!(g.wait_metric(&dropped("replayed"), 1, WAIT), 1);
+    assert!(nothing_arrived(&replayer), "no reply to a replay");
+    assert_eq!(g.metric(&dropped("amplification")), 0);
+    assert_eq!(
+        g.metric("gapura_udp_sessions{relay=\"game\",shard=\"0\"}"),
+        1
+    );
 }
 
 fn unix_ms() -> u64 {

@@ -10,14 +10,19 @@
 //! 2. the session: found by address and port, or a vacancy under the
 //!    ceiling (the critical reserve for critical classes); not yet added;
 //! 3. the session's token bucket (a new session's is full);
-//! 4. the envelope, when the relay has one: version, key, timestamp, tag,
-//!    then the nonce against the session's replay window;
-//! 5. relay: a new session is opened only now, on a server the balancer
+//! 4. relay: a new session is opened only now, on a server the balancer
 //!    picks, so nothing that failed a check leaves state behind.
 //!
-//! Replies pass the amplification bound: until a session is validated (a
-//! datagram from the client arrived after a reply was sent), the bytes sent
-//! back stay within [`AMPLIFICATION_FACTOR`] times the bytes received.
+//! A relay with `auth` runs the size bound and the source prefix's budget
+//! (all an invalid datagram pays), then the envelope (version, key,
+//! timestamp, tag), then the global and operation budgets with the class
+//! read from authenticated bytes, the session and its bucket, the nonce
+//! against the key's replay window ([`KeyWindows`]), and relay.
+//!
+//! Replies pass the amplification bound: until a session is proved by a
+//! fresh authenticated envelope (never, without `auth`: nothing else is
+//! beyond a blind spoofer), the bytes sent back stay within
+//! [`AMPLIFICATION_FACTOR`] times the bytes received.
 //!
 //! Every call is O(1) plus the tables' bounded probes and the envelope's
 //! HMAC; nothing allocates after [`Relay::new`] (a reload that resizes a
@@ -70,6 +75,8 @@ pub struct Relay {
     keyer: Keyer,
     budgets: UdpBudgets,
     sessions: SessionTable,
+    /// The keys' replay windows (with `auth`).
+    replay: KeyWindows,
     /// Smooth weighted round robin's current weights, and the live sessions
     /// per server (least outstanding), indexed like the policy's servers.
     weights: Vec<i64>,
@@ -80,8 +87,62 @@ pub struct Relay {
     pub counters: Counters,
 }
 
-fn replay_window(p: &UdpPolicy) -> u32 {
-    p.envelope.as_ref().map_or(0, |e| e.replay_window)
+/// The replay windows of a relay's keys on one shard: the highest nonce
+/// seen under each key and a bitmap of the `replay_window` nonces below
+/// it. The nonce space is the key's, not a session's, so an envelope
+/// captured from one source is refused from any other (on the same shard:
+/// docs/udp.md states the bound across shards). Allocated once per policy;
+/// O(1) per datagram.
+struct KeyWindows {
+    highest: Vec<Option<u64>>,
+    bits: Vec<u64>,
+    words: usize,
+    /// Each key's fingerprint: a reload that changes a key starts its
+    /// window anew.
+    prints: Vec<[u8; 16]>,
+}
+
+impl KeyWindows {
+    fn new(p: &UdpPolicy) -> KeyWindows {
+        let (keys, window) = p
+            .envelope
+            .as_ref()
+            .map_or((0, 0), |e| (e.keys.len(), e.replay_window));
+        let words = (window as usize).div_ceil(64);
+        KeyWindows {
+            highest: vec![None; keys],
+            bits: vec![0; keys * words],
+            words,
+            prints: prints(p),
+        }
+    }
+
+    fn fits(&self, p: &UdpPolicy) -> bool {
+        let window = p.envelope.as_ref().map_or(0, |e| e.replay_window);
+        self.words == (window as usize).div_ceil(64) && self.prints == prints(p)
+    }
+
+    /// Key `id`'s window (`open` checked that the relay holds the key).
+    fn window(&mut self, id: u8) -> ReplayWindow<'_> {
+        let i = usize::from(id).min(self.highest.len().saturating_sub(1));
+        ReplayWindow {
+            highest: &mut self.highest[i],
+            bits: &mut self.bits[i * self.words..(i + 1) * self.words],
+        }
+    }
+}
+
+fn prints(p: &UdpPolicy) -> Vec<[u8; 16]> {
+    p.envelope.as_ref().map_or(Vec::new(), |e| {
+        e.keys
+            .iter()
+            .map(|k| {
+                let mut f = [0u8; 16];
+                f.copy_from_slice(&k.tag(b"gapura udp key fingerprint")[..16]);
+                f
+            })
+            .collect()
+    })
 }
 
 impl Relay {
@@ -91,7 +152,8 @@ impl Relay {
         let n = policy.servers.len();
         Relay {
             budgets: UdpBudgets::new(&policy),
-            sessions: SessionTable::new(policy.session.ceiling, replay_window(&policy)),
+            sessions: SessionTable::new(policy.session.ceiling),
+            replay: KeyWindows::new(&policy),
             keyer: Keyer::new(seed),
             weights: vec![0; n],
             per_server: vec![0; n],
@@ -126,13 +188,13 @@ impl Relay {
         if !self.budgets.fits(&policy) {
             self.budgets = UdpBudgets::new(&policy);
         }
-        if !self
-            .sessions
-            .fits(policy.session.ceiling, replay_window(&policy))
-        {
+        if !self.sessions.fits(policy.session.ceiling) {
             ended = self.sessions.refs().collect();
             self.counters.sessions_closed += ended.len() as u64;
-            self.sessions = SessionTable::new(policy.session.ceiling, replay_window(&policy));
+            self.sessions = SessionTable::new(policy.session.ceiling);
+        }
+        if !self.replay.fits(&policy) {
+            self.replay = KeyWindows::new(&policy);
         }
         let same_servers = policy.servers.len() == self.policy.servers.len()
             && policy
@@ -158,6 +220,9 @@ impl Relay {
         now_ms: u64,
         unix_ms: u64,
     ) -> Inbound {
+        if self.policy.envelope.is_some() {
+            return self.inbound_authenticated(client, datagram, now_ms, unix_ms);
+        }
         // Borrowed, not cloned: an Arc's count shared by every shard would
         // be a contended write per datagram.
         let policy: &UdpPolicy = &self.policy;
@@ -178,42 +243,122 @@ impl Relay {
             Spot::Vacant(idx) => (idx, true),
             Spot::Refused => return dropped(&mut self.counters, UdpDrop::SessionCapacity, class),
         };
-        if !new {
-            if let Some(rate) = &policy.session.rate {
-                let s = self.sessions.at_mut(idx).0;
-                if !s.bucket.try_take(rate, now_ms).allowed {
-                    return dropped(&mut self.counters, UdpDrop::SessionRate, class);
-                }
-            }
+        if !new && !take_token(&mut self.sessions, policy, idx, now_ms) {
+            return dropped(&mut self.counters, UdpDrop::SessionRate, class);
         }
-        let mut payload = (0, datagram.len());
-        let mut nonce = None;
-        if let Some(env) = &policy.envelope {
-            let opened = match envelope::open(env, datagram, unix_ms) {
-                Ok(o) => o,
-                Err(reason) => return dropped(&mut self.counters, reason, class),
+        // Nothing a blind spoofer could not send proves the address: the
+        // session stays under the amplification bound for its whole life.
+        self.relay(
+            client,
+            key,
+            idx,
+            new,
+            admitted,
+            (0, datagram.len()),
+            datagram.len(),
+            false,
+            now_ms,
+        )
+    }
+
+    /// [`Relay::inbound`] for a relay with `auth`: the size bound and the
+    /// source prefix's budget (all an invalid datagram pays), the
+    /// envelope, then the global and operation budgets with the class read
+    /// from the authenticated bytes, the session and its token bucket, the
+    /// key's replay window, and relay. A fresh envelope proves the session.
+    fn inbound_authenticated(
+        &mut self,
+        client: SocketAddr,
+        datagram: &[u8],
+        now_ms: u64,
+        unix_ms: u64,
+    ) -> Inbound {
+        let policy: &UdpPolicy = &self.policy;
+        let Some(env) = &policy.envelope else {
+            return dropped(&mut self.counters, UdpDrop::Malformed, 0);
+        };
+        let strip = env.strip;
+        // What the datagram claims before it is checked: only its prefix's
+        // ordinary share, unless it turns out to be an authenticated
+        // critical class.
+        let claimed = gapura_gate::udp::budgets::classify(policy, datagram);
+        let src = client.ip();
+        let len = datagram.len();
+        let prefix_paid =
+            match self
+                .budgets
+                .admit_prefix(policy, &self.keyer, src, len, false, now_ms)
+            {
+                Ok(()) => true,
+                Err(UdpDrop::PrefixBudget | UdpDrop::TrackedKeys) if claimed.critical => false,
+                Err(reason) => return dropped(&mut self.counters, reason, 0),
             };
-            if !new {
-                let (s, bits) = self.sessions.at_mut(idx);
-                let w = ReplayWindow {
-                    highest: &mut s.replay_high,
-                    bits,
-                };
-                if !w.fresh(opened.nonce) {
-                    return dropped(&mut self.counters, UdpDrop::Replayed, class);
-                }
-            }
-            nonce = Some(opened.nonce);
-            if env.strip {
-                payload = opened.payload;
+        let opened = match envelope::open(env, datagram, unix_ms) {
+            Ok(o) => o,
+            Err(reason) => return dropped(&mut self.counters, reason, 0),
+        };
+        // The class from bytes the tag covers.
+        let admitted = gapura_gate::udp::budgets::classify(policy, &datagram[..opened.payload.1]);
+        let class = admitted.class;
+        if !prefix_paid {
+            if let Err(reason) =
+                self.budgets
+                    .admit_prefix(policy, &self.keyer, src, len, admitted.critical, now_ms)
+            {
+                return dropped(&mut self.counters, reason, class);
             }
         }
+        if let Err(reason) = self.budgets.admit_authenticated(policy, admitted, now_ms) {
+            return dropped(&mut self.counters, reason, class);
+        }
+        let key = session_key(&self.keyer, client);
+        let (idx, new) = match self.sessions.spot(key, client, admitted.critical) {
+            Spot::Found(idx) => (idx, false),
+            Spot::Vacant(idx) => (idx, true),
+            Spot::Refused => return dropped(&mut self.counters, UdpDrop::SessionCapacity, class),
+        };
+        if !new && !take_token(&mut self.sessions, policy, idx, now_ms) {
+            return dropped(&mut self.counters, UdpDrop::SessionRate, class);
+        }
+        // The nonce space is the key's: an envelope is taken once, from
+        // whichever source.
+        let mut window = self.replay.window(opened.key_id);
+        if !window.fresh(opened.nonce) {
+            return dropped(&mut self.counters, UdpDrop::Replayed, class);
+        }
+        window.mark(opened.nonce);
+        let payload = if strip {
+            opened.payload
+        } else {
+            (0, datagram.len())
+        };
+        self.relay(client, key, idx, new, admitted, payload, len, true, now_ms)
+    }
+
+    /// Relays a datagram that passed every check: opens its session when
+    /// `new` (on a server the balancer picks), counts its bytes for the
+    /// amplification bound unless `proved` proves the session.
+    #[allow(clippy::too_many_arguments)]
+    fn relay(
+        &mut self,
+        client: SocketAddr,
+        key: u64,
+        idx: usize,
+        new: bool,
+        admitted: gapura_gate::udp::budgets::Admitted,
+        payload: (usize, usize),
+        len: usize,
+        proved: bool,
+        now_ms: u64,
+    ) -> Inbound {
+        let policy: &UdpPolicy = &self.policy;
+        let class = admitted.class;
         let session = if new {
             let Some(server) = pick(policy, &mut self.weights, &self.per_server) else {
                 return dropped(&mut self.counters, UdpDrop::Unrelayed, class);
             };
             let r = self.sessions.insert(idx, key, client, now_ms);
-            let (s, _) = self.sessions.at_mut(idx);
+            let s = self.sessions.at_mut(idx);
             s.server = server as u16;
             s.server_epoch = self.server_epoch;
             s.critical = admitted.critical;
@@ -225,27 +370,17 @@ impl Relay {
             self.counters.sessions_opened += 1;
             r
         } else {
-            let (s, _) = self.sessions.at_mut(idx);
             SessionRef {
                 idx,
-                generation: s.generation,
+                generation: self.sessions.at(idx).generation,
             }
         };
-        let (s, bits) = self.sessions.at_mut(idx);
-        if let Some(n) = nonce {
-            ReplayWindow {
-                highest: &mut s.replay_high,
-                bits,
-            }
-            .mark(n);
-        }
+        let s = self.sessions.at_mut(idx);
         s.last_ms = s.last_ms.max(now_ms);
-        if !s.validated {
-            if s.tx_bytes > 0 {
-                s.validated = true;
-            } else {
-                s.rx_bytes = s.rx_bytes.saturating_add(datagram.len() as u64);
-            }
+        if proved {
+            s.validated = true;
+        } else if !s.validated {
+            s.rx_bytes = s.rx_bytes.saturating_add(len as u64);
         }
         let server = usize::from(s.server);
         self.counters.forwarded += 1;
@@ -331,6 +466,15 @@ impl Relay {
     /// Every live session (for the drain).
     pub fn sessions(&self) -> Vec<SessionRef> {
         self.sessions.refs().collect()
+    }
+}
+
+/// Takes a token from session `idx`'s bucket; true when there was one (or
+/// the relay has no session rate).
+fn take_token(sessions: &mut SessionTable, policy: &UdpPolicy, idx: usize, now_ms: u64) -> bool {
+    match &policy.session.rate {
+        Some(rate) => sessions.at_mut(idx).bucket.try_take(rate, now_ms).allowed,
+        None => true,
     }
 }
 

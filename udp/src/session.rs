@@ -7,8 +7,8 @@
 //! window of [`PROBE`] entries, keyed by a keyed hash of the address
 //! ([`Domain::UdpSession`](gapura_gate::quota::Domain)). The address itself
 //! is kept beside the key (replies go back to it) and compared, so a hash
-//! collision never crosses sessions. Each entry has a slice of one replay
-//! bitmap allocated with the table.
+//! collision never crosses sessions. (Replay windows are the key's, not
+//! the session's: the relay keeps them.)
 //!
 //! Eviction: none by force. A session ends when it has been idle for
 //! `idle_timeout_ms` (no datagram either way; the I/O layer's timer calls
@@ -40,7 +40,10 @@ pub struct Session {
     /// The servers' epoch the index belongs to (a reload moves it).
     pub server_epoch: u32,
     pub critical: bool,
-    /// Proved reachable: a datagram came from the client after a reply.
+    /// Proved: an authenticated envelope, fresh for its key, came from
+    /// this address (what a blind spoofer cannot produce). Never set on a
+    /// relay without `auth`: the amplification bound then holds for the
+    /// session's whole life.
     pub validated: bool,
     /// The last datagram either way, ms on the shard's clock.
     pub last_ms: u64,
@@ -49,8 +52,6 @@ pub struct Session {
     /// validated (the amplification bound's terms).
     pub rx_bytes: u64,
     pub tx_bytes: u64,
-    /// The replay window's highest nonce.
-    pub replay_high: Option<u64>,
 }
 
 impl Session {
@@ -69,7 +70,6 @@ impl Session {
         bucket: Bucket::new(),
         rx_bytes: 0,
         tx_bytes: 0,
-        replay_high: None,
     };
 
     fn is_live(&self) -> bool {
@@ -95,9 +95,6 @@ pub struct SessionRef {
 
 pub struct SessionTable {
     entries: Box<[Session]>,
-    /// `words` u64 per entry.
-    replay: Box<[u64]>,
-    words: usize,
     mask: usize,
     live: u32,
     ceiling: Ceiling,
@@ -108,24 +105,20 @@ fn stored(key: u64) -> u64 {
 }
 
 impl SessionTable {
-    /// A table for `ceiling`'s sessions, each with a replay window of
-    /// `replay_window` nonces (a multiple of 64; 0 when no envelope).
-    pub fn new(ceiling: Ceiling, replay_window: u32) -> SessionTable {
+    /// A table for `ceiling`'s sessions.
+    pub fn new(ceiling: Ceiling) -> SessionTable {
         let n = ceiling.entries();
-        let words = (replay_window as usize).div_ceil(64);
         SessionTable {
             entries: vec![Session::EMPTY; n].into_boxed_slice(),
-            replay: vec![0u64; n * words].into_boxed_slice(),
-            words,
             mask: n - 1,
             live: 0,
             ceiling,
         }
     }
 
-    /// Whether this table serves `ceiling` and `replay_window` as it is.
-    pub fn fits(&self, ceiling: Ceiling, replay_window: u32) -> bool {
-        self.ceiling == ceiling && self.words == (replay_window as usize).div_ceil(64)
+    /// Whether this table serves `ceiling` as it is.
+    pub fn fits(&self, ceiling: Ceiling) -> bool {
+        self.ceiling == ceiling
     }
 
     pub fn live(&self) -> u32 {
@@ -176,7 +169,6 @@ impl SessionTable {
             last_ms: now_ms,
             ..Session::EMPTY
         };
-        self.replay[idx * self.words..(idx + 1) * self.words].fill(0);
         self.live += 1;
         SessionRef { idx, generation }
     }
@@ -186,10 +178,9 @@ impl SessionTable {
         &self.entries[idx]
     }
 
-    /// The session at `idx` with its replay bitmap.
-    pub fn at_mut(&mut self, idx: usize) -> (&mut Session, &mut [u64]) {
-        let bits = &mut self.replay[idx * self.words..(idx + 1) * self.words];
-        (&mut self.entries[idx], bits)
+    /// The session at `idx`, live or not.
+    pub fn at_mut(&mut self, idx: usize) -> &mut Session {
+        &mut self.entries[idx]
     }
 
     /// The live session `r` names, if it is still that session.
@@ -238,7 +229,7 @@ mod tests {
 
     #[test]
     fn a_client_is_found_by_address_and_port() {
-        let mut t = SessionTable::new(Ceiling::new(8, 0).unwrap(), 0);
+        let mut t = SessionTable::new(Ceiling::new(8, 0).unwrap());
         let a = addr("192.0.2.1:5000");
         let Spot::Vacant(i) = t.spot(11, a, false) else {
             panic!()
@@ -257,7 +248,7 @@ mod tests {
 
     #[test]
     fn the_ceiling_keeps_its_reserve_for_critical_classes() {
-        let mut t = SessionTable::new(Ceiling::new(4, 1).unwrap(), 0);
+        let mut t = SessionTable::new(Ceiling::new(4, 1).unwrap());
         for p in 0..3u16 {
             let a = SocketAddr::new("192.0.2.1".parse().unwrap(), 1_000 + p);
             let key = u64::from(p).wrapping_mul(0x9e37_79b9_7f4a_7c15) + 1;
@@ -277,19 +268,21 @@ mod tests {
     }
 
     #[test]
-    fn a_reused_entry_has_a_new_generation_and_a_clean_window() {
-        let mut t = SessionTable::new(Ceiling::new(8, 0).unwrap(), 128);
+    fn a_reused_entry_has_a_new_generation_and_a_clean_state() {
+        let mut t = SessionTable::new(Ceiling::new(8, 0).unwrap());
         let a = addr("192.0.2.1:5000");
         let Spot::Vacant(i) = t.spot(5, a, false) else {
             panic!()
         };
         let r1 = t.insert(i, 5, a, 0);
-        t.at_mut(i).1[1] = 0xff;
+        t.at_mut(i).validated = true;
+        t.at_mut(i).tx_bytes = 99;
         t.remove(r1);
         let r2 = t.insert(i, 5, a, 10);
         assert_ne!(r1.generation, r2.generation);
         assert!(t.get(r1).is_none());
-        assert!(t.get(r2).is_some());
-        assert_eq!(t.at_mut(i).1, &[0, 0]);
+        let s = t.get(r2).unwrap();
+        assert!(!s.validated);
+        assert_eq!(s.tx_bytes, 0);
     }
 }

@@ -192,7 +192,7 @@ fn idle_sessions_end_and_free_their_place() {
 }
 
 #[test]
-fn replies_stay_within_three_times_until_the_client_proves_reachability() {
+fn replies_stay_within_three_times_for_the_whole_life_of_a_session_without_auth() {
     let mut r = relay(policy(&servers()));
     let a = addr("192.0.2.1:4000");
     let Inbound::Forward { session, .. } = r.inbound(a, &[0u8; 100], 0, UNIX) else {
@@ -205,22 +205,86 @@ fn replies_stay_within_three_times_until_the_client_proves_reachability() {
         Err(UdpDrop::Amplification),
         "301 > 3 x 100"
     );
-    // The client's second datagram, after a reply: reachability proved.
-    assert!(dropped(r.inbound(a, b"y", 2, UNIX)).is_none());
-    assert_eq!(r.outbound(session, 60_000, 3), Ok(a));
-    assert_eq!(r.counters.dropped[UdpDrop::Amplification.index()], 1);
+    // A second datagram after a reply is what a blind spoofer can send
+    // too: it proves nothing, it only raises the bound by 3 x its size.
+    assert!(dropped(r.inbound(a, &[0u8; 10], 2, UNIX)).is_none());
+    assert_eq!(r.outbound(session, 30, 3), Ok(a));
+    assert_eq!(r.outbound(session, 1, 3), Err(UdpDrop::Amplification));
+    assert!(!r.session(session).unwrap().validated);
+    assert_eq!(r.counters.dropped[UdpDrop::Amplification.index()], 2);
 }
 
 #[test]
-fn more_datagrams_before_any_reply_raise_the_bound_but_do_not_validate() {
+fn a_blind_spoofer_gets_at_most_three_times_over_a_session_life() {
+    // 20 datagrams 100 ms apart from one spoofed source, an upstream that
+    // answers each with ten times its size: at most 3x comes back.
     let mut r = relay(policy(&servers()));
+    let victim = addr("198.51.100.7:27015");
+    let (mut sent, mut back) = (0u64, 0u64);
+    for i in 0..20u64 {
+        let Inbound::Forward { session, .. } = r.inbound(victim, &[7u8; 50], i * 100, UNIX) else {
+            panic!()
+        };
+        sent += 50;
+        for _ in 0..10 {
+            if r.outbound(session, 50, i * 100 + 1).is_ok() {
+                back += 50;
+            }
+        }
+    }
+    assert_eq!(sent, 1_000);
+    assert_eq!(back, 3_000, "3.0x, not the upstream's 10x");
+}
+
+#[test]
+fn a_fresh_envelope_proves_the_session_and_a_replayed_one_from_elsewhere_is_dropped() {
+    let p = with_envelope(policy(&servers()));
+    let key = p.envelope.as_ref().unwrap().keys[0].clone();
+    let mut r = relay(p);
     let a = addr("192.0.2.1:4000");
-    let Inbound::Forward { session, .. } = r.inbound(a, &[0u8; 10], 0, UNIX) else {
+    let spoofed = addr("203.0.113.9:4000");
+    let mut d = Vec::new();
+    seal(&key, 0, UNIX, 1, b"move", &mut d);
+    let Inbound::Forward { session, .. } = r.inbound(a, &d, 0, UNIX) else {
         panic!()
     };
-    r.inbound(a, &[0u8; 10], 0, UNIX);
-    assert_eq!(r.outbound(session, 60, 1), Ok(a));
-    assert_eq!(r.outbound(session, 1, 1), Err(UdpDrop::Amplification));
+    // Proved by the envelope: no bound on the replies.
+    assert!(r.session(session).unwrap().validated);
+    assert_eq!(r.outbound(session, 60_000, 1), Ok(a));
+    // The same envelope from another source: the nonce is the key's.
+    assert_eq!(
+        dropped(r.inbound(spoofed, &d, 2, UNIX)),
+        Some(UdpDrop::Replayed)
+    );
+    assert_eq!(r.live_sessions(), 1, "the replay opened no session");
+}
+
+#[test]
+fn an_invalid_envelope_pays_only_its_prefix_and_never_the_session_bucket() {
+    let mut p = with_envelope(policy(&servers()));
+    p.budgets.global = Some(Budget::flat(3).unwrap());
+    p.session.rate = Some(RatePolicy::new(1, 1_000, 1).unwrap());
+    let key = p.envelope.as_ref().unwrap().keys[0].clone();
+    let mut r = relay(p);
+    let a = addr("192.0.2.1:4000");
+    let mut d = Vec::new();
+    seal(&key, 0, UNIX, 1, b"move", &mut d);
+    assert!(dropped(r.inbound(a, &d, 0, UNIX)).is_none());
+    // Spoofed garbage from the session's own address: dropped at the
+    // tag, spending neither the global budget nor the session's token.
+    let mut forged = d.clone();
+    *forged.last_mut().unwrap() ^= 1;
+    for _ in 0..10 {
+        assert_eq!(
+            dropped(r.inbound(a, &forged, 1_000, UNIX)),
+            Some(UdpDrop::BadTag)
+        );
+    }
+    seal(&key, 0, UNIX, 2, b"move", &mut d);
+    assert!(
+        dropped(r.inbound(a, &d, 1_000, UNIX)).is_none(),
+        "its token and budget were kept"
+    );
 }
 
 #[test]

@@ -1,5 +1,10 @@
 //! The budgets a datagram pays before it is decoded: size bound, global,
-//! source prefix, operation class, in that order.
+//! source prefix, operation class, in that order ([`UdpBudgets::admit`]).
+//! A relay with `auth` splits them around the envelope's check: the size
+//! bound and the prefix first ([`UdpBudgets::admit_prefix`], all an
+//! invalid datagram pays), the global and operation budgets once the
+//! envelope verified, with the class read from authenticated bytes
+//! ([`UdpBudgets::admit_authenticated`]).
 //!
 //! Every check runs before any count moves, and the counts move only when
 //! every check passed: a dropped datagram adds nothing anywhere (a flood
@@ -114,6 +119,85 @@ impl UdpBudgets {
             self.classes[c].add(window);
         }
         Ok(admitted)
+    }
+}
+
+impl UdpBudgets {
+    /// With `auth`, what a datagram pays before its envelope is checked:
+    /// the size bound and its source prefix's budget, counted at once (an
+    /// invalid datagram pays this and nothing else). `critical`: the
+    /// threshold to hold it to (the reserve only for an authenticated
+    /// critical class). O(1) + probe.
+    pub fn admit_prefix(
+        &mut self,
+        policy: &UdpPolicy,
+        keyer: &Keyer,
+        src: IpAddr,
+        len: usize,
+        critical: bool,
+        now_ms: u64,
+    ) -> Result<(), UdpDrop> {
+        if len > policy.max_datagram_bytes as usize {
+            return Err(UdpDrop::Oversized);
+        }
+        let Some(budget) = policy.budgets.prefix else {
+            return Ok(());
+        };
+        let class = if critical {
+            Class::Critical
+        } else {
+            Class::Normal
+        };
+        self.prefixes.roll(now_ms);
+        let key = keyer.source(Domain::UdpPrefix, src, SourcePrefix::BUDGET);
+        match self
+            .prefixes
+            .check(key, budget.threshold(class), class, now_ms)
+        {
+            Ok(pass) => {
+                self.prefixes.commit(pass);
+                Ok(())
+            }
+            Err(WindowRefusal::Exhausted) => Err(UdpDrop::PrefixBudget),
+            Err(WindowRefusal::Untracked) => Err(UdpDrop::TrackedKeys),
+        }
+    }
+
+    /// With `auth`, what an authenticated datagram of class `admitted`
+    /// pays after its prefix: the global and operation budgets, counted
+    /// when both pass. O(1).
+    pub fn admit_authenticated(
+        &mut self,
+        policy: &UdpPolicy,
+        admitted: Admitted,
+        now_ms: u64,
+    ) -> Result<(), UdpDrop> {
+        let class = if admitted.critical {
+            Class::Critical
+        } else {
+            Class::Normal
+        };
+        let window = self.prefixes.roll(now_ms);
+        let b = &policy.budgets;
+        if let Some(global) = b.global {
+            if !self.global.fits(window, global.threshold(class)) {
+                return Err(UdpDrop::GlobalBudget);
+            }
+        }
+        let c = usize::from(admitted.class);
+        let class_budget = policy.classes.get(c).and_then(|k| k.budget);
+        if let Some(budget) = class_budget {
+            if !self.classes[c].fits(window, budget.threshold(class)) {
+                return Err(UdpDrop::OperationBudget);
+            }
+        }
+        if b.global.is_some() {
+            self.global.add(window);
+        }
+        if class_budget.is_some() {
+            self.classes[c].add(window);
+        }
+        Ok(())
     }
 }
 

@@ -36,8 +36,8 @@ pub const MAX_DATAGRAM_BYTES: u32 = 65_507;
 pub const MAX_ENVELOPE_KEYS: usize = 16;
 /// Bounds of the replay window in nonces: 64 ..= 8192, a multiple of 64.
 pub const REPLAY_WINDOW_BOUNDS: (u32, u32) = (64, 8_192);
-/// Replies a session not yet proved reachable may be sent, in multiples
-/// of the bytes it sent.
+/// Replies a session not yet proved (by an authenticated envelope) may be
+/// sent, in multiples of the bytes it sent.
 pub const AMPLIFICATION_FACTOR: u64 = 3;
 
 /// One `[[udp]]` relay, compiled.
@@ -140,7 +140,7 @@ pub struct EnvelopePolicy {
     pub keys: Vec<EnvelopeKey>,
     /// A timestamp further than this from the relay's clock is `stale`.
     pub max_age_ms: u64,
-    /// Nonces remembered per session.
+    /// Nonces remembered per key (the nonce space is the key's).
     pub replay_window: u32,
     /// Relay only the payload (true) or the whole envelope (false).
     pub strip: bool,
@@ -204,8 +204,8 @@ pub enum UdpDrop {
     BadTag,
     /// An envelope whose timestamp is further than `max_age_ms` from now.
     Stale,
-    /// An envelope whose nonce the session has seen (or that is older than
-    /// its replay window).
+    /// An envelope whose nonce its key's window has seen, from any source
+    /// (or that is older than the window).
     Replayed,
     /// A reply past a session's amplification bound.
     Amplification,
