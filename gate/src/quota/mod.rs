@@ -31,6 +31,7 @@ pub mod rate;
 pub mod slots;
 pub mod tracked;
 pub mod window;
+mod words;
 
 pub use bucket::Bucket;
 pub use decide::{

@@ -40,6 +40,7 @@
 //! cache lines, never allocates and takes no lock: a shard owns its table.
 
 use super::slots::{PolicySlots, SweepView};
+use super::words::{TwoWords, Words};
 use super::{Slot, SweepReport};
 
 /// Entries in one probe window.
@@ -216,15 +217,29 @@ pub struct RateStats {
 }
 
 #[derive(Clone, Copy, Debug, Default)]
-#[repr(C, align(16))]
 struct Entry {
     fp: u64,
     empty_at_ns: u64,
 }
 
+impl TwoWords for Entry {
+    #[inline]
+    fn pack(self) -> [u64; 2] {
+        [self.fp, self.empty_at_ns]
+    }
+    #[inline]
+    fn unpack(w: [u64; 2]) -> Entry {
+        Entry {
+            fp: w[0],
+            empty_at_ns: w[1],
+        }
+    }
+}
+
 /// One shard's token buckets. See the module doc for layout and rules.
 pub struct RateTable {
-    entries: Box<[Entry]>,
+    /// Resident only where buckets were written ([`Words`]).
+    entries: Words<Entry>,
     mask: usize,
     /// Per slot, the full-refill time of the policy it was last used with:
     /// what eviction compares.
@@ -277,7 +292,7 @@ impl RateTable {
             return Err(CapacityError);
         }
         Ok(RateTable {
-            entries: vec![Entry::default(); entries].into_boxed_slice(),
+            entries: Words::zeroed(entries),
             mask: entries - 1,
             slot_tolerance_ns: vec![0; 1 << 16].into_boxed_slice(),
             slot_mix: SLOT_MIX,
@@ -302,7 +317,9 @@ impl RateTable {
 
     /// Occupied entries. O(capacity): for tests and diagnostics only.
     pub fn occupied(&self) -> usize {
-        self.entries.iter().filter(|e| e.fp != 0).count()
+        (0..self.entries.len())
+            .filter(|&i| self.entries.get(i).fp != 0)
+            .count()
     }
 
     #[inline]
@@ -315,7 +332,7 @@ impl RateTable {
     fn find(&self, fp: u64, start: usize) -> Option<usize> {
         (0..PROBE)
             .map(|i| (start + i) & self.mask)
-            .find(|&idx| self.entries[idx].fp == fp)
+            .find(|&idx| self.entries.get(idx).fp == fp)
     }
 
     /// Takes one token from the bucket of `key` under `policy` in `slot`.
@@ -333,7 +350,7 @@ impl RateTable {
         let start = self.window_start(slot, key);
         for i in 0..PROBE {
             let idx = (start + i) & self.mask;
-            if self.entries[idx].fp == fp {
+            if self.entries.get(idx).fp == fp {
                 return self.take(idx, policy, now_ns);
             }
         }
@@ -341,12 +358,15 @@ impl RateTable {
         let idx = self.vacancy(start, now_ns);
         // A new bucket is full (empty since one full refill ago), minus the
         // token this request takes. Burst >= 1, so it always has one.
-        self.entries[idx] = Entry {
-            fp,
-            empty_at_ns: now_ns
-                .wrapping_sub(policy.tolerance_ns)
-                .wrapping_add(policy.interval_ns),
-        };
+        self.entries.set(
+            idx,
+            Entry {
+                fp,
+                empty_at_ns: now_ns
+                    .wrapping_sub(policy.tolerance_ns)
+                    .wrapping_add(policy.interval_ns),
+            },
+        );
         self.stats.allowed += 1;
         Decision::ALLOWED
     }
@@ -358,7 +378,7 @@ impl RateTable {
         let mut victim_fullness = i64::MIN;
         for i in 0..PROBE {
             let idx = (start + i) & self.mask;
-            let e = self.entries[idx];
+            let e = self.entries.get(idx);
             if e.fp == 0 {
                 self.stats.inserted += 1;
                 return idx;
@@ -376,10 +396,11 @@ impl RateTable {
 
     #[inline]
     fn take(&mut self, idx: usize, policy: &RatePolicy, now_ns: u64) -> Decision {
-        let e = &mut self.entries[idx];
+        let mut e = self.entries.get(idx);
         let age = (age_ns(now_ns, e.empty_at_ns).max(0) as u64).min(policy.tolerance_ns);
         if age >= policy.interval_ns {
             e.empty_at_ns = now_ns.wrapping_sub(age).wrapping_add(policy.interval_ns);
+            self.entries.set(idx, e);
             self.stats.allowed += 1;
             Decision::ALLOWED
         } else {
@@ -398,8 +419,8 @@ impl RateTable {
                 retry_after_ms: 0,
             };
         };
-        let age =
-            (age_ns(now_ns, self.entries[idx].empty_at_ns).max(0) as u64).min(policy.tolerance_ns);
+        let age = (age_ns(now_ns, self.entries.get(idx).empty_at_ns).max(0) as u64)
+            .min(policy.tolerance_ns);
         let tokens = (age / policy.interval_ns) as u32;
         let retry_after_ms = if tokens > 0 {
             0
@@ -453,7 +474,7 @@ impl RateTable {
             self.sweep_cursor = (idx + 1) & self.mask;
             self.swept_total += 1;
             report.visited += 1;
-            let e = self.entries[idx];
+            let e = self.entries.get(idx);
             if e.fp == 0 {
                 continue;
             }
@@ -465,7 +486,7 @@ impl RateTable {
                 }
             };
             if clear {
-                self.entries[idx] = Entry::default();
+                self.entries.set(idx, Entry::default());
                 report.cleared += 1;
             }
         }

@@ -15,6 +15,7 @@
 //! and only the current epoch's are live (the window table moves the epoch at
 //! each window boundary).
 
+use super::words::{TwoWords, Words};
 use super::Class;
 
 /// Entries in one probe window.
@@ -82,12 +83,29 @@ impl Ceiling {
 }
 
 #[derive(Clone, Copy, Debug, Default)]
-#[repr(C, align(16))]
 struct Entry {
     /// The key, never 0 (0 is mapped to 1); 0 means empty.
     key: u64,
     count: u32,
     epoch: u32,
+}
+
+impl TwoWords for Entry {
+    #[inline]
+    fn pack(self) -> [u64; 2] {
+        [
+            self.key,
+            u64::from(self.count) | (u64::from(self.epoch) << 32),
+        ]
+    }
+    #[inline]
+    fn unpack(w: [u64; 2]) -> Entry {
+        Entry {
+            key: w[0],
+            count: w[1] as u32,
+            epoch: (w[1] >> 32) as u32,
+        }
+    }
 }
 
 /// Where a key is, or where it would go.
@@ -104,7 +122,8 @@ pub(crate) enum Spot {
 
 #[derive(Debug)]
 pub(crate) struct TrackedKeys {
-    entries: Box<[Entry]>,
+    /// Resident only where keys were written ([`Words`]).
+    entries: Words<Entry>,
     mask: usize,
     epoch: u32,
     live: u32,
@@ -120,7 +139,7 @@ impl TrackedKeys {
     pub(crate) fn new(ceiling: Ceiling) -> TrackedKeys {
         let n = ceiling.entries();
         TrackedKeys {
-            entries: vec![Entry::default(); n].into_boxed_slice(),
+            entries: Words::zeroed(n),
             mask: n - 1,
             // Fresh entries hold epoch 0 with key 0; epoch 1 makes every
             // untouched entry stale as well as empty.
@@ -145,8 +164,8 @@ impl TrackedKeys {
         let mut vacant = usize::MAX;
         for i in 0..TRACKED_PROBE {
             let idx = (start + i) & self.mask;
-            let e = &self.entries[idx];
-            if self.is_live(e) {
+            let e = self.entries.get(idx);
+            if self.is_live(&e) {
                 if e.key == key {
                     return Spot::Found(idx);
                 }
@@ -163,47 +182,52 @@ impl TrackedKeys {
 
     #[inline]
     pub(crate) fn count(&self, idx: usize) -> u32 {
-        self.entries[idx].count
+        self.entries.get(idx).count
     }
 
     /// Starts tracking `key` at a vacancy [`spot`](Self::spot) returned,
     /// with a count of 0.
     #[inline]
     pub(crate) fn insert(&mut self, idx: usize, key: u64) {
-        debug_assert!(!self.is_live(&self.entries[idx]));
-        self.entries[idx] = Entry {
-            key: stored(key),
-            count: 0,
-            epoch: self.epoch,
-        };
+        debug_assert!(!self.is_live(&self.entries.get(idx)));
+        self.entries.set(
+            idx,
+            Entry {
+                key: stored(key),
+                count: 0,
+                epoch: self.epoch,
+            },
+        );
         self.live += 1;
     }
 
     #[inline]
     pub(crate) fn add(&mut self, idx: usize, n: u32) {
-        let e = &mut self.entries[idx];
+        let mut e = self.entries.get(idx);
         e.count = e.count.saturating_add(n);
+        self.entries.set(idx, e);
     }
 
     /// Takes one off the count; at zero the key leaves the table.
     #[inline]
     pub(crate) fn sub_one(&mut self, idx: usize) {
-        let e = &mut self.entries[idx];
+        let mut e = self.entries.get(idx);
         if e.key == 0 || e.count == 0 {
             return;
         }
         e.count -= 1;
         if e.count == 0 {
-            *e = Entry::default();
+            e = Entry::default();
             self.live -= 1;
         }
+        self.entries.set(idx, e);
     }
 
     /// Forgets every key. O(1) (O(entries) once every 2^32 calls).
     pub(crate) fn clear_all(&mut self) {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
-            self.entries.fill(Entry::default());
+            self.entries.clear();
             self.epoch = 1;
         }
         self.live = 0;
@@ -228,7 +252,7 @@ impl TrackedKeys {
     /// The live count of `key`, 0 when untracked.
     pub(crate) fn count_of(&self, key: u64) -> u32 {
         match self.spot(key, Class::Critical) {
-            Spot::Found(idx) => self.entries[idx].count,
+            Spot::Found(idx) => self.entries.get(idx).count,
             _ => 0,
         }
     }

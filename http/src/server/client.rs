@@ -72,6 +72,21 @@ impl<S: Transport> ClientIo<S> {
         }
     }
 
+    /// A connection that holds no buffer yet (a TLS connection before its
+    /// client has said anything): they are allocated when first needed.
+    pub(super) fn bare(stream: S, deadline: Deadline) -> ClientIo<S> {
+        ClientIo {
+            stream,
+            rbuf: Vec::new(),
+            pos: 0,
+            wbuf: Vec::new(),
+            sent: 0,
+            head_deadline: None,
+            canceller: None,
+            deadline,
+        }
+    }
+
     /// The same connection over another stream (`f` wraps this one).
     pub(super) fn map_stream<T>(self, f: impl FnOnce(S) -> T) -> ClientIo<T> {
         ClientIo {

@@ -37,18 +37,36 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
     let _ = stream.set_nodelay(true);
     shard.stats.connections_accepted.inc();
     shard.open.set(shard.open.get() + 1);
-    let io = ClientIo::new(
-        stream,
-        Vec::with_capacity(READ_BUF_BYTES),
-        0,
-        shard.deadlines.register(),
-    );
+    let io = if listener.tls && !listener.proxy_protocol {
+        // Nothing is read before the handshake: no buffer until the
+        // client speaks.
+        ClientIo::bare(stream, shard.deadlines.register())
+    } else {
+        ClientIo::new(
+            stream,
+            Vec::with_capacity(READ_BUF_BYTES),
+            0,
+            shard.deadlines.register(),
+        )
+    };
     // The opening steps in a call of their own: what they hold across
     // their waits is not kept in this task for the connection's life.
     let Some((mut io, client_peer, token, h2)) = open(io, &shard, peer, listener).await else {
         return;
     };
     if listener.tls {
+        // A client that has not said anything holds no TLS state: wait for
+        // its ClientHello (within the handshake timeout) first.
+        if io.rbuf.len() == io.pos && !hello_arrives(&io, &shard).await {
+            shard
+                .stats
+                .tls_failure(crate::transport::tls::HandshakeFail::Timeout);
+            if let Some(t) = token {
+                shard.release_connection(t);
+            }
+            closed(&shard, End::Done);
+            return;
+        }
         // The handshake and what follows it on their own allocation: a
         // plain connection's task keeps only what a plain connection needs.
         return Box::pin(serve_tls(io, shard, client_peer, token)).await;
@@ -98,6 +116,21 @@ async fn open(
             None
         }
     }
+}
+
+/// Whether the client's first bytes arrive (or it closes: the handshake
+/// then ends at once) within the handshake timeout. Holds no buffer.
+async fn hello_arrives(io: &ClientIo<TcpStream>, shard: &Shard) -> bool {
+    let timeout_ms = shard
+        .snapshot()
+        .tls
+        .as_ref()
+        .map_or(0, |s| s.handshake_timeout_ms);
+    let ready = io.stream.readable(false);
+    io.deadline
+        .within(clock::deadline(timeout_ms), ready)
+        .await
+        .is_ok_and(|r| r.is_ok())
 }
 
 /// A TLS connection after its checks: the handshake, then HTTP/2 or
