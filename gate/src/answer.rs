@@ -6,6 +6,16 @@
 //! cached `Date` line, the connection line when one is needed, the body. The
 //! buffer is the connection's own and keeps its capacity between requests, so
 //! a warmed-up connection allocates nothing here.
+//!
+//! The body is shared bytes (reference-counted, one copy per snapshot): a
+//! large one ([`Answer::shared_body`]) is handed to the connection as it is
+//! and never copied per request, per stream or per frame.
+
+use bytes::Bytes;
+
+/// Bodies from this size on are sent as the snapshot's shared bytes
+/// rather than copied into a connection's buffer.
+pub const SHARED_BODY_BYTES: usize = 16 * 1024;
 
 /// What the connection adds to a precomputed answer.
 #[derive(Clone, Copy, Debug)]
@@ -26,7 +36,7 @@ pub struct WriteCtx<'a> {
 pub struct Answer {
     pub status: u16,
     head: Box<[u8]>,
-    body: Box<[u8]>,
+    body: Bytes,
     /// Where the body holds [`REQUEST_ID_SLOT`] (built-in pages only).
     id_at: Option<u32>,
 }
@@ -71,7 +81,7 @@ impl Answer {
         Answer {
             status,
             head: head.into_boxed_slice(),
-            body: body.to_vec().into_boxed_slice(),
+            body: Bytes::copy_from_slice(body),
             id_at: None,
         }
     }
@@ -102,6 +112,14 @@ impl Answer {
 
     pub fn body(&self) -> &[u8] {
         &self.body
+    }
+
+    /// The body as the snapshot's shared bytes, when it is large
+    /// ([`SHARED_BODY_BYTES`]) and has no request-id slot: the connection
+    /// sends it after the head ([`end_head`]) without copying it. O(1).
+    #[inline]
+    pub fn shared_body(&self) -> Option<&Bytes> {
+        (self.id_at.is_none() && self.body.len() >= SHARED_BODY_BYTES).then_some(&self.body)
     }
 
     pub fn head(&self) -> &[u8] {

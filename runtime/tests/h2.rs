@@ -594,3 +594,88 @@ fn a_stream_reset_while_its_upstream_answers_ends_that_exchange() {
     assert_eq!(g.metric("gapura_h2_resets_total{shard=\"0\"}"), 1);
     assert_eq!(up.connections.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
+
+/// A `respond` host whose body is `len` bytes of a pattern.
+fn big_body_host(len: usize) -> (String, Vec<u8>) {
+    let body: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+    let host = format!(
+        "[[host]]\nnames = [\"hello.test\"]\ndefault = true\nkind = \"respond\"\nstatus = 200\nbody = \"{}\"\n",
+        String::from_utf8(body.clone()).unwrap()
+    );
+    (host, body)
+}
+
+#[test]
+fn a_large_built_in_answer_reaches_h2_and_http1_clients_whole() {
+    let (host, body) = big_body_host(1_000_000);
+    let g = Gapura::start(&profile("", &host));
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, _driver) = h2c(g.addr).await;
+        // Several at once on one connection, and HEAD without the body.
+        let mut running = Vec::new();
+        for _ in 0..4 {
+            let c = client.clone();
+            running.push(tokio::spawn(async move {
+                exchange(&c, "GET", "/", None).await.unwrap()
+            }));
+        }
+        for r in running {
+            let (status, headers, got) = r.await.unwrap();
+            assert_eq!(status, 200);
+            assert_eq!(headers.get("content-length").unwrap(), "1000000");
+            assert!(got == body, "{} bytes", got.len());
+        }
+        let (status, _, got) = exchange(&client, "HEAD", "/", None).await.unwrap();
+        assert_eq!((status, got.len()), (200, 0));
+    });
+    // HTTP/1.1: the large body, then a pipelined request's answer after it.
+    let mut c = common::Client::connect(g.addr);
+    c.send(b"GET / HTTP/1.1\r\nHost: hello.test\r\n\r\nHEAD / HTTP/1.1\r\nHost: hello.test\r\n\r\nGET / HTTP/1.1\r\nHost: hello.test\r\n\r\n");
+    let r = c.response(false);
+    assert!(r.body == body);
+    let r = c.response(true);
+    assert_eq!(r.header("Content-Length"), Some("1000000"));
+    let r = c.response(false);
+    assert!(r.body == body);
+}
+
+#[test]
+fn zero_window_streams_hold_no_copy_of_a_large_built_in_answer() {
+    let (host, _) = big_body_host(1_000_000);
+    let g = Gapura::start(&profile("http2_max_streams = 128", &host));
+    let rss = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
+    };
+    let before = rss(g.child.id());
+    // 2 connections x 128 streams asking for 1 MB each, the window shut.
+    let mut conns = Vec::new();
+    for _ in 0..2 {
+        let mut s = std::net::TcpStream::connect(g.addr).unwrap();
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0.
+        out.extend_from_slice(&frame(0x4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+        let mut block = vec![0x82, 0x86, 0x84, 0x01, 10];
+        block.extend_from_slice(b"hello.test");
+        for i in 0..128u32 {
+            out.extend_from_slice(&frame(0x1, 0x5, 1 + 2 * i, &block));
+        }
+        s.write_all(&out).unwrap();
+        conns.push(s);
+    }
+    // Every stream has its answer's head out (each waits on its window).
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        g.metric("gapura_responses_total{shard=\"0\",class=\"2xx\"}") >= 256
+    }));
+    let grown = rss(g.child.id()).saturating_sub(before);
+    // 256 answers of 1 MB: a copy each would be 256 MB.
+    assert!(grown < 32 * 1024 * 1024, "grew {grown} bytes");
+    drop(conns);
+}

@@ -47,6 +47,9 @@ pub(super) struct ClientIo<S> {
     /// Start of unparsed bytes in `rbuf`.
     pub(super) pos: usize,
     pub(super) wbuf: Vec<u8>,
+    /// A body that follows `wbuf`, shared with the snapshot (a large
+    /// built-in answer's): sent by the next flush, never copied.
+    pub(super) shared: Option<bytes::Bytes>,
     /// Bytes handed to the stream so far.
     pub(super) sent: u64,
     /// When the head being read must be complete.
@@ -65,6 +68,7 @@ impl<S: Transport> ClientIo<S> {
             rbuf,
             pos,
             wbuf: Vec::with_capacity(WRITE_BUF_BYTES),
+            shared: None,
             sent: 0,
             head_deadline: None,
             canceller: None,
@@ -80,6 +84,7 @@ impl<S: Transport> ClientIo<S> {
             rbuf: Vec::new(),
             pos: 0,
             wbuf: Vec::new(),
+            shared: None,
             sent: 0,
             head_deadline: None,
             canceller: None,
@@ -94,6 +99,7 @@ impl<S: Transport> ClientIo<S> {
             rbuf: self.rbuf,
             pos: self.pos,
             wbuf: self.wbuf,
+            shared: self.shared,
             sent: self.sent,
             head_deadline: self.head_deadline,
             canceller: self.canceller,
@@ -228,16 +234,22 @@ impl<S: Transport> ClientIo<S> {
         self.read_more(deadline).await.map_err(|_| ())
     }
 
-    /// Sends `wbuf` whole under the write timeout.
+    /// Sends `wbuf` whole, then the shared body that follows it, under
+    /// the write timeout.
     pub(super) async fn flush(&mut self, write_timeout_ms: u64) -> Result<(), End> {
         let buf = std::mem::take(&mut self.wbuf);
-        self.sent += buf.len() as u64;
+        let shared = self.shared.take();
+        self.sent += (buf.len() + shared.as_ref().map_or(0, |b| b.len())) as u64;
         let deadline = clock::deadline(write_timeout_ms);
-        match self
-            .deadline
-            .within(deadline, self.stream.write_all_of(buf))
-            .await
-        {
+        let stream = &mut self.stream;
+        let write = async move {
+            let (res, buf) = stream.write_all_of(buf).await;
+            match (res, shared) {
+                (Ok(()), Some(body)) => (stream.write_shared(body).await, buf),
+                (res, _) => (res, buf),
+            }
+        };
+        match self.deadline.within(deadline, write).await {
             Ok((Ok(()), mut buf)) => {
                 buf.clear();
                 self.wbuf = buf;

@@ -633,7 +633,9 @@ impl<S: Transport> Conn<S> {
             self.io.close_write().await;
             return Err(End::Done);
         }
-        if self.io.wbuf.len() >= WRITE_FLUSH_BYTES {
+        if self.io.wbuf.len() >= WRITE_FLUSH_BYTES || self.io.shared.is_some() {
+            // A shared body goes out now: what a pipelined request writes
+            // next must follow it.
             self.flush().await?;
         } else {
             self.hold_guard(leases).await?;
@@ -664,12 +666,19 @@ impl<S: Transport> Conn<S> {
             keep_alive_10: head.keep_alive_10 && !close,
         };
         match end {
-            LocalEnd::Answer(a) => {
-                a.write_end(&mut self.io.wbuf, &ctx);
-                a.stamp(&mut self.io.wbuf, head_only, || {
-                    request_id(&self.log, &self.shard)
-                });
-            }
+            LocalEnd::Answer(a) => match a.shared_body().filter(|_| !head_only) {
+                // A large body: sent from the snapshot's bytes, not copied.
+                Some(body) => {
+                    end_head(&mut self.io.wbuf, &ctx);
+                    self.io.shared = Some(body.clone());
+                }
+                None => {
+                    a.write_end(&mut self.io.wbuf, &ctx);
+                    a.stamp(&mut self.io.wbuf, head_only, || {
+                        request_id(&self.log, &self.shard)
+                    });
+                }
+            },
             LocalEnd::HeadOnly => end_head(&mut self.io.wbuf, &ctx),
             LocalEnd::RateLimited(page, retry_after_s) => {
                 page.write_into(&mut self.io.wbuf, retry_after_s, &ctx);

@@ -608,29 +608,54 @@ impl<S> H2Stream<S> {
         }
     }
 
-    /// DATA frames as the peer's window allows.
-    async fn data(&mut self, mut bytes: &[u8], end: bool) -> io::Result<()> {
+    /// DATA frames as the peer's window allows, each a copy of what the
+    /// window takes of `bytes` (never more).
+    async fn data(&mut self, bytes: &[u8], end: bool) -> io::Result<()> {
+        self.frames(bytes.len(), end, |at, n| {
+            Bytes::copy_from_slice(&bytes[at..at + n])
+        })
+        .await
+    }
+
+    /// DATA frames of shared bytes as the peer's window allows: each a
+    /// slice of `bytes`, nothing copied. A stream whose window stays shut
+    /// holds only the reference.
+    async fn data_shared(&mut self, bytes: Bytes, end: bool) -> io::Result<()> {
+        self.frames(bytes.len(), end, |at, n| Bytes::slice(&bytes, at..at + n))
+            .await
+    }
+
+    /// Sends `len` bytes as DATA frames, `piece(at, n)` giving the frame
+    /// of bytes `at..at + n` once the window (and h2's send buffer) has
+    /// room for `n`: what is held for a peer is bounded by its window.
+    async fn frames(
+        &mut self,
+        len: usize,
+        end: bool,
+        piece: impl Fn(usize, usize) -> Bytes,
+    ) -> io::Result<()> {
         let Some(send) = self.send.as_mut() else {
             return Err(io::ErrorKind::BrokenPipe.into());
         };
         let mut sent_end = false;
-        while !bytes.is_empty() {
-            send.reserve_capacity(bytes.len().min(SEND_CHUNK));
+        let mut at = 0;
+        while at < len {
+            send.reserve_capacity((len - at).min(SEND_CHUNK));
             let cap = std::future::poll_fn(|cx| send.poll_capacity(cx)).await;
             let n = match cap {
-                Some(Ok(n)) => n.min(bytes.len()),
+                Some(Ok(n)) => n.min(len - at),
                 Some(Err(e)) => return Err(self.h2_error(e)),
                 None => return Err(io::ErrorKind::BrokenPipe.into()),
             };
             if n == 0 {
                 continue;
             }
-            let last = end && n == bytes.len();
-            if let Err(e) = send.send_data(Bytes::copy_from_slice(&bytes[..n]), last) {
+            let last = end && at + n == len;
+            if let Err(e) = send.send_data(piece(at, n), last) {
                 return Err(self.h2_error(e));
             }
             sent_end |= last;
-            bytes = &bytes[n..];
+            at += n;
         }
         if end && !sent_end {
             // The end after an empty piece.
@@ -721,6 +746,24 @@ impl<S> WriteAll for H2Stream<S> {
             self.body(data).await
         };
         (res, buf)
+    }
+
+    async fn write_shared(&mut self, body: Bytes) -> io::Result<()> {
+        match &mut self.left {
+            // No head yet: the bytes go through the parser.
+            Left::Head | Left::Chunked(_) => self.write_all_of(body).await.0,
+            Left::Done => Ok(()),
+            Left::Close => self.data_shared(body, false).await,
+            Left::Length(n) => {
+                let take = (*n).min(body.len() as u64) as usize;
+                *n -= take as u64;
+                let end = *n == 0;
+                if end {
+                    self.left = Left::Done;
+                }
+                self.data_shared(Bytes::slice(&body, ..take), end).await
+            }
+        }
     }
 
     async fn close_write(&mut self) {

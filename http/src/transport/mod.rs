@@ -38,6 +38,12 @@ pub trait WriteAll {
     async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T);
     /// Ends the writing direction (a TLS close_notify first).
     async fn close_write(&mut self);
+    /// Writes all of `body`, bytes shared with the snapshot. A byte
+    /// stream writes them as they are; an HTTP/2 stream sends slices of
+    /// them as DATA frames, copying nothing.
+    async fn write_shared(&mut self, body: bytes::Bytes) -> io::Result<()> {
+        self.write_all_of(body).await.0
+    }
 }
 
 /// A client connection's stream.
