@@ -296,8 +296,8 @@ fn explain_prints_one_line_per_step_in_chain_order() {
             "path",
             "route",
             "budgets",
-            "rate limit",
             "request limits",
+            "rate limit",
             "answer"
         ],
         "{out}"
@@ -312,11 +312,11 @@ fn explain_prints_one_line_per_step_in_chain_order() {
     assert!(lines[4].ends_with("route #0 takes it"), "{out}");
     assert!(lines[5].ends_with("no budget applies"), "{out}");
     assert!(
-        lines[6].ends_with("within every rate limit (on empty tables)"),
+        lines[6].ends_with("within the host's request limits"),
         "{out}"
     );
     assert!(
-        lines[7].ends_with("within the host's request limits"),
+        lines[7].ends_with("within every rate limit (on empty tables)"),
         "{out}"
     );
     assert!(
@@ -370,8 +370,8 @@ fn explain_prints_one_line_per_step_in_chain_order() {
             "path",
             "route",
             "budgets",
-            "rate limit",
-            "request limits"
+            "request limits",
+            "rate limit"
         ]
     );
     assert_eq!(json["request"]["peer"], "127.0.0.1");

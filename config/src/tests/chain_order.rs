@@ -76,16 +76,16 @@ fn row_of(step: &Step<'_>) -> Option<(u32, &'static str)> {
         Step::ConnectionRate { .. } => (5, "the connection's request rate"),
         Step::AccessAddress { .. } => (6, "address refusal of the access list"),
         Step::RuleSet { .. } => (7, "rule set"),
-        Step::Access { .. } => (8, "access list passwords"),
-        Step::RateLimit { .. } => (9, "rate limit"),
-        Step::ForwardAuth { .. } => (10, "forward-auth"),
-        Step::ProofOfWork { .. } => (11, "proof of work"),
+        Step::RequestLimits { .. } => (8, "request limits of the host"),
+        Step::HttpsRedirect { .. } => (9, "HTTPS redirect"),
+        Step::Robots { .. } => (10, "managed `robots.txt`"),
+        Step::Maintenance { .. } => (11, "maintenance"),
+        Step::Access { .. } => (12, "access list passwords"),
+        Step::RateLimit { .. } => (13, "rate limit"),
+        Step::ForwardAuth { .. } => (14, "forward-auth"),
+        Step::ProofOfWork { .. } => (15, "proof of work"),
         // The verify endpoint is answered before the blocks.
         Step::PowEndpoint { .. } => return None,
-        Step::RequestLimits { .. } => (12, "request limits of the host"),
-        Step::HttpsRedirect { .. } => (13, "HTTPS redirect"),
-        Step::Robots { .. } => (14, "managed `robots.txt`"),
-        Step::Maintenance { .. } => (15, "maintenance"),
     })
 }
 
@@ -214,4 +214,281 @@ fn every_step_name_is_distinct_and_below_the_count() {
     names.dedup();
     assert_eq!(names.len(), Block::COUNT);
     assert!(all.iter().all(|b| (*b as usize) < Block::COUNT));
+}
+
+/// One request through the chain: its verdict's name and status.
+fn decide_one(
+    s: &gapura_gate::Snapshot,
+    state: &mut GateState,
+    (method, host, path): (&[u8], &[u8], &[u8]),
+    headers: &[(&str, &[u8])],
+    tls: bool,
+    now_ms: u64,
+) -> (&'static str, u16) {
+    let mut scratch = Box::new([0u8; MAX_PATH_BYTES]);
+    let req = Request {
+        peer: Peer::tcp("192.0.2.1".parse().unwrap()),
+        method,
+        host: Some(host),
+        target: path,
+        path,
+        header_count: headers.len(),
+        header_bytes: 30,
+        content_length: None,
+        headers,
+        connection: None,
+        tls,
+    };
+    state.adopt(s, now_ms);
+    let d = s.decide(
+        &req,
+        state,
+        now_ms,
+        &mut scratch,
+        &mut gapura_gate::chain::NoTrace,
+    );
+    if let Some(t) = d.ticket {
+        state.release(t);
+    }
+    let status = match d.verdict {
+        Verdict::Respond(a) => a.status,
+        Verdict::HttpsRedirect(_) => 308,
+        Verdict::Refuse(st) => st.code(),
+        Verdict::Maintenance(m) => m.status(),
+        Verdict::Challenge(_) | Verdict::Pow(..) => 403,
+        Verdict::Verify(_) | Verdict::Authenticate(_) => 0,
+        _ => 1,
+    };
+    (d.verdict.kind(), status)
+}
+
+/// A host behind a password, a provider and proof of work that redirects
+/// plain HTTP to HTTPS.
+const CREDENTIALS_BEHIND_REDIRECT: &str = r#"
+[server]
+pow_key_file = "/nonexistent/pow.key"
+
+[[rate_limit]]
+name = "site"
+requests = 1
+per = "minute"
+
+[[access_list]]
+name = "office"
+users = [
+  { name = "alice", password_hash = "$pbkdf2-sha256$i=100000$4oIHnorXlottSFKouWKuKg$tDCbfNfDmlED4CXmuasw/mB3qPueQOt0glrBdB1jrCk" },
+]
+
+[[auth_provider]]
+name = "sso"
+url = "http://127.0.0.1:9091/verify"
+
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001"]
+
+[[host]]
+names = ["pw.test"]
+kind = "proxy"
+access_list = "office"
+https_redirect = true
+robots = "disallow_all"
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+
+[[host]]
+names = ["sso.test"]
+kind = "proxy"
+auth = "sso"
+rate_limit = "site"
+https_redirect = true
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+
+[[host]]
+names = ["pow.test"]
+kind = "proxy"
+proof_of_work = { enabled = true, difficulty = 8 }
+https_redirect = true
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+"#;
+
+#[test]
+fn plain_http_is_redirected_before_any_password_provider_or_challenge() {
+    let mut c = ok(CREDENTIALS_BEHIND_REDIRECT);
+    c.snapshot.gate.pow_key = Some(gapura_gate::pow::PowKey::new(&[3; 32]));
+    let s = &c.snapshot;
+    let mut state = GateState::small();
+    let html: [(&str, &[u8]); 2] = [
+        ("accept", b"text/html"),
+        ("authorization", b"Basic YWxpY2U6c2VjcmV0"),
+    ];
+    for host in [&b"pw.test"[..], b"sso.test", b"pow.test"] {
+        assert_eq!(
+            decide_one(s, &mut state, (b"GET", host, b"/x"), &html, false, 0),
+            ("https_redirect", 308),
+            "{}",
+            String::from_utf8_lossy(host)
+        );
+    }
+    // Over TLS the same requests meet the password, the provider and the
+    // challenge.
+    assert_eq!(
+        decide_one(s, &mut state, (b"GET", b"pw.test", b"/x"), &html, true, 0).0,
+        "verify"
+    );
+    assert_eq!(
+        decide_one(s, &mut state, (b"GET", b"sso.test", b"/x"), &html, true, 0).0,
+        "authenticate"
+    );
+    assert_eq!(
+        decide_one(s, &mut state, (b"GET", b"pow.test", b"/x"), &html, true, 0).0,
+        "pow_challenge"
+    );
+}
+
+#[test]
+fn a_managed_robots_txt_is_served_on_a_host_behind_a_password() {
+    let c = ok(CREDENTIALS_BEHIND_REDIRECT);
+    let s = &c.snapshot;
+    let mut state = GateState::small();
+    assert_eq!(
+        decide_one(
+            s,
+            &mut state,
+            (b"GET", b"pw.test", b"/robots.txt"),
+            &[],
+            true,
+            0
+        ),
+        ("respond", 200)
+    );
+    assert_eq!(state.counters.robots_served, 1);
+}
+
+const MAINTENANCE_BEFORE_THE_ROUTE: &str = r#"
+[[rate_limit]]
+name = "site"
+requests = 1
+per = "minute"
+
+[[auth_provider]]
+name = "sso"
+url = "http://127.0.0.1:9091/verify"
+
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001"]
+
+[[host]]
+names = ["m.test"]
+kind = "proxy"
+auth = "sso"
+rate_limit = "site"
+
+[host.maintenance]
+enabled = true
+
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+"#;
+
+#[test]
+fn maintenance_answers_before_the_provider_and_the_rate_limit() {
+    let mut c = ok(MAINTENANCE_BEFORE_THE_ROUTE);
+    let s = &c.snapshot;
+    let mut state = GateState::small();
+    for _ in 0..3 {
+        assert_eq!(
+            decide_one(s, &mut state, (b"GET", b"m.test", b"/"), &[], false, 0),
+            ("maintenance", 503)
+        );
+    }
+    // No rate-limit token was spent: with maintenance off, the first
+    // request goes on to the provider.
+    let text = MAINTENANCE_BEFORE_THE_ROUTE.replace("enabled = true", "enabled = false");
+    c = ok(&text);
+    assert_eq!(
+        decide_one(
+            &c.snapshot,
+            &mut state,
+            (b"GET", b"m.test", b"/"),
+            &[],
+            false,
+            0
+        )
+        .0,
+        "authenticate"
+    );
+}
+
+#[test]
+fn robots_txt_pays_the_budgets_and_is_exempt_from_the_rate_limit_only() {
+    // One shard: the global budget is the shard's whole.
+    let c = ok_with(
+        r#"
+[quota]
+window_ms = 60000
+
+[quota.global]
+requests = 5
+
+[[rate_limit]]
+name = "site"
+requests = 1
+per = "minute"
+
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001"]
+
+[[host]]
+names = ["r.test"]
+kind = "proxy"
+rate_limit = "site"
+robots = "passthrough"
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+"#,
+        1,
+    );
+    let s = &c.snapshot;
+    let mut state = GateState::small();
+    // Past the rate limit of 1 a minute: robots.txt is not rate limited...
+    for i in 0..5 {
+        assert_eq!(
+            decide_one(
+                s,
+                &mut state,
+                (b"GET", b"r.test", b"/robots.txt"),
+                &[],
+                false,
+                0
+            ),
+            ("forward", 1),
+            "request {i}"
+        );
+    }
+    // ...but it paid the global budget of 5 like any request.
+    assert_eq!(
+        decide_one(
+            s,
+            &mut state,
+            (b"GET", b"r.test", b"/robots.txt"),
+            &[],
+            false,
+            0
+        ),
+        ("refuse", 429)
+    );
+    assert_eq!(
+        decide_one(s, &mut state, (b"GET", b"r.test", b"/page"), &[], false, 0),
+        ("refuse", 429)
+    );
 }

@@ -1,4 +1,4 @@
-//! Step 10 of the chain, forward-auth, on [`Flow`].
+//! Step 14 of the chain, forward-auth, on [`Flow`].
 
 use super::steps::{Flow, Next};
 use super::{Start, Step, Trace};
@@ -21,7 +21,7 @@ pub enum AuthOutcome {
 }
 
 impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
-    /// Step 10: forward-auth. Runs on a route that names a provider,
+    /// Step 14: forward-auth. Runs on a route that names a provider,
     /// after the rate limit. A remembered allow lets the request on with
     /// its identity headers (no allocation: the lines are shared); without
     /// one the chain stops with `Verdict::Authenticate` and the server asks

@@ -1,4 +1,4 @@
-//! Step 11 of the chain, proof of work, on [`Flow`].
+//! Step 15 of the chain, proof of work, on [`Flow`].
 
 use super::steps::{Flow, Next};
 use super::{Step, Trace};
@@ -31,7 +31,7 @@ pub enum PowOutcome {
 }
 
 impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
-    /// Step 11: proof of work. Runs on a route that has it, for every
+    /// Step 15: proof of work. Runs on a route that has it, for every
     /// request, or with `when` only for those the named rule set marked
     /// with a `challenge` rule; robots.txt is exempt. A valid `gapura_pow`
     /// cookie lets the request on (no allocation); otherwise a browser (a

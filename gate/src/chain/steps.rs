@@ -1,5 +1,5 @@
-//! Steps 4 to 15 of the chain (forward-auth's, step 10, in `super::auth`; proof
-//! of work's, step 11, in `super::pow`), one method each on [`Flow`], and the one
+//! Steps 4 to 15 of the chain (forward-auth's, step 14, in `super::auth`; proof
+//! of work's, step 15, in `super::pow`), one method each on [`Flow`], and the one
 //! function that calls them in order ([`Flow::blocks`]).
 //!
 //! Each block runs only when the host or route applies it, records its own
@@ -76,14 +76,14 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         self.at(Block::ConnectionRate).connection_rate()?;
         self.at(Block::AccessAddress).access_address()?;
         self.at(Block::RuleSet).rule_set()?;
-        self.at(Block::Access).access_credentials()?;
-        self.at(Block::RateLimit).rate_limit()?;
-        self.at(Block::ForwardAuth).forward_auth()?;
-        self.at(Block::ProofOfWork).proof_of_work()?;
         self.at(Block::RequestLimits).request_limits()?;
         self.at(Block::HttpsRedirect).https_redirect()?;
         self.at(Block::Robots).robots()?;
         self.at(Block::Maintenance).maintenance()?;
+        self.at(Block::Access).access_credentials()?;
+        self.at(Block::RateLimit).rate_limit()?;
+        self.at(Block::ForwardAuth).forward_auth()?;
+        self.at(Block::ProofOfWork).proof_of_work()?;
         self.decision.step = Block::Answer;
         ControlFlow::Continue(())
     }
@@ -96,8 +96,8 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         self
     }
 
-    /// Whether steps 4 to 8 are behind the request (a password verified off
-    /// the shard, its budgets paid before the check).
+    /// Whether steps 4 to 12 are behind the request (a password verified
+    /// off the shard, its budgets paid before the check).
     #[inline(always)]
     pub(super) fn past_access(&self) -> bool {
         matches!(
@@ -110,7 +110,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// (`super::quota`). Runs for every request when the snapshot has
     /// budgets, before any access check: a refused, challenged or
     /// unauthenticated request pays like any other, and a client over
-    /// budget gets 429, never a password check. robots.txt is exempt.
+    /// budget gets 429, never a password check. `robots.txt` pays too.
     /// Admitted, the leases ride on the decision's ticket until the answer
     /// is written; refused, 429 with `Retry-After`.
     #[inline(always)]
@@ -118,14 +118,11 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         if self.past_access() {
             return ControlFlow::Continue(());
         }
-        if self.robots && (self.snap.gate.has_budgets() || self.policy.rate_pair.is_some()) {
-            self.state.counters.quota_exempt += 1;
-        }
         match self.snap.budget_step(
             self.req,
             self.policy,
             self.decision.client,
-            self.robots,
+            false,
             self.state,
             self.now_ms,
             self.trace,
@@ -180,7 +177,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
 
     /// Step 6: the access list's address side. Runs when the policy names
     /// an access list. A denied address is refused (403) or dropped; a
-    /// list that only reads the address is decided whole here and step 8
+    /// list that only reads the address is decided whole here and step 12
     /// skips it.
     #[inline(always)]
     fn access_address(&mut self) -> Next<'s> {
@@ -198,8 +195,8 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             });
         }
         let counters = &mut self.state.access_counters[b.index as usize];
-        // A shadow hit is counted once: here when step 8 will not run,
-        // else by step 8.
+        // A shadow hit is counted once: here when step 12 will not run,
+        // else by step 12.
         let mut not_counted = 0;
         let shadow_hits = if decides_all {
             &mut counters.shadow_hits
@@ -209,7 +206,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         match b.mode.apply(refused, shadow_hits) {
             None => {
                 if refused.is_none() && decides_all {
-                    // Step 8 has nothing left to ask: the list passed.
+                    // Step 12 has nothing left to ask: the list passed.
                     counters.allowed += 1;
                 }
                 ControlFlow::Continue(())
@@ -277,8 +274,10 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 8: the access list in full, country and credentials. Runs when
-    /// the policy names a list that step 6 did not decide whole. Answers
+    /// Step 12: the access list in full, country and credentials. Runs when
+    /// the policy names a list that step 6 did not decide whole, after the
+    /// HTTPS redirect (no password is asked for over plain HTTP on a host
+    /// that redirects), robots.txt and maintenance. Answers
     /// 403, a drop, a 401 challenge, or a deferred password verification
     /// (`Verdict::Verify`: the server verifies off the shard and resumes
     /// the chain after this step). A pass may ask to strip
@@ -378,8 +377,9 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 9: the route's rate limit (`super::quota`). Runs when the
-    /// policy names one, after the access checks; robots.txt is exempt.
+    /// Step 13: the route's rate limit (`super::quota`). Runs when the
+    /// policy names one, after the access checks; `robots.txt` is exempt
+    /// (its only exemption).
     /// Refused, 429 with `Retry-After` (the budgets' leases stay on the
     /// ticket until the answer is written).
     #[inline(always)]
@@ -387,6 +387,9 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         // After forward-auth the rate limit was paid before the call.
         if matches!(self.start, Start::AfterAuth { .. }) {
             return ControlFlow::Continue(());
+        }
+        if self.robots && self.policy.rate_pair.is_some() {
+            self.state.counters.quota_exempt += 1;
         }
         match self.snap.rate_step(
             self.req,
@@ -406,7 +409,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 12: the host's request limits (target, header lines and bytes,
+    /// Step 8: the host's request limits (target, header lines and bytes,
     /// the declared body), with the route's body limit in place of the
     /// host's. Always runs. Answers 414, 431 or 413; the limits ride on the
     /// decision for the body read.
@@ -424,8 +427,10 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 13: the HTTPS redirect. Runs when the host has one; a request
-    /// that came in plaintext gets a 308 to its https URL.
+    /// Step 9: the HTTPS redirect. Runs when the host has one; a request
+    /// that came in plaintext gets a 308 to its https URL before anything
+    /// reads its credentials or session (passwords, forward-auth, the
+    /// proof-of-work cookie).
     #[inline(always)]
     fn https_redirect(&mut self) -> Next<'s> {
         let Some(port) = self.entry.extras.https.redirect_port else {
@@ -442,8 +447,9 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 14: the managed robots.txt. Runs when the host manages one;
-    /// answers `GET`/`HEAD /robots.txt` with the file.
+    /// Step 10: the managed robots.txt. Runs when the host manages one;
+    /// answers `GET`/`HEAD /robots.txt` with the file, also on a host behind
+    /// a password or a provider (it has paid its budgets).
     #[inline(always)]
     fn robots(&mut self) -> Next<'s> {
         let Some(r) = &self.entry.extras.robots else {
@@ -468,14 +474,19 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 15: maintenance. Runs when the host is in maintenance; answers
+    /// Step 11: maintenance. Runs when the host is in maintenance; answers
     /// the maintenance page unless the bypass list's address side allows
-    /// the client. The page applies its own mode.
+    /// the client, before any password check, provider call, rate-limit
+    /// token or challenge. The page applies its own mode. A request that
+    /// resumes after a password check or a provider call passed it already.
     #[inline(always)]
     fn maintenance(&mut self) -> Next<'s> {
         let (Some(m), Some(id)) = (&self.entry.extras.maintenance, self.decision.host) else {
             return ControlFlow::Continue(());
         };
+        if self.past_access() {
+            return ControlFlow::Continue(());
+        }
         let bypassed = m.bypass.is_some_and(|i| {
             self.snap.gate.access_lists[i as usize]
                 .rules()
@@ -500,7 +511,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 15: the host's answer: its response, its redirect, or the
+    /// Step 16: the host's answer: its response, its redirect, or the
     /// route's upstream (404 when no route takes the path).
     #[inline(always)]
     fn answer(&self) -> Verdict<'s> {
@@ -518,7 +529,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
 impl Snapshot {
     /// The end of the chain for a request no host takes: step 4 under the
     /// unknown-host policy (its own operation, when the profile names
-    /// one), step 12 with the default limits, else the unknown-host answer
+    /// one), step 8 with the default limits, else the unknown-host answer
     /// (404 or 421).
     pub(super) fn unknown_host<'s, H: HeaderLines + ?Sized, T: Trace>(
         &'s self,
@@ -539,7 +550,7 @@ impl Snapshot {
         decision
     }
 
-    /// Step 12's check: the target and header limits, then the declared
+    /// Step 8's check: the target and header limits, then the declared
     /// body.
     #[inline(always)]
     fn limit_refusal<H: HeaderLines + ?Sized, T: Trace>(
