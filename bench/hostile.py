@@ -35,6 +35,42 @@ scenario failed.
                  times each: the open-connection, lease and upstream gauges
                  return to their values before the test
 
+Protocol attacks: Gapura (one shard, protective defaults off) and, where it
+has the feature, nginx (Debian's package, installed on demand; one worker
+on the same core) side by side, each with the same attack. Every one
+reports the server's VmRSS growth (nginx: master and workers summed), its
+CPU seconds during the attack, and whether a legitimate client beside it
+kept being answered.
+
+  h2-rapid-reset   HEADERS + RST_STREAM pairs, 1, 20 and 100 a write, 3,000
+                   streams a second for up to 5 s each, through a proxy host
+                   to a counting origin: <= 200 requests reach it per
+                   connection, and the connection is closed
+  h2-continuation  HEADERS then CONTINUATION frames without end: cut off
+                   before 64 MiB, VmRSS growth <= 16 MiB
+  h2-control-flood PING and empty SETTINGS floods never read: GOAWAY
+                   ENHANCE_YOUR_CALM or a close, VmRSS growth <= 16 MiB
+  h2-zero-window   4 connections x 128 streams of 1,000,000-byte answers with
+                   a zero initial window, built-in and proxied: VmRSS growth
+                   after 5 s <= 32 MiB
+  h2-hpack-bomb    one 4 KiB dynamic-table entry referenced thousands of times
+                   a block: refused, VmRSS growth <= 16 MiB, the legitimate
+                   client answered
+  h2-streams       1,000 streams at once per connection, past
+                   http2_max_streams: the excess refused, VmRSS <= 16 MiB
+  tls-silent       1,000 connections to the TLS port that never send a byte:
+                   VmRSS growth <= 4 MiB
+  tls-slow         200 ClientHellos a byte per 200 ms against a 2 s handshake
+                   timeout: each closed within 4 s, VmRSS growth <= 8 MiB,
+                   HTTPS still answered
+  udp-spoof        a relay without auth before a 10x-amplifying server, one
+                   spoofed source: bytes back <= 3.0x bytes sent
+  udp-replay       a valid envelope, then its bytes from another address:
+                   the first relayed, the replay dropped and counted
+  udp-invalid      100,000 invalid datagrams from many 127/8 sources beside
+                   a legitimate client: >= 99 % of its replies, VmRSS growth
+                   <= 16 MiB, CPU per invalid datagram
+
 All traffic goes to 127.0.0.0/8. Every process is started here and stopped
 by its pid (SIGTERM, then SIGKILL after 10 s), also on Ctrl-C or an error.
 Python 3.11, standard library only.
@@ -65,11 +101,18 @@ from hostile_suite.aborts import scenario_aborts
 from hostile_suite.common import ROOT, CouldNotRun, Procs, say
 from hostile_suite.faults import scenario_fd_limit, scenario_reloads, scenario_upstream_kill
 from hostile_suite.flood import scenario_flood
+from hostile_suite.h2 import (scenario_h2_continuation, scenario_h2_control_flood,
+                              scenario_h2_hpack_bomb, scenario_h2_rapid_reset,
+                              scenario_h2_streams, scenario_h2_zero_window)
 from hostile_suite.idle import scenario_idle
 from hostile_suite.slow import scenario_slow_body, scenario_slow_headers
+from hostile_suite.tls import scenario_tls_silent, scenario_tls_slow
+from hostile_suite.udp import scenario_udp_invalid, scenario_udp_replay, scenario_udp_spoof
 
 SCENARIOS = ("slow-headers", "slow-body", "flood", "reloads", "upstream-kill", "idle",
-             "fd-limit", "aborts")
+             "fd-limit", "aborts", "h2-rapid-reset", "h2-continuation", "h2-control-flood",
+             "h2-zero-window", "h2-hpack-bomb", "h2-streams", "tls-silent", "tls-slow",
+             "udp-spoof", "udp-replay", "udp-invalid")
 
 RUNNERS = {
     "slow-headers": scenario_slow_headers,
@@ -80,6 +123,17 @@ RUNNERS = {
     "idle": scenario_idle,
     "fd-limit": scenario_fd_limit,
     "aborts": scenario_aborts,
+    "h2-rapid-reset": scenario_h2_rapid_reset,
+    "h2-continuation": scenario_h2_continuation,
+    "h2-control-flood": scenario_h2_control_flood,
+    "h2-zero-window": scenario_h2_zero_window,
+    "h2-hpack-bomb": scenario_h2_hpack_bomb,
+    "h2-streams": scenario_h2_streams,
+    "tls-silent": scenario_tls_silent,
+    "tls-slow": scenario_tls_slow,
+    "udp-spoof": scenario_udp_spoof,
+    "udp-replay": scenario_udp_replay,
+    "udp-invalid": scenario_udp_invalid,
 }
 
 
