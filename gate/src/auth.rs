@@ -496,6 +496,10 @@ mod tests {
         let mut f = facts(&a, b"/");
         f.client = "203.0.113.2".parse().unwrap();
         assert_ne!(s.keys(&p, &f).0, k(&a, b"/"));
+        // An allow remembered for plain HTTP is not one for HTTPS.
+        let mut f = facts(&a, b"/");
+        f.scheme = b"https";
+        assert_ne!(s.keys(&p, &f).0, k(&a, b"/"));
         assert_eq!(s.keys(&p, &facts(&a, b"/")).1, None);
         let host = provider(Scope::Host);
         let (r1, h1) = s.keys(&host, &facts(&a, b"/one"));

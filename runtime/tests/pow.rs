@@ -446,3 +446,33 @@ fn explain_says_what_the_server_does() {
         assert_eq!(r.status, status, "the server agrees for {kind}");
     }
 }
+
+#[test]
+fn the_cookie_is_secure_when_the_challenge_was_solved_over_tls() {
+    use common::tls::{client_config, write_cert, ClientOptions, TlsClient};
+    let up = reporting_upstream();
+    let dir = TempDir::new();
+    let key_file = dir.0.join("pow.key");
+    let (cert, key, _) = write_cert(&dir.0, "p", &["p.test"]);
+    let text = format!(
+        "{}\n[[certificate]]\nnames = [\"p.test\"]\ncert = {cert:?}\nkey = {key:?}\n",
+        pow_profile(up.addr, &key_file, "")
+    )
+    .replace(
+        "listen = [\"127.0.0.1:0\"]",
+        "listen = [\"127.0.0.1:0\", { addr = \"127.0.0.1:0\", tls = true }]",
+    );
+    let g = Gapura::start(&text);
+    let config = client_config(ClientOptions::default());
+    let mut c = TlsClient::connect(g.tls_addr.unwrap(), Some("p.test"), &config).unwrap();
+    let page = c.request(&req_with("GET", "p.test", "/page", &[HTML]));
+    assert_eq!(page.status, 403);
+    let body = String::from_utf8(page.body.clone()).unwrap();
+    let challenge = attr(&body, "data-challenge");
+    let counter = solve(&challenge, 8);
+    let form = format!("challenge={challenge}&solution={counter}&return=%2Fpage");
+    let verified = c.request(&post_form(&form));
+    assert_eq!(verified.status, 303);
+    let set = verified.header("Set-Cookie").unwrap();
+    assert!(set.ends_with("; HttpOnly; SameSite=Lax; Secure"), "{set}");
+}

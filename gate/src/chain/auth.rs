@@ -45,7 +45,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
         let facts = KeyFacts {
             client: self.decision.client,
-            scheme: b"http",
+            scheme: if self.req.tls { b"https" } else { b"http" },
             host: self.req.host.unwrap_or(b""),
             method: self.req.method,
             target: self.req.target,

@@ -258,6 +258,7 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
             self.req.target,
             self.decision.client,
             self.lines,
+            self.req.tls,
             ubuf,
         );
         Some(Plan::Authenticate {

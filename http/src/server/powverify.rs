@@ -87,8 +87,8 @@ impl<S: Transport> Conn<S> {
                             counters.solved += 1;
                         }
                         drop(gate);
-                        // Not over TLS: the cookie cannot be `Secure`.
-                        write_verified(&mut self.io.wbuf, &v, ret.as_bytes(), false, &ctx);
+                        // Over TLS the cookie is `Secure`.
+                        write_verified(&mut self.io.wbuf, &v, ret.as_bytes(), S::TLS, &ctx);
                         return 303;
                     }
                     Err(r) => {

@@ -24,7 +24,8 @@ use monoio::net::TcpStream;
 use std::net::IpAddr;
 
 /// Writes the call's request head into `out`. `lines` are the client's
-/// parsed header lines.
+/// parsed header lines; `tls`: the client's request came over TLS
+/// (`X-Forwarded-Proto: https`).
 #[allow(clippy::too_many_arguments)]
 pub fn write_call(
     p: &AuthProvider,
@@ -33,6 +34,7 @@ pub fn write_call(
     target: &[u8],
     client: IpAddr,
     lines: &[httparse::Header<'_>],
+    tls: bool,
     out: &mut Vec<u8>,
 ) {
     out.extend_from_slice(b"GET ");
@@ -41,7 +43,11 @@ pub fn write_call(
     out.extend_from_slice(p.authority.as_bytes());
     out.extend_from_slice(b"\r\nX-Forwarded-Method: ");
     out.extend_from_slice(method);
-    out.extend_from_slice(b"\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: ");
+    out.extend_from_slice(if tls {
+        b"\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: ".as_slice()
+    } else {
+        b"\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: ".as_slice()
+    });
     out.extend_from_slice(host);
     out.extend_from_slice(b"\r\nX-Forwarded-Uri: ");
     out.extend_from_slice(target);
@@ -336,6 +342,7 @@ mod tests {
             b"/x%2Fy?z",
             "203.0.113.5".parse().unwrap(),
             &lines,
+            false,
             &mut out,
         );
         let text = String::from_utf8(out).unwrap();
@@ -343,6 +350,23 @@ mod tests {
             text,
             "GET /api/verify HTTP/1.1\r\nHost: 127.0.0.1:9091\r\nX-Forwarded-Method: POST\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: a.test\r\nX-Forwarded-Uri: /x%2Fy?z\r\nX-Forwarded-For: 203.0.113.5\r\nCookie: s=1\r\nAccept: */*\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn the_call_tells_the_provider_the_request_came_over_tls() {
+        let mut out = Vec::new();
+        write_call(
+            &provider(),
+            b"GET",
+            b"a.test",
+            b"/",
+            "203.0.113.5".parse().unwrap(),
+            &[],
+            true,
+            &mut out,
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\r\nX-Forwarded-Proto: https\r\n"), "{text}");
     }
 
     #[test]
