@@ -31,6 +31,16 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// robots.txt is not exempt: auth protects what the upstream serves.
     #[inline(always)]
     pub(super) fn forward_auth(&mut self) -> Next<'s> {
+        if self.policy.auth.is_none() {
+            return ControlFlow::Continue(());
+        }
+        self.forward_auth_block()
+    }
+
+    /// The work of [`Self::forward_auth`] once it applies: out of line, so
+    /// the chain a request without this block meets stays small.
+    #[inline(never)]
+    fn forward_auth_block(&mut self) -> Next<'s> {
         let Some(b) = self.policy.auth else {
             return ControlFlow::Continue(());
         };

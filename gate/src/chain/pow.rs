@@ -40,6 +40,16 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// request let through unchallenged. Shadowed: counted and let on.
     #[inline(always)]
     pub(super) fn proof_of_work(&mut self) -> Next<'s> {
+        if self.policy.pow.is_none() {
+            return ControlFlow::Continue(());
+        }
+        self.proof_of_work_block()
+    }
+
+    /// The work of [`Self::proof_of_work`] once it applies: out of line, so
+    /// the chain a request without this block meets stays small.
+    #[inline(never)]
+    fn proof_of_work_block(&mut self) -> Next<'s> {
         let policy = self.policy;
         let Some(pow) = policy.pow.as_ref() else {
             return ControlFlow::Continue(());

@@ -144,6 +144,16 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// `Retry-After`, and the connection closes after the answer.
     #[inline(always)]
     fn connection_rate(&mut self) -> Next<'s> {
+        if self.entry.extras.connection_rate.is_none() {
+            return ControlFlow::Continue(());
+        }
+        self.connection_rate_block()
+    }
+
+    /// The work of [`Self::connection_rate`] once it applies: out of line, so
+    /// the chain a request without this block meets stays small.
+    #[inline(never)]
+    fn connection_rate_block(&mut self) -> Next<'s> {
         let (Some(policy), Some(cell)) = (&self.entry.extras.connection_rate, self.req.connection)
         else {
             return ControlFlow::Continue(());
@@ -181,6 +191,16 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// skips it.
     #[inline(always)]
     fn access_address(&mut self) -> Next<'s> {
+        if self.policy.access.is_none() {
+            return ControlFlow::Continue(());
+        }
+        self.access_address_block()
+    }
+
+    /// The work of [`Self::access_address`] once it applies: out of line, so
+    /// the chain a request without this block meets stays small.
+    #[inline(never)]
+    fn access_address_block(&mut self) -> Next<'s> {
         let Some(b) = self.policy.access.filter(|_| !self.past_access()) else {
             return ControlFlow::Continue(());
         };
@@ -229,6 +249,16 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// the set and the request goes on. The set applies its own mode.
     #[inline(always)]
     fn rule_set(&mut self) -> Next<'s> {
+        if self.policy.rules.is_none() {
+            return ControlFlow::Continue(());
+        }
+        self.rule_set_block()
+    }
+
+    /// The work of [`Self::rule_set`] once it applies: out of line, so
+    /// the chain a request without this block meets stays small.
+    #[inline(never)]
+    fn rule_set_block(&mut self) -> Next<'s> {
         let Some(b) = self.policy.rules.filter(|_| !self.past_access()) else {
             return ControlFlow::Continue(());
         };
@@ -284,6 +314,16 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// `Authorization` before the upstream.
     #[inline(always)]
     fn access_credentials(&mut self) -> Next<'s> {
+        if self.policy.access.is_none() && !self.past_access() {
+            return ControlFlow::Continue(());
+        }
+        self.access_credentials_block()
+    }
+
+    /// The work of [`Self::access_credentials`] once it applies: out of line, so
+    /// the chain a request without this block meets stays small.
+    #[inline(never)]
+    fn access_credentials_block(&mut self) -> Next<'s> {
         let gate = &self.snap.gate;
         if let Start::AfterAccess {
             strip_authorization,
@@ -384,6 +424,16 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// ticket until the answer is written).
     #[inline(always)]
     fn rate_limit(&mut self) -> Next<'s> {
+        if self.policy.rate_pair.is_none() {
+            return ControlFlow::Continue(());
+        }
+        self.rate_limit_block()
+    }
+
+    /// The work of [`Self::rate_limit`] once it applies: out of line, so
+    /// the chain a request without this block meets stays small.
+    #[inline(never)]
+    fn rate_limit_block(&mut self) -> Next<'s> {
         // After forward-auth the rate limit was paid before the call.
         if matches!(self.start, Start::AfterAuth { .. }) {
             return ControlFlow::Continue(());
@@ -452,6 +502,16 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// a password or a provider (it has paid its budgets).
     #[inline(always)]
     fn robots(&mut self) -> Next<'s> {
+        if self.entry.extras.robots.is_none() {
+            return ControlFlow::Continue(());
+        }
+        self.robots_block()
+    }
+
+    /// The work of [`Self::robots`] once it applies: out of line, so
+    /// the chain a request without this block meets stays small.
+    #[inline(never)]
+    fn robots_block(&mut self) -> Next<'s> {
         let Some(r) = &self.entry.extras.robots else {
             return ControlFlow::Continue(());
         };
@@ -481,6 +541,16 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// resumes after a password check or a provider call passed it already.
     #[inline(always)]
     fn maintenance(&mut self) -> Next<'s> {
+        if self.entry.extras.maintenance.is_none() {
+            return ControlFlow::Continue(());
+        }
+        self.maintenance_block()
+    }
+
+    /// The work of [`Self::maintenance`] once it applies: out of line, so
+    /// the chain a request without this block meets stays small.
+    #[inline(never)]
+    fn maintenance_block(&mut self) -> Next<'s> {
         let (Some(m), Some(id)) = (&self.entry.extras.maintenance, self.decision.host) else {
             return ControlFlow::Continue(());
         };

@@ -237,6 +237,31 @@ impl<S: Transport> ClientIo<S> {
     /// Sends `wbuf` whole, then the shared body that follows it, under
     /// the write timeout.
     pub(super) async fn flush(&mut self, write_timeout_ms: u64) -> Result<(), End> {
+        if self.shared.is_some() {
+            // On its own allocation: the common flush future stays small.
+            return Box::pin(self.flush_shared(write_timeout_ms)).await;
+        }
+        let buf = std::mem::take(&mut self.wbuf);
+        self.sent += buf.len() as u64;
+        let deadline = clock::deadline(write_timeout_ms);
+        match self
+            .deadline
+            .within(deadline, self.stream.write_all_of(buf))
+            .await
+        {
+            Ok((Ok(()), mut buf)) => {
+                buf.clear();
+                self.wbuf = buf;
+                Ok(())
+            }
+            Ok((Err(_), _)) => Err(End::Error(ErrorKind::Io)),
+            Err(_) => Err(End::Error(ErrorKind::WriteTimeout)),
+        }
+    }
+
+    /// [`ClientIo::flush`] with a shared body after `wbuf`: both under one
+    /// write timeout.
+    async fn flush_shared(&mut self, write_timeout_ms: u64) -> Result<(), End> {
         let buf = std::mem::take(&mut self.wbuf);
         let shared = self.shared.take();
         self.sent += (buf.len() + shared.as_ref().map_or(0, |b| b.len())) as u64;
