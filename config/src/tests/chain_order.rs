@@ -149,7 +149,8 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
     let provider = &s.gate.auth_providers[0];
     let facts = gapura_gate::auth::KeyFacts {
         client,
-        scheme: b"http",
+        // The request came over TLS.
+        scheme: b"https",
         host: b"a.test",
         method: b"GET",
         target: b"/x",
