@@ -142,6 +142,7 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
              at first start)",
         );
     }
+    warn_insecure(raw, &runtime, &entries, &blocks.extras, &gate, errors);
     Checked {
         runtime,
         server,
@@ -153,5 +154,76 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         extras: blocks.extras,
         udp,
         tls,
+    }
+}
+
+/// Warns of hosts a plain-HTTP listener serves without `https_redirect`
+/// that ask for a password, call a forward-auth provider
+/// (`host.insecure_credentials`: credentials and session cookies would
+/// cross the network in cleartext) or set the proof-of-work cookie
+/// (`host.insecure_session`). Warnings: a host behind a TLS-terminating
+/// load balancer is served over plain HTTP on purpose.
+fn warn_insecure(
+    raw: &RawProfile,
+    runtime: &RuntimeSettings,
+    entries: &[CheckedHost],
+    extras: &[HostExtras],
+    gate: &GatePolicy,
+    e: &mut Errors<'_>,
+) {
+    if runtime.listen.len() <= runtime.tls.len() {
+        // Every listener speaks TLS.
+        return;
+    }
+    for (i, ((host, entry), x)) in raw.host.iter().zip(entries).zip(extras).enumerate() {
+        if x.https.redirect_port.is_some() {
+            continue;
+        }
+        let routes = match &entry.action {
+            crate::host::CheckedAction::Proxy { routes } => routes.as_slice(),
+            _ => &[],
+        };
+        let policies = || std::iter::once(&entry.policy).chain(routes.iter().map(|r| &r.policy));
+        let password = policies().any(|p| {
+            p.access.is_some_and(|b| {
+                gate.access_lists
+                    .get(b.index as usize)
+                    .is_some_and(|l| !l.users().is_empty())
+            })
+        });
+        let provider = policies().any(|p| p.auth.is_some());
+        let pow = x.pow.is_some() || policies().any(|p| p.pow.is_some());
+        let what = match (password, provider) {
+            (true, true) => Some("asks for a password and calls a forward-auth provider"),
+            (true, false) => Some("asks for a password"),
+            (false, true) => Some("calls a forward-auth provider with the client's credentials"),
+            (false, false) => None,
+        };
+        if let Some(what) = what {
+            e.warn(
+                "host.insecure_credentials",
+                format!("host[{i}]"),
+                host.span(),
+                format!(
+                    "host {} {what} while a listener without tls = true serves it and it \
+                     has no https_redirect: credentials cross the network in cleartext (set \
+                     https_redirect = true, or serve it over TLS only)",
+                    entry.label
+                ),
+            );
+        }
+        if pow {
+            e.warn(
+                "host.insecure_session",
+                format!("host[{i}]"),
+                host.span(),
+                format!(
+                    "host {} sets the proof-of-work cookie while a listener without tls = true \
+                     serves it and it has no https_redirect: the cookie travels in cleartext \
+                     and is never Secure (set https_redirect = true)",
+                    entry.label
+                ),
+            );
+        }
     }
 }

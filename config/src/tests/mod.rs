@@ -133,6 +133,15 @@ fn ok(src: &str) -> Compiled {
 }
 
 /// Compiles a profile that must be valid, `"auto"` shards meaning `cores`.
+/// A compiled profile's warnings other than the plain-HTTP credential and
+/// session ones (`host.insecure_*`), which the tests of those hold.
+fn other_warnings(c: &Compiled) -> Vec<&ProfileError> {
+    c.warnings
+        .iter()
+        .filter(|w| !w.code.starts_with("host.insecure_"))
+        .collect()
+}
+
 fn ok_with(src: &str, cores: u32) -> Compiled {
     match compile_with(src, cores) {
         Ok(c) => c,

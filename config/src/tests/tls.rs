@@ -222,3 +222,72 @@ fn the_example_profile_sends_its_site_to_https() {
         gapura_gate::snapshot::Http2Settings::default()
     );
 }
+
+const CREDENTIAL_HOSTS: &str = r#"
+[[access_list]]
+name = "office"
+users = [
+  { name = "alice", password_hash = "$pbkdf2-sha256$i=100000$4oIHnorXlottSFKouWKuKg$tDCbfNfDmlED4CXmuasw/mB3qPueQOt0glrBdB1jrCk" },
+]
+
+[[auth_provider]]
+name = "sso"
+url = "http://127.0.0.1:9091/verify"
+
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001"]
+
+[[host]]
+names = ["pw.example"]
+access_list = "office"
+body = "hi"
+
+[[host]]
+names = ["sso.example"]
+kind = "proxy"
+auth = "sso"
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+
+[[host]]
+names = ["pow.example"]
+kind = "proxy"
+proof_of_work = { enabled = true }
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+
+[[host]]
+names = ["safe.example"]
+access_list = "office"
+https_redirect = true
+body = "hi"
+"#;
+
+#[test]
+fn credentials_over_plain_http_without_a_redirect_warn() {
+    let with_key = |tls: &str| tls.replace("[tls]", "pow_key_file = \"pow.key\"\n\n[tls]");
+    let c = ok(&format!("{}{CREDENTIAL_HOSTS}", with_key(TLS)));
+    let warned: Vec<(&str, String)> = c
+        .warnings
+        .iter()
+        .map(|w| (w.code, w.path.clone()))
+        .collect();
+    assert_eq!(
+        warned,
+        [
+            ("host.insecure_credentials", "host[0]".to_string()),
+            ("host.insecure_credentials", "host[1]".to_string()),
+            ("host.insecure_session", "host[2]".to_string()),
+        ]
+    );
+    assert!(c.warnings[0]
+        .message
+        .contains("pw.example asks for a password"));
+    // Served over TLS only: nothing travels in cleartext.
+    let tls_only = TLS.replace("\"127.0.0.1:8080\", ", "");
+    let c = ok(&format!("{}{CREDENTIAL_HOSTS}", with_key(&tls_only)));
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+}
