@@ -87,6 +87,7 @@ fn main() {
         keys: vec![key.clone()],
         max_age_ms: 5_000,
         replay_window: 1_024,
+        key_budget: None,
         strip: true,
     });
     let mut r = Relay::new(Arc::new(sealed), SEED);

@@ -28,6 +28,7 @@ fn relay_decisions_allocate_nothing() {
         keys: vec![key.clone()],
         max_age_ms: 5_000,
         replay_window: 1_024,
+        key_budget: None,
         strip: true,
     });
     let mut r = Relay::new(Arc::new(p), [4; 16]);

@@ -85,13 +85,14 @@ pub(crate) struct RawClass {
     pub critical: Opt<bool>,
 }
 
-/// `auth = { keys, max_age_ms, replay_window, strip }`.
+/// `auth = { keys, max_age_ms, replay_window, key_budget, strip }`.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawEnvelope {
     pub keys: Option<StrList>,
     pub max_age_ms: Opt<i64>,
     pub replay_window: Opt<i64>,
+    pub key_budget: Opt<i64>,
     pub strip: Opt<bool>,
 }
 
@@ -525,11 +526,20 @@ fn check_envelope(u: &RawUdp, base: &str, e: &mut Errors<'_>) -> Option<Envelope
             }
         }
     };
+    let key_budget = int_in(
+        e,
+        &raw.key_budget,
+        &format!("{path}.key_budget"),
+        "udp.auth.key_budget.range",
+        (1, 100_000_000),
+    )
+    .map(|n| n as u32);
     Some(EnvelopePolicy {
         key_files,
         keys: Vec::new(),
         max_age_ms,
         replay_window,
+        key_budget,
         strip: raw.strip.as_ref().is_none_or(|s| *s.get_ref()),
     })
 }

@@ -23,6 +23,7 @@ pub fn udp_envelope(data: &[u8]) {
         keys: vec![EnvelopeKey::new(KEY)],
         max_age_ms: 30_000,
         replay_window: 128,
+        key_budget: None,
         strip: data.first().is_some_and(|b| b & 1 != 0),
     });
     let key = EnvelopeKey::new(KEY);

@@ -32,6 +32,29 @@ const STEPS: [(&str, &str); 8] = [
     ("relay", "relayed"),
 ];
 
+/// The steps of a relay with `auth`: the envelope before the budgets it
+/// does not pay when invalid.
+const AUTH_STEPS: [(&str, &str); 9] = [
+    ("size", "within max_datagram_bytes"),
+    (
+        "prefix budget",
+        "within its source prefix's budget (on empty tables)",
+    ),
+    ("envelope", "version, key, timestamp, tag and nonce pass"),
+    ("key budget", "within its key's budget (on empty tables)"),
+    (
+        "global budget",
+        "within the relay's global budget (on empty tables)",
+    ),
+    (
+        "operation budget",
+        "within its class's budget (on empty tables)",
+    ),
+    ("session", "a new session: the table has room"),
+    ("session rate", "a new session's bucket is full"),
+    ("relay", "relayed"),
+];
+
 fn datagram(arg: &str) -> Result<Vec<u8>, String> {
     if let Some(path) = arg.strip_prefix('@') {
         return std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"));
@@ -124,15 +147,25 @@ pub fn run(a: &crate::cli::ExplainArgs, relay: &str) -> ExitCode {
         ),
     };
     let mut lines = Vec::new();
-    for (step, passed) in STEPS {
+    let steps: &[(&str, &str)] = if policy.envelope.is_some() {
+        &AUTH_STEPS
+    } else {
+        &STEPS
+    };
+    for &(step, passed) in steps {
         match dropped_at {
             Some(reason) if reason.step() == step => {
                 lines.push((step, format!("drops it: {}", why(reason))));
                 break;
             }
             _ if step == "relay" => {}
-            _ if step == "envelope" && policy.envelope.is_some() => {
-                lines.push((step, "version, key, timestamp, tag and nonce pass".into()))
+            _ if step == "key budget"
+                && policy
+                    .envelope
+                    .as_ref()
+                    .is_some_and(|e| e.key_budget.is_none()) =>
+            {
+                lines.push((step, "no key budget".into()))
             }
             _ if step == "session rate" && policy.session.rate.is_none() => {
                 lines.push((step, "no session bucket (rate = 0)".into()))
@@ -182,6 +215,7 @@ fn why(reason: UdpDrop) -> &'static str {
         UdpDrop::Stale => "the timestamp is further than max_age_ms from now",
         UdpDrop::BadTag => "the tag does not verify",
         UdpDrop::Replayed => "the nonce was seen",
+        UdpDrop::KeyBudget => "the key's budget is spent",
         UdpDrop::Amplification => "over the amplification bound",
         UdpDrop::Unrelayed => "no server to relay to",
     }

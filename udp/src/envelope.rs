@@ -159,6 +159,7 @@ mod tests {
             keys: vec![EnvelopeKey::new(&[1; 32]), EnvelopeKey::new(&[2; 32])],
             max_age_ms,
             replay_window: 1_024,
+            key_budget: None,
             strip: true,
         }
     }

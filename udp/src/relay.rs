@@ -15,7 +15,7 @@
 //!
 //! A relay with `auth` runs the size bound and the source prefix's budget
 //! (all an invalid datagram pays), then the envelope (version, key,
-//! timestamp, tag), then the global and operation budgets with the class
+//! timestamp, tag), then the key's budget, the global and operation budgets with the class
 //! read from authenticated bytes, the session and its bucket, the nonce
 //! against the key's replay window ([`KeyWindows`]), and relay.
 //!
@@ -307,6 +307,9 @@ impl Relay {
             {
                 return dropped(&mut self.counters, reason, class);
             }
+        }
+        if let Err(reason) = self.budgets.admit_key(policy, opened.key_id, now_ms) {
+            return dropped(&mut self.counters, reason, class);
         }
         if let Err(reason) = self.budgets.admit_authenticated(policy, admitted, now_ms) {
             return dropped(&mut self.counters, reason, class);

@@ -40,6 +40,7 @@ fn with_envelope(mut p: UdpPolicy) -> UdpPolicy {
         keys: vec![EnvelopeKey::new(&[9; 32])],
         max_age_ms: 5_000,
         replay_window: 1_024,
+        key_budget: None,
         strip: true,
     });
     p
@@ -451,4 +452,38 @@ fn a_reload_keeps_sessions_and_a_resize_ends_them() {
     bigger.session.ceiling = Ceiling::new(128, 8).unwrap();
     assert_eq!(r.set_policy(Arc::new(bigger)), vec![session]);
     assert_eq!(r.live_sessions(), 0);
+}
+
+#[test]
+fn each_key_pays_its_own_budget_once_its_envelope_verifies() {
+    let mut p = with_envelope(policy(&servers()));
+    let env = p.envelope.as_mut().unwrap();
+    env.keys.push(EnvelopeKey::new(&[8; 32]));
+    env.key_budget = Some(2);
+    let (k0, k1) = (env.keys[0].clone(), env.keys[1].clone());
+    let mut r = relay(p);
+    let mut d = Vec::new();
+    // Key 0 from two sources: its budget of 2 is the key's, not a source's.
+    for (i, src) in ["192.0.2.1:1", "198.51.100.1:1"].iter().enumerate() {
+        seal(&k0, 0, UNIX, i as u64 + 1, b"x", &mut d);
+        assert!(dropped(r.inbound(addr(src), &d, 0, UNIX)).is_none());
+    }
+    seal(&k0, 0, UNIX, 3, b"x", &mut d);
+    assert_eq!(
+        dropped(r.inbound(addr("203.0.113.1:1"), &d, 0, UNIX)),
+        Some(UdpDrop::KeyBudget)
+    );
+    // A forged envelope under key 0 does not count against it or reach it.
+    let mut forged = d.clone();
+    *forged.last_mut().unwrap() ^= 1;
+    assert_eq!(
+        dropped(r.inbound(addr("203.0.113.1:1"), &forged, 0, UNIX)),
+        Some(UdpDrop::BadTag)
+    );
+    // Key 1 has its own; the next window gives key 0 its budget back.
+    seal(&k1, 1, UNIX, 1, b"x", &mut d);
+    assert!(dropped(r.inbound(addr("203.0.113.1:1"), &d, 0, UNIX)).is_none());
+    seal(&k0, 0, UNIX + 1_000, 4, b"x", &mut d);
+    assert!(dropped(r.inbound(addr("203.0.113.1:1"), &d, 1_000, UNIX + 1_000)).is_none());
+    assert_eq!(r.counters.dropped[UdpDrop::KeyBudget.index()], 1);
 }

@@ -253,6 +253,10 @@ fn udp_errors_have_codes_and_positions() {
         case("auth = { keys = [\"k\"], max_age_ms = 0 }"),
         at("udp.auth.max_age_ms.range", "udp[0].auth.max_age_ms", 6, 37)
     );
+    assert_eq!(
+        case("auth = { keys = [\"k\"], key_budget = 0 }"),
+        at("udp.auth.key_budget.range", "udp[0].auth.key_budget", 6, 37)
+    );
 }
 
 #[test]

@@ -15,7 +15,7 @@
 //! One shard's state; O(1) plus the prefix table's bounded probe per
 //! datagram; no allocation after [`UdpBudgets::new`].
 
-use super::{UdpDrop, UdpPolicy, MAX_CLASSES};
+use super::{UdpDrop, UdpPolicy, MAX_CLASSES, MAX_ENVELOPE_KEYS};
 use crate::quota::{Class, Domain, FixedWindow, Keyer, SourcePrefix, WindowRefusal, WindowTable};
 use std::net::IpAddr;
 
@@ -34,6 +34,8 @@ pub struct UdpBudgets {
     global: FixedWindow,
     prefixes: WindowTable,
     classes: [FixedWindow; MAX_CLASSES + 1],
+    /// Per key id (`auth.key_budget`).
+    keys: [FixedWindow; MAX_ENVELOPE_KEYS],
 }
 
 impl UdpBudgets {
@@ -47,6 +49,7 @@ impl UdpBudgets {
             prefixes: WindowTable::new(b.window_ms, b.tracked)
                 .expect("a compiled window length is in range"),
             classes: [FixedWindow::default(); MAX_CLASSES + 1],
+            keys: [FixedWindow::default(); MAX_ENVELOPE_KEYS],
         }
     }
 
@@ -161,6 +164,30 @@ impl UdpBudgets {
             Err(WindowRefusal::Exhausted) => Err(UdpDrop::PrefixBudget),
             Err(WindowRefusal::Untracked) => Err(UdpDrop::TrackedKeys),
         }
+    }
+
+    /// With `auth`, the budget of the key an envelope verified under
+    /// (`auth.key_budget` datagrams a window), counted when it passes: a
+    /// holder of one key cannot spend the relay's budgets for the others.
+    /// O(1).
+    pub fn admit_key(
+        &mut self,
+        policy: &UdpPolicy,
+        key_id: u8,
+        now_ms: u64,
+    ) -> Result<(), UdpDrop> {
+        let Some(budget) = policy.envelope.as_ref().and_then(|e| e.key_budget) else {
+            return Ok(());
+        };
+        let window = self.prefixes.roll(now_ms);
+        let Some(k) = self.keys.get_mut(usize::from(key_id)) else {
+            return Err(UdpDrop::UnknownKey);
+        };
+        if !k.fits(window, budget) {
+            return Err(UdpDrop::KeyBudget);
+        }
+        k.add(window);
+        Ok(())
     }
 
     /// With `auth`, what an authenticated datagram of class `admitted`

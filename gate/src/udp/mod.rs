@@ -142,6 +142,9 @@ pub struct EnvelopePolicy {
     pub max_age_ms: u64,
     /// Nonces remembered per key (the nonce space is the key's).
     pub replay_window: u32,
+    /// Datagrams each key id may send per budget window on each shard,
+    /// counted once its envelope verified; `None`: no key budget.
+    pub key_budget: Option<u32>,
     /// Relay only the payload (true) or the whole envelope (false).
     pub strip: bool,
 }
@@ -207,6 +210,8 @@ pub enum UdpDrop {
     /// An envelope whose nonce its key's window has seen, from any source
     /// (or that is older than the window).
     Replayed,
+    /// The envelope's key has spent its budget for this window.
+    KeyBudget,
     /// A reply past a session's amplification bound.
     Amplification,
     /// Could not be relayed: no server, no socket for the session, or a
@@ -216,7 +221,7 @@ pub enum UdpDrop {
 
 impl UdpDrop {
     /// Every reason, in the order of the steps.
-    pub const ALL: [UdpDrop; 14] = [
+    pub const ALL: [UdpDrop; 15] = [
         UdpDrop::Oversized,
         UdpDrop::GlobalBudget,
         UdpDrop::PrefixBudget,
@@ -229,6 +234,7 @@ impl UdpDrop {
         UdpDrop::BadTag,
         UdpDrop::Stale,
         UdpDrop::Replayed,
+        UdpDrop::KeyBudget,
         UdpDrop::Amplification,
         UdpDrop::Unrelayed,
     ];
@@ -253,6 +259,7 @@ impl UdpDrop {
             UdpDrop::BadTag => "bad_tag",
             UdpDrop::Stale => "stale",
             UdpDrop::Replayed => "replayed",
+            UdpDrop::KeyBudget => "key_budget",
             UdpDrop::Amplification => "amplification",
             UdpDrop::Unrelayed => "unrelayed",
         }
@@ -272,6 +279,7 @@ impl UdpDrop {
             | UdpDrop::BadTag
             | UdpDrop::Stale
             | UdpDrop::Replayed => "envelope",
+            UdpDrop::KeyBudget => "key budget",
             UdpDrop::Amplification => "amplification",
             UdpDrop::Unrelayed => "relay",
         }
