@@ -388,3 +388,29 @@ fn refusals_are_remembered_only_with_negative_ttl() {
         200
     );
 }
+
+#[test]
+fn an_answer_written_in_pieces_is_read_whole() {
+    // The head, then the body a moment later, then the close: as Python's
+    // http.server answers (HTTP/1.0, no keep-alive).
+    let ep = upstream::start(Arc::new(|_req: &UpRequest| {
+        Reply::Takeover(Box::new(|mut s: std::net::TcpStream| {
+            use std::io::Write;
+            let _ = s.write_all(
+                b"HTTP/1.0 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nContent-Type: text/plain\r\nContent-Length: 12\r\n\r\n",
+            );
+            std::thread::sleep(Duration::from_millis(50));
+            let _ = s.write_all(b"sign in now\n");
+            std::thread::sleep(Duration::from_millis(50));
+        }))
+    }));
+    let up = recording_upstream();
+    let g = Gapura::start(&auth_profile(ep.addr, up.addr, ""));
+    for _ in 0..2 {
+        let r = request(g.addr, &req_with("GET", "f.test", "/app", &[]));
+        assert_eq!(r.status, 401);
+        assert_eq!(r.header("WWW-Authenticate"), Some("Bearer"));
+        assert_eq!(r.body, b"sign in now\n");
+    }
+    assert!(up.requests.lock().unwrap().is_empty());
+}

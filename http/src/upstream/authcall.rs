@@ -19,6 +19,7 @@
 use super::response::{parse_response, resp_header_buf, RespFraming, RespParse};
 use crate::codec::chunked::ChunkedDecoder;
 use gapura_gate::auth::{AuthProvider, MAX_COPIED, MAX_RELAY_BODY};
+use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use std::net::IpAddr;
@@ -224,14 +225,18 @@ pub async fn exchange(
     }
 }
 
-/// Reads more into `buf`; false at the end of the stream.
+/// Reads more into `buf`'s spare room, after what it holds; false at the
+/// end of the stream.
 async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<bool, CallError> {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(4096);
     }
-    let owned = std::mem::take(buf);
+    let (len, cap) = (buf.len(), buf.capacity());
+    // A read into a whole `Vec` fills it from its start: read into the
+    // spare room only, so an answer that comes in several writes is whole.
+    let owned = std::mem::take(buf).slice_mut(len..cap);
     let (r, b) = stream.read(owned).await;
-    *buf = b;
+    *buf = b.into_inner();
     match r {
         Ok(0) => Ok(false),
         Ok(_) => Ok(true),
