@@ -81,6 +81,7 @@ pub(crate) struct RawServer {
     pub access_log: Option<Spanned<RawAccessLog>>,
     /// Proof of work's key: 32 random bytes, created 0600 when missing.
     pub pow_key_file: Opt<String>,
+    pub admin_token_file: Opt<String>,
     pub http2: Opt<bool>,
     pub http2_max_streams: Opt<i64>,
     pub http2_max_resets: Opt<i64>,

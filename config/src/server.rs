@@ -78,6 +78,7 @@ pub(crate) fn check_server(
         listen,
         proxy_protocol,
         tls,
+        admin_token_file: check_admin_token(s, admin, e),
         admin,
         drain_timeout_ms,
         pow_key_file: check_pow_key_file(s, e),
@@ -232,6 +233,46 @@ fn check_pow_key_file(s: &RawServer, e: &mut Errors<'_>) -> Option<String> {
         return None;
     }
     Some(path.clone())
+}
+
+/// `admin_token_file`: a file name; required when the admin listener is
+/// bound to an address other than loopback (its `/metrics`, `/explain`
+/// and `/heap` would otherwise answer anyone who can reach it).
+fn check_admin_token(
+    s: &RawServer,
+    admin: Option<SocketAddr>,
+    e: &mut Errors<'_>,
+) -> Option<String> {
+    let token = match &s.admin_token_file {
+        Some(p) if p.get_ref().trim().is_empty() || p.get_ref().contains('\0') => {
+            e.push(
+                "server.admin_token_file.invalid",
+                "server.admin_token_file",
+                p.span(),
+                "the admin token's file must be a file name, not blank",
+            );
+            return None;
+        }
+        Some(p) => Some(p.get_ref().clone()),
+        None => None,
+    };
+    if let (Some(a), None) = (admin, &token) {
+        if !a.ip().is_loopback() {
+            let span = s.admin.as_ref().map_or(0..0, |v| v.span());
+            e.push(
+                "server.admin.token_required",
+                "server.admin",
+                span,
+                format!(
+                    "the admin listener on {a} is reachable beyond this machine: set \
+                     [server] admin_token_file to a file holding a token (at least 16 \
+                     characters; requests then send Authorization: Bearer TOKEN), or bind \
+                     it to 127.0.0.1"
+                ),
+            );
+        }
+    }
+    token
 }
 
 /// `user`: a system user name (1 to 32 of a-z, 0-9, '_' and '-', starting

@@ -22,6 +22,9 @@ pub struct RuntimeSettings {
     pub tls: Vec<usize>,
     /// The admin listener (metrics); `None` when `admin = "off"`.
     pub admin: Option<SocketAddr>,
+    /// The file of the bearer token the admin listener asks for
+    /// (`[server] admin_token_file`; required when it is not on loopback).
+    pub admin_token_file: Option<String>,
     /// How long a drain waits for open requests before closing.
     pub drain_timeout_ms: u64,
     /// Proof of work's key file (`[server] pow_key_file`), opened or
@@ -48,6 +51,7 @@ impl Default for RuntimeSettings {
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             drain_timeout_ms: 10_000,
             pow_key_file: None,
+            admin_token_file: None,
             udp_listen: Vec::new(),
             user: None,
         }

@@ -23,6 +23,9 @@ pub struct Global {
 }
 
 pub struct Admin {
+    /// The bearer token every request but `/healthz` must send
+    /// (`[server] admin_token_file`).
+    pub token: Option<String>,
     pub shards: Vec<Arc<ShardStats>>,
     pub global: Arc<Global>,
     /// Each shard's queue of `explain --live` asks.
@@ -61,7 +64,16 @@ fn handle(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
     let mut parts = line.split(|&b| b == b' ');
     let method = parts.next().unwrap_or(&[]);
     let path = parts.next().unwrap_or(&[]);
+    let authorized = match &admin.token {
+        None => true,
+        Some(token) => path == b"/healthz" || bearer_is(&buf[..len], token.as_bytes()),
+    };
     let (status, ctype, body) = match (method, path) {
+        _ if !authorized => (
+            "401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"gapura-admin\"",
+            "text/plain",
+            "a bearer token is required\n".to_string(),
+        ),
         (b"GET" | b"HEAD", b"/healthz") => {
             if admin.global.draining.load(Ordering::Relaxed) {
                 (
@@ -104,6 +116,61 @@ fn handle(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
 }
 
 /// Percent-decodes a query value (`+` is a space).
+/// Whether the request head `head` carries `Authorization: Bearer TOKEN`
+/// for `token`; compared in constant time (for tokens of its length).
+fn bearer_is(head: &[u8], token: &[u8]) -> bool {
+    let mut ok = false;
+    for line in head.split(|&b| b == b'\n').skip(1) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        if !line[..colon].eq_ignore_ascii_case(b"authorization") {
+            continue;
+        }
+        let value = line[colon + 1..].trim_ascii();
+        let Some(given) = value
+            .get(..7)
+            .filter(|p| p.eq_ignore_ascii_case(b"bearer "))
+            .map(|_| value[7..].trim_ascii())
+        else {
+            continue;
+        };
+        ok |= constant_time_eq(given, token);
+    }
+    ok
+}
+
+/// Equal bytes, in time that depends on the lengths only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Reads the admin token file: its text, trimmed, at least 16 characters;
+/// a file others can read or write is refused.
+pub fn read_token(path: &str) -> Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("admin token {path}: {e}"))?;
+    let mode = meta.permissions().mode();
+    if mode & 0o007 != 0 {
+        return Err(format!(
+            "admin token {path} is readable or writable by others (mode {:04o}): chmod 600 it",
+            mode & 0o7777
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("admin token {path}: {e}"))?;
+    let token = text.trim();
+    if token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "admin token {path} must hold one token of at least 16 characters, without spaces"
+        ));
+    }
+    Ok(token.to_string())
+}
+
 pub fn percent_decode(v: &[u8]) -> Option<String> {
     let mut out = Vec::with_capacity(v.len());
     let mut i = 0;
@@ -203,7 +270,6 @@ fn live_explain(admin: &Admin, query: &[u8]) -> Result<String, String> {
                 "rate_limit": v.rate.map(|(name, tokens, wait)| serde_json::json!({
                     "name": name, "tokens": tokens, "retry_after_ms": wait,
                 })),
-                "verification_cached": v.verification_cached,
             })
         })
         .collect();

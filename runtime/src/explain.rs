@@ -333,6 +333,7 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
         Err(code) => return code,
     };
     let admin = a.admin.or(compiled.runtime.admin);
+    let compiled_token = compiled.runtime.admin_token_file.clone();
     let snap = compiled.snapshot;
     let asked = match Asked::from_args(&a) {
         Ok(x) => x,
@@ -373,7 +374,24 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
             eprintln!("gapura explain --live: the profile's admin listener is off");
             return ExitCode::FAILURE;
         };
-        match ask_live(addr, &a.method, &asked.path, asked.peer, headers) {
+        let token = match compiled_token {
+            Some(path) => match crate::admin::read_token(&path) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    eprintln!("gapura explain --live: {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => None,
+        };
+        match ask_live(
+            addr,
+            &a.method,
+            &asked.path,
+            asked.peer,
+            headers,
+            token.as_deref(),
+        ) {
             Ok(body) => println!("{body}"),
             Err(e) => {
                 eprintln!("gapura explain --live: {addr}: {e}");
@@ -519,6 +537,7 @@ fn ask_live(
     path: &str,
     peer: std::net::IpAddr,
     headers: &[(String, String)],
+    token: Option<&str>,
 ) -> Result<String, String> {
     use crate::admin::percent_encode as enc;
     use std::io::{Read, Write};
@@ -535,9 +554,10 @@ fn ask_live(
         .map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         s,
-        "GET /explain?{query} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n"
+        "GET /explain?{query} HTTP/1.1\r\nHost: admin\r\n{auth}Connection: close\r\n\r\n"
     )
     .map_err(|e| e.to_string())?;
     let mut answer = String::new();

@@ -90,11 +90,19 @@ fn check(file: &str) -> ExitCode {
                     );
                 }
             }
+            // What `run` refuses, `check` reports.
+            if let Some(Err(e)) = c.runtime.admin_token_file.as_deref().map(admin::read_token) {
+                eprintln!("{file}: error: {e}: `gapura run` would not start");
+                return ExitCode::FAILURE;
+            }
+            let shards = match c.runtime.shards {
+                gapura_config::Shards::Auto => "auto".to_string(),
+                gapura_config::Shards::Count(n) => n.to_string(),
+            };
             println!(
-                "{file}: ok ({} hosts, {} listen addresses, shards {:?})",
+                "{file}: ok ({} hosts, {} listen addresses, shards {shards})",
                 c.snapshot.entries.len(),
                 c.runtime.listen.len(),
-                c.runtime.shards
             );
             if c.protection_off.is_empty() {
                 println!("{file}: protection: every dimension on (written or default)");

@@ -119,6 +119,13 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         upgrade_socket,
         take_over,
     } = run;
+    // Read before anything is bound: a token that cannot be used stops
+    // the start.
+    let mut admin_token = settings
+        .admin_token_file
+        .as_deref()
+        .map(admin::read_token)
+        .transpose()?;
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let shard_count = match settings.shards {
         Shards::Auto => cores.len().max(1),
@@ -197,6 +204,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     }
     if let Some(l) = admin_listener {
         let admin = Admin {
+            token: admin_token.take(),
             shards: stats.clone(),
             global: global.clone(),
             live: live_senders,

@@ -176,7 +176,7 @@ fn unknown_key_displays_as_one_line_with_its_path() {
         "2:1: error[profile.unknown_key] server.foo: unknown field `foo`, expected one of `shards`, \
          `driver`, `ring`, `steering`, `listen`, `admin`, `drain_timeout_ms`, `header_timeout_ms`, \
          `idle_timeout_ms`, `body_timeout_ms`, `write_timeout_ms`, `max_requests_per_connection`, \
-         `max_connections_per_shard`, `unknown_host`, `access_list`, `access_log`, `pow_key_file`, `http2`, `http2_max_streams`, `http2_max_resets`, `http2_max_control_frames`, `user`"
+         `max_connections_per_shard`, `unknown_host`, `access_list`, `access_log`, `pow_key_file`, `admin_token_file`, `http2`, `http2_max_streams`, `http2_max_resets`, `http2_max_control_frames`, `user`"
     );
 }
 

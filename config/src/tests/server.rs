@@ -276,3 +276,33 @@ fn the_user_to_drop_to_is_a_user_name() {
         );
     }
 }
+
+#[test]
+fn an_admin_listener_beyond_loopback_needs_a_token() {
+    assert_eq!(
+        one("[server]\nadmin = \"0.0.0.0:9090\"\n"),
+        at("server.admin.token_required", "server.admin", 2, 9)
+    );
+    let c =
+        ok("[server]\nadmin = \"0.0.0.0:9090\"\nadmin_token_file = \"/etc/gapura/admin.token\"\n");
+    assert_eq!(
+        c.runtime.admin_token_file.as_deref(),
+        Some("/etc/gapura/admin.token")
+    );
+    // Loopback needs none, and may have one.
+    assert_eq!(
+        ok("[server]\nadmin = \"127.0.0.1:9090\"\n")
+            .runtime
+            .admin_token_file,
+        None
+    );
+    assert_eq!(
+        one("[server]\nadmin_token_file = \" \"\n"),
+        at(
+            "server.admin_token_file.invalid",
+            "server.admin_token_file",
+            2,
+            20
+        )
+    );
+}

@@ -1,14 +1,15 @@
 //! A running shard's tables as one request would meet them, read without
 //! changing anything (`gapura explain --live`): the tokens left in the
-//! client's rate bucket, the budget windows' counts, lease occupancy, and
-//! whether the verification cache holds the request's credentials.
+//! client's rate bucket, the budget windows' counts and lease occupancy.
+//! Never whether the verification cache holds given credentials: that
+//! would answer, without a PBKDF2 or a budget, whether a password is
+//! right.
 //!
 //! Reads only: no bucket is taken, no window counted, no cache entry
 //! refreshed. Allocates (the answer's names); an admin path, never a
 //! request's.
 
 use super::{GateState, Request};
-use crate::access::AccessDecision;
 use crate::client::HeaderLines;
 use crate::host::HostAction;
 use crate::path::PathScratch;
@@ -34,9 +35,6 @@ pub struct LiveView {
     /// The route's (or host's) rate limit: its name, the whole tokens in
     /// the client's bucket and, when empty, the wait for one in ms.
     pub rate: Option<(String, u32, u64)>,
-    /// Whether the verification cache holds the request's credentials
-    /// (`None`: no access list with users reads them).
-    pub verification_cached: Option<bool>,
 }
 
 impl GateState {
@@ -62,7 +60,6 @@ impl GateState {
             leases_active: leases.active(),
             leases_for_source: leases.active_for(source),
             rate: None,
-            verification_cached: None,
         };
         let Some(entry) = snap
             .hosts
@@ -98,25 +95,6 @@ impl GateState {
                 };
                 let peek = self.quota.rate().peek(&def.policy, *slot, key, now_ms);
                 view.rate = Some((def.name.clone(), peek.tokens, peek.retry_after_ms));
-            }
-        }
-        if let Some(b) = policy.access {
-            let list = &snap.gate.access_lists[b.index as usize];
-            if !list.users().is_empty() {
-                let out = list.decide(
-                    client,
-                    resolved.country,
-                    req.headers,
-                    None,
-                    &self.cache_keyer,
-                    now_ms,
-                );
-                view.verification_cached = match out.decision {
-                    AccessDecision::Verify(job) => {
-                        Some(self.verify_cache.contains(job.cache_key(), now_ms))
-                    }
-                    _ => Some(false),
-                };
             }
         }
         view
