@@ -288,3 +288,42 @@ access_list = "staff"
     // credentials: it is no oracle for a password.
     assert_eq!(live(&state, &mut scratch), v);
 }
+
+#[test]
+fn a_rate_limit_without_a_bucket_slot_fails_closed_and_binds_once_one_frees() {
+    let profile = |name: &str| {
+        format!(
+            "[quota]\npolicy_slots = 1\nslot_grace_ms = 1000\n\n[[rate_limit]]\nname = \"{name}\"\nrequests = 1000\nper = \"second\"\n\n[[host]]\nnames = [\"a.test\"]\nrate_limit = \"{name}\"\nbody = \"hi\"\n"
+        )
+    };
+    let mut first = ok(&profile("one"));
+    first.snapshot.generation = 1;
+    // Another limit, with another rate: a (limit, host) pair of its own.
+    let mut second = ok(&profile("two").replace("requests = 1000", "requests = 999"));
+    second.snapshot.generation = 2;
+    // The shard's tables as the profile sizes them: one slot.
+    let mut state = GateState::new(&first.snapshot.gate.quota_sizes, [7; 16]).unwrap();
+    let client = "192.0.2.1";
+    assert_eq!(
+        get(&first.snapshot, &mut state, client, b"a.test", b"/", 0),
+        Got::Answer(200)
+    );
+    // The reload retires "one" (its buckets kept for the grace) and the
+    // one slot is taken: "two" finds none. It refuses, never lets through.
+    assert_eq!(state.adopt(&second.snapshot, 10), 1, "reported once");
+    assert_eq!(
+        get(&second.snapshot, &mut state, client, b"a.test", b"/", 10),
+        Got::Refused(ErrorStatus::TooManyRequests, 1)
+    );
+    assert_eq!(state.counters.rate_unbound, 1);
+    assert_eq!(state.counters.rate_unbound_refused, 1);
+    // Past the grace the retired slot is swept and the limit binds.
+    for t in [2_000, 4_000, 6_000] {
+        state.sweep(t, 1 << 20);
+    }
+    assert_eq!(
+        get(&second.snapshot, &mut state, client, b"a.test", b"/", 6_000),
+        Got::Answer(200)
+    );
+    assert_eq!(state.counters.rate_unbound, 0);
+}

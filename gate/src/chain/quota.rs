@@ -104,15 +104,22 @@ impl Snapshot {
             return Ok(());
         }
         let pair = pair as usize;
-        let (Some(def), Some(Some(slot))) = (
-            gate.rate_pairs
-                .get(pair)
-                .and_then(|p| gate.rate_limits.get(p.limit as usize)),
-            state.pair_slots.get(pair),
-        ) else {
+        let Some(def) = gate
+            .rate_pairs
+            .get(pair)
+            .and_then(|p| gate.rate_limits.get(p.limit as usize))
+        else {
             trace_quota(trace, QuotaOutcome::NotApplied, true);
             return Ok(());
         };
+        let limit = gate.rate_pairs[pair].limit as usize;
+        let Some(slot) = state.pair_slots.get(pair).copied().flatten() else {
+            // No bucket slot (they ran out while retired limits held
+            // theirs): the limit fails closed, never off.
+            return unbound(state, def.mode, limit, trace)
+                .map_err(|retry| (retry, def.name.as_str()));
+        };
+        let slot = &slot;
         let keyer = &state.keyer;
         let key = match &def.key {
             RateKey::Ip => keyer.source(Domain::RateSource, client, SourcePrefix::RATE),
@@ -146,11 +153,31 @@ impl Snapshot {
             }
             Err(r) => r,
         };
-        let limit = gate.rate_pairs[pair].limit as usize;
         refuse(state, refusal, def.mode, Some(limit), trace, true)
             .map(|_| ())
             .map_err(|retry| (retry, def.name.as_str()))
     }
+}
+
+/// A rate limit without a bucket slot: refused (fail closed, Retry-After
+/// 1 s) and counted, or let through in shadow mode. Cold.
+#[cold]
+fn unbound<T: Trace>(
+    state: &mut GateState,
+    mode: Mode,
+    limit: usize,
+    trace: &mut T,
+) -> Result<(), u32> {
+    state.counters.rate_unbound_refused += 1;
+    let level = crate::quota::Level::Rate;
+    state.quota.counters.refused[level as usize] += 1;
+    state.quota.counters.untracked[level as usize] += 1;
+    let r = crate::quota::Refusal {
+        level,
+        untracked: true,
+        retry_after_s: 1,
+    };
+    refuse(state, r, mode, Some(limit), trace, true).map(|_| ())
 }
 
 /// Records a quota block's outcome: the rate limit's or the budgets'.

@@ -23,6 +23,12 @@ pub struct ChainCounters {
     pub robots_served: u64,
     /// Requests over their connection's request rate (429, then closed).
     pub connection_rate_refused: u64,
+    /// Rate limits of the current snapshot that found no bucket slot (the
+    /// slots ran out while retired limits still held theirs): each fails
+    /// closed until one frees up.
+    pub rate_unbound: u64,
+    /// Requests refused because their rate limit had no bucket slot.
+    pub rate_unbound_refused: u64,
     /// Proof of work, every host.
     pub pow: crate::pow::PowCounters,
 }
@@ -207,11 +213,18 @@ impl GateState {
 
     /// Binds the snapshot's rate pairs to slots, once per generation: a
     /// pair keeps its slot (and buckets) across reloads; pairs gone are
-    /// retired and swept after their grace. Allocates only on a new
-    /// generation.
-    pub fn adopt(&mut self, snap: &Snapshot, now_ms: u64) {
+    /// retired and swept after their grace. A pair that finds no slot (the
+    /// slots ran out while retired pairs hold theirs) is left unbound, and
+    /// its limit fails closed (`rate_step`), never off; it is bound again
+    /// at the next adoption or once a retired slot is swept. Allocates
+    /// only on a new generation. Returns how many pairs are unbound when
+    /// it adopted a new generation (for the caller to log), else 0.
+    pub fn adopt(&mut self, snap: &Snapshot, now_ms: u64) -> u32 {
         if self.adopted == snap.generation {
-            return;
+            if self.counters.rate_unbound > 0 {
+                return self.bind_unbound(snap);
+            }
+            return 0;
         }
         self.adopted = snap.generation;
         let slots = self.quota.slots_mut();
@@ -223,6 +236,8 @@ impl GateState {
                 .push(slots.bind(pair.identity, *policy).ok());
         }
         slots.finish_reload(now_ms);
+        let unbound = self.pair_slots.iter().filter(|s| s.is_none()).count() as u32;
+        self.counters.rate_unbound = u64::from(unbound);
         // Per-block state follows the blocks by name across the reload.
         fn carry<C: Copy + Default>(old_names: &[String], old: &[C], new_names: &[&str]) -> Vec<C> {
             new_names
@@ -257,6 +272,24 @@ impl GateState {
         self.latency = carry(&self.host_names, &self.latency, &host_names);
         self.host_names = host_names.iter().map(|s| s.to_string()).collect();
         self.auth.adopt(&gate.auth_providers);
+        unbound
+    }
+
+    /// Binds the pairs left unbound once slots freed up (retired ones
+    /// swept). Cold: runs only while a limit fails closed. Returns 0 (the
+    /// unbound limits were reported when the generation was adopted).
+    #[cold]
+    fn bind_unbound(&mut self, snap: &Snapshot) -> u32 {
+        let slots = self.quota.slots_mut();
+        for (i, pair) in snap.gate.rate_pairs.iter().enumerate() {
+            if matches!(self.pair_slots.get(i), Some(None)) {
+                let policy = &snap.gate.rate_limits[pair.limit as usize].policy;
+                self.pair_slots[i] = slots.bind(pair.identity, *policy).ok();
+            }
+        }
+        let unbound = self.pair_slots.iter().filter(|s| s.is_none()).count() as u32;
+        self.counters.rate_unbound = u64::from(unbound);
+        0
     }
 
     /// The names the per-block counters are kept under (rule sets, access

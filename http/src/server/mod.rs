@@ -328,6 +328,10 @@ impl Shard {
         self.stats.connection_limit_shadow.set(cc.shadow_hits);
         self.stats.quota_shadow.set(gate.counters.quota_shadow);
         self.stats.quota_exempt.set(gate.counters.quota_exempt);
+        self.stats.rate_unbound.set(gate.counters.rate_unbound);
+        self.stats
+            .rate_unbound_refused
+            .set(gate.counters.rate_unbound_refused);
         self.stats
             .connection_rate_refused
             .set(gate.counters.connection_rate_refused);

@@ -322,7 +322,10 @@ fn decide<'s, H: HeaderLines + ?Sized>(
     } else {
         0
     };
-    gate.adopt(snap, now_ms);
+    let unbound = gate.adopt(snap, now_ms);
+    if unbound > 0 {
+        shard.warn_rate_unbound(unbound, snap.generation);
+    }
     let mut scratch = shard.scratch.borrow_mut();
     #[cfg(feature = "decide-timing")]
     let t0 = super::timing::stamp();

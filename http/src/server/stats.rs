@@ -141,6 +141,10 @@ pub struct ShardStats {
     pub quota_shadow: Counter,
     /// Requests exempt from quotas (`robots.txt`).
     pub quota_exempt: Counter,
+    /// Rate limits without a bucket slot now (each fails closed).
+    pub rate_unbound: Counter,
+    /// Requests refused because their rate limit had no bucket slot.
+    pub rate_unbound_refused: Counter,
     /// Requests closed without an answer by a `drop` rule or list.
     pub gate_drops: Counter,
     /// Connections closed at accept by the server's access list.

@@ -85,6 +85,23 @@ impl Shard {
     }
 }
 
+impl Shard {
+    /// Logs, once per generation, rate limits that found no bucket slot:
+    /// they refuse every request (fail closed) until a slot frees up.
+    #[cold]
+    pub(crate) fn warn_rate_unbound(&self, unbound: u32, generation: u64) {
+        if let Some(warn) = self.warn {
+            warn(format_args!(
+                "shard {}: generation {generation}: {unbound} rate limit(s) found no bucket slot \
+                 (quota.policy_slots is taken by limits a reload retired, until their grace \
+                 ends): they refuse every request (429) until a slot frees up; raise \
+                 quota.policy_slots",
+                self.id
+            ));
+        }
+    }
+}
+
 fn or_dash(s: &str) -> &str {
     if s.is_empty() {
         "-"
