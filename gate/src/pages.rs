@@ -298,7 +298,7 @@ impl ErrorPages {
         let rate_limited = [
             RetryPage::new(
                 &text_headers,
-                "429 Too Many Requests\nRateLimited: too many requests. Retry after ",
+                "429 Too Many Requests\nToo many requests. Retry after ",
                 &format!(" seconds.\nrequest {REQUEST_ID_SLOT}\n"),
             ),
             RetryPage::new(&html_headers, &html_pre, &html_post),
@@ -370,7 +370,13 @@ mod tests {
         assert!(head.starts_with("HTTP/1.1 429 Too Many Requests\r\n"));
         assert!(head.contains("\r\nRetry-After: 17\r\n"));
         assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
-        assert!(body.contains("RateLimited") && body.contains("Retry after 17 seconds."));
+        assert!(
+            body.starts_with("429 Too Many Requests\nToo many requests. Retry after 17 seconds.")
+        );
+        assert!(
+            !body.contains("RateLimited"),
+            "no code names in what a person reads"
+        );
         let mut out = Vec::new();
         pages.rate_limited(true).write_into(&mut out, 3600, &ctx);
         let text = String::from_utf8(out).unwrap();

@@ -9,7 +9,10 @@
 use gapura_gate::chain::{AuthOutcome, GateState, PowOutcome, QuotaOutcome, Request, Step, Trace};
 use gapura_gate::client::Peer;
 use gapura_gate::limits::LimitRefusal;
+use gapura_gate::maintenance::MaintenanceOutcome;
+use gapura_gate::pow::CookieError;
 use gapura_gate::snapshot::PowAsk;
+use gapura_gate::upstream::RouteMatch;
 use gapura_gate::Verdict;
 use std::process::ExitCode;
 
@@ -73,7 +76,7 @@ fn fact_line(step: Step<'_>) -> (&'static str, String) {
             "path",
             match canonical {
                 Ok(p) => format!("canonical path {p}"),
-                Err(e) => format!("the path cannot be made canonical ({e:?}): 400"),
+                Err(e) => format!("the path cannot be made canonical ({e}): 400"),
             },
         ),
         Step::Route { index } => (
@@ -112,7 +115,11 @@ fn block_line(step: Step<'_>) -> (&'static str, String) {
             match refused {
                 None => format!("list {list}: the address alone refuses nothing"),
                 Some(r) => format!(
-                    "list {list}: the address is refused ({r:?}){}",
+                    "list {list}: the address is refused ({}){}",
+                    match r {
+                        gapura_gate::access::AddressRefusal::Drop => "the connection is dropped",
+                        gapura_gate::access::AddressRefusal::Deny => "403",
+                    },
                     shadow_note(mode)
                 ),
             },
@@ -130,8 +137,9 @@ fn block_line(step: Step<'_>) -> (&'static str, String) {
             } else {
                 match (rule, action) {
                     (Some(i), Some(a)) => format!(
-                        "set {set}: rule {} matches: {a:?}{}",
+                        "set {set}: rule {} matches: {}{}",
                         i + 1,
+                        action_words(a),
                         shadow_note(mode)
                     ),
                     _ => format!("set {set}: no rule matches"),
@@ -146,7 +154,8 @@ fn block_line(step: Step<'_>) -> (&'static str, String) {
         } => (
             "access list",
             format!(
-                "list {list}: {outcome:?} (credentials: {}){}",
+                "list {list}: {} (credentials: {}){}",
+                access_words(outcome),
                 credentials.as_str(),
                 shadow_note(mode)
             ),
@@ -169,7 +178,15 @@ fn block_line(step: Step<'_>) -> (&'static str, String) {
         ),
         Step::Maintenance { outcome } => (
             "maintenance",
-            format!("the host is in maintenance: {outcome:?}"),
+            format!(
+                "the host is in maintenance: {}",
+                match outcome {
+                    MaintenanceOutcome::Serve => "the maintenance page",
+                    MaintenanceOutcome::Bypassed =>
+                        "the bypass list admits the client: let through",
+                    MaintenanceOutcome::Shadowed => "shadow mode: counted, let through",
+                }
+            ),
         ),
         Step::ForwardAuth {
             provider,
@@ -234,7 +251,15 @@ fn pow_sentence(outcome: PowOutcome) -> String {
         PowOutcome::Ask { ask, cookie, mode } => {
             let why = match cookie {
                 None => "no gapura_pow cookie".to_string(),
-                Some(e) => format!("the gapura_pow cookie is refused ({e:?})"),
+                Some(e) => format!(
+                    "the gapura_pow cookie is refused ({})",
+                    match e {
+                        CookieError::Malformed => "malformed",
+                        CookieError::BadTag => "forged, or made for another host or client",
+                        CookieError::Expired => "expired",
+                        CookieError::TooEasy => "solved at a lower difficulty than the host asks",
+                    }
+                ),
             };
             let what = match ask {
                 PowAsk::NotBrowser => "not a browser page load: 403 with the explanation",
@@ -242,6 +267,30 @@ fn pow_sentence(outcome: PowOutcome) -> String {
             };
             format!("{why}: {what}{}", shadow_note(mode))
         }
+    }
+}
+
+/// A rule's action, in words.
+fn action_words(a: gapura_gate::ruleset::Action) -> &'static str {
+    use gapura_gate::ruleset::Action;
+    match a {
+        Action::Deny => "deny (403)",
+        Action::Drop => "drop the connection",
+        Action::Allow => "allow (the set ends here)",
+        Action::Challenge => "challenge (marked for proof of work)",
+    }
+}
+
+/// What the access list made of the request, in words.
+fn access_words(o: gapura_gate::chain::AccessStepOutcome) -> &'static str {
+    use gapura_gate::chain::AccessStepOutcome as O;
+    match o {
+        O::Pass => "passes",
+        O::Refuse => "refused (403)",
+        O::Drop => "the connection is dropped",
+        O::Challenge => "asks for a password (401)",
+        O::Verify => "a password to verify (explain runs no PBKDF2)",
+        O::Verified => "the password was verified",
     }
 }
 
@@ -308,8 +357,11 @@ fn verdict_text(v: &Verdict<'_>, snap: &gapura_gate::Snapshot, retry: u32) -> (u
             (
                 0,
                 format!(
-                    "forward along route {:?} to group {} ({})",
-                    route.matcher,
+                    "forward along route {} to group {} ({})",
+                    match &route.matcher {
+                        RouteMatch::Exact(p) => format!("{p} (exact)"),
+                        RouteMatch::Prefix(p) => format!("{p} (prefix)"),
+                    },
                     group.name,
                     servers.join(", ")
                 ),

@@ -321,7 +321,7 @@ fn explain_prints_one_line_per_step_in_chain_order() {
     );
     assert!(
         lines[8].ends_with(&format!(
-            "forward along route Prefix(\"/\") to group app ({})",
+            "forward along route / (prefix) to group app ({})",
             up.addr
         )),
         "{out}"
@@ -627,4 +627,111 @@ fn an_admin_token_guards_every_admin_path_but_healthz() {
     assert!(!check.status.success());
     assert!(String::from_utf8_lossy(&check.stderr).contains("chmod 600"));
     assert!(Gapura::try_start(&text, &[]).is_err());
+}
+
+/// Text a person reads has words, not the code's names: no `Some(`,
+/// `None`, `Prefix(`, `Count(` and no CamelCase word (an enum variant).
+fn reads_as_words(text: &str) {
+    for bad in ["Some(", "None", "Prefix(", "Exact(", "Count(", "(\""] {
+        assert!(!text.contains(bad), "{bad:?} in:\n{text}");
+    }
+    for word in text.split(|c: char| !c.is_ascii_alphanumeric()) {
+        let b = word.as_bytes();
+        let camel = b
+            .windows(2)
+            .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
+        assert!(!camel, "{word:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn explain_check_and_the_pages_speak_in_words() {
+    let up = common::upstream::fixed(b"up");
+    let dir = TempDir::new();
+    let file = dir.0.join("words.toml");
+    let text = profile(
+        "",
+        &format!(
+            r#"
+[[rate_limit]]
+name = "site"
+requests = 1
+per = "minute"
+
+[[access_list]]
+name = "office"
+allow = ["10.0.0.0/8"]
+deny = ["192.0.2.0/24"]
+users = [
+  {{ name = "alice", password_hash = "$pbkdf2-sha256$i=100000$4oIHnorXlottSFKouWKuKg$tDCbfNfDmlED4CXmuasw/mB3qPueQOt0glrBdB1jrCk" }},
+]
+
+[[rule_set]]
+name = "edge"
+  [[rule_set.rule]]
+  path.prefix = "/admin"
+  action = "deny"
+  [[rule_set.rule]]
+  user_agent = {{ contains = ["curl"] }}
+  action = "challenge"
+
+[[upstream]]
+name = "app"
+servers = ["{}"]
+
+[[host]]
+names = ["a.test"]
+kind = "proxy"
+access_list = "office"
+rule_set = "edge"
+rate_limit = "site"
+proof_of_work = {{ enabled = true, when = "edge" }}
+[host.maintenance]
+enabled = true
+mode = "shadow"
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+  [[host.route]]
+  path = "/exact"
+  match = "exact"
+  upstream = "app"
+"#,
+            up.addr
+        ),
+    );
+    std::fs::write(&file, &text).unwrap();
+    for args in [
+        vec!["GET", "http://a.test/x"],
+        vec!["GET", "http://a.test/admin"],
+        vec!["--peer", "192.0.2.9", "GET", "http://a.test/x"],
+        vec![
+            "-H",
+            "Authorization: Basic YWxpY2U6eA==",
+            "GET",
+            "http://a.test/exact",
+        ],
+        vec![
+            "-H",
+            "User-Agent: curl/8",
+            "-H",
+            "Cookie: gapura_pow=x",
+            "GET",
+            "http://a.test/x",
+        ],
+        vec!["GET", "http://a.test/%00"],
+    ] {
+        reads_as_words(&common::gate::explain_text(&file, &args));
+    }
+    let check = std::process::Command::new(common::bin())
+        .arg("check")
+        .arg(&file)
+        .output()
+        .unwrap();
+    reads_as_words(&String::from_utf8_lossy(&check.stdout));
+    reads_as_words(&String::from_utf8_lossy(&check.stderr));
+    // A refusal's plain-text page.
+    let g = Gapura::start(&text);
+    let r = request(g.addr, b"GET /x HTTP/1.1\r\nHost: nobody.test\r\n\r\n");
+    reads_as_words(&String::from_utf8_lossy(&r.body));
 }

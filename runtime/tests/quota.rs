@@ -28,7 +28,7 @@ fn over_the_rate_limit_answers_429_with_retry_after_and_robots_txt_is_exempt() {
         assert_eq!(c.response(false).status, 200);
     }
 
-    // Plain text: the stable RateLimited body with the same number as the header.
+    // Plain text: the stable body with the same number as the header.
     c.send(&get("rl.test", "/"));
     let r = c.response(false);
     assert_eq!(r.status, 429);
@@ -40,7 +40,7 @@ fn over_the_rate_limit_answers_429_with_retry_after_and_robots_txt_is_exempt() {
     let body = String::from_utf8(r.body.clone()).unwrap();
     let id = body
         .strip_prefix(&format!(
-            "429 Too Many Requests\nRateLimited: too many requests. Retry after {s} seconds.\nrequest "
+            "429 Too Many Requests\nToo many requests. Retry after {s} seconds.\nrequest "
         ))
         .and_then(|rest| rest.strip_suffix('\n'))
         .unwrap_or_else(|| panic!("{body:?}"));
