@@ -420,8 +420,12 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
     let mut scratch = Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES]);
     let mut rec = Recorder { lines: Vec::new() };
     let d = snap.decide(&req, &mut state, 0, &mut scratch, &mut rec);
-    print_decision(&a, asked.peer, &rec, &d, &snap);
-    if a.live {
+    let mut decided = decision_json(&a, asked.peer, &rec, &d, &snap);
+    if !a.live {
+        print_decision(&a, asked.peer, &rec, &decided);
+        return ExitCode::SUCCESS;
+    }
+    {
         let Some(addr) = admin else {
             eprintln!("gapura explain --live: the profile's admin listener is off");
             return ExitCode::FAILURE;
@@ -436,16 +440,26 @@ pub fn run(a: crate::cli::ExplainArgs) -> ExitCode {
             },
             None => None,
         };
-        match ask_live(
+        let live = ask_live(
             addr,
             &a.method,
             &asked.path,
             asked.peer,
             headers,
             token.as_deref(),
-        ) {
-            Ok(body) => println!("{body}"),
+        )
+        .and_then(|body| {
+            serde_json::from_str::<serde_json::Value>(&body)
+                .map_err(|e| format!("the admin listener's answer is not JSON: {e}"))
+        });
+        match live {
+            Ok(live) => {
+                // One document: the chain's decision with the live tables in it.
+                decided["live"] = live;
+                print_decision(&a, asked.peer, &rec, &decided);
+            }
             Err(e) => {
+                print_decision(&a, asked.peer, &rec, &decided);
                 eprintln!("gapura explain --live: {addr}: {e}");
                 return ExitCode::FAILURE;
             }
@@ -548,37 +562,84 @@ impl Asked {
 }
 
 /// Prints the steps and the answer, as text or JSON (`--json`).
-fn print_decision(
+/// The chain's decision as JSON: the request, each step, the answer.
+fn decision_json(
     a: &crate::cli::ExplainArgs,
     peer: std::net::IpAddr,
     rec: &Recorder,
     d: &gapura_gate::chain::Decision<'_>,
     snap: &gapura_gate::Snapshot,
-) {
+) -> serde_json::Value {
     let (status, answer) = verdict_text(&d.verdict, snap, d.retry_after_s);
+    let steps: Vec<serde_json::Value> = rec
+        .lines
+        .iter()
+        .map(|(n, s)| serde_json::json!({ "step": n, "says": s }))
+        .collect();
+    serde_json::json!({
+        "request": { "method": a.method, "url": a.url, "peer": peer.to_string() },
+        "steps": steps,
+        "answer": {
+            "kind": d.verdict.kind(),
+            "status": if status == 0 { serde_json::Value::Null } else { status.into() },
+            "says": answer,
+        },
+    })
+}
+
+/// Prints the decision (and the live tables, under `live`, when asked
+/// for): one JSON document with `--json`, else lines of text.
+fn print_decision(
+    a: &crate::cli::ExplainArgs,
+    peer: std::net::IpAddr,
+    rec: &Recorder,
+    decided: &serde_json::Value,
+) {
     if a.json {
-        let steps: Vec<serde_json::Value> = rec
-            .lines
-            .iter()
-            .map(|(n, s)| serde_json::json!({ "step": n, "says": s }))
-            .collect();
-        let out = serde_json::json!({
-            "request": { "method": a.method, "url": a.url, "peer": peer.to_string() },
-            "steps": steps,
-            "answer": {
-                "kind": d.verdict.kind(),
-                "status": if status == 0 { serde_json::Value::Null } else { status.into() },
-                "says": answer,
-            },
-        });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-    } else {
-        println!("{} {} from {peer}", a.method, a.url);
-        for (n, s) in &rec.lines {
-            println!("  {n:<15} {s}");
-        }
-        println!("  {:<15} {answer}", "answer");
+        println!(
+            "{}",
+            serde_json::to_string_pretty(decided).unwrap_or_default()
+        );
+        return;
     }
+    println!("{} {} from {peer}", a.method, a.url);
+    for (n, s) in &rec.lines {
+        println!("  {n:<15} {s}");
+    }
+    let answer = decided["answer"]["says"].as_str().unwrap_or("");
+    println!("  {:<15} {answer}", "answer");
+    if let Some(shards) = decided["live"]["shards"].as_array() {
+        println!("live tables of the running server:");
+        for s in shards {
+            println!("  {}", live_line(s));
+        }
+    }
+}
+
+/// One shard's live tables as a line of text.
+fn live_line(s: &serde_json::Value) -> String {
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    let mut line = format!(
+        "shard {}: client {}, host {}, global window {}, source window {}, leases {} (of the \
+         client's prefix {})",
+        n("shard"),
+        s["client"].as_str().unwrap_or("-"),
+        s["host"].as_str().unwrap_or("none"),
+        n("global_window_count"),
+        n("source_window_count"),
+        n("leases_active"),
+        n("leases_for_source"),
+    );
+    let r = &s["rate_limit"];
+    if let Some(name) = r["name"].as_str() {
+        let tokens = r["tokens"].as_u64().unwrap_or(0);
+        line.push_str(&format!(", rate limit {name}: {tokens} token(s)"));
+        match r["retry_after_ms"].as_u64() {
+            Some(ms) if tokens == 0 => line.push_str(&format!(", one in {ms} ms")),
+            _ => {}
+        }
+    }
+    line
 }
 
 /// Asks the running server's admin listener for its live tables (read

@@ -512,12 +512,31 @@ rate_limit = "three"
             String::from_utf8_lossy(&out.stderr)
         );
         let text = String::from_utf8(out.stdout).unwrap();
-        // The chain's JSON, then the live tables' JSON.
-        let at = text.rfind("{\n  \"shards\"").expect("the live answer");
-        serde_json::from_str::<serde_json::Value>(&text[at..]).unwrap()
+        // One document: the chain's decision with the live tables under
+        // `live`.
+        let doc = serde_json::from_str::<serde_json::Value>(&text).unwrap();
+        assert_eq!(doc["answer"]["kind"], "respond", "{doc}");
+        doc["live"].clone()
     };
     let live = ask();
     let shard = &live["shards"][0];
+    // Text mode renders the live tables as text.
+    let out = std::process::Command::new(common::bin())
+        .args(["explain", "--live", "--admin"])
+        .arg(g.admin.to_string())
+        .arg("--profile")
+        .arg(&g.profile)
+        .args(["GET", "http://live.test/"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(
+            "live tables of the running server:\n  shard 0: client 127.0.0.1, host live.test"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains('{'), "{text}");
     assert_eq!(shard["host"], "live.test");
     assert_eq!(shard["client"], "127.0.0.1");
     assert_eq!(shard["rate_limit"]["name"], "three");
