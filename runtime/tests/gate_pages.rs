@@ -316,3 +316,65 @@ text = "Too fast for {host}. Request {requestId}."
     assert_eq!(id.len(), 24, "{body}");
     assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{body}");
 }
+
+#[test]
+fn gapuras_own_upstream_errors_use_the_hosts_pages() {
+    let dead = upstream::dead_addr();
+    let slow = upstream::start(std::sync::Arc::new(|_: &upstream::UpRequest| {
+        std::thread::sleep(std::time::Duration::from_millis(1_500));
+        upstream::Reply::Bytes(upstream::ok(b"late"))
+    }));
+    let text = profile(
+        "",
+        &format!(
+            r#"
+[[upstream]]
+name = "dead"
+servers = ["{dead}"]
+
+[[upstream]]
+name = "slow"
+servers = ["{}"]
+response_header_timeout_ms = 300
+
+[[host]]
+names = ["own.test"]
+default = true
+kind = "proxy"
+
+  [[host.route]]
+  path = "/dead"
+  upstream = "dead"
+  [[host.route]]
+  path = "/slow"
+  upstream = "slow"
+
+[host.error_pages."502"]
+heading = "Upstream trouble"
+text = "{{host}} could not reach its application. Request {{requestId}}."
+
+[host.error_pages."504"]
+heading = "Too slow"
+text = "{{host}} waited too long. Request {{requestId}}."
+"#,
+            slow.addr
+        ),
+    );
+    let g = Gapura::start(&text);
+    let html = "Accept: text/html";
+    let r = request(g.addr, &req_with("GET", "own.test", "/dead/x", &[html]));
+    assert_eq!(r.status, 502);
+    let body = String::from_utf8(r.body.clone()).unwrap();
+    assert!(body.contains("Upstream trouble"), "{body}");
+    assert!(
+        body.contains("own.test could not reach its application."),
+        "{body}"
+    );
+    let r = request(g.addr, &req_with("GET", "own.test", "/slow/x", &[html]));
+    assert_eq!(r.status, 504);
+    assert!(String::from_utf8_lossy(&r.body).contains("waited too long"));
+    // Not a browser: the built-in text page.
+    let r = request(g.addr, &req_with("GET", "own.test", "/dead/x", &[]));
+    assert_eq!(r.status, 502);
+    assert!(!String::from_utf8_lossy(&r.body).contains("Upstream trouble"));
+}

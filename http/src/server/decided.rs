@@ -217,8 +217,11 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
             Some(id) => o.extend_from_slice(&id),
             None => shard.write_request_id(o),
         }) {
+            // The host's pages name the host: for an upstream error they
+            // replace, or for Gapura's own 502, 503 and 504.
             if entry.is_some_and(|e| {
                 e.extras.replace_upstream != gapura_gate::custom_pages::ReplaceUpstream::Off
+                    || e.extras.pages.is_some()
             }) {
                 page_vars
                     .get_or_insert_with(Box::default)

@@ -159,6 +159,7 @@ impl<S: Transport> Conn<S> {
         let replace = Replace {
             extras: extras.filter(|x| x.replace_upstream != ReplaceUpstream::Off),
             pages: &snap.pages,
+            custom: extras.and_then(|x| x.pages.as_ref()),
         };
         let idempotent = matches!(
             head.method,
@@ -178,7 +179,7 @@ impl<S: Transport> Conn<S> {
         };
         // Body bytes already buffered travel with the head in one write.
         if let Err(status) = self.take_buffered_body(&mut body, &limits) {
-            self.write_error(snap, status, head, true);
+            self.write_error(snap, replace.custom, status, head, true);
             return Err(self.close_after_refusal(ErrorKind::Limit).await);
         }
         let failed = match self
@@ -198,7 +199,7 @@ impl<S: Transport> Conn<S> {
         };
         // No attempt produced a response.
         let close = !body.done || failed.replay_broken || head.close || self.shard.is_draining();
-        self.write_error(snap, failed.last, head, close);
+        self.write_error(snap, replace.custom, failed.last, head, close);
         if close {
             let _ = self.flush().await;
             return Err(End::Done);
@@ -297,7 +298,7 @@ impl<S: Transport> Conn<S> {
                 }
                 Attempt::ClientGone => return Err(End::Error(ErrorKind::Io)),
                 Attempt::BadBody(status) => {
-                    self.write_error(snap, status, head, true);
+                    self.write_error(snap, replace.custom, status, head, true);
                     return Err(self.close_after_refusal(ErrorKind::Limit).await);
                 }
                 Attempt::Upgrade(pending) => {
@@ -424,9 +425,13 @@ impl<S: Transport> Conn<S> {
         Ok(())
     }
 
+    /// Gapura's own answer to a request no upstream answered (502, 503,
+    /// 504) or whose body it refused (400, 413): the host's page for the
+    /// status when it has one (`custom`), else the built-in page.
     fn write_error(
         &mut self,
         snap: &Snapshot,
+        custom: Option<&gapura_gate::custom_pages::CustomPages>,
         status: ErrorStatus,
         head: &ParsedHead,
         close: bool,
@@ -438,11 +443,23 @@ impl<S: Transport> Conn<S> {
             close,
             keep_alive_10: head.keep_alive_10 && !close,
         };
-        let page = snap.pages.get(status, head.wants_html);
-        page.write_into(&mut self.io.wbuf, &ctx);
-        page.stamp(&mut self.io.wbuf, ctx.head_only, || {
-            super::conn::request_id(&self.log, &self.shard)
-        });
+        let id = super::conn::request_id(&self.log, &self.shard);
+        let copy = self.page_vars.as_deref().copied().unwrap_or_default();
+        let vars = gapura_gate::custom_pages::PageVars {
+            request_id: &id,
+            host: copy.host(),
+            cf_ray: copy.ray(),
+        };
+        gapura_gate::custom_pages::write_error_page(
+            &mut self.io.wbuf,
+            &snap.pages,
+            custom,
+            status,
+            head.wants_html,
+            &vars,
+            b"",
+            &ctx,
+        );
         self.shard.stats.response(status.code());
         self.log_status(status.code());
     }

@@ -249,6 +249,9 @@ enum HeadStep {
 pub(super) struct Replace<'a> {
     pub(super) extras: Option<&'a HostExtras>,
     pub(super) pages: &'a gapura_gate::ErrorPages,
+    /// The host's own error pages, for Gapura's own 502, 503 and 504
+    /// (whether or not it replaces the upstream's).
+    pub(super) custom: Option<&'a gapura_gate::custom_pages::CustomPages>,
 }
 
 impl Replace<'_> {
