@@ -18,8 +18,10 @@
 //! `client_running` (2) jobs, so one client's burst is overtaken by others.
 //! Identical credentials (the same share key: same user, client and
 //! credentials) are verified once: a later arrival joins the first job,
-//! queued or running, and gets its result. A share key of 0 (a name nobody
-//! has, a user without a hash) never joins: each such request is its own job.
+//! queued or running, and gets its result. The access list gives every
+//! request such a key, a name nobody has included (its job fails the same
+//! way for every joiner), so an unknown name queues, joins and waits as a
+//! known one does; a share key of 0 never joins.
 //!
 //! Leaving: [`VerifyLine::cancel`] (the client went away) frees the place at
 //! once. A queued job whose places are all gone is dropped unrun; a running

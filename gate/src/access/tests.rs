@@ -269,9 +269,9 @@ fn an_unknown_name_still_gets_a_verification_that_always_fails() {
             Subject::UnknownUser
         };
         assert_eq!(job.subject(), want, "{name}");
-        // As costly as a real check, never shared, never a pass.
+        // As costly as a real check, shared as a real one is, never a pass.
         assert_eq!(job.iterations(), real.iterations());
-        assert_eq!(job.share_key(), 0);
+        assert_eq!(job.share_key(), job.cache_key());
         assert!(!job.run().is_ok());
         assert_ne!(job.cache_key(), 0);
     }
@@ -582,4 +582,24 @@ fn names_match_exactly_at_any_index_and_length() {
     assert_eq!(job.subject(), Subject::UnknownUser);
     let job = job_for(&l, ALLOWED, &basic("alice:wonderland"));
     assert_eq!(job.run(), VerifyResult::Ok);
+}
+
+#[test]
+fn identical_requests_join_one_job_whether_or_not_the_name_exists() {
+    use super::line::{LineConfig, VerifyLine};
+    let l = list(&[], &[], Satisfy::All, false);
+    // Counted in jobs, not by the clock: three identical requests for a
+    // real user and three for a name nobody has make one job each.
+    for creds in ["alice:wrong", "mallory:wrong"] {
+        let mut line: VerifyLine<()> = VerifyLine::new(LineConfig::for_cores(2));
+        let mut joined = Vec::new();
+        for _ in 0..3 {
+            let job = job_for(&l, ALLOWED, &basic(creds));
+            let e = line
+                .enqueue(job.share_key(), job.client_key(), (), 0)
+                .unwrap();
+            joined.push(e.joined);
+        }
+        assert_eq!(joined, [false, true, true], "{creds}");
+    }
 }
