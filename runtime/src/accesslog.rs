@@ -8,7 +8,7 @@ use crate::log;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,15 +25,23 @@ pub struct LogWriter {
 }
 
 impl LogWriter {
-    /// Starts the writer for `shards` shards, writing to `path` when set.
-    /// The sender goes to every shard.
+    /// Starts the writer for `shards` shards, writing to `path` when set;
+    /// the file is opened now, and one that cannot be opened is an error
+    /// (the server does not start without the log it was asked for). The
+    /// sender goes to every shard. `dropped` counts the lines the writer
+    /// could not write (no file after a failed reopen, a failed write).
     pub fn start(
         path: Option<&str>,
         shards: usize,
-    ) -> std::io::Result<(SyncSender<Vec<u8>>, LogWriter)> {
+        dropped: Arc<AtomicU64>,
+    ) -> Result<(SyncSender<Vec<u8>>, LogWriter), String> {
+        let first = match path {
+            Some(p) => Some(open(p).map_err(|e| format!("access log: cannot open {p}: {e}"))?),
+            None => None,
+        };
         let (tx, rx) = sync_channel(QUEUE_PER_SHARD * shards.max(1));
         let mut w = LogWriter {
-            reopen: Arc::new(AtomicBool::new(true)),
+            reopen: Arc::new(AtomicBool::new(false)),
             stop: Arc::new(AtomicBool::new(false)),
             path: Arc::new(Mutex::new(path.map(str::to_string))),
             thread: None,
@@ -42,7 +50,8 @@ impl LogWriter {
         w.thread = Some(
             std::thread::Builder::new()
                 .name("gapura-log".into())
-                .spawn(move || write_loop(rx, &reopen, &stop, &shared))?,
+                .spawn(move || write_loop(rx, first, &reopen, &stop, &shared, &dropped))
+                .map_err(|e| format!("access log writer: {e}"))?,
         );
         Ok((tx, w))
     }
@@ -82,13 +91,15 @@ fn open(path: &str) -> std::io::Result<File> {
 
 fn write_loop(
     rx: Receiver<Vec<u8>>,
+    first: Option<File>,
     reopen: &AtomicBool,
     stop: &AtomicBool,
     path: &Mutex<Option<String>>,
+    dropped: &AtomicU64,
 ) {
-    let mut file: Option<File> = None;
+    let mut opened_before = first.is_some();
+    let mut file: Option<File> = first;
     let mut failed_once = false;
-    let mut opened_before = false;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         let next = if stopping {
@@ -117,13 +128,23 @@ fn write_loop(
         }
         match next {
             Ok(buf) => {
-                if let Some(f) = file.as_mut() {
-                    if let Err(e) = f.write_all(&buf) {
-                        if !failed_once {
-                            log!("access log: write failed: {e}");
-                            failed_once = true;
+                let written = match file.as_mut() {
+                    Some(f) => match f.write_all(&buf) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            if !failed_once {
+                                log!("access log: write failed: {e}");
+                                failed_once = true;
+                            }
+                            false
                         }
-                    }
+                    },
+                    // A path set but no file: a reopen failed.
+                    None => path.lock().map(|p| p.is_none()).unwrap_or(true),
+                };
+                if !written {
+                    let lines = buf.iter().filter(|&&b| b == b'\n').count() as u64;
+                    dropped.fetch_add(lines, Ordering::Relaxed);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}

@@ -17,6 +17,9 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub struct Global {
     pub reloads_ok: AtomicU64,
+    /// Access log lines the writer could not write (a failed write, or no
+    /// file after a failed reopen).
+    pub access_log_unwritten: Arc<AtomicU64>,
     pub reloads_failed: AtomicU64,
     pub generation: AtomicU64,
     pub draining: std::sync::atomic::AtomicBool,
@@ -490,6 +493,17 @@ fn render_process(out: &mut String, admin: &Admin) {
         out,
         "gapura_profile_generation {}",
         g.generation.load(Ordering::Relaxed)
+    );
+    family(
+        out,
+        "gapura_access_log_unwritten_total",
+        "counter",
+        "Access log lines the writer could not write (a failed write, or no file after a failed reopen).",
+    );
+    let _ = writeln!(
+        out,
+        "gapura_access_log_unwritten_total {}",
+        g.access_log_unwritten.load(Ordering::Relaxed)
     );
     family(out, "gapura_shards", "gauge", "Shards running.");
     let _ = writeln!(out, "gapura_shards {}", admin.shards.len());

@@ -91,8 +91,27 @@ fn check(file: &str) -> ExitCode {
                 }
             }
             // What `run` refuses, `check` reports.
+            let mut refused = Vec::new();
             if let Some(Err(e)) = c.runtime.admin_token_file.as_deref().map(admin::read_token) {
-                eprintln!("{file}: error: {e}: `gapura run` would not start");
+                refused.push(e);
+            }
+            if let Some(a) = &c.snapshot.server.access_log {
+                if let Err(e) = writable_file(&a.path) {
+                    refused.push(format!("access log: {e}"));
+                }
+            }
+            for relay in &c.snapshot.udp {
+                let files = relay.envelope.iter().flat_map(|e| e.key_files.iter());
+                for f in files {
+                    if let Err(e) = creatable_file(f) {
+                        refused.push(format!("udp relay {}: envelope key: {e}", relay.name));
+                    }
+                }
+            }
+            if !refused.is_empty() {
+                for e in &refused {
+                    eprintln!("{file}: error: {e}: `gapura run` would not start");
+                }
                 return ExitCode::FAILURE;
             }
             let shards = match c.runtime.shards {
@@ -119,6 +138,50 @@ fn check(file: &str) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `path` can be opened for appending (it exists and is
+/// writable) or created (its directory exists and is writable), without
+/// creating or changing anything.
+fn writable_file(path: &str) -> Result<(), String> {
+    let p = std::path::Path::new(path);
+    if p.exists() {
+        return std::fs::OpenOptions::new()
+            .append(true)
+            .open(p)
+            .map(|_| ())
+            .map_err(|e| format!("cannot open {path} for writing: {e}"));
+    }
+    creatable_file(path)
+}
+
+/// Whether a missing `path` could be created: its directory exists and is
+/// writable (a file that exists passes: reading it is `run`'s check).
+fn creatable_file(path: &str) -> Result<(), String> {
+    let p = std::path::Path::new(path);
+    if p.exists() {
+        return Ok(());
+    }
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!(
+            "{path}: the directory {} does not exist",
+            dir.display()
+        ));
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("{path}: not a file name"))?;
+    // SAFETY: a NUL-terminated path; access(2) only reads it.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Err(format!(
+            "{path}: the directory {} is not writable",
+            dir.display()
+        ));
+    }
+    Ok(())
 }
 
 /// `gapura doctor`: the host checked against the profile it will serve.

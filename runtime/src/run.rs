@@ -166,7 +166,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     let stats: Vec<Arc<ShardStats>> = (0..shard_count)
         .map(|_| Arc::new(ShardStats::default()))
         .collect();
-    let (log_tx, log_writer) = start_log_writer(&cell, shard_count)?;
+    let (log_tx, log_writer) = start_log_writer(&cell, shard_count, &global)?;
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
     // `gapura explain --live` asks reach each shard through its own queue.
@@ -459,11 +459,11 @@ fn control_and_global(
 fn start_log_writer(
     cell: &SnapshotCell,
     shard_count: usize,
+    global: &Global,
 ) -> Result<(mpsc::SyncSender<Vec<u8>>, crate::accesslog::LogWriter), String> {
     let snap = cell.load();
     let path = snap.server.access_log.as_ref().map(|a| a.path.as_str());
-    crate::accesslog::LogWriter::start(path, shard_count)
-        .map_err(|e| format!("access log writer: {e}"))
+    crate::accesslog::LogWriter::start(path, shard_count, global.access_log_unwritten.clone())
 }
 
 /// Starts a shard's thread; it reports on `started` once serving.

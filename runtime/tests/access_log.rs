@@ -182,3 +182,58 @@ fn sigusr1_reopens_the_file_for_rotation() {
     assert_eq!(old.lines().count(), 1);
     assert!(old.contains("\"path\":\"/one\""));
 }
+
+#[test]
+fn an_access_log_that_cannot_be_opened_stops_the_start_and_check_says_so() {
+    let dir = TempDir::new();
+    let path = dir.0.join("no-such-dir").join("access.log");
+    let text = log_profile(&path, "");
+    let err = Gapura::try_start(&text, &[])
+        .err()
+        .expect("the start is refused");
+    assert!(err.contains("access log: cannot open"), "{err}");
+    let file = dir.0.join("p.toml");
+    std::fs::write(&file, &text).unwrap();
+    let check = std::process::Command::new(common::bin())
+        .arg("check")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!check.status.success());
+    let said = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        said.contains("does not exist") && said.contains("would not start"),
+        "{said}"
+    );
+}
+
+#[test]
+fn lines_the_writer_cannot_write_are_counted_as_unwritten() {
+    let dir = TempDir::new();
+    let path = dir.0.join("first.log");
+    let g = Gapura::start(&log_profile(&path, ""));
+    // A reload to a file in a directory that does not exist: the writer
+    // cannot open it, says so, and counts what it cannot write.
+    let moved = dir.0.join("gone").join("second.log");
+    let text = std::fs::read_to_string(&g.profile)
+        .unwrap()
+        .replace(&path.display().to_string(), &moved.display().to_string());
+    std::fs::write(&g.profile, text).unwrap();
+    g.signal(libc::SIGHUP);
+    assert!(g.wait_log("access log: cannot open", Duration::from_secs(10)));
+    for _ in 0..3 {
+        let r = request(
+            g.addr,
+            &req_with("GET", "log.test", "/x", &["Connection: close"]),
+        );
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(
+        g.wait_metric(
+            "gapura_access_log_unwritten_total",
+            3,
+            Duration::from_secs(10)
+        ),
+        3
+    );
+}

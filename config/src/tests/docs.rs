@@ -397,3 +397,38 @@ fn every_code_the_blocks_can_give_is_documented() {
         "missing from docs/profile.md: {missing:?}"
     );
 }
+
+#[test]
+fn the_access_logs_step_names_are_the_ones_profile_md_lists() {
+    use gapura_gate::chain::Block;
+    let doc = include_str!("../../../docs/profile.md");
+    let at = doc
+        .find("and `step` (the gate step that")
+        .expect("the step list");
+    let list = &doc[at..at + doc[at..].find(").").expect("its end")];
+    let blocks = [
+        Block::Host,
+        Block::Path,
+        Block::Budgets,
+        Block::ConnectionRate,
+        Block::AccessAddress,
+        Block::RuleSet,
+        Block::Access,
+        Block::RateLimit,
+        Block::ForwardAuth,
+        Block::ProofOfWork,
+        Block::RequestLimits,
+        Block::HttpsRedirect,
+        Block::Robots,
+        Block::Maintenance,
+        Block::Answer,
+    ];
+    assert_eq!(blocks.len(), Block::COUNT);
+    for b in blocks {
+        assert!(
+            list.contains(&format!("`{}`", b.name())),
+            "{} is not listed",
+            b.name()
+        );
+    }
+}
