@@ -1,5 +1,5 @@
 //! The one way a shard, the server's or the load tester's, gets its monoio
-//! runtime: io_uring with `COOP_TASKRUN | TASKRUN_FLAG` (DESIGN §3), and
+//! runtime: io_uring with `COOP_TASKRUN | TASKRUN_FLAG` (docs/performance.md), and
 //! the legacy (epoll) driver when asked for or, under [`Driver::Auto`],
 //! when the ring cannot be built (memlock, seccomp, an old kernel). The
 //! fallback is explicit: the caller learns why and logs it once.

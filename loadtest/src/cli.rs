@@ -20,7 +20,7 @@ use crate::target::{Scheme, Target};
 /// Which monoio driver a shard runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Driver {
-    /// io_uring with the ring flags of DESIGN §3, legacy (epoll) if the ring cannot be built.
+    /// io_uring with the server's ring flags (COOP_TASKRUN | TASKRUN_FLAG), legacy (epoll) if the ring cannot be built.
     #[value(help = "io_uring, or epoll if the ring cannot be built")]
     Auto,
     /// io_uring only; failing to build the ring fails the shard.

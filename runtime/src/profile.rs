@@ -1,5 +1,5 @@
 //! Loading a profile on this machine: the runtime supplies what config
-//! must not read itself (DESIGN §2), the core count that `shards = "auto"`
+//! must not read itself, the core count that `shards = "auto"`
 //! means and a resolver for upstream server names.
 //!
 //! Names are resolved one after another by the system resolver, each on a
