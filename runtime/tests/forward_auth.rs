@@ -258,6 +258,25 @@ fn failures_close_the_gate() {
         common::gate::wait_sample(&g2, e, 1, Duration::from_secs(5)),
         1
     );
+    // Each failure is logged, once a minute per provider at most.
+    assert!(g.wait_log(
+        "provider sso failed (no answer within timeout_ms)",
+        Duration::from_secs(5)
+    ));
+    for _ in 0..3 {
+        let r = request(g2.addr, &req_with("GET", "f.test", "/", &[GOOD]));
+        assert_eq!(r.status, 502);
+    }
+    assert!(g2.wait_log(
+        "provider sso failed (cannot connect",
+        Duration::from_secs(5)
+    ));
+    assert_eq!(
+        g2.log_text().matches("provider sso failed").count(),
+        1,
+        "{}",
+        g2.log_text()
+    );
 }
 
 #[test]

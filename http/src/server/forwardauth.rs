@@ -24,14 +24,22 @@ use std::time::Duration;
 
 /// Most idle provider connections a shard keeps, all providers together.
 const MAX_IDLE: usize = 64;
+/// How long a provider connection may sit idle before it is closed rather
+/// than used (providers close idle connections of their own, often sooner).
+const IDLE_LIFETIME_MS: u64 = 15_000;
+/// A provider's failures are logged at most once in this long (per shard).
+const FAILURE_LOG_EVERY_MS: u64 = 60_000;
 
 /// A shard's provider connections and running calls, by the provider's
 /// configuration (`AuthProvider::identity`), so both survive a reload that
 /// keeps it.
 #[derive(Default)]
 pub(crate) struct AuthCalls {
-    idle: RefCell<Vec<(u64, TcpStream)>>,
+    /// (provider, connection, idle since, ms on the coarse clock).
+    idle: RefCell<Vec<(u64, TcpStream, u64)>>,
     running: RefCell<Vec<(u64, u32)>>,
+    /// (provider, when its failures were last logged).
+    warned: RefCell<Vec<(u64, u64)>>,
 }
 
 /// A running call's place; given back when dropped.
@@ -69,8 +77,12 @@ impl AuthCalls {
         })
     }
 
+    /// An idle connection to `provider` younger than [`IDLE_LIFETIME_MS`];
+    /// older ones are closed on the way.
     fn take_idle(&self, provider: u64) -> Option<TcpStream> {
+        let now = crate::clock::now_ms();
         let mut idle = self.idle.borrow_mut();
+        idle.retain(|e| now.saturating_sub(e.2) < IDLE_LIFETIME_MS);
         let i = idle.iter().rposition(|e| e.0 == provider)?;
         Some(idle.swap_remove(i).1)
     }
@@ -80,7 +92,25 @@ impl AuthCalls {
         if idle.len() >= MAX_IDLE {
             idle.remove(0);
         }
-        idle.push((provider, stream));
+        idle.push((provider, stream, crate::clock::now_ms()));
+    }
+
+    /// Whether `provider`'s failure should be logged now: at most once a
+    /// [`FAILURE_LOG_EVERY_MS`] per provider (marks it when so).
+    fn should_warn(&self, provider: u64) -> bool {
+        let now = crate::clock::now_ms();
+        let mut warned = self.warned.borrow_mut();
+        match warned.iter_mut().find(|e| e.0 == provider) {
+            Some(e) if now.saturating_sub(e.1) < FAILURE_LOG_EVERY_MS => false,
+            Some(e) => {
+                e.1 = now;
+                true
+            }
+            None => {
+                warned.push((provider, now));
+                true
+            }
+        }
     }
 
     /// One call: on an idle connection first (once more on a new one if
@@ -165,6 +195,23 @@ impl<S: Transport> Conn<S> {
         let wait = Duration::from_millis(p.timeout_ms);
         let result = monoio::time::timeout(wait, shard.auth.call(p, &request)).await;
         self.ubuf = request;
+        let failure = match &result {
+            Err(_) => Some("no answer within timeout_ms"),
+            Ok(Err(CallError::Failed)) => Some("cannot connect, or the connection broke"),
+            Ok(Ok(Answer::Fail)) => {
+                Some("an answer that is not a usable allow, refusal or redirect")
+            }
+            Ok(Ok(_)) => None,
+        };
+        if let (Some(why), Some(warn)) = (failure, shard.warn) {
+            if shard.auth.should_warn(p.identity) {
+                warn(format_args!(
+                    "forward-auth: shard {}: provider {} failed ({why}); its requests get 502/504 \
+                     (at most one line a minute per provider)",
+                    shard.id, p.name
+                ));
+            }
+        }
         match result {
             Err(_) => {
                 count(|c| c.timeouts += 1);
