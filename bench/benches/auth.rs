@@ -25,6 +25,7 @@ fn provider(scope: Scope) -> AuthProvider {
         negative_ttl_ms: 0,
         entries: 4096,
         timeout_ms: 2000,
+        sign_in: None,
         identity: 1,
     }
 }

@@ -30,6 +30,7 @@ fn forward_auth_decisions_allocate_nothing() {
         negative_ttl_ms: 0,
         entries: 1024,
         timeout_ms: 2000,
+        sign_in: None,
         identity: 7,
     }];
     snap.entries[0].policy.auth = Some(gapura_gate::policy::BlockRef {

@@ -31,6 +31,15 @@ pub(crate) struct RawAuthProvider {
     pub request_headers: Option<StrList>,
     pub cache: Option<RawAuthCache>,
     pub timeout_ms: Opt<i64>,
+    pub sign_in: Option<Spanned<RawSignIn>>,
+}
+
+/// `sign_in = { url, return_parameter }`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSignIn {
+    pub url: Opt<String>,
+    pub return_parameter: Opt<String>,
 }
 
 /// `cache = { ttl_ms, entries, scope }`.
@@ -240,6 +249,7 @@ fn check_provider(
         negative_ttl_ms: negative_ttl_ms as u64,
         entries: (entries as u32).next_power_of_two(),
         timeout_ms: timeout_ms as u64,
+        sign_in: check_sign_in(p.sign_in.as_ref(), base, e)?,
         identity: 0,
     };
     p.identity = {
@@ -460,4 +470,64 @@ pub(crate) fn check_auth_ref(
             }
         },
     }
+}
+
+/// `sign_in`: `url` an `http://` or `https://` URL or a path (`/...`),
+/// printable without spaces; `return_parameter` a query parameter name
+/// (default `rd`). `Some(None)` when absent, `None` on an error.
+fn check_sign_in(
+    raw: Option<&Spanned<RawSignIn>>,
+    base: &str,
+    e: &mut Errors<'_>,
+) -> Option<Option<gapura_gate::auth::SignIn>> {
+    let Some(raw) = raw else {
+        return Some(None);
+    };
+    let s = raw.get_ref();
+    let url = match &s.url {
+        Some(u)
+            if (u.get_ref().starts_with("https://")
+                || u.get_ref().starts_with("http://")
+                || u.get_ref().starts_with('/'))
+                && !u.get_ref().starts_with("//")
+                && u.get_ref().bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            u.get_ref().clone()
+        }
+        other => {
+            e.push(
+                "authProvider.sign_in.url.invalid",
+                format!("{base}.sign_in.url"),
+                other.as_ref().map_or(raw.span(), |u| u.span()),
+                "the sign-in page: an https:// or http:// URL, or a path on the same host \
+                 (\"/oauth2/start\"), without spaces",
+            );
+            return None;
+        }
+    };
+    let return_parameter = match &s.return_parameter {
+        None => "rd".to_string(),
+        Some(p)
+            if !p.get_ref().is_empty()
+                && p.get_ref().len() <= 64
+                && p.get_ref()
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b)) =>
+        {
+            p.get_ref().clone()
+        }
+        Some(p) => {
+            e.push(
+                "authProvider.sign_in.return_parameter.invalid",
+                format!("{base}.sign_in.return_parameter"),
+                p.span(),
+                "a query parameter name: 1 to 64 letters, digits, '-', '.', '_' or '~'",
+            );
+            return None;
+        }
+    };
+    Some(Some(gapura_gate::auth::SignIn {
+        url,
+        return_parameter,
+    }))
 }

@@ -118,9 +118,62 @@ pub struct AuthProvider {
     /// Entries of the cache (a power of two).
     pub entries: u32,
     pub timeout_ms: u64,
+    /// Where a browser the provider answers 401 is sent to sign in
+    /// (`sign_in`); `None`: the 401 is relayed.
+    pub sign_in: Option<SignIn>,
     /// A hash of everything above but the name: the cache and the idle
     /// connections survive a reload that keeps it.
     pub identity: u64,
+}
+
+/// A provider's sign-in page: a browser's 401 becomes a 302 to `url` with
+/// the original URL in the query parameter `return_parameter` (the
+/// oauth2-proxy `/oauth2/start?rd=` flow).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignIn {
+    /// `https://...`, `http://...` or a path on the same host (`/...`).
+    pub url: String,
+    pub return_parameter: String,
+}
+
+impl SignIn {
+    /// Whether a request for `host` and `target` is the sign-in page
+    /// itself (never redirected to it: no loop). O(len).
+    pub fn is_sign_in_page(&self, host: &[u8], target: &[u8]) -> bool {
+        let (url_host, url_path) = match self
+            .url
+            .strip_prefix("https://")
+            .or_else(|| self.url.strip_prefix("http://"))
+        {
+            Some(rest) => {
+                let end = rest.find(['/', '?']).unwrap_or(rest.len());
+                (Some(&rest[..end]), &rest[end..])
+            }
+            None => (None, self.url.as_str()),
+        };
+        let path = url_path.split('?').next().unwrap_or("");
+        let path = if path.is_empty() { "/" } else { path };
+        let same_host = url_host.is_none_or(|h| h.as_bytes().eq_ignore_ascii_case(host));
+        same_host && target.starts_with(path.as_bytes())
+    }
+
+    /// Writes the redirect's `Location` value for the original request
+    /// (`scheme://host target`) into `out`. O(len), allocates only if
+    /// `out` must grow.
+    pub fn write_location(&self, https: bool, host: &[u8], target: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(self.url.as_bytes());
+        out.push(if self.url.contains('?') { b'&' } else { b'?' });
+        out.extend_from_slice(self.return_parameter.as_bytes());
+        out.push(b'=');
+        let scheme: &[u8] = if https { b"https://" } else { b"http://" };
+        for &b in scheme.iter().chain(host).chain(target) {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                out.push(b);
+            } else {
+                out.extend_from_slice(format!("%{b:02X}").as_bytes());
+            }
+        }
+    }
 }
 
 /// What a provider's answer left in the table.
@@ -445,6 +498,7 @@ mod tests {
             negative_ttl_ms: 0,
             entries: 8,
             timeout_ms: 2000,
+            sign_in: None,
             identity: 1,
         }
     }
@@ -596,5 +650,33 @@ mod tests {
             s.lookup(0, (77, None), 1).is_none(),
             "a changed provider starts empty"
         );
+    }
+
+    #[test]
+    fn the_sign_in_redirect_carries_the_original_url_and_spares_its_own_page() {
+        let abs = SignIn {
+            url: "https://sso.example/oauth2/start".into(),
+            return_parameter: "rd".into(),
+        };
+        let mut out = Vec::new();
+        abs.write_location(true, b"app.example", b"/a b?x=1&y", &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "https://sso.example/oauth2/start?rd=https%3A%2F%2Fapp.example%2Fa%20b%3Fx%3D1%26y"
+        );
+        assert!(abs.is_sign_in_page(b"SSO.example", b"/oauth2/start?rd=x"));
+        assert!(!abs.is_sign_in_page(b"app.example", b"/oauth2/start"));
+        let rel = SignIn {
+            url: "/oauth2/start?prompt=login".into(),
+            return_parameter: "return_to".into(),
+        };
+        let mut out = Vec::new();
+        rel.write_location(false, b"a.test", b"/", &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "/oauth2/start?prompt=login&return_to=http%3A%2F%2Fa.test%2F"
+        );
+        assert!(rel.is_sign_in_page(b"a.test", b"/oauth2/start"));
+        assert!(!rel.is_sign_in_page(b"a.test", b"/app"));
     }
 }

@@ -433,3 +433,35 @@ fn an_answer_written_in_pieces_is_read_whole() {
     }
     assert!(up.requests.lock().unwrap().is_empty());
 }
+
+#[test]
+fn a_browsers_401_becomes_a_sign_in_redirect_and_an_apis_stays_401() {
+    let ep = auth_endpoint(false).0;
+    let up = recording_upstream();
+    let g = Gapura::start(&auth_profile(
+        ep.addr,
+        up.addr,
+        "sign_in = { url = \"https://sso.example/oauth2/start\" }",
+    ));
+    let html = "Accept: text/html,application/xhtml+xml";
+    let r = request(g.addr, &req_with("GET", "f.test", "/app?x=1", &[html]));
+    assert_eq!(r.status, 302);
+    assert_eq!(
+        r.header("Location"),
+        Some("https://sso.example/oauth2/start?rd=http%3A%2F%2Ff.test%2Fapp%3Fx%3D1")
+    );
+    // An API client (no HTML) gets the provider's 401 as it was.
+    let r = request(
+        g.addr,
+        &req_with("GET", "f.test", "/app", &["Accept: application/json"]),
+    );
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("WWW-Authenticate"), Some("Bearer realm=\"sso\""));
+    // A POST is never redirected.
+    let r = request(
+        g.addr,
+        &req_with("POST", "f.test", "/app", &[html, "Content-Length: 0"]),
+    );
+    assert_eq!(r.status, 401);
+    assert!(up.requests.lock().unwrap().is_empty());
+}

@@ -214,3 +214,25 @@ fn auth_mode_is_layered_and_checked() {
     );
     assert_eq!(one(&bad).0, "host.auth.mode.invalid");
 }
+
+#[test]
+fn a_sign_in_page_compiles_and_refuses_what_cannot_be_a_url() {
+    let base = "[[auth_provider]]\nname = \"sso\"\nurl = \"http://127.0.0.1:9091\"\n";
+    let c = ok(&format!("{base}sign_in = {{ url = \"/oauth2/start\" }}\n"));
+    let s = c.snapshot.gate.auth_providers[0].sign_in.clone().unwrap();
+    assert_eq!(
+        (s.url.as_str(), s.return_parameter.as_str()),
+        ("/oauth2/start", "rd")
+    );
+    assert_eq!(
+        one(&format!("{base}sign_in = {{ url = \"//evil.example\" }}\n")).0,
+        "authProvider.sign_in.url.invalid"
+    );
+    assert_eq!(
+        one(&format!(
+            "{base}sign_in = {{ url = \"/x\", return_parameter = \"a b\" }}\n"
+        ))
+        .0,
+        "authProvider.sign_in.return_parameter.invalid"
+    );
+}

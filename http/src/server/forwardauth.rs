@@ -255,14 +255,20 @@ impl<S: Transport> Conn<S> {
                     shadowed();
                     return Ok(None);
                 }
-                let head_len = h.len() as u32;
-                let mut bytes = h;
-                bytes.extend_from_slice(&body);
-                let relay = Relay {
-                    status,
-                    bytes: Arc::from(bytes),
-                    head_len,
+                let relay = match self.sign_in_redirect(p, status, head) {
+                    Some(redirect) => redirect,
+                    None => {
+                        let head_len = h.len() as u32;
+                        let mut bytes = h;
+                        bytes.extend_from_slice(&body);
+                        Relay {
+                            status,
+                            bytes: Arc::from(bytes),
+                            head_len,
+                        }
+                    }
                 };
+                let status = relay.status;
                 let date = shard.date.line();
                 write_relay(
                     &mut self.io.wbuf,
@@ -280,6 +286,31 @@ impl<S: Transport> Conn<S> {
                 Err(self.close_after_refusal(ErrorKind::Limit).await)
             }
         }
+    }
+
+    /// A browser's 401 from a provider with a sign-in page: a 302 to it
+    /// with the original URL in its return parameter, unless the request
+    /// is for the sign-in page itself. The head is still at `io.pos`.
+    fn sign_in_redirect(&self, p: &AuthProvider, status: u16, head: &ParsedHead) -> Option<Relay> {
+        let sign_in = p.sign_in.as_ref()?;
+        let browser = matches!(head.method, Method::Get | Method::Head) && head.wants_html;
+        if status != 401 || !browser {
+            return None;
+        }
+        let buf = self.io.rbuf.get(self.io.pos..)?;
+        let host = head.host.clone().and_then(|r| buf.get(r)).unwrap_or(b"");
+        let target = buf.get(head.target.clone())?;
+        if sign_in.is_sign_in_page(host, target) {
+            return None;
+        }
+        let mut bytes = b"HTTP/1.1 302 Found\r\nLocation: ".to_vec();
+        sign_in.write_location(S::TLS, host, target, &mut bytes);
+        bytes.extend_from_slice(b"\r\nCache-Control: no-store\r\nContent-Length: 0\r\n");
+        Some(Relay {
+            status: 302,
+            head_len: bytes.len() as u32,
+            bytes: Arc::from(bytes),
+        })
     }
 
     async fn auth_refusal(&mut self, snap: &Snapshot, s: ErrorStatus, head: &ParsedHead) -> End {

@@ -323,6 +323,7 @@ mod tests {
             negative_ttl_ms: 0,
             entries: 16,
             timeout_ms: 1000,
+            sign_in: None,
             identity: 1,
         }
     }
