@@ -90,7 +90,7 @@ pub fn render(a: &Analysis, log: &str) -> String {
         let _ = writeln!(
             out,
             "[[rate_limit]]\nname = \"{}\"\nrequests = {:<8} # ceil(mean + 3.5σ), rounded up\n\
-             per = \"second\"\nburst = {:<11} # max(p99, requests), rounded up\nkey = \"ip\"",
+             per = \"second\"\nburst = {:<11} # 10 x the busiest second a client had, rounded up\nkey = \"ip\"",
             limit_name(&g.name, &mut taken),
             r.rate,
             r.burst

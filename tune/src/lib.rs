@@ -107,6 +107,15 @@ pub fn run(opts: &Options, out: &mut dyn Write, progress: &mut dyn Write) -> Res
     let mut input = BufReader::with_capacity(256 * 1024, file);
     let mut p = progress::Progress::new(opts.progress.then_some(progress), total);
     let a = analyze::analyze(&mut input, &opts.settings(), &mut p)?;
+    if a.requests == 0 && a.lines > a.blank {
+        return Err(format!(
+            "{path}: none of its {} lines is an access log line Gapura writes: expected one \
+             JSON object a line (`[server] access_log = {{ format = \"json\" }}`, with `time`, \
+             `client`, `host`, `method`, `path`) or the combined format ({} malformed, {} \
+             without a client)",
+            a.lines, a.malformed, a.no_client
+        ));
+    }
     let text = if opts.write {
         fragment::render(&a, &path)
     } else {

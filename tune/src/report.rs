@@ -42,6 +42,14 @@ fn header(out: &mut String, a: &Analysis, ctx: &Context<'_>) {
         a.lines, a.requests, a.malformed, a.blank, a.late, a.no_client
     );
     let _ = writeln!(out, "window {} ms (from {})", a.window_ms, ctx.window_from);
+    let clients: u64 = a.groups.iter().map(|g| g.clients).sum();
+    if clients == 1 {
+        let _ = writeln!(
+            out,
+            "warning: the log has one client: a spread of one cannot say what many \
+             clients do; a rate from it is that client's, not a population's"
+        );
+    }
     let _ = writeln!(
         out,
         "client table: capacity {}, most held {}, evictions {}; prefix table: most held {}, evictions {}",
@@ -76,11 +84,11 @@ fn group(out: &mut String, g: &GroupStats, window_ms: u64) {
     };
     let _ = writeln!(
         out,
-        "  suggested rate {} per second (mean + 3.5σ = {:.2}), burst {} (p99 {})",
+        "  suggested rate {} per second (mean + 3.5σ = {:.2}), burst {} (ten times the busiest second, {})",
         r.rate,
         r.raw,
         r.burst,
-        g.per_second.quantile(0.99)
+        g.client_peaks.max()
     );
     let _ = writeln!(
         out,

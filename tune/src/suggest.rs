@@ -7,8 +7,10 @@
 //!
 //! - `rate` (requests per second) = `round_up(ceil(mean + 3.5σ))` of the
 //!   requests per client per active second, at least 1, at most 1000000;
-//! - `burst` = `round_up(max(p99, rate))` of the same samples, at most
-//!   1048575 (the bucket absorbs the short peaks the p99 shows);
+//! - `burst` = `round_up(max(10 × the busiest second any client had,
+//!   rate))`, at most 1048575: the seed's headroom (a burst about ten times
+//!   the observed peak, so a legitimate connect-time burst is never clipped
+//!   while the rate still caps a flood);
 //! - the source budget `requests` (per window) = `round_up(ceil(mean +
 //!   3.5σ))` of the requests per source prefix per active window, at least
 //!   1, at most 4294967295.
@@ -29,6 +31,8 @@ pub const MAX_RATE: u64 = 1_000_000;
 pub const MAX_BURST: u64 = 1_048_575;
 /// The largest budget.
 pub const MAX_BUDGET: u64 = u32::MAX as u64;
+/// How far above the busiest second any client had the burst sits.
+pub const BURST_HEADROOM: u64 = 10;
 
 /// `x` rounded up to two significant digits: 9 stays 9, 87 stays 87, 123
 /// becomes 130, 1001 becomes 1100. Never below `x`.
@@ -42,7 +46,12 @@ pub fn round_up(x: u64) -> u64 {
 
 /// `ceil(mean + 3.5σ)` of a histogram's samples, as an integer.
 pub fn boundary(h: &Histogram) -> u64 {
-    let raw = h.mean() + SIGMAS * h.std_dev();
+    boundary_of(h.mean(), h.std_dev())
+}
+
+/// `ceil(mean + 3.5σ)`, as an integer (0 when not a positive number).
+pub fn boundary_of(mean: f64, std_dev: f64) -> u64 {
+    let raw = mean + SIGMAS * std_dev;
     if raw.is_finite() && raw > 0.0 {
         raw.ceil().min(u64::MAX as f64) as u64
     } else {
@@ -80,7 +89,8 @@ pub fn rate(per_second: &Histogram, peaks: &Histogram) -> Option<Rate> {
         return None;
     }
     let rate = round_up(boundary(per_second)).clamp(1, MAX_RATE);
-    let burst = round_up(per_second.quantile(0.99).max(rate)).clamp(1, MAX_BURST);
+    let peak = peaks.max().max(per_second.max());
+    let burst = round_up(peak.saturating_mul(BURST_HEADROOM).max(rate)).clamp(1, MAX_BURST);
     Some(Rate {
         raw: per_second.mean() + SIGMAS * per_second.std_dev(),
         rate,
@@ -139,17 +149,31 @@ mod tests {
     }
 
     #[test]
-    fn the_seed_example_gives_nine() {
-        // mean 1.845, σ 1.790: 8.11 -> 9.
+    fn the_seed_example_gives_nine_and_a_burst_ten_times_its_peak() {
+        // The seed's month of traffic: mean 1.845, σ 1.790 messages per
+        // session-second, so mean + 3.5σ = 8.11, rounded up: 9.
+        assert_eq!(round_up(boundary_of(1.845, 1.790)), 9);
+        // Its peak was 21 a second: the burst sits ten times above it.
+        let peak = 21u64;
+        assert_eq!(round_up((peak * BURST_HEADROOM).max(9)), 210);
+    }
+
+    #[test]
+    fn a_small_log_gives_the_limit_its_own_numbers_say() {
+        // Samples 1, 1, 1, 2, 2, 3, 8: mean 18/7 = 2.571, population σ
+        // 2.378, mean + 3.5σ = 10.89: rate 11; the busiest second was 8,
+        // so the burst is 80.
         let mut h = Histogram::default();
         let mut peaks = Histogram::default();
         for v in [1u64, 1, 1, 2, 2, 3, 8] {
             h.add(v);
             peaks.add(v);
         }
+        assert!((h.mean() - 18.0 / 7.0).abs() < 1e-9);
         let r = rate(&h, &peaks).unwrap();
-        assert_eq!(r.rate, round_up(boundary(&h)));
-        assert!(r.burst >= r.rate);
+        assert_eq!(r.rate, 11);
+        assert_eq!(r.burst, 80);
+        assert_eq!(r.refused, 0, "no client's busiest second is over the burst");
         assert_eq!(r.clients, 7);
     }
 }

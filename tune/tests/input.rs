@@ -144,3 +144,31 @@ fn the_command_reads_a_file_and_shows_progress_when_asked() {
     let e = gapura_tune::run(&o, &mut Vec::new(), &mut Vec::new()).unwrap_err();
     assert!(e.contains("cannot open the access log"), "{e}");
 }
+
+#[test]
+fn a_log_it_cannot_read_fails_with_what_it_expected_and_one_client_is_warned_of() {
+    let dir = std::env::temp_dir().join(format!("gapura-tune-x-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("not-a-log.txt");
+    std::fs::write(
+        &path,
+        "hello\nthis is not an access log\n{\"json\": true}\n",
+    )
+    .unwrap();
+    let o = Options::new(path.clone());
+    let e = gapura_tune::run(&o, &mut Vec::new(), &mut Vec::new()).unwrap_err();
+    assert!(
+        e.contains("none of its 3 lines") && e.contains("expected"),
+        "{e}"
+    );
+    // One client alone: the report says what that is worth.
+    let log: String = (0..20u64)
+        .map(|s| line(BASE_MS + s * 1000, "192.0.2.1", "a.test", "/"))
+        .collect();
+    std::fs::write(&path, log).unwrap();
+    let mut out = Vec::new();
+    gapura_tune::run(&o, &mut out, &mut Vec::new()).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("warning: the log has one client"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
