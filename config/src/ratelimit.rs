@@ -5,9 +5,13 @@
 //! bucket of `burst` (default: `requests`, at most 1 048 575); the gate's
 //! [`RatePolicy::new`] holds the bounds (1/16384 to 1 000 000 tokens per
 //! second) and names the codes. A header-keyed limit is seen by each shard
-//! only in part, so with `scope = "split"` (the default) its policy is
+//! only in part, so with `scope = "split"` (its default) its policy is
 //! divided by the shard count here, and a rate that the division takes
-//! under the bound is refused with the shard count in the message.
+//! under the bound is refused with the shard count in the message. An
+//! address-keyed limit defaults to `per_shard` (steering keeps a direct
+//! client on one shard: exact); `scope = "split"` divides it too, for
+//! clients that arrive through proxies and so on any shard
+//! (docs/limits.md states both bounds).
 
 use crate::codes::ProfileCode;
 use crate::error::Errors;
@@ -130,12 +134,16 @@ fn check_limit(
     let header = check_header(r, base, key, e);
     let scope = check_scope(r, base, key, e);
     let policy = match (policy, scope) {
-        (Some(p), Scope::Split) if key == Some(Key::Header) && shards > 1 => {
-            split(p, shards, r, base, e)
-        }
+        (Some(p), Scope::Split) if shards > 1 => split(p, shards, r, base, e),
         (p, _) => p,
     };
-    let ipv6_tiers = check_tiers(r, base, key, per_ms, e);
+    let mut ipv6_tiers = check_tiers(r, base, key, per_ms, e);
+    if scope == Scope::Split && shards > 1 {
+        ipv6_tiers = ipv6_tiers
+            .into_iter()
+            .filter_map(|(prefix, p)| split(p, shards, r, base, e).map(|s| (prefix, s)))
+            .collect();
+    }
     let key = match (key, header) {
         (Some(Key::IpPath), _) => RateKey::IpPath,
         (Some(Key::Header), Some(h)) => RateKey::Header(h.into_boxed_str()),
@@ -324,26 +332,22 @@ fn check_header(
     }
 }
 
-/// `scope`: only for header keys (addresses are steered, so exact).
+/// `scope`: `split` by default for header keys (a header's client lands
+/// on any shard), `per_shard` for address keys (steered to one shard:
+/// exact for direct clients); either may be written.
 fn check_scope(r: &RawRateLimit, base: &str, key: Option<Key>, e: &mut Errors<'_>) -> Scope {
-    let path = format!("{base}.scope");
-    if let (Some(s), Some(Key::Ip | Key::IpPath)) = (&r.scope, key) {
-        e.push(
-            "rate_limit.scope.unexpected",
-            path,
-            s.span(),
-            "only a limit with key = \"header\" has a scope: address keys are steered to \
-             one shard and are exact",
-        );
-        return Scope::PerShard;
-    }
+    let default = if key == Some(Key::Header) {
+        Scope::Split
+    } else {
+        Scope::PerShard
+    };
     choice(
         e,
         &r.scope,
-        &path,
+        &format!("{base}.scope"),
         "rate_limit.scope.invalid",
         &[("split", Scope::Split), ("per_shard", Scope::PerShard)],
-        Scope::Split,
+        default,
     )
 }
 

@@ -226,10 +226,21 @@ fn header_and_scope_belong_to_header_keys() {
             10
         )
     );
-    assert_eq!(
-        one("[[rate_limit]]\nname = \"r\"\nrequests = 1\nkey = \"ip_path\"\nscope = \"split\"\n"),
-        at("rate_limit.scope.unexpected", "rate_limit[0].scope", 5, 9)
-    );
+}
+
+#[test]
+fn an_address_limit_is_per_shard_unless_split_is_written() {
+    let src = |scope: &str| {
+        format!("[[rate_limit]]\nname = \"r\"\nrequests = 100\nburst = 100\n{scope}\n")
+    };
+    // Steered direct clients: each shard's bucket is the whole limit.
+    let c = ok_with(&src(""), 4);
+    let p = c.snapshot.gate.rate_limits[0].policy;
+    assert_eq!((p.requests(), p.per_ms(), p.burst()), (100, 1_000, 100));
+    // Behind proxies a client lands on any shard: split, a quarter each.
+    let c = ok_with(&src("scope = \"split\""), 4);
+    let p = c.snapshot.gate.rate_limits[0].policy;
+    assert_eq!((p.requests(), p.per_ms(), p.burst()), (100, 4_000, 25));
 }
 
 #[test]
