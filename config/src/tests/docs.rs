@@ -432,3 +432,61 @@ fn the_access_logs_step_names_are_the_ones_profile_md_lists() {
         );
     }
 }
+
+/// The keys a table takes, from the error an unknown key gets.
+fn keys_of(table: &str) -> Vec<String> {
+    let src = format!("{table}\nzz_unknown = 1\n");
+    let errors = compile_str(&src).err().expect("an unknown key is an error");
+    let e = errors
+        .iter()
+        .find(|e| e.code == "profile.unknown_key")
+        .unwrap_or_else(|| panic!("{table}: {errors:?}"));
+    let list = e.message.split("expected one of").nth(1).unwrap_or("");
+    list.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_example_profile_shows_every_key_the_profile_reads() {
+    let example = include_str!("../../../profiles/example.toml");
+    let tables = [
+        "[server]",
+        "[tls]",
+        "[defaults.limits]",
+        "[quota]",
+        "[quota.global]",
+        "[quota.source]",
+        "[quota.connections]",
+        "[client]",
+        "[[upstream]]\nname = \"u\"\nservers = [\"127.0.0.1:1\"]",
+        "[[rate_limit]]\nname = \"r\"\nrequests = 1",
+        "[[access_list]]\nname = \"a\"",
+        "[[auth_provider]]\nname = \"p\"\nurl = \"http://127.0.0.1:1\"",
+        "[[host]]\nnames = [\"h.test\"]",
+        "[[udp]]\nname = \"g\"\nlisten = [\"127.0.0.1:1\"]\nservers = [\"127.0.0.1:2\"]",
+    ];
+    let mut missing = Vec::new();
+    for t in tables {
+        for k in keys_of(t) {
+            let shown = example.lines().any(|l| {
+                let l = l.trim_start_matches(['#', ' ']);
+                l.starts_with(&format!("{k} ="))
+                    || l.starts_with(&format!("{k}."))
+                    || l.contains(&format!(" {k} = "))
+                    || l.contains(&format!("{{ {k} ="))
+                    || (l.starts_with('[')
+                        && (l.contains(&format!(".{k}]")) || l.contains(&format!(".{k}."))))
+            });
+            if !shown {
+                missing.push(format!("{}: {k}", t.lines().next().unwrap()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in profiles/example.toml: {missing:#?}"
+    );
+}
