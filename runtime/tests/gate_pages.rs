@@ -320,9 +320,13 @@ text = "Too fast for {host}. Request {requestId}."
 #[test]
 fn gapuras_own_upstream_errors_use_the_hosts_pages() {
     let dead = upstream::dead_addr();
+    // Never answers: the connection is held until Gapura gives up on it.
     let slow = upstream::start(std::sync::Arc::new(|_: &upstream::UpRequest| {
-        std::thread::sleep(std::time::Duration::from_millis(1_500));
-        upstream::Reply::Bytes(upstream::ok(b"late"))
+        upstream::Reply::Takeover(Box::new(|mut s: std::net::TcpStream| {
+            use std::io::Read;
+            let mut b = [0u8; 64];
+            while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+        }))
     }));
     let text = profile(
         "",
