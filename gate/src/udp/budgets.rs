@@ -79,49 +79,83 @@ impl UdpBudgets {
             return Err(UdpDrop::Oversized);
         }
         let admitted = classify(policy, datagram);
-        let class = if admitted.critical {
-            Class::Critical
-        } else {
-            Class::Normal
-        };
+        let class = class_of(admitted.critical);
         let window = self.prefixes.roll(now_ms);
-        let b = &policy.budgets;
-        if let Some(global) = b.global {
-            if !self.global.fits(window, global.threshold(class)) {
-                return Err(UdpDrop::GlobalBudget);
-            }
-        }
-        let prefix = match b.prefix {
-            Some(budget) => {
-                let key = keyer.source(Domain::UdpPrefix, src, SourcePrefix::BUDGET);
-                match self
-                    .prefixes
-                    .check(key, budget.threshold(class), class, now_ms)
-                {
-                    Ok(pass) => Some(pass),
-                    Err(WindowRefusal::Exhausted) => return Err(UdpDrop::PrefixBudget),
-                    Err(WindowRefusal::Untracked) => return Err(UdpDrop::TrackedKeys),
-                }
-            }
-            None => None,
-        };
-        let c = usize::from(admitted.class);
-        let class_budget = policy.classes.get(c).and_then(|k| k.budget);
-        if let Some(budget) = class_budget {
-            if !self.classes[c].fits(window, budget.threshold(class)) {
-                return Err(UdpDrop::OperationBudget);
-            }
-        }
-        if b.global.is_some() {
-            self.global.add(window);
-        }
+        self.global_fits(policy, class, window)?;
+        let prefix = self.prefix_check(policy, keyer, src, class, now_ms)?;
+        let class_budget = self.class_fits(policy, admitted, class, window)?;
         if let Some(pass) = prefix {
             self.prefixes.commit(pass);
         }
-        if class_budget.is_some() {
-            self.classes[c].add(window);
-        }
+        self.count_global_and_class(policy, admitted, class_budget, window);
         Ok(admitted)
+    }
+
+    /// Whether the global budget has room at `class`'s threshold.
+    fn global_fits(&self, policy: &UdpPolicy, class: Class, window: u64) -> Result<(), UdpDrop> {
+        match policy.budgets.global {
+            Some(g) if !self.global.fits(window, g.threshold(class)) => Err(UdpDrop::GlobalBudget),
+            _ => Ok(()),
+        }
+    }
+
+    /// The source prefix's check (its pass, to commit), when the relay
+    /// has a prefix budget.
+    fn prefix_check(
+        &mut self,
+        policy: &UdpPolicy,
+        keyer: &Keyer,
+        src: IpAddr,
+        class: Class,
+        now_ms: u64,
+    ) -> Result<Option<crate::quota::WindowPass>, UdpDrop> {
+        let Some(budget) = policy.budgets.prefix else {
+            return Ok(None);
+        };
+        let key = keyer.source(Domain::UdpPrefix, src, SourcePrefix::BUDGET);
+        match self
+            .prefixes
+            .check(key, budget.threshold(class), class, now_ms)
+        {
+            Ok(pass) => Ok(Some(pass)),
+            Err(WindowRefusal::Exhausted) => Err(UdpDrop::PrefixBudget),
+            Err(WindowRefusal::Untracked) => Err(UdpDrop::TrackedKeys),
+        }
+    }
+
+    /// Whether the datagram's operation class has room; true when the
+    /// class has a budget (to count).
+    fn class_fits(
+        &self,
+        policy: &UdpPolicy,
+        admitted: Admitted,
+        class: Class,
+        window: u64,
+    ) -> Result<bool, UdpDrop> {
+        let c = usize::from(admitted.class);
+        match policy.classes.get(c).and_then(|k| k.budget) {
+            Some(b) if !self.classes[c].fits(window, b.threshold(class)) => {
+                Err(UdpDrop::OperationBudget)
+            }
+            Some(_) => Ok(true),
+            None => Ok(false),
+        }
+    }
+
+    /// Counts a datagram that passed in the global and class budgets.
+    fn count_global_and_class(
+        &mut self,
+        policy: &UdpPolicy,
+        admitted: Admitted,
+        class_budget: bool,
+        window: u64,
+    ) {
+        if policy.budgets.global.is_some() {
+            self.global.add(window);
+        }
+        if class_budget {
+            self.classes[usize::from(admitted.class)].add(window);
+        }
     }
 }
 
@@ -143,27 +177,11 @@ impl UdpBudgets {
         if len > policy.max_datagram_bytes as usize {
             return Err(UdpDrop::Oversized);
         }
-        let Some(budget) = policy.budgets.prefix else {
-            return Ok(());
-        };
-        let class = if critical {
-            Class::Critical
-        } else {
-            Class::Normal
-        };
         self.prefixes.roll(now_ms);
-        let key = keyer.source(Domain::UdpPrefix, src, SourcePrefix::BUDGET);
-        match self
-            .prefixes
-            .check(key, budget.threshold(class), class, now_ms)
-        {
-            Ok(pass) => {
-                self.prefixes.commit(pass);
-                Ok(())
-            }
-            Err(WindowRefusal::Exhausted) => Err(UdpDrop::PrefixBudget),
-            Err(WindowRefusal::Untracked) => Err(UdpDrop::TrackedKeys),
+        if let Some(pass) = self.prefix_check(policy, keyer, src, class_of(critical), now_ms)? {
+            self.prefixes.commit(pass);
         }
+        Ok(())
     }
 
     /// With `auth`, the budget of the key an envelope verified under
@@ -199,32 +217,21 @@ impl UdpBudgets {
         admitted: Admitted,
         now_ms: u64,
     ) -> Result<(), UdpDrop> {
-        let class = if admitted.critical {
-            Class::Critical
-        } else {
-            Class::Normal
-        };
+        let class = class_of(admitted.critical);
         let window = self.prefixes.roll(now_ms);
-        let b = &policy.budgets;
-        if let Some(global) = b.global {
-            if !self.global.fits(window, global.threshold(class)) {
-                return Err(UdpDrop::GlobalBudget);
-            }
-        }
-        let c = usize::from(admitted.class);
-        let class_budget = policy.classes.get(c).and_then(|k| k.budget);
-        if let Some(budget) = class_budget {
-            if !self.classes[c].fits(window, budget.threshold(class)) {
-                return Err(UdpDrop::OperationBudget);
-            }
-        }
-        if b.global.is_some() {
-            self.global.add(window);
-        }
-        if class_budget.is_some() {
-            self.classes[c].add(window);
-        }
+        self.global_fits(policy, class, window)?;
+        let class_budget = self.class_fits(policy, admitted, class, window)?;
+        self.count_global_and_class(policy, admitted, class_budget, window);
         Ok(())
+    }
+}
+
+/// The threshold a datagram is held to: the reserve for critical classes.
+fn class_of(critical: bool) -> Class {
+    if critical {
+        Class::Critical
+    } else {
+        Class::Normal
     }
 }
 
