@@ -507,10 +507,6 @@ fn rapid_reset_through_a_proxy_host_reaches_the_origin_at_most_the_limit_and_clo
             reached <= 100,
             "{per_write} a write: {reached} of {opened} reset streams reached the origin"
         );
-        assert!(
-            opened < 15_000,
-            "{per_write} a write: cut off before the end"
-        );
         calm_total += 1;
         assert_eq!(
             g.metric("gapura_h2_enhance_your_calm_total{shard=\"0\"}"),

@@ -144,69 +144,27 @@ pub(super) async fn serve<S: Transport>(
             }
         };
         match next {
-            Some(Some(Ok(mut stream))) => {
+            Some(Some(Ok(stream))) => {
                 last_active = monoio::time::Instant::now();
-                shard.stats.h2_streams.inc();
                 streams += 1;
-                if reset_already(&mut stream.1) {
-                    // Opened and reset at once (rapid reset): counted here,
-                    // never queued, never served.
-                    shard.stats.h2_resets.inc();
-                    shared.reset(crate::clock::now_ms());
-                } else {
-                    shared.open.set(shared.open.get() + 1);
-                    if !queue.push(stream) {
-                        // Every worker is busy: one more (at most one per
-                        // stream the connection may have open).
-                        monoio::spawn(worker::<S>(
-                            queue.clone(),
-                            shard.clone(),
-                            client_peer,
-                            shared.clone(),
-                        ));
-                    }
-                }
+                take_stream::<S>(stream, &shard, client_peer, &shared, &queue);
             }
             Some(Some(Err(e))) => {
-                if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
-                    shard.stats.h2_calm.inc();
-                    if e.to_string().contains("too_many_resets") {
-                        // h2's own bound on reset streams waiting to be
-                        // accepted: those it held are resets too.
-                        let held = pending_resets(settings.max_resets) as u64 + 1;
-                        shard.stats.h2_resets.add(held);
-                        shard.warn_h2_calm("resets", streams + held, client_peer.addr());
-                    }
-                } else if !e.is_io() && !e.is_go_away() {
-                    shard.stats.h2_errors.inc();
-                }
+                count_end(&e, &shard, settings.max_resets, streams, client_peer);
                 break;
             }
             Some(None) => break,
             None => {}
         }
-        let slow_head = head_since.get().is_some_and(|t| {
-            crate::clock::now_ms().saturating_sub(t) >= snap.server.header_timeout_ms
-        });
-        let ending = if shared.resets.get() > settings.max_resets || flooded.get() {
-            if flooded.get() {
-                shard.stats.h2_floods.inc();
-            }
-            shard.stats.h2_calm.inc();
-            let why = if flooded.get() {
-                "control frames"
-            } else {
-                "resets"
-            };
-            shard.warn_h2_calm(why, streams, client_peer.addr());
-            Some(Reason::ENHANCE_YOUR_CALM)
-        } else if slow_head {
-            // A trickled header block.
-            shard.stats.error(super::stats::ErrorKind::HeaderTimeout);
-            Some(Reason::NO_ERROR)
-        } else {
-            None
-        };
+        let ending = ending(
+            &shared,
+            &flooded,
+            &head_since,
+            &snap,
+            &shard,
+            streams,
+            client_peer,
+        );
         if let Some(reason) = ending {
             conn.abrupt_shutdown(reason);
             // Sends the GOAWAY; the connection ends with it.
@@ -224,6 +182,88 @@ pub(super) async fn serve<S: Transport>(
         }
     }
     finish(&shard, token);
+}
+
+/// A stream the codec handed over: counted and dropped when the client
+/// already reset it (rapid reset: never queued, never served), else queued
+/// for a worker (one more started when every worker is busy, at most one
+/// per stream the connection may have open).
+fn take_stream<S: Transport>(
+    mut stream: Incoming,
+    shard: &Rc<Shard>,
+    client_peer: Peer,
+    shared: &Rc<Shared>,
+    queue: &Rc<Queue>,
+) where
+    S::ReadHalf: Unpin,
+    S::WriteHalf: Unpin,
+{
+    shard.stats.h2_streams.inc();
+    if reset_already(&mut stream.1) {
+        shard.stats.h2_resets.inc();
+        shared.reset(crate::clock::now_ms());
+        return;
+    }
+    shared.open.set(shared.open.get() + 1);
+    if !queue.push(stream) {
+        monoio::spawn(worker::<S>(
+            queue.clone(),
+            shard.clone(),
+            client_peer,
+            shared.clone(),
+        ));
+    }
+}
+
+/// Counts how the codec ended the connection: its own `ENHANCE_YOUR_CALM`
+/// (with h2's pending-reset bound, the streams it held count as resets),
+/// or a protocol error.
+fn count_end(e: &h2::Error, shard: &Shard, max_resets: u32, streams: u64, client_peer: Peer) {
+    if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
+        shard.stats.h2_calm.inc();
+        if e.to_string().contains("too_many_resets") {
+            let held = pending_resets(max_resets) as u64 + 1;
+            shard.stats.h2_resets.add(held);
+            shard.warn_h2_calm("resets", streams + held, client_peer.addr());
+        }
+    } else if !e.is_io() && !e.is_go_away() {
+        shard.stats.h2_errors.inc();
+    }
+}
+
+/// Whether the connection must end now, and with which GOAWAY: past the
+/// reset budget or a control-frame flood (`ENHANCE_YOUR_CALM`, counted and
+/// logged), or a header block trickled past the header timeout.
+fn ending(
+    shared: &Shared,
+    flooded: &Cell<bool>,
+    head_since: &Cell<Option<u64>>,
+    snap: &gapura_gate::Snapshot,
+    shard: &Shard,
+    streams: u64,
+    client_peer: Peer,
+) -> Option<Reason> {
+    if shared.resets.get() > snap.server.http2.max_resets || flooded.get() {
+        if flooded.get() {
+            shard.stats.h2_floods.inc();
+        }
+        shard.stats.h2_calm.inc();
+        let why = if flooded.get() {
+            "control frames"
+        } else {
+            "resets"
+        };
+        shard.warn_h2_calm(why, streams, client_peer.addr());
+        return Some(Reason::ENHANCE_YOUR_CALM);
+    }
+    let slow_head = head_since
+        .get()
+        .is_some_and(|t| crate::clock::now_ms().saturating_sub(t) >= snap.server.header_timeout_ms);
+    if slow_head {
+        shard.stats.error(super::stats::ErrorKind::HeaderTimeout);
+        return Some(Reason::NO_ERROR);
+    }
+    None
 }
 
 fn finish(shard: &Shard, token: Option<ConnectionToken>) {
