@@ -10,6 +10,7 @@
 use super::conn::{Conn, End};
 use super::prepare::write_relay;
 use super::stats::ErrorKind;
+use super::Shard;
 use crate::codec::head::{Method, ParsedHead};
 use crate::transport::Transport;
 use crate::upstream::authcall::{exchange, Answer, CallError};
@@ -137,6 +138,30 @@ impl AuthCalls {
     }
 }
 
+/// Logs a failed call (no answer in time, no connection, an answer that
+/// is no allow, refusal or redirect), at most once a minute per provider.
+fn log_failure(
+    shard: &Shard,
+    p: &AuthProvider,
+    result: &Result<Result<Answer, CallError>, monoio::time::error::Elapsed>,
+) {
+    let why = match result {
+        Err(_) => "no answer within timeout_ms",
+        Ok(Err(CallError::Failed)) => "cannot connect, or the connection broke",
+        Ok(Ok(Answer::Fail)) => "an answer that is not a usable allow, refusal or redirect",
+        Ok(Ok(_)) => return,
+    };
+    if let Some(warn) = shard.warn {
+        if shard.auth.should_warn(p.identity) {
+            warn(format_args!(
+                "forward-auth: shard {}: provider {} failed ({why}); its requests get 502/504 \
+                 (at most one line a minute per provider)",
+                shard.id, p.name
+            ));
+        }
+    }
+}
+
 /// The 503 of a provider whose calls are all taken, built once.
 fn busy_page() -> &'static Page {
     static PAGE: OnceLock<Page> = OnceLock::new();
@@ -195,23 +220,7 @@ impl<S: Transport> Conn<S> {
         let wait = Duration::from_millis(p.timeout_ms);
         let result = monoio::time::timeout(wait, shard.auth.call(p, &request)).await;
         self.ubuf = request;
-        let failure = match &result {
-            Err(_) => Some("no answer within timeout_ms"),
-            Ok(Err(CallError::Failed)) => Some("cannot connect, or the connection broke"),
-            Ok(Ok(Answer::Fail)) => {
-                Some("an answer that is not a usable allow, refusal or redirect")
-            }
-            Ok(Ok(_)) => None,
-        };
-        if let (Some(why), Some(warn)) = (failure, shard.warn) {
-            if shard.auth.should_warn(p.identity) {
-                warn(format_args!(
-                    "forward-auth: shard {}: provider {} failed ({why}); its requests get 502/504 \
-                     (at most one line a minute per provider)",
-                    shard.id, p.name
-                ));
-            }
-        }
+        log_failure(&shard, p, &result);
         match result {
             Err(_) => {
                 count(|c| c.timeouts += 1);
@@ -255,37 +264,48 @@ impl<S: Transport> Conn<S> {
                     shadowed();
                     return Ok(None);
                 }
-                let relay = match self.sign_in_redirect(p, status, head) {
-                    Some(redirect) => redirect,
-                    None => {
-                        let head_len = h.len() as u32;
-                        let mut bytes = h;
-                        bytes.extend_from_slice(&body);
-                        Relay {
-                            status,
-                            bytes: Arc::from(bytes),
-                            head_len,
-                        }
+                let relay = self.sign_in_redirect(p, status, head).unwrap_or_else(|| {
+                    let head_len = h.len() as u32;
+                    let mut bytes = h;
+                    bytes.extend_from_slice(&body);
+                    Relay {
+                        status,
+                        bytes: Arc::from(bytes),
+                        head_len,
                     }
-                };
-                let status = relay.status;
-                let date = shard.date.line();
-                write_relay(
-                    &mut self.io.wbuf,
-                    &relay,
-                    &date,
-                    head.method == Method::Head,
-                );
-                let now_ms = shard.now_ms();
-                shard
-                    .gate_mut()
-                    .auth
-                    .remember_refusal(i as usize, p, &job, relay, now_ms);
-                shard.stats.response(status);
-                self.log_status(status);
-                Err(self.close_after_refusal(ErrorKind::Limit).await)
+                });
+                Err(self.answer_relay(i as usize, p, &job, relay, head).await)
             }
         }
+    }
+
+    /// Answers a provider's refusal or redirect (or the sign-in redirect
+    /// made of a 401), remembers it for the request, and closes once sent.
+    async fn answer_relay(
+        &mut self,
+        i: usize,
+        p: &AuthProvider,
+        job: &AuthJob,
+        relay: Relay,
+        head: &ParsedHead,
+    ) -> End {
+        let shard = self.shard.clone();
+        let status = relay.status;
+        let date = shard.date.line();
+        write_relay(
+            &mut self.io.wbuf,
+            &relay,
+            &date,
+            head.method == Method::Head,
+        );
+        let now_ms = shard.now_ms();
+        shard
+            .gate_mut()
+            .auth
+            .remember_refusal(i, p, job, relay, now_ms);
+        shard.stats.response(status);
+        self.log_status(status);
+        self.close_after_refusal(ErrorKind::Limit).await
     }
 
     /// A browser's 401 from a provider with a sign-in page: a 302 to it
