@@ -275,6 +275,31 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
     /// A local answer: its start (or the whole of it) written into `out`,
     /// with how it ends once the body is read; `Err` for a refusal written
     /// whole that closes.
+    /// A local answer's plan. A refusal (anything but the host's own
+    /// answer or redirect, or proof of work's form) invites no body and
+    /// reads only a small one (`keeps_refused_body`).
+    pub(super) fn local_plan(&self, out: &mut Out<'_>, log: Option<&mut LogRecord>) -> Plan<'s> {
+        let admitted = matches!(
+            self.decision.verdict,
+            Verdict::Respond(_) | Verdict::Redirect(_) | Verdict::Pow(_, PowAsk::Verify)
+        );
+        if !admitted {
+            out.refuse_body();
+        }
+        match self.local(out, log) {
+            Ok((end, status)) => Plan::Local(LocalPlan {
+                end,
+                status,
+                resp_start: out.resp_start,
+                limits: self.decision.limits,
+                ticket: self.ticket,
+                close: self.decision.close || out.close_now,
+                admitted,
+            }),
+            Err(plan) => plan,
+        }
+    }
+
     pub(super) fn local(
         &self,
         out: &mut Out<'_>,

@@ -17,7 +17,7 @@ use gapura_gate::client::{HeaderLines, Peer};
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::pages::RetryPage;
 use gapura_gate::quota::{Bucket, QuotaTicket};
-use gapura_gate::snapshot::{PowAsk, Verdict};
+use gapura_gate::snapshot::Verdict;
 use gapura_gate::upstream::{Route, UpstreamGroup};
 use gapura_gate::Answer;
 use gapura_gate::{ErrorStatus, Snapshot};
@@ -235,27 +235,7 @@ pub(super) fn prepare<'s>(
             }
             Plan::Drop
         }
-        verdict => {
-            let admitted = matches!(
-                verdict,
-                Verdict::Respond(_) | Verdict::Redirect(_) | Verdict::Pow(_, PowAsk::Verify)
-            );
-            if !admitted {
-                out.refuse_body();
-            }
-            match d.local(&mut out, log) {
-                Ok((end, status)) => Plan::Local(LocalPlan {
-                    end,
-                    status,
-                    resp_start: out.resp_start,
-                    limits: decision.limits,
-                    ticket,
-                    close: decision.close || out.close_now,
-                    admitted,
-                }),
-                Err(plan) => plan,
-            }
-        }
+        _ => d.local_plan(&mut out, log),
     }
 }
 
