@@ -110,20 +110,7 @@ fn block_line(step: Step<'_>) -> (&'static str, String) {
             list,
             refused,
             mode,
-        } => (
-            "access address",
-            match refused {
-                None => format!("list {list}: the address alone refuses nothing"),
-                Some(r) => format!(
-                    "list {list}: the address is refused ({}){}",
-                    match r {
-                        gapura_gate::access::AddressRefusal::Drop => "the connection is dropped",
-                        gapura_gate::access::AddressRefusal::Deny => "403",
-                    },
-                    shadow_note(mode)
-                ),
-            },
-        ),
+        } => ("access address", address_sentence(list, refused, mode)),
         Step::RuleSet {
             set,
             rule,
@@ -178,15 +165,7 @@ fn block_line(step: Step<'_>) -> (&'static str, String) {
         ),
         Step::Maintenance { outcome } => (
             "maintenance",
-            format!(
-                "the host is in maintenance: {}",
-                match outcome {
-                    MaintenanceOutcome::Serve => "the maintenance page",
-                    MaintenanceOutcome::Bypassed =>
-                        "the bypass list admits the client: let through",
-                    MaintenanceOutcome::Shadowed => "shadow mode: counted, let through",
-                }
-            ),
+            format!("the host is in maintenance: {}", maintenance_words(outcome)),
         ),
         Step::ForwardAuth {
             provider,
@@ -205,12 +184,13 @@ fn block_line(step: Step<'_>) -> (&'static str, String) {
         Step::RequestLimits { refusal } => (
             "request limits",
             match refusal {
-                None => "within the host's request limits".to_string(),
-                Some(LimitRefusal::UrlTooLong) => "target longer than allowed: 414".into(),
-                Some(LimitRefusal::TooManyHeaders) => "too many header lines: 431".into(),
-                Some(LimitRefusal::HeadersTooLarge) => "header bytes over the limit: 431".into(),
-                Some(LimitRefusal::BodyTooLarge) => "declared body over the limit: 413".into(),
-            },
+                None => "within the host's request limits",
+                Some(LimitRefusal::UrlTooLong) => "target longer than allowed: 414",
+                Some(LimitRefusal::TooManyHeaders) => "too many header lines: 431",
+                Some(LimitRefusal::HeadersTooLarge) => "header bytes over the limit: 431",
+                Some(LimitRefusal::BodyTooLarge) => "declared body over the limit: 413",
+            }
+            .to_string(),
         ),
         fact => fact_line(fact),
     }
@@ -267,6 +247,35 @@ fn pow_sentence(outcome: PowOutcome) -> String {
             };
             format!("{why}: {what}{}", shadow_note(mode))
         }
+    }
+}
+
+/// What the access list's address side made of the client.
+fn address_sentence(
+    list: &str,
+    refused: Option<gapura_gate::access::AddressRefusal>,
+    mode: gapura_gate::mode::Mode,
+) -> String {
+    use gapura_gate::access::AddressRefusal;
+    match refused {
+        None => format!("list {list}: the address alone refuses nothing"),
+        Some(r) => format!(
+            "list {list}: the address is refused ({}){}",
+            match r {
+                AddressRefusal::Drop => "the connection is dropped",
+                AddressRefusal::Deny => "403",
+            },
+            shadow_note(mode)
+        ),
+    }
+}
+
+/// Maintenance's outcome, in words.
+fn maintenance_words(outcome: MaintenanceOutcome) -> &'static str {
+    match outcome {
+        MaintenanceOutcome::Serve => "the maintenance page",
+        MaintenanceOutcome::Bypassed => "the bypass list admits the client: let through",
+        MaintenanceOutcome::Shadowed => "shadow mode: counted, let through",
     }
 }
 

@@ -146,6 +146,41 @@ pub fn run(a: &crate::cli::ExplainArgs, relay: &str) -> ExitCode {
             ),
         ),
     };
+    let lines = step_lines(policy, dropped_at);
+    if a.json {
+        let steps: Vec<serde_json::Value> = lines
+            .iter()
+            .map(|(n, s)| serde_json::json!({ "step": n, "says": s }))
+            .collect();
+        let out = serde_json::json!({
+            "datagram": { "relay": relay, "source": source.to_string(), "bytes": bytes.len(), "class": class },
+            "steps": steps,
+            "answer": {
+                "kind": if dropped_at.is_some() { "drop" } else { "relay" },
+                "reason": dropped_at.map(UdpDrop::label),
+                "says": outcome,
+            },
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    } else {
+        println!(
+            "udp://{relay}: {} bytes from {source}, class {class}",
+            bytes.len()
+        );
+        for (n, s) in &lines {
+            println!("  {n:<17} {s}");
+        }
+        println!("  {:<17} {outcome}", "answer");
+    }
+    ExitCode::SUCCESS
+}
+
+/// What each step, in the relay's order, made of the datagram, down to
+/// the one that dropped it.
+fn step_lines(
+    policy: &gapura_gate::udp::UdpPolicy,
+    dropped_at: Option<UdpDrop>,
+) -> Vec<(&'static str, String)> {
     let mut lines = Vec::new();
     let steps: &[(&str, &str)] = if policy.envelope.is_some() {
         &AUTH_STEPS
@@ -173,32 +208,7 @@ pub fn run(a: &crate::cli::ExplainArgs, relay: &str) -> ExitCode {
             _ => lines.push((step, passed.into())),
         }
     }
-    if a.json {
-        let steps: Vec<serde_json::Value> = lines
-            .iter()
-            .map(|(n, s)| serde_json::json!({ "step": n, "says": s }))
-            .collect();
-        let out = serde_json::json!({
-            "datagram": { "relay": relay, "source": source.to_string(), "bytes": bytes.len(), "class": class },
-            "steps": steps,
-            "answer": {
-                "kind": if dropped_at.is_some() { "drop" } else { "relay" },
-                "reason": dropped_at.map(UdpDrop::label),
-                "says": outcome,
-            },
-        });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-    } else {
-        println!(
-            "udp://{relay}: {} bytes from {source}, class {class}",
-            bytes.len()
-        );
-        for (n, s) in &lines {
-            println!("  {n:<17} {s}");
-        }
-        println!("  {:<17} {outcome}", "answer");
-    }
-    ExitCode::SUCCESS
+    lines
 }
 
 fn why(reason: UdpDrop) -> &'static str {
