@@ -170,7 +170,8 @@ impl SignIn {
             if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
                 out.push(b);
             } else {
-                out.extend_from_slice(format!("%{b:02X}").as_bytes());
+                const HEX: &[u8; 16] = b"0123456789ABCDEF";
+                out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
             }
         }
     }

@@ -108,6 +108,11 @@ impl AuthCalls {
                 true
             }
             None => {
+                // Bounded like the idle connections: providers a reload
+                // dropped leave room for the new ones.
+                if warned.len() >= MAX_IDLE {
+                    warned.remove(0);
+                }
                 warned.push((provider, now));
                 true
             }
