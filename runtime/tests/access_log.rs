@@ -77,6 +77,7 @@ fn every_request_gets_a_json_line_without_secrets() {
     for key in [
         "time",
         "shard",
+        "connection",
         "client",
         "host",
         "method",
@@ -108,6 +109,12 @@ fn every_request_gets_a_json_line_without_secrets() {
     let third: serde_json::Value = serde_json::from_str(&got[2]).unwrap();
     assert_eq!(third["status"], 404);
     assert_eq!(third["step"], "host");
+    // Three connections (each request closed its own): three serials.
+    let serials: std::collections::BTreeSet<u64> = [&first, &second, &third]
+        .iter()
+        .map(|v| v["connection"].as_u64().unwrap())
+        .collect();
+    assert_eq!(serials.len(), 3, "{text}");
     assert_eq!(g.metric("gapura_access_log_lines_total{shard=\"0\"}"), 3);
 }
 

@@ -671,3 +671,56 @@ fn zero_window_streams_hold_no_copy_of_a_large_built_in_answer() {
     assert!(grown < 32 * 1024 * 1024, "grew {grown} bytes");
     drop(conns);
 }
+
+#[test]
+fn the_access_log_names_one_connection_for_its_streams_and_keep_alive_requests() {
+    let dir = TempDir::new();
+    let path = dir.0.join("access.log");
+    let g = Gapura::start(&profile(
+        &format!("access_log = {{ path = \"{}\" }}", path.display()),
+        HELLO,
+    ));
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, _driver) = h2c(g.addr).await;
+        for i in 0..3 {
+            let got = exchange(&client, "GET", &format!("/h2/{i}"), None).await;
+            assert_eq!(got.unwrap().0, 200);
+        }
+    });
+    // Two requests on one HTTP/1.1 connection, then one on another.
+    let mut c = common::Client::connect(g.addr);
+    c.send(b"GET /one/a HTTP/1.1\r\nHost: hello.test\r\n\r\nGET /one/b HTTP/1.1\r\nHost: hello.test\r\n\r\n");
+    assert_eq!(c.response(false).status, 200);
+    assert_eq!(c.response(false).status, 200);
+    let r = common::request(
+        g.addr,
+        b"GET /two HTTP/1.1\r\nHost: hello.test\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let mut lines: Vec<serde_json::Value> = Vec::new();
+    common::wait_until(Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        lines = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        lines.len() >= 6
+    });
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    let conn_of = |prefix: &str| -> Vec<u64> {
+        lines
+            .iter()
+            .filter(|l| l["path"].as_str().unwrap().starts_with(prefix))
+            .map(|l| l["connection"].as_u64().unwrap())
+            .collect()
+    };
+    let (h2, one, two) = (conn_of("/h2/"), conn_of("/one/"), conn_of("/two"));
+    assert_eq!(h2.len(), 3);
+    assert!(h2.iter().all(|&c| c == h2[0]), "{h2:?}");
+    assert_eq!(one.len(), 2);
+    assert_eq!(one[0], one[1]);
+    assert_eq!(two.len(), 1);
+    let all: std::collections::BTreeSet<u64> = [h2[0], one[0], two[0]].into();
+    assert_eq!(all.len(), 3, "three connections, three serials");
+}

@@ -10,6 +10,12 @@
 //! budget windows. A client is keyed per group: the same address on two
 //! routes is two clients. Source prefixes are counted over all groups
 //! together, as the gate's source budget counts them.
+//!
+//! Connections are counted the same way, keyed by the line's shard,
+//! connection serial and client, per host (`connection_rate` is a
+//! host-level setting): a sample is one (connection, second) with a
+//! request. Lines without `connection` (logs written before it) are not in
+//! these figures.
 
 use crate::group::{GroupName, Grouper};
 use crate::histogram::Histogram;
@@ -60,11 +66,29 @@ pub struct SourceStats {
     pub peaks: Histogram,
 }
 
+/// One host's connections, as its `connection_rate` would count them.
+#[derive(Clone, Debug)]
+pub struct HostConnections {
+    pub host: String,
+    /// Connection entries closed (an evicted one that comes back is counted
+    /// again).
+    pub connections: u64,
+    /// Requests per connection per active second.
+    pub per_second: Histogram,
+    /// Each connection's busiest second, one sample per connection.
+    pub peaks: Histogram,
+}
+
 /// Everything the pass found.
 #[derive(Clone, Debug, Default)]
 pub struct Analysis {
     pub groups: Vec<GroupStats>,
     pub sources: SourceStats,
+    /// Per host, in order of appearance.
+    pub connections: Vec<HostConnections>,
+    /// Used lines without a `connection` key.
+    pub without_connection: u64,
+    pub connection_evictions: u64,
     pub window_ms: u64,
     pub bytes: u64,
     pub lines: u64,
@@ -96,6 +120,10 @@ struct Pass<'p> {
     grouper: Grouper<'p>,
     clients: Lru<(u32, Client), ClientState>,
     prefixes: Lru<IpAddr, Series>,
+    /// (host slot, shard, serial, client): one connection.
+    connections: Lru<(u32, u64, u64, Client), Series>,
+    /// Each group's host slot in `a.connections`.
+    group_host: Vec<u32>,
     groups: Vec<GroupStats>,
     newest_ms: u64,
     a: Analysis,
@@ -115,6 +143,49 @@ impl<'p> Pass<'p> {
             });
         }
         &mut self.groups[g as usize]
+    }
+
+    /// The host slot of group `g` (its connections' figures).
+    fn host_slot(&mut self, g: u32) -> u32 {
+        while self.group_host.len() <= g as usize {
+            let host = &self.grouper.names()[self.group_host.len()].host;
+            let slot = match self.a.connections.iter().position(|h| &h.host == host) {
+                Some(i) => i,
+                None => {
+                    self.a.connections.push(HostConnections {
+                        host: host.clone(),
+                        connections: 0,
+                        per_second: Histogram::default(),
+                        peaks: Histogram::default(),
+                    });
+                    self.a.connections.len() - 1
+                }
+            };
+            self.group_host.push(slot as u32);
+        }
+        self.group_host[g as usize]
+    }
+
+    fn close_connection(&mut self, slot: u32, mut st: Series) {
+        let hc = &mut self.a.connections[slot as usize];
+        let peak = st.close_all(&mut hc.per_second);
+        hc.peaks.add(peak);
+        hc.connections += 1;
+    }
+
+    /// Counts the line's request on its connection.
+    fn connection(&mut self, g: u32, key: (u64, u64, Client), second: u64, watermark: u64) {
+        let slot = self.host_slot(g);
+        let (st, evicted) = self.connections.touch(&(slot, key.0, key.1, key.2));
+        st.add(second);
+        st.close_before(
+            watermark,
+            1000,
+            &mut self.a.connections[slot as usize].per_second,
+        );
+        if let Some(((old_slot, ..), old)) = evicted {
+            self.close_connection(old_slot, old);
+        }
     }
 
     fn close_client(&mut self, g: u32, mut st: ClientState) {
@@ -161,6 +232,10 @@ impl<'p> Pass<'p> {
         if let Some(((eg, _), old)) = evicted {
             self.close_client(eg, old);
         }
+        match rec.connection {
+            Some((shard, serial)) => self.connection(g, (shard, serial, client), second, watermark),
+            None => self.a.without_connection += 1,
+        }
         match client.prefix() {
             Some(prefix) => self.prefix(prefix, window, watermark),
             None => self.a.hashed += 1,
@@ -182,6 +257,11 @@ impl<'p> Pass<'p> {
         for ((g, _), st) in clients {
             self.close_client(g, st);
         }
+        let connections: Vec<_> = self.connections.drain().collect();
+        for ((slot, ..), st) in connections {
+            self.close_connection(slot, st);
+        }
+        self.a.connection_evictions = self.connections.evictions();
         let prefixes: Vec<_> = self.prefixes.drain().collect();
         for (_, st) in prefixes {
             self.close_prefix(st);
@@ -210,6 +290,8 @@ pub fn analyze(
         grouper: Grouper::new(s.profile, s.max_groups),
         clients: Lru::new(s.max_clients),
         prefixes: Lru::new(s.max_clients),
+        connections: Lru::new(s.max_clients),
+        group_host: Vec::new(),
         groups: Vec::new(),
         newest_ms: 0,
         a: Analysis {

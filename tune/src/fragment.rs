@@ -1,11 +1,13 @@
 //! `--write`: the suggestions as a profile fragment to append to a
 //! profile: one `[[rate_limit]]` per group with samples, and a
 //! `[quota.source]` with the budget, each value with a comment giving the
-//! figures it came from.
+//! figures it came from. Each host's `connection_rate` is a comment line to
+//! copy into that host's `[[host]]` table (a fragment appended to a profile
+//! cannot add a key to a table above it).
 
 use crate::analyze::Analysis;
 use crate::group::GroupName;
-use crate::report::ordered;
+use crate::report::{ordered, ordered_hosts, NOT_IN_THE_LOG};
 use crate::suggest::{self, percent};
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -96,8 +98,47 @@ pub fn render(a: &Analysis, log: &str) -> String {
             r.burst
         );
     }
+    connection_rates(&mut out, a);
     budget(&mut out, a);
     out
+}
+
+fn connection_rates(out: &mut String, a: &Analysis) {
+    let hosts = ordered_hosts(a);
+    if hosts.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n# No connection_rate: no line names its connection (a log from before\n\
+             # the access log's `connection` key)."
+        );
+    }
+    for h in hosts {
+        let Some(r) = suggest::rate(&h.per_second, &h.peaks) else {
+            continue;
+        };
+        let p = &h.per_second;
+        let _ = writeln!(
+            out,
+            "\n# host {}: {} connections, {} active connection-seconds\n\
+             # per connection per second: mean {:.2}, σ {:.2}, mean + 3.5σ = {:.2}, p99 {}, max {}\n\
+             # refused in this log: {} of {} connections ({:.2} %); in that [[host]]:\n\
+             # connection_rate = {{ requests = {}, burst = {} }}",
+            h.host,
+            h.connections,
+            p.count(),
+            p.mean(),
+            p.std_dev(),
+            r.raw,
+            p.quantile(0.99),
+            p.max(),
+            r.refused,
+            r.clients,
+            percent(r.refused, r.clients),
+            r.rate,
+            r.burst
+        );
+    }
+    let _ = writeln!(out, "\n# Not suggested: {NOT_IN_THE_LOG}.");
 }
 
 fn budget(out: &mut String, a: &Analysis) {

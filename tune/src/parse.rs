@@ -2,7 +2,8 @@
 //! the host and the path.
 //!
 //! A line is a JSON object (docs/profile.md, "The access log"); tune reads
-//! `time`, `client`, `host` and `path` and ignores every other key. The log
+//! `time`, `client`, `host` and `path`, and `shard` with `connection` when
+//! the line has them (older logs do not), and ignores every other key. The log
 //! escapes bytes over 0x7e as `\u00XX`, so the host and path are turned back
 //! into those bytes (a character above U+00FF cannot come from the log and
 //! makes the line malformed).
@@ -43,6 +44,9 @@ pub struct Record {
     pub client: Option<Client>,
     pub host: Vec<u8>,
     pub path: Vec<u8>,
+    /// The line's shard and connection serial (`None`: the line has no
+    /// `connection`).
+    pub connection: Option<(u64, u64)>,
 }
 
 /// Why a line was not used.
@@ -65,11 +69,18 @@ pub fn parse_line(line: &[u8]) -> Result<Record, Skip> {
     let client = parse_client(field("client")?)?;
     let host = latin1_bytes(field("host")?)?;
     let path = latin1_bytes(field("path")?)?;
+    let number = |k: &str| v.get(k).map(|n| n.as_u64().ok_or(Skip::Malformed));
+    let connection = match (number("shard"), number("connection")) {
+        (Some(shard), Some(conn)) => Some((shard?, conn?)),
+        (_, None) => None,
+        (None, Some(_)) => return Err(Skip::Malformed),
+    };
     Ok(Record {
         ms,
         client,
         host,
         path,
+        connection,
     })
 }
 
@@ -167,6 +178,11 @@ mod tests {
         assert_eq!(r.client, Some(Client::Ip("203.0.113.7".parse().unwrap())));
         assert_eq!(r.host, b"a.test");
         assert_eq!(r.path, b"/x");
+        assert_eq!(r.connection, None, "a line from before the connection key");
+        let line = br#"{"time":"2026-12-01T17:39:49.123Z","shard":1,"connection":42,"client":"203.0.113.7","host":"a.test","method":"GET","path":"/x","status":200}"#;
+        assert_eq!(parse_line(line).unwrap().connection, Some((1, 42)));
+        let line = br#"{"time":"2026-12-01T17:39:49.123Z","shard":1,"connection":"x","client":"203.0.113.7","host":"a.test","path":"/x"}"#;
+        assert_eq!(parse_line(line), Err(Skip::Malformed));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The readable report: the pass's counts, then per group its figures and
-//! suggested rate limit, then the source budget.
+//! suggested rate limit, then per host its connections' `connection_rate`,
+//! then the source budget.
 
-use crate::analyze::{Analysis, GroupStats};
+use crate::analyze::{Analysis, GroupStats, HostConnections};
 use crate::histogram::{Histogram, EXACT, SUB};
 use crate::suggest::{self, percent};
 use std::fmt::Write as _;
@@ -100,6 +101,65 @@ fn group(out: &mut String, g: &GroupStats, window_ms: u64) {
     );
 }
 
+/// Hosts whose connections have samples, busiest first.
+pub fn ordered_hosts(a: &Analysis) -> Vec<&HostConnections> {
+    let mut hosts: Vec<&HostConnections> = a
+        .connections
+        .iter()
+        .filter(|h| h.per_second.count() > 0)
+        .collect();
+    hosts.sort_by_key(|h| std::cmp::Reverse(h.per_second.sum()));
+    hosts
+}
+
+/// What tune cannot see in an access log, said where a reader looks for it.
+pub const NOT_IN_THE_LOG: &str = "a WebSocket tunnel's messages and a UDP relay's datagrams are \
+    not in the access log (one line per HTTP request): tune suggests no `websocket` limits and \
+    no relay session rate";
+
+fn connections(out: &mut String, a: &Analysis) {
+    let _ = writeln!(
+        out,
+        "\nconnection_rate (requests per connection per second, per host; set on the [[host]])"
+    );
+    if a.without_connection > 0 {
+        let _ = writeln!(
+            out,
+            "  {} requests have no `connection` key (lines from before it): not counted here",
+            a.without_connection
+        );
+    }
+    let hosts = ordered_hosts(a);
+    if hosts.is_empty() {
+        let _ = writeln!(out, "  no line names its connection: no suggestion");
+    }
+    for h in hosts {
+        let Some(r) = suggest::rate(&h.per_second, &h.peaks) else {
+            continue;
+        };
+        let _ = writeln!(out, "  host {}: connections {}", h.host, h.connections);
+        dist(out, "  per connection per second", &h.per_second);
+        let _ = writeln!(
+            out,
+            "    suggested connection_rate = {{ requests = {}, burst = {} }} (mean + 3.5σ = {:.2}; \
+             burst ten times the busiest second, {})",
+            r.rate,
+            r.burst,
+            r.raw,
+            h.peaks.max()
+        );
+        let _ = writeln!(
+            out,
+            "    refused in this log: {} of {} connections ({:.2} %) had a busiest second over {}",
+            r.refused,
+            r.clients,
+            percent(r.refused, r.clients),
+            r.burst
+        );
+    }
+    let _ = writeln!(out, "  not suggested: {NOT_IN_THE_LOG}");
+}
+
 fn sources(out: &mut String, a: &Analysis) {
     let _ = writeln!(
         out,
@@ -143,6 +203,7 @@ pub fn render(a: &Analysis, ctx: &Context<'_>) -> String {
     for g in ordered(a) {
         group(&mut out, g, a.window_ms);
     }
+    connections(&mut out, a);
     sources(&mut out, a);
     out
 }

@@ -126,3 +126,75 @@ fn a_line_far_behind_the_newest_is_late_and_skipped() {
     let a = run(&log, &opts());
     assert_eq!((a.late, a.requests), (1, 2));
 }
+
+#[test]
+fn connection_rate_is_suggested_per_host_from_each_connections_seconds() {
+    use common::{conn_line, BASE_MS};
+    let mut log = String::new();
+    let at = |s: u64, i: u64| BASE_MS + s * 1000 + i * 10;
+    // a.test, one client on three connections: shard 1 serial 1 sends 2 in
+    // each of seconds 0, 1, 2; shard 1 serial 2 sends 5 in second 0; shard
+    // 2 serial 1 (another shard, the same serial) sends 1 in second 1.
+    for s in 0..3 {
+        for i in 0..2 {
+            log.push_str(&conn_line(at(s, i), "192.0.2.1", "a.test", (1, 1)));
+        }
+        if s == 0 {
+            for i in 2..7 {
+                log.push_str(&conn_line(at(s, i), "192.0.2.1", "a.test", (1, 2)));
+            }
+        }
+        if s == 1 {
+            log.push_str(&conn_line(at(s, 9), "192.0.2.1", "a.test", (2, 1)));
+        }
+    }
+    // b.test: one connection, 1 a second; and a line from an older log.
+    for s in 0..3 {
+        log.push_str(&conn_line(at(s, 20), "192.0.2.2", "b.test", (1, 3)));
+    }
+    log.push_str(&common::line(at(3, 0), "192.0.2.2", "b.test", "/"));
+    let a = run(&log, &opts());
+    assert_eq!(a.without_connection, 1);
+    let host = |name: &str| a.connections.iter().find(|h| h.host == name).unwrap();
+    let h = host("a.test");
+    assert_eq!(h.connections, 3);
+    // Samples 2, 2, 2, 5, 1: mean 2.4, σ 1.357, mean + 3.5σ = 7.15: 8; the
+    // busiest second of any connection was 5: burst 50.
+    assert_eq!(h.per_second.count(), 5);
+    assert!((h.per_second.mean() - 2.4).abs() < 1e-9);
+    let r = suggest::rate(&h.per_second, &h.peaks).unwrap();
+    assert_eq!((r.rate, r.burst, r.refused, r.clients), (8, 50, 0, 3));
+    let b = host("b.test");
+    assert_eq!((b.connections, b.per_second.count()), (1, 3));
+    let o = opts();
+    let report = gapura_tune::report::render(
+        &a,
+        &gapura_tune::report::Context {
+            log: "test.log",
+            window_from: "the default",
+            max_clients: o.max_clients,
+            max_groups: o.max_groups,
+        },
+    );
+    assert!(
+        report.contains("host a.test: connections 3")
+            && report.contains("connection_rate = { requests = 8, burst = 50 }"),
+        "{report}"
+    );
+    assert!(report.contains("not suggested: a WebSocket tunnel's messages"));
+    let text = gapura_tune::fragment::render(&a, "test.log");
+    let suggested = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# connection_rate = "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(suggested, "{ requests = 8, burst = 50 }");
+    // The suggestion, uncommented into the host, is a profile that compiles.
+    let profile = format!(
+        "[server]\nlisten = [\"127.0.0.1:8080\"]\n\n[[host]]\nnames = [\"a.test\"]\n\
+         connection_rate = {suggested}\n\n{text}"
+    );
+    let c =
+        gapura_tune::compile_profile_text(&profile).unwrap_or_else(|e| panic!("{e}\n{profile}"));
+    let want = gapura_gate::quota::RatePolicy::per_second(8, 50).unwrap();
+    assert_eq!(c.snapshot.entries[0].extras.connection_rate, Some(want));
+}

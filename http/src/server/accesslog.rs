@@ -45,6 +45,8 @@ pub(super) struct LogRecord {
     pub step: &'static str,
     pub upstream_ms: Option<u64>,
     pub request_id: [u8; 24],
+    /// The connection's serial on its shard.
+    pub connection: u64,
     /// Begun and not yet written.
     active: bool,
     /// Bytes sent and queued on the connection when the request began.
@@ -67,6 +69,7 @@ impl Default for LogRecord {
             step: "",
             upstream_ms: None,
             request_id: [b'-'; 24],
+            connection: 0,
             sent_before: 0,
             active: false,
         }
@@ -82,7 +85,7 @@ fn copy_cut<const N: usize>(dst: &mut [u8; N], src: &[u8]) -> usize {
 impl LogRecord {
     /// Starts the record of a new request whose head was complete at
     /// `start`.
-    pub fn begin(&mut self, sent_before: u64, request_id: [u8; 24], start: Instant) {
+    pub fn begin(&mut self, sent_before: u64, request_id: [u8; 24], start: Instant) -> &mut Self {
         self.start = start;
         self.method_len = 0;
         self.host_len = 0;
@@ -95,6 +98,7 @@ impl LogRecord {
         self.request_id = request_id;
         self.sent_before = sent_before;
         self.active = true;
+        self
     }
 
     fn method(&self) -> &[u8] {
@@ -445,6 +449,8 @@ impl Line<'_> {
         );
         out.extend_from_slice(b"Z\",\"shard\":");
         push_u64(out, self.shard as u64);
+        out.extend_from_slice(b",\"connection\":");
+        push_u64(out, r.connection);
         out.extend_from_slice(b",\"client\":\"");
         self.client(out);
         out.extend_from_slice(b"\",\"host\":\"");
@@ -517,7 +523,8 @@ mod tests {
 
     fn record() -> LogRecord {
         let mut r = LogRecord::default();
-        r.begin(0, *b"0123456789abcdef01234567", Instant::now());
+        r.begin(0, *b"0123456789abcdef01234567", Instant::now())
+            .connection = 42;
         r.set_request(b"GET", b"a.test", b"/x\"y?token=secret", false);
         r.client = Some("203.0.113.7".parse().unwrap());
         r.status = 200;
@@ -547,7 +554,7 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,
-            "{\"time\":\"2026-12-01T17:39:49.123Z\",\"shard\":1,\"client\":\"203.0.113.7\",\"host\":\"a.test\",\"method\":\"GET\",\"path\":\"/x\\\"y\",\"status\":200,\"bytes\":120,\"upstream_ms\":null,\"total_ms\":3,\"request_id\":\"0123456789abcdef01234567\",\"verdict\":\"respond\",\"step\":\"answer\"}\n"
+            "{\"time\":\"2026-12-01T17:39:49.123Z\",\"shard\":1,\"connection\":42,\"client\":\"203.0.113.7\",\"host\":\"a.test\",\"method\":\"GET\",\"path\":\"/x\\\"y\",\"status\":200,\"bytes\":120,\"upstream_ms\":null,\"total_ms\":3,\"request_id\":\"0123456789abcdef01234567\",\"verdict\":\"respond\",\"step\":\"answer\"}\n"
         );
         let v: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
         assert_eq!(v["path"], "/x\"y");

@@ -99,6 +99,8 @@ pub(super) struct Conn<S> {
     /// The connection's request bucket (a host's `connection_rate`),
     /// shared by the streams of an HTTP/2 connection.
     bucket: Rc<std::cell::Cell<gapura_gate::quota::Bucket>>,
+    /// The connection's serial on its shard (the access log's `connection`).
+    serial: u64,
     /// The current request's access log facts (while the profile logs).
     pub(super) log: Option<Box<LogRecord>>,
     /// The current request's host and when its head was complete (its
@@ -132,6 +134,7 @@ impl<S: Transport> Conn<S> {
         client_peer: Peer,
         connection_token: Option<gapura_gate::chain::ConnectionToken>,
         bucket: Rc<std::cell::Cell<gapura_gate::quota::Bucket>>,
+        serial: u64,
     ) -> Conn<S> {
         Conn {
             io,
@@ -145,6 +148,7 @@ impl<S: Transport> Conn<S> {
             resume_identity: None,
             held: Held::default(),
             bucket,
+            serial,
             log: None,
             req_host: None,
             req_start: std::time::Instant::now(),
@@ -283,7 +287,13 @@ impl<S: Transport> Conn<S> {
             self.served += 1;
             self.req_start = std::time::Instant::now();
             let before = self.io.sent + self.io.wbuf.len() as u64;
-            begin_log(&mut self.log, &self.shard, before, snap, self.req_start);
+            begin_log(
+                &mut self.log,
+                &self.shard,
+                (before, self.serial),
+                snap,
+                self.req_start,
+            );
         }
         let request_id = self.log.as_deref().map(|r| r.request_id);
         let plan = prepare(
@@ -697,7 +707,7 @@ impl<S: Transport> Conn<S> {
         begin_log(
             &mut self.log,
             &self.shard,
-            before,
+            (before, self.serial),
             snap,
             std::time::Instant::now(),
         );
@@ -754,11 +764,12 @@ impl<S: Transport> Conn<S> {
 }
 
 /// Starts the access log record of a new request (when the profile logs):
-/// its start, its id, the bytes sent and queued before it.
+/// its start, its id, the connection's serial and the bytes sent and
+/// queued on it before it.
 fn begin_log(
     log: &mut Option<Box<LogRecord>>,
     shard: &Shard,
-    before: u64,
+    (before, serial): (u64, u64),
     snap: &Snapshot,
     start: std::time::Instant,
 ) {
@@ -766,7 +777,8 @@ fn begin_log(
         return;
     }
     log.get_or_insert_with(Default::default)
-        .begin(before, shard.request_id(), start);
+        .begin(before, shard.request_id(), start)
+        .connection = serial;
 }
 
 /// The current request's id: the access log's while the profile logs, so a

@@ -67,6 +67,8 @@ struct Shared {
     /// The connection's request bucket (a host's `connection_rate`
     /// counts the requests of every stream).
     bucket: Rc<Cell<gapura_gate::quota::Bucket>>,
+    /// The connection's serial (the access log's `connection`).
+    connection: u64,
     open: Cell<u32>,
     /// Resets in the current window, and when it began.
     resets: Cell<u32>,
@@ -124,7 +126,10 @@ pub(super) async fn serve<S: Transport>(
             return;
         }
     };
-    let shared = Rc::new(Shared::default());
+    let shared = Rc::new(Shared {
+        connection: shard.next_connection(),
+        ..Shared::default()
+    });
     let queue = Rc::new(Queue::default());
     // The workers end with the connection.
     let _closing = CloseOnDrop(queue.clone());
@@ -394,9 +399,16 @@ async fn serve_stream<S: Transport>(
         0,
         shard.deadlines.register(),
     );
-    let end = Conn::new(io, shard.clone(), client_peer, None, shared.bucket.clone())
-        .serve_stream()
-        .await;
+    let end = Conn::new(
+        io,
+        shard.clone(),
+        client_peer,
+        None,
+        shared.bucket.clone(),
+        shared.connection,
+    )
+    .serve_stream()
+    .await;
     if let End::Error(kind) = end {
         shard.stats.error(kind);
     }

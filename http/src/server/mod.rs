@@ -96,6 +96,8 @@ pub struct Shard {
     /// Request ids: a per-process prefix, the shard, a counter.
     id_prefix: u32,
     id_counter: Cell<u64>,
+    /// Connections accepted, for the access log's `connection` serial.
+    connection_serial: Cell<u64>,
     /// Room for a rewritten canonical path (16 KiB, allocated once).
     pub scratch: RefCell<Box<gapura_gate::path::PathScratch>>,
     /// The gate's tables (quotas, rate buckets) and counters of this shard.
@@ -207,6 +209,7 @@ impl Shard {
             board,
             id_prefix,
             id_counter: Cell::new(0),
+            connection_serial: Cell::new(0),
             scratch: RefCell::new(Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES])),
             gate: RefCell::new(gate),
             deferred_releases: RefCell::new(Vec::new()),
@@ -253,6 +256,15 @@ impl Shard {
     pub fn with_verifier(mut self, pool: Arc<dyn verify::VerifyPool>) -> Shard {
         self.verifier = Some(pool);
         self
+    }
+
+    /// The next connection's serial on this shard (the access log's
+    /// `connection`: the shard and this number name one connection, and
+    /// every stream of an HTTP/2 connection shares it).
+    pub(crate) fn next_connection(&self) -> u64 {
+        let n = self.connection_serial.get() + 1;
+        self.connection_serial.set(n);
+        n
     }
 
     /// A fresh request id as 24 hex digits, for pages. No allocation.

@@ -77,7 +77,14 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
         return Box::pin(h2).await;
     }
     let io = io.map_stream(|tcp| Plain::new(tcp, shard.ring.as_ref()));
-    let mut conn = Conn::new(io, shard, client_peer, token, Rc::default());
+    let mut conn = Conn::new(
+        io,
+        shard.clone(),
+        client_peer,
+        token,
+        Rc::default(),
+        shard.next_connection(),
+    );
     // Busy from the start until its first wait for a request: a drain
     // that begins meanwhile waits for it.
     conn.set_busy(true);
@@ -146,7 +153,14 @@ async fn serve_tls(
             super::h2::serve(tls.stream, Vec::new(), shard, client_peer, token).await
         }
         Some(tls) => {
-            let mut conn = Conn::new(tls, shard, client_peer, token, Rc::default());
+            let mut conn = Conn::new(
+                tls,
+                shard.clone(),
+                client_peer,
+                token,
+                Rc::default(),
+                shard.next_connection(),
+            );
             conn.set_busy(true);
             let end = conn.run().await;
             conn.set_busy(false);

@@ -53,6 +53,15 @@ pub fn line(ms: u64, client: &str, host: &str, path: &str) -> String {
     )
 }
 
+/// One access-log line that names its connection (`shard`, `connection`).
+pub fn conn_line(ms: u64, client: &str, host: &str, (shard, conn): (u64, u64)) -> String {
+    format!(
+        "{{\"time\":\"{}\",\"shard\":{shard},\"connection\":{conn},\"client\":\"{client}\",\
+         \"host\":\"{host}\",\"method\":\"GET\",\"path\":\"/\",\"status\":200}}\n",
+        time(ms)
+    )
+}
+
 /// Runs the pass over `log` with `opts`' profile and bounds.
 pub fn run(log: &str, opts: &Options) -> Analysis {
     let settings = Settings {
