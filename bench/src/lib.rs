@@ -4,6 +4,12 @@
 //! timing, median of rounds) and the reference snapshot of the gate's chain
 //! they and the allocation tests run. It must never ship in the `gapura`
 //! binary.
+//!
+//! Modules:
+//!
+//! - `reference`: the reference chain (a client behind a trusted proxy, a
+//!   2,000-CIDR access list, a 50-rule set, a managed robots.txt, and a
+//!   second host whose list asks for a password).
 
 pub mod reference;
 

@@ -33,16 +33,24 @@
 //!   every block uses: a word of a set, an integer or a size in a range),
 //!   `size` (byte sizes), `names` (block names), `env` (the machine as a
 //!   profile sees it), `identity` (the stable keys of servers and rate
-//!   pairs);
+//!   pairs), `protection` (the protective defaults a profile gets for each
+//!   dimension it leaves out, applied to the raw profile before any check);
 //! - one module per block: `server` (`[server]`, listeners, the admin
 //!   listener), `limits` (request-limits layers), `host`, `route`,
 //!   `upstream`, `client`, `quota`,
 //!   `ratelimit`, `access`, `ruleset`, `gatekeys` (the rate-limit pairs and
 //!   gate keys of hosts and routes), `blocks` and `hostlayer` (the
 //!   host-level settings layered and compiled), `layer` (request limits
-//!   layered);
+//!   layered), `connlimits` (the per-connection limits of a host layer:
+//!   `connection_rate` and `websocket`), `pow` (`proof_of_work` at every
+//!   host level and on routes), `auth` (`[[auth_provider]]` forward-auth
+//!   providers and the `auth` key of host levels and routes), `tls`
+//!   (`[[certificate]]` and `[tls]`), `udp` (`[[udp]]` relays and their
+//!   budgets);
 //! - `compile` (a checked profile into the snapshot), `settings` (what the
-//!   runtime applies itself), `password` (hash lines).
+//!   runtime applies itself), `password` (hash lines);
+//! - `tests` (under test only: whole-profile tests, every error code with
+//!   its path and position, the shipped profiles and the docs' examples).
 //!
 //! A rate limit, followed from TOML to the gate: `rawgate` (read),
 //! `ratelimit` (checked and compiled), `gatekeys` (paired with its host),

@@ -1,11 +1,25 @@
 //! The bodies of Gapura's fuzz targets: each takes arbitrary bytes, runs
 //! them through one production parser (or decoder, or compiler) and checks
 //! what must hold of the answer, panicking when it does not. The cargo-fuzz
-//! project in `fuzz/` calls these from its targets; `tests/replay.rs` runs
-//! every checked-in corpus through them in the ordinary test suite.
+//! project in `fuzz/libfuzzer/` calls these from its targets;
+//! `tests/replay.rs` runs every checked-in corpus through them in the
+//! ordinary test suite.
 //!
 //! This crate must never change what it tests: it calls the parsers as the
 //! server calls them, and never runs in the server.
+//!
+//! Modules, one per part of the server the targets reach:
+//!
+//! - `framing`: HTTP/1.1 framing: the request head parser, the chunked
+//!   decoder and the upstream response parser.
+//! - `front`: the fronts a client speaks to first: HTTP/2 (frames through
+//!   the h2 server and the frame watch) and TLS (records through rustls
+//!   with the production configuration and certificate choice).
+//! - `gate`: the gate's parsers of peer bytes: the canonical path, the
+//!   PROXY protocol header and Basic credentials.
+//! - `profile`: the profile compiler, TOML text to a snapshot or placed
+//!   errors.
+//! - `udp`: the UDP relay's decision on each datagram, envelope included.
 
 pub mod framing;
 pub mod front;

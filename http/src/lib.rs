@@ -10,10 +10,12 @@
 //!
 //! - `codec`: the HTTP/1.1 codec, standing alone (request heads, chunked
 //!   bodies, the PROXY protocol header, `Accept`); fuzzable without the gate.
-//! - `server`: a shard's shared context and the connection loop (accept
-//!   checks, prepare, the gate's verdict, answers, forwarding, tunnels,
-//!   deferred password verification, forward-auth calls, proof of work's
-//!   verify endpoint, request bodies read locally, per-shard stats).
+//! - `server`: a shard's shared context, a connection's opening (accept
+//!   checks, the TLS handshake, HTTP/2 or HTTP/1.1), HTTP/2 with its flood
+//!   budgets, and the connection loop (prepare, the gate's verdict,
+//!   answers, forwarding, tunnels, deferred password verification,
+//!   forward-auth calls, proof of work's verify endpoint, request bodies
+//!   read locally, per-shard stats).
 //! - `upstream`: upstream pools, balancing and health, the request head sent
 //!   upstream, the response parser, and forward-auth's call and answer.
 //! - `transport`: the streams a client connection runs over (plain TCP,

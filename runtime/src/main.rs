@@ -1,6 +1,7 @@
 //! `gapura`: the process. It owns the command line, the shards (threads,
 //! pinning, drivers), the listeners and their steering, the snapshot cell,
-//! signals and reloads, and the admin listener.
+//! signals and reloads, the listeners' handover to a new binary, UDP
+//! relays, and the admin listener.
 //!
 //! It must never hold policy logic: every answer comes from the gate's
 //! compiled snapshot, which the config crate builds.
@@ -8,12 +9,21 @@
 //! Modules:
 //!
 //! - `cli`: the command line, defined once (arguments, completions, man
-//!   pages); `explain`, `passwd`: those two commands.
+//!   pages); `explain`, `passwd`: those two commands (`explain_udp`:
+//!   `explain` for one datagram to a UDP relay).
 //! - `run`: starting, reloading and draining (the control thread);
 //!   `profile`: loading a profile on this machine (cores, the bounded
 //!   resolver); `publish`: the snapshot cell.
 //! - `shard`: one pinned thread with its runtime, listeners and state;
-//!   `listeners`: port ownership, SO_REUSEPORT sockets and steering.
+//!   `listeners`: port ownership, SO_REUSEPORT sockets and steering;
+//!   `upgrade`: the graceful binary upgrade (the listening sockets handed
+//!   to a new process over a Unix socket, `--upgrade-socket` and
+//!   `--take-over`); `udp`: UDP relays in the process (their steered
+//!   sockets, envelope keys, each shard's relays and their metrics).
+//! - `privileges`: the user the process becomes once every port is bound
+//!   (and the refusal to run as root without `--allow-root`); `notify`:
+//!   systemd's notification protocol (ready, reloading, stopping,
+//!   watchdog).
 //! - `verify`: the password-verification pool; `health`: active health
 //!   checks.
 //! - `admin`: `/healthz` and `/metrics`; `log`: one-line logs;

@@ -1,6 +1,14 @@
-//! The HTTP/1.1 server side: a shard's shared context and the connection loop.
+//! The server side: a shard's shared context, a connection's opening, and
+//! the HTTP/1.1 connection loop that HTTP/2's streams run through too.
 //!
-//! Modules: `conn` (the connection loop), `prepare` (a head's decision),
+//! Modules: `opening` (a connection from its accept to its first request:
+//! the checks, the TLS handshake, the choice of HTTP/2 or HTTP/1.1),
+//! `accept` (the connection-level checks before any TLS handshake: a PROXY
+//! header from trusted peers, the connection limits, the server's access
+//! list), `h2` (HTTP/2: each stream served by the HTTP/1.1 pipeline, the
+//! stream and reset budgets), `h2scan` (the watch on incoming frames below
+//! the codec: the control-frame budget and the header block's timeout),
+//! `conn` (the connection loop), `prepare` (a head's decision),
 //! `decided` (what the decision makes of it, written before its body),
 //! `forward` (proxying), `body` (a body read locally), `verify` (password
 //! checks on the pool, and waiting for a check made off the decision),
@@ -8,7 +16,11 @@
 //! endpoint), `tunnel` (upgraded connections), `leases`, `accesslog`,
 //! `warn`, `live`, `stats`, `date`, `timing`; `client` (the client
 //! side's stream and buffers), `tls` (a shard's TLS configuration and the
-//! handshake).
+//! handshake), `deadline` (one deadline per connection, one timer per
+//! shard), `slots` (reused allocations for upstream exchanges), `fuzzing`
+//! (entry points for the fuzz targets; the server never calls them);
+//! `tests` (under test only: the connection layer on an in-memory
+//! transport).
 
 mod accept;
 pub mod accesslog;
