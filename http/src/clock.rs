@@ -18,6 +18,38 @@ thread_local! {
     static ANCHOR: Cell<Option<(Instant, u64, u64)>> = const { Cell::new(None) };
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How far the test's clock is ahead of the machine's (unit tests of
+    /// the connection layer pass time in: [`skew`]).
+    static SKEW: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+}
+
+/// Moves this thread's clock `by` ahead: deadlines made from now on, and
+/// [`now`], [`now_ms`] and [`precise_now`], see the time moved on.
+#[cfg(test)]
+pub(crate) fn skew(by: Duration) {
+    SKEW.with(|s| s.set(s.get() + by));
+}
+
+#[cfg(test)]
+#[inline]
+fn skewed() -> Duration {
+    SKEW.with(Cell::get)
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn skewed() -> Duration {
+    Duration::ZERO
+}
+
+/// The precise now (as [`Instant::now`]), on the test's clock in tests.
+#[inline]
+pub fn precise_now() -> Instant {
+    Instant::now() + skewed()
+}
+
 fn read(clock: libc::clockid_t) -> u64 {
     let mut t = libc::timespec {
         tv_sec: 0,
@@ -54,14 +86,14 @@ fn anchor() -> (Instant, u64, u64) {
 #[inline]
 pub fn now() -> Instant {
     let (at, mono, _) = anchor();
-    at + Duration::from_nanos(read(libc::CLOCK_MONOTONIC_COARSE).saturating_sub(mono))
+    at + Duration::from_nanos(read(libc::CLOCK_MONOTONIC_COARSE).saturating_sub(mono)) + skewed()
 }
 
 /// The coarse monotonic clock in milliseconds (the clock of the upstream
 /// pools and passive health): a memory read.
 #[inline]
 pub fn now_ms() -> u64 {
-    read(libc::CLOCK_MONOTONIC_COARSE) / 1_000_000
+    read(libc::CLOCK_MONOTONIC_COARSE) / 1_000_000 + skewed().as_millis() as u64
 }
 
 /// The instant `ms` milliseconds from now, never earlier (one tick added).
@@ -69,7 +101,7 @@ pub fn now_ms() -> u64 {
 pub fn deadline(ms: u64) -> Instant {
     let (at, mono, tick) = anchor();
     let since = read(libc::CLOCK_MONOTONIC_COARSE).saturating_sub(mono);
-    at + Duration::from_nanos(since.saturating_add(tick)) + Duration::from_millis(ms)
+    at + Duration::from_nanos(since.saturating_add(tick)) + Duration::from_millis(ms) + skewed()
 }
 
 #[cfg(test)]

@@ -68,6 +68,9 @@ pub(crate) struct Deadlines {
     running: Cell<bool>,
     /// Walks of the table so far.
     sweeps: Cell<u64>,
+    /// No sweeper: time is passed in ([`Deadlines::advance`]).
+    #[cfg(test)]
+    manual: Cell<bool>,
 }
 
 impl Deadlines {
@@ -84,6 +87,13 @@ impl Deadlines {
                 }
             }
         };
+        #[cfg(test)]
+        if self.manual.get() {
+            return Deadline {
+                shard: self.clone(),
+                index,
+            };
+        }
         if !self.running.get() {
             self.running.set(true);
             monoio::spawn(sweep(self.clone()));
@@ -103,6 +113,22 @@ impl Deadlines {
     #[cfg(test)]
     pub(crate) fn sweeps(&self) -> u64 {
         self.sweeps.get()
+    }
+
+    /// From now on no sweeper runs: deadlines fire only when the test
+    /// passes time in with [`Deadlines::advance`].
+    #[cfg(test)]
+    pub(crate) fn set_manual(&self) {
+        self.manual.set(true);
+    }
+
+    /// Moves the test's clock on by `by` and fires every deadline due by
+    /// then.
+    #[cfg(test)]
+    pub(crate) fn advance(&self, by: Duration) {
+        crate::clock::skew(by);
+        let next = self.walk(crate::clock::precise_now());
+        self.next.set(next);
     }
 
     fn nudge(&self, at: Instant) {

@@ -19,8 +19,9 @@
 //! handshake), `deadline` (one deadline per connection, one timer per
 //! shard), `slots` (reused allocations for upstream exchanges), `fuzzing`
 //! (entry points for the fuzz targets; the server never calls them);
-//! `tests` (under test only: the connection layer on an in-memory
-//! transport).
+//! `inmemory` (under test only: unit tests of the connection layer on an
+//! in-memory transport with the clock passed in); `tests` (the shard's
+//! own helpers under test).
 
 mod accept;
 pub mod accesslog;
@@ -36,6 +37,8 @@ mod forwardauth;
 pub mod fuzzing;
 mod h2;
 mod h2scan;
+#[cfg(test)]
+mod inmemory;
 mod leases;
 pub mod live;
 mod opening;
@@ -327,7 +330,9 @@ impl Shard {
     /// Milliseconds since the shard started: the gate's clock.
     #[inline]
     pub fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
+        crate::clock::precise_now()
+            .saturating_duration_since(self.started)
+            .as_millis() as u64
     }
 
     /// Copies the gate's counters to the shared stats (the ticker calls it).

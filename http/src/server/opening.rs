@@ -13,6 +13,7 @@ use super::stats::ErrorKind;
 use super::Shard;
 use crate::clock;
 use crate::transport::plain::Plain;
+use crate::transport::Transport;
 use gapura_gate::chain::ConnectionToken;
 use gapura_gate::client::Peer;
 use monoio::net::TcpStream;
@@ -77,14 +78,19 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
         return Box::pin(h2).await;
     }
     let io = io.map_stream(|tcp| Plain::new(tcp, shard.ring.as_ref()));
-    let mut conn = Conn::new(
-        io,
-        shard.clone(),
-        client_peer,
-        token,
-        Rc::default(),
-        shard.next_connection(),
-    );
+    serve_http1(io, shard, client_peer, token).await;
+}
+
+/// Serves HTTP/1.1 on a connection whose opening steps passed, until it
+/// ends; counts its end.
+pub(super) async fn serve_http1<S: Transport>(
+    io: ClientIo<S>,
+    shard: Rc<Shard>,
+    client_peer: Peer,
+    token: Option<ConnectionToken>,
+) {
+    let serial = shard.next_connection();
+    let mut conn = Conn::new(io, shard, client_peer, token, Rc::default(), serial);
     // Busy from the start until its first wait for a request: a drain
     // that begins meanwhile waits for it.
     conn.set_busy(true);
@@ -152,20 +158,7 @@ async fn serve_tls(
         Some(tls) if tls.stream.alpn_h2() => {
             super::h2::serve(tls.stream, Vec::new(), shard, client_peer, token).await
         }
-        Some(tls) => {
-            let mut conn = Conn::new(
-                tls,
-                shard.clone(),
-                client_peer,
-                token,
-                Rc::default(),
-                shard.next_connection(),
-            );
-            conn.set_busy(true);
-            let end = conn.run().await;
-            conn.set_busy(false);
-            conn.finish(end).await;
-        }
+        Some(tls) => serve_http1(tls, shard, client_peer, token).await,
         None => {
             if let Some(t) = token {
                 shard.release_connection(t);

@@ -1,0 +1,210 @@
+//! HTTP/2 over the in-memory duplex, with the h2 client crate as the
+//! client: streams through the gate, bodies, the stream limit, flow
+//! control windows, resets and GOAWAY.
+
+use super::*;
+use ::h2::client::SendRequest;
+use bytes::Bytes;
+
+/// An HTTP/2 connection served by the shard; the client's handle and a
+/// view of the wire.
+async fn connect(shard: &Rc<Shard>) -> (SendRequest<Bytes>, memio::Client) {
+    let (mem, client) = memio::pair();
+    let watch = client.watch();
+    shard.stats.connections_accepted.inc();
+    shard.open.set(shard.open.get() + 1);
+    let peer = Peer::tcp(std::net::IpAddr::from([192, 0, 2, 1]));
+    monoio::spawn(crate::server::h2::serve(
+        mem,
+        Vec::new(),
+        shard.clone(),
+        peer,
+        None,
+    ));
+    let (send, conn) = ::h2::client::handshake(client).await.expect("handshake");
+    monoio::spawn(async move {
+        let _ = conn.await;
+    });
+    (send, watch)
+}
+
+async fn exchange(
+    send: &SendRequest<Bytes>,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> Result<(u16, Vec<u8>), ::h2::Error> {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://hello.test{path}"))
+        .body(())
+        .unwrap();
+    let mut send = send.clone().ready().await?;
+    let (resp, mut stream) = send.send_request(req, body.is_none())?;
+    if let Some(b) = body {
+        stream.send_data(Bytes::copy_from_slice(b), true)?;
+    }
+    let resp = resp.await?;
+    let status = resp.status().as_u16();
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    Ok((status, got))
+}
+
+#[test]
+fn streams_on_one_connection_are_answered() {
+    run(async {
+        let shard = shard("", HELLO);
+        let (send, _wire) = connect(&shard).await;
+        for i in 0..3 {
+            let (status, body) = exchange(&send, "GET", &format!("/{i}"), None)
+                .await
+                .unwrap();
+            assert_eq!((status, body.as_slice()), (200, &b"hello\n"[..]));
+        }
+        assert_eq!(shard.stats.h2_connections.get(), 1);
+        assert_eq!(shard.stats.h2_streams.get(), 3);
+        assert_eq!(shard.stats.requests.get(), 3);
+    })
+}
+
+#[test]
+fn concurrent_streams_are_served_side_by_side() {
+    run(async {
+        let shard = shard("", HELLO);
+        let (send, _wire) = connect(&shard).await;
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let send = send.clone();
+            tasks.push(monoio::spawn(async move {
+                exchange(&send, "GET", &format!("/c{i}"), None).await
+            }));
+        }
+        for t in tasks {
+            assert_eq!(t.await.unwrap().0, 200);
+        }
+    })
+}
+
+#[test]
+fn a_stream_with_a_body_is_read_and_answered() {
+    run(async {
+        let shard = shard("", HELLO);
+        let (send, _wire) = connect(&shard).await;
+        let (status, _) = exchange(&send, "POST", "/form", Some(b"a=1&b=2"))
+            .await
+            .unwrap();
+        assert_eq!(status, 200);
+    })
+}
+
+#[test]
+fn a_gate_refusal_is_the_streams_answer_and_the_connection_goes_on() {
+    run(async {
+        let host = HELLO.replace(
+            "default = true",
+            "default = true\nconnection_rate = { requests = 1, burst = 2 }",
+        );
+        let shard = shard("", &host);
+        let (send, _wire) = connect(&shard).await;
+        let mut statuses = Vec::new();
+        for i in 0..4 {
+            statuses.push(
+                exchange(&send, "GET", &format!("/{i}"), None)
+                    .await
+                    .unwrap()
+                    .0,
+            );
+        }
+        assert_eq!(statuses, [200, 200, 429, 429]);
+    })
+}
+
+#[test]
+fn a_stream_holds_no_more_than_its_window_for_a_client_that_does_not_read() {
+    run(async {
+        let big = format!(
+            "[[host]]\nnames = [\"hello.test\"]\ndefault = true\nkind = \"respond\"\nbody = \"{}\"\n",
+            "d".repeat(300_000)
+        );
+        let shard = shard("", &big);
+        let (send, wire) = connect(&shard).await;
+        let req = http::Request::builder()
+            .uri("http://hello.test/big")
+            .body(())
+            .unwrap();
+        let mut send = send.ready().await.unwrap();
+        let (resp, _) = send.send_request(req, true).unwrap();
+        let resp = resp.await.unwrap();
+        assert_eq!(resp.status(), 200);
+        // The body is never read: no capacity is released.
+        settle().await;
+        let written = wire.written();
+        // The default windows are 65,535 bytes; frame heads and the
+        // connection's own frames add a little.
+        assert!(
+            written < 65_535 + 4096,
+            "{written} bytes sent past the window"
+        );
+        assert!(written >= 60_000, "{written}: the window was used");
+        drop(resp);
+    })
+}
+
+#[test]
+fn rapid_reset_past_the_budget_gets_goaway_enhance_your_calm() {
+    run(async {
+        let shard = shard("http2_max_resets = 10", HELLO);
+        let (send, _wire) = connect(&shard).await;
+        let mut refused = None;
+        for i in 0..40 {
+            let req = http::Request::builder()
+                .uri(format!("http://hello.test/r{i}"))
+                .body(())
+                .unwrap();
+            let mut s = match send.clone().ready().await {
+                Ok(s) => s,
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            };
+            match s.send_request(req, false) {
+                Ok((_, mut stream)) => stream.send_reset(::h2::Reason::CANCEL),
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+            settle().await;
+        }
+        let e = refused.expect("the connection ended");
+        assert_eq!(e.reason(), Some(::h2::Reason::ENHANCE_YOUR_CALM), "{e:?}");
+        assert_eq!(shard.stats.h2_calm.get(), 1);
+        assert!(shard.stats.h2_resets.get() >= 11);
+    })
+}
+
+#[test]
+fn a_client_that_goes_away_ends_the_connection_and_releases_its_place() {
+    run(async {
+        let shard = shard("", HELLO);
+        let (send, wire) = connect(&shard).await;
+        assert_eq!(exchange(&send, "GET", "/", None).await.unwrap().0, 200);
+        drop(send);
+        wire.finish();
+        for _ in 0..100 {
+            settle().await;
+            if open_count(&shard) == 0 {
+                break;
+            }
+            monoio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(open_count(&shard), 0);
+    })
+}
