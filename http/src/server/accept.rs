@@ -4,6 +4,7 @@
 
 use super::client::ClientIo;
 use super::conn::{End, ReadFail};
+use super::place::Place;
 use super::stats::ErrorKind;
 use super::Shard;
 use crate::clock;
@@ -14,14 +15,15 @@ use std::net::SocketAddr;
 /// Connection-level checks before the first request: the PROXY header
 /// on listeners that expect one (from trusted peers only; anyone else's
 /// bytes are read as HTTP), then the connection limits and the server's
-/// access list on the address. The peer the gate sees and the
-/// connection's place in its limit, or how the connection ends.
+/// access list on the address. The peer the gate sees (the connection's
+/// place in its limit held by `place`), or how the connection ends.
 pub(super) async fn accept(
     io: &mut ClientIo<TcpStream>,
     shard: &Shard,
+    place: &mut Place,
     peer: SocketAddr,
     proxy_protocol: bool,
-) -> Result<(Peer, Option<gapura_gate::chain::ConnectionToken>), End> {
+) -> Result<Peer, End> {
     let snap = shard.snapshot();
     let tcp_ip = peer.ip();
     let mut client_peer = Peer::tcp(tcp_ip);
@@ -51,17 +53,17 @@ pub(super) async fn accept(
         }
     }
     let now_ms = shard.now_ms();
-    let token = match shard.gate_mut().admit_connection(
+    match shard.gate_mut().admit_connection(
         snap.gate.connections.as_ref(),
         client_peer.addr(),
         now_ms,
     ) {
-        Ok(token) => token,
+        Ok(token) => place.hold(token),
         Err(_) => {
             shard.stats.connections_refused.inc();
             return Err(End::Done);
         }
-    };
+    }
     // The server's list judges the peer only where the peer is the
     // client: directly connected, or named by a trusted PROXY header.
     let peer_is_client = snap.gate.client.mode == gapura_gate::client::ClientMode::Direct
@@ -70,12 +72,9 @@ pub(super) async fn accept(
         if let Some(list) = snap.gate.access_lists.get(i as usize) {
             if list.address_only_verdict(client_peer.addr()).is_some() {
                 shard.stats.accept_drops.inc();
-                if let Some(t) = token {
-                    shard.release_connection(t);
-                }
                 return Err(End::Done);
             }
         }
     }
-    Ok((client_peer, token))
+    Ok(client_peer)
 }

@@ -110,21 +110,12 @@ pub(super) struct Conn<S> {
     /// The peer the gate sees: the TCP peer, or a trusted PROXY header's source.
     pub(super) client_peer: Peer,
     /// The connection's place in its prefix's concurrency limit.
-    connection_token: Option<gapura_gate::chain::ConnectionToken>,
+    /// The connection's place on its shard (`None` for an HTTP/2 stream:
+    /// its connection's driver holds it).
+    place: Option<super::place::Place>,
     /// The current request's page variables, kept for an answer written
     /// after its head's bytes are gone (an upstream error replaced).
     pub(super) page_vars: Option<Box<PageCopy>>,
-}
-
-/// Counts a connection's end.
-pub(super) fn closed(shard: &Shard, end: End) {
-    match end {
-        End::Done | End::Upgrade(_) => {}
-        End::Idle => shard.stats.idle_timeouts.inc(),
-        End::Error(kind) => shard.stats.error(kind),
-    }
-    shard.open.set(shard.open.get() - 1);
-    shard.stats.connections_closed.inc();
 }
 
 impl<S: Transport> Conn<S> {
@@ -132,7 +123,7 @@ impl<S: Transport> Conn<S> {
         io: ClientIo<S>,
         shard: Rc<Shard>,
         client_peer: Peer,
-        connection_token: Option<gapura_gate::chain::ConnectionToken>,
+        place: Option<super::place::Place>,
         bucket: Rc<std::cell::Cell<gapura_gate::quota::Bucket>>,
         serial: u64,
     ) -> Conn<S> {
@@ -153,7 +144,7 @@ impl<S: Transport> Conn<S> {
             req_host: None,
             req_start: std::time::Instant::now(),
             client_peer,
-            connection_token,
+            place,
             page_vars: None,
         }
     }
@@ -170,6 +161,7 @@ impl<S: Transport> Conn<S> {
     /// was upgraded.
     pub(super) async fn finish(mut self, end: End) {
         let shard = self.shard.clone();
+        let place = self.place.take();
         if let End::Upgrade(up) = end {
             let Upgraded {
                 upstream,
@@ -179,7 +171,6 @@ impl<S: Transport> Conn<S> {
                 host,
             } = *up;
             let client_pending = self.io.rbuf.split_off(self.io.pos);
-            let token = self.connection_token.take();
             let idle_ms = shard.snapshot().server.idle_timeout_ms;
             shard.stats.upgrades.inc();
             self.held.release_all();
@@ -202,18 +193,15 @@ impl<S: Transport> Conn<S> {
                 messages,
             ))
             .await;
-            // The request ends with its tunnel.
+            // The request ends with its tunnel, and the connection too:
+            // its place drops.
             drop(leases);
-            if let Some(t) = token {
-                shard.release_connection(t);
-            }
-            closed(&shard, End::Done);
+            drop(place);
             return;
         }
-        if let Some(t) = self.connection_token.take() {
-            shard.release_connection(t);
+        if let Some(place) = place {
+            place.end(&end);
         }
-        closed(&shard, end);
     }
 
     pub(super) fn set_busy(&mut self, busy: bool) {

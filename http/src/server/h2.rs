@@ -29,14 +29,14 @@
 //! timeout; a draining shard sends GOAWAY and lets open streams finish.
 
 use super::client::{ClientIo, READ_BUF_BYTES};
-use super::conn::{closed, Conn, End};
+use super::conn::{Conn, End};
+use super::place::Place;
 use super::Shard;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::transport::compat::Compat;
 use crate::transport::{init_bytes, ReadSpare, Transport, WriteAll};
 use crate::upstream::response::{parse_response, resp_header_buf, RespFraming, RespParse};
 use bytes::Bytes;
-use gapura_gate::chain::ConnectionToken;
 use gapura_gate::client::Peer;
 use gapura_gate::limits::OUTER_MAX_HEAD_BYTES;
 use h2::server::SendResponse;
@@ -93,7 +93,7 @@ pub(super) async fn serve<S: Transport>(
     early: Vec<u8>,
     shard: Rc<Shard>,
     client_peer: Peer,
-    token: Option<ConnectionToken>,
+    place: Place,
 ) where
     S::ReadHalf: Unpin,
     S::WriteHalf: Unpin,
@@ -122,7 +122,6 @@ pub(super) async fn serve<S: Transport>(
         Ok(Ok(c)) => c,
         Ok(Err(_)) | Err(_) => {
             shard.stats.h2_errors.inc();
-            finish(&shard, token);
             return;
         }
     };
@@ -186,7 +185,7 @@ pub(super) async fn serve<S: Transport>(
             last_active = monoio::time::Instant::now();
         }
     }
-    finish(&shard, token);
+    drop(place);
 }
 
 /// A stream the codec handed over: counted and dropped when the client
@@ -269,13 +268,6 @@ fn ending(
         return Some(Reason::NO_ERROR);
     }
     None
-}
-
-fn finish(shard: &Shard, token: Option<ConnectionToken>) {
-    if let Some(t) = token {
-        shard.release_connection(t);
-    }
-    closed(shard, End::Done);
 }
 
 /// A new stream and its response handle.

@@ -42,6 +42,7 @@ mod inmemory;
 mod leases;
 pub mod live;
 mod opening;
+mod place;
 mod powverify;
 mod prepare;
 mod slots;

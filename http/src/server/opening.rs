@@ -8,13 +8,13 @@
 //! requests, only what a plain connection needs.
 
 use super::client::{ClientIo, READ_BUF_BYTES};
-use super::conn::{closed, Conn, End, ReadFail};
+use super::conn::{Conn, End, ReadFail};
+use super::place::Place;
 use super::stats::ErrorKind;
 use super::Shard;
 use crate::clock;
 use crate::transport::plain::Plain;
 use crate::transport::Transport;
-use gapura_gate::chain::ConnectionToken;
 use gapura_gate::client::Peer;
 use monoio::net::TcpStream;
 use std::net::SocketAddr;
@@ -36,8 +36,7 @@ pub struct Listener {
 /// handshake, so a refused peer costs no cryptography.
 pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listener: Listener) {
     let _ = stream.set_nodelay(true);
-    shard.stats.connections_accepted.inc();
-    shard.open.set(shard.open.get() + 1);
+    let mut place = Place::open(&shard);
     let io = if listener.tls && !listener.proxy_protocol {
         // Nothing is read before the handshake: no buffer until the
         // client speaks.
@@ -52,8 +51,9 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
     };
     // The opening steps in a call of their own: what they hold across
     // their waits is not kept in this task for the connection's life.
-    let Some((mut io, client_peer, token, h2)) = open(io, &shard, peer, listener).await else {
-        return;
+    let (mut io, client_peer, h2) = match open(io, &shard, &mut place, peer, listener).await {
+        Ok(opened) => opened,
+        Err(end) => return place.end(&end),
     };
     if listener.tls {
         // A client that has not said anything holds no TLS state: wait for
@@ -62,35 +62,31 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
             shard
                 .stats
                 .tls_failure(crate::transport::tls::HandshakeFail::Timeout);
-            if let Some(t) = token {
-                shard.release_connection(t);
-            }
-            closed(&shard, End::Done);
             return;
         }
         // The handshake and what follows it on their own allocation: a
         // plain connection's task keeps only what a plain connection needs.
-        return Box::pin(serve_tls(io, shard, client_peer, token)).await;
+        return Box::pin(serve_tls(io, shard, client_peer, place)).await;
     }
     if h2 {
         let early = io.rbuf.split_off(io.pos);
-        let h2 = super::h2::serve(io.stream, early, shard, client_peer, token);
+        let h2 = super::h2::serve(io.stream, early, shard, client_peer, place);
         return Box::pin(h2).await;
     }
     let io = io.map_stream(|tcp| Plain::new(tcp, shard.ring.as_ref()));
-    serve_http1(io, shard, client_peer, token).await;
+    serve_http1(io, shard, client_peer, place).await;
 }
 
 /// Serves HTTP/1.1 on a connection whose opening steps passed, until it
-/// ends; counts its end.
+/// ends; its place ends with it.
 pub(super) async fn serve_http1<S: Transport>(
     io: ClientIo<S>,
     shard: Rc<Shard>,
     client_peer: Peer,
-    token: Option<ConnectionToken>,
+    place: Place,
 ) {
     let serial = shard.next_connection();
-    let mut conn = Conn::new(io, shard, client_peer, token, Rc::default(), serial);
+    let mut conn = Conn::new(io, shard, client_peer, Some(place), Rc::default(), serial);
     // Busy from the start until its first wait for a request: a drain
     // that begins meanwhile waits for it.
     conn.set_busy(true);
@@ -99,36 +95,23 @@ pub(super) async fn serve_http1<S: Transport>(
     conn.finish(end).await;
 }
 
-/// The connection-level checks, and for plain HTTP with HTTP/2 on, whether
-/// the client opens with the HTTP/2 preface. `None`: the connection ended
-/// (its end counted).
+/// The connection-level checks (the connection limit's place held by
+/// `place`), and for plain HTTP with HTTP/2 on, whether the client opens
+/// with the HTTP/2 preface; else how the connection ends.
 async fn open(
     mut io: ClientIo<TcpStream>,
     shard: &Rc<Shard>,
+    place: &mut Place,
     peer: SocketAddr,
     listener: Listener,
-) -> Option<(ClientIo<TcpStream>, Peer, Option<ConnectionToken>, bool)> {
-    let admitted = super::accept::accept(&mut io, shard, peer, listener.proxy_protocol).await;
-    let (client_peer, token) = match admitted {
-        Ok(a) => a,
-        Err(end) => {
-            closed(shard, end);
-            return None;
-        }
-    };
+) -> Result<(ClientIo<TcpStream>, Peer, bool), End> {
+    let client_peer =
+        super::accept::accept(&mut io, shard, place, peer, listener.proxy_protocol).await?;
     if listener.tls || !shard.snapshot().server.http2.enabled {
-        return Some((io, client_peer, token, false));
+        return Ok((io, client_peer, false));
     }
-    match sniff_preface(&mut io, shard).await {
-        Ok(h2) => Some((io, client_peer, token, h2)),
-        Err(end) => {
-            if let Some(t) = token {
-                shard.release_connection(t);
-            }
-            closed(shard, end);
-            None
-        }
-    }
+    let h2 = sniff_preface(&mut io, shard).await?;
+    Ok((io, client_peer, h2))
 }
 
 /// Whether the client's first bytes arrive (or it closes: the handshake
@@ -148,23 +131,14 @@ async fn hello_arrives(io: &ClientIo<TcpStream>, shard: &Shard) -> bool {
 
 /// A TLS connection after its checks: the handshake, then HTTP/2 or
 /// HTTP/1.1 as ALPN chose.
-async fn serve_tls(
-    io: ClientIo<TcpStream>,
-    shard: Rc<Shard>,
-    client_peer: Peer,
-    token: Option<ConnectionToken>,
-) {
+async fn serve_tls(io: ClientIo<TcpStream>, shard: Rc<Shard>, client_peer: Peer, place: Place) {
     match super::tls::handshake(io, &shard).await {
         Some(tls) if tls.stream.alpn_h2() => {
-            super::h2::serve(tls.stream, Vec::new(), shard, client_peer, token).await
+            super::h2::serve(tls.stream, Vec::new(), shard, client_peer, place).await
         }
-        Some(tls) => serve_http1(tls, shard, client_peer, token).await,
-        None => {
-            if let Some(t) = token {
-                shard.release_connection(t);
-            }
-            closed(&shard, End::Done);
-        }
+        Some(tls) => serve_http1(tls, shard, client_peer, place).await,
+        // A failed handshake is counted by its kind; the place drops.
+        None => {}
     }
 }
 

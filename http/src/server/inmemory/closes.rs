@@ -98,3 +98,85 @@ fn a_client_gone_after_a_pipeline_is_answered_is_counted_once() {
         gone(&shard).await;
     })
 }
+
+/// A connection holding its place in a one-connection-per-prefix limit,
+/// admitted as the accept step admits it.
+fn open_limited(shard: &Rc<Shard>) -> Option<memio::Client> {
+    let addr = std::net::IpAddr::from([192, 0, 2, 1]);
+    let snap = shard.snapshot();
+    let now = shard.now_ms();
+    let token = shard
+        .gate_mut()
+        .admit_connection(snap.gate.connections.as_ref(), addr, now)
+        .ok()?;
+    let (mem, client) = memio::pair();
+    let mut place = crate::server::place::Place::open(shard);
+    place.hold(token);
+    let io = ClientIo::new(
+        mem,
+        Vec::with_capacity(READ_BUF_BYTES),
+        0,
+        shard.deadlines.register(),
+    );
+    let peer = Peer::tcp(addr);
+    monoio::spawn(crate::server::opening::serve_http1(
+        io,
+        shard.clone(),
+        peer,
+        place,
+    ));
+    Some(client)
+}
+
+const ONE_PER_PREFIX: &str = "[quota.connections]\nconcurrent = 1\n";
+
+/// Each way a connection ends gives its place in the limit back: the
+/// next connection from the same prefix is admitted.
+#[test]
+fn every_end_releases_the_connections_place_in_its_limit() {
+    type Ending = fn(memio::Client, Rc<Shard>) -> std::pin::Pin<Box<dyn Future<Output = ()>>>;
+    let endings: [(&str, Ending); 5] = [
+        ("half-close", |c, _| {
+            Box::pin(async move {
+                c.finish();
+                c.until_closed().await;
+            })
+        }),
+        ("reset", |c, _| {
+            Box::pin(async move {
+                c.reset();
+                settle().await;
+            })
+        }),
+        ("idle timeout", |_c, s| {
+            Box::pin(async move {
+                advance(&s, Duration::from_secs(3601)).await;
+            })
+        }),
+        ("refusal", |c, s| {
+            Box::pin(async move {
+                c.send(b"GARBAGE\r\n\r\n");
+                c.until_closed().await;
+                advance(&s, Duration::from_secs(2)).await;
+            })
+        }),
+        ("connection: close", |c, _| {
+            Box::pin(async move {
+                c.send(&get("/", &["Connection: close"]));
+                c.until_closed().await;
+            })
+        }),
+    ];
+    for (name, end) in endings {
+        run(async move {
+            let shard = shard("", &format!("{HELLO}\n{ONE_PER_PREFIX}"));
+            let c = open_limited(&shard).expect("the first is admitted");
+            settle().await;
+            assert!(open_limited(&shard).is_none(), "{name}: one at a time");
+            end(c, shard.clone()).await;
+            settle().await;
+            assert_eq!(open_count(&shard), 0, "{name}");
+            assert!(open_limited(&shard).is_some(), "{name}: place given back");
+        });
+    }
+}

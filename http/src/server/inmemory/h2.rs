@@ -11,15 +11,14 @@ use bytes::Bytes;
 async fn connect(shard: &Rc<Shard>) -> (SendRequest<Bytes>, memio::Client) {
     let (mem, client) = memio::pair();
     let watch = client.watch();
-    shard.stats.connections_accepted.inc();
-    shard.open.set(shard.open.get() + 1);
+    let place = crate::server::place::Place::open(shard);
     let peer = Peer::tcp(std::net::IpAddr::from([192, 0, 2, 1]));
     monoio::spawn(crate::server::h2::serve(
         mem,
         Vec::new(),
         shard.clone(),
         peer,
-        None,
+        place,
     ));
     let (send, conn) = ::h2::client::handshake(client).await.expect("handshake");
     monoio::spawn(async move {

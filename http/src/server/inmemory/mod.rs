@@ -121,8 +121,7 @@ where
 /// HTTP/1.1 on its own task; the client's end comes back.
 pub(crate) fn open_from(shard: &Rc<Shard>, addr: [u8; 4]) -> Client {
     let (mem, client) = memio::pair();
-    shard.stats.connections_accepted.inc();
-    shard.open.set(shard.open.get() + 1);
+    let place = super::place::Place::open(shard);
     let io = ClientIo::new(
         mem,
         Vec::with_capacity(READ_BUF_BYTES),
@@ -130,7 +129,7 @@ pub(crate) fn open_from(shard: &Rc<Shard>, addr: [u8; 4]) -> Client {
         shard.deadlines.register(),
     );
     let peer = Peer::tcp(std::net::IpAddr::from(addr));
-    monoio::spawn(super::opening::serve_http1(io, shard.clone(), peer, None));
+    monoio::spawn(super::opening::serve_http1(io, shard.clone(), peer, place));
     client
 }
 
