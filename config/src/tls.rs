@@ -72,8 +72,8 @@ impl HttpsLayer {
         }
     }
 
-    pub(crate) fn compile(&self) -> gapura_gate::tls::HttpsPolicy {
-        gapura_gate::tls::HttpsPolicy {
+    pub(crate) fn compile(&self) -> gapura_gate::https::HttpsPolicy {
+        gapura_gate::https::HttpsPolicy {
             redirect_port: self
                 .redirect
                 .unwrap_or(false)

@@ -45,7 +45,8 @@
 //! - `maintenance`: maintenance mode.
 //! - `latency`: answer latency histograms per host.
 //! - `tls`: what TLS listeners serve (certificates as DER, names, the
-//!   ticket secret) and a host's HTTPS policy (redirect, HSTS).
+//!   ticket secret) and the HTTPS redirect's answer.
+//! - `https`: a host's HTTPS policy (redirect, HSTS).
 //! - `pages`: built-in error pages; `custom_pages`: an operator's pages;
 //!   `answer`: precomputed answers and the one function that writes them.
 
@@ -62,6 +63,7 @@ pub mod custom_pages;
 pub mod glob;
 pub mod hash;
 pub mod host;
+pub mod https;
 pub mod latency;
 pub mod limits;
 pub mod maintenance;

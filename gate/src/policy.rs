@@ -226,7 +226,7 @@ pub struct HostExtras {
     /// removed from what clients send on every route of the host.
     pub identity_strip: Vec<crate::auth::HeaderMatch>,
     /// Plaintext requests to HTTPS; HSTS on answers over TLS.
-    pub https: crate::tls::HttpsPolicy,
+    pub https: crate::https::HttpsPolicy,
 }
 
 /// A host's limits on the messages a client sends through one WebSocket

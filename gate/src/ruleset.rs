@@ -429,6 +429,14 @@ impl<'a, U: Iterator<Item = &'a [u8]> + Clone> Eval<'a, '_, U> {
     }
 }
 
+impl Preset {
+    /// The compiled set. Allocates; compile time only (a snapshot compiles a
+    /// preset only when something names it).
+    pub fn compile(self) -> RuleSet {
+        RuleSet::compile(&self.rules()).expect("presets are valid")
+    }
+}
+
 impl RuleSet {
     /// Compiles a whole set, collecting every error. Allocates; compile time
     /// only. See [`RuleSetBuilder`] for the costs.

@@ -4,6 +4,10 @@
 //! the HTTP layer builds its rustls configuration from it, once per shard
 //! and snapshot.
 //!
+//! Beside it, the HTTPS redirect's answer: the authority it names
+//! ([`redirect_authority`]) and its head ([`write_https_redirect`]). The
+//! host's policy that asks for it is [`crate::https::HttpsPolicy`].
+//!
 //! Private keys and the ticket secret never appear in `Debug` output.
 
 use crate::host::HostTable;
@@ -76,16 +80,6 @@ impl TlsSettings {
             .lookup_exact_or_wildcard(sni.as_bytes())
             .is_some()
     }
-}
-
-/// A host's HTTPS policy: plaintext requests redirected, HSTS over TLS.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HttpsPolicy {
-    /// Answer plaintext requests with a 308 to the https URL on this port.
-    pub redirect_port: Option<u16>,
-    /// The `Strict-Transport-Security` line added to answers over TLS
-    /// (`Strict-Transport-Security: ...\r\n`), or empty.
-    pub hsts_line: Vec<u8>,
 }
 
 /// The authority of an HTTPS redirect: the request's host without its

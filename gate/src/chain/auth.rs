@@ -1,24 +1,12 @@
 //! Step 14 of the chain, forward-auth, on [`Flow`].
 
+use super::state::Start;
 use super::steps::{Flow, Next};
-use super::{Start, Step, Trace};
+use super::trace::{AuthOutcome, Step, Trace};
 use crate::auth::{AuthJob, KeyFacts, Remembered};
 use crate::client::HeaderLines;
 use crate::snapshot::Verdict;
 use std::ops::ControlFlow;
-
-/// What the forward-auth step did, for explain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AuthOutcome {
-    /// A remembered allow (`identity`: it copies identity headers).
-    Remembered { identity: bool },
-    /// No remembered allow: the provider is asked.
-    WouldCall,
-    /// The provider allowed it already (the chain resumed after the call).
-    Allowed,
-    /// A refusal is remembered (`cache.negative_ttl_ms`): answered again.
-    RememberedRefusal { status: u16 },
-}
 
 impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// Step 14: forward-auth. Runs on a route that names a provider,

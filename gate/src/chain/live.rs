@@ -9,7 +9,8 @@
 //! refreshed. Allocates (the answer's names); an admin path, never a
 //! request's.
 
-use super::{GateState, Request};
+use super::decision::Request;
+use super::state::GateState;
 use crate::client::HeaderLines;
 use crate::host::HostAction;
 use crate::path::PathScratch;

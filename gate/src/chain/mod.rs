@@ -24,144 +24,45 @@
 //! Shadow mode is carried out by [`Mode::apply`] in every block that has
 //! one.
 //!
-//! Modules: `steps` (the blocks of steps 4 to 15; forward-auth's step in `auth`, proof of work's in `pow`), `quota` (the work of
-//! steps 4 and 9: budgets, leases and the rate limit), `state` (the shard's
-//! mutable gate state and counters), `trace` (what explain records), `live`
-//! (a running shard's tables as a request would meet them, read only).
+//! Modules: `decision` (what the chain is given and what it answers:
+//! [`Request`], [`Decision`] and the deciding [`Block`]), `steps` (the
+//! blocks of steps 4 to 15; forward-auth's step in `auth`, proof of work's
+//! in `pow`), `quota` (the work of steps 4 and 9: budgets, leases and the
+//! rate limit), `state` (the shard's mutable gate state and counters),
+//! `trace` (what explain records, every block's outcome included), `live`
+//! (a running shard's tables as a request would meet them, read only) and
+//! `tests` (the decision end to end on a small snapshot). Each imports what
+//! it uses from the module that defines it; this one declares them,
+//! re-exports their names and runs the first phase.
 
 mod auth;
+mod decision;
 mod live;
 mod pow;
 mod quota;
 mod state;
 mod steps;
+#[cfg(test)]
+mod tests;
 mod trace;
 
-pub use auth::AuthOutcome;
+pub use decision::{Block, Decision, Request};
 pub use live::LiveView;
-pub use pow::PowOutcome;
 pub use state::{
     AccessCounters, ChainCounters, ConnectionCounters, ConnectionRefusal, ConnectionToken,
     GateState, RateLimitCounters, Start,
 };
-pub use trace::{AccessStepOutcome, NoTrace, QuotaOutcome, Step, Trace};
+pub use trace::{AccessStepOutcome, AuthOutcome, NoTrace, PowOutcome, QuotaOutcome, Step, Trace};
 
-use crate::client::{Arrival, HeaderLines, Peer};
-use crate::host::{HostAction, HostId};
-use crate::limits::RequestLimits;
+use crate::client::{HeaderLines, Peer};
+use crate::host::HostAction;
 use crate::pages::ErrorStatus;
 use crate::path::PathScratch;
 use crate::policy::RequestPolicy;
-use crate::quota::{Bucket, QuotaTicket};
+use crate::quota::QuotaTicket;
 use crate::snapshot::{HostEntry, Snapshot, Verdict};
 use crate::upstream::Route;
-use std::cell::Cell;
-use std::net::IpAddr;
 use steps::Flow;
-
-/// A request as the chain sees it. Borrowed, no copies.
-pub struct Request<'a, H: HeaderLines + ?Sized> {
-    pub peer: Peer,
-    pub method: &'a [u8],
-    pub host: Option<&'a [u8]>,
-    /// Raw target as sent.
-    pub target: &'a [u8],
-    /// Path and query (origin form).
-    pub path: &'a [u8],
-    pub header_count: usize,
-    pub header_bytes: usize,
-    pub content_length: Option<u64>,
-    pub headers: &'a H,
-    /// The request bucket of the connection it came on (step 5), when the
-    /// caller keeps one.
-    pub connection: Option<&'a Cell<Bucket>>,
-    /// The request arrived over TLS (the HTTPS redirect lets it through;
-    /// `X-Forwarded-Proto: https`).
-    pub tls: bool,
-}
-
-/// The chain's answer for one request.
-#[derive(Debug)]
-pub struct Decision<'s> {
-    pub verdict: Verdict<'s>,
-    pub host: Option<HostId>,
-    /// The limits that apply while the body is read.
-    pub limits: RequestLimits,
-    /// The resolved client address.
-    pub client: IpAddr,
-    /// Leases held for the request's life: release them when it ends.
-    pub ticket: Option<QuotaTicket>,
-    /// Retry-After seconds of a 429.
-    pub retry_after_s: u32,
-    /// The access list took the credentials: remove `Authorization` before
-    /// the upstream.
-    pub strip_authorization: bool,
-    /// How the client address was learned (Cloudflare: `CF-Ray` is trusted).
-    pub via: Arrival,
-    /// Close the connection once the answer is sent (over the connection's
-    /// request rate).
-    pub close: bool,
-    /// The step that decided the verdict (for the access log).
-    pub step: Block,
-    /// What refused, by name, where the step has one: the budget's level,
-    /// the rate limit, the rule set, the access list.
-    pub policy: Option<&'s str>,
-    /// A remembered forward-auth allow's identity lines (`Name: value\r\n`)
-    /// to add upstream.
-    pub identity: Option<std::sync::Arc<[u8]>>,
-    /// A remembered forward-auth refusal to answer (`Verdict::AuthRefusal`).
-    pub relay: Option<crate::auth::Relay>,
-}
-
-/// The chain's steps by name, for what the access log says decided a
-/// request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Block {
-    /// Step 3: no host takes the request.
-    Host,
-    /// The path cannot be made canonical.
-    Path,
-    Budgets,
-    ConnectionRate,
-    AccessAddress,
-    RuleSet,
-    Access,
-    RateLimit,
-    ForwardAuth,
-    ProofOfWork,
-    RequestLimits,
-    HttpsRedirect,
-    Robots,
-    Maintenance,
-    /// Step 16: the host's answer.
-    Answer,
-}
-
-impl Block {
-    /// How many steps there are (every variant is below it).
-    pub const COUNT: usize = 15;
-
-    /// The access log's name of the step.
-    pub fn name(self) -> &'static str {
-        match self {
-            Block::Host => "host",
-            Block::Path => "path",
-            Block::Budgets => "budgets",
-            Block::ConnectionRate => "connection_rate",
-            Block::AccessAddress => "access_address",
-            Block::RuleSet => "rule_set",
-            Block::Access => "access_list",
-            Block::RateLimit => "rate_limit",
-            Block::ForwardAuth => "forward_auth",
-            Block::ProofOfWork => "proof_of_work",
-            Block::RequestLimits => "request_limits",
-            Block::HttpsRedirect => "https_redirect",
-            Block::Robots => "robots",
-            Block::Maintenance => "maintenance",
-            Block::Answer => "answer",
-        }
-    }
-}
 
 /// `GET` or `HEAD /robots.txt`: answered by the managed file, never ruled
 /// on by a rule set, exempt from budgets and rate limits.

@@ -1,34 +1,14 @@
 //! Step 15 of the chain, proof of work, on [`Flow`].
 
 use super::steps::{Flow, Next};
-use super::{Step, Trace};
+use super::trace::{PowOutcome, Step, Trace};
 use crate::client::HeaderLines;
 use crate::mode::Mode;
 use crate::pages::ErrorStatus;
-use crate::pow::{check_cookie, find_cookie, is_browser, CookieError, COOKIE_NAME};
+use crate::pow::{check_cookie, find_cookie, is_browser, COOKIE_NAME};
 use crate::ruleset::{Action, RuleRequest, RuleSetCounters};
 use crate::snapshot::{PowAsk, Verdict};
 use std::ops::ControlFlow;
-
-/// What the proof-of-work step did, for explain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PowOutcome {
-    /// `GET`/`HEAD /robots.txt` is never challenged.
-    Exempt,
-    /// `when` names a rule set whose `challenge` rule did not match.
-    NotMarked,
-    /// Proof of work applies and there is no key: 503.
-    NoKey,
-    /// A valid cookie: the request goes on.
-    ValidCookie,
-    /// No valid cookie (`cookie` says why one sent was refused): the
-    /// challenge page or the 403 of a client that is not a browser.
-    Ask {
-        ask: PowAsk,
-        cookie: Option<CookieError>,
-        mode: Mode,
-    },
-}
 
 impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// Step 15: proof of work. Runs on a route that has it, for every

@@ -9,8 +9,9 @@
 //! the mode of the level that refused, through [`Mode::apply`]. O(1) table
 //! probes, no allocation.
 
-use super::{QuotaOutcome, Request, Step, Trace};
-use crate::chain::GateState;
+use super::decision::Request;
+use super::state::GateState;
+use super::trace::{QuotaOutcome, Step, Trace};
 use crate::client::HeaderLines;
 use crate::mode::Mode;
 use crate::policy::{RateKey, RequestPolicy};

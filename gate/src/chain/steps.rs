@@ -9,9 +9,10 @@
 //! [`Mode::apply`]. Cost: what each block costs; the steps are inlined into
 //! one function, so naming them costs nothing. No allocation.
 
-use super::{Block, Decision, Request, Start, Step, Trace};
+use super::decision::{Block, Decision, Request};
+use super::state::{GateState, Start};
+use super::trace::{AccessStepOutcome, Step, Trace};
 use crate::access::{AccessDecision, AddressRefusal, CredentialsFact};
-use crate::chain::{AccessStepOutcome, GateState};
 use crate::client::HeaderLines;
 use crate::country::{Country, RuleVerdict};
 use crate::host::HostAction;

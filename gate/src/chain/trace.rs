@@ -1,6 +1,10 @@
 //! What the chain tells a trace: one [`Step`] per block it ran, with the
 //! facts it read. The server's [`NoTrace`] records nothing and its calls
 //! compile away; `gapura explain` records them.
+//!
+//! The blocks' outcomes are named here ([`AccessStepOutcome`],
+//! [`QuotaOutcome`], [`AuthOutcome`], [`PowOutcome`]), below the steps
+//! that produce them.
 
 use crate::access::CredentialsFact;
 use crate::client::Arrival;
@@ -8,7 +12,9 @@ use crate::limits::LimitRefusal;
 use crate::maintenance::MaintenanceOutcome;
 use crate::mode::Mode;
 use crate::path::PathError;
+use crate::pow::CookieError;
 use crate::quota::Level;
+use crate::snapshot::PowAsk;
 use std::net::IpAddr;
 
 /// One step of the chain, for explain.
@@ -74,12 +80,12 @@ pub enum Step<'s> {
         outcome: MaintenanceOutcome,
     },
     ProofOfWork {
-        outcome: super::PowOutcome,
+        outcome: PowOutcome,
     },
     ForwardAuth {
         provider: &'s str,
         endpoint: &'s str,
-        outcome: super::AuthOutcome,
+        outcome: AuthOutcome,
     },
     /// The proof-of-work verify endpoint took the request.
     PowEndpoint {
@@ -115,6 +121,39 @@ pub enum QuotaOutcome {
     /// Shadow mode: would have been refused, let through.
     Shadowed {
         level: Level,
+    },
+}
+
+/// What the forward-auth step did, for explain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthOutcome {
+    /// A remembered allow (`identity`: it copies identity headers).
+    Remembered { identity: bool },
+    /// No remembered allow: the provider is asked.
+    WouldCall,
+    /// The provider allowed it already (the chain resumed after the call).
+    Allowed,
+    /// A refusal is remembered (`cache.negative_ttl_ms`): answered again.
+    RememberedRefusal { status: u16 },
+}
+
+/// What the proof-of-work step did, for explain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowOutcome {
+    /// `GET`/`HEAD /robots.txt` is never challenged.
+    Exempt,
+    /// `when` names a rule set whose `challenge` rule did not match.
+    NotMarked,
+    /// Proof of work applies and there is no key: 503.
+    NoKey,
+    /// A valid cookie: the request goes on.
+    ValidCookie,
+    /// No valid cookie (`cookie` says why one sent was refused): the
+    /// challenge page or the 403 of a client that is not a browser.
+    Ask {
+        ask: PowAsk,
+        cookie: Option<CookieError>,
+        mode: Mode,
     },
 }
 

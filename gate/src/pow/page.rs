@@ -9,7 +9,8 @@
 //! own origin. Writing it copies the bytes and fills three fixed-width
 //! slots (challenge, difficulty, request id): no allocation.
 
-use super::{mint_challenge, PowKey, ProofOfWork, Verified, CHALLENGE_CHARS, COOKIE_NAME};
+use super::token::{mint_challenge, PowKey, ProofOfWork, CHALLENGE_CHARS, COOKIE_NAME};
+use super::verify::Verified;
 use crate::answer::{end_head, Answer, WriteCtx, REQUEST_ID_SLOT};
 use crate::pages::{builtin_page, decimal, Page};
 use base64::Engine;
@@ -204,7 +205,7 @@ pub fn write_verified(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{check_challenge, KEY_BYTES};
+    use super::super::token::{check_challenge, KEY_BYTES};
     use super::*;
     use crate::mode::Mode;
 
@@ -306,7 +307,7 @@ mod tests {
     fn the_303_sets_the_cookie_with_its_attributes() {
         let mut out = Vec::new();
         let v = Verified::Cookie {
-            value: [b'x'; super::super::COOKIE_CHARS],
+            value: [b'x'; super::super::token::COOKIE_CHARS],
             max_age_s: 604800,
         };
         write_verified(&mut out, &v, b"/a?b=c", false, &ctx(false));

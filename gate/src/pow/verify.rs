@@ -5,11 +5,14 @@
 //! and the return target (a local path). Decoded into stack buffers; no
 //! allocation.
 
-use super::{
+use super::token::{
     check_challenge, mint_cookie, solves, ChallengeError, PowKey, ProofOfWork, CHALLENGE_CHARS,
-    COOKIE_CHARS, MAX_FORM_BYTES, MAX_SOLUTION_DIGITS,
+    COOKIE_CHARS, MAX_SOLUTION_DIGITS,
 };
 use std::net::IpAddr;
+
+/// The largest form the verify endpoint reads.
+pub const MAX_FORM_BYTES: usize = 2048;
 
 /// The longest return target accepted.
 pub const MAX_RETURN_BYTES: usize = 1024;
@@ -184,7 +187,7 @@ fn form_decode(v: &[u8], out: &mut [u8]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{check_cookie, mint_challenge, KEY_BYTES};
+    use super::super::token::{check_cookie, mint_challenge, KEY_BYTES};
     use super::*;
     use crate::mode::Mode;
 

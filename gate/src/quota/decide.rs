@@ -40,9 +40,9 @@
 use super::lease::{LeaseLimits, LeaseRefusal, LeaseTable, LeaseToken};
 use super::rate::{CapacityError, RateCheck, RateTable};
 use super::slots::PolicySlots;
+use super::terms::{retry_after_s, Class, SweepReport};
 use super::tracked::Ceiling;
 use super::window::{until_boundary_ms, Budget, FixedWindow, WindowRefusal, WindowTable};
-use super::{retry_after_s, Class, SweepReport};
 
 /// A level of the decision, in enforcement order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

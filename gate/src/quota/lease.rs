@@ -56,9 +56,9 @@
 //!
 //! Every operation is O(1) (O(probe) for a source key) and allocates nothing.
 
+use super::terms::Class;
 use super::tracked::{Ceiling, Spot, TrackedKeys};
 use super::window::Budget;
-use super::Class;
 
 /// Largest number of lease records (concurrent requests) per shard.
 pub const MAX_LEASES: u32 = 1 << 24;

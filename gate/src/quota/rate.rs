@@ -39,9 +39,9 @@
 //! **Cost.** [`RateTable::try_acquire`] is O([`PROBE`]), touches two or three
 //! cache lines, never allocates and takes no lock: a shard owns its table.
 
-use super::slots::{PolicySlots, SweepView};
+use super::slots::{PolicySlots, Slot, SweepView};
+use super::terms::SweepReport;
 use super::words::{TwoWords, Words};
-use super::{Slot, SweepReport};
 
 /// Entries in one probe window.
 pub const PROBE: usize = 8;

@@ -23,7 +23,25 @@
 //! and retiring allocate nothing. Per shard, no locks.
 
 use super::rate::RatePolicy;
-use super::Slot;
+use std::num::NonZeroU16;
+
+/// One rate policy on one host: the tag of its buckets. Never 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Slot(NonZeroU16);
+
+impl Slot {
+    /// The slot `n`; None for 0 ("no policy").
+    pub const fn new(n: u16) -> Option<Slot> {
+        match NonZeroU16::new(n) {
+            Some(n) => Some(Slot(n)),
+            None => None,
+        }
+    }
+
+    pub const fn get(self) -> u16 {
+        self.0.get()
+    }
+}
 
 /// Most slots a registry may hold (slot 0 is reserved).
 pub const MAX_SLOTS: u16 = u16::MAX;
@@ -462,5 +480,11 @@ mod tests {
         for i in 0..1_000u64 {
             assert_ne!(s.bind(i, policy(1)).unwrap().get(), 0);
         }
+    }
+
+    #[test]
+    fn slot_zero_is_no_slot() {
+        assert!(Slot::new(0).is_none());
+        assert_eq!(Slot::new(7).unwrap().get(), 7);
     }
 }

@@ -15,8 +15,8 @@
 //! and only the current epoch's are live (the window table moves the epoch at
 //! each window boundary).
 
+use super::terms::Class;
 use super::words::{TwoWords, Words};
-use super::Class;
 
 /// Entries in one probe window.
 pub const TRACKED_PROBE: usize = 16;

@@ -20,8 +20,8 @@
 //!
 //! Every operation is O(1) or O(probe window) and allocates nothing.
 
+use super::terms::{Class, Scope};
 use super::tracked::{Ceiling, Spot, TrackedKeys};
-use super::Class;
 
 /// Bounds of a window's length in ms: 100 ms ..= 1 hour.
 pub const WINDOW_MS_BOUNDS: (u64, u64) = (100, 3_600_000);
@@ -82,7 +82,7 @@ impl Budget {
     }
 
     /// This budget for one of `shards` shards under `scope`.
-    pub fn for_shards(&self, scope: super::Scope, shards: u32) -> Budget {
+    pub fn for_shards(&self, scope: Scope, shards: u32) -> Budget {
         Budget {
             limit: scope.shard_limit(self.limit, shards),
             normal_limit: scope.shard_limit(self.normal_limit, shards),

@@ -1,7 +1,8 @@
-//! The three built-in rule sets.
+//! The three built-in rule sets, as the rules a profile would state: names
+//! and specs only. [`Preset::compile`], which makes the set, is defined
+//! beside `RuleSet`.
 
 use super::spec::{Action, RuleSpec};
-use super::RuleSet;
 use crate::robots::AI_CRAWLERS;
 
 /// User agents of well-known scanning tools: one name each that the tool's
@@ -58,11 +59,5 @@ impl Preset {
             }
             Preset::BlockEmptyUserAgent => RuleSpec::new(Action::Deny).user_agent_empty(),
         }]
-    }
-
-    /// The compiled set. Allocates; compile time only (a snapshot compiles a
-    /// preset only when something names it).
-    pub fn compile(self) -> RuleSet {
-        RuleSet::compile(&self.rules()).expect("presets are valid")
     }
 }

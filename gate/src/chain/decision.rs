@@ -1,0 +1,115 @@
+//! What the chain is given and what it answers: a [`Request`] (the facts
+//! of one head, borrowed) and its [`Decision`], with the [`Block`] that
+//! decided it. Values only, below every step of the chain.
+
+use crate::client::{Arrival, HeaderLines, Peer};
+use crate::host::HostId;
+use crate::limits::RequestLimits;
+use crate::quota::{Bucket, QuotaTicket};
+use crate::snapshot::Verdict;
+use std::cell::Cell;
+use std::net::IpAddr;
+
+/// A request as the chain sees it. Borrowed, no copies.
+pub struct Request<'a, H: HeaderLines + ?Sized> {
+    pub peer: Peer,
+    pub method: &'a [u8],
+    pub host: Option<&'a [u8]>,
+    /// Raw target as sent.
+    pub target: &'a [u8],
+    /// Path and query (origin form).
+    pub path: &'a [u8],
+    pub header_count: usize,
+    pub header_bytes: usize,
+    pub content_length: Option<u64>,
+    pub headers: &'a H,
+    /// The request bucket of the connection it came on (step 5), when the
+    /// caller keeps one.
+    pub connection: Option<&'a Cell<Bucket>>,
+    /// The request arrived over TLS (the HTTPS redirect lets it through;
+    /// `X-Forwarded-Proto: https`).
+    pub tls: bool,
+}
+
+/// The chain's answer for one request.
+#[derive(Debug)]
+pub struct Decision<'s> {
+    pub verdict: Verdict<'s>,
+    pub host: Option<HostId>,
+    /// The limits that apply while the body is read.
+    pub limits: RequestLimits,
+    /// The resolved client address.
+    pub client: IpAddr,
+    /// Leases held for the request's life: release them when it ends.
+    pub ticket: Option<QuotaTicket>,
+    /// Retry-After seconds of a 429.
+    pub retry_after_s: u32,
+    /// The access list took the credentials: remove `Authorization` before
+    /// the upstream.
+    pub strip_authorization: bool,
+    /// How the client address was learned (Cloudflare: `CF-Ray` is trusted).
+    pub via: Arrival,
+    /// Close the connection once the answer is sent (over the connection's
+    /// request rate).
+    pub close: bool,
+    /// The step that decided the verdict (for the access log).
+    pub step: Block,
+    /// What refused, by name, where the step has one: the budget's level,
+    /// the rate limit, the rule set, the access list.
+    pub policy: Option<&'s str>,
+    /// A remembered forward-auth allow's identity lines (`Name: value\r\n`)
+    /// to add upstream.
+    pub identity: Option<std::sync::Arc<[u8]>>,
+    /// A remembered forward-auth refusal to answer (`Verdict::AuthRefusal`).
+    pub relay: Option<crate::auth::Relay>,
+}
+
+/// The chain's steps by name, for what the access log says decided a
+/// request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Block {
+    /// Step 3: no host takes the request.
+    Host,
+    /// The path cannot be made canonical.
+    Path,
+    Budgets,
+    ConnectionRate,
+    AccessAddress,
+    RuleSet,
+    Access,
+    RateLimit,
+    ForwardAuth,
+    ProofOfWork,
+    RequestLimits,
+    HttpsRedirect,
+    Robots,
+    Maintenance,
+    /// Step 16: the host's answer.
+    Answer,
+}
+
+impl Block {
+    /// How many steps there are (every variant is below it).
+    pub const COUNT: usize = 15;
+
+    /// The access log's name of the step.
+    pub fn name(self) -> &'static str {
+        match self {
+            Block::Host => "host",
+            Block::Path => "path",
+            Block::Budgets => "budgets",
+            Block::ConnectionRate => "connection_rate",
+            Block::AccessAddress => "access_address",
+            Block::RuleSet => "rule_set",
+            Block::Access => "access_list",
+            Block::RateLimit => "rate_limit",
+            Block::ForwardAuth => "forward_auth",
+            Block::ProofOfWork => "proof_of_work",
+            Block::RequestLimits => "request_limits",
+            Block::HttpsRedirect => "https_redirect",
+            Block::Robots => "robots",
+            Block::Maintenance => "maintenance",
+            Block::Answer => "answer",
+        }
+    }
+}

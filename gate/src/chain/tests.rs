@@ -1,0 +1,144 @@
+//! The decision end to end on a small snapshot: a known host's answer,
+//! an unknown host's status, and the request limits' refusals.
+
+use super::{Decision, GateState, NoTrace, Request};
+use crate::answer::Answer;
+use crate::client::Peer;
+use crate::host::{HostAction, HostTable};
+use crate::limits::RequestLimits;
+use crate::pages::{ErrorPages, ErrorStatus};
+use crate::quota::{Ceiling, QuotaSizes};
+use crate::snapshot::{HostEntry, ServerSettings, Snapshot, Verdict};
+
+fn state() -> GateState {
+    let sizes = QuotaSizes {
+        rate_entries: 1024,
+        policy_slots: 16,
+        slot_grace_ms: 1000,
+        window_ms: 1000,
+        window_keys: Ceiling::new(64, 8).unwrap(),
+        lease_keys: Ceiling::new(64, 8).unwrap(),
+        max_leases: 64,
+        operations: 4,
+    };
+    GateState::new(&sizes, [7; 16]).unwrap()
+}
+
+struct Facts<'a> {
+    host: Option<&'a [u8]>,
+    target: &'a [u8],
+    header_count: usize,
+    content_length: Option<u64>,
+}
+
+fn decide<'s>(s: &'s Snapshot, f: Facts<'_>) -> Decision<'s> {
+    let mut scratch = Box::new([0u8; crate::path::MAX_PATH_BYTES]);
+    let headers: [(&str, &[u8]); 0] = [];
+    let req = Request {
+        peer: Peer::tcp("127.0.0.1".parse().unwrap()),
+        method: b"GET",
+        host: f.host,
+        target: f.target,
+        path: f.target,
+        header_count: f.header_count,
+        header_bytes: 0,
+        content_length: f.content_length,
+        headers: &headers[..],
+        connection: None,
+        tls: false,
+    };
+    s.decide(&req, &mut state(), 0, &mut scratch, &mut NoTrace)
+}
+
+fn snapshot() -> Snapshot {
+    let mut hosts = HostTable::default();
+    hosts.insert("a.test", 0).unwrap();
+    Snapshot {
+        generation: 1,
+        server: ServerSettings {
+            unknown_host: ErrorStatus::MisdirectedRequest,
+            ..ServerSettings::default()
+        },
+        hosts,
+        entries: vec![HostEntry {
+            label: "a.test".into(),
+            limits: RequestLimits {
+                max_body_bytes: 10,
+                ..RequestLimits::default()
+            },
+            action: HostAction::Respond(Answer::new(200, &[], b"a")),
+            policy: Default::default(),
+            extras: Default::default(),
+        }],
+        default_limits: RequestLimits::default(),
+        pages: ErrorPages::builtin(),
+        upstreams: Vec::new(),
+        gate: Default::default(),
+        udp: Vec::new(),
+        tls: None,
+    }
+}
+
+fn facts(host: &'static [u8], target: &'static [u8]) -> Facts<'static> {
+    Facts {
+        host: Some(host),
+        target,
+        header_count: 0,
+        content_length: None,
+    }
+}
+
+#[test]
+fn known_host_gets_its_answer() {
+    let s = snapshot();
+    let d = decide(&s, facts(b"a.test", b"/"));
+    assert!(matches!(d.verdict, Verdict::Respond(a) if a.status == 200));
+}
+
+#[test]
+fn unknown_host_gets_the_configured_status() {
+    let s = snapshot();
+    let d = decide(&s, facts(b"b.test", b"/"));
+    assert!(matches!(
+        d.verdict,
+        Verdict::Refuse(ErrorStatus::MisdirectedRequest)
+    ));
+}
+
+#[test]
+fn host_body_limit_refuses_a_declared_body() {
+    let s = snapshot();
+    let d = decide(
+        &s,
+        Facts {
+            content_length: Some(11),
+            ..facts(b"a.test", b"/")
+        },
+    );
+    assert!(matches!(
+        d.verdict,
+        Verdict::Refuse(ErrorStatus::PayloadTooLarge)
+    ));
+}
+
+#[test]
+fn head_limits_answer_414_and_431() {
+    let s = snapshot();
+    let long: &'static [u8] = Box::leak(vec![b'/'; 8193].into_boxed_slice());
+    let d = decide(&s, facts(b"a.test", long));
+    assert!(matches!(
+        d.verdict,
+        Verdict::Refuse(ErrorStatus::UriTooLong)
+    ));
+    let d = decide(
+        &s,
+        Facts {
+            header_count: 101,
+            ..facts(b"a.test", b"/")
+        },
+    );
+    assert!(matches!(
+        d.verdict,
+        Verdict::Refuse(ErrorStatus::HeaderFieldsTooLarge)
+    ));
+}
