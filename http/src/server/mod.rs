@@ -1,7 +1,9 @@
 //! The server side: a shard's shared context, a connection's opening, and
 //! the HTTP/1.1 connection loop that HTTP/2's streams run through too.
 //!
-//! Modules: `opening` (a connection from its accept to its first request:
+//! Modules: `place` (a connection's place on its shard, released by its
+//! guard whatever way the connection ends), `opening` (a connection from
+//! its accept to its first request:
 //! the checks, the TLS handshake, the choice of HTTP/2 or HTTP/1.1),
 //! `accept` (the connection-level checks before any TLS handshake: a PROXY
 //! header from trusted peers, the connection limits, the server's access
