@@ -30,7 +30,7 @@ pub(super) async fn accept(
     if proxy_protocol && snap.gate.client.proxy_protocol_trusted(tcp_ip) {
         let deadline = clock::deadline(snap.server.header_timeout_ms);
         loop {
-            match crate::codec::proxyproto::parse(&io.rbuf) {
+            match crate::codec::proxyproto::parse(io.unread()) {
                 Ok(Some((header, used))) => {
                     match snap
                         .gate
@@ -40,7 +40,7 @@ pub(super) async fn accept(
                         Some(p) => client_peer = p,
                         None => return Err(End::Error(ErrorKind::BadRequest)),
                     }
-                    io.pos = used;
+                    io.consume(used);
                     break;
                 }
                 Ok(None) => match io.read_more(deadline).await {

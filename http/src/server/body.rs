@@ -27,20 +27,17 @@ impl<S: Transport> Conn<S> {
     /// Before reading a body the client holds back for `100 Continue`: write
     /// the answers queued before this request, then the interim response.
     pub(super) async fn send_continue(&mut self, resp_start: usize) -> Result<(), End> {
-        let answer = self.io.wbuf.split_off(resp_start);
-        self.io.wbuf.extend_from_slice(CONTINUE_100);
+        let answer = self.io.out().split_off(resp_start);
+        self.io.out().extend_from_slice(CONTINUE_100);
         self.shard.stats.response(100);
         self.flush().await?;
-        self.io.wbuf = answer;
+        self.io.set_out(answer);
         Ok(())
     }
 
     /// Makes room for body bytes: everything before `pos` is consumed.
     pub(super) fn recycle_for_body(&mut self) {
-        if self.io.pos == self.io.rbuf.len() {
-            self.io.rbuf.clear();
-            self.io.pos = 0;
-        }
+        self.io.rewind_if_drained();
     }
 
     pub(super) async fn read_body(&mut self) -> Result<usize, End> {
@@ -62,16 +59,16 @@ impl<S: Transport> Conn<S> {
         resp_start: usize,
     ) -> BodyEnd {
         let mut remaining = len;
-        let avail = (self.io.rbuf.len() - self.io.pos) as u64;
+        let avail = self.io.unread().len() as u64;
         if avail == 0 && expect {
             if let Err(end) = self.send_continue(resp_start).await {
                 return BodyEnd::End(end);
             }
         }
         loop {
-            let avail = (self.io.rbuf.len() - self.io.pos) as u64;
+            let avail = self.io.unread().len() as u64;
             let take = avail.min(remaining);
-            self.io.pos += take as usize;
+            self.io.consume(take as usize);
             remaining -= take;
             if remaining == 0 {
                 return BodyEnd::Ok;
@@ -90,17 +87,17 @@ impl<S: Transport> Conn<S> {
     ) -> BodyEnd {
         let mut decoder = ChunkedDecoder::new();
         let mut total: u64 = 0;
-        if self.io.pos == self.io.rbuf.len() && expect {
+        if self.io.drained() && expect {
             if let Err(end) = self.send_continue(resp_start).await {
                 return BodyEnd::End(end);
             }
         }
         loop {
-            while self.io.pos < self.io.rbuf.len() {
-                match decoder.step(&self.io.rbuf[self.io.pos..]) {
+            while !self.io.drained() {
+                match decoder.step(self.io.unread()) {
                     Ok(step) => {
                         total = total.saturating_add(step.data.len() as u64);
-                        self.io.pos += step.consumed;
+                        self.io.consume(step.consumed);
                         if !limits.body_allows(total) {
                             return BodyEnd::Refuse(ErrorStatus::PayloadTooLarge);
                         }

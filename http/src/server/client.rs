@@ -41,23 +41,211 @@ impl Drop for Unpark<'_> {
     }
 }
 
+/// The client side of one connection. Its fields are its own: the rest of
+/// the connection layer reads and consumes the read buffer, appends to the
+/// write buffer and waits on the stream only through the methods below,
+/// so "who may touch the read buffer" has one answer.
 pub(super) struct ClientIo<S> {
-    pub(super) stream: S,
-    pub(super) rbuf: Vec<u8>,
+    stream: S,
+    rbuf: Vec<u8>,
     /// Start of unparsed bytes in `rbuf`.
-    pub(super) pos: usize,
-    pub(super) wbuf: Vec<u8>,
+    pos: usize,
+    wbuf: Vec<u8>,
     /// A body that follows `wbuf`, shared with the snapshot (a large
     /// built-in answer's): sent by the next flush, never copied.
-    pub(super) shared: Option<bytes::Bytes>,
+    shared: Option<bytes::Bytes>,
     /// Bytes handed to the stream so far.
-    pub(super) sent: u64,
+    sent: u64,
     /// When the head being read must be complete.
-    pub(super) head_deadline: Option<Instant>,
+    head_deadline: Option<Instant>,
     /// Cancels an idle read to park (`read_idle`); made on the first.
     canceller: Option<monoio::io::Canceller>,
     /// The connection's one deadline: each wait sets it and clears it.
-    pub(super) deadline: Deadline,
+    deadline: Deadline,
+}
+
+/// The read buffer: what was read and not yet consumed, and the room to
+/// read into.
+impl<S> ClientIo<S> {
+    /// The bytes read and not consumed yet (the next head, a body's start).
+    #[inline]
+    pub(super) fn unread(&self) -> &[u8] {
+        &self.rbuf[self.pos..]
+    }
+
+    /// Whether every byte read has been consumed.
+    #[inline]
+    pub(super) fn drained(&self) -> bool {
+        self.pos == self.rbuf.len()
+    }
+
+    /// Consumes the next `n` unread bytes.
+    #[inline]
+    pub(super) fn consume(&mut self, n: usize) {
+        debug_assert!(self.pos + n <= self.rbuf.len());
+        self.pos += n;
+    }
+
+    /// Once every byte read is consumed, the next read starts at the
+    /// buffer's start (room for body bytes).
+    #[inline]
+    pub(super) fn rewind_if_drained(&mut self) {
+        if self.drained() {
+            self.rbuf.clear();
+            self.pos = 0;
+        }
+    }
+
+    /// The unread bytes, taken out of the buffer (a tunnel's or an HTTP/2
+    /// connection's first bytes).
+    pub(super) fn take_unread(&mut self) -> Vec<u8> {
+        let rest = self.rbuf.split_off(self.pos);
+        self.pos = self.rbuf.len();
+        rest
+    }
+
+    /// Forgets everything read, keeping room to read into (a lingering
+    /// close discards what the client still sends).
+    pub(super) fn discard_read(&mut self) {
+        self.rbuf.clear();
+        self.pos = 0;
+        if self.rbuf.capacity() == 0 {
+            self.rbuf.reserve(READ_BUF_BYTES);
+        }
+    }
+
+    /// Before waiting for the next request on a drained connection: an
+    /// empty buffer, shrunk back when a large head grew it.
+    pub(super) fn start_over(&mut self, shrink_above: usize) {
+        self.rbuf.clear();
+        self.pos = 0;
+        if self.rbuf.capacity() > shrink_above {
+            self.rbuf = Vec::with_capacity(READ_BUF_BYTES);
+        }
+    }
+
+    /// Before reading more of a partial head: its bytes moved to the
+    /// buffer's start, and the buffer grown when full (up to `max_bytes`
+    /// plus a read's room).
+    pub(super) fn make_room(&mut self, max_bytes: usize) {
+        if self.pos > 0 {
+            self.rbuf.copy_within(self.pos.., 0);
+            self.rbuf.truncate(self.rbuf.len() - self.pos);
+            self.pos = 0;
+        }
+        if self.rbuf.len() == self.rbuf.capacity() {
+            let grown =
+                (self.rbuf.capacity() * 2).clamp(READ_BUF_BYTES, max_bytes + READ_BUF_BYTES);
+            self.rbuf.reserve_exact(grown - self.rbuf.len());
+        }
+    }
+
+    /// When the head being read must be complete: set at its first byte.
+    pub(super) fn head_deadline(&mut self, header_timeout_ms: u64) -> Instant {
+        *self
+            .head_deadline
+            .get_or_insert_with(|| clock::deadline(header_timeout_ms))
+    }
+
+    /// A new head began (its first bytes came): its deadline starts now.
+    pub(super) fn head_begins(&mut self, header_timeout_ms: u64) {
+        self.head_deadline = Some(clock::deadline(header_timeout_ms));
+    }
+
+    /// The head was read whole: no head deadline until the next one.
+    pub(super) fn head_done(&mut self) {
+        self.head_deadline = None;
+    }
+}
+
+/// The write side: answers appended to the write buffer, flushed
+/// together.
+impl<S> ClientIo<S> {
+    /// The write buffer, to append answers to.
+    #[inline]
+    pub(super) fn out(&mut self) -> &mut Vec<u8> {
+        &mut self.wbuf
+    }
+
+    /// The unread bytes and the write buffer together (a head is decided
+    /// from the first while its answer is written into the second).
+    #[inline]
+    pub(super) fn unread_and_out(&mut self) -> (&[u8], &mut Vec<u8>) {
+        (&self.rbuf[self.pos..], &mut self.wbuf)
+    }
+
+    /// Bytes waiting in the write buffer.
+    #[inline]
+    pub(super) fn out_len(&self) -> usize {
+        self.wbuf.len()
+    }
+
+    /// The write buffer, taken (the connection holds none while idle).
+    pub(super) fn take_out(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.wbuf)
+    }
+
+    /// A write buffer to append to (after [`ClientIo::take_out`]).
+    pub(super) fn set_out(&mut self, buf: Vec<u8>) {
+        self.wbuf = buf;
+    }
+
+    /// A large shared body follows what the write buffer holds.
+    pub(super) fn follow_with(&mut self, body: bytes::Bytes) {
+        self.shared = Some(body);
+    }
+
+    /// Whether a shared body waits for the next flush.
+    pub(super) fn has_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Bytes of answers handed to the stream or waiting to be: where the
+    /// next answer's bytes begin in the connection's count.
+    #[inline]
+    pub(super) fn bytes_out(&self) -> u64 {
+        self.sent + self.wbuf.len() as u64
+    }
+}
+
+/// The stream and the connection's deadline.
+impl<S> ClientIo<S> {
+    #[inline]
+    pub(super) fn stream(&self) -> &S {
+        &self.stream
+    }
+
+    #[inline]
+    pub(super) fn stream_mut(&mut self) -> &mut S {
+        &mut self.stream
+    }
+
+    /// The stream and the connection's deadline, together (a wait on the
+    /// stream under the deadline).
+    pub(super) fn stream_and_deadline(&mut self) -> (&mut S, &Deadline) {
+        (&mut self.stream, &self.deadline)
+    }
+
+    /// The connection's deadline entry.
+    #[inline]
+    pub(super) fn deadline(&self) -> &Deadline {
+        &self.deadline
+    }
+
+    /// The stream and the unread bytes, for what takes the connection
+    /// over (HTTP/2, a tunnel).
+    pub(super) fn into_stream(self) -> (S, Vec<u8>) {
+        let (stream, rest, _) = self.into_parts();
+        (stream, rest)
+    }
+
+    /// The stream, the unread bytes and the connection's deadline entry
+    /// (a TLS handshake takes the stream over and keeps the deadline).
+    pub(super) fn into_parts(mut self) -> (S, Vec<u8>, Deadline) {
+        let mut rbuf = std::mem::take(&mut self.rbuf);
+        rbuf.drain(..self.pos);
+        (self.stream, rbuf, self.deadline)
+    }
 }
 
 impl<S: Transport> ClientIo<S> {

@@ -15,7 +15,7 @@
 
 use super::accesslog::LogRecord;
 use super::body::BodyEnd;
-use super::client::{ClientIo, READ_BUF_BYTES};
+use super::client::ClientIo;
 use super::leases::{Held, Leases};
 use super::prepare::{prepare, ForwardPlan, LocalEnd, LocalPlan, PageCopy, Plan, Prep, Resume};
 use super::stats::ErrorKind;
@@ -170,7 +170,7 @@ impl<S: Transport> Conn<S> {
                 websocket,
                 host,
             } = *up;
-            let client_pending = self.io.rbuf.split_off(self.io.pos);
+            let client_pending = self.io.take_unread();
             let idle_ms = shard.snapshot().server.idle_timeout_ms;
             shard.stats.upgrades.inc();
             self.held.release_all();
@@ -182,7 +182,7 @@ impl<S: Transport> Conn<S> {
                 host,
                 client,
             });
-            let stream = self.io.stream;
+            let (stream, _) = self.io.into_stream();
             // Its own allocation: the connection's task stays small while idle.
             Box::pin(super::tunnel::tunnel(
                 stream,
@@ -241,7 +241,7 @@ impl<S: Transport> Conn<S> {
                     // writes (a copy that straddles them waits for them
                     // to reach the cache).
                     ref plan => {
-                        self.io.pos += head.head_len;
+                        self.io.consume(head.head_len);
                         let done = self.execute(&snap, &head, plan).await;
                         self.finish_log(&snap);
                         self.record_latency();
@@ -259,11 +259,11 @@ impl<S: Transport> Conn<S> {
     /// task's state across its awaits.
     fn decide<'s>(&mut self, snap: &'s Snapshot) -> Step<'s> {
         let mut headers = header_buf::<{ super::REQUEST_LINES }>();
-        let parsed = parse_head(
-            &self.io.rbuf[self.io.pos..],
-            &mut headers,
-            &super::HEAD_BOUNDS,
-        );
+        let before = self.io.bytes_out();
+        // The head is read from the unread bytes while its answer may be
+        // written into the write buffer.
+        let (unread, wbuf) = self.io.unread_and_out();
+        let parsed = parse_head(unread, &mut headers, &super::HEAD_BOUNDS);
         let (head, lines) = match parsed {
             Parse::Partial => return Step::More,
             Parse::Error(e) => return Step::Refuse(e),
@@ -274,7 +274,6 @@ impl<S: Transport> Conn<S> {
             self.shard.stats.requests.inc();
             self.served += 1;
             self.req_start = std::time::Instant::now();
-            let before = self.io.sent + self.io.wbuf.len() as u64;
             begin_log(
                 &mut self.log,
                 &self.shard,
@@ -287,8 +286,8 @@ impl<S: Transport> Conn<S> {
         let plan = prepare(
             Prep {
                 shard: &self.shard,
-                buf: &self.io.rbuf[self.io.pos..],
-                wbuf: &mut self.io.wbuf,
+                buf: unread,
+                wbuf,
                 ubuf: &mut self.ubuf,
                 peer: self.client_peer,
                 resume,
@@ -310,7 +309,7 @@ impl<S: Transport> Conn<S> {
             lines,
         );
         self.set_busy(true);
-        self.io.head_deadline = None;
+        self.io.head_done();
         if let Plan::Local(local) = &plan {
             self.log_status(local.status);
         }
@@ -344,17 +343,13 @@ impl<S: Transport> Conn<S> {
     /// No complete head is buffered: flush answers, then read more under the
     /// idle or header deadline.
     async fn wait_for_more(&mut self) -> Result<(), End> {
-        if !self.io.wbuf.is_empty() {
+        if self.io.out_len() > 0 {
             self.flush().await?;
         }
-        let idle = self.io.pos == self.io.rbuf.len();
+        let idle = self.io.drained();
         if idle {
-            self.shard.return_buf(std::mem::take(&mut self.io.wbuf));
-            self.io.rbuf.clear();
-            self.io.pos = 0;
-            if self.io.rbuf.capacity() > SHRINK_ABOVE_BYTES {
-                self.io.rbuf = Vec::with_capacity(READ_BUF_BYTES);
-            }
+            self.shard.return_buf(self.io.take_out());
+            self.io.start_over(SHRINK_ABOVE_BYTES);
             if !self.shard.is_draining() {
                 self.set_busy(false);
             } else if self.served > 0 {
@@ -366,24 +361,13 @@ impl<S: Transport> Conn<S> {
                 // an answer (the drain's timeout bounds the wait).
                 self.set_busy(true);
             }
-        } else if self.io.pos > 0 {
-            self.io.rbuf.copy_within(self.io.pos.., 0);
-            self.io.rbuf.truncate(self.io.rbuf.len() - self.io.pos);
-            self.io.pos = 0;
         }
-        if self.io.rbuf.len() == self.io.rbuf.capacity() {
-            let grown = (self.io.rbuf.capacity() * 2)
-                .clamp(READ_BUF_BYTES, OUTER_MAX_HEAD_BYTES + READ_BUF_BYTES);
-            self.io.rbuf.reserve_exact(grown - self.io.rbuf.len());
-        }
+        self.io.make_room(OUTER_MAX_HEAD_BYTES);
         let server = &self.shard.snapshot().server;
         let deadline = if idle {
             clock::deadline(server.idle_timeout_ms)
         } else {
-            *self
-                .io
-                .head_deadline
-                .get_or_insert_with(|| clock::deadline(server.header_timeout_ms))
+            self.io.head_deadline(server.header_timeout_ms)
         };
         let header_timeout_ms = server.header_timeout_ms;
         let read = if idle {
@@ -399,9 +383,9 @@ impl<S: Transport> Conn<S> {
             }),
             Ok(_) => {
                 if idle {
-                    self.io.wbuf = self.shard.lend_buf();
+                    self.io.set_out(self.shard.lend_buf());
                     self.set_busy(true);
-                    self.io.head_deadline = Some(clock::deadline(header_timeout_ms));
+                    self.io.head_begins(header_timeout_ms);
                 }
                 Ok(())
             }
@@ -466,11 +450,7 @@ impl<S: Transport> Conn<S> {
         let deadline = clock::deadline(LINGER_MS);
         let mut discarded = 0;
         while discarded < LINGER_BYTES {
-            self.io.rbuf.clear();
-            self.io.pos = 0;
-            if self.io.rbuf.capacity() == 0 {
-                self.io.rbuf.reserve(READ_BUF_BYTES);
-            }
+            self.io.discard_read();
             match self.read_more(deadline).await {
                 Ok(n) if n > 0 => discarded += n,
                 _ => break,
@@ -544,7 +524,7 @@ impl<S: Transport> Conn<S> {
                 Err(End::Upgrade(up))
             }
             // An answer of the proxy's own still in the buffer.
-            Ok(()) if !self.io.wbuf.is_empty() => {
+            Ok(()) if self.io.out_len() > 0 => {
                 self.hold_guard(held).await?;
                 Ok(())
             }
@@ -581,7 +561,7 @@ impl<S: Transport> Conn<S> {
         match body {
             BodyEnd::Ok | BodyEnd::Unread => {}
             BodyEnd::Refuse(s) => {
-                self.io.wbuf.truncate(resp_start);
+                self.io.out().truncate(resp_start);
                 self.write_page(snap, s, head.wants_html, head_only);
                 let kind = if s == ErrorStatus::PayloadTooLarge {
                     ErrorKind::Limit
@@ -596,7 +576,7 @@ impl<S: Transport> Conn<S> {
         if matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
             // The head so far ends with a whole header line.
             let hsts = self.hsts(snap);
-            self.io.wbuf.extend_from_slice(hsts);
+            self.io.out().extend_from_slice(hsts);
         }
         self.end_local_answer(local.end, head, close);
         self.shard.stats.response(local.status);
@@ -631,7 +611,7 @@ impl<S: Transport> Conn<S> {
             self.io.close_write().await;
             return Err(End::Done);
         }
-        if self.io.wbuf.len() >= WRITE_FLUSH_BYTES || self.io.shared.is_some() {
+        if self.io.out_len() >= WRITE_FLUSH_BYTES || self.io.has_shared() {
             // A shared body goes out now: what a pipelined request writes
             // next must follow it.
             self.flush().await?;
@@ -667,20 +647,20 @@ impl<S: Transport> Conn<S> {
             LocalEnd::Answer(a) => match a.shared_body().filter(|_| !head_only) {
                 // A large body: sent from the snapshot's bytes, not copied.
                 Some(body) => {
-                    end_head(&mut self.io.wbuf, &ctx);
-                    self.io.shared = Some(body.clone());
+                    end_head(self.io.out(), &ctx);
+                    self.io.follow_with(body.clone());
                 }
                 None => {
-                    a.write_end(&mut self.io.wbuf, &ctx);
-                    a.stamp(&mut self.io.wbuf, head_only, || {
+                    a.write_end(self.io.out(), &ctx);
+                    a.stamp(self.io.out(), head_only, || {
                         request_id(&self.log, &self.shard)
                     });
                 }
             },
-            LocalEnd::HeadOnly => end_head(&mut self.io.wbuf, &ctx),
+            LocalEnd::HeadOnly => end_head(self.io.out(), &ctx),
             LocalEnd::RateLimited(page, retry_after_s) => {
-                page.write_into(&mut self.io.wbuf, retry_after_s, &ctx);
-                page.stamp(&mut self.io.wbuf, head_only, || {
+                page.write_into(self.io.out(), retry_after_s, &ctx);
+                page.stamp(self.io.out(), head_only, || {
                     request_id(&self.log, &self.shard)
                 });
             }
@@ -691,7 +671,7 @@ impl<S: Transport> Conn<S> {
     /// Starts the access log record of a new request (when the profile
     /// logs): its start, its id, the bytes before it.
     fn begin_log(&mut self, snap: &Snapshot) {
-        let before = self.io.sent + self.io.wbuf.len() as u64;
+        let before = self.io.bytes_out();
         begin_log(
             &mut self.log,
             &self.shard,
@@ -709,7 +689,7 @@ impl<S: Transport> Conn<S> {
         if !rec.active() {
             return;
         }
-        let bytes = (self.io.sent + self.io.wbuf.len() as u64).saturating_sub(rec.sent_before);
+        let bytes = (self.io.bytes_out()).saturating_sub(rec.sent_before);
         self.shard.log_request(settings, rec, bytes);
         if let Some(rec) = self.log.as_deref_mut() {
             rec.end();

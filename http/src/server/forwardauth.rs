@@ -297,12 +297,7 @@ impl<S: Transport> Conn<S> {
         let shard = self.shard.clone();
         let status = relay.status;
         let date = shard.date.line();
-        write_relay(
-            &mut self.io.wbuf,
-            &relay,
-            &date,
-            head.method == Method::Head,
-        );
+        write_relay(self.io.out(), &relay, &date, head.method == Method::Head);
         let now_ms = shard.now_ms();
         shard
             .gate_mut()
@@ -322,7 +317,7 @@ impl<S: Transport> Conn<S> {
         if status != 401 || !browser {
             return None;
         }
-        let buf = self.io.rbuf.get(self.io.pos..)?;
+        let buf = self.io.unread();
         let host = head.host.clone().and_then(|r| buf.get(r)).unwrap_or(b"");
         let target = buf.get(head.target.clone())?;
         if sign_in.is_sign_in_page(host, target) {
@@ -345,9 +340,9 @@ impl<S: Transport> Conn<S> {
 
     fn write_closing(&mut self, answer: &gapura_gate::Answer, head: &ParsedHead) {
         let date = self.shard.date.line();
-        answer.write_into(&mut self.io.wbuf, &closing(&date, head));
+        answer.write_into(self.io.out(), &closing(&date, head));
         let id = super::conn::request_id(&self.log, &self.shard);
-        answer.stamp(&mut self.io.wbuf, head.method == Method::Head, || id);
+        answer.stamp(self.io.out(), head.method == Method::Head, || id);
         self.shard.stats.response(answer.status);
         self.log_status(answer.status);
     }

@@ -51,14 +51,14 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
     };
     // The opening steps in a call of their own: what they hold across
     // their waits is not kept in this task for the connection's life.
-    let (mut io, client_peer, h2) = match open(io, &shard, &mut place, peer, listener).await {
+    let (io, client_peer, h2) = match open(io, &shard, &mut place, peer, listener).await {
         Ok(opened) => opened,
         Err(end) => return place.end(&end),
     };
     if listener.tls {
         // A client that has not said anything holds no TLS state: wait for
         // its ClientHello (within the handshake timeout) first.
-        if io.rbuf.len() == io.pos && !hello_arrives(&io, &shard).await {
+        if io.drained() && !hello_arrives(&io, &shard).await {
             shard
                 .stats
                 .tls_failure(crate::transport::tls::HandshakeFail::Timeout);
@@ -69,8 +69,8 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
         return Box::pin(serve_tls(io, shard, client_peer, place)).await;
     }
     if h2 {
-        let early = io.rbuf.split_off(io.pos);
-        let h2 = super::h2::serve(io.stream, early, shard, client_peer, place);
+        let (stream, early) = io.into_stream();
+        let h2 = super::h2::serve(stream, early, shard, client_peer, place);
         return Box::pin(h2).await;
     }
     let io = io.map_stream(|tcp| Plain::new(tcp, shard.ring.as_ref()));
@@ -122,8 +122,8 @@ async fn hello_arrives(io: &ClientIo<TcpStream>, shard: &Shard) -> bool {
         .tls
         .as_ref()
         .map_or(0, |s| s.handshake_timeout_ms);
-    let ready = io.stream.readable(false);
-    io.deadline
+    let ready = io.stream().readable(false);
+    io.deadline()
         .within(clock::deadline(timeout_ms), ready)
         .await
         .is_ok_and(|r| r.is_ok())
@@ -133,8 +133,9 @@ async fn hello_arrives(io: &ClientIo<TcpStream>, shard: &Shard) -> bool {
 /// HTTP/1.1 as ALPN chose.
 async fn serve_tls(io: ClientIo<TcpStream>, shard: Rc<Shard>, client_peer: Peer, place: Place) {
     match super::tls::handshake(io, &shard).await {
-        Some(tls) if tls.stream.alpn_h2() => {
-            super::h2::serve(tls.stream, Vec::new(), shard, client_peer, place).await
+        Some(tls) if tls.stream().alpn_h2() => {
+            let (stream, _) = tls.into_stream();
+            super::h2::serve(stream, Vec::new(), shard, client_peer, place).await
         }
         Some(tls) => serve_http1(tls, shard, client_peer, place).await,
         // A failed handshake is counted by its kind; the place drops.
@@ -150,7 +151,7 @@ async fn sniff_preface(io: &mut ClientIo<TcpStream>, shard: &Shard) -> Result<bo
     let preface = super::h2::PREFACE;
     let deadline = clock::deadline(shard.snapshot().server.idle_timeout_ms);
     loop {
-        let have = &io.rbuf[io.pos..];
+        let have = io.unread();
         let n = have.len().min(preface.len());
         if have[..n] != preface[..n] {
             return Ok(false);

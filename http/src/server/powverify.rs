@@ -88,7 +88,7 @@ impl<S: Transport> Conn<S> {
                         }
                         drop(gate);
                         // Over TLS the cookie is `Secure`.
-                        write_verified(&mut self.io.wbuf, &v, ret.as_bytes(), S::TLS, &ctx);
+                        write_verified(self.io.out(), &v, ret.as_bytes(), S::TLS, &ctx);
                         return 303;
                     }
                     Err(r) => {
@@ -100,8 +100,8 @@ impl<S: Transport> Conn<S> {
         };
         drop(gate);
         let answer = snap.pages.get(refusal, head.wants_html);
-        answer.write_into(&mut self.io.wbuf, &ctx);
-        answer.stamp(&mut self.io.wbuf, ctx.head_only, || {
+        answer.write_into(self.io.out(), &ctx);
+        answer.stamp(self.io.out(), ctx.head_only, || {
             super::conn::request_id(&self.log, &self.shard)
         });
         refusal.code()
@@ -119,16 +119,15 @@ impl<S: Transport> Conn<S> {
             }
             BodyFraming::Length(len) => {
                 let len = len as usize;
-                if self.io.pos == self.io.rbuf.len() && expect && len > 0 {
-                    self.send_continue(self.io.wbuf.len())
+                if self.io.drained() && expect && len > 0 {
+                    self.send_continue(self.io.out_len())
                         .await
                         .map_err(BodyEnd::End)?;
                 }
                 while n < len {
-                    let take = (self.io.rbuf.len() - self.io.pos).min(len - n);
-                    out[n..n + take]
-                        .copy_from_slice(&self.io.rbuf[self.io.pos..self.io.pos + take]);
-                    self.io.pos += take;
+                    let take = self.io.unread().len().min(len - n);
+                    out[n..n + take].copy_from_slice(&self.io.unread()[..take]);
+                    self.io.consume(take);
                     n += take;
                     if n < len {
                         self.read_body().await.map_err(BodyEnd::End)?;
@@ -137,24 +136,24 @@ impl<S: Transport> Conn<S> {
                 Ok(n)
             }
             BodyFraming::Chunked => {
-                if self.io.pos == self.io.rbuf.len() && expect {
-                    self.send_continue(self.io.wbuf.len())
+                if self.io.drained() && expect {
+                    self.send_continue(self.io.out_len())
                         .await
                         .map_err(BodyEnd::End)?;
                 }
                 let mut decoder = ChunkedDecoder::new();
                 loop {
-                    while self.io.pos < self.io.rbuf.len() {
+                    while !self.io.drained() {
                         let step = decoder
-                            .step(&self.io.rbuf[self.io.pos..])
+                            .step(self.io.unread())
                             .map_err(|_| BodyEnd::Refuse(ErrorStatus::BadRequest))?;
-                        let data = &self.io.rbuf[self.io.pos..][step.data.clone()];
+                        let data = &self.io.unread()[step.data.clone()];
                         let Some(dst) = out.get_mut(n..n + data.len()) else {
                             return Err(BodyEnd::Refuse(ErrorStatus::PayloadTooLarge));
                         };
                         dst.copy_from_slice(data);
                         n += data.len();
-                        self.io.pos += step.consumed;
+                        self.io.consume(step.consumed);
                         if step.done {
                             return Ok(n);
                         }

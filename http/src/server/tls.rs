@@ -131,14 +131,7 @@ pub(super) async fn handshake(
         return None;
     };
     let timeout_ms = snap.tls.as_ref().map_or(0, |s| s.handshake_timeout_ms);
-    let ClientIo {
-        stream,
-        mut rbuf,
-        pos,
-        deadline,
-        ..
-    } = io;
-    rbuf.drain(..pos);
+    let (stream, rbuf, deadline) = io.into_parts();
     match tls::accept(stream, config, rbuf, clock::deadline(timeout_ms)).await {
         Ok(s) => {
             stats.tls_handshakes.inc();

@@ -94,7 +94,7 @@ impl<S: Transport> Conn<S> {
         list: u32,
         generation: u64,
     ) -> Result<(), End> {
-        if !self.io.wbuf.is_empty() {
+        if self.io.out_len() > 0 {
             self.flush().await?;
         }
         let shard = self.shard.clone();
@@ -145,8 +145,8 @@ impl<S: Transport> Conn<S> {
                 self.resume = Some(Resume::Busy { list, generation });
                 return Ok(());
             }
-            let gone = self.io.stream.socket().map(|s| s.as_raw_fd());
-            if gone.is_some_and(super::forward::peer_closed) && !self.io.stream.buffered() {
+            let gone = self.io.stream().socket().map(|s| s.as_raw_fd());
+            if gone.is_some_and(super::forward::peer_closed) && !self.io.stream().buffered() {
                 return Err(End::Error(ErrorKind::Io));
             }
             monoio::time::sleep(Duration::from_millis(VERIFY_POLL_MS)).await;

@@ -375,7 +375,7 @@ impl<S: Transport> Conn<S> {
         limits: &RequestLimits,
     ) -> Result<(), Attempt> {
         let timeout_ms = group.read_timeout_ms;
-        if self.io.stream.abandoned() {
+        if self.io.stream_mut().abandoned() {
             // An HTTP/2 stream the client reset: nothing is sent upstream.
             return Err(Attempt::ClientGone);
         }
@@ -389,7 +389,7 @@ impl<S: Transport> Conn<S> {
         let out = std::mem::take(&mut self.ubuf);
         let (res, out) = match self
             .io
-            .deadline
+            .deadline()
             .within(clock::deadline(timeout_ms), up.write_all_of(out))
             .await
         {
@@ -411,7 +411,7 @@ impl<S: Transport> Conn<S> {
         if !body.done {
             if head.expect_continue {
                 self.io
-                    .wbuf
+                    .out()
                     .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
                 self.shard.stats.response(100);
                 if self.flush().await.is_err() {
@@ -451,7 +451,7 @@ impl<S: Transport> Conn<S> {
             cf_ray: copy.ray(),
         };
         gapura_gate::custom_pages::write_error_page(
-            &mut self.io.wbuf,
+            self.io.out(),
             &snap.pages,
             custom,
             status,
@@ -470,13 +470,13 @@ impl<S: Transport> Conn<S> {
         body: &mut Body,
         limits: &RequestLimits,
     ) -> Result<(), ErrorStatus> {
-        let avail = &self.io.rbuf[self.io.pos..];
+        let avail = self.io.unread();
         match body.framing {
             BodyFraming::None => {}
             BodyFraming::Length(_) => {
                 let take = (avail.len() as u64).min(body.remaining) as usize;
                 self.ubuf.extend_from_slice(&avail[..take]);
-                self.io.pos += take;
+                self.io.consume(take);
                 body.remaining -= take as u64;
                 body.done = body.remaining == 0;
             }
@@ -495,7 +495,7 @@ impl<S: Transport> Conn<S> {
                     body.done = step.done;
                 }
                 self.ubuf.extend_from_slice(&avail[..off]);
-                self.io.pos += off;
+                self.io.consume(off);
             }
         }
         Ok(())
@@ -511,10 +511,7 @@ impl<S: Transport> Conn<S> {
     ) -> Option<Attempt> {
         let body_ms = self.shard.snapshot().server.body_timeout_ms;
         while !body.done {
-            if self.io.pos == self.io.rbuf.len() {
-                self.io.rbuf.clear();
-                self.io.pos = 0;
-            }
+            self.io.rewind_if_drained();
             let deadline = clock::deadline(body_ms);
             match self.read_client(deadline).await {
                 Ok(n) if n > 0 => {}
@@ -528,7 +525,7 @@ impl<S: Transport> Conn<S> {
             let out = std::mem::take(&mut self.ubuf);
             match self
                 .io
-                .deadline
+                .deadline()
                 .within(clock::deadline(write_timeout_ms), up.write_all_of(out))
                 .await
             {

@@ -62,7 +62,7 @@ impl<S: Transport> Conn<S> {
         let have = (self.urbuf.len() - start) as u64;
         let take = have.min(n) as usize;
         self.io
-            .wbuf
+            .out()
             .extend_from_slice(&self.urbuf[start..start + take]);
         *reusable &= have <= n;
         if self.flush().await.is_err() {
@@ -151,7 +151,7 @@ impl<S: Transport> Conn<S> {
         start: usize,
         read_timeout: u64,
     ) -> Result<(), Attempt> {
-        self.io.wbuf.extend_from_slice(&self.urbuf[start..]);
+        self.io.out().extend_from_slice(&self.urbuf[start..]);
         if self.flush().await.is_err() {
             return Err(Attempt::ClientGone);
         }
@@ -174,10 +174,10 @@ impl<S: Transport> Conn<S> {
 
     /// Appends `urbuf[from..]` to the pending answer and flushes both.
     async fn flush_with_urbuf(&mut self, from: usize) -> bool {
-        if from == 0 && self.io.wbuf.is_empty() {
+        if from == 0 && self.io.out_len() == 0 {
             return self.relay_urbuf().await;
         }
-        self.io.wbuf.extend_from_slice(&self.urbuf[from..]);
+        self.io.out().extend_from_slice(&self.urbuf[from..]);
         self.flush().await.is_ok()
     }
 
@@ -207,7 +207,7 @@ impl<S: Transport> Conn<S> {
         buf.clear();
         match self
             .io
-            .deadline
+            .deadline()
             .within(clock::deadline(timeout_ms), up.read_spare(buf))
             .await
         {

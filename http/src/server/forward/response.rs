@@ -114,7 +114,7 @@ impl<S: Transport> Conn<S> {
                 if let Some(status) = replace.status(&r, lines, x.upgrade) {
                     return HeadStep::Replace(status, r.status, close);
                 }
-                let wbuf = &mut self.io.wbuf;
+                let wbuf = self.io.out();
                 write_client_head(r.status, reason, lines, wbuf, close && !interim);
                 if !interim && !hsts.is_empty() {
                     // Before the blank line that ends the head.
@@ -157,7 +157,7 @@ impl<S: Transport> Conn<S> {
             cf_ray: copy.ray(),
         };
         write_error_page(
-            &mut self.io.wbuf,
+            self.io.out(),
             replace.pages,
             replace.extras.and_then(|x| x.pages.as_ref()),
             status,
@@ -192,14 +192,14 @@ impl<S: Transport> Conn<S> {
         let quick = clock::deadline(WATCH_AFTER_MS);
         let first = self
             .io
-            .deadline
+            .deadline()
             .within(quick.min(deadline), &mut read)
             .await;
         let (res, buf) = match first {
             Ok(r) => r,
             Err(_) if quick >= deadline => return Err(UpRead::Timeout),
             Err(_) => {
-                let stream = &mut self.io.stream;
+                let (stream, conn_deadline) = self.io.stream_and_deadline();
                 let watch = async {
                     if let Some(socket) = stream.socket() {
                         monoio::select! {
@@ -223,7 +223,7 @@ impl<S: Transport> Conn<S> {
                     }
                     Ok(read.await)
                 };
-                match self.io.deadline.within(deadline, watch).await {
+                match conn_deadline.within(deadline, watch).await {
                     Ok(Ok(r)) => r,
                     Ok(Err(gone)) => return Err(gone),
                     Err(_) => return Err(UpRead::Timeout),
