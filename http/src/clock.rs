@@ -32,22 +32,24 @@ pub(crate) fn skew(by: Duration) {
     SKEW.with(|s| s.set(s.get() + by));
 }
 
+/// `t` on the test's clock (moved on by [`skew`]).
 #[cfg(test)]
 #[inline]
-fn skewed() -> Duration {
-    SKEW.with(Cell::get)
+fn skewed(t: Instant) -> Instant {
+    t + SKEW.with(Cell::get)
 }
 
+/// Outside tests the clock is the machine's: nothing is added.
 #[cfg(not(test))]
 #[inline(always)]
-fn skewed() -> Duration {
-    Duration::ZERO
+fn skewed(t: Instant) -> Instant {
+    t
 }
 
 /// The precise now (as [`Instant::now`]), on the test's clock in tests.
 #[inline]
 pub fn precise_now() -> Instant {
-    Instant::now() + skewed()
+    skewed(Instant::now())
 }
 
 fn read(clock: libc::clockid_t) -> u64 {
@@ -86,14 +88,18 @@ fn anchor() -> (Instant, u64, u64) {
 #[inline]
 pub fn now() -> Instant {
     let (at, mono, _) = anchor();
-    at + Duration::from_nanos(read(libc::CLOCK_MONOTONIC_COARSE).saturating_sub(mono)) + skewed()
+    skewed(at + Duration::from_nanos(read(libc::CLOCK_MONOTONIC_COARSE).saturating_sub(mono)))
 }
 
 /// The coarse monotonic clock in milliseconds (the clock of the upstream
 /// pools and passive health): a memory read.
 #[inline]
 pub fn now_ms() -> u64 {
-    read(libc::CLOCK_MONOTONIC_COARSE) / 1_000_000 + skewed().as_millis() as u64
+    #[cfg(test)]
+    let skew = SKEW.with(Cell::get).as_millis() as u64;
+    #[cfg(not(test))]
+    let skew = 0;
+    read(libc::CLOCK_MONOTONIC_COARSE) / 1_000_000 + skew
 }
 
 /// The instant `ms` milliseconds from now, never earlier (one tick added).
@@ -101,7 +107,7 @@ pub fn now_ms() -> u64 {
 pub fn deadline(ms: u64) -> Instant {
     let (at, mono, tick) = anchor();
     let since = read(libc::CLOCK_MONOTONIC_COARSE).saturating_sub(mono);
-    at + Duration::from_nanos(since.saturating_add(tick)) + Duration::from_millis(ms) + skewed()
+    skewed(at + Duration::from_nanos(since.saturating_add(tick)) + Duration::from_millis(ms))
 }
 
 #[cfg(test)]
