@@ -163,9 +163,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
 
     let verifier =
         crate::verify::Pool::start(cores.len()).map_err(|e| format!("verification pool: {e}"))?;
-    let stats: Vec<Arc<ShardStats>> = (0..shard_count)
-        .map(|_| Arc::new(ShardStats::default()))
-        .collect();
+    let stats: Vec<Arc<ShardStats>> = (0..shard_count).map(|_| Arc::default()).collect();
     let (log_tx, log_writer) = start_log_writer(&cell, shard_count, &global)?;
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
@@ -227,6 +225,17 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         &notify,
         handover.as_ref(),
     )?;
+    stopped(handover, threads, log_writer);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// After the control loop: the handover socket removed, the shards
+/// joined, their last log lines written.
+fn stopped(
+    handover: Option<crate::upgrade::Handover>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    log_writer: crate::accesslog::LogWriter,
+) {
     if let Some(h) = &handover {
         h.remove();
     }
@@ -236,7 +245,6 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     // Every shard has handed over its last lines: write them, then stop.
     log_writer.finish();
     log!("stopped");
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Every shard serves: the log line, the old process told after a

@@ -418,9 +418,9 @@ fn an_answer_written_in_pieces_is_read_whole() {
             let _ = s.write_all(
                 b"HTTP/1.0 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nContent-Type: text/plain\r\nContent-Length: 12\r\n\r\n",
             );
-            // The shape under test, not a wait: the body a moment after
-            // the head, in a write of its own.
-            std::thread::sleep(Duration::from_millis(50));
+            // The body in a write of its own, once the head has been
+            // read: the reader holds a head without its body.
+            assert!(common::wait_peer_read(&s, Duration::from_secs(10)));
             let _ = s.write_all(b"sign in now\n");
         }))
     }));

@@ -393,6 +393,45 @@ pub fn wait_until(ceiling: Duration, mut event: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// The send and receive queues (bytes) of the IPv4 TCP socket from
+/// `local` to `remote`, as /proc/net/tcp shows them.
+fn tcp_queues(local: SocketAddr, remote: SocketAddr) -> Option<(u64, u64)> {
+    let hex = |a: SocketAddr| match a {
+        SocketAddr::V4(v4) => Some(format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(v4.ip().octets()),
+            v4.port()
+        )),
+        SocketAddr::V6(_) => None,
+    };
+    let (l, r) = (hex(local)?, hex(remote)?);
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.get(1) != Some(&l.as_str()) || f.get(2) != Some(&r.as_str()) {
+            return None;
+        }
+        let (tx, rx) = f.get(4)?.split_once(':')?;
+        Some((
+            u64::from_str_radix(tx, 16).ok()?,
+            u64::from_str_radix(rx, 16).ok()?,
+        ))
+    })
+}
+
+/// Waits until everything written on `s` (an IPv4 loopback connection)
+/// has been read by its peer: sent from `s`'s queue and gone from the
+/// peer's receive queue. Whether it was within `ceiling`.
+pub fn wait_peer_read(s: &std::net::TcpStream, ceiling: Duration) -> bool {
+    let (Ok(local), Ok(remote)) = (s.local_addr(), s.peer_addr()) else {
+        return false;
+    };
+    wait_until(ceiling, || {
+        tcp_queues(local, remote).is_some_and(|(tx, _)| tx == 0)
+            && tcp_queues(remote, local).is_some_and(|(_, rx)| rx == 0)
+    })
+}
+
 impl Gapura {
     /// Polls a sample until it reads `want` or `timeout` passes, and returns
     /// the last value read (the gate's counters reach `/metrics` once a

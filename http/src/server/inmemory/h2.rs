@@ -197,13 +197,6 @@ fn a_client_that_goes_away_ends_the_connection_and_releases_its_place() {
         assert_eq!(exchange(&send, "GET", "/", None).await.unwrap().0, 200);
         drop(send);
         wire.finish();
-        for _ in 0..100 {
-            settle().await;
-            if open_count(&shard) == 0 {
-                break;
-            }
-            monoio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert_eq!(open_count(&shard), 0);
+        assert!(until(|| open_count(&shard) == 0).await);
     })
 }

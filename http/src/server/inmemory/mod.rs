@@ -163,6 +163,20 @@ pub(crate) async fn yield_now() {
     .await
 }
 
+/// Waits for `event`, which the machine's own I/O brings (a loopback
+/// upstream, the HTTP/2 driver's ticker): the tasks run between looks, a
+/// millisecond apart, until it holds or 10 s pass. Whether it held.
+pub(crate) async fn until(mut event: impl FnMut() -> bool) -> bool {
+    for _ in 0..10_000 {
+        settle().await;
+        if event() {
+            return true;
+        }
+        monoio::time::sleep(Duration::from_millis(1)).await;
+    }
+    false
+}
+
 /// Moves the shard's clock on by `by`: every deadline due by then fires,
 /// and the tasks it wakes run.
 pub(crate) async fn advance(shard: &Shard, by: Duration) {

@@ -95,13 +95,13 @@ fn proxy(addr: SocketAddr) -> String {
 
 /// Waits (on this runtime) for what the upstream thread saw.
 async fn seen(rx: &mpsc::Receiver<Seen>) -> Seen {
-    for _ in 0..5000 {
-        if let Ok(s) = rx.try_recv() {
-            return s;
-        }
-        monoio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("the upstream saw nothing");
+    let mut got = None;
+    until(|| {
+        got = rx.try_recv().ok();
+        got.is_some()
+    })
+    .await;
+    got.expect("the upstream saw nothing")
 }
 
 /// Reads a response, letting the runtime poll the upstream socket.
