@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 /// Files below the crate roots whose doc lists their modules.
 const LISTINGS: &[&str] = &[
     "http/src/server/mod.rs",
-    "http/src/server/forward/mod.rs",
+    "http/src/server/conn/mod.rs",
+    "http/src/server/conn/forward/mod.rs",
     "http/src/codec/mod.rs",
     "gate/src/chain/mod.rs",
 ];

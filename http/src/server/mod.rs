@@ -10,13 +10,14 @@
 //! list), `h2` (HTTP/2: each stream served by the HTTP/1.1 pipeline, the
 //! stream and reset budgets), `h2scan` (the watch on incoming frames below
 //! the codec: the control-frame budget and the header block's timeout),
-//! `conn` (the connection loop), `prepare` (a head's decision),
+//! `conn` (the connection loop and its phases: a body read locally,
+//! proxying, password checks, forward-auth's answers, proof of work's
+//! verify endpoint), `prepare` (a head's decision),
 //! `decided` (what the decision makes of it, written before its body),
-//! `forward` (proxying), `body` (a body read locally), `verify` (password
-//! checks on the pool, and waiting for a check made off the decision),
-//! `forwardauth` (forward-auth calls), `powverify` (proof of work's verify
-//! endpoint), `tunnel` (upgraded connections), `leases`, `accesslog`,
-//! `warn`, `live`, `stats`, `date`, `timing`; `client` (the client
+//! `verify` (the process's password-check pool), `authcalls` (a shard's
+//! forward-auth calls to providers), `tunnel` (upgraded connections),
+//! `leases`, `accesslog`, `warn`, `live`, `stats`, `date`, `timing`;
+//! `client` (the client
 //! side's stream and buffers), `tls` (a shard's TLS configuration and the
 //! handshake), `deadline` (one deadline per connection, one timer per
 //! shard), `slots` (reused allocations for upstream exchanges), `fuzzing`
@@ -27,14 +28,12 @@
 
 mod accept;
 pub mod accesslog;
-mod body;
+mod authcalls;
 mod client;
 pub mod conn;
 pub mod date;
 mod deadline;
 mod decided;
-mod forward;
-mod forwardauth;
 #[doc(hidden)]
 pub mod fuzzing;
 mod h2;
@@ -45,7 +44,6 @@ mod leases;
 pub mod live;
 mod opening;
 mod place;
-mod powverify;
 mod prepare;
 mod slots;
 pub mod stats;
@@ -134,7 +132,7 @@ pub struct Shard {
     /// Where password checks run (none: every check answers 429).
     pub verifier: Option<Arc<dyn verify::VerifyPool>>,
     /// Forward-auth: idle connections and calls running, per provider.
-    pub(crate) auth: forwardauth::AuthCalls,
+    pub(crate) auth: authcalls::AuthCalls,
     /// The TLS configuration built for the current snapshot (`tls`).
     tls: RefCell<tls::Built>,
     /// Buffers given back by connections waiting idle for their next
@@ -236,7 +234,7 @@ impl Shard {
             warned: Default::default(),
             started,
             verifier: None,
-            auth: forwardauth::AuthCalls::default(),
+            auth: authcalls::AuthCalls::default(),
             tls: RefCell::new(None),
             spare_buffers: RefCell::new(Vec::new()),
             slots: Rc::default(),

@@ -12,7 +12,9 @@ use crate::transport::Transport;
 use crate::upstream::response::{
     parse_response, resp_header_buf, write_client_head, RespFraming, RespHead, RespParse,
 };
-use gapura_gate::custom_pages::{replace_upstream, write_error_page, PageVars, UpstreamHead};
+use gapura_gate::custom_pages::{
+    replace_upstream, write_error_page, PageVars, ReplaceUpstream, UpstreamHead,
+};
 use gapura_gate::policy::HostExtras;
 use gapura_gate::upstream::UpstreamGroup;
 use gapura_gate::ErrorStatus;
@@ -247,14 +249,29 @@ enum HeadStep {
 
 /// The host's upstream error replacement, when it has one.
 pub(super) struct Replace<'a> {
-    pub(super) extras: Option<&'a HostExtras>,
-    pub(super) pages: &'a gapura_gate::ErrorPages,
+    extras: Option<&'a HostExtras>,
+    pages: &'a gapura_gate::ErrorPages,
     /// The host's own error pages, for Gapura's own 502, 503 and 504
     /// (whether or not it replaces the upstream's).
-    pub(super) custom: Option<&'a gapura_gate::custom_pages::CustomPages>,
+    custom: Option<&'a gapura_gate::custom_pages::CustomPages>,
 }
 
-impl Replace<'_> {
+impl<'a> Replace<'a> {
+    /// The snapshot's pages and the host's extras (their replacement only
+    /// when it is on).
+    pub(super) fn new(snap: &'a gapura_gate::Snapshot, extras: Option<&'a HostExtras>) -> Self {
+        Replace {
+            extras: extras.filter(|x| x.replace_upstream != ReplaceUpstream::Off),
+            pages: &snap.pages,
+            custom: extras.and_then(|x| x.pages.as_ref()),
+        }
+    }
+
+    /// The host's own error pages, if it has any.
+    pub(super) fn custom(&self) -> Option<&'a gapura_gate::custom_pages::CustomPages> {
+        self.custom
+    }
+
     /// The page that replaces this response, if any. O(headers) only when
     /// replacement is on; the plain path is one `None` check.
     fn status(

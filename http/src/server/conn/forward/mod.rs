@@ -21,15 +21,14 @@
 mod relay;
 mod response;
 
-use super::conn::{Conn, End};
-use super::stats::ErrorKind;
+use super::{Conn, End};
 use crate::clock;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
+use crate::server::stats::ErrorKind;
 use crate::transport::plain::Plain;
 use crate::transport::Transport;
 use crate::transport::WriteAll;
-use gapura_gate::custom_pages::ReplaceUpstream;
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::policy::HostExtras;
 use gapura_gate::upstream::{Route, UpstreamGroup, UpstreamServer};
@@ -78,13 +77,13 @@ struct NoAnswer {
 /// What an attempt's phases need to know of the exchange.
 pub(super) struct Exchange {
     /// The upstream connection came from the pool.
-    pub(super) reused: bool,
+    reused: bool,
     /// A WebSocket upgrade may be answered with 101.
-    pub(super) upgrade: bool,
+    upgrade: bool,
     /// A `HEAD` request: the response has no body.
-    pub(super) head_only: bool,
+    head_only: bool,
     /// Body bytes had left the client before this attempt began.
-    pub(super) body_streamed: bool,
+    body_streamed: bool,
 }
 
 /// The request body's progress across attempts.
@@ -156,11 +155,7 @@ impl<S: Transport> Conn<S> {
         limits: RequestLimits,
         extras: Option<&HostExtras>,
     ) -> Result<(), End> {
-        let replace = Replace {
-            extras: extras.filter(|x| x.replace_upstream != ReplaceUpstream::Off),
-            pages: &snap.pages,
-            custom: extras.and_then(|x| x.pages.as_ref()),
-        };
+        let replace = Replace::new(snap, extras);
         let idempotent = matches!(
             head.method,
             Method::Get | Method::Head | Method::Options | Method::Put | Method::Delete
@@ -179,7 +174,7 @@ impl<S: Transport> Conn<S> {
         };
         // Body bytes already buffered travel with the head in one write.
         if let Err(status) = self.take_buffered_body(&mut body, &limits) {
-            self.write_error(snap, replace.custom, status, head, true);
+            self.write_error(snap, replace.custom(), status, head, true);
             return Err(self.close_after_refusal(ErrorKind::Limit).await);
         }
         let failed = match self
@@ -199,7 +194,7 @@ impl<S: Transport> Conn<S> {
         };
         // No attempt produced a response.
         let close = !body.done || failed.replay_broken || head.close || self.shard.is_draining();
-        self.write_error(snap, replace.custom, failed.last, head, close);
+        self.write_error(snap, replace.custom(), failed.last, head, close);
         if close {
             let _ = self.flush().await;
             return Err(End::Done);
@@ -298,12 +293,12 @@ impl<S: Transport> Conn<S> {
                 }
                 Attempt::ClientGone => return Err(End::Error(ErrorKind::Io)),
                 Attempt::BadBody(status) => {
-                    self.write_error(snap, replace.custom, status, head, true);
+                    self.write_error(snap, replace.custom(), status, head, true);
                     return Err(self.close_after_refusal(ErrorKind::Limit).await);
                 }
                 Attempt::Upgrade(pending) => {
                     shard.upstreams.success(server);
-                    return Err(End::Upgrade(Box::new(super::conn::Upgraded {
+                    return Err(End::Upgrade(Box::new(super::Upgraded {
                         upstream: up,
                         pending,
                         leases: None,
@@ -443,7 +438,7 @@ impl<S: Transport> Conn<S> {
             close,
             keep_alive_10: head.keep_alive_10 && !close,
         };
-        let id = super::conn::request_id(&self.log, &self.shard);
+        let id = super::request_id(&self.log, &self.shard);
         let copy = self.page_vars.as_deref().copied().unwrap_or_default();
         let vars = gapura_gate::custom_pages::PageVars {
             request_id: &id,

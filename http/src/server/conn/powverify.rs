@@ -5,11 +5,11 @@
 //! gate's pure check (`gapura_gate::pow::verify_form`).
 
 use super::body::BodyEnd;
-use super::conn::{Conn, End};
-use super::leases::Leases;
-use super::stats::ErrorKind;
+use super::{Conn, End};
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
+use crate::server::leases::Leases;
+use crate::server::stats::ErrorKind;
 use crate::transport::Transport;
 use gapura_gate::answer::WriteCtx;
 use gapura_gate::pow::{
@@ -102,7 +102,7 @@ impl<S: Transport> Conn<S> {
         let answer = snap.pages.get(refusal, head.wants_html);
         answer.write_into(self.io.out(), &ctx);
         answer.stamp(self.io.out(), ctx.head_only, || {
-            super::conn::request_id(&self.log, &self.shard)
+            super::request_id(&self.log, &self.shard)
         });
         refusal.code()
     }

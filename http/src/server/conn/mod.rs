@@ -12,9 +12,20 @@
 //! the header timeout is one deadline for the whole head from its first byte
 //! (a trickle cannot extend it); the body timeout bounds each body read; the
 //! write timeout each write. A timed-out connection is closed.
+//!
+//! The connection's state is this module's: its phases are its child
+//! modules, `body` (a body read locally), `forward` (proxying), `verify`
+//! (waiting for a password check), `forwardauth` (what a provider's answer
+//! does), `powverify` (proof of work's verify endpoint), and nothing else
+//! reads or writes a connection's fields.
+
+mod body;
+mod forward;
+mod forwardauth;
+mod powverify;
+mod verify;
 
 use super::accesslog::LogRecord;
-use super::body::BodyEnd;
 use super::client::ClientIo;
 use super::leases::{Held, Leases};
 use super::prepare::{prepare, ForwardPlan, LocalEnd, LocalPlan, PageCopy, Plan, Prep, Resume};
@@ -25,6 +36,7 @@ use crate::codec::head::{
     header_buf, parse_head, BodyFraming, HeadError, Method, Parse, ParsedHead,
 };
 use crate::transport::Transport;
+use body::BodyEnd;
 use gapura_gate::answer::{end_head, WriteCtx};
 use gapura_gate::client::Peer;
 use gapura_gate::limits::OUTER_MAX_HEAD_BYTES;
@@ -80,20 +92,20 @@ pub(super) struct Upgraded {
 
 pub(super) struct Conn<S> {
     /// The client's stream, buffers and head deadline.
-    pub(super) io: ClientIo<S>,
-    pub(super) shard: Rc<Shard>,
+    io: ClientIo<S>,
+    shard: Rc<Shard>,
     /// Upstream request bytes (proxying only; allocated on first use).
-    pub(super) ubuf: Vec<u8>,
+    ubuf: Vec<u8>,
     /// Upstream response bytes (proxying only; allocated on first use).
-    pub(super) urbuf: Vec<u8>,
+    urbuf: Vec<u8>,
     busy: bool,
-    pub(super) served: u64,
+    served: u64,
     /// How the head in the buffer resumes after a password check.
-    pub(super) resume: Option<Resume>,
+    resume: Option<Resume>,
     /// The leases that head took before its check.
-    pub(super) resume_leases: Option<Leases>,
+    resume_leases: Option<Leases>,
     /// The identity lines a forward-auth provider gave that head.
-    pub(super) resume_identity: Option<std::sync::Arc<[u8]>>,
+    resume_identity: Option<std::sync::Arc<[u8]>>,
     /// The leases of answers written into `wbuf` and not yet sent.
     held: Held,
     /// The connection's request bucket (a host's `connection_rate`),
@@ -102,20 +114,20 @@ pub(super) struct Conn<S> {
     /// The connection's serial on its shard (the access log's `connection`).
     serial: u64,
     /// The current request's access log facts (while the profile logs).
-    pub(super) log: Option<Box<LogRecord>>,
+    log: Option<Box<LogRecord>>,
     /// The current request's host and when its head was complete (its
     /// answer's latency).
     req_host: Option<gapura_gate::HostId>,
     req_start: std::time::Instant,
     /// The peer the gate sees: the TCP peer, or a trusted PROXY header's source.
-    pub(super) client_peer: Peer,
+    client_peer: Peer,
     /// The connection's place in its prefix's concurrency limit.
     /// The connection's place on its shard (`None` for an HTTP/2 stream:
     /// its connection's driver holds it).
     place: Option<super::place::Place>,
     /// The current request's page variables, kept for an answer written
     /// after its head's bytes are gone (an upstream error replaced).
-    pub(super) page_vars: Option<Box<PageCopy>>,
+    page_vars: Option<Box<PageCopy>>,
 }
 
 impl<S: Transport> Conn<S> {

@@ -2,10 +2,10 @@
 //! drains against the limits): `100 Continue`, reading more, and draining
 //! a length-delimited or chunked body.
 
-use super::conn::{Conn, End, ReadFail};
-use super::stats::ErrorKind;
+use super::{Conn, End, ReadFail};
 use crate::clock;
 use crate::codec::chunked::ChunkedDecoder;
+use crate::server::stats::ErrorKind;
 use crate::transport::Transport;
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::ErrorStatus;

@@ -1,0 +1,170 @@
+//! A shard's forward-auth calls: the call to the provider (an HTTP/1.1
+//! connection kept idle per provider and shard, at most
+//! [`MAX_CALLS`](gapura_gate::auth::MAX_CALLS) calls at once per provider
+//! and shard), the failure log's pace, and the page of a full provider.
+//! What a connection does with the answer is `conn::forwardauth`.
+
+use super::Shard;
+use crate::upstream::authcall::{exchange, Answer, CallError};
+use gapura_gate::auth::{AuthProvider, MAX_CALLS};
+use gapura_gate::pages::Page;
+use monoio::net::TcpStream;
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+/// Most idle provider connections a shard keeps, all providers together.
+const MAX_IDLE: usize = 64;
+/// How long a provider connection may sit idle before it is closed rather
+/// than used (providers close idle connections of their own, often sooner).
+const IDLE_LIFETIME_MS: u64 = 15_000;
+/// A provider's failures are logged at most once in this long (per shard).
+const FAILURE_LOG_EVERY_MS: u64 = 60_000;
+
+/// A shard's provider connections and running calls, by the provider's
+/// configuration (`AuthProvider::identity`), so both survive a reload that
+/// keeps it.
+#[derive(Default)]
+pub(crate) struct AuthCalls {
+    /// (provider, connection, idle since, ms on the coarse clock).
+    idle: RefCell<Vec<(u64, TcpStream, u64)>>,
+    running: RefCell<Vec<(u64, u32)>>,
+    /// (provider, when its failures were last logged).
+    warned: RefCell<Vec<(u64, u64)>>,
+}
+
+/// A running call's place; given back when dropped.
+pub(super) struct CallPlace<'a> {
+    calls: &'a AuthCalls,
+    provider: u64,
+}
+
+impl Drop for CallPlace<'_> {
+    fn drop(&mut self) {
+        // A provider with no call running has no entry: the list holds only
+        // the providers being asked now.
+        let mut running = self.calls.running.borrow_mut();
+        if let Some(i) = running.iter().position(|e| e.0 == self.provider) {
+            running[i].1 = running[i].1.saturating_sub(1);
+            if running[i].1 == 0 {
+                running.swap_remove(i);
+            }
+        }
+    }
+}
+
+impl AuthCalls {
+    /// A place for a call to `provider`, unless [`MAX_CALLS`] run.
+    pub(super) fn begin(&self, provider: u64) -> Option<CallPlace<'_>> {
+        let mut running = self.running.borrow_mut();
+        match running.iter_mut().find(|e| e.0 == provider) {
+            Some(e) if e.1 >= MAX_CALLS => return None,
+            Some(e) => e.1 += 1,
+            None => running.push((provider, 1)),
+        }
+        Some(CallPlace {
+            calls: self,
+            provider,
+        })
+    }
+
+    /// An idle connection to `provider` younger than [`IDLE_LIFETIME_MS`];
+    /// older ones are closed on the way.
+    fn take_idle(&self, provider: u64) -> Option<TcpStream> {
+        let now = crate::clock::now_ms();
+        let mut idle = self.idle.borrow_mut();
+        idle.retain(|e| now.saturating_sub(e.2) < IDLE_LIFETIME_MS);
+        let i = idle.iter().rposition(|e| e.0 == provider)?;
+        Some(idle.swap_remove(i).1)
+    }
+
+    fn put_idle(&self, provider: u64, stream: TcpStream) {
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() >= MAX_IDLE {
+            idle.remove(0);
+        }
+        idle.push((provider, stream, crate::clock::now_ms()));
+    }
+
+    /// Whether `provider`'s failure should be logged now: at most once a
+    /// [`FAILURE_LOG_EVERY_MS`] per provider (marks it when so).
+    fn should_warn(&self, provider: u64) -> bool {
+        let now = crate::clock::now_ms();
+        let mut warned = self.warned.borrow_mut();
+        match warned.iter_mut().find(|e| e.0 == provider) {
+            Some(e) if now.saturating_sub(e.1) < FAILURE_LOG_EVERY_MS => false,
+            Some(e) => {
+                e.1 = now;
+                true
+            }
+            None => {
+                // Bounded like the idle connections: providers a reload
+                // dropped leave room for the new ones.
+                if warned.len() >= MAX_IDLE {
+                    warned.remove(0);
+                }
+                warned.push((provider, now));
+                true
+            }
+        }
+    }
+
+    /// One call: on an idle connection first (once more on a new one if
+    /// that fails before an answer, as idle connections may have been
+    /// closed by the provider), else on a new one.
+    pub(super) async fn call(&self, p: &AuthProvider, request: &[u8]) -> Result<Answer, CallError> {
+        if let Some(mut s) = self.take_idle(p.identity) {
+            if let Ok((answer, reuse)) = exchange(p, &mut s, request.to_vec()).await {
+                if reuse {
+                    self.put_idle(p.identity, s);
+                }
+                return Ok(answer);
+            }
+        }
+        let mut s = TcpStream::connect(p.addr)
+            .await
+            .map_err(|_| CallError::Failed)?;
+        let _ = s.set_nodelay(true);
+        let (answer, reuse) = exchange(p, &mut s, request.to_vec()).await?;
+        if reuse {
+            self.put_idle(p.identity, s);
+        }
+        Ok(answer)
+    }
+}
+
+/// Logs a failed call (no answer in time, no connection, an answer that
+/// is no allow, refusal or redirect), at most once a minute per provider.
+pub(super) fn log_failure(
+    shard: &Shard,
+    p: &AuthProvider,
+    result: &Result<Result<Answer, CallError>, monoio::time::error::Elapsed>,
+) {
+    let why = match result {
+        Err(_) => "no answer within timeout_ms",
+        Ok(Err(CallError::Failed)) => "cannot connect, or the connection broke",
+        Ok(Ok(Answer::Fail)) => "an answer that is not a usable allow, refusal or redirect",
+        Ok(Ok(_)) => return,
+    };
+    if let Some(warn) = shard.warn {
+        if shard.auth.should_warn(p.identity) {
+            warn(format_args!(
+                "forward-auth: shard {}: provider {} failed ({why}); its requests get 502/504 \
+                 (at most one line a minute per provider)",
+                shard.id, p.name
+            ));
+        }
+    }
+}
+
+/// The 503 of a provider whose calls are all taken, built once.
+pub(super) fn busy_page() -> &'static Page {
+    static PAGE: OnceLock<Page> = OnceLock::new();
+    PAGE.get_or_init(|| {
+        gapura_gate::pages::builtin_page(
+            503,
+            "The sign-in service is busy. Please try again in a moment.",
+            "503 Service Unavailable: the sign-in service is busy\n",
+            &[("Retry-After", "1")],
+        )
+    })
+}
