@@ -18,7 +18,9 @@
 //!   loop's waits; `findmax`: the search for the highest rate under an SLO.
 //! - Protocols: `h1` (HTTP/1.1 over monoio, plain or TLS), `uring` (plain
 //!   HTTP/1.1 on a ring driven directly), `h2mode` (HTTP/2), `udp`;
-//!   `response`: HTTP/1.1 response framing; `net`: sockets and TLS setup.
+//!   `response`: HTTP/1.1 response framing over a socket's reads (the glue
+//!   around gapura-http's response head parser and chunked decoder); `net`:
+//!   sockets and TLS setup.
 //! - Results: `stats` (per-shard measurements), `report` (the summary),
 //!   `json`, `html`.
 

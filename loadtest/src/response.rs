@@ -1,22 +1,33 @@
-//! Incremental HTTP/1.1 response framing: head by httparse, then the body by
-//! Content-Length, chunked coding, or until close.
+//! Incremental HTTP/1.1 response framing on the project's own parser: the
+//! head by `gapura_http::upstream::response::parse_response` (the framing
+//! rules of RFC 9112 §6.3 the proxy applies to its upstreams), then the body
+//! by Content-Length, by `gapura_http::codec::chunked::ChunkedDecoder`, or
+//! until close.
 //!
-//! The parser never copies body bytes and never allocates: it only counts them.
-//! It is fed whatever the socket produced and says how much it consumed and
+//! This module is only the glue that makes those two pieces incremental
+//! over a socket's reads: it skips interim (1xx) heads, keeps the body's
+//! progress between calls, and says how much of each read it consumed and
 //! whether a response ended, so one read can end many pipelined responses.
+//! It never copies body bytes and never allocates: it only counts them.
 
-/// Largest response head accepted.
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
-const MAX_HEADERS: usize = 64;
+use gapura_http::codec::chunked::{ChunkError, ChunkedDecoder};
+use gapura_http::upstream::response::{
+    parse_response, resp_header_buf, RespFraming, RespHead, RespParse, MAX_RESPONSE_HEAD_BYTES,
+};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Largest response head accepted (the proxy's own limit for upstream heads).
+pub const MAX_HEAD_BYTES: usize = MAX_RESPONSE_HEAD_BYTES;
+
+/// Where the parser is in the current response.
+#[derive(Clone, Debug)]
 enum State {
+    /// Waiting for a (final or interim) head.
     Head,
-    Body(u64),
-    ChunkSize,
-    ChunkData(u64),
-    ChunkDataEnd,
-    Trailer,
+    /// A Content-Length body with this many bytes left.
+    Length(u64),
+    /// A chunked body, part way through.
+    Chunked(ChunkedDecoder),
+    /// A body delimited by the server closing the connection.
     UntilClose,
 }
 
@@ -30,10 +41,24 @@ pub struct Done {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParseError {
+    /// A head that does not parse, breaks the framing rules (conflicting
+    /// lengths, Content-Length with Transfer-Encoding, a status outside
+    /// 1xx to 5xx) or switches protocols (101).
     BadHead,
+    /// A head still unfinished after [`MAX_HEAD_BYTES`].
     HeadTooLarge,
-    BadChunk,
-    BadLength,
+    /// Chunked framing the decoder refused.
+    BadChunk(ChunkError),
+}
+
+/// What one state's step did with the bytes it was given.
+enum Progress {
+    /// Consumed this many bytes; the response goes on in the next state.
+    Moved(usize),
+    /// Consumed this many bytes (possibly none) and needs more input.
+    NeedMore(usize),
+    /// Consumed this many bytes and the response ended.
+    Ended(usize),
 }
 
 pub struct ResponseParser {
@@ -41,7 +66,6 @@ pub struct ResponseParser {
     status: u16,
     close: bool,
     head_only: bool,
-    line_len: usize,
 }
 
 impl ResponseParser {
@@ -52,32 +76,29 @@ impl ResponseParser {
             status: 0,
             close: false,
             head_only,
-            line_len: 0,
         }
     }
 
     /// Back to the start (a new connection).
     pub fn reset(&mut self) {
         self.state = State::Head;
-        self.line_len = 0;
     }
 
     /// True while a close-delimited body is being read: EOF ends it.
     pub fn reading_until_close(&self) -> bool {
-        self.state == State::UntilClose
+        matches!(self.state, State::UntilClose)
     }
 
     /// Ends a close-delimited response at EOF.
     pub fn finish_at_eof(&mut self) -> Option<Done> {
-        if self.state == State::UntilClose {
-            self.state = State::Head;
-            Some(Done {
-                status: self.status,
-                close: true,
-            })
-        } else {
-            None
+        if !self.reading_until_close() {
+            return None;
         }
+        self.state = State::Head;
+        Some(Done {
+            status: self.status,
+            close: true,
+        })
     }
 
     /// Consumes from `buf`. Returns bytes consumed and a response if one ended;
@@ -88,160 +109,55 @@ impl ResponseParser {
         let mut pos = 0;
         loop {
             let rest = &buf[pos..];
-            match self.state {
-                State::Head => {
-                    if rest.is_empty() {
-                        return Ok((pos, None));
-                    }
-                    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-                    let mut resp = httparse::Response::new(&mut headers);
-                    let n = match resp.parse(rest) {
-                        Ok(httparse::Status::Complete(n)) => n,
-                        Ok(httparse::Status::Partial) => {
-                            if rest.len() > MAX_HEAD_BYTES {
-                                return Err(ParseError::HeadTooLarge);
-                            }
-                            return Ok((pos, None));
-                        }
-                        Err(_) => return Err(ParseError::BadHead),
-                    };
-                    let status = resp.code.unwrap_or(0);
-                    let mut close = resp.version == Some(0);
-                    let mut length = None;
-                    let mut chunked = false;
-                    for h in resp.headers.iter() {
-                        if h.name.eq_ignore_ascii_case("content-length") {
-                            let v = std::str::from_utf8(h.value)
-                                .ok()
-                                .and_then(|s| s.trim().parse::<u64>().ok());
-                            match (v, length) {
-                                (None, _) => return Err(ParseError::BadLength),
-                                (Some(a), Some(b)) if a != b => return Err(ParseError::BadLength),
-                                (Some(a), _) => length = Some(a),
-                            }
-                        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                            chunked = h
-                                .value
-                                .rsplit(|&b| b == b',')
-                                .next()
-                                .is_some_and(|v| trim(v).eq_ignore_ascii_case(b"chunked"));
-                        } else if h.name.eq_ignore_ascii_case("connection") {
-                            for tok in h.value.split(|&b| b == b',') {
-                                let tok = trim(tok);
-                                if tok.eq_ignore_ascii_case(b"close") {
-                                    close = true;
-                                } else if tok.eq_ignore_ascii_case(b"keep-alive") {
-                                    close = false;
-                                }
-                            }
-                        }
-                    }
-                    pos += n;
-                    if (100..200).contains(&status) {
-                        if status == 101 {
-                            return Err(ParseError::BadHead);
-                        }
-                        continue; // interim response: the final one follows
-                    }
-                    self.status = status;
-                    self.close = close;
-                    let no_body = self.head_only || status == 204 || status == 304;
-                    if no_body {
-                        return Ok((pos, Some(Done { status, close })));
-                    }
-                    if chunked {
-                        self.state = State::ChunkSize;
-                        self.line_len = 0;
-                    } else if let Some(len) = length {
-                        if len == 0 {
-                            return Ok((pos, Some(Done { status, close })));
-                        }
-                        self.state = State::Body(len);
-                    } else {
-                        self.close = true;
-                        self.state = State::UntilClose;
-                    }
-                }
-                State::Body(left) => {
-                    let take = left.min(rest.len() as u64);
-                    pos += take as usize;
-                    if take == left {
-                        self.state = State::Head;
-                        return Ok((pos, Some(self.done())));
-                    }
-                    self.state = State::Body(left - take);
-                    return Ok((pos, None));
-                }
-                State::UntilClose => return Ok((buf.len(), None)),
-                State::ChunkSize => {
-                    let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
-                        self.line_len += rest.len();
-                        if self.line_len > 4096 {
-                            return Err(ParseError::BadChunk);
-                        }
-                        // Keep the partial size line: consume nothing of it.
-                        return Ok((pos, None));
-                    };
-                    let line = &rest[..nl];
-                    let line = line.strip_suffix(b"\r").unwrap_or(line);
-                    let hex = line.split(|&b| b == b';').next().unwrap_or(b"");
-                    let hex = trim(hex);
-                    if hex.is_empty() || hex.len() > 15 {
-                        return Err(ParseError::BadChunk);
-                    }
-                    let mut size = 0u64;
-                    for &b in hex {
-                        let d = (b as char).to_digit(16).ok_or(ParseError::BadChunk)?;
-                        size = size * 16 + d as u64;
-                    }
-                    pos += nl + 1;
-                    self.line_len = 0;
-                    self.state = if size == 0 {
-                        State::Trailer
-                    } else {
-                        State::ChunkData(size)
-                    };
-                }
-                State::ChunkData(left) => {
-                    let take = left.min(rest.len() as u64);
-                    pos += take as usize;
-                    if take < left {
-                        self.state = State::ChunkData(left - take);
-                        return Ok((pos, None));
-                    }
-                    self.state = State::ChunkDataEnd;
-                }
-                State::ChunkDataEnd => {
-                    let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
-                        if rest.len() > 2 {
-                            return Err(ParseError::BadChunk);
-                        }
-                        return Ok((pos, None));
-                    };
-                    if nl > 1 || (nl == 1 && rest[0] != b'\r') {
-                        return Err(ParseError::BadChunk);
-                    }
-                    pos += nl + 1;
-                    self.state = State::ChunkSize;
-                }
-                State::Trailer => {
-                    let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
-                        self.line_len += rest.len();
-                        if self.line_len > MAX_HEAD_BYTES {
-                            return Err(ParseError::HeadTooLarge);
-                        }
-                        return Ok((pos, None));
-                    };
-                    let empty = nl == 0 || (nl == 1 && rest[0] == b'\r');
-                    pos += nl + 1;
-                    self.line_len = 0;
-                    if empty {
-                        self.state = State::Head;
-                        return Ok((pos, Some(self.done())));
-                    }
+            let progress = match &mut self.state {
+                State::Head => self.head(rest)?,
+                State::Length(left) => length_body(left, rest),
+                State::Chunked(decoder) => chunked_body(decoder, rest)?,
+                State::UntilClose => Progress::NeedMore(rest.len()),
+            };
+            match progress {
+                Progress::Moved(n) => pos += n,
+                Progress::NeedMore(n) => return Ok((pos + n, None)),
+                Progress::Ended(n) => {
+                    self.state = State::Head;
+                    return Ok((pos + n, Some(self.done())));
                 }
             }
         }
+    }
+
+    /// Parses a head at the start of `rest`: skips an interim one, ends a
+    /// response without a body, or enters the body's state.
+    fn head(&mut self, rest: &[u8]) -> Result<Progress, ParseError> {
+        if rest.is_empty() {
+            return Ok(Progress::NeedMore(0));
+        }
+        let mut lines = resp_header_buf();
+        let head = match parse_response(rest, &mut lines, self.head_only) {
+            RespParse::Complete(head, _, _) => head,
+            RespParse::Partial => return Ok(Progress::NeedMore(0)),
+            RespParse::Malformed => return Err(head_error(rest)),
+        };
+        if head.status / 100 == 1 {
+            if head.status == 101 {
+                return Err(ParseError::BadHead);
+            }
+            return Ok(Progress::Moved(head.head_len)); // the final head follows
+        }
+        Ok(self.begin_body(&head))
+    }
+
+    /// Takes a final head's status and persistence, and its body's framing.
+    fn begin_body(&mut self, head: &RespHead) -> Progress {
+        self.status = head.status;
+        self.close = !head.keep_alive;
+        self.state = match head.framing {
+            RespFraming::None | RespFraming::Length(0) => return Progress::Ended(head.head_len),
+            RespFraming::Length(n) => State::Length(n),
+            RespFraming::Chunked => State::Chunked(ChunkedDecoder::new()),
+            RespFraming::Close => State::UntilClose,
+        };
+        Progress::Moved(head.head_len)
     }
 
     fn done(&self) -> Done {
@@ -252,29 +168,59 @@ impl ResponseParser {
     }
 }
 
-fn trim(mut v: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', r @ ..] = v {
-        v = r;
+/// Counts a Content-Length body's bytes off `rest`.
+fn length_body(left: &mut u64, rest: &[u8]) -> Progress {
+    let take = (*left).min(rest.len() as u64);
+    *left -= take;
+    if *left == 0 {
+        Progress::Ended(take as usize)
+    } else {
+        Progress::NeedMore(take as usize)
     }
-    while let [r @ .., b' ' | b'\t'] = v {
-        v = r;
+}
+
+/// Runs the chunked decoder over `rest` until the body ends or the input does.
+fn chunked_body(decoder: &mut ChunkedDecoder, rest: &[u8]) -> Result<Progress, ParseError> {
+    let mut used = 0;
+    loop {
+        let step = decoder.step(&rest[used..]).map_err(ParseError::BadChunk)?;
+        used += step.consumed;
+        if step.done {
+            return Ok(Progress::Ended(used));
+        }
+        if used == rest.len() || step.consumed == 0 {
+            return Ok(Progress::NeedMore(used));
+        }
     }
-    v
+}
+
+/// Tells a head that never ended within the limit from one that is wrong.
+fn head_error(rest: &[u8]) -> ParseError {
+    if rest.len() >= MAX_HEAD_BYTES {
+        let mut lines = resp_header_buf();
+        let within = &rest[..MAX_HEAD_BYTES - 1];
+        if parse_response(within, &mut lines, false) == RespParse::Partial {
+            return ParseError::HeadTooLarge;
+        }
+    }
+    ParseError::BadHead
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn all(p: &mut ResponseParser, input: &[u8], step: usize) -> Vec<Done> {
-        // Feed `step` bytes at a time, keeping unconsumed bytes as a socket loop would.
+    /// Feeds `pieces` one after another as a socket loop would: unconsumed
+    /// bytes are kept and offered again with the next piece. Returns the
+    /// responses that ended and the bytes left unconsumed at the end.
+    fn feed(p: &mut ResponseParser, pieces: &[&[u8]]) -> Result<(Vec<Done>, usize), ParseError> {
         let mut out = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
-        for chunk in input.chunks(step) {
-            buf.extend_from_slice(chunk);
+        for piece in pieces {
+            buf.extend_from_slice(piece);
             let mut pos = 0;
             loop {
-                let (n, done) = p.advance(&buf[pos..]).unwrap();
+                let (n, done) = p.advance(&buf[pos..])?;
                 pos += n;
                 match done {
                     Some(d) => out.push(d),
@@ -283,78 +229,238 @@ mod tests {
             }
             buf.drain(..pos);
         }
-        out
+        Ok((out, buf.len()))
+    }
+
+    /// Every way to cut `input` in two, and every fixed read size.
+    fn splits(input: &[u8]) -> Vec<Vec<&[u8]>> {
+        let mut all: Vec<Vec<&[u8]>> = (0..=input.len())
+            .map(|k| vec![&input[..k], &input[k..]])
+            .collect();
+        all.extend((1..=input.len()).map(|step| input.chunks(step).collect()));
+        all
+    }
+
+    fn done(status: u16, close: bool) -> Done {
+        Done { status, close }
+    }
+
+    const PIPELINED: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello\
+HTTP/1.1 100 Continue\r\n\r\n\
+HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: 1\r\n\r\n\
+HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n\
+HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n";
+
+    #[test]
+    fn pipelined_responses_end_in_order_at_every_split() {
+        let want = vec![
+            done(200, false),
+            done(404, false),
+            done(200, false),
+            done(204, true),
+        ];
+        for pieces in splits(PIPELINED) {
+            let mut p = ResponseParser::new(false);
+            let got = feed(&mut p, &pieces).unwrap();
+            assert_eq!(got, (want.clone(), 0), "{:?}", pieces.len());
+        }
     }
 
     #[test]
-    fn pipelined_responses_end_in_order_whatever_the_read_sizes() {
-        let input = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: 1\r\n\r\nHTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n";
-        for step in [1, 2, 7, 1000] {
+    fn chunked_body_with_trailers_ends_exactly_at_every_split() {
+        let input = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n\
+5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-T: 1\r\nY-T: 2\r\n\r\n\
+HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok\
+HTTP/1.1 503 Busy\r\nContent-Length: 1\r\n\r\n";
+        for pieces in splits(input) {
             let mut p = ResponseParser::new(false);
-            let got = all(&mut p, input, step);
+            let got = feed(&mut p, &pieces).unwrap();
+            // The third response's body has not arrived: its head was taken.
+            assert_eq!(got, (vec![done(200, false), done(201, false)], 0));
+            assert_eq!(p.advance(b"x").unwrap(), (1, Some(done(503, false))));
+        }
+    }
+
+    #[test]
+    fn one_read_reports_each_response_and_what_it_consumed() {
+        let mut p = ResponseParser::new(false);
+        assert_eq!(p.advance(PIPELINED).unwrap(), (43, Some(done(200, false))));
+        let rest = &PIPELINED[43..];
+        // The interim 100 is skipped inside the same call.
+        assert_eq!(p.advance(rest).unwrap(), (102, Some(done(404, false))));
+        let rest = &rest[102..];
+        assert_eq!(p.advance(rest).unwrap(), (38, Some(done(200, false))));
+        let rest = &rest[38..];
+        assert_eq!(
+            p.advance(rest).unwrap(),
+            (rest.len(), Some(done(204, true)))
+        );
+        // A partial head consumes nothing: the caller keeps the bytes.
+        assert_eq!(
+            p.advance(b"HTTP/1.1 200 OK\r\nContent-").unwrap(),
+            (0, None)
+        );
+        // A body part way consumes all it was given.
+        assert_eq!(
+            p.advance(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc")
+                .unwrap(),
+            (41, None)
+        );
+        assert_eq!(p.advance(b"defghiZ").unwrap(), (6, Some(done(200, false))));
+    }
+
+    #[test]
+    fn body_without_length_ends_at_eof() {
+        for input in [
+            &b"HTTP/1.0 200 OK\r\n\r\nabc"[..],
+            b"HTTP/1.1 200 OK\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nabc",
+        ] {
+            for pieces in splits(input) {
+                let mut p = ResponseParser::new(false);
+                assert_eq!(feed(&mut p, &pieces).unwrap(), (vec![], 0));
+                assert!(p.reading_until_close());
+                assert_eq!(p.finish_at_eof(), Some(done(200, true)));
+                assert!(!p.reading_until_close());
+                assert_eq!(p.finish_at_eof(), None);
+            }
+        }
+        // EOF inside a Content-Length body or a head ends nothing.
+        let mut p = ResponseParser::new(false);
+        let input = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab";
+        assert_eq!(p.advance(input).unwrap(), (input.len(), None));
+        assert_eq!(p.finish_at_eof(), None);
+        let mut p = ResponseParser::new(false);
+        assert_eq!(p.advance(b"HTTP/1.1 200").unwrap(), (0, None));
+        assert_eq!(p.finish_at_eof(), None);
+    }
+
+    #[test]
+    fn persistence_follows_the_version_and_connection() {
+        for (input, close) in [
+            (&b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"[..], false),
+            (
+                b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+                true,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nConnection: x, Close\r\nContent-Length: 0\r\n\r\n",
+                true,
+            ),
+            (b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", true),
+            (
+                b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n",
+                false,
+            ),
+        ] {
+            let mut p = ResponseParser::new(false);
             assert_eq!(
-                got,
-                vec![
-                    Done {
-                        status: 200,
-                        close: false
-                    },
-                    Done {
-                        status: 404,
-                        close: false
-                    },
-                    Done {
-                        status: 204,
-                        close: true
-                    }
-                ],
-                "step {step}"
+                p.advance(input).unwrap(),
+                (input.len(), Some(done(200, close))),
+                "{:?}",
+                String::from_utf8_lossy(input)
             );
         }
     }
 
     #[test]
-    fn garbage_and_conflicting_lengths_are_parse_errors() {
-        let mut p = ResponseParser::new(false);
-        assert_eq!(
-            p.advance(b"garbage\r\n\r\n").unwrap_err(),
-            ParseError::BadHead
-        );
-        let mut p = ResponseParser::new(false);
-        let r = p.advance(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n");
-        assert_eq!(r.unwrap_err(), ParseError::BadLength);
-        let mut p = ResponseParser::new(false);
-        let r = p.advance(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
-        assert_eq!(r.unwrap_err(), ParseError::BadChunk);
-    }
-
-    #[test]
-    fn body_without_length_ends_at_eof() {
-        let mut p = ResponseParser::new(false);
-        let (n, d) = p.advance(b"HTTP/1.0 200 OK\r\n\r\nabc").unwrap();
-        assert_eq!((n, d), (22, None));
-        assert!(p.reading_until_close());
-        assert_eq!(
-            p.finish_at_eof(),
-            Some(Done {
-                status: 200,
-                close: true
-            })
-        );
-    }
-
-    #[test]
-    fn head_responses_carry_no_body() {
+    fn head_204_and_304_responses_carry_no_body() {
         let mut p = ResponseParser::new(true);
-        let (_, d) = p
-            .advance(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n")
-            .unwrap();
+        let input = b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n\
+HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n\
+HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n\
+HTTP/1.0 200 OK\r\n\r\n";
+        let got = feed(&mut p, &[input]).unwrap();
         assert_eq!(
-            d,
-            Some(Done {
-                status: 200,
-                close: false
-            })
+            got,
+            (vec![done(200, false), done(404, false), done(200, true)], 0)
         );
+        for status in ["204 No Content", "304 Not Modified"] {
+            let mut p = ResponseParser::new(false);
+            let input = format!("HTTP/1.1 {status}\r\nContent-Length: 7\r\n\r\n");
+            let (n, d) = p.advance(input.as_bytes()).unwrap();
+            assert_eq!(n, input.len());
+            assert_eq!(d.map(|d| d.close), Some(false));
+        }
+    }
+
+    #[test]
+    fn reset_starts_a_new_connection_at_a_head() {
+        let mut p = ResponseParser::new(false);
+        let input = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab";
+        assert_eq!(p.advance(input).unwrap(), (input.len(), None));
+        p.reset();
+        let input = b"HTTP/1.1 302 Found\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(
+            p.advance(input).unwrap(),
+            (input.len(), Some(done(302, false)))
+        );
+    }
+
+    #[test]
+    fn malformed_responses_are_parse_errors() {
+        for (input, want) in [
+            (&b"garbage\r\n\r\n"[..], ParseError::BadHead),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                ParseError::BadHead,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+                ParseError::BadHead,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                ParseError::BadHead,
+            ),
+            (b"HTTP/1.1 600 Nope\r\n\r\n", ParseError::BadHead),
+            (
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+                ParseError::BadHead,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\nnot a head\r\n\r\n",
+                ParseError::BadHead,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                ParseError::BadChunk(ChunkError::BadSize),
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\r\n",
+                ParseError::BadChunk(ChunkError::BadLineEnding),
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcd\r\n",
+                ParseError::BadChunk(ChunkError::BadLineEnding),
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n folded\r\n\r\n",
+                ParseError::BadChunk(ChunkError::BadTrailer),
+            ),
+        ] {
+            for pieces in splits(input) {
+                let mut p = ResponseParser::new(false);
+                assert_eq!(
+                    feed(&mut p, &pieces).unwrap_err(),
+                    want,
+                    "{:?}",
+                    String::from_utf8_lossy(input)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_head_past_the_limit_is_too_large() {
+        // Few headers (under the count limit), one of them very long.
+        let mut big = b"HTTP/1.1 200 OK\r\nX-Filler: ".to_vec();
+        big.resize(MAX_HEAD_BYTES + 10, b'a');
+        let mut p = ResponseParser::new(false);
+        assert_eq!(p.advance(&big).unwrap_err(), ParseError::HeadTooLarge);
+        // Just under the limit and unfinished: more input is needed.
+        let mut p = ResponseParser::new(false);
+        assert_eq!(p.advance(&big[..MAX_HEAD_BYTES - 1]).unwrap(), (0, None));
     }
 }
