@@ -19,7 +19,7 @@ use crate::codes::{access_issue_path, ProfileCode};
 use crate::error::Errors;
 use crate::names::BlockKind;
 use crate::rawblocks::{RawAccessList, RawUser};
-use crate::schema::{Opt, StrList};
+use crate::values::{Opt, StrList};
 use gapura_gate::access::spec::{parse_satisfy, AccessIssue, AccessListSpec, UserSpec};
 use gapura_gate::access::AccessList;
 use std::collections::HashMap;

@@ -14,8 +14,7 @@
 use crate::env::Resolver;
 use crate::error::Errors;
 use crate::names::BlockKind;
-use crate::schema::{Opt, StrList};
-use crate::values::{choice, int_in};
+use crate::values::{choice, int_in, Opt, StrList};
 use gapura_gate::auth::{AuthProvider, HeaderMatch, Scope, STANDARD_HEADERS};
 use std::collections::HashMap;
 use toml::Spanned;

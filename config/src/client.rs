@@ -12,8 +12,7 @@
 use crate::codes::ProfileCode;
 use crate::error::Errors;
 use crate::rawgate::{RawClient, RawRanges};
-use crate::schema::StrList;
-use crate::values::choice;
+use crate::values::{choice, StrList};
 use gapura_gate::cidr::{Cidr, CidrSet};
 use gapura_gate::client::{
     cloudflare_ranges, too_broad_to_trust, ClientMode, ClientPolicy, ForwardedHeader,

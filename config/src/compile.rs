@@ -5,12 +5,28 @@
 //! the host, then a proxy route's own layer) and where every fixed answer is
 //! rendered into bytes.
 
+use crate::error::ProfileError;
 use crate::host::CheckedAction;
 use crate::layer::LimitsLayer;
+use crate::settings::RuntimeSettings;
 use crate::validate::Checked;
-use crate::Compiled;
 use gapura_gate::snapshot::HostEntry;
 use gapura_gate::{Answer, ErrorPages, HostAction, ProxyHost, Redirect, Route, Snapshot};
+
+/// A compiled profile: what the runtime applies and what the gate decides on.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    pub runtime: RuntimeSettings,
+    /// Generation 0; the runtime sets it when it publishes.
+    pub snapshot: gapura_gate::Snapshot,
+    /// What loads but deserves a look (a user without a password hash, an
+    /// access list that names nothing), in source order, each with its
+    /// code, key path and position.
+    pub warnings: Vec<ProfileError>,
+    /// The protection dimensions `[protection] off` turned off (every other
+    /// one is written or defaulted).
+    pub protection_off: Vec<&'static str>,
+}
 
 /// Builds the snapshot (generation 0) and the runtime settings. Allocates
 /// every answer's bytes; O(profile).

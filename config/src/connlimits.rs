@@ -4,8 +4,7 @@
 //! `requests = 0` or `messages_per_second = 0` turns a limit off.
 
 use crate::error::Errors;
-use crate::schema::{IntOrString, Opt};
-use crate::values::{choice, int_in, size_in};
+use crate::values::{choice, int_in, size_in, IntOrString, Opt};
 use gapura_gate::policy::{OnLimit, WebSocketLimits};
 use gapura_gate::quota::rate::{MAX_BURST, MAX_RATE_PER_S};
 use gapura_gate::quota::RatePolicy;

@@ -25,8 +25,8 @@ use crate::limits::check_limits;
 use crate::quota::valid_policy_name;
 use crate::rawblocks::{RawBundle, RawErrorPages, RawMaintenance, RawNameRef};
 use crate::ruleset::{RuleSets, SetTarget};
-use crate::schema::{Opt, RawDefaults, RawHost, RawLimits, RawRoute};
-use crate::values::{choice, int_in};
+use crate::schema::{RawDefaults, RawHost, RawLimits, RawRoute};
+use crate::values::{choice, int_in, Opt};
 use gapura_gate::custom_pages::{
     validate_entry, PageEntrySpec, PageForm, PageKey, ReplaceUpstream,
 };

@@ -29,8 +29,9 @@
 //!   rate limits, client, the gate keys of hosts and routes);
 //! - `syntax` (errors of reading), `error` (profile errors, positions and
 //!   the error collector), `codes` (the codes of the gate's errors);
-//! - `validate` (the entry point of the checks), `values` (the leaf checks
-//!   every block uses: a word of a set, an integer or a size in a range),
+//! - `validate` (the entry point of the checks), `values` (the value
+//!   shapes of the raw tables and the leaf checks every block uses: a word
+//!   of a set, an integer or a size in a range),
 //!   `size` (byte sizes), `names` (block names), `env` (the machine as a
 //!   profile sees it), `identity` (the stable keys of servers and rate
 //!   pairs), `protection` (the protective defaults a profile gets for each
@@ -98,6 +99,7 @@ pub mod password;
 #[cfg(test)]
 mod tests;
 
+pub use compile::Compiled;
 pub use env::{
     CertificateLoader, Environment, FixedNames, LoadedPair, NoFiles, NoNames, PairProblem, Resolver,
 };
@@ -112,21 +114,6 @@ use std::path::Path;
 /// The profile used when none is given: a default host on 127.0.0.1:8080
 /// saying Gapura runs, and the admin listener on 127.0.0.1:9090.
 pub const DEFAULT_PROFILE: &str = include_str!("../../profiles/default.toml");
-
-/// A compiled profile: what the runtime applies and what the gate decides on.
-#[derive(Clone, Debug)]
-pub struct Compiled {
-    pub runtime: RuntimeSettings,
-    /// Generation 0; the runtime sets it when it publishes.
-    pub snapshot: gapura_gate::Snapshot,
-    /// What loads but deserves a look (a user without a password hash, an
-    /// access list that names nothing), in source order, each with its
-    /// code, key path and position.
-    pub warnings: Vec<ProfileError>,
-    /// The protection dimensions `[protection] off` turned off (every other
-    /// one is written or defaulted).
-    pub protection_off: Vec<&'static str>,
-}
 
 /// Compiles profile text. On failure returns every error found, in source
 /// order: every unknown key and wrong type (each entry is stepped over and

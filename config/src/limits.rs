@@ -3,8 +3,8 @@
 
 use crate::error::Errors;
 use crate::layer::LimitsLayer;
-use crate::schema::{IntOrString, Opt, RawLimits};
-use crate::values::{as_u64, int_in, size_in};
+use crate::schema::RawLimits;
+use crate::values::{as_u64, int_in, size_in, IntOrString, Opt};
 
 /// Checks one limits layer (`[defaults.limits]` or a host's `limits`).
 pub(crate) fn check_limits(l: &RawLimits, prefix: &str, e: &mut Errors<'_>) -> LimitsLayer {

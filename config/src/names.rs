@@ -5,7 +5,7 @@
 
 use crate::error::Errors;
 use crate::quota::valid_policy_name;
-use crate::schema::Opt;
+use crate::values::Opt;
 use std::ops::Range;
 use toml::Spanned;
 

@@ -8,8 +8,7 @@
 use crate::error::Errors;
 use crate::hostlayer::Names;
 use crate::ruleset::SetTarget;
-use crate::schema::Opt;
-use crate::values::{choice, int_in};
+use crate::values::{choice, int_in, Opt};
 use gapura_gate::mode::Mode;
 use gapura_gate::pow::{
     ProofOfWork, DEFAULT_DIFFICULTY, DEFAULT_LIFETIME_HOURS, MAX_DIFFICULTY, MAX_LIFETIME_HOURS,

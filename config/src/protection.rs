@@ -17,10 +17,11 @@
 //! The tracked-key ceiling is not a dimension that can be off: the tables
 //! always exist; only their size is defaulted.
 
+use crate::env::Environment;
 use crate::error::Errors;
 use crate::rawgate::{RawConnections, RawGlobalBudget, RawRateLimit, RawSourceBudget};
-use crate::schema::{IntOrString, RawProfile, StrList};
-use crate::Environment;
+use crate::schema::RawProfile;
+use crate::values::{IntOrString, StrList};
 use toml::Spanned;
 
 /// `[protection]`.

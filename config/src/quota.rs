@@ -11,8 +11,7 @@
 use crate::error::{key_path, Errors};
 use crate::host::is_token;
 use crate::rawgate::RawQuota;
-use crate::schema::Opt;
-use crate::values::{choice, int_in};
+use crate::values::{choice, int_in, Opt};
 use gapura_gate::mode::Mode;
 use gapura_gate::policy::default_quota_sizes;
 use gapura_gate::quota::lease::MAX_LEASES;

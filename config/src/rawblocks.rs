@@ -9,7 +9,8 @@
 //! `toml` cannot give a span to a table written with dotted keys, so no
 //! value here is a spanned table.
 
-use crate::schema::{Opt, RawLimits, StrList};
+use crate::schema::RawLimits;
+use crate::values::{Opt, StrList};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use std::fmt;
 use toml::Spanned;

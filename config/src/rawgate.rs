@@ -7,7 +7,7 @@
 //! shapes that take two types (`cloudflare_ranges`, a route's
 //! `rate_limit`) have their own visitors so that either form keeps its span.
 
-use crate::schema::{Opt, StrList};
+use crate::values::{Opt, StrList};
 use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
 use std::fmt;
 use toml::Spanned;

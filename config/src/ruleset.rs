@@ -13,7 +13,7 @@ use crate::codes::ProfileCode;
 use crate::error::Errors;
 use crate::names::BlockKind;
 use crate::rawblocks::{RawRule, RawRuleSet};
-use crate::schema::StrList;
+use crate::values::StrList;
 use gapura_gate::ruleset::{
     Action, PathPatternKind, PathSpec, Preset, RuleError, RuleSet, RuleSetBuilder, RuleSetError,
     RuleSpec, UserAgentSpec, MAX_RULES,

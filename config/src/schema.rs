@@ -12,15 +12,10 @@ use crate::rawblocks::{
     RawAccessList, RawBundle, RawErrorPages, RawMaintenance, RawNameRef, RawRuleSet,
 };
 use crate::rawgate::{RawClient, RawQuota, RawRateLimit, RawRateRef};
+use crate::values::{IntOrString, Opt, StrList};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use std::fmt;
 use toml::Spanned;
-
-/// A spanned scalar that may be absent.
-pub(crate) type Opt<T> = Option<Spanned<T>>;
-
-/// A spanned array of spanned strings.
-pub(crate) type StrList = Spanned<Vec<Spanned<String>>>;
 
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -272,36 +267,6 @@ impl<'de> Deserialize<'de> for RawServerEntry {
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawServerEntry, A::Error> {
                 RawServerTable::deserialize(de::value::MapAccessDeserializer::new(map))
                     .map(RawServerEntry::Table)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// An integer or a string: `shards = "auto" | 4`, `max_body_bytes = "10 MiB" | 1500`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum IntOrString {
-    Int(i64),
-    Str(String),
-}
-
-impl<'de> Deserialize<'de> for IntOrString {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = IntOrString;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an integer or a string")
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<IntOrString, E> {
-                Ok(IntOrString::Int(v))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<IntOrString, E> {
-                // TOML integers are i64; saturate so a range check still fires.
-                Ok(IntOrString::Int(i64::try_from(v).unwrap_or(i64::MAX)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<IntOrString, E> {
-                Ok(IntOrString::Str(v.to_string()))
             }
         }
         d.deserialize_any(V)

@@ -5,9 +5,9 @@
 
 use crate::client::ProxyListener;
 use crate::error::Errors;
-use crate::schema::{IntOrString, Opt, RawServer};
+use crate::schema::RawServer;
 use crate::settings::{ClientRing, Driver, RuntimeSettings, Shards, Steering};
-use crate::values::{as_u64, choice, int_in};
+use crate::values::{as_u64, choice, int_in, IntOrString, Opt};
 use gapura_gate::snapshot::{AccessLogSettings, LogFormat};
 use gapura_gate::{ErrorStatus, ServerSettings};
 use std::net::SocketAddr;

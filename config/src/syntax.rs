@@ -45,7 +45,7 @@ const MAX_READ_ERRORS: usize = 64;
 /// entries blanked (a semantic error under one of them is their consequence).
 pub(crate) struct ReadAll<T> {
     pub value: T,
-    pub errors: Vec<crate::ProfileError>,
+    pub errors: Vec<crate::error::ProfileError>,
     pub blanked: Vec<String>,
 }
 
@@ -56,7 +56,7 @@ pub(crate) struct ReadAll<T> {
 /// (`Err`). At most [`MAX_READ_ERRORS`] are stepped over. O(errors × text).
 pub(crate) fn read_all<T: serde::de::DeserializeOwned>(
     src: &str,
-) -> Result<ReadAll<T>, Vec<crate::ProfileError>> {
+) -> Result<ReadAll<T>, Vec<crate::error::ProfileError>> {
     let mut text = src.to_owned();
     let mut errors = Errors::new(src);
     let mut blanked: Vec<String> = Vec::new();

@@ -9,8 +9,7 @@
 
 use crate::env::{CertificateLoader, PairProblem};
 use crate::error::Errors;
-use crate::schema::{Opt, StrList};
-use crate::values::{choice, int_in};
+use crate::values::{choice, int_in, Opt, StrList};
 use gapura_gate::host::{valid_name, HostNameError, HostTable};
 use gapura_gate::tls::{Certificate, Secret, TlsSettings, TlsVersion};
 use std::ops::Range;

@@ -12,9 +12,9 @@ use crate::env::Resolver;
 use crate::error::{key_path, Errors};
 use crate::names::BlockKind;
 use crate::quota::{ceiling, scope, Fields};
-use crate::schema::{Opt, RawServerEntry, StrList};
+use crate::schema::RawServerEntry;
 use crate::upstream::{check_balance, check_servers};
-use crate::values::{as_u64, int_in};
+use crate::values::{as_u64, int_in, Opt, StrList};
 use gapura_gate::quota::{Budget, Ceiling, RatePolicy, Scope};
 use gapura_gate::udp::{
     EnvelopePolicy, OperationField, SessionPolicy, UdpBudgetPolicy, UdpClass, UdpPolicy,

@@ -1,12 +1,52 @@
-//! The leaf checks every block uses: one of a fixed set of words, an
-//! integer in a range, a byte size in a range. Each records its error with
-//! the code, key path and position it is given, and answers a placeholder so
-//! the caller goes on. Depends on nothing but the error collector, the
-//! schema's value types and byte sizes.
+//! The value shapes every raw table is made of (a spanned scalar that may
+//! be absent, a spanned list of strings, an integer or a string) and the
+//! leaf checks every block uses on them: one of a fixed set of words, an
+//! integer in a range, a byte size in a range. Each check records its error
+//! with the code, key path and position it is given, and answers a
+//! placeholder so the caller goes on. Depends on nothing but the error
+//! collector and byte sizes.
 
 use crate::error::Errors;
-use crate::schema::{IntOrString, Opt};
 use crate::size::{format_size, parse_size, SizeError};
+use serde::de::{self, Deserialize, Deserializer, Visitor};
+use std::fmt;
+use toml::Spanned;
+
+/// A spanned scalar that may be absent.
+pub(crate) type Opt<T> = Option<Spanned<T>>;
+
+/// A spanned array of spanned strings.
+pub(crate) type StrList = Spanned<Vec<Spanned<String>>>;
+
+/// An integer or a string: `shards = "auto" | 4`, `max_body_bytes = "10 MiB" | 1500`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum IntOrString {
+    Int(i64),
+    Str(String),
+}
+
+impl<'de> Deserialize<'de> for IntOrString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = IntOrString;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an integer or a string")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<IntOrString, E> {
+                Ok(IntOrString::Int(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<IntOrString, E> {
+                // TOML integers are i64; saturate so a range check still fires.
+                Ok(IntOrString::Int(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<IntOrString, E> {
+                Ok(IntOrString::Str(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
 
 /// One of a fixed set of words.
 pub(crate) fn choice<T: Copy>(
