@@ -79,9 +79,17 @@ pub fn cpu_per_request_us(o: &Outcome) -> f64 {
 
 /// The wrk-like summary.
 pub fn text(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
-    let mut s = String::new();
+    let mut s = run_header(cfg, o, rate);
+    s += &latency_section(cfg, &o.stats.hist_ns);
+    s += &volume_section(cfg, o);
+    s += &problem_lines(o);
+    s += &rate_lines(o);
+    s
+}
+
+/// What ran: the span and target, then the shards, connections and loop.
+fn run_header(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
     let st = &o.stats;
-    let h = &st.hist_ns;
     let target = cfg.targets[0].url();
     let more = if cfg.targets.len() > 1 {
         format!(" (+{} more)", cfg.targets.len() - 1)
@@ -95,7 +103,6 @@ pub fn text(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
         }
         None => format!("{} requests", cfg.requests.unwrap_or(0)),
     };
-    s += &format!("Running {span} test @ {target}{more}\n");
     let loop_kind = match rate {
         Some(r) => format!("open loop at {r} req/s"),
         None if cfg.pipeline > 1 => format!("closed loop, pipeline {}", cfg.pipeline),
@@ -106,15 +113,20 @@ pub fn text(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
     } else {
         String::new()
     };
-    s += &format!(
-        "  {} shards and {} connections{streams}, {loop_kind}, {} {} driver, {} engine\n",
+    format!(
+        "Running {span} test @ {target}{more}\n  {} shards and {} connections{streams}, {loop_kind}, {} {} driver, {} engine\n",
         cfg.shards,
         cfg.connections,
         protocol(cfg),
         st.driver,
         st.engine
-    );
-    s += "  Latency     Avg        Stdev      Max        +/- Stdev\n";
+    )
+}
+
+/// Mean, spread and maximum, the fixed percentiles, and with `--latency`
+/// the detailed spectrum.
+fn latency_section(cfg: &Config, h: &Histogram<u64>) -> String {
+    let mut s = String::from("  Latency     Avg        Stdev      Max        +/- Stdev\n");
     s += &format!(
         "            {:<10} {:<10} {:<10} {:.2}%\n",
         fmt_ns(h.mean()),
@@ -131,62 +143,83 @@ pub fn text(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
         );
     }
     if cfg.latency {
-        s += "  Detailed Percentile spectrum:\n       Value   Percentile   TotalCount 1/(1-Percentile)\n";
-        for v in h.iter_quantiles(1) {
-            let q = v.quantile_iterated_to();
-            let inv = if q < 1.0 {
-                format!("{:.2}", 1.0 / (1.0 - q))
-            } else {
-                "inf".into()
-            };
-            s += &format!(
-                "  {:>10.3} {:>12.6} {:>12} {:>14}\n",
-                v.value_iterated_to() as f64 / 1e6,
-                q,
-                v.count_since_last_iteration(),
-                inv
-            );
-        }
-        s += "  (values in ms)\n";
+        s += &percentile_spectrum(h);
     }
-    let secs = o.elapsed.as_secs_f64();
-    let udp = cfg.targets[0].scheme == Scheme::Udp;
-    if udp {
+    s
+}
+
+/// The detailed percentile spectrum, in milliseconds.
+fn percentile_spectrum(h: &Histogram<u64>) -> String {
+    let mut s = String::from(
+        "  Detailed Percentile spectrum:\n       Value   Percentile   TotalCount 1/(1-Percentile)\n",
+    );
+    for v in h.iter_quantiles(1) {
+        let q = v.quantile_iterated_to();
+        let inv = if q < 1.0 {
+            format!("{:.2}", 1.0 / (1.0 - q))
+        } else {
+            "inf".into()
+        };
         s += &format!(
+            "  {:>10.3} {:>12.6} {:>12} {:>14}\n",
+            v.value_iterated_to() as f64 / 1e6,
+            q,
+            v.count_since_last_iteration(),
+            inv
+        );
+    }
+    s += "  (values in ms)\n";
+    s
+}
+
+/// How much came back: datagrams and replies, or requests, status codes
+/// and the count outside 2xx and 3xx.
+fn volume_section(cfg: &Config, o: &Outcome) -> String {
+    let st = &o.stats;
+    let secs = o.elapsed.as_secs_f64();
+    if cfg.targets[0].scheme == Scheme::Udp {
+        return format!(
             "  {} datagrams sent, {} replies in {:.2}s, {} read\n",
             st.udp_sent,
             st.requests,
             secs,
             fmt_bytes(st.bytes_read as f64)
         );
-    } else {
-        s += &format!(
-            "  {} requests in {:.2}s, {} read\n",
-            st.requests,
-            secs,
-            fmt_bytes(st.bytes_read as f64)
-        );
-        let codes: Vec<String> = st
-            .statuses
-            .iter()
-            .enumerate()
-            .filter(|(_, &n)| n > 0)
-            .map(|(c, n)| format!("{c}: {n}"))
-            .collect();
-        if !codes.is_empty() {
-            s += &format!("  Status codes: {}\n", codes.join(", "));
-        }
-        let non_2xx: u64 = st
-            .statuses
-            .iter()
-            .enumerate()
-            .filter(|(c, _)| !(200..400).contains(c))
-            .map(|(_, n)| n)
-            .sum();
-        if non_2xx > 0 {
-            s += &format!("  Non-2xx or 3xx responses: {non_2xx}\n");
-        }
     }
+    let mut s = format!(
+        "  {} requests in {:.2}s, {} read\n",
+        st.requests,
+        secs,
+        fmt_bytes(st.bytes_read as f64)
+    );
+    let codes: Vec<String> = st
+        .statuses
+        .iter()
+        .enumerate()
+        .filter(|(_, &n)| n > 0)
+        .map(|(c, n)| format!("{c}: {n}"))
+        .collect();
+    if !codes.is_empty() {
+        s += &format!("  Status codes: {}\n", codes.join(", "));
+    }
+    let non_2xx: u64 = st
+        .statuses
+        .iter()
+        .enumerate()
+        .filter(|(c, _)| !(200..400).contains(c))
+        .map(|(_, n)| n)
+        .sum();
+    if non_2xx > 0 {
+        s += &format!("  Non-2xx or 3xx responses: {non_2xx}\n");
+    }
+    s
+}
+
+/// Errors by kind, unmeasured warmup, shards that did not report, and the
+/// run's failures, each only when there is one.
+fn problem_lines(o: &Outcome) -> String {
+    let st = &o.stats;
+    let mut s = String::new();
     let e = &st.errors;
     if e.total() > 0 {
         s += &format!(
@@ -206,7 +239,14 @@ pub fn text(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
     for f in &o.failures {
         s += &format!("  {f}\n");
     }
-    s += &format!("Requests/sec: {:>10.2}\n", st.requests as f64 / secs);
+    s
+}
+
+/// Requests and bytes per second, and the generator's CPU per request.
+fn rate_lines(o: &Outcome) -> String {
+    let st = &o.stats;
+    let secs = o.elapsed.as_secs_f64();
+    let mut s = format!("Requests/sec: {:>10.2}\n", st.requests as f64 / secs);
     s += &format!(
         "Transfer/sec: {:>10}\n",
         fmt_bytes(st.bytes_read as f64 / secs)
@@ -291,4 +331,118 @@ impl Progress {
 pub fn stdout_is_tty() -> bool {
     // SAFETY: isatty only inspects the descriptor.
     unsafe { libc::isatty(1) == 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::{ErrorKind, ShardStats};
+
+    fn config(args: &[&str]) -> Config {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        match crate::cli::parse(&args) {
+            Ok(crate::cli::Parsed::Run(c)) => *c,
+            Err(crate::cli::Error::Invalid(e)) => panic!("{e}"),
+            _ => panic!("parses"),
+        }
+    }
+
+    fn outcome(failures: bool) -> Outcome {
+        let t0 = Instant::now();
+        let mut st = ShardStats::new(t0, Duration::from_secs(2));
+        for (i, status) in [200u16, 200, 200, 301, 404, 503].into_iter().enumerate() {
+            let sent = t0 + Duration::from_millis(i as u64);
+            st.record(
+                sent,
+                sent + Duration::from_micros(250 * (i as u64 + 1)),
+                status,
+            );
+        }
+        st.read_bytes(123_456, t0);
+        st.driver = "io_uring";
+        st.engine = "monoio";
+        if failures {
+            st.error(ErrorKind::Parse, t0);
+            st.error(ErrorKind::Timeout, t0);
+            st.warmup_requests = 7;
+            st.udp_sent = 9;
+        }
+        Outcome {
+            stats: st,
+            elapsed: Duration::from_millis(2000),
+            cpu_user: Duration::from_millis(300),
+            cpu_sys: Duration::from_millis(100),
+            missing_shards: usize::from(failures),
+            failures: if failures {
+                vec!["shard 1: refused".into()]
+            } else {
+                vec![]
+            },
+        }
+    }
+
+    #[test]
+    fn summary_has_every_section_in_order() {
+        let cfg = config(&["-c", "4", "-d", "2s", "http://127.0.0.1:9/"]);
+        let want = "\
+Running 2s test @ http://127.0.0.1:9/
+  1 shards and 4 connections, closed loop, http1 io_uring driver, monoio engine
+  Latency     Avg        Stdev      Max        +/- Stdev
+            874.93us   426.83us   1.50ms     66.67%
+  Latency Distribution
+        50%  750.08us
+        75%  1.25ms
+        90%  1.50ms
+        95%  1.50ms
+        99%  1.50ms
+      99.9%  1.50ms
+     99.99%  1.50ms
+    99.999%  1.50ms
+  6 requests in 2.00s, 120.56KB read
+  Status codes: 200: 3, 301: 1, 404: 1, 503: 1
+  Non-2xx or 3xx responses: 2
+  Errors: connect 0, read 0, write 0, timeout 1, parse 1
+  Warmup: 7 requests not measured
+  1 shard(s) did not report in time; their counts are missing
+  shard 1: refused
+Requests/sec:       3.00
+Transfer/sec:    60.28KB
+CPU/request:  30769.23us (0.30s user, 0.10s sys)
+";
+        assert_eq!(text(&cfg, &outcome(true), None), want);
+        // Without problems their lines are absent.
+        let clean = text(&cfg, &outcome(false), None);
+        assert!(!clean.contains("Errors:") && !clean.contains("Warmup:"));
+        assert!(clean.contains("  6 requests in 2.00s, 120.56KB read\n"));
+    }
+
+    #[test]
+    fn header_spectrum_and_udp_lines_follow_the_config() {
+        let cfg = config(&[
+            "-c",
+            "4",
+            "-n",
+            "100",
+            "--pipeline",
+            "3",
+            "--latency",
+            "http://127.0.0.1:9/",
+            "http://127.0.0.1:9/b",
+        ]);
+        let s = text(&cfg, &outcome(false), None);
+        assert!(s.starts_with(
+            "Running 100 requests test @ http://127.0.0.1:9/ (+1 more)\n  1 shards and 4 connections, closed loop, pipeline 3, http1"
+        ));
+        assert!(s.contains("  Detailed Percentile spectrum:\n"));
+        assert!(s.contains("  (values in ms)\n  6 requests in"));
+        let cfg = config(&["-c", "4", "-d", "1.5s", "--http2", "http://127.0.0.1:9/"]);
+        let s = text(&cfg, &outcome(false), Some(1000.0));
+        assert!(s.starts_with(
+            "Running 1.5s test @ http://127.0.0.1:9/\n  1 shards and 4 connections, 1 streams each, open loop at 1000 req/s, http2"
+        ));
+        let cfg = config(&["-c", "4", "-d", "2s", "udp://127.0.0.1:9"]);
+        let s = text(&cfg, &outcome(true), None);
+        assert!(s.contains("\n  9 datagrams sent, 6 replies in 2.00s, 120.56KB read\n  Errors:"));
+        assert!(!s.contains("Status codes"));
+    }
 }
