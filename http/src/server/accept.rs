@@ -3,10 +3,10 @@
 //! the connection limits, the server's access list on the address.
 
 use super::client::ClientIo;
-use super::conn::{End, ReadFail};
+use super::end::{End, ReadFail};
 use super::place::Place;
+use super::shard::Shard;
 use super::stats::ErrorKind;
-use super::Shard;
 use crate::clock;
 use gapura_gate::client::Peer;
 use monoio::net::TcpStream;

@@ -13,7 +13,7 @@
 //! quotes, backslashes and bytes over 0x7e as `\u00XX`) or, in the combined
 //! format, have `"`, `\` and non-printable bytes written as `\xXX`.
 
-use super::Shard;
+use super::stats::ShardStats;
 use gapura_gate::snapshot::{AccessLogSettings, LogFormat};
 use std::net::IpAddr;
 use std::sync::mpsc::SyncSender;
@@ -225,74 +225,78 @@ impl Default for ShardLog {
     }
 }
 
-impl Shard {
+impl ShardLog {
     /// Writes one request's line (when the snapshot logs). `bytes` are the
-    /// response's bytes, head included. No allocation once the buffer has
-    /// its capacity.
-    pub(super) fn log_request(&self, settings: &AccessLogSettings, rec: &LogRecord, bytes: u64) {
-        let Ok(mut log) = self.access_log.try_borrow_mut() else {
-            return;
-        };
-        if log.tx.is_none() {
+    /// response's bytes, head included; `address_hash` is the gate's keyed
+    /// hash of an address (`None` when the gate is busy). No allocation
+    /// once the buffer has its capacity.
+    pub(super) fn write(
+        &mut self,
+        settings: &AccessLogSettings,
+        rec: &LogRecord,
+        bytes: u64,
+        shard: usize,
+        stats: &ShardStats,
+        address_hash: impl FnOnce(IpAddr) -> Option<u64>,
+    ) {
+        if self.tx.is_none() {
             return;
         }
-        if log.buf.len() >= MAX_BUFFER_BYTES {
-            self.stats.access_log_dropped.inc();
+        if self.buf.len() >= MAX_BUFFER_BYTES {
+            stats.access_log_dropped.inc();
             return;
         }
         let client_hash = match (settings.hash_addresses, rec.client) {
-            (true, Some(ip)) => self.gate.try_borrow().ok().map(|g| g.address_hash(ip)),
+            (true, Some(ip)) => address_hash(ip),
             _ => None,
         };
         // One clock read: the wall time is the shard's epoch moved on by
         // the monotonic time since.
         let now = Instant::now();
         let total_ms = now.duration_since(rec.start).as_millis() as u64;
-        let unix_ms = log.epoch_unix_ms + now.duration_since(log.epoch).as_millis() as u64;
-        let log = &mut *log;
+        let unix_ms = self.epoch_unix_ms + now.duration_since(self.epoch).as_millis() as u64;
         let mut line = Line {
             rec,
-            shard: self.id,
+            shard,
             bytes,
             total_ms,
             client_hash,
             unix_ms,
-            cache: &mut log.cache,
+            cache: &mut self.cache,
         };
         match settings.format {
-            LogFormat::Json => line.json(&mut log.buf),
-            LogFormat::Combined => line.combined(&mut log.buf),
+            LogFormat::Json => line.json(&mut self.buf),
+            LogFormat::Combined => line.combined(&mut self.buf),
         }
-        log.lines_in_buf += 1;
-        self.stats.access_log_lines.inc();
-        if log.buf.len() >= FLUSH_BYTES {
-            self.flush_log_inner(log);
-        }
-    }
-
-    /// Hands the buffered lines to the writer (the ticker calls this once
-    /// a second). Never waits: a full queue drops them, counted.
-    pub fn flush_access_log(&self) {
-        if let Ok(mut log) = self.access_log.try_borrow_mut() {
-            self.flush_log_inner(&mut log);
-            if log.tx.is_some() {
-                log.set_epoch();
-            }
+        self.lines_in_buf += 1;
+        stats.access_log_lines.inc();
+        if self.buf.len() >= FLUSH_BYTES {
+            self.flush(stats);
         }
     }
 
-    fn flush_log_inner(&self, log: &mut ShardLog) {
-        if log.buf.is_empty() {
+    /// Hands the buffered lines to the writer and moves the epoch on (the
+    /// shard's ticker calls this once a second). Never waits: a full queue
+    /// drops them, counted.
+    pub(super) fn tick(&mut self, stats: &ShardStats) {
+        self.flush(stats);
+        if self.tx.is_some() {
+            self.set_epoch();
+        }
+    }
+
+    fn flush(&mut self, stats: &ShardStats) {
+        if self.buf.is_empty() {
             return;
         }
-        let Some(tx) = &log.tx else {
+        let Some(tx) = &self.tx else {
             return;
         };
-        let full = std::mem::replace(&mut log.buf, Vec::with_capacity(FLUSH_BYTES + 4096));
+        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(FLUSH_BYTES + 4096));
         if tx.try_send(full).is_err() {
-            self.stats.access_log_dropped.add(log.lines_in_buf);
+            stats.access_log_dropped.add(self.lines_in_buf);
         }
-        log.lines_in_buf = 0;
+        self.lines_in_buf = 0;
     }
 }
 

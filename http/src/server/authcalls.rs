@@ -4,7 +4,6 @@
 //! and shard), the failure log's pace, and the page of a full provider.
 //! What a connection does with the answer is `conn::forwardauth`.
 
-use super::Shard;
 use crate::upstream::authcall::{exchange, Answer, CallError};
 use gapura_gate::auth::{AuthProvider, MAX_CALLS};
 use gapura_gate::pages::Page;
@@ -87,7 +86,7 @@ impl AuthCalls {
 
     /// Whether `provider`'s failure should be logged now: at most once a
     /// [`FAILURE_LOG_EVERY_MS`] per provider (marks it when so).
-    fn should_warn(&self, provider: u64) -> bool {
+    pub(super) fn should_warn(&self, provider: u64) -> bool {
         let now = crate::clock::now_ms();
         let mut warned = self.warned.borrow_mut();
         match warned.iter_mut().find(|e| e.0 == provider) {
@@ -129,30 +128,6 @@ impl AuthCalls {
             self.put_idle(p.identity, s);
         }
         Ok(answer)
-    }
-}
-
-/// Logs a failed call (no answer in time, no connection, an answer that
-/// is no allow, refusal or redirect), at most once a minute per provider.
-pub(super) fn log_failure(
-    shard: &Shard,
-    p: &AuthProvider,
-    result: &Result<Result<Answer, CallError>, monoio::time::error::Elapsed>,
-) {
-    let why = match result {
-        Err(_) => "no answer within timeout_ms",
-        Ok(Err(CallError::Failed)) => "cannot connect, or the connection broke",
-        Ok(Ok(Answer::Fail)) => "an answer that is not a usable allow, refusal or redirect",
-        Ok(Ok(_)) => return,
-    };
-    if let Some(warn) = shard.warn {
-        if shard.auth.should_warn(p.identity) {
-            warn(format_args!(
-                "forward-auth: shard {}: provider {} failed ({why}); its requests get 502/504 \
-                 (at most one line a minute per provider)",
-                shard.id, p.name
-            ));
-        }
     }
 }
 

@@ -10,8 +10,9 @@
 //! offset without moving bytes. Answers are appended to `wbuf` and flushed
 //! together.
 
-use super::conn::{End, ReadFail};
 use super::deadline::Deadline;
+use super::end::{End, ReadFail};
+use super::shard::WRITE_BUF_BYTES;
 use super::stats::ErrorKind;
 use crate::clock;
 use crate::transport::Transport;
@@ -21,8 +22,6 @@ use monoio::time::Instant;
 
 /// Initial read buffer; it grows only for large heads.
 pub(super) const READ_BUF_BYTES: usize = 4096;
-/// Initial write buffer.
-pub(super) const WRITE_BUF_BYTES: usize = 4096;
 /// How long an idle plain connection waits with its read buffer before it
 /// parks: the read is cancelled, the buffer goes back to the shard, and
 /// the connection waits for readability holding none.
@@ -305,7 +304,7 @@ impl<S: Transport> ClientIo<S> {
     pub(super) async fn read_idle(
         &mut self,
         deadline: Instant,
-        shard: &super::Shard,
+        shard: &super::shard::Shard,
     ) -> Result<usize, ReadFail> {
         if !S::PARKS || shard.open_connections() <= PARK_ABOVE {
             return self.read_more(deadline).await;
@@ -371,7 +370,7 @@ impl<S: Transport> ClientIo<S> {
         &mut self,
         park_at: Instant,
         deadline: Instant,
-        shard: &super::Shard,
+        shard: &super::shard::Shard,
     ) -> Result<usize, ReadFail> {
         if self
             .deadline

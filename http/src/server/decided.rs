@@ -9,8 +9,8 @@ use super::accesslog::LogRecord;
 use super::prepare::{
     close_ctx, is_limit, write_relay, ForwardPlan, LocalEnd, LocalPlan, PageCopy, Plan,
 };
+use super::shard::Shard;
 use super::stats::ErrorKind;
-use super::Shard;
 use crate::codec::head::{Method, ParsedHead};
 use crate::upstream::request::{write_request_head, Forwarding};
 use gapura_gate::answer::WriteCtx;

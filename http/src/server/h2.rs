@@ -29,9 +29,11 @@
 //! timeout; a draining shard sends GOAWAY and lets open streams finish.
 
 use super::client::{ClientIo, READ_BUF_BYTES};
-use super::conn::{Conn, End};
+use super::conn::Conn;
+use super::end::End;
+use super::h2scan::Scanned;
 use super::place::Place;
-use super::Shard;
+use super::shard::Shard;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::transport::compat::Compat;
 use crate::transport::{init_bytes, ReadSpare, Transport, WriteAll};
@@ -50,8 +52,6 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-/// The connection preface a client with prior knowledge opens with.
-pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// The window of the reset budget.
 const RESET_WINDOW_MS: u64 = 10_000;
 /// How often the driver looks for a drain, an idle or a slow head.
@@ -102,7 +102,7 @@ pub(super) async fn serve<S: Transport>(
     let settings = snap.server.http2;
     shard.stats.h2_connections.inc();
     let (r, w) = stream.into_split();
-    let mut r = super::h2scan::Scanned::new(r, settings.max_control_frames);
+    let mut r = Scanned::new(r, settings.max_control_frames);
     let mut early = early;
     if let Some(cut) = r.scan(&early) {
         early.truncate(cut);

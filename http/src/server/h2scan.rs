@@ -18,6 +18,9 @@ use std::cell::Cell;
 use std::io;
 use std::rc::Rc;
 
+/// The connection preface a client with prior knowledge opens with.
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// The window of the budget.
 const WINDOW_MS: u64 = 10_000;
 const HEADER: usize = 9;
@@ -57,7 +60,7 @@ impl<R> Scanned<R> {
             limit,
             seen: 0,
             window_start_ms: 0,
-            skip: super::h2::PREFACE.len(),
+            skip: PREFACE.len(),
             head: [0; HEADER],
             have: 0,
             payload_left: 0,
@@ -208,7 +211,7 @@ mod tests {
     #[test]
     fn a_head_is_timed_from_its_first_byte_to_the_end_of_its_block() {
         let mut s = Scanned::new((), 100);
-        s.scan(super::super::h2::PREFACE);
+        s.scan(super::PREFACE);
         assert_eq!(s.head_since.get(), None);
         // A complete SETTINGS frame: nothing is arriving after it.
         s.scan(&frame(4, 0, 6));
@@ -236,7 +239,7 @@ mod tests {
 
     #[test]
     fn control_frames_are_counted_across_any_split_of_the_bytes() {
-        let mut bytes = super::super::h2::PREFACE.to_vec();
+        let mut bytes = super::PREFACE.to_vec();
         // Counted: SETTINGS, PING, PRIORITY, empty DATA without END_STREAM.
         for f in [
             frame(4, 0, 6),

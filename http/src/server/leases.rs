@@ -10,10 +10,8 @@
 //! until the flush that sends it, not only until it is queued. A tunnel
 //! holds the guard of its upgrade for its whole life.
 
-use super::Shard;
-use gapura_gate::chain::{ConnectionToken, GateState};
+use super::shard::Shard;
 use gapura_gate::quota::QuotaTicket;
-use std::cell::RefMut;
 use std::rc::Rc;
 
 /// Answers a connection holds leases for while their bytes wait in its
@@ -90,58 +88,13 @@ impl Held {
     }
 }
 
-impl Shard {
-    /// Gives a ticket's leases back: now, or, when the gate state is
-    /// borrowed at this moment, at the shard's next decision. Never skipped.
-    pub(crate) fn release_ticket(&self, ticket: QuotaTicket) {
-        self.release(Release::Ticket(ticket));
-    }
-
-    /// Gives a connection's place back, as [`Shard::release_ticket`] does.
-    pub(crate) fn release_connection(&self, token: ConnectionToken) {
-        self.release(Release::Connection(token));
-    }
-
-    fn release(&self, r: Release) {
-        match self.gate.try_borrow_mut() {
-            Ok(mut gate) => r.carry_out(&mut gate),
-            Err(_) => self.deferred_releases.borrow_mut().push(r),
-        }
-    }
-
-    /// The gate state for a decision, with the releases that found it
-    /// borrowed carried out first.
-    pub fn gate_mut(&self) -> RefMut<'_, GateState> {
-        let mut gate = self.gate.borrow_mut();
-        let mut deferred = self.deferred_releases.borrow_mut();
-        for r in deferred.drain(..) {
-            r.carry_out(&mut gate);
-        }
-        gate
-    }
-}
-
-/// A release that found the gate state borrowed.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Release {
-    Ticket(QuotaTicket),
-    Connection(ConnectionToken),
-}
-
-impl Release {
-    fn carry_out(self, gate: &mut GateState) {
-        match self {
-            Release::Ticket(t) => gate.release(t),
-            Release::Connection(t) => gate.release_connection(t),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::{ShardStats, SnapshotFeed};
+    use crate::server::shard::SnapshotFeed;
+    use crate::server::stats::ShardStats;
     use crate::upstream::HealthBoard;
+    use gapura_gate::chain::GateState;
     use gapura_gate::quota::{
         Budget, Class, LeaseLimits, QuotaDecision, QuotaLimits, QuotaRequest,
     };

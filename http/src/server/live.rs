@@ -1,7 +1,7 @@
 //! `gapura explain --live` on the shard's side: an ask from the admin
 //! thread, answered from this shard's tables without changing them.
 
-use super::Shard;
+use super::shard::Shard;
 use gapura_gate::chain::{LiveView, Request};
 use gapura_gate::client::Peer;
 use std::net::IpAddr;

@@ -8,17 +8,23 @@
 //! requests, only what a plain connection needs.
 
 use super::client::{ClientIo, READ_BUF_BYTES};
-use super::conn::{Conn, End, ReadFail};
+use super::conn::Conn;
+use super::end::{End, ReadFail};
 use super::place::Place;
+use super::shard::Shard;
 use super::stats::ErrorKind;
-use super::Shard;
+use super::tls::build_config;
 use crate::clock;
 use crate::transport::plain::Plain;
+use crate::transport::tls::{self, TlsStream};
 use crate::transport::Transport;
 use gapura_gate::client::Peer;
+use gapura_gate::tls::TlsSettings;
 use monoio::net::TcpStream;
+use rustls::server::ServerConfig;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// How a listener's connections start.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -132,7 +138,7 @@ async fn hello_arrives(io: &ClientIo<TcpStream>, shard: &Shard) -> bool {
 /// A TLS connection after its checks: the handshake, then HTTP/2 or
 /// HTTP/1.1 as ALPN chose.
 async fn serve_tls(io: ClientIo<TcpStream>, shard: Rc<Shard>, client_peer: Peer, place: Place) {
-    match super::tls::handshake(io, &shard).await {
+    match handshake(io, &shard).await {
         Some(tls) if tls.stream().alpn_h2() => {
             let (stream, _) = tls.into_stream();
             super::h2::serve(stream, Vec::new(), shard, client_peer, place).await
@@ -148,7 +154,7 @@ async fn serve_tls(io: ClientIo<TcpStream>, shard: Rc<Shard>, client_peer: Peer,
 /// preface or differ from it, under the idle timeout. The bytes stay
 /// buffered either way.
 async fn sniff_preface(io: &mut ClientIo<TcpStream>, shard: &Shard) -> Result<bool, End> {
-    let preface = super::h2::PREFACE;
+    let preface = super::h2scan::PREFACE;
     let deadline = clock::deadline(shard.snapshot().server.idle_timeout_ms);
     loop {
         let have = io.unread();
@@ -164,6 +170,68 @@ async fn sniff_preface(io: &mut ClientIo<TcpStream>, shard: &Shard) -> Result<bo
             Ok(_) => {}
             Err(ReadFail::Timeout) => return Err(End::Idle),
             Err(ReadFail::Io) => return Err(End::Error(ErrorKind::Io)),
+        }
+    }
+}
+
+impl Shard {
+    /// The rustls configuration for `settings`, built on first use after
+    /// each snapshot change. `None` (logged once per snapshot) when it
+    /// cannot be built.
+    fn tls_config(&self, settings: &Arc<TlsSettings>) -> Option<Arc<ServerConfig>> {
+        if let Some((built_from, config)) = &*self.tls.borrow() {
+            if Arc::ptr_eq(built_from, settings) {
+                return config.clone();
+            }
+        }
+        let config = match build_config(settings, self.stats.clone()) {
+            Ok(config) => Some(config),
+            Err(e) => {
+                if let Some(warn) = self.warn {
+                    warn(format_args!("shard {}: TLS cannot start: {e}", self.id));
+                }
+                None
+            }
+        };
+        *self.tls.borrow_mut() = Some((settings.clone(), config.clone()));
+        config
+    }
+}
+
+/// Completes the handshake of a connection admitted by the connection
+/// checks; the client's bytes already read (after a PROXY header) are its
+/// first. `None` when it failed (counted by reason).
+pub(super) async fn handshake(
+    io: ClientIo<TcpStream>,
+    shard: &Shard,
+) -> Option<ClientIo<TlsStream>> {
+    let snap = shard.snapshot();
+    let stats = &shard.stats;
+    let Some(config) = snap.tls.as_ref().and_then(|s| shard.tls_config(s)) else {
+        stats.tls_failure(tls::HandshakeFail::Other);
+        return None;
+    };
+    let timeout_ms = snap.tls.as_ref().map_or(0, |s| s.handshake_timeout_ms);
+    let (stream, rbuf, deadline) = io.into_parts();
+    match tls::accept(stream, config, rbuf, clock::deadline(timeout_ms)).await {
+        Ok(s) => {
+            stats.tls_handshakes.inc();
+            if s.version() == Some(rustls::ProtocolVersion::TLSv1_2) {
+                stats.tls_12.inc();
+            }
+            if s.resumed() {
+                stats.tls_resumed.inc();
+            }
+            Some(ClientIo::new(
+                s,
+                Vec::with_capacity(READ_BUF_BYTES),
+                0,
+                deadline,
+            ))
+        }
+        Err(fail) => {
+            stats.tls_failure(fail);
+            None
         }
     }
 }

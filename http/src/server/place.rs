@@ -6,8 +6,8 @@
 //! connection limit is released and the end is counted. No exit path
 //! releases anything by hand, so a new early return cannot leak a place.
 
-use super::conn::End;
-use super::Shard;
+use super::end::End;
+use super::shard::Shard;
 use gapura_gate::chain::ConnectionToken;
 use std::rc::Rc;
 

@@ -6,9 +6,10 @@
 //! connection awaits anything.
 
 use super::accesslog::LogRecord;
+use super::bounds::Lines;
 use super::decided::{Decided, Out};
+use super::shard::Shard;
 use super::stats::ErrorKind;
-use super::{Lines, Shard};
 use crate::codec::head::{BodyFraming, ParsedHead};
 use gapura_gate::access::VerifyJob;
 use gapura_gate::answer::WriteCtx;

@@ -1,21 +1,16 @@
 //! TLS on a shard: the rustls configuration built from the snapshot's
 //! [`TlsSettings`] (once per shard and snapshot: shards share no rustls
-//! state), the certificate picked by SNI, and the handshake with its
-//! counters.
+//! state) and the certificate picked by SNI. The handshake and its
+//! counters are the connection's opening (`opening`).
 //!
 //! A reload that changes certificates publishes a new snapshot: the next
 //! handshake on each shard builds the new configuration, and connections
 //! already open keep the keys they agreed.
 
-use super::client::{ClientIo, READ_BUF_BYTES};
 use super::stats::ShardStats;
-use super::Shard;
-use crate::clock;
 use crate::transport::certs;
 use crate::transport::tickets::Tickets;
-use crate::transport::tls::{self, TlsStream};
 use gapura_gate::tls::{TlsSettings, TlsVersion};
-use monoio::net::TcpStream;
 use rustls::server::{ClientHello, NoServerSessionStorage, ResolvesServerCert, ServerConfig};
 use rustls::sign::CertifiedKey;
 use std::sync::Arc;
@@ -91,66 +86,4 @@ pub fn build_config(
         ));
     }
     Ok(Arc::new(config))
-}
-
-impl Shard {
-    /// The rustls configuration for `settings`, built on first use after
-    /// each snapshot change. `None` (logged once per snapshot) when it
-    /// cannot be built.
-    fn tls_config(&self, settings: &Arc<TlsSettings>) -> Option<Arc<ServerConfig>> {
-        if let Some((built_from, config)) = &*self.tls.borrow() {
-            if Arc::ptr_eq(built_from, settings) {
-                return config.clone();
-            }
-        }
-        let config = match build_config(settings, self.stats.clone()) {
-            Ok(config) => Some(config),
-            Err(e) => {
-                if let Some(warn) = self.warn {
-                    warn(format_args!("shard {}: TLS cannot start: {e}", self.id));
-                }
-                None
-            }
-        };
-        *self.tls.borrow_mut() = Some((settings.clone(), config.clone()));
-        config
-    }
-}
-
-/// Completes the handshake of a connection admitted by the connection
-/// checks; the client's bytes already read (after a PROXY header) are its
-/// first. `None` when it failed (counted by reason).
-pub(super) async fn handshake(
-    io: ClientIo<TcpStream>,
-    shard: &Shard,
-) -> Option<ClientIo<TlsStream>> {
-    let snap = shard.snapshot();
-    let stats = &shard.stats;
-    let Some(config) = snap.tls.as_ref().and_then(|s| shard.tls_config(s)) else {
-        stats.tls_failure(tls::HandshakeFail::Other);
-        return None;
-    };
-    let timeout_ms = snap.tls.as_ref().map_or(0, |s| s.handshake_timeout_ms);
-    let (stream, rbuf, deadline) = io.into_parts();
-    match tls::accept(stream, config, rbuf, clock::deadline(timeout_ms)).await {
-        Ok(s) => {
-            stats.tls_handshakes.inc();
-            if s.version() == Some(rustls::ProtocolVersion::TLSv1_2) {
-                stats.tls_12.inc();
-            }
-            if s.resumed() {
-                stats.tls_resumed.inc();
-            }
-            Some(ClientIo::new(
-                s,
-                Vec::with_capacity(READ_BUF_BYTES),
-                0,
-                deadline,
-            ))
-        }
-        Err(fail) => {
-            stats.tls_failure(fail);
-            None
-        }
-    }
 }

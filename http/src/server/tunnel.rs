@@ -7,7 +7,7 @@
 //! whole, or the tunnel is closed with 1008 or 1009 (a close frame to each
 //! side), as the host says. Every drop and close is counted.
 
-use super::Shard;
+use super::shard::Shard;
 use crate::codec::websocket::{Judge, Scanner, Verdict, MAX_HEADER};
 use crate::transport::{ReadSpare, Transport, WriteAll};
 use gapura_gate::policy::{OnLimit, WebSocketLimits};

@@ -3,13 +3,12 @@
 //! client's source prefix as a keyed hash (never the address). No
 //! allocation; nothing at all when throttled.
 
-use super::Shard;
+use super::shard::Shard;
 use gapura_gate::chain::Block;
 use std::net::IpAddr;
 
-/// Refusal kinds: the chain's steps, the WebSocket message limits, then
-/// HTTP/2 connections ended for abuse.
-pub(super) const KINDS: usize = Block::COUNT + 2;
+// The refusal kinds (`shard::WARN_KINDS`): the chain's steps, the
+// WebSocket message limits, then HTTP/2 connections ended for abuse.
 const WEBSOCKET: usize = Block::COUNT;
 const H2_CALM: usize = Block::COUNT + 1;
 

@@ -229,9 +229,9 @@ mod tests {
     }
 
     fn head(raw: &[u8], fwd: &Forwarding<'_>) -> String {
-        let mut buf = crate::codec::header_buf::<{ crate::server::REQUEST_LINES }>();
+        let mut buf = crate::codec::header_buf::<{ crate::server::bounds::REQUEST_LINES }>();
         let crate::codec::head::Parse::Complete(_, lines) =
-            crate::codec::parse_head(raw, &mut buf, &crate::server::HEAD_BOUNDS)
+            crate::codec::parse_head(raw, &mut buf, &crate::server::bounds::HEAD_BOUNDS)
         else {
             panic!("test head parses");
         };

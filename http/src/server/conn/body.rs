@@ -2,7 +2,7 @@
 //! drains against the limits): `100 Continue`, reading more, and draining
 //! a length-delimited or chunked body.
 
-use super::{Conn, End, ReadFail};
+use super::{BodyEnd, Conn, End, ReadFail};
 use crate::clock;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::server::stats::ErrorKind;
@@ -11,17 +11,6 @@ use gapura_gate::limits::RequestLimits;
 use gapura_gate::ErrorStatus;
 
 const CONTINUE_100: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
-
-/// What the body handling of one request concluded.
-pub(super) enum BodyEnd {
-    /// Body consumed; the connection may continue.
-    Ok,
-    /// Refuse with this page and close.
-    Refuse(ErrorStatus),
-    /// Not read (a refusal's): answer, then close.
-    Unread,
-    End(End),
-}
 
 impl<S: Transport> Conn<S> {
     /// Before reading a body the client holds back for `100 Continue`: write

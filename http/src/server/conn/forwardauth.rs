@@ -7,8 +7,9 @@
 
 use super::{Conn, End};
 use crate::codec::head::{Method, ParsedHead};
-use crate::server::authcalls::{busy_page, log_failure};
+use crate::server::authcalls::busy_page;
 use crate::server::prepare::write_relay;
+use crate::server::shard::Shard;
 use crate::server::stats::ErrorKind;
 use crate::transport::Transport;
 use crate::upstream::authcall::{Answer, CallError};
@@ -192,5 +193,29 @@ fn closing<'d>(date: &'d [u8], head: &ParsedHead) -> WriteCtx<'d> {
         head_only: head.method == Method::Head,
         close: true,
         keep_alive_10: false,
+    }
+}
+
+/// Logs a failed call (no answer in time, no connection, an answer that
+/// is no allow, refusal or redirect), at most once a minute per provider.
+fn log_failure(
+    shard: &Shard,
+    p: &AuthProvider,
+    result: &Result<Result<Answer, CallError>, monoio::time::error::Elapsed>,
+) {
+    let why = match result {
+        Err(_) => "no answer within timeout_ms",
+        Ok(Err(CallError::Failed)) => "cannot connect, or the connection broke",
+        Ok(Ok(Answer::Fail)) => "an answer that is not a usable allow, refusal or redirect",
+        Ok(Ok(_)) => return,
+    };
+    if let Some(warn) = shard.warn {
+        if shard.auth.should_warn(p.identity) {
+            warn(format_args!(
+                "forward-auth: shard {}: provider {} failed ({why}); its requests get 502/504 \
+                 (at most one line a minute per provider)",
+                shard.id, p.name
+            ));
+        }
     }
 }

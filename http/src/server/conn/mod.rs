@@ -27,16 +27,16 @@ mod verify;
 
 use super::accesslog::LogRecord;
 use super::client::ClientIo;
+use super::end::{End, ReadFail, Upgraded};
 use super::leases::{Held, Leases};
 use super::prepare::{prepare, ForwardPlan, LocalEnd, LocalPlan, PageCopy, Plan, Prep, Resume};
+use super::shard::{Shard, SHRINK_ABOVE_BYTES};
 use super::stats::ErrorKind;
-use super::Shard;
 use crate::clock;
 use crate::codec::head::{
     header_buf, parse_head, BodyFraming, HeadError, Method, Parse, ParsedHead,
 };
 use crate::transport::Transport;
-use body::BodyEnd;
 use gapura_gate::answer::{end_head, WriteCtx};
 use gapura_gate::client::Peer;
 use gapura_gate::limits::OUTER_MAX_HEAD_BYTES;
@@ -45,14 +45,23 @@ use gapura_gate::{ErrorStatus, Snapshot};
 use monoio::time::Instant;
 use std::rc::Rc;
 
-/// A buffer grown past this is given back once the connection is idle.
-pub(super) const SHRINK_ABOVE_BYTES: usize = 16 * 1024;
 /// Flush the write buffer early once pipelined answers fill this much.
 pub(super) const WRITE_FLUSH_BYTES: usize = 64 * 1024;
 /// Unread input discarded at most after a refusal, before closing.
 pub(super) const LINGER_BYTES: usize = 256 * 1024;
 /// Longest wait for that input.
 pub(super) const LINGER_MS: u64 = 1000;
+
+/// What the body handling of one request concluded.
+enum BodyEnd {
+    /// Body consumed; the connection may continue.
+    Ok,
+    /// Refuse with this page and close.
+    Refuse(ErrorStatus),
+    /// Not read (a refusal's): answer, then close.
+    Unread,
+    End(End),
+}
 
 /// What the buffered bytes make of the next request.
 enum Step<'s> {
@@ -62,32 +71,6 @@ enum Step<'s> {
     Refuse(HeadError),
     /// A complete head and what it decided.
     Plan(ParsedHead, Plan<'s>),
-}
-
-/// Why a connection ended (for counters; never shown to the peer).
-#[derive(Debug)]
-pub(super) enum End {
-    /// Orderly: close requested, peer closed between requests, draining.
-    Done,
-    Idle,
-    Error(ErrorKind),
-    /// A 101 was relayed: tunnel to this upstream connection, which already
-    /// sent these bytes past its head.
-    Upgrade(Box<Upgraded>),
-}
-
-/// A connection upgraded after a relayed 101.
-#[derive(Debug)]
-pub(super) struct Upgraded {
-    pub upstream: crate::transport::plain::Plain,
-    /// Bytes the upstream sent past its 101 head.
-    pub pending: Vec<u8>,
-    /// The request's leases, held for the tunnel's life.
-    pub leases: Option<Leases>,
-    /// The host's WebSocket message limits.
-    pub websocket: Option<gapura_gate::policy::WebSocketLimits>,
-    /// The host's label (for warnings).
-    pub host: String,
 }
 
 pub(super) struct Conn<S> {
@@ -270,12 +253,12 @@ impl<S: Transport> Conn<S> {
     /// array (4 KiB) lives on this call's stack, not in the connection
     /// task's state across its awaits.
     fn decide<'s>(&mut self, snap: &'s Snapshot) -> Step<'s> {
-        let mut headers = header_buf::<{ super::REQUEST_LINES }>();
+        let mut headers = header_buf::<{ super::bounds::REQUEST_LINES }>();
         let before = self.io.bytes_out();
         // The head is read from the unread bytes while its answer may be
         // written into the write buffer.
         let (unread, wbuf) = self.io.unread_and_out();
-        let parsed = parse_head(unread, &mut headers, &super::HEAD_BOUNDS);
+        let parsed = parse_head(unread, &mut headers, &super::bounds::HEAD_BOUNDS);
         let (head, lines) = match parsed {
             Parse::Partial => return Step::More,
             Parse::Error(e) => return Step::Refuse(e),
@@ -768,9 +751,4 @@ pub(super) fn request_id(log: &Option<Box<LogRecord>>, shard: &Shard) -> [u8; 24
         Some(rec) if rec.active() => rec.request_id,
         _ => shard.request_id(),
     }
-}
-
-pub(super) enum ReadFail {
-    Timeout,
-    Io,
 }

@@ -4,7 +4,7 @@
 //! buffer of that size), answered 303 (with the cookie when solved) or 403, by the
 //! gate's pure check (`gapura_gate::pow::verify_form`).
 
-use super::body::BodyEnd;
+use super::BodyEnd;
 use super::{Conn, End};
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};

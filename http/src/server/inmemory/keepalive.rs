@@ -192,4 +192,4 @@ fn the_unknown_host_gets_the_servers_answer_and_the_connection_goes_on() {
     })
 }
 
-use crate::server::Counter;
+use crate::server::stats::Counter;
