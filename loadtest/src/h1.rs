@@ -185,140 +185,193 @@ async fn open(ctx: &ShardCtx, g: usize) -> Option<Result<Conn, ()>> {
 
 /// One batch (closed loop) or one scheduled request (open loop) on `conn`.
 async fn exchange(st: &mut ConnState, conn: &mut Conn) -> Step {
+    let Some((depth, intended)) = next_batch(st).await else {
+        return Step::Stop;
+    };
+    let sent = match send_batch(st, conn, depth).await {
+        Ok(sent) => sent,
+        Err(step) => return step,
+    };
+    let from = intended.unwrap_or(sent);
+    let deadline = ReadDeadline::after(&st.ctx, sent);
+    await_responses(st, conn, depth, from, deadline).await
+}
+
+/// How many requests go out now and, in the open loop, when they were due
+/// (after waiting for that time). None: the run is over for this connection.
+async fn next_batch(st: &mut ConnState) -> Option<(usize, Option<Instant>)> {
     let ctx = st.ctx.clone();
-    let depth;
-    let intended;
     if ctx.rate.is_some() {
-        let Some(t) = ctx.intended(st.g, st.k) else {
-            return Step::Stop;
-        };
+        let t = ctx.intended(st.g, st.k)?;
         if ctx.shared.stopped() {
-            return Step::Stop;
+            return None;
         }
         pace(&mut st.pacer, t).await;
         st.k += 1;
-        depth = 1;
-        intended = Some(t);
-    } else {
-        if ctx.over(Instant::now()) {
-            return Step::Stop;
-        }
-        depth = ctx.shared.claim(ctx.cfg.requests, ctx.cfg.pipeline as u64) as usize;
-        if depth == 0 {
-            return Step::Stop;
-        }
-        intended = None;
+        return Some((1, Some(t)));
     }
+    if ctx.over(Instant::now()) {
+        return None;
+    }
+    let depth = ctx.shared.claim(ctx.cfg.requests, ctx.cfg.pipeline as u64) as usize;
+    (depth > 0).then_some((depth, None))
+}
+
+/// Writes the next `depth` requests within the timeout; returns when the
+/// write started, or the step a failed write leads to (error counted).
+async fn send_batch(st: &mut ConnState, conn: &mut Conn, depth: usize) -> Result<Instant, Step> {
     let batch = st.reqs.batch(st.rot, depth);
     st.rot = (st.rot + depth) % st.reqs.count;
     let sent = Instant::now();
-    let from = intended.unwrap_or(sent);
     let batch_len = batch.len();
-    let write = monoio::time::timeout(ctx.cfg.timeout, conn.send(batch)).await;
-    match write {
-        Ok(Ok(())) => st.stats.borrow_mut().bytes_written += batch_len as u64,
-        Ok(Err(_)) => {
-            st.stats
-                .borrow_mut()
-                .error(ErrorKind::Write, Instant::now());
-            return Step::Reconnect;
+    let write = monoio::time::timeout(st.ctx.cfg.timeout, conn.send(batch)).await;
+    let kind = match write {
+        Ok(Ok(())) => {
+            st.stats.borrow_mut().bytes_written += batch_len as u64;
+            return Ok(sent);
         }
-        Err(_) => {
-            st.stats
-                .borrow_mut()
-                .error(ErrorKind::Timeout, Instant::now());
-            return Step::Reconnect;
-        }
-    }
-    let read_deadline = {
+        Ok(Err(_)) => ErrorKind::Write,
+        Err(_) => ErrorKind::Timeout,
+    };
+    st.stats.borrow_mut().error(kind, Instant::now());
+    Err(Step::Reconnect)
+}
+
+/// When reading a batch's responses gives up: the request timeout after the
+/// write, or (closed loop) the run's deadline if that comes first, which
+/// ends the run rather than counting a timeout.
+#[derive(Clone, Copy)]
+struct ReadDeadline {
+    until: Instant,
+    is_timeout: bool,
+}
+
+impl ReadDeadline {
+    fn after(ctx: &ShardCtx, sent: Instant) -> ReadDeadline {
         let t = sent + ctx.cfg.timeout;
         match (ctx.rate, ctx.deadline) {
-            (None, Some(d)) if d < t => (d, false),
-            _ => (t, true),
+            (None, Some(d)) if d < t => ReadDeadline {
+                until: d,
+                is_timeout: false,
+            },
+            _ => ReadDeadline {
+                until: t,
+                is_timeout: true,
+            },
         }
-    };
+    }
+
+    /// The step when the deadline passed: a counted timeout, or the end.
+    fn expired(self, stats: &RefCell<ShardStats>, now: Instant) -> Step {
+        if self.is_timeout {
+            stats.borrow_mut().error(ErrorKind::Timeout, now);
+            return Step::Reconnect;
+        }
+        Step::Stop
+    }
+}
+
+/// Reads until `depth` responses ended (latency counted from `from`), the
+/// server closes, or the deadline passes.
+async fn await_responses(
+    st: &mut ConnState,
+    conn: &mut Conn,
+    depth: usize,
+    from: Instant,
+    deadline: ReadDeadline,
+) -> Step {
     let mut got = 0;
+    loop {
+        let Some((ended, close)) = take_responses(st, depth - got, from) else {
+            return Step::Reconnect;
+        };
+        got += ended;
+        if close {
+            return Step::Reconnect;
+        }
+        if got == depth {
+            return Step::Continue;
+        }
+        if let Some(step) = read_more(st, conn, from, deadline).await {
+            return step;
+        }
+    }
+}
+
+/// Parses up to `want` responses from what is buffered, records each, and
+/// drops the bytes used. Returns how many ended and whether the server will
+/// close after the last; None on a parse error (counted).
+fn take_responses(st: &mut ConnState, want: usize, from: Instant) -> Option<(usize, bool)> {
+    let mut ended = 0;
     let mut pos = 0;
     let mut close = false;
-    loop {
-        // Parse what is buffered.
-        while got < depth {
-            match st.parser.advance(&st.buf[pos..]) {
-                Ok((n, Some(done))) => {
-                    pos += n;
-                    got += 1;
-                    st.stats
-                        .borrow_mut()
-                        .record(from, Instant::now(), done.status);
-                    if done.close {
-                        close = true;
-                        break;
-                    }
-                }
-                Ok((n, None)) => {
-                    pos += n;
+    while ended < want {
+        match st.parser.advance(&st.buf[pos..]) {
+            Ok((n, Some(done))) => {
+                pos += n;
+                ended += 1;
+                st.stats
+                    .borrow_mut()
+                    .record(from, Instant::now(), done.status);
+                if done.close {
+                    close = true;
                     break;
                 }
-                Err(_) => {
-                    st.stats
-                        .borrow_mut()
-                        .error(ErrorKind::Parse, Instant::now());
-                    return Step::Reconnect;
-                }
             }
-        }
-        if got == depth || close {
-            st.buf.drain(..pos);
-            return if close {
-                Step::Reconnect
-            } else {
-                Step::Continue
-            };
-        }
-        st.buf.drain(..pos);
-        pos = 0;
-        let now = Instant::now();
-        let (until, is_timeout) = read_deadline;
-        if now >= until {
-            if is_timeout {
-                st.stats.borrow_mut().error(ErrorKind::Timeout, now);
-                return Step::Reconnect;
-            }
-            return Step::Stop;
-        }
-        let buf = std::mem::take(&mut st.buf);
-        let before = buf.len();
-        match monoio::time::timeout(until - now, conn.recv(buf)).await {
-            Ok((r, buf)) => {
-                st.buf = buf;
-                let now = Instant::now();
-                match r {
-                    Ok(0) => {
-                        if let Some(done) = st.parser.finish_at_eof() {
-                            st.stats.borrow_mut().record(from, now, done.status);
-                        } else {
-                            st.stats.borrow_mut().error(ErrorKind::Read, now);
-                        }
-                        return Step::Reconnect;
-                    }
-                    Ok(_) => st.stats.borrow_mut().read_bytes(st.buf.len() - before, now),
-                    Err(_) => {
-                        st.stats.borrow_mut().error(ErrorKind::Read, now);
-                        return Step::Reconnect;
-                    }
-                }
+            Ok((n, None)) => {
+                pos += n;
+                break;
             }
             Err(_) => {
-                // The buffer went with the cancelled read; start a fresh one.
-                st.buf = Vec::with_capacity(READ_BUF_BYTES);
-                if is_timeout {
-                    st.stats
-                        .borrow_mut()
-                        .error(ErrorKind::Timeout, Instant::now());
-                    return Step::Reconnect;
-                }
-                return Step::Stop;
+                st.stats
+                    .borrow_mut()
+                    .error(ErrorKind::Parse, Instant::now());
+                return None;
             }
+        }
+    }
+    st.buf.drain(..pos);
+    Some((ended, close))
+}
+
+/// Reads more of the responses into the buffer before the deadline. None:
+/// bytes arrived; otherwise the step the read leads to (EOF, which ends a
+/// close-delimited response, an error or the deadline).
+async fn read_more(
+    st: &mut ConnState,
+    conn: &mut Conn,
+    from: Instant,
+    deadline: ReadDeadline,
+) -> Option<Step> {
+    let now = Instant::now();
+    if now >= deadline.until {
+        return Some(deadline.expired(&st.stats, now));
+    }
+    let buf = std::mem::take(&mut st.buf);
+    let before = buf.len();
+    let Ok((r, buf)) = monoio::time::timeout(deadline.until - now, conn.recv(buf)).await else {
+        // The buffer went with the cancelled read; start a fresh one.
+        st.buf = Vec::with_capacity(READ_BUF_BYTES);
+        return Some(deadline.expired(&st.stats, Instant::now()));
+    };
+    st.buf = buf;
+    let now = Instant::now();
+    match r {
+        Ok(0) => {
+            if let Some(done) = st.parser.finish_at_eof() {
+                st.stats.borrow_mut().record(from, now, done.status);
+            } else {
+                st.stats.borrow_mut().error(ErrorKind::Read, now);
+            }
+            Some(Step::Reconnect)
+        }
+        Ok(_) => {
+            st.stats.borrow_mut().read_bytes(st.buf.len() - before, now);
+            None
+        }
+        Err(_) => {
+            st.stats.borrow_mut().error(ErrorKind::Read, now);
+            Some(Step::Reconnect)
         }
     }
 }
