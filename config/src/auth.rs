@@ -14,42 +14,11 @@
 use crate::env::Resolver;
 use crate::error::Errors;
 use crate::names::BlockKind;
+use crate::rawblocks::{RawAuthCache, RawAuthProvider, RawSignIn};
 use crate::values::{choice, int_in, Opt, StrList};
 use gapura_gate::auth::{AuthProvider, HeaderMatch, Scope, STANDARD_HEADERS};
 use std::collections::HashMap;
 use toml::Spanned;
-
-/// One `[[auth_provider]]`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawAuthProvider {
-    pub name: Opt<String>,
-    pub url: Opt<String>,
-    pub preset: Opt<String>,
-    pub copy_headers: Option<StrList>,
-    pub request_headers: Option<StrList>,
-    pub cache: Option<RawAuthCache>,
-    pub timeout_ms: Opt<i64>,
-    pub sign_in: Option<Spanned<RawSignIn>>,
-}
-
-/// `sign_in = { url, return_parameter }`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawSignIn {
-    pub url: Opt<String>,
-    pub return_parameter: Opt<String>,
-}
-
-/// `cache = { ttl_ms, entries, scope }`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawAuthCache {
-    pub ttl_ms: Opt<i64>,
-    pub negative_ttl_ms: Opt<i64>,
-    pub entries: Opt<i64>,
-    pub scope: Opt<String>,
-}
 
 const AUTH_PROVIDER: BlockKind = BlockKind {
     key: "auth_provider",

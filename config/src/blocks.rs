@@ -15,13 +15,13 @@
 use crate::access::AccessLists;
 use crate::codes::ProfileCode;
 use crate::error::Errors;
-use crate::gatekeys::known_list;
 use crate::host::{CheckedAction, CheckedHost};
 use crate::hostlayer::{
     check_bundles, check_layer, check_route_blocks, BlockLayer, LayerFields, Names, RouteBlocks,
     SettingsLayer,
 };
 use crate::layer::LimitsLayer;
+use crate::names::known_list;
 use crate::pow::compile_pow;
 use crate::ruleset::{RuleSets, SetTarget};
 use crate::schema::{RawHost, RawProfile};

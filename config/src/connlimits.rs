@@ -4,29 +4,11 @@
 //! `requests = 0` or `messages_per_second = 0` turns a limit off.
 
 use crate::error::Errors;
-use crate::values::{choice, int_in, size_in, IntOrString, Opt};
+use crate::rawblocks::{RawConnectionRate, RawWebSocket};
+use crate::values::{choice, int_in, size_in, Opt};
 use gapura_gate::policy::{OnLimit, WebSocketLimits};
 use gapura_gate::quota::rate::{MAX_BURST, MAX_RATE_PER_S};
 use gapura_gate::quota::RatePolicy;
-
-/// `connection_rate = { requests = 100, burst = 200 }`: per second.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawConnectionRate {
-    pub requests: Opt<i64>,
-    pub burst: Opt<i64>,
-}
-
-/// `websocket = { messages_per_second = 50, burst = 100,
-/// max_message_bytes = 1048576, on_limit = "drop" }`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawWebSocket {
-    pub messages_per_second: Opt<i64>,
-    pub burst: Opt<i64>,
-    pub max_message_bytes: Opt<IntOrString>,
-    pub on_limit: Opt<String>,
-}
 
 /// Largest `max_message_bytes`: 1 GiB.
 const MAX_MESSAGE_BYTES: u64 = 1 << 30;

@@ -13,6 +13,7 @@
 use crate::error::Errors;
 use crate::host::{CheckedAction, CheckedHost};
 use crate::identity::pair_identity;
+use crate::names::known_list;
 use crate::rawgate::RawRateRef;
 use crate::schema::{RawHost, RawRoute};
 use crate::values::{choice, Opt};
@@ -79,17 +80,6 @@ pub(crate) fn class(
         ],
         None,
     )
-}
-
-/// `known: a, b` or `the profile has no [[rate_limit]]`, for messages.
-pub(crate) fn known_list<T>(names: &HashMap<String, T>, table: &str) -> String {
-    let mut known: Vec<&str> = names.keys().map(String::as_str).collect();
-    known.sort_unstable();
-    if known.is_empty() {
-        format!("the profile has no [[{table}]]")
-    } else {
-        format!("known: {}", known.join(", "))
-    }
 }
 
 /// A rate limit named at `path`; None (with an error) when unknown.

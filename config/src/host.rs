@@ -16,7 +16,7 @@ use crate::schema::{HeaderList, RawHost};
 use crate::values::choice;
 use gapura_gate::host::{valid_name, HostNameError, KeepTarget};
 use gapura_gate::policy::RequestPolicy;
-pub(crate) use gapura_gate::token::is_token;
+use gapura_gate::token::is_token;
 use gapura_gate::upstream::UpstreamId;
 use gapura_gate::{HostId, HostTable};
 use std::collections::HashMap;

@@ -17,15 +17,18 @@
 //! `host[0].rule_set`).
 
 use crate::codes::ProfileCode;
-use crate::connlimits::{check_connection_rate, check_websocket, RawConnectionRate, RawWebSocket};
+use crate::connlimits::{check_connection_rate, check_websocket};
 use crate::error::{key_path, Errors};
-use crate::gatekeys::{class, known_list, rate_limit, Known};
+use crate::gatekeys::{class, rate_limit, Known};
 use crate::layer::LimitsLayer;
 use crate::limits::check_limits;
-use crate::quota::valid_policy_name;
-use crate::rawblocks::{RawBundle, RawErrorPages, RawMaintenance, RawNameRef};
+use crate::names::{known_list, valid_policy_name};
+use crate::rawblocks::{
+    RawBundle, RawConnectionRate, RawErrorPages, RawLimits, RawMaintenance, RawNameRef,
+    RawWebSocket,
+};
 use crate::ruleset::{RuleSets, SetTarget};
-use crate::schema::{RawDefaults, RawHost, RawLimits, RawRoute};
+use crate::schema::{RawDefaults, RawHost, RawRoute};
 use crate::values::{choice, int_in, Opt};
 use gapura_gate::custom_pages::{
     validate_entry, PageEntrySpec, PageForm, PageKey, ReplaceUpstream,
@@ -195,12 +198,12 @@ pub(crate) struct LayerFields<'a> {
     pub replace_upstream: &'a Opt<String>,
     pub connection_rate: Option<&'a Spanned<RawConnectionRate>>,
     pub websocket: Option<&'a Spanned<RawWebSocket>>,
-    pub proof_of_work: Option<&'a Spanned<crate::pow::RawProofOfWork>>,
+    pub proof_of_work: Option<&'a Spanned<crate::rawblocks::RawProofOfWork>>,
     pub auth: &'a Opt<RawNameRef>,
     pub auth_mode: &'a Opt<String>,
     pub https_redirect: &'a Opt<bool>,
     pub https_port: &'a Opt<i64>,
-    pub hsts: Option<&'a Spanned<crate::tls::RawHsts>>,
+    pub hsts: Option<&'a Spanned<crate::rawblocks::RawHsts>>,
 }
 
 macro_rules! fields {

@@ -25,8 +25,9 @@
 //! Modules, from TOML to the gate:
 //!
 //! - `schema` (the raw profile as serde reads it), with `rawblocks` (access
-//!   lists, rule sets, bundles, host-level settings) and `rawgate` (quota,
-//!   rate limits, client, the gate keys of hosts and routes);
+//!   lists, rule sets, auth providers, bundles, host-level settings) and
+//!   `rawgate` (quota, protection, rate limits, client, the gate keys of
+//!   hosts and routes); the raw modules import only `values`;
 //! - `syntax` (errors of reading), `error` (profile errors, positions and
 //!   the error collector), `codes` (the codes of the gate's errors);
 //! - `validate` (the entry point of the checks), `values` (the value

@@ -3,7 +3,7 @@
 
 use crate::error::Errors;
 use crate::layer::LimitsLayer;
-use crate::schema::RawLimits;
+use crate::rawblocks::RawLimits;
 use crate::values::{as_u64, int_in, size_in, IntOrString, Opt};
 
 /// Checks one limits layer (`[defaults.limits]` or a host's `limits`).

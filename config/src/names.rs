@@ -1,11 +1,14 @@
 //! The `name` of a named block (`[[access_list]]`, `[[rule_set]]`,
 //! `[[rate_limit]]`, `[[upstream]]`): present, `[a-z0-9_-]{1,64}`, and not
 //! the name of an earlier block of the same kind. One check for all four,
-//! with each kind's codes and messages.
+//! with each kind's codes and messages. Also the name rule itself, which
+//! operations and bundles share ([`valid_policy_name`]), and the list of
+//! known names a message gives when a reference names no block
+//! ([`known_list`]).
 
 use crate::error::Errors;
-use crate::quota::valid_policy_name;
 use crate::values::Opt;
+use std::collections::HashMap;
 use std::ops::Range;
 use toml::Spanned;
 
@@ -62,5 +65,23 @@ impl BlockKind {
         };
         e.push(code, path, n.span(), message);
         None
+    }
+}
+
+/// `[a-z0-9_-]{1,64}`: the names of operations and rate limits.
+pub(crate) fn valid_policy_name(v: &str) -> bool {
+    (1..=64).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+/// `known: a, b` or `the profile has no [[rate_limit]]`, for messages.
+pub(crate) fn known_list<T>(names: &HashMap<String, T>, table: &str) -> String {
+    let mut known: Vec<&str> = names.keys().map(String::as_str).collect();
+    known.sort_unstable();
+    if known.is_empty() {
+        format!("the profile has no [[{table}]]")
+    } else {
+        format!("known: {}", known.join(", "))
     }
 }

@@ -7,8 +7,9 @@
 
 use crate::error::Errors;
 use crate::hostlayer::Names;
+use crate::rawblocks::RawProofOfWork;
 use crate::ruleset::SetTarget;
-use crate::values::{choice, int_in, Opt};
+use crate::values::{choice, int_in};
 use gapura_gate::mode::Mode;
 use gapura_gate::pow::{
     ProofOfWork, DEFAULT_DIFFICULTY, DEFAULT_LIFETIME_HOURS, MAX_DIFFICULTY, MAX_LIFETIME_HOURS,
@@ -17,18 +18,6 @@ use gapura_gate::pow::{
 use std::collections::HashMap;
 use std::ops::Range;
 use toml::Spanned;
-
-/// `proof_of_work = { ... }` at a host level.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawProofOfWork {
-    pub enabled: Opt<bool>,
-    pub difficulty: Opt<i64>,
-    pub token_lifetime_hours: Opt<i64>,
-    /// A rule set whose `challenge` rules choose the requests challenged.
-    pub when: Opt<String>,
-    pub mode: Opt<String>,
-}
 
 /// `when`, resolved: the set, where it was written.
 #[derive(Clone, Debug)]

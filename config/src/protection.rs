@@ -21,16 +21,8 @@ use crate::env::Environment;
 use crate::error::Errors;
 use crate::rawgate::{RawConnections, RawGlobalBudget, RawRateLimit, RawSourceBudget};
 use crate::schema::RawProfile;
-use crate::values::{IntOrString, StrList};
+use crate::values::IntOrString;
 use toml::Spanned;
-
-/// `[protection]`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawProtection {
-    /// Dimensions with no default: any of `DIMENSIONS`, or `"all"`.
-    pub off: Option<StrList>,
-}
 
 /// The dimensions `[protection] off` may name.
 pub const DIMENSIONS: [&str; 4] = ["global", "source", "connections", "client_rate"];

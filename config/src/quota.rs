@@ -9,7 +9,7 @@
 //! steered source and are never divided.
 
 use crate::error::{key_path, Errors};
-use crate::host::is_token;
+use crate::names::valid_policy_name;
 use crate::rawgate::RawQuota;
 use crate::values::{choice, int_in, Opt};
 use gapura_gate::mode::Mode;
@@ -19,6 +19,7 @@ use gapura_gate::quota::rate::MAX_RATE_ENTRIES;
 use gapura_gate::quota::tracked::MAX_TRACKED_KEYS;
 use gapura_gate::quota::window::WINDOW_MS_BOUNDS;
 use gapura_gate::quota::{Budget, Ceiling, OperationLimits, QuotaLimits, QuotaSizes, Scope};
+use gapura_gate::token::is_token;
 use std::collections::HashMap;
 use std::ops::Range;
 use toml::Spanned;
@@ -93,13 +94,6 @@ fn check_connections(
         rate,
         mode,
     })
-}
-
-/// `[a-z0-9_-]{1,64}`: the names of operations and rate limits.
-pub(crate) fn valid_policy_name(v: &str) -> bool {
-    (1..=64).contains(&v.len())
-        && v.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
 /// Checks `[quota]` for one of `shards` shards.

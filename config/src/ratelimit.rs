@@ -15,7 +15,6 @@
 
 use crate::codes::ProfileCode;
 use crate::error::Errors;
-use crate::host::is_token;
 use crate::names::BlockKind;
 use crate::rawgate::{RawRateLimit, RawTier};
 use crate::values::choice;
@@ -23,6 +22,7 @@ use gapura_gate::mode::Mode;
 use gapura_gate::policy::{RateKey, RateLimitDef};
 use gapura_gate::quota::rate::MAX_BURST;
 use gapura_gate::quota::{RatePolicy, Scope, SourcePrefix};
+use gapura_gate::token::is_token;
 use std::collections::HashMap;
 use std::ops::Range;
 use toml::Spanned;

@@ -1,6 +1,8 @@
-//! The raw `[[access_list]]`, `[[rule_set]]` and `[[bundle]]` tables and
-//! the host-level settings every layer may hold (`[defaults]`, a bundle, a
-//! host), as serde reads them.
+//! The raw `[[access_list]]`, `[[rule_set]]`, `[[auth_provider]]` and
+//! `[[bundle]]` tables and the host-level settings every layer may hold
+//! (`[defaults]`, a bundle, a host): `limits`, `maintenance`,
+//! `error_pages`, `connection_rate`, `websocket`, `proof_of_work`, `hsts`
+//! and the references to a list, a set or a provider, as serde reads them.
 //!
 //! Like `schema`, these mirror the TOML one to one, closed to unknown keys,
 //! every scalar and array [`Spanned`]. References to a list or a set are a
@@ -9,8 +11,7 @@
 //! `toml` cannot give a span to a table written with dotted keys, so no
 //! value here is a spanned table.
 
-use crate::schema::RawLimits;
-use crate::values::{Opt, StrList};
+use crate::values::{IntOrString, Opt, StrList};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use std::fmt;
 use toml::Spanned;
@@ -99,6 +100,38 @@ pub(crate) struct RawUserAgent {
     pub empty: Opt<bool>,
 }
 
+/// One `[[auth_provider]]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAuthProvider {
+    pub name: Opt<String>,
+    pub url: Opt<String>,
+    pub preset: Opt<String>,
+    pub copy_headers: Option<StrList>,
+    pub request_headers: Option<StrList>,
+    pub cache: Option<RawAuthCache>,
+    pub timeout_ms: Opt<i64>,
+    pub sign_in: Option<Spanned<RawSignIn>>,
+}
+
+/// `sign_in = { url, return_parameter }`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSignIn {
+    pub url: Opt<String>,
+    pub return_parameter: Opt<String>,
+}
+
+/// `cache = { ttl_ms, entries, scope }`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAuthCache {
+    pub ttl_ms: Opt<i64>,
+    pub negative_ttl_ms: Opt<i64>,
+    pub entries: Opt<i64>,
+    pub scope: Opt<String>,
+}
+
 /// One `[[bundle]]`: a name and any host-level setting.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -117,9 +150,9 @@ pub(crate) struct RawBundle {
     pub maintenance: Option<RawMaintenance>,
     pub error_pages: Option<RawErrorPages>,
     pub replace_upstream: Opt<String>,
-    pub connection_rate: Option<Spanned<crate::connlimits::RawConnectionRate>>,
-    pub websocket: Option<Spanned<crate::connlimits::RawWebSocket>>,
-    pub proof_of_work: Option<Spanned<crate::pow::RawProofOfWork>>,
+    pub connection_rate: Option<Spanned<RawConnectionRate>>,
+    pub websocket: Option<Spanned<RawWebSocket>>,
+    pub proof_of_work: Option<Spanned<RawProofOfWork>>,
     /// The forward-auth provider (`[[auth_provider]]`), or `false`.
     pub auth: Opt<RawNameRef>,
     pub auth_mode: Opt<String>,
@@ -127,7 +160,7 @@ pub(crate) struct RawBundle {
     pub https_redirect: Opt<bool>,
     pub https_port: Opt<i64>,
     /// `Strict-Transport-Security` on answers over TLS.
-    pub hsts: Option<Spanned<crate::tls::RawHsts>>,
+    pub hsts: Option<Spanned<RawHsts>>,
 }
 
 /// `[host.maintenance]` (and in `[defaults]` and bundles).
@@ -175,6 +208,57 @@ impl<'de> Deserialize<'de> for RawErrorPages {
         }
         d.deserialize_map(V)
     }
+}
+
+/// `[defaults.limits]` and `[host.limits]`. Byte sizes are an integer or a
+/// string with a unit.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    pub max_body_bytes: Opt<IntOrString>,
+    pub max_header_count: Opt<i64>,
+    pub max_header_bytes: Opt<IntOrString>,
+    pub max_url_bytes: Opt<IntOrString>,
+}
+
+/// `connection_rate = { requests = 100, burst = 200 }`: per second.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConnectionRate {
+    pub requests: Opt<i64>,
+    pub burst: Opt<i64>,
+}
+
+/// `websocket = { messages_per_second = 50, burst = 100,
+/// max_message_bytes = 1048576, on_limit = "drop" }`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawWebSocket {
+    pub messages_per_second: Opt<i64>,
+    pub burst: Opt<i64>,
+    pub max_message_bytes: Opt<IntOrString>,
+    pub on_limit: Opt<String>,
+}
+
+/// `proof_of_work = { ... }` at a host level.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawProofOfWork {
+    pub enabled: Opt<bool>,
+    pub difficulty: Opt<i64>,
+    pub token_lifetime_hours: Opt<i64>,
+    /// A rule set whose `challenge` rules choose the requests challenged.
+    pub when: Opt<String>,
+    pub mode: Opt<String>,
+}
+
+/// `hsts = { max_age_s, include_subdomains, preload }`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHsts {
+    pub max_age_s: Opt<i64>,
+    pub include_subdomains: Opt<bool>,
+    pub preload: Opt<bool>,
 }
 
 /// `access_list` and `rule_set`: a name, or `false` for none (`true` is

@@ -1,5 +1,5 @@
-//! The raw `[quota]`, `[[rate_limit]]` and `[client]` tables and the gate
-//! keys of hosts and routes, as serde reads them.
+//! The raw `[quota]`, `[protection]`, `[[rate_limit]]` and `[client]`
+//! tables and the gate keys of hosts and routes, as serde reads them.
 //!
 //! Like `schema`, these mirror the TOML one to one, closed to unknown keys,
 //! every scalar and array [`Spanned`]; `validate` and the modules it calls
@@ -96,6 +96,14 @@ pub(crate) struct RawOperation {
     pub concurrent: Opt<i64>,
     pub concurrent_optional: Opt<i64>,
     pub scope: Opt<String>,
+}
+
+/// `[protection]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawProtection {
+    /// Dimensions with no default: any of `protection::DIMENSIONS`, or `"all"`.
+    pub off: Option<StrList>,
 }
 
 /// One `[[rate_limit]]`.

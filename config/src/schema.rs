@@ -1,5 +1,11 @@
 //! The raw profile as serde reads it.
 //!
+//! This module holds the profile's root, `[server]`, `[defaults]`,
+//! `[[host]]` and its routes, `[[upstream]]`, `[[udp]]`, `[[certificate]]`
+//! and `[tls]`; `rawblocks` and `rawgate` hold the other tables. The raw
+//! modules depend on nothing but the value shapes of `values`: the checks
+//! of every block import them, never the other way round.
+//!
 //! These types mirror the TOML one to one and check only what serde checks:
 //! known keys (`deny_unknown_fields` everywhere) and value types. Every
 //! scalar and array is wrapped in [`Spanned`] so that the semantic checks in
@@ -9,9 +15,10 @@
 //! which are array elements and always have a span.
 
 use crate::rawblocks::{
-    RawAccessList, RawBundle, RawErrorPages, RawMaintenance, RawNameRef, RawRuleSet,
+    RawAccessList, RawAuthProvider, RawBundle, RawConnectionRate, RawErrorPages, RawHsts,
+    RawLimits, RawMaintenance, RawNameRef, RawProofOfWork, RawRuleSet, RawWebSocket,
 };
-use crate::rawgate::{RawClient, RawQuota, RawRateLimit, RawRateRef};
+use crate::rawgate::{RawClient, RawProtection, RawQuota, RawRateLimit, RawRateRef};
 use crate::values::{IntOrString, Opt, StrList};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use std::fmt;
@@ -31,7 +38,7 @@ pub(crate) struct RawProfile {
     #[serde(default)]
     pub quota: RawQuota,
     /// `[protection]`: which default protections are off.
-    pub protection: Option<crate::protection::RawProtection>,
+    pub protection: Option<RawProtection>,
     #[serde(default)]
     pub rate_limit: Vec<Spanned<RawRateLimit>>,
     #[serde(default)]
@@ -41,15 +48,15 @@ pub(crate) struct RawProfile {
     #[serde(default)]
     pub rule_set: Vec<Spanned<RawRuleSet>>,
     #[serde(default)]
-    pub auth_provider: Vec<Spanned<crate::auth::RawAuthProvider>>,
+    pub auth_provider: Vec<Spanned<RawAuthProvider>>,
     #[serde(default)]
-    pub udp: Vec<Spanned<crate::udp::RawUdp>>,
+    pub udp: Vec<Spanned<RawUdp>>,
     #[serde(default)]
     pub bundle: Vec<Spanned<RawBundle>>,
     #[serde(default)]
-    pub certificate: Vec<Spanned<crate::tls::RawCertificate>>,
+    pub certificate: Vec<Spanned<RawCertificate>>,
     /// `[tls]`: settings of every TLS listener.
-    pub tls: Option<crate::tls::RawTls>,
+    pub tls: Option<RawTls>,
 }
 
 /// `[server]`. Numbers are read as `i64` (TOML's integer) so that a negative
@@ -112,9 +119,9 @@ pub(crate) struct RawDefaults {
     pub maintenance: Option<RawMaintenance>,
     pub error_pages: Option<RawErrorPages>,
     pub replace_upstream: Opt<String>,
-    pub connection_rate: Option<Spanned<crate::connlimits::RawConnectionRate>>,
-    pub websocket: Option<Spanned<crate::connlimits::RawWebSocket>>,
-    pub proof_of_work: Option<Spanned<crate::pow::RawProofOfWork>>,
+    pub connection_rate: Option<Spanned<RawConnectionRate>>,
+    pub websocket: Option<Spanned<RawWebSocket>>,
+    pub proof_of_work: Option<Spanned<RawProofOfWork>>,
     /// The forward-auth provider (`[[auth_provider]]`), or `false`.
     pub auth: Opt<RawNameRef>,
     pub auth_mode: Opt<String>,
@@ -122,18 +129,7 @@ pub(crate) struct RawDefaults {
     pub https_redirect: Opt<bool>,
     pub https_port: Opt<i64>,
     /// `Strict-Transport-Security` on answers over TLS.
-    pub hsts: Option<Spanned<crate::tls::RawHsts>>,
-}
-
-/// `[defaults.limits]` and `[host.limits]`. Byte sizes are an integer or a
-/// string with a unit.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawLimits {
-    pub max_body_bytes: Opt<IntOrString>,
-    pub max_header_count: Opt<i64>,
-    pub max_header_bytes: Opt<IntOrString>,
-    pub max_url_bytes: Opt<IntOrString>,
+    pub hsts: Option<Spanned<RawHsts>>,
 }
 
 /// One `[[host]]`.
@@ -165,9 +161,9 @@ pub(crate) struct RawHost {
     pub maintenance: Option<RawMaintenance>,
     pub error_pages: Option<RawErrorPages>,
     pub replace_upstream: Opt<String>,
-    pub connection_rate: Option<Spanned<crate::connlimits::RawConnectionRate>>,
-    pub websocket: Option<Spanned<crate::connlimits::RawWebSocket>>,
-    pub proof_of_work: Option<Spanned<crate::pow::RawProofOfWork>>,
+    pub connection_rate: Option<Spanned<RawConnectionRate>>,
+    pub websocket: Option<Spanned<RawWebSocket>>,
+    pub proof_of_work: Option<Spanned<RawProofOfWork>>,
     /// The forward-auth provider (`[[auth_provider]]`), or `false`.
     pub auth: Opt<RawNameRef>,
     pub auth_mode: Opt<String>,
@@ -175,7 +171,7 @@ pub(crate) struct RawHost {
     pub https_redirect: Opt<bool>,
     pub https_port: Opt<i64>,
     /// `Strict-Transport-Security` on answers over TLS.
-    pub hsts: Option<Spanned<crate::tls::RawHsts>>,
+    pub hsts: Option<Spanned<RawHsts>>,
     /// `[[host.route]]`, proxy hosts only.
     #[serde(default)]
     pub route: Vec<Spanned<RawRoute>>,
@@ -273,6 +269,77 @@ impl<'de> Deserialize<'de> for RawServerEntry {
     }
 }
 
+/// One `[[udp]]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUdp {
+    pub name: Opt<String>,
+    pub listen: Option<StrList>,
+    pub servers: Option<Spanned<Vec<Spanned<RawServerEntry>>>>,
+    pub balance: Opt<String>,
+    pub max_datagram_bytes: Opt<i64>,
+    pub session: Option<RawUdpSession>,
+    pub window_ms: Opt<i64>,
+    pub global: Option<RawUdpBudget>,
+    pub prefix: Option<RawUdpBudget>,
+    pub tracked_keys: Opt<i64>,
+    pub tracked_reserve: Opt<i64>,
+    pub operation: Option<Spanned<RawUdpOperation>>,
+    pub classes: Option<Spanned<Vec<Spanned<RawUdpClass>>>>,
+    pub auth: Option<Spanned<RawUdpEnvelope>>,
+}
+
+/// `session = { rate, burst, idle_timeout_ms, max_sessions, critical_reserve }`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUdpSession {
+    pub rate: Opt<i64>,
+    pub burst: Opt<i64>,
+    pub idle_timeout_ms: Opt<i64>,
+    pub max_sessions: Opt<i64>,
+    pub critical_reserve: Opt<i64>,
+}
+
+/// `global` / `prefix = { requests, optional, scope }`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUdpBudget {
+    pub requests: Opt<i64>,
+    pub optional: Opt<i64>,
+    pub scope: Opt<String>,
+}
+
+/// `operation = { offset, bytes }`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUdpOperation {
+    pub offset: Opt<i64>,
+    pub bytes: Opt<i64>,
+}
+
+/// One of `classes`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUdpClass {
+    pub name: Opt<String>,
+    pub values: Option<Spanned<Vec<Spanned<i64>>>>,
+    pub requests: Opt<i64>,
+    pub optional: Opt<i64>,
+    pub scope: Opt<String>,
+    pub critical: Opt<bool>,
+}
+
+/// `auth = { keys, max_age_ms, replay_window, key_budget, strip }`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUdpEnvelope {
+    pub keys: Option<StrList>,
+    pub max_age_ms: Opt<i64>,
+    pub replay_window: Opt<i64>,
+    pub key_budget: Opt<i64>,
+    pub strip: Opt<bool>,
+}
+
 /// `headers = { Name = "value", ... }` in document order, names and values spanned.
 #[derive(Debug, Default)]
 pub(crate) struct HeaderList(pub Vec<(Spanned<String>, Spanned<String>)>);
@@ -296,6 +363,27 @@ impl<'de> Deserialize<'de> for HeaderList {
         }
         d.deserialize_map(V)
     }
+}
+
+/// `[[certificate]]`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCertificate {
+    pub names: Option<StrList>,
+    pub cert: Option<Spanned<String>>,
+    pub key: Option<Spanned<String>>,
+    pub default: Opt<bool>,
+    pub ocsp: Opt<String>,
+}
+
+/// `[tls]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTls {
+    pub min_version: Opt<String>,
+    pub handshake_timeout_ms: Opt<i64>,
+    pub session_tickets: Opt<bool>,
+    pub ticket_rotation_s: Opt<i64>,
 }
 
 /// An element of `server.listen`: `"ADDRESS"` or

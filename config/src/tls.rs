@@ -9,7 +9,9 @@
 
 use crate::env::{CertificateLoader, PairProblem};
 use crate::error::Errors;
-use crate::values::{choice, int_in, Opt, StrList};
+use crate::rawblocks::RawHsts;
+use crate::schema::{RawCertificate, RawTls};
+use crate::values::{choice, int_in, Opt};
 use gapura_gate::host::{valid_name, HostNameError, HostTable};
 use gapura_gate::tls::{Certificate, Secret, TlsSettings, TlsVersion};
 use std::ops::Range;
@@ -19,36 +21,6 @@ use toml::Spanned;
 /// Defaults of `[tls]`.
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 pub const TICKET_ROTATION_S: u64 = 12 * 3600;
-
-/// `[[certificate]]`.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawCertificate {
-    pub names: Option<StrList>,
-    pub cert: Option<Spanned<String>>,
-    pub key: Option<Spanned<String>>,
-    pub default: Opt<bool>,
-    pub ocsp: Opt<String>,
-}
-
-/// `[tls]`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawTls {
-    pub min_version: Opt<String>,
-    pub handshake_timeout_ms: Opt<i64>,
-    pub session_tickets: Opt<bool>,
-    pub ticket_rotation_s: Opt<i64>,
-}
-
-/// `hsts = { max_age_s, include_subdomains, preload }`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawHsts {
-    pub max_age_s: Opt<i64>,
-    pub include_subdomains: Opt<bool>,
-    pub preload: Opt<bool>,
-}
 
 /// Default HSTS max-age: one year.
 pub const HSTS_MAX_AGE_S: i64 = 365 * 24 * 3600;

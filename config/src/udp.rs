@@ -12,9 +12,9 @@ use crate::env::Resolver;
 use crate::error::{key_path, Errors};
 use crate::names::BlockKind;
 use crate::quota::{ceiling, scope, Fields};
-use crate::schema::RawServerEntry;
+use crate::schema::{RawUdp, RawUdpBudget, RawUdpSession};
 use crate::upstream::{check_balance, check_servers};
-use crate::values::{as_u64, int_in, Opt, StrList};
+use crate::values::{as_u64, int_in};
 use gapura_gate::quota::{Budget, Ceiling, RatePolicy, Scope};
 use gapura_gate::udp::{
     EnvelopePolicy, OperationField, SessionPolicy, UdpBudgetPolicy, UdpClass, UdpPolicy,
@@ -24,77 +24,6 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use toml::Spanned;
-
-/// One `[[udp]]`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawUdp {
-    pub name: Opt<String>,
-    pub listen: Option<StrList>,
-    pub servers: Option<Spanned<Vec<Spanned<RawServerEntry>>>>,
-    pub balance: Opt<String>,
-    pub max_datagram_bytes: Opt<i64>,
-    pub session: Option<RawSession>,
-    pub window_ms: Opt<i64>,
-    pub global: Option<RawBudget>,
-    pub prefix: Option<RawBudget>,
-    pub tracked_keys: Opt<i64>,
-    pub tracked_reserve: Opt<i64>,
-    pub operation: Option<Spanned<RawOperation>>,
-    pub classes: Option<Spanned<Vec<Spanned<RawClass>>>>,
-    pub auth: Option<Spanned<RawEnvelope>>,
-}
-
-/// `session = { rate, burst, idle_timeout_ms, max_sessions, critical_reserve }`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawSession {
-    pub rate: Opt<i64>,
-    pub burst: Opt<i64>,
-    pub idle_timeout_ms: Opt<i64>,
-    pub max_sessions: Opt<i64>,
-    pub critical_reserve: Opt<i64>,
-}
-
-/// `global` / `prefix = { requests, optional, scope }`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawBudget {
-    pub requests: Opt<i64>,
-    pub optional: Opt<i64>,
-    pub scope: Opt<String>,
-}
-
-/// `operation = { offset, bytes }`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawOperation {
-    pub offset: Opt<i64>,
-    pub bytes: Opt<i64>,
-}
-
-/// One of `classes`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawClass {
-    pub name: Opt<String>,
-    pub values: Option<Spanned<Vec<Spanned<i64>>>>,
-    pub requests: Opt<i64>,
-    pub optional: Opt<i64>,
-    pub scope: Opt<String>,
-    pub critical: Opt<bool>,
-}
-
-/// `auth = { keys, max_age_ms, replay_window, key_budget, strip }`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawEnvelope {
-    pub keys: Option<StrList>,
-    pub max_age_ms: Opt<i64>,
-    pub replay_window: Opt<i64>,
-    pub key_budget: Opt<i64>,
-    pub strip: Opt<bool>,
-}
 
 const UDP: BlockKind = BlockKind {
     key: "udp",
@@ -249,7 +178,7 @@ fn check_budgets(u: &RawUdp, base: &str, shards: u32, e: &mut Errors<'_>) -> Udp
         (100, 3_600_000),
     )
     .map_or(DEFAULT_WINDOW_MS, as_u64);
-    let budget = |raw: &Option<RawBudget>, key: &str, default: u32, e: &mut Errors<'_>| {
+    let budget = |raw: &Option<RawUdpBudget>, key: &str, default: u32, e: &mut Errors<'_>| {
         let path = format!("{base}.{key}");
         let Some(b) = raw else {
             return (Budget::flat(default).ok(), Scope::Split);
@@ -403,7 +332,7 @@ fn check_classes(
 }
 
 fn check_session(u: &RawUdp, base: &str, e: &mut Errors<'_>) -> SessionPolicy {
-    let d = RawSession::default();
+    let d = RawUdpSession::default();
     let s = u.session.as_ref().unwrap_or(&d);
     let path = format!("{base}.session");
     let rate = int_in(
