@@ -51,24 +51,11 @@ pub fn run(cfg: &Arc<Config>, progress: bool) -> i32 {
         steps: Vec::new(),
         max_rate: None,
     };
-    let mut best: Option<(f64, Outcome)> = None;
-    let mut last: Option<Outcome> = None;
-    let mut lo: Option<f64> = None;
-    let mut hi: Option<f64> = None;
-    let mut rate = cfg.find_max_start;
+    let mut search = Search::default();
     if !cfg.quiet {
-        println!(
-            "find-max @ {}: p99 <= {}, error ratio <= {}, {} per step",
-            cfg.targets[0].url(),
-            fmt_ns(slo as f64),
-            cfg.max_error_ratio,
-            fmt_ns(cfg.duration.unwrap_or_default().as_nanos() as f64)
-        );
-        println!(
-            "  {:>12} {:>12} {:>10} {:>8}  verdict",
-            "rate", "achieved", "p99", "errors"
-        );
+        print_intro(cfg, slo);
     }
+    let mut rate = cfg.find_max_start;
     let mut attempt = 1u32;
     let mut step = 0u32;
     while step < cfg.find_max_steps {
@@ -79,88 +66,150 @@ pub fn run(cfg: &Arc<Config>, progress: bool) -> i32 {
                 return crate::EXIT_USAGE;
             }
         };
-        let st = &o.stats;
-        let achieved = st.requests as f64 / o.elapsed.as_secs_f64();
-        let errors = st.errors.total();
-        let error_ratio = if st.requests + errors == 0 {
-            1.0
-        } else {
-            errors as f64 / (st.requests + errors) as f64
-        };
-        let p99 = st.hist_ns.value_at_quantile(0.99);
-        let ok = st.requests > 0
-            && p99 <= slo
-            && error_ratio <= cfg.max_error_ratio
-            && achieved >= 0.9 * rate;
+        let judged = judge(cfg, &o, rate, attempt);
         if !cfg.quiet {
-            println!(
-                "  {:>12.1} {:>12.1} {:>10} {:>7.3}%  {}",
-                rate,
-                achieved,
-                fmt_ns(p99 as f64),
-                error_ratio * 100.0,
-                if ok {
-                    "ok"
-                } else if attempt <= cfg.find_max_retries {
-                    "over, run again"
-                } else {
-                    "over"
-                }
-            );
+            print_step(cfg, &judged);
         }
-        curve.steps.push(Step {
-            rate,
-            achieved,
-            p99_ns: p99,
-            error_ratio,
-            ok,
-            attempt,
-        });
+        let ok = judged.ok;
+        curve.steps.push(judged);
         if !ok && attempt <= cfg.find_max_retries {
             attempt += 1;
-            last = Some(o);
+            search.last = Some(o);
             continue;
         }
         attempt = 1;
         step += 1;
-        if ok {
-            lo = Some(lo.map_or(rate, |l: f64| l.max(rate)));
-            if best.as_ref().is_none_or(|(r, _)| rate > *r) {
-                best = Some((rate, o));
-            } else {
-                last = Some(o);
-            }
-        } else {
-            hi = Some(hi.map_or(rate, |h: f64| h.min(rate)));
-            last = Some(o);
+        search.settle(rate, ok, o);
+        match search.next_rate(rate) {
+            Some(next) => rate = next,
+            None => break,
         }
-        rate = match (lo, hi) {
+    }
+    curve.max_rate = search.best.as_ref().map(|(r, _)| *r);
+    conclude(cfg, &curve, search)
+}
+
+/// The search's bounds and the line above the table of steps.
+fn print_intro(cfg: &Config, slo_ns: u64) {
+    println!(
+        "find-max @ {}: p99 <= {}, error ratio <= {}, {} per step",
+        cfg.targets[0].url(),
+        fmt_ns(slo_ns as f64),
+        cfg.max_error_ratio,
+        fmt_ns(cfg.duration.unwrap_or_default().as_nanos() as f64)
+    );
+    println!(
+        "  {:>12} {:>12} {:>10} {:>8}  verdict",
+        "rate", "achieved", "p99", "errors"
+    );
+}
+
+/// Measures one attempt at `rate` against the bounds.
+fn judge(cfg: &Config, o: &Outcome, rate: f64, attempt: u32) -> Step {
+    let st = &o.stats;
+    let achieved = st.requests as f64 / o.elapsed.as_secs_f64();
+    let errors = st.errors.total();
+    let error_ratio = if st.requests + errors == 0 {
+        1.0
+    } else {
+        errors as f64 / (st.requests + errors) as f64
+    };
+    let p99 = st.hist_ns.value_at_quantile(0.99);
+    let ok = st.requests > 0
+        && p99 <= cfg.slo_p99.as_nanos() as u64
+        && error_ratio <= cfg.max_error_ratio
+        && achieved >= 0.9 * rate;
+    Step {
+        rate,
+        achieved,
+        p99_ns: p99,
+        error_ratio,
+        ok,
+        attempt,
+    }
+}
+
+/// One row of the table: the attempt's figures and its verdict.
+fn print_step(cfg: &Config, s: &Step) {
+    println!(
+        "  {:>12.1} {:>12.1} {:>10} {:>7.3}%  {}",
+        s.rate,
+        s.achieved,
+        fmt_ns(s.p99_ns as f64),
+        s.error_ratio * 100.0,
+        if s.ok {
+            "ok"
+        } else if s.attempt <= cfg.find_max_retries {
+            "over, run again"
+        } else {
+            "over"
+        }
+    );
+}
+
+/// Where the search stands: the bounds found and the outcomes kept for the
+/// final summary.
+#[derive(Default)]
+struct Search {
+    /// The highest passing rate.
+    lo: Option<f64>,
+    /// The lowest failing rate.
+    hi: Option<f64>,
+    /// The highest passing rate and its run.
+    best: Option<(f64, Outcome)>,
+    /// The latest run not kept as the best.
+    last: Option<Outcome>,
+}
+
+impl Search {
+    /// Takes a step's final verdict at `rate` and its run.
+    fn settle(&mut self, rate: f64, ok: bool, o: Outcome) {
+        if !ok {
+            self.hi = Some(self.hi.map_or(rate, |h| h.min(rate)));
+            self.last = Some(o);
+            return;
+        }
+        self.lo = Some(self.lo.map_or(rate, |l| l.max(rate)));
+        if self.best.as_ref().is_none_or(|(r, _)| rate > *r) {
+            self.best = Some((rate, o));
+        } else {
+            self.last = Some(o);
+        }
+    }
+
+    /// The rate to try after `rate`: double until a step fails, halve while
+    /// none passed, then bisect. None once the bounds are within
+    /// [`CONVERGED`] or the rate fell under 0.5 req/s.
+    fn next_rate(&self, rate: f64) -> Option<f64> {
+        let next = match (self.lo, self.hi) {
             (_, None) => rate * 2.0,
             (None, Some(h)) => h / 2.0,
             (Some(l), Some(h)) => {
                 if (h - l) / l <= CONVERGED {
-                    break;
+                    return None;
                 }
                 (l + h) / 2.0
             }
         };
-        if rate < 0.5 {
-            break;
-        }
+        (next >= 0.5).then_some(next)
     }
-    curve.max_rate = best.as_ref().map(|(r, _)| *r);
+}
+
+/// Prints the result and the summary of the best run (or the last one),
+/// writes the outputs, and returns the exit status.
+fn conclude(cfg: &Config, curve: &Curve, search: Search) -> i32 {
     if !cfg.quiet {
         match curve.max_rate {
             Some(r) => println!("max rate meeting the bounds: {r:.1} req/s"),
             None => println!("no rate tried met the bounds"),
         }
     }
-    let shown = best.map(|(_, o)| o).or(last);
+    let shown = search.best.map(|(_, o)| o).or(search.last);
     if let Some(o) = &shown {
         if !cfg.quiet {
             print!("{}", crate::report::text(cfg, o, curve.max_rate));
         }
-        if let Err(e) = crate::write_outputs(cfg, o, Some(&curve)) {
+        if let Err(e) = crate::write_outputs(cfg, o, Some(curve)) {
             eprintln!("gapura-loadtest: {e}");
             return crate::EXIT_USAGE;
         }
@@ -170,4 +219,68 @@ pub fn run(cfg: &Arc<Config>, progress: bool) -> i32 {
         return crate::EXIT_NO_SUCCESS;
     }
     crate::EXIT_OK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::ShardStats;
+    use std::time::{Duration, Instant};
+
+    fn run_at() -> Outcome {
+        Outcome {
+            stats: ShardStats::new(Instant::now(), Duration::from_secs(1)),
+            elapsed: Duration::from_secs(1),
+            cpu_user: Duration::ZERO,
+            cpu_sys: Duration::ZERO,
+            missing_shards: 0,
+            failures: Vec::new(),
+        }
+    }
+
+    /// Walks the search over a target whose capacity is `cap`, from `start`.
+    fn walk(start: f64, cap: f64) -> (Vec<f64>, Option<f64>) {
+        let mut search = Search::default();
+        let mut tried = Vec::new();
+        let mut rate = start;
+        while tried.len() < 50 {
+            tried.push(rate);
+            search.settle(rate, rate <= cap, run_at());
+            match search.next_rate(rate) {
+                Some(next) => rate = next,
+                None => break,
+            }
+        }
+        (tried, search.best.map(|(r, _)| r))
+    }
+
+    #[test]
+    fn doubles_then_bisects_until_within_three_percent() {
+        let (tried, best) = walk(1000.0, 5000.0);
+        assert_eq!(
+            tried,
+            vec![1000.0, 2000.0, 4000.0, 8000.0, 6000.0, 5000.0, 5500.0, 5250.0, 5125.0]
+        );
+        assert_eq!(best, Some(5000.0));
+    }
+
+    #[test]
+    fn halves_while_nothing_passed_and_stops_under_half_a_request() {
+        let (tried, best) = walk(8.0, 2.5);
+        assert_eq!(tried, vec![8.0, 4.0, 2.0, 3.0, 2.5, 2.75, 2.625, 2.5625]);
+        assert_eq!(best, Some(2.5));
+        let (tried, best) = walk(2.0, 0.0);
+        assert_eq!(tried, vec![2.0, 1.0, 0.5]);
+        assert_eq!(best, None);
+    }
+
+    #[test]
+    fn a_lower_pass_after_a_higher_one_is_kept_as_the_last_run() {
+        let mut search = Search::default();
+        search.settle(100.0, true, run_at());
+        search.settle(50.0, true, run_at());
+        assert_eq!(search.lo, Some(100.0));
+        assert_eq!(search.best.as_ref().map(|(r, _)| *r), Some(100.0));
+        assert!(search.last.is_some());
+    }
 }
