@@ -168,37 +168,84 @@ pub fn execute(
     progress: bool,
 ) -> Result<Outcome, String> {
     let addr = cfg.targets[0].resolve()?;
-    let tls = match cfg.targets[0].scheme {
-        Scheme::Https => {
-            let alpn: &[&[u8]] = if cfg.http2 { &[b"h2"] } else { &[b"http/1.1"] };
-            Some(crate::net::tls_config(cfg.insecure, alpn)?)
-        }
-        _ => None,
-    };
+    let tls = tls_config(cfg)?;
     let shards = cfg.shards;
     let total_conns = cfg.connections;
     let shared = Arc::new(Shared::new(shards));
     let start = Instant::now() + Duration::from_millis(20);
     let measure_start = start + cfg.warmup;
     let deadline = duration.map(|d| measure_start + d);
+    let (u0, s0) = cpu_time();
+    let rx = spawn_shards(shards, |s| ShardCtx {
+        cfg: cfg.clone(),
+        shared: shared.clone(),
+        index: s,
+        addr,
+        conns: (s * total_conns / shards)..((s + 1) * total_conns / shards),
+        total_conns,
+        start,
+        measure_start,
+        deadline,
+        rate,
+        tls: tls.clone(),
+        progress,
+    })?;
+    let hard_deadline = deadline.map(|d| d + cfg.timeout + Duration::from_secs(1));
+    let gathered = gather(&rx, &shared, start, deadline, hard_deadline, progress);
+    let (u1, s1) = cpu_time();
+    let Gathered {
+        results,
+        failures,
+        reported,
+        last_report,
+    } = gathered;
+    let stats = merge(results).ok_or_else(|| failures.join("; "))?;
+    // A timed run is measured over its whole window; a run bounded by -n
+    // (alone or with -d) until its last shard reported.
+    let end = match (deadline, cfg.requests) {
+        (Some(d), None) => d,
+        (Some(d), Some(_)) => d.min(last_report),
+        (None, _) => last_report,
+    };
+    let elapsed = end
+        .saturating_duration_since(measure_start)
+        .max(Duration::from_millis(1));
+    Ok(Outcome {
+        stats,
+        elapsed,
+        cpu_user: u1 - u0,
+        cpu_sys: s1 - s0,
+        missing_shards: shards - reported,
+        failures,
+    })
+}
+
+/// The TLS client setup an `https` target needs (ALPN `h2` with `--http2`,
+/// else `http/1.1`); None for the other schemes.
+fn tls_config(cfg: &Config) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
+    match cfg.targets[0].scheme {
+        Scheme::Https => {
+            let alpn: &[&[u8]] = if cfg.http2 { &[b"h2"] } else { &[b"http/1.1"] };
+            Ok(Some(crate::net::tls_config(cfg.insecure, alpn)?))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// What one shard thread reports: its index and its measurements.
+type Report = (usize, Result<ShardStats, String>);
+
+/// Starts `shards` threads, shard `s` pinned to core `s` modulo the cores
+/// and running the context `ctx_for(s)`; each reports on the channel
+/// returned.
+fn spawn_shards(
+    shards: usize,
+    ctx_for: impl Fn(usize) -> ShardCtx,
+) -> Result<mpsc::Receiver<Report>, String> {
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let (tx, rx) = mpsc::channel();
-    let (u0, s0) = cpu_time();
     for s in 0..shards {
-        let ctx = ShardCtx {
-            cfg: cfg.clone(),
-            shared: shared.clone(),
-            index: s,
-            addr,
-            conns: (s * total_conns / shards)..((s + 1) * total_conns / shards),
-            total_conns,
-            start,
-            measure_start,
-            deadline,
-            rate,
-            tls: tls.clone(),
-            progress,
-        };
+        let ctx = ctx_for(s);
         let core = if cores.is_empty() {
             None
         } else {
@@ -215,14 +262,39 @@ pub fn execute(
             })
             .map_err(|e| format!("cannot start shard thread: {e}"))?;
     }
-    drop(tx);
-    let hard_deadline = deadline.map(|d| d + cfg.timeout + Duration::from_secs(1));
-    let mut results: Vec<Option<ShardStats>> = (0..shards).map(|_| None).collect();
-    let mut failures = Vec::new();
-    let mut got = 0;
+    Ok(rx)
+}
+
+/// What the shards reported by the time the run was gathered.
+struct Gathered {
+    /// Each shard's measurements, None where it failed or never reported.
+    results: Vec<Option<ShardStats>>,
+    failures: Vec<String>,
+    /// How many shards reported (measurements or a failure).
+    reported: usize,
+    /// When the latest report came.
+    last_report: Instant,
+}
+
+/// Waits for every shard's report, stopping the run at its deadline and
+/// giving up on the rest at `hard_deadline`, with the progress line if asked.
+fn gather(
+    rx: &mpsc::Receiver<Report>,
+    shared: &Shared,
+    start: Instant,
+    deadline: Option<Instant>,
+    hard_deadline: Option<Instant>,
+    progress: bool,
+) -> Gathered {
+    let shards = shared.live.len(); // one live slot per shard
+    let mut g = Gathered {
+        results: (0..shards).map(|_| None).collect(),
+        failures: Vec::new(),
+        reported: 0,
+        last_report: Instant::now(),
+    };
     let mut printer = progress.then(crate::report::Progress::new);
-    let mut last_report = Instant::now();
-    while got < shards {
+    while g.reported < shards {
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             shared.stop.store(true, Ordering::Relaxed);
@@ -232,26 +304,29 @@ pub fn execute(
         }
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok((s, r)) => {
-                got += 1;
-                last_report = Instant::now();
+                g.reported += 1;
+                g.last_report = Instant::now();
                 match r {
-                    Ok(st) => results[s] = Some(st),
-                    Err(e) => failures.push(format!("shard {s}: {e}")),
+                    Ok(st) => g.results[s] = Some(st),
+                    Err(e) => g.failures.push(format!("shard {s}: {e}")),
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
         if let Some(p) = printer.as_mut() {
-            p.tick(&shared, start);
+            p.tick(shared, start);
         }
     }
     shared.stop.store(true, Ordering::Relaxed);
     if let Some(p) = printer.as_mut() {
         p.clear();
     }
-    let (u1, s1) = cpu_time();
-    let missing_shards = shards - got;
+    g
+}
+
+/// All shards' measurements as one; None when no shard produced any.
+fn merge(results: Vec<Option<ShardStats>>) -> Option<ShardStats> {
     let mut merged: Option<ShardStats> = None;
     for st in results.into_iter().flatten() {
         match merged.as_mut() {
@@ -259,26 +334,5 @@ pub fn execute(
             Some(m) => m.merge(&st),
         }
     }
-    let stats = match merged {
-        Some(m) => m,
-        None => return Err(failures.join("; ")),
-    };
-    // A timed run is measured over its whole window; a run bounded by -n
-    // (alone or with -d) until its last shard reported.
-    let end = match (deadline, cfg.requests) {
-        (Some(d), None) => d,
-        (Some(d), Some(_)) => d.min(last_report),
-        (None, _) => last_report,
-    };
-    let elapsed = end
-        .saturating_duration_since(measure_start)
-        .max(Duration::from_millis(1));
-    Ok(Outcome {
-        stats,
-        elapsed,
-        cpu_user: u1 - u0,
-        cpu_sys: s1 - s0,
-        missing_shards,
-        failures,
-    })
+    merged
 }
