@@ -432,7 +432,7 @@ pub(crate) fn check_layer(
         replace_upstream,
         connection_rate: check_connection_rate(f.connection_rate, base, e),
         websocket: check_websocket(f.websocket, base, e),
-        pow: crate::pow::check_pow(f.proof_of_work, base, names, e),
+        pow: crate::pow::check_pow(f.proof_of_work, base, names.sets, e),
         auth: crate::auth::check_auth_ref(
             f.auth,
             &format!("{base}.auth"),

@@ -22,41 +22,48 @@
 //! names; a password line's salt is the caller's too. The runtime binds the
 //! listeners and sets the snapshot's generation when it publishes.
 //!
-//! Modules, from TOML to the gate:
+//! Modules, bottom to top. A module imports only from the layers below its
+//! own and, within a layer, never in a circle:
 //!
-//! - `schema` (the raw profile as serde reads it), with `rawblocks` (access
-//!   lists, rule sets, auth providers, bundles, host-level settings) and
-//!   `rawgate` (quota, protection, rate limits, client, the gate keys of
-//!   hosts and routes); the raw modules import only `values`;
-//! - `syntax` (errors of reading), `error` (profile errors, positions and
-//!   the error collector), `codes` (the codes of the gate's errors);
-//! - `validate` (the entry point of the checks), `values` (the value
-//!   shapes of the raw tables and the leaf checks every block uses: a word
-//!   of a set, an integer or a size in a range),
-//!   `size` (byte sizes), `names` (block names), `env` (the machine as a
+//! - the leaves: `error` (profile errors, positions and the error
+//!   collector), `codes` (the codes of the gate's errors), `size` (byte
+//!   sizes), `values` (the value shapes of the raw tables and the leaf
+//!   checks every block uses: a word of a set, an integer or a size in a
+//!   range), `names` (block names: the name rule, a named block's name
+//!   check, the known names a message lists), `env` (the machine as a
 //!   profile sees it), `identity` (the stable keys of servers and rate
-//!   pairs), `protection` (the protective defaults a profile gets for each
-//!   dimension it leaves out, applied to the raw profile before any check);
-//! - one module per block: `server` (`[server]`, listeners, the admin
-//!   listener), `limits` (request-limits layers), `host`, `route`,
-//!   `upstream`, `client`, `quota`,
-//!   `ratelimit`, `access`, `ruleset`, `gatekeys` (the rate-limit pairs and
-//!   gate keys of hosts and routes), `blocks` and `hostlayer` (the
-//!   host-level settings layered and compiled), `layer` (request limits
-//!   layered), `connlimits` (the per-connection limits of a host layer:
-//!   `connection_rate` and `websocket`), `pow` (`proof_of_work` at every
-//!   host level and on routes), `auth` (`[[auth_provider]]` forward-auth
-//!   providers and the `auth` key of host levels and routes), `tls`
-//!   (`[[certificate]]` and `[tls]`), `udp` (`[[udp]]` relays and their
-//!   budgets);
-//! - `compile` (a checked profile into the snapshot), `settings` (what the
-//!   runtime applies itself), `password` (hash lines);
+//!   pairs), `layer` (request limits layered), `settings` (what the runtime
+//!   applies itself), `password` (hash lines);
+//! - the raw profile as serde reads it, importing only `values`: `schema`
+//!   (the root, `[server]`, `[defaults]`, hosts and routes, upstreams, UDP
+//!   relays, certificates and `[tls]`), `rawblocks` (access lists, rule
+//!   sets, auth providers, bundles, host-level settings) and `rawgate`
+//!   (quota, protection, rate limits, client, the gate keys of hosts and
+//!   routes); `syntax` reads it (errors of reading);
+//! - one module per block, each checking its raw tables: `server`
+//!   (`[server]`, listeners, the admin listener), `client`, `upstream`,
+//!   `udp` (`[[udp]]` relays and their budgets), `quota`, `ratelimit`,
+//!   `access`, `ruleset`, `auth` (`[[auth_provider]]` forward-auth providers
+//!   and the `auth` key of host levels and routes), `tls` (`[[certificate]]`
+//!   and `[tls]`), `limits` (request-limits layers), `connlimits` (the
+//!   per-connection limits of a host layer: `connection_rate` and
+//!   `websocket`), `pow` (`proof_of_work` at every host level and on
+//!   routes), `gatekeys` (the gate keys of hosts and routes), `protection`
+//!   (the protective defaults a profile gets for each dimension it leaves
+//!   out, applied to the raw profile before any check);
+//! - the host and route layering: `route` (proxy routes), `host`,
+//!   `hostlayer` (one layer of host-level settings checked, two layers
+//!   merged), `blocks` (hosts stacked over `[defaults]` and their bundle,
+//!   and the lists, sets and extras they use compiled), `pairs` (the (rate
+//!   limit, host) pairs the gate keys name);
+//! - on top: `validate` (the entry point of the checks) and `compile` (a
+//!   checked profile into the snapshot);
 //! - `tests` (under test only: whole-profile tests, every error code with
 //!   its path and position, the shipped profiles and the docs' examples).
 //!
 //! A rate limit, followed from TOML to the gate: `rawgate` (read),
-//! `ratelimit` (checked and compiled), `gatekeys` (paired with its host),
-//! `compile` (into the snapshot).
+//! `ratelimit` (checked and compiled), `gatekeys` (named by a host or a
+//! route), `pairs` (paired with its host), `compile` (into the snapshot).
 
 #![forbid(unsafe_code)]
 
@@ -76,6 +83,7 @@ mod identity;
 mod layer;
 mod limits;
 mod names;
+mod pairs;
 mod pow;
 mod protection;
 mod quota;

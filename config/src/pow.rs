@@ -6,9 +6,8 @@
 //! when any of them is.
 
 use crate::error::Errors;
-use crate::hostlayer::Names;
 use crate::rawblocks::RawProofOfWork;
-use crate::ruleset::SetTarget;
+use crate::ruleset::{RuleSets, SetTarget};
 use crate::values::{choice, int_in};
 use gapura_gate::mode::Mode;
 use gapura_gate::pow::{
@@ -54,7 +53,7 @@ impl PowLayer {
 pub(crate) fn check_pow(
     raw: Option<&Spanned<RawProofOfWork>>,
     base: &str,
-    names: &Names<'_>,
+    sets: &RuleSets,
     e: &mut Errors<'_>,
 ) -> PowLayer {
     let Some(raw) = raw else {
@@ -91,16 +90,16 @@ pub(crate) fn check_pow(
     let when = r.when.as_ref().and_then(|w| {
         let path = format!("{base}.when");
         let name = w.get_ref();
-        let Some(set) = names.sets.resolve(name) else {
+        let Some(set) = sets.resolve(name) else {
             e.push(
                 "host.proof_of_work.when.unknown",
                 &path,
                 w.span(),
-                format!("no [[rule_set]] is named {name:?} ({})", names.sets.known()),
+                format!("no [[rule_set]] is named {name:?} ({})", sets.known()),
             );
             return None;
         };
-        if !names.sets.has_challenge_rule(set) {
+        if !sets.has_challenge_rule(set) {
             e.push(
                 "host.proof_of_work.when.no_challenge",
                 &path,

@@ -6,7 +6,8 @@
 //! compiled when no error was recorded. Hosts are checked in `host` (proxy
 //! hosts and routes in `route`), upstream groups in `upstream`, `[quota]` in
 //! `quota`, `[[rate_limit]]` in `ratelimit`, `[client]` in `client`, the
-//! hosts' and routes' gate keys in `gatekeys`, `[[access_list]]` in `access`,
+//! hosts' and routes' gate keys in `gatekeys` (their pairs in `pairs`),
+//! `[[access_list]]` in `access`,
 //! `[[rule_set]]` in `ruleset`, `[server]` in `server`, limits layers in
 //! `limits`, and the layered host-level settings (`[defaults]`,
 //! `[[bundle]]`) in `hostlayer` and `blocks`. The leaf checks they share
@@ -17,11 +18,12 @@ use crate::blocks::{finish, layer_hosts};
 use crate::client::check_client;
 use crate::env::Environment;
 use crate::error::Errors;
-use crate::gatekeys::{resolve_policies, Known};
+use crate::gatekeys::Known;
 use crate::host::{check_hosts, CheckedHost};
 use crate::hostlayer::Names;
 use crate::layer::LimitsLayer;
 use crate::limits::check_limits;
+use crate::pairs::resolve_policies;
 use crate::quota::check_quota;
 use crate::ratelimit::check_rate_limits;
 use crate::ruleset::check_rule_sets;
