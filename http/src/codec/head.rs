@@ -30,7 +30,7 @@ pub enum Method {
 }
 
 impl Method {
-    fn from_bytes(m: &str) -> Method {
+    pub(super) fn from_bytes(m: &str) -> Method {
         match m {
             "GET" => Method::Get,
             "HEAD" => Method::Head,
@@ -175,15 +175,32 @@ pub fn parse_head<'h, 'b, const N: usize>(
     let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
         return Parse::Error(HeadError::Malformed("incomplete request line"));
     };
+    let lines: &'h [httparse::Header<'b>] = req.headers;
+    complete(buf, method, path.as_bytes(), version, lines, head_len)
+}
+
+/// The facts of a complete head from its request line's parts and its
+/// lines, whichever way they arrived (parsed text, or an HTTP/2 stream's
+/// fields in `fields`): the target's form, the lines the server reads, the
+/// body's framing. `raw_target` and the Host line's value lie in `buf`.
+#[inline]
+pub(super) fn complete<'h, 'b>(
+    buf: &'b [u8],
+    method: &str,
+    raw_target: &[u8],
+    version: u8,
+    lines: &'h [httparse::Header<'b>],
+    head_len: usize,
+) -> Parse<'h, 'b> {
     let method = Method::from_bytes(method);
     if method == Method::Connect {
         return Parse::Error(HeadError::Malformed("CONNECT is not served"));
     }
-    let (target, path_range, host_from_target) = match request_target(buf, path.as_bytes()) {
+    let (target, path_range, host_from_target) = match request_target(buf, raw_target) {
         Ok(t) => t,
         Err(e) => return Parse::Error(e),
     };
-    let facts = match HeaderFacts::read(buf, req.headers) {
+    let facts = match HeaderFacts::read(buf, lines) {
         Ok(f) => f,
         Err(e) => return Parse::Error(e),
     };
@@ -199,7 +216,6 @@ pub fn parse_head<'h, 'b, const N: usize>(
     } else {
         facts.close
     };
-    let lines: &'h [httparse::Header<'b>] = req.headers;
     Parse::Complete(
         ParsedHead {
             method,

@@ -10,18 +10,21 @@
 //! policy. Its bounds (header lines, head bytes, request line) are the
 //! caller's, passed in ([`HeadBounds`] and the header array's length).
 //!
-//! Modules: `head` (request heads and their framing), `chunked` (the
+//! Modules: `head` (request heads and their framing), `fields` (a head
+//! that arrived as an HTTP/2 stream's fields, read for the same facts), `chunked` (the
 //! chunked body decoder), `proxyproto` (the PROXY protocol header read at
 //! accept), `accept` (whether an `Accept` value asks for HTML), `websocket`
 //! (the frames a client sends through a tunnel, read from their headers).
 
 pub mod accept;
 pub mod chunked;
+pub mod fields;
 pub mod head;
 pub mod proxyproto;
 pub mod websocket;
 
 pub use chunked::{ChunkError, ChunkedDecoder, Step};
+pub use fields::{fields_head, FieldsLayout};
 pub use head::{
     header_buf, parse_head, BodyFraming, HeadBounds, HeadError, HeaderBuf, Method, ParsedHead,
 };

@@ -166,11 +166,12 @@ impl<S> ClientIo<S> {
         &mut self.wbuf
     }
 
-    /// The unread bytes and the write buffer together (a head is decided
-    /// from the first while its answer is written into the second).
+    /// The stream, the unread bytes and the write buffer together (a head
+    /// is read from the first two while its answer is written into the
+    /// third).
     #[inline]
-    pub(super) fn unread_and_out(&mut self) -> (&[u8], &mut Vec<u8>) {
-        (&self.rbuf[self.pos..], &mut self.wbuf)
+    pub(super) fn head_view(&mut self) -> (&S, &[u8], &mut Vec<u8>) {
+        (&self.stream, &self.rbuf[self.pos..], &mut self.wbuf)
     }
 
     /// Bytes waiting in the write buffer.

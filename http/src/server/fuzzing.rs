@@ -2,10 +2,27 @@
 //! that are otherwise private to the connection loop, driven in memory.
 //! The server never calls these; they wrap the code it runs, unchanged.
 
-/// The HTTP/1.1 head an HTTP/2 request is served as (what a stream's
-/// pipeline parses).
-pub fn h2_request_head(parts: &http::request::Parts, chunked: bool, out: &mut Vec<u8>) {
-    super::h2::request_head(parts, chunked, out);
+/// What a stream's pipeline reads of an HTTP/2 request's head: the input
+/// its values are laid out in (the head's ranges point into it), and the
+/// head built from its fields with the server's bounds, or its refusal.
+/// `chunked`: the request has a body without a length.
+pub fn h2_head(
+    parts: http::request::Parts,
+    chunked: bool,
+) -> (
+    Vec<u8>,
+    Result<crate::codec::ParsedHead, crate::codec::HeadError>,
+) {
+    use crate::codec::head::{header_buf, Parse};
+    let mut input = Vec::new();
+    let head = super::h2stream::StreamHead::lay_out(parts, chunked, &mut input);
+    let mut lines = header_buf::<{ super::bounds::REQUEST_LINES }>();
+    let parsed = match head.head(&input, &mut lines, &super::bounds::HEAD_BOUNDS) {
+        Parse::Complete(h, _) => Ok(h),
+        Parse::Error(e) => Err(e),
+        Parse::Partial => panic!("a stream's head is partial with its whole input"),
+    };
+    (input, parsed)
 }
 
 /// The frame watch below the HTTP/2 codec, without a transport.

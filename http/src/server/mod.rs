@@ -13,6 +13,8 @@
 //! list), `h2` (HTTP/2: each stream served by the HTTP/1.1 pipeline, the
 //! stream and reset budgets), `h2scan` (the watch on incoming frames below
 //! the codec: the control-frame budget and the header block's timeout),
+//! `h2stream` (a stream as the transport of its request: the head read
+//! from its fields, the answer back into frames),
 //! `conn` (the connection loop and its phases: a body read locally,
 //! proxying, password checks, forward-auth's answers, proof of work's
 //! verify endpoint), `prepare` (a head's decision),
@@ -42,6 +44,7 @@ mod end;
 pub mod fuzzing;
 mod h2;
 mod h2scan;
+mod h2stream;
 #[cfg(test)]
 mod inmemory;
 mod leases;

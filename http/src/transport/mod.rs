@@ -9,6 +9,8 @@
 //! the proxy watches it for the client going away while an upstream answer
 //! is awaited.
 
+use crate::codec::head::{parse_head, HeadBounds, HeaderBuf, Parse};
+
 pub mod certs;
 pub mod compat;
 pub mod plain;
@@ -96,6 +98,19 @@ pub trait Transport: ReadSpare + WriteAll + 'static {
     /// [`Transport::abandoned`] cannot tell.
     async fn until_abandoned(&mut self) {
         std::future::pending::<()>().await
+    }
+    /// The next request's head at the start of `unread`, its lines written
+    /// into `headers`: parsed from the bytes on a byte stream; built from
+    /// the request's fields by a transport that carries them (an HTTP/2
+    /// stream), never written and parsed as text.
+    #[inline(always)]
+    fn head<'h, 'b, const N: usize>(
+        &'b self,
+        unread: &'b [u8],
+        headers: &'h mut HeaderBuf<'b, N>,
+        bounds: &HeadBounds,
+    ) -> Parse<'h, 'b> {
+        parse_head(unread, headers, bounds)
     }
 }
 

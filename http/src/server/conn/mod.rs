@@ -33,9 +33,7 @@ use super::prepare::{prepare, ForwardPlan, LocalEnd, LocalPlan, PageCopy, Plan, 
 use super::shard::{Shard, SHRINK_ABOVE_BYTES};
 use super::stats::ErrorKind;
 use crate::clock;
-use crate::codec::head::{
-    header_buf, parse_head, BodyFraming, HeadError, Method, Parse, ParsedHead,
-};
+use crate::codec::head::{header_buf, BodyFraming, HeadError, Method, Parse, ParsedHead};
 use crate::transport::Transport;
 use gapura_gate::answer::{end_head, WriteCtx};
 use gapura_gate::client::Peer;
@@ -257,8 +255,8 @@ impl<S: Transport> Conn<S> {
         let before = self.io.bytes_out();
         // The head is read from the unread bytes while its answer may be
         // written into the write buffer.
-        let (unread, wbuf) = self.io.unread_and_out();
-        let parsed = parse_head(unread, &mut headers, &super::bounds::HEAD_BOUNDS);
+        let (stream, unread, wbuf) = self.io.head_view();
+        let parsed = stream.head(unread, &mut headers, &super::bounds::HEAD_BOUNDS);
         let (head, lines) = match parsed {
             Parse::Partial => return Step::More,
             Parse::Error(e) => return Step::Refuse(e),

@@ -1,0 +1,579 @@
+//! An HTTP/2 stream as the transport of one request.
+//!
+//! The request reaches the pipeline as itself: its head is read from the
+//! stream's fields ([`Transport::head`], [`fields_head`]), never written
+//! and parsed as HTTP/1.1 text. The values a head's ranges point to (the
+//! method and path, the authority, the cookies joined into one line as
+//! RFC 9113 §8.2.3 asks of a gateway to HTTP/1.1) are laid side by side at
+//! the start of the stream's input, the body's bytes after them (DATA
+//! frames; chunked when no length was given, as an HTTP/1.1 upstream
+//! needs it). What the pipeline writes (an HTTP/1.1 answer: a local one, a
+//! page, or an upstream's relayed one) is read back into the response
+//! HEADERS and DATA frames, with flow control.
+
+use super::client::READ_BUF_BYTES;
+use crate::codec::chunked::ChunkedDecoder;
+use crate::codec::fields::{fields_head, FieldsLayout};
+use crate::codec::head::{HeadBounds, HeaderBuf, Parse};
+use crate::transport::{init_bytes, ReadSpare, Transport, WriteAll};
+use crate::upstream::response::{parse_response, resp_header_buf, RespFraming, RespParse};
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use monoio::buf::IoBuf;
+use monoio::net::TcpStream;
+use std::cell::Cell;
+use std::io::{self, Write};
+use std::ops::Range;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+/// Response bytes reserved per flow-control wait.
+const SEND_CHUNK: usize = 16 * 1024;
+
+/// A stream's request head: its fields, and where the values its lines
+/// point to lie at the start of the stream's input.
+pub(super) struct StreamHead {
+    fields: http::HeaderMap,
+    layout: FieldsLayout,
+    /// The Host line's value: `:authority`, else the first `host` field.
+    authority: Option<Range<usize>>,
+    /// Whether the authority came from `:authority` (every `host` field is
+    /// then left out, as a gateway to HTTP/1.1 does).
+    authority_is_pseudo: bool,
+    /// Every `cookie` field, joined by `; `.
+    cookie: Option<Range<usize>>,
+    /// The body has no length: it reaches the pipeline chunked.
+    chunked: bool,
+}
+
+impl StreamHead {
+    /// Lays the request's values out in `input` (empty): the method, a
+    /// space and the path (for CONNECT the authority, which the pipeline
+    /// refuses), the authority, the cookies joined.
+    pub(super) fn lay_out(
+        parts: http::request::Parts,
+        chunked: bool,
+        input: &mut Vec<u8>,
+    ) -> StreamHead {
+        let authority = parts.uri.authority().map(|a| a.as_str());
+        input.extend_from_slice(parts.method.as_str().as_bytes());
+        input.push(b' ');
+        let target_start = input.len();
+        match parts.uri.path_and_query() {
+            _ if parts.method == http::Method::CONNECT => {
+                input.extend_from_slice(authority.unwrap_or("").as_bytes())
+            }
+            Some(pq) => input.extend_from_slice(pq.as_str().as_bytes()),
+            None => input.push(b'/'),
+        }
+        let target_len = input.len() - target_start;
+        let host_field = parts.headers.get(http::header::HOST).map(|v| v.as_bytes());
+        let authority_bytes = authority.map(str::as_bytes).or(host_field);
+        let authority_range = authority_bytes.map(|a| {
+            let at = input.len();
+            input.extend_from_slice(a);
+            at..input.len()
+        });
+        let mut cookies = parts
+            .headers
+            .get_all(http::header::COOKIE)
+            .iter()
+            .peekable();
+        let cookie = cookies.peek().is_some().then(|| {
+            let at = input.len();
+            for (i, v) in cookies.enumerate() {
+                if i > 0 {
+                    input.extend_from_slice(b"; ");
+                }
+                input.extend_from_slice(v.as_bytes());
+            }
+            at..input.len()
+        });
+        StreamHead {
+            layout: FieldsLayout {
+                method_len: parts.method.as_str().len(),
+                target_len,
+                head_len: input.len(),
+            },
+            authority: authority_range,
+            authority_is_pseudo: authority.is_some(),
+            cookie,
+            chunked,
+            fields: parts.headers,
+        }
+    }
+
+    /// The head, once its values are in `unread`: the Host line first, the
+    /// fields (the `host` fields the authority stands for and the cookies
+    /// left out), the joined cookies, and `Transfer-Encoding: chunked` for a
+    /// body without a length.
+    pub(super) fn head<'h, 'b, const N: usize>(
+        &'b self,
+        unread: &'b [u8],
+        headers: &'h mut HeaderBuf<'b, N>,
+        bounds: &HeadBounds,
+    ) -> Parse<'h, 'b> {
+        if unread.len() < self.layout.head_len {
+            return Parse::Partial;
+        }
+        let line = |name: &'static str, at: &Option<Range<usize>>| {
+            at.clone().map(|r| httparse::Header {
+                name,
+                value: &unread[r],
+            })
+        };
+        // The first `host` field is the authority when there is no
+        // `:authority`; a second one is still a line (and refused as a
+        // duplicate Host).
+        let mut hosts_left_out = if self.authority_is_pseudo {
+            usize::MAX
+        } else {
+            1
+        };
+        let fields = self
+            .fields
+            .iter()
+            .filter(move |(name, _)| {
+                if *name == http::header::HOST {
+                    let out = hosts_left_out > 0;
+                    hosts_left_out = hosts_left_out.saturating_sub(1);
+                    return !out;
+                }
+                *name != http::header::COOKIE
+            })
+            .map(|(name, value)| httparse::Header {
+                name: name.as_str(),
+                value: value.as_bytes(),
+            });
+        let chunked = self.chunked.then_some(httparse::Header {
+            name: "transfer-encoding",
+            value: b"chunked",
+        });
+        let lines = line("host", &self.authority)
+            .into_iter()
+            .chain(fields)
+            .chain(line("cookie", &self.cookie))
+            .chain(chunked);
+        fields_head(unread, self.layout, lines, headers, bounds)
+    }
+}
+
+/// What is left of the response body.
+enum Left {
+    /// The head is not complete yet.
+    Head,
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    /// Until the pipeline closes the stream.
+    Close,
+    Done,
+}
+
+/// An HTTP/2 stream as the transport of one request.
+pub(super) struct H2Stream<S> {
+    /// The request's head.
+    head: StreamHead,
+    /// Input not yet read: the head's values, then body pieces.
+    pending: Vec<u8>,
+    ppos: usize,
+    body: Option<RecvStream>,
+    chunked: bool,
+    respond: Option<SendResponse<Bytes>>,
+    send: Option<SendStream<Bytes>>,
+    resp_head: Vec<u8>,
+    left: Left,
+    head_only: bool,
+    /// The client reset the stream, or it ended in a stream error.
+    reset: Rc<Cell<bool>>,
+    _transport: std::marker::PhantomData<S>,
+}
+
+impl<S> H2Stream<S> {
+    /// The stream of a request the client sent: its head laid out as the
+    /// stream's first input, its body after.
+    pub(super) fn new(
+        parts: http::request::Parts,
+        body: RecvStream,
+        respond: SendResponse<Bytes>,
+        reset: Rc<Cell<bool>>,
+    ) -> H2Stream<S> {
+        let head_only = parts.method == http::Method::HEAD;
+        let body = (!body.is_end_stream()).then_some(body);
+        let chunked = body.is_some() && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
+        let mut pending = Vec::with_capacity(256);
+        let head = StreamHead::lay_out(parts, chunked, &mut pending);
+        H2Stream {
+            head,
+            pending,
+            ppos: 0,
+            body,
+            chunked,
+            respond: Some(respond),
+            send: None,
+            resp_head: Vec::new(),
+            left: Left::Head,
+            head_only,
+            reset,
+            _transport: std::marker::PhantomData,
+        }
+    }
+
+    fn h2_error(&self, e: h2::Error) -> io::Error {
+        if e.is_reset() || e.is_remote() {
+            self.reset.set(true);
+        }
+        io::Error::other(e)
+    }
+
+    /// Ready once the client reset the stream (or the connection ended).
+    fn poll_abandoned(&mut self, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        let polled = if let Some(r) = self.respond.as_mut() {
+            r.poll_reset(cx)
+        } else if let Some(s) = self.send.as_mut() {
+            s.poll_reset(cx)
+        } else {
+            return Poll::Pending;
+        };
+        match polled {
+            Poll::Ready(Ok(_)) => {
+                self.reset.set(true);
+                Poll::Ready(())
+            }
+            Poll::Ready(Err(e)) => {
+                if e.is_reset() || e.is_remote() {
+                    self.reset.set(true);
+                }
+                Poll::Ready(())
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn reset_stream(&mut self, reason: Reason) {
+        if let Some(s) = self.send.as_mut() {
+            s.send_reset(reason);
+        } else if let Some(r) = self.respond.as_mut() {
+            r.send_reset(reason);
+        }
+        self.left = Left::Done;
+    }
+
+    /// Parses the response head once complete and sends it as HEADERS;
+    /// returns the body bytes that came with it.
+    fn take_head(&mut self) -> io::Result<Option<Vec<u8>>> {
+        loop {
+            let mut lines = resp_header_buf();
+            let (status, head_len, framing, headers) =
+                match parse_response(&self.resp_head, &mut lines, self.head_only) {
+                    RespParse::Partial => return Ok(None),
+                    RespParse::Malformed => {
+                        self.reset_stream(Reason::INTERNAL_ERROR);
+                        return Err(io::ErrorKind::InvalidData.into());
+                    }
+                    RespParse::Complete(r, _, lines) => {
+                        let mut headers = http::HeaderMap::with_capacity(lines.len());
+                        for h in lines.iter() {
+                            if hop_by_hop(h.name) {
+                                continue;
+                            }
+                            let (Ok(n), Ok(v)) = (
+                                http::HeaderName::from_bytes(h.name.as_bytes()),
+                                http::HeaderValue::from_bytes(h.value),
+                            ) else {
+                                continue;
+                            };
+                            headers.append(n, v);
+                        }
+                        (r.status, r.head_len, r.framing, headers)
+                    }
+                };
+            if status / 100 == 1 {
+                // Interim answers (100 Continue) are not relayed.
+                self.resp_head.drain(..head_len);
+                continue;
+            }
+            self.left = match framing {
+                RespFraming::None | RespFraming::Length(0) => Left::Done,
+                RespFraming::Length(n) => Left::Length(n),
+                RespFraming::Chunked => Left::Chunked(ChunkedDecoder::new()),
+                RespFraming::Close => Left::Close,
+            };
+            let mut response = http::Response::new(());
+            *response.status_mut() =
+                http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+            *response.headers_mut() = headers;
+            let end = matches!(self.left, Left::Done);
+            let Some(mut respond) = self.respond.take() else {
+                return Err(io::ErrorKind::BrokenPipe.into());
+            };
+            let send = respond
+                .send_response(response, end)
+                .map_err(|e| self.h2_error(e))?;
+            self.send = Some(send);
+            let rest = self.resp_head.split_off(head_len);
+            self.resp_head = Vec::new();
+            return Ok(Some(rest));
+        }
+    }
+
+    /// Sends body bytes by the response's framing.
+    async fn body(&mut self, data: &[u8]) -> io::Result<()> {
+        match &mut self.left {
+            Left::Head | Left::Done => Ok(()),
+            Left::Close => self.data(data, false).await,
+            Left::Length(n) => {
+                let take = (*n).min(data.len() as u64) as usize;
+                *n -= take as u64;
+                let end = *n == 0;
+                if end {
+                    self.left = Left::Done;
+                }
+                self.data(&data[..take], end).await
+            }
+            Left::Chunked(decoder) => {
+                let mut at = 0;
+                let mut spans = Vec::new();
+                let mut end = false;
+                while at < data.len() && !end {
+                    match decoder.step(&data[at..]) {
+                        Ok(step) => {
+                            spans.push((at + step.data.start, at + step.data.end));
+                            at += step.consumed;
+                            end = step.done;
+                        }
+                        Err(_) => {
+                            self.reset_stream(Reason::INTERNAL_ERROR);
+                            return Err(io::ErrorKind::InvalidData.into());
+                        }
+                    }
+                }
+                if end {
+                    self.left = Left::Done;
+                }
+                let last = spans.len().saturating_sub(1);
+                for (i, (a, b)) in spans.into_iter().enumerate() {
+                    self.data(&data[a..b], end && i == last).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// DATA frames as the peer's window allows, each a copy of what the
+    /// window takes of `bytes` (never more).
+    async fn data(&mut self, bytes: &[u8], end: bool) -> io::Result<()> {
+        self.frames(bytes.len(), end, |at, n| {
+            Bytes::copy_from_slice(&bytes[at..at + n])
+        })
+        .await
+    }
+
+    /// DATA frames of shared bytes as the peer's window allows: each a
+    /// slice of `bytes`, nothing copied. A stream whose window stays shut
+    /// holds only the reference.
+    async fn data_shared(&mut self, bytes: Bytes, end: bool) -> io::Result<()> {
+        self.frames(bytes.len(), end, |at, n| Bytes::slice(&bytes, at..at + n))
+            .await
+    }
+
+    /// Sends `len` bytes as DATA frames, `piece(at, n)` giving the frame
+    /// of bytes `at..at + n` once the window (and h2's send buffer) has
+    /// room for `n`: what is held for a peer is bounded by its window.
+    async fn frames(
+        &mut self,
+        len: usize,
+        end: bool,
+        piece: impl Fn(usize, usize) -> Bytes,
+    ) -> io::Result<()> {
+        let Some(send) = self.send.as_mut() else {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        };
+        let mut sent_end = false;
+        let mut at = 0;
+        while at < len {
+            send.reserve_capacity((len - at).min(SEND_CHUNK));
+            let cap = std::future::poll_fn(|cx| send.poll_capacity(cx)).await;
+            let n = match cap {
+                Some(Ok(n)) => n.min(len - at),
+                Some(Err(e)) => return Err(self.h2_error(e)),
+                None => return Err(io::ErrorKind::BrokenPipe.into()),
+            };
+            if n == 0 {
+                continue;
+            }
+            let last = end && at + n == len;
+            if let Err(e) = send.send_data(piece(at, n), last) {
+                return Err(self.h2_error(e));
+            }
+            sent_end |= last;
+            at += n;
+        }
+        if end && !sent_end {
+            // The end after an empty piece.
+            if let Err(e) = send.send_data(Bytes::new(), true) {
+                return Err(self.h2_error(e));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Connection-specific fields HTTP/2 forbids.
+fn hop_by_hop(name: &str) -> bool {
+    [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+        "te",
+    ]
+    .iter()
+    .any(|h| name.eq_ignore_ascii_case(h))
+}
+
+impl<S> ReadSpare for H2Stream<S> {
+    async fn read_spare(&mut self, mut buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        if buf.len() == buf.capacity() {
+            buf.reserve(READ_BUF_BYTES);
+        }
+        loop {
+            if self.ppos < self.pending.len() {
+                let n = (buf.capacity() - buf.len()).min(self.pending.len() - self.ppos);
+                buf.extend_from_slice(&self.pending[self.ppos..self.ppos + n]);
+                self.ppos += n;
+                if self.ppos == self.pending.len() {
+                    self.pending.clear();
+                    self.ppos = 0;
+                }
+                return (Ok(n), buf);
+            }
+            let Some(body) = self.body.as_mut() else {
+                // The request ends the stream's input.
+                return (Ok(0), buf);
+            };
+            match body.data().await {
+                Some(Ok(bytes)) => {
+                    let _ = body.flow_control().release_capacity(bytes.len());
+                    if bytes.is_empty() {
+                        continue;
+                    }
+                    if self.chunked {
+                        // The chunk's size line, written in place.
+                        let _ = write!(self.pending, "{:x}\r\n", bytes.len());
+                        self.pending.extend_from_slice(&bytes);
+                        self.pending.extend_from_slice(b"\r\n");
+                    } else {
+                        self.pending.extend_from_slice(&bytes);
+                    }
+                }
+                None => {
+                    self.body = None;
+                    if self.chunked {
+                        self.pending.extend_from_slice(b"0\r\n\r\n");
+                    }
+                }
+                Some(Err(e)) => {
+                    self.body = None;
+                    let e = self.h2_error(e);
+                    return (Err(e), buf);
+                }
+            }
+        }
+    }
+}
+
+impl<S> WriteAll for H2Stream<S> {
+    async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
+        let data = init_bytes(&buf);
+        let res = if matches!(self.left, Left::Head) {
+            self.resp_head.extend_from_slice(data);
+            match self.take_head() {
+                Ok(Some(rest)) => self.body(&rest).await,
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            }
+        } else {
+            self.body(data).await
+        };
+        (res, buf)
+    }
+
+    async fn write_shared(&mut self, body: Bytes) -> io::Result<()> {
+        match &mut self.left {
+            // No head yet: the bytes go through the parser.
+            Left::Head | Left::Chunked(_) => self.write_all_of(body).await.0,
+            Left::Done => Ok(()),
+            Left::Close => self.data_shared(body, false).await,
+            Left::Length(n) => {
+                let take = (*n).min(body.len() as u64) as usize;
+                *n -= take as u64;
+                let end = *n == 0;
+                if end {
+                    self.left = Left::Done;
+                }
+                self.data_shared(Bytes::slice(&body, ..take), end).await
+            }
+        }
+    }
+
+    async fn close_write(&mut self) {
+        match self.left {
+            Left::Done => {}
+            // The body ends where the answer's writer stopped.
+            Left::Close => {
+                let _ = self.data(&[], true).await;
+                self.left = Left::Done;
+            }
+            // No answer, or a truncated one: the stream fails.
+            Left::Head | Left::Length(_) | Left::Chunked(_) => {
+                self.reset_stream(Reason::INTERNAL_ERROR)
+            }
+        }
+    }
+}
+
+/// A stream cannot be split for a tunnel (HTTP/2 has no upgrade).
+pub(super) struct NoHalf;
+
+impl ReadSpare for NoHalf {
+    async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        (Ok(0), buf)
+    }
+}
+
+impl WriteAll for NoHalf {
+    async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
+        (Err(io::ErrorKind::Unsupported.into()), buf)
+    }
+    async fn close_write(&mut self) {}
+}
+
+impl<S: Transport> Transport for H2Stream<S> {
+    type ReadHalf = NoHalf;
+    type WriteHalf = NoHalf;
+    const TLS: bool = S::TLS;
+    fn socket(&self) -> Option<&TcpStream> {
+        None
+    }
+    fn into_split(self) -> (NoHalf, NoHalf) {
+        (NoHalf, NoHalf)
+    }
+    fn abandoned(&mut self) -> bool {
+        let mut cx = std::task::Context::from_waker(Waker::noop());
+        self.poll_abandoned(&mut cx).is_ready()
+    }
+    async fn until_abandoned(&mut self) {
+        std::future::poll_fn(|cx| self.poll_abandoned(cx)).await
+    }
+    #[inline]
+    fn head<'h, 'b, const N: usize>(
+        &'b self,
+        unread: &'b [u8],
+        headers: &'h mut HeaderBuf<'b, N>,
+        bounds: &HeadBounds,
+    ) -> Parse<'h, 'b> {
+        self.head.head(unread, headers, bounds)
+    }
+}
