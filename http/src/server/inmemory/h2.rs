@@ -200,3 +200,132 @@ fn a_client_that_goes_away_ends_the_connection_and_releases_its_place() {
         assert!(until(|| open_count(&shard) == 0).await);
     })
 }
+
+/// A request with the given fields, proxied: what the upstream saw.
+async fn proxied(
+    method: &str,
+    uri: &str,
+    fields: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> (u16, super::upstream::Seen) {
+    let (addr, rx) =
+        super::upstream::upstream(1, |s| super::upstream::ok(&format!("{}", s.body.len())));
+    let shard = shard("", &super::upstream::proxy(addr));
+    let (send, _wire) = connect(&shard).await;
+    let mut req = http::Request::builder().method(method).uri(uri);
+    for (n, v) in fields {
+        req = req.header(*n, *v);
+    }
+    let mut send = send.ready().await.unwrap();
+    let (resp, mut stream) = send
+        .send_request(req.body(()).unwrap(), body.is_none())
+        .unwrap();
+    if let Some(b) = body {
+        stream.send_data(Bytes::copy_from_slice(b), true).unwrap();
+    }
+    let status = resp.await.unwrap().status().as_u16();
+    (status, super::upstream::seen(&rx).await)
+}
+
+#[test]
+fn a_stream_reaches_the_upstream_as_its_fields_say() {
+    run(async {
+        let (status, seen) = proxied(
+            "GET",
+            "http://hello.test/a/b?c=1",
+            &[("cookie", "a=1"), ("x-one", "1"), ("cookie", "b=2")],
+            None,
+        )
+        .await;
+        assert_eq!(status, 200);
+        let head = seen.head;
+        assert!(
+            head.starts_with("GET /a/b?c=1 HTTP/1.1\r\nHost: hello.test\r\n"),
+            "{head}"
+        );
+        // The cookies joined into one line (RFC 9113 §8.2.3), the other
+        // fields as they came.
+        assert_eq!(head.matches("cookie: ").count(), 1, "{head}");
+        assert!(head.contains("cookie: a=1; b=2\r\n"), "{head}");
+        assert!(head.contains("x-one: 1\r\n"), "{head}");
+        assert!(head.contains("X-Forwarded-Host: hello.test\r\n"), "{head}");
+    })
+}
+
+#[test]
+fn a_body_without_a_length_goes_upstream_chunked() {
+    run(async {
+        let (status, seen) = proxied("POST", "http://hello.test/up", &[], Some(b"abc")).await;
+        assert_eq!(status, 200);
+        assert!(
+            seen.head.starts_with("POST /up HTTP/1.1\r\n"),
+            "{}",
+            seen.head
+        );
+        assert!(
+            seen.head.contains("transfer-encoding: chunked\r\n"),
+            "{}",
+            seen.head
+        );
+        assert_eq!(seen.body, b"3\r\nabc\r\n0\r\n\r\n");
+    })
+}
+
+#[test]
+fn a_body_with_its_length_goes_upstream_as_it_is() {
+    run(async {
+        let (status, seen) = proxied(
+            "PUT",
+            "http://hello.test/up",
+            &[("content-length", "5")],
+            Some(b"hello"),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(seen.head.contains("content-length: 5\r\n"), "{}", seen.head);
+        assert!(!seen.head.contains("transfer-encoding"), "{}", seen.head);
+        assert_eq!(seen.body, b"hello");
+    })
+}
+
+#[test]
+fn heads_the_pipeline_refuses_are_the_streams_answers() {
+    run(async {
+        let shard = shard("", HELLO);
+        let (send, _wire) = connect(&shard).await;
+        let status = |req: http::Request<()>| {
+            let send = send.clone();
+            async move {
+                let mut send = send.ready().await.unwrap();
+                let (resp, _) = send.send_request(req, true).unwrap();
+                resp.await.unwrap().status().as_u16()
+            }
+        };
+        // No `:authority` and no `host` field: 400 (missing Host), as over
+        // HTTP/1.1; a `host` field stands for the authority.
+        let bare = http::Request::builder().uri("/a").body(()).unwrap();
+        assert_eq!(status(bare).await, 400);
+        let hosted = http::Request::builder()
+            .uri("/a")
+            .header("host", "hello.test")
+            .body(())
+            .unwrap();
+        assert_eq!(status(hosted).await, 200);
+        // Two `host` fields without `:authority`: 400 (duplicate Host).
+        let twice = http::Request::builder()
+            .uri("/a")
+            .header("host", "hello.test")
+            .header("host", "other.test")
+            .body(())
+            .unwrap();
+        assert_eq!(status(twice).await, 400);
+        // More field lines than a head may have: 431.
+        let mut many = http::Request::builder().uri("http://hello.test/");
+        for i in 0..crate::server::REQUEST_LINES {
+            many = many.header(format!("x-{i}"), "v");
+        }
+        assert_eq!(status(many.body(()).unwrap()).await, 431);
+        // The connection goes on.
+        assert_eq!(exchange(&send, "GET", "/", None).await.unwrap().0, 200);
+    })
+}

@@ -9,14 +9,17 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 
 /// What the upstream saw of one request: its head and body.
-struct Seen {
-    head: String,
-    body: Vec<u8>,
+pub(super) struct Seen {
+    pub(super) head: String,
+    pub(super) body: Vec<u8>,
 }
 
 /// An upstream thread answering `answers` connections, one request each,
 /// with `reply(request)`; what it saw goes to the receiver.
-fn upstream(answers: usize, reply: fn(&Seen) -> Vec<u8>) -> (SocketAddr, mpsc::Receiver<Seen>) {
+pub(super) fn upstream(
+    answers: usize,
+    reply: fn(&Seen) -> Vec<u8>,
+) -> (SocketAddr, mpsc::Receiver<Seen>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -87,14 +90,14 @@ fn read_request(s: &mut TcpStream) -> Option<Seen> {
     }
 }
 
-fn proxy(addr: SocketAddr) -> String {
+pub(super) fn proxy(addr: SocketAddr) -> String {
     format!(
         "[[upstream]]\nname = \"app\"\nservers = [\"{addr}\"]\n\n[[host]]\nnames = [\"hello.test\"]\ndefault = true\nkind = \"proxy\"\n[[host.route]]\npath = \"/\"\nupstream = \"app\"\nwebsocket = true\n"
     )
 }
 
 /// Waits (on this runtime) for what the upstream thread saw.
-async fn seen(rx: &mpsc::Receiver<Seen>) -> Seen {
+pub(super) async fn seen(rx: &mpsc::Receiver<Seen>) -> Seen {
     let mut got = None;
     until(|| {
         got = rx.try_recv().ok();
@@ -109,7 +112,7 @@ async fn response(c: &memio::Client) -> memio::Response {
     c.response(false).await.expect("an answer")
 }
 
-fn ok(body: &str) -> Vec<u8> {
+pub(super) fn ok(body: &str) -> Vec<u8> {
     format!(
         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Upstream: yes\r\n\r\n{body}",
         body.len()
