@@ -24,8 +24,7 @@ use crate::layer::LimitsLayer;
 use crate::limits::check_limits;
 use crate::names::{known_list, valid_policy_name};
 use crate::rawblocks::{
-    RawBundle, RawConnectionRate, RawErrorPages, RawLimits, RawMaintenance, RawNameRef,
-    RawWebSocket,
+    LayerKeys, RawBundle, RawErrorPages, RawLimits, RawMaintenance, RawNameRef,
 };
 use crate::ruleset::{RuleSets, SetTarget};
 use crate::schema::{RawDefaults, RawHost, RawRoute};
@@ -187,63 +186,35 @@ pub(crate) struct LayerFields<'a> {
     pub limits: Option<&'a RawLimits>,
     pub rate_limit: Option<&'a Opt<String>>,
     pub class: Option<&'a Opt<String>>,
-    pub access_list: &'a Opt<RawNameRef>,
-    pub access_list_mode: &'a Opt<String>,
-    pub rule_set: &'a Opt<RawNameRef>,
-    pub rule_set_mode: &'a Opt<String>,
-    pub robots: &'a Opt<String>,
-    pub robots_text: &'a Opt<String>,
-    pub maintenance: Option<&'a RawMaintenance>,
-    pub error_pages: Option<&'a RawErrorPages>,
-    pub replace_upstream: &'a Opt<String>,
-    pub connection_rate: Option<&'a Spanned<RawConnectionRate>>,
-    pub websocket: Option<&'a Spanned<RawWebSocket>>,
-    pub proof_of_work: Option<&'a Spanned<crate::rawblocks::RawProofOfWork>>,
-    pub auth: &'a Opt<RawNameRef>,
-    pub auth_mode: &'a Opt<String>,
-    pub https_redirect: &'a Opt<bool>,
-    pub https_port: &'a Opt<i64>,
-    pub hsts: Option<&'a Spanned<crate::rawblocks::RawHsts>>,
-}
-
-macro_rules! fields {
-    ($r:expr, $limits:expr, $rate:expr, $class:expr) => {
-        LayerFields {
-            limits: $limits,
-            rate_limit: $rate,
-            class: $class,
-            access_list: &$r.access_list,
-            access_list_mode: &$r.access_list_mode,
-            rule_set: &$r.rule_set,
-            rule_set_mode: &$r.rule_set_mode,
-            robots: &$r.robots,
-            robots_text: &$r.robots_text,
-            maintenance: $r.maintenance.as_ref(),
-            error_pages: $r.error_pages.as_ref(),
-            replace_upstream: &$r.replace_upstream,
-            connection_rate: $r.connection_rate.as_ref(),
-            websocket: $r.websocket.as_ref(),
-            proof_of_work: $r.proof_of_work.as_ref(),
-            auth: &$r.auth,
-            auth_mode: &$r.auth_mode,
-            https_redirect: &$r.https_redirect,
-            https_port: &$r.https_port,
-            hsts: $r.hsts.as_ref(),
-        }
-    };
+    pub keys: LayerKeys<'a>,
 }
 
 impl<'a> LayerFields<'a> {
     pub(crate) fn defaults(d: &'a RawDefaults) -> LayerFields<'a> {
-        fields!(d, None, Some(&d.rate_limit), Some(&d.class))
+        LayerFields {
+            limits: None,
+            rate_limit: Some(&d.rate_limit),
+            class: Some(&d.class),
+            keys: d.keys(),
+        }
     }
 
     pub(crate) fn bundle(b: &'a RawBundle) -> LayerFields<'a> {
-        fields!(b, Some(&b.limits), Some(&b.rate_limit), Some(&b.class))
+        LayerFields {
+            limits: Some(&b.limits),
+            rate_limit: Some(&b.rate_limit),
+            class: Some(&b.class),
+            keys: b.keys(),
+        }
     }
 
     pub(crate) fn host(h: &'a RawHost) -> LayerFields<'a> {
-        fields!(h, None, None, None)
+        LayerFields {
+            limits: None,
+            rate_limit: None,
+            class: None,
+            keys: h.keys(),
+        }
     }
 }
 
@@ -372,6 +343,7 @@ pub(crate) fn check_layer(
     names: &Names<'_>,
     e: &mut Errors<'_>,
 ) -> SettingsLayer {
+    let k = &f.keys;
     let limits = f.limits.map_or_else(LimitsLayer::default, |l| {
         check_limits(l, &format!("{base}.limits"), e)
     });
@@ -392,24 +364,26 @@ pub(crate) fn check_layer(
         .and_then(|c| class(e, c, &format!("{base}.class"), "host.class.invalid"));
     let access = access(
         e,
-        (f.access_list, f.access_list_mode),
+        (k.access_list, k.access_list_mode),
         base,
         &HOST_ACCESS,
         names,
     );
-    let rules = rules(e, (f.rule_set, f.rule_set_mode), base, &HOST_RULES, names);
-    let (robots, robots_text) = check_robots(f, base, e);
-    let maintenance = f
+    let rules = rules(e, (k.rule_set, k.rule_set_mode), base, &HOST_RULES, names);
+    let (robots, robots_text) = check_robots(k, base, e);
+    let maintenance = k
         .maintenance
+        .as_ref()
         .map(|m| check_maintenance(m, &format!("{base}.maintenance"), names, e))
         .unwrap_or_default();
-    let pages = f
+    let pages = k
         .error_pages
+        .as_ref()
         .map(|p| check_pages(p, &format!("{base}.error_pages"), e))
         .unwrap_or_default();
     let replace_upstream = choice(
         e,
-        f.replace_upstream,
+        k.replace_upstream,
         &format!("{base}.replace_upstream"),
         "host.replace_upstream.invalid",
         &[
@@ -430,18 +404,18 @@ pub(crate) fn check_layer(
         maintenance,
         pages,
         replace_upstream,
-        connection_rate: check_connection_rate(f.connection_rate, base, e),
-        websocket: check_websocket(f.websocket, base, e),
-        pow: crate::pow::check_pow(f.proof_of_work, base, names.sets, e),
+        connection_rate: check_connection_rate(k.connection_rate.as_ref(), base, e),
+        websocket: check_websocket(k.websocket.as_ref(), base, e),
+        pow: crate::pow::check_pow(k.proof_of_work.as_ref(), base, names.sets, e),
         auth: crate::auth::check_auth_ref(
-            f.auth,
+            k.auth,
             &format!("{base}.auth"),
             "host.auth.unknown",
             names.auth,
             e,
         ),
-        auth_mode: auth_mode(f.auth_mode, base, "host.auth.mode.invalid", e),
-        https: crate::tls::check_https(f.https_redirect, f.https_port, f.hsts, base, e),
+        auth_mode: auth_mode(k.auth_mode, base, "host.auth.mode.invalid", e),
+        https: crate::tls::check_https(k.https_redirect, k.https_port, k.hsts.as_ref(), base, e),
     }
 }
 
@@ -509,7 +483,7 @@ pub(crate) fn check_route_blocks(
 /// text beside a `robots` that is not `"custom"` is refused, since nothing
 /// would read it.
 fn check_robots(
-    f: &LayerFields<'_>,
+    f: &LayerKeys<'_>,
     base: &str,
     e: &mut Errors<'_>,
 ) -> (Option<RobotsValue>, Option<String>) {

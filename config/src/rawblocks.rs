@@ -3,6 +3,10 @@
 //! (`[defaults]`, a bundle, a host): `limits`, `maintenance`,
 //! `error_pages`, `connection_rate`, `websocket`, `proof_of_work`, `hsts`
 //! and the references to a list, a set or a provider, as serde reads them.
+//! Those keys are declared once (`host_level_keys!`): the raw tables of
+//! `[defaults]`, a bundle and a host are written from that one list
+//! (`raw_layer!`), and so is `LayerKeys`, one layer's keys borrowed, which
+//! `hostlayer` checks.
 //!
 //! Like `schema`, these mirror the TOML one to one, closed to unknown keys,
 //! every scalar and array [`Spanned`]. References to a list or a set are a
@@ -132,36 +136,106 @@ pub(crate) struct RawAuthCache {
     pub scope: Opt<String>,
 }
 
-/// One `[[bundle]]`: a name and any host-level setting.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawBundle {
-    pub name: Opt<String>,
-    #[serde(default)]
-    pub limits: RawLimits,
-    pub access_list: Opt<RawNameRef>,
-    pub access_list_mode: Opt<String>,
-    pub rule_set: Opt<RawNameRef>,
-    pub rule_set_mode: Opt<String>,
-    pub rate_limit: Opt<String>,
-    pub class: Opt<String>,
-    pub robots: Opt<String>,
-    pub robots_text: Opt<String>,
-    pub maintenance: Option<RawMaintenance>,
-    pub error_pages: Option<RawErrorPages>,
-    pub replace_upstream: Opt<String>,
-    pub connection_rate: Option<Spanned<RawConnectionRate>>,
-    pub websocket: Option<Spanned<RawWebSocket>>,
-    pub proof_of_work: Option<Spanned<RawProofOfWork>>,
-    /// The forward-auth provider (`[[auth_provider]]`), or `false`.
-    pub auth: Opt<RawNameRef>,
-    pub auth_mode: Opt<String>,
-    /// Plaintext requests to HTTPS (`https_port`, default 443).
-    pub https_redirect: Opt<bool>,
-    pub https_port: Opt<i64>,
-    /// `Strict-Transport-Security` on answers over TLS.
-    pub hsts: Option<Spanned<RawHsts>>,
+/// The host-level keys every layer holds alike (`[defaults]`, a
+/// `[[bundle]]`, a `[[host]]`), declared once, in the order the layers'
+/// tables list them: the references to a list or a set, then (after the
+/// keys a layer places between them) the settings. `$then!` receives the
+/// two groups after its own arguments; `raw_layer!` writes them into a
+/// layer's raw table and `LayerKeys` borrows them. `limits`, `rate_limit`
+/// and `class` are not here: a host reads them with its own checks.
+macro_rules! host_level_keys {
+    ($then:ident ! $args:tt) => {
+        $then! { $args
+            {
+                access_list: $crate::values::Opt<$crate::rawblocks::RawNameRef>,
+                access_list_mode: $crate::values::Opt<String>,
+                rule_set: $crate::values::Opt<$crate::rawblocks::RawNameRef>,
+                rule_set_mode: $crate::values::Opt<String>,
+            }
+            {
+                robots: $crate::values::Opt<String>,
+                robots_text: $crate::values::Opt<String>,
+                maintenance: Option<$crate::rawblocks::RawMaintenance>,
+                error_pages: Option<$crate::rawblocks::RawErrorPages>,
+                replace_upstream: $crate::values::Opt<String>,
+                connection_rate: Option<toml::Spanned<$crate::rawblocks::RawConnectionRate>>,
+                websocket: Option<toml::Spanned<$crate::rawblocks::RawWebSocket>>,
+                proof_of_work: Option<toml::Spanned<$crate::rawblocks::RawProofOfWork>>,
+                /// The forward-auth provider (`[[auth_provider]]`), or `false`.
+                auth: $crate::values::Opt<$crate::rawblocks::RawNameRef>,
+                auth_mode: $crate::values::Opt<String>,
+                /// Plaintext requests to HTTPS (`https_port`, default 443).
+                https_redirect: $crate::values::Opt<bool>,
+                https_port: $crate::values::Opt<i64>,
+                /// `Strict-Transport-Security` on answers over TLS.
+                hsts: Option<toml::Spanned<$crate::rawblocks::RawHsts>>,
+            }
+        }
+    };
 }
+pub(crate) use host_level_keys;
+
+/// A layer's raw table: `struct Name { head } { middle } { tail }` with the
+/// host-level keys between head and middle and between middle and tail,
+/// and its `keys()`, the borrowed `LayerKeys`.
+macro_rules! raw_layer {
+    ({ $(#[$m:meta])* $vis:vis struct $name:ident { $($head:tt)* } { $($mid:tt)* } { $($tail:tt)* } }
+     { $($(#[$da:meta])* $a:ident: $ta:ty,)* }
+     { $($(#[$db:meta])* $b:ident: $tb:ty,)* }) => {
+        $(#[$m])*
+        $vis struct $name {
+            $($head)*
+            $($(#[$da])* pub $a: $ta,)*
+            $($mid)*
+            $($(#[$db])* pub $b: $tb,)*
+            $($tail)*
+        }
+
+        impl $name {
+            /// The host-level keys of this layer.
+            pub(crate) fn keys(&self) -> $crate::rawblocks::LayerKeys<'_> {
+                $crate::rawblocks::LayerKeys { $($a: &self.$a,)* $($b: &self.$b,)* }
+            }
+        }
+    };
+}
+pub(crate) use raw_layer;
+
+/// The borrowed host-level keys of one layer, whichever table holds them.
+macro_rules! layer_keys {
+    ({}
+     { $($(#[$da:meta])* $a:ident: $ta:ty,)* }
+     { $($(#[$db:meta])* $b:ident: $tb:ty,)* }) => {
+        /// The host-level keys of one layer, borrowed from its raw table.
+        pub(crate) struct LayerKeys<'a> {
+            $($(#[$da])* pub $a: &'a $ta,)*
+            $($(#[$db])* pub $b: &'a $tb,)*
+        }
+
+        impl LayerKeys<'_> {
+            /// Every key's name, in table order.
+            #[cfg(test)]
+            pub(crate) const NAMES: &'static [&'static str] =
+                &[$(stringify!($a),)* $(stringify!($b),)*];
+        }
+    };
+}
+
+host_level_keys!(layer_keys! {});
+
+host_level_keys!(raw_layer! {
+    /// One `[[bundle]]`: a name and any host-level setting.
+    #[derive(Debug, Default, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct RawBundle {
+        pub name: Opt<String>,
+        #[serde(default)]
+        pub limits: RawLimits,
+    } {
+        pub rate_limit: Opt<String>,
+        pub class: Opt<String>,
+    } {}
+});
 
 /// `[host.maintenance]` (and in `[defaults]` and bundles).
 #[derive(Debug, Default, serde::Deserialize)]

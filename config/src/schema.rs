@@ -15,8 +15,8 @@
 //! which are array elements and always have a span.
 
 use crate::rawblocks::{
-    RawAccessList, RawAuthProvider, RawBundle, RawConnectionRate, RawErrorPages, RawHsts,
-    RawLimits, RawMaintenance, RawNameRef, RawProofOfWork, RawRuleSet, RawWebSocket,
+    host_level_keys, raw_layer, RawAccessList, RawAuthProvider, RawBundle, RawLimits, RawNameRef,
+    RawRuleSet,
 };
 use crate::rawgate::{RawClient, RawProtection, RawQuota, RawRateLimit, RawRateRef};
 use crate::values::{IntOrString, Opt, StrList};
@@ -102,80 +102,46 @@ pub(crate) struct RawAccessLog {
     pub log_query: Opt<bool>,
 }
 
-/// `[defaults]`: every host-level setting (see `rawblocks::RawBundle`).
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawDefaults {
-    #[serde(default)]
-    pub limits: RawLimits,
-    pub access_list: Opt<RawNameRef>,
-    pub access_list_mode: Opt<String>,
-    pub rule_set: Opt<RawNameRef>,
-    pub rule_set_mode: Opt<String>,
-    pub rate_limit: Opt<String>,
-    pub class: Opt<String>,
-    pub robots: Opt<String>,
-    pub robots_text: Opt<String>,
-    pub maintenance: Option<RawMaintenance>,
-    pub error_pages: Option<RawErrorPages>,
-    pub replace_upstream: Opt<String>,
-    pub connection_rate: Option<Spanned<RawConnectionRate>>,
-    pub websocket: Option<Spanned<RawWebSocket>>,
-    pub proof_of_work: Option<Spanned<RawProofOfWork>>,
-    /// The forward-auth provider (`[[auth_provider]]`), or `false`.
-    pub auth: Opt<RawNameRef>,
-    pub auth_mode: Opt<String>,
-    /// Plaintext requests to HTTPS (`https_port`, default 443).
-    pub https_redirect: Opt<bool>,
-    pub https_port: Opt<i64>,
-    /// `Strict-Transport-Security` on answers over TLS.
-    pub hsts: Option<Spanned<RawHsts>>,
-}
+host_level_keys!(raw_layer! {
+    /// `[defaults]`: every host-level setting (see `rawblocks::RawBundle`).
+    #[derive(Debug, Default, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct RawDefaults {
+        #[serde(default)]
+        pub limits: RawLimits,
+    } {
+        pub rate_limit: Opt<String>,
+        pub class: Opt<String>,
+    } {}
+});
 
-/// One `[[host]]`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawHost {
-    pub names: Option<StrList>,
-    pub default: Opt<bool>,
-    pub kind: Opt<String>,
-    pub status: Opt<i64>,
-    pub body: Opt<String>,
-    pub content_type: Opt<String>,
-    pub headers: Option<HeaderList>,
-    pub target: Opt<String>,
-    pub keep: Opt<String>,
-    pub rate_limit: Opt<String>,
-    pub class: Opt<String>,
-    #[serde(default)]
-    pub limits: RawLimits,
-    /// The `[[bundle]]` this host stacks on.
-    #[serde(rename = "use")]
-    pub uses: Opt<String>,
-    pub access_list: Opt<RawNameRef>,
-    pub access_list_mode: Opt<String>,
-    pub rule_set: Opt<RawNameRef>,
-    pub rule_set_mode: Opt<String>,
-    pub robots: Opt<String>,
-    pub robots_text: Opt<String>,
-    pub maintenance: Option<RawMaintenance>,
-    pub error_pages: Option<RawErrorPages>,
-    pub replace_upstream: Opt<String>,
-    pub connection_rate: Option<Spanned<RawConnectionRate>>,
-    pub websocket: Option<Spanned<RawWebSocket>>,
-    pub proof_of_work: Option<Spanned<RawProofOfWork>>,
-    /// The forward-auth provider (`[[auth_provider]]`), or `false`.
-    pub auth: Opt<RawNameRef>,
-    pub auth_mode: Opt<String>,
-    /// Plaintext requests to HTTPS (`https_port`, default 443).
-    pub https_redirect: Opt<bool>,
-    pub https_port: Opt<i64>,
-    /// `Strict-Transport-Security` on answers over TLS.
-    pub hsts: Option<Spanned<RawHsts>>,
-    /// `[[host.route]]`, proxy hosts only.
-    #[serde(default)]
-    pub route: Vec<Spanned<RawRoute>>,
-}
+host_level_keys!(raw_layer! {
+    /// One `[[host]]`.
+    #[derive(Debug, Default, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct RawHost {
+        pub names: Option<StrList>,
+        pub default: Opt<bool>,
+        pub kind: Opt<String>,
+        pub status: Opt<i64>,
+        pub body: Opt<String>,
+        pub content_type: Opt<String>,
+        pub headers: Option<HeaderList>,
+        pub target: Opt<String>,
+        pub keep: Opt<String>,
+        pub rate_limit: Opt<String>,
+        pub class: Opt<String>,
+        #[serde(default)]
+        pub limits: RawLimits,
+        /// The `[[bundle]]` this host stacks on.
+        #[serde(rename = "use")]
+        pub uses: Opt<String>,
+    } {} {
+        /// `[[host.route]]`, proxy hosts only.
+        #[serde(default)]
+        pub route: Vec<Spanned<RawRoute>>,
+    }
+});
 
 /// One `[[host.route]]`. Its `limits` table has the shape of every limits
 /// layer so that a field a route may not set is a semantic error with a

@@ -493,3 +493,30 @@ fn the_example_profile_shows_every_key_the_profile_reads() {
         "not in profiles/example.toml: {missing:#?}"
     );
 }
+
+#[test]
+fn the_host_level_table_of_profile_md_lists_every_host_level_key() {
+    let start = DOC
+        .find("Host-level settings (in `[defaults]`, a bundle or a host):")
+        .expect("profile.md has the host-level table");
+    let rows: Vec<&str> = DOC[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| l.split('`').nth(1).expect("a row names its key"))
+        .collect();
+    let mut keys: Vec<&str> = ["limits", "rate_limit", "class"].to_vec();
+    keys.extend(crate::rawblocks::LayerKeys::NAMES);
+    let mut sorted_rows = rows.clone();
+    sorted_rows.sort_unstable();
+    keys.sort_unstable();
+    assert_eq!(sorted_rows, keys, "rows in profile.md: {rows:?}");
+    // Every key the table lists is one that [defaults] and a bundle read.
+    for table in ["[defaults]", "[[bundle]]\nname = \"b\""] {
+        let read = keys_of(table);
+        for k in &keys {
+            assert!(read.iter().any(|r| r == k), "{table} does not read {k}");
+        }
+    }
+}
