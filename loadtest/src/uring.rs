@@ -25,7 +25,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use gapura_http::ring::BufRing;
+use gapura_http::uring::BufRing;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::response::ResponseParser;
@@ -132,7 +132,7 @@ fn set_up(
     entries: u32,
 ) -> Result<(IoUring, BufRing, socket2::Socket), String> {
     let count = (n * 4).next_power_of_two().clamp(64, 4096) as u16;
-    let ring: IoUring = gapura_http::ring::single_thread_ring(entries, entries * 4)
+    let ring: IoUring = gapura_http::uring::single_thread_ring(entries, entries * 4)
         .map_err(|e| format!("ring setup: {e}"))?;
     ring.submitter()
         .register_files_sparse(n as u32)

@@ -106,11 +106,11 @@ fn client_ring(
     wanted: gapura_config::ClientRing,
     legacy: bool,
     line: String,
-) -> (Option<Rc<gapura_http::ring::ShardRing>>, String) {
+) -> (Option<Rc<gapura_http::uring::ShardRing>>, String) {
     if legacy || wanted == gapura_config::ClientRing::Off {
         return (None, line);
     }
-    match gapura_http::ring::ShardRing::new() {
+    match gapura_http::uring::ShardRing::new() {
         Ok(ring) => (Some(ring), format!("{line}, client ring")),
         Err(e) => (None, format!("{line}, client ring unavailable ({e})")),
     }

@@ -7,14 +7,15 @@
 //!
 //! Two engines:
 //!
-//! - `monoio`: tasks on the runtime Gapura's shards run on (the same ring
-//!   flags, `gapura_http::driver`), reading and writing through its stream
-//!   API: one receive submitted per read, one timer-free send per write.
-//! - `ring`: the ring driven directly (`gapura_http::ring`): sockets in the
-//!   registered file table, one multishot receive per socket taking buffers
-//!   from a provided-buffer ring (no receive submitted per read, no poll
-//!   re-armed), sends submitted in batches, `SINGLE_ISSUER |
-//!   DEFER_TASKRUN`.
+//! - `monoio` (module `monoio_engine`): tasks on the runtime Gapura's
+//!   shards run on (the same ring flags, `gapura_http::driver`), reading
+//!   and writing through its stream API: one receive submitted per read,
+//!   one timer-free send per write.
+//! - `ring` (module `uring_engine`): the ring driven directly
+//!   (`gapura_http::uring`): sockets in the registered file table, one
+//!   multishot receive per socket taking buffers from a provided-buffer
+//!   ring (no receive submitted per read, no poll re-armed), sends
+//!   submitted in batches, `SINGLE_ISSUER | DEFER_TASKRUN`.
 //!
 //! Each client connection gets its own upstream connection, opened when it
 //! is accepted: with one request in flight per client, what a pool of
@@ -181,7 +182,7 @@ fn main() {
     let a = args();
     let l = listener(a.listen);
     if a.ring {
-        ring::run(l, a.upstream);
+        uring_engine::run(l, a.upstream);
     } else {
         monoio_engine::run(l, a.upstream);
     }
@@ -269,9 +270,9 @@ mod monoio_engine {
     }
 }
 
-mod ring {
+mod uring_engine {
     use super::*;
-    use gapura_http::ring::{single_thread_ring, BufRing};
+    use gapura_http::uring::{single_thread_ring, BufRing};
     use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
     const BGID: u16 = 1;

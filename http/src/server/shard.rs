@@ -91,7 +91,7 @@ pub struct Shard {
     pub(crate) deadlines: Rc<deadline::Deadlines>,
     /// The shard's own ring under its plain HTTP/1.1 connections, when it
     /// has one (`with_ring`).
-    pub(crate) ring: Option<Rc<crate::ring::ShardRing>>,
+    pub(crate) ring: Option<Rc<crate::uring::ShardRing>>,
 }
 
 /// Most spare buffers a shard keeps for its connections.
@@ -160,14 +160,14 @@ impl Shard {
 
     /// Sets the verification pool (at start).
     /// Runs the plain HTTP/1.1 connections on `ring` (its driver spawned
-    /// by the caller: [`crate::ring::ShardRing::drive`]).
-    pub fn with_ring(mut self, ring: Option<Rc<crate::ring::ShardRing>>) -> Shard {
+    /// by the caller: [`crate::uring::ShardRing::drive`]).
+    pub fn with_ring(mut self, ring: Option<Rc<crate::uring::ShardRing>>) -> Shard {
         self.ring = ring;
         self
     }
 
     /// The shard's own ring, when it has one.
-    pub fn ring(&self) -> Option<&Rc<crate::ring::ShardRing>> {
+    pub fn ring(&self) -> Option<&Rc<crate::uring::ShardRing>> {
         self.ring.as_ref()
     }
 

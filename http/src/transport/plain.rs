@@ -1,10 +1,10 @@
 //! A plain HTTP/1.1 connection's stream (a client's, or an upstream's):
-//! receiving from its shard's ring (`crate::ring`: one multishot receive
+//! receiving from its shard's ring (`crate::uring`: one multishot receive
 //! over provided buffers) where the shard has one, else on the runtime's
 //! TCP stream alone. One type, so the connection pipeline exists once.
 
 use super::{ReadSpare, Transport, WriteAll};
-use crate::ring::stream::{RingRead, RingStream, RingWrite};
+use crate::uring::stream::{RingRead, RingStream, RingWrite};
 use monoio::buf::IoBuf;
 use monoio::io::{CancelHandle, OwnedReadHalf, OwnedWriteHalf};
 use monoio::net::TcpStream;
@@ -39,7 +39,7 @@ impl std::fmt::Debug for Plain {
 
 impl Plain {
     /// `tcp` on `ring` when there is one with room, else as it is.
-    pub fn new(tcp: TcpStream, ring: Option<&std::rc::Rc<crate::ring::ShardRing>>) -> Plain {
+    pub fn new(tcp: TcpStream, ring: Option<&std::rc::Rc<crate::uring::ShardRing>>) -> Plain {
         match ring {
             Some(ring) => match RingStream::open(ring, tcp) {
                 Ok(s) => Plain::Ring(s),

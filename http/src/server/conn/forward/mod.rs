@@ -111,7 +111,7 @@ fn connect_error(e: &std::io::Error) -> ErrorStatus {
 async fn connect(
     server: &UpstreamServer,
     timeout_ms: u64,
-    ring: Option<&std::rc::Rc<crate::ring::ShardRing>>,
+    ring: Option<&std::rc::Rc<crate::uring::ShardRing>>,
 ) -> std::io::Result<Plain> {
     match monoio::time::timeout_at(
         clock::deadline(timeout_ms),

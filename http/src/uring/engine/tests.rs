@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::driver::{block_on, Driver, StartError};
-use crate::ring::stream::RingStream;
+use crate::uring::stream::RingStream;
 use crate::transport::{ReadSpare, Transport, WriteAll};
 use std::io::{Read, Write};
 
