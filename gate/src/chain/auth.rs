@@ -1,6 +1,5 @@
 //! Step 14 of the chain, forward-auth, on [`Flow`].
 
-use super::state::Start;
 use super::steps::{Flow, Next};
 use super::trace::{AuthOutcome, Step, Trace};
 use crate::auth::{AuthJob, KeyFacts, Remembered};
@@ -14,7 +13,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// its identity headers (no allocation: the lines are shared); without
     /// one the chain stops with `Verdict::Authenticate` and the server asks
     /// the provider, then decides again from the next step
-    /// (`Start::AfterAuth`) or relays the provider's refusal; in shadow
+    /// (the request resumed from this step) or relays the provider's refusal; in shadow
     /// mode a refusal or failure is counted and the request goes on.
     /// robots.txt is not exempt: auth protects what the upstream serves.
     #[inline(always)]
@@ -37,10 +36,6 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         let Some(p) = gate.auth_providers.get(i as usize) else {
             return ControlFlow::Continue(());
         };
-        if matches!(self.start, Start::AfterAuth { .. }) {
-            self.auth_outcome(p, AuthOutcome::Allowed);
-            return ControlFlow::Continue(());
-        }
         let facts = KeyFacts {
             client: self.decision.client,
             scheme: if self.req.tls { b"https" } else { b"http" },
@@ -81,7 +76,20 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             host_key: keys.1,
         });
         self.auth_outcome(p, AuthOutcome::WouldCall);
+        self.decision.suspended = Some(self.suspend_here());
         ControlFlow::Break(Verdict::Authenticate(b))
+    }
+
+    /// Forward-auth behind a resumed request: the provider allowed it.
+    pub(super) fn forward_auth_resumed(&mut self) -> Next<'s> {
+        let p = self
+            .policy
+            .auth
+            .and_then(|b| self.snap.gate.auth_providers.get(b.index as usize));
+        if let Some(p) = p {
+            self.auth_outcome(p, AuthOutcome::Allowed);
+        }
+        ControlFlow::Continue(())
     }
 
     #[inline(always)]

@@ -62,6 +62,9 @@ pub struct Decision<'s> {
     pub identity: Option<std::sync::Arc<[u8]>>,
     /// A remembered forward-auth refusal to answer (`Verdict::AuthRefusal`).
     pub relay: Option<crate::auth::Relay>,
+    /// Where a `Verify` or `Authenticate` verdict suspended the request:
+    /// the chain resumes from it (`Start::Resume`) once the check passed.
+    pub suspended: Option<super::Suspended>,
 }
 
 /// The chain's steps by name, for what the access log says decided a

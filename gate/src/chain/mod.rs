@@ -50,7 +50,7 @@ pub use decision::{Block, Decision, Request};
 pub use live::LiveView;
 pub use state::{
     AccessCounters, ChainCounters, ConnectionCounters, ConnectionRefusal, ConnectionToken,
-    GateState, RateLimitCounters, Start,
+    GateState, RateLimitCounters, Start, Suspended,
 };
 pub use trace::{AccessStepOutcome, AuthOutcome, NoTrace, PowOutcome, QuotaOutcome, Step, Trace};
 
@@ -126,6 +126,7 @@ impl Snapshot {
             policy: None,
             identity: None,
             relay: None,
+            suspended: None,
         };
         let Some(entry) = entry else {
             return self.unknown_host(decision, req, state, now_ms, trace);
@@ -153,6 +154,7 @@ impl Snapshot {
             trace,
             now_ms,
             start,
+            ordinal: 0,
             entry,
             country: resolved.country,
             canonical,

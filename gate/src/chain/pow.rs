@@ -102,7 +102,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         if self.marked == Some(set) {
             return true;
         }
-        if !self.past_access() || self.policy.rules.is_none_or(|b| b.index != set) {
+        if !self.resumed() || self.policy.rules.is_none_or(|b| b.index != set) {
             return false;
         }
         let i = set as usize;

@@ -61,15 +61,25 @@ pub struct AccessCounters {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Start {
     Beginning,
-    /// After a password verified off the shard: the access list passed.
-    AfterAccess {
-        strip_authorization: bool,
-    },
-    /// After a forward-auth provider allowed the request: everything up to
-    /// and including forward-auth is behind it.
-    AfterAuth {
-        strip_authorization: bool,
-    },
+    /// A request the chain suspended for a check made off the decision (a
+    /// password on the verification pool, a forward-auth call), resumed
+    /// once the check passed, on the snapshot that suspended it.
+    Resume(Suspended),
+}
+
+/// Where the chain suspended a request: the step that asked for a check
+/// made off the decision, and what the steps before it decided. Made by
+/// the chain with its `Verify` or `Authenticate` verdict
+/// ([`Decision::suspended`](super::Decision::suspended)) and handed back
+/// as [`Start::Resume`]; the steps up to it are then behind the request
+/// (`Flow::step` decides, in one place, what each of them does again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Suspended {
+    /// The step's place in the chain's order (the first step is 1).
+    pub(super) at: u8,
+    /// Remove `Authorization` before the upstream (the access list took
+    /// the credentials).
+    pub(super) strip_authorization: bool,
 }
 
 /// A shard's mutable gate state: the quota tables, their keyer, the rate

@@ -10,7 +10,7 @@
 //! one function, so naming them costs nothing. No allocation.
 
 use super::decision::{Block, Decision, Request};
-use super::state::{GateState, Start};
+use super::state::{GateState, Start, Suspended};
 use super::trace::{AccessStepOutcome, Step, Trace};
 use crate::access::{AccessDecision, AddressRefusal, CredentialsFact};
 use crate::client::HeaderLines;
@@ -37,9 +37,11 @@ pub(super) struct Flow<'s, 'a, H: HeaderLines + ?Sized, T: Trace> {
     pub state: &'a mut GateState,
     pub trace: &'a mut T,
     pub now_ms: u64,
-    /// Where the chain starts: after a verified password, steps 4 to 8
-    /// are behind it (the budgets paid before the check).
+    /// Where the chain starts: from the beginning, or resuming a request
+    /// suspended for a check made off the decision.
     pub start: Start,
+    /// The place in the chain's order of the step running (the first is 1).
+    pub ordinal: u8,
     pub entry: &'s HostEntry,
     /// `CF-IPCountry` of a trusted Cloudflare peer.
     pub country: Option<Country>,
@@ -70,41 +72,73 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
 
     /// Steps 4 to 15 of docs/gate.md, in their order; step 16 (the
     /// host's answer) follows when all let the request go on. This is the
-    /// chain's order: a test holds it to the table in docs/gate.md.
+    /// chain's order: a test holds it to the table in docs/gate.md, and a
+    /// resumed request's steps behind it follow it (moving a line here is
+    /// the whole of reordering a step).
     #[inline(always)]
     fn blocks(&mut self) -> Next<'s> {
-        self.at(Block::Budgets).budgets()?;
-        self.at(Block::ConnectionRate).connection_rate()?;
-        self.at(Block::AccessAddress).access_address()?;
-        self.at(Block::RuleSet).rule_set()?;
-        self.at(Block::RequestLimits).request_limits()?;
-        self.at(Block::HttpsRedirect).https_redirect()?;
-        self.at(Block::Robots).robots()?;
-        self.at(Block::Maintenance).maintenance()?;
-        self.at(Block::Access).access_credentials()?;
-        self.at(Block::RateLimit).rate_limit()?;
-        self.at(Block::ForwardAuth).forward_auth()?;
-        self.at(Block::ProofOfWork).proof_of_work()?;
+        self.step(Block::Budgets, Self::budgets)?;
+        self.step(Block::ConnectionRate, Self::connection_rate)?;
+        self.step(Block::AccessAddress, Self::access_address)?;
+        self.step(Block::RuleSet, Self::rule_set)?;
+        self.step(Block::RequestLimits, Self::request_limits)?;
+        self.step(Block::HttpsRedirect, Self::https_redirect)?;
+        self.step(Block::Robots, Self::robots)?;
+        self.step(Block::Maintenance, Self::maintenance)?;
+        self.step(Block::Access, Self::access_credentials)?;
+        self.step(Block::RateLimit, Self::rate_limit)?;
+        self.step(Block::ForwardAuth, Self::forward_auth)?;
+        self.step(Block::ProofOfWork, Self::proof_of_work)?;
         self.decision.step = Block::Answer;
         ControlFlow::Continue(())
     }
 
-    /// Notes the block about to run: the one that ends the request is the
-    /// step the access log names.
+    /// Runs one step, noted as the block about to decide (the one that
+    /// ends the request is the step the access log names). For a resumed
+    /// request, a step at or before the one that suspended it is behind the
+    /// request, and this is the one place that says what it does again:
+    /// the steps that paid or counted before the check (budgets, the
+    /// connection rate, the address list, the rule set, maintenance, the
+    /// rate limit) do nothing; the suspending steps restore what they
+    /// decided (the access list's credentials, the provider's allow); the
+    /// steps that only read the request run again.
     #[inline(always)]
-    fn at(&mut self, block: Block) -> &mut Self {
+    fn step(&mut self, block: Block, run: fn(&mut Self) -> Next<'s>) -> Next<'s> {
         self.decision.step = block;
-        self
+        self.ordinal += 1;
+        let Start::Resume(s) = self.start else {
+            return run(self);
+        };
+        if self.ordinal > s.at {
+            return run(self);
+        }
+        match block {
+            Block::Access => self.access_resumed(s),
+            Block::ForwardAuth => self.forward_auth_resumed(),
+            Block::Budgets
+            | Block::ConnectionRate
+            | Block::AccessAddress
+            | Block::RuleSet
+            | Block::Maintenance
+            | Block::RateLimit => ControlFlow::Continue(()),
+            _ => run(self),
+        }
     }
 
-    /// Whether steps 4 to 12 are behind the request (a password verified
-    /// off the shard, its budgets paid before the check).
+    /// Where the request is suspended, at the step running now.
     #[inline(always)]
-    pub(super) fn past_access(&self) -> bool {
-        matches!(
-            self.start,
-            Start::AfterAccess { .. } | Start::AfterAuth { .. }
-        )
+    pub(super) fn suspend_here(&self) -> Suspended {
+        Suspended {
+            at: self.ordinal,
+            strip_authorization: self.decision.strip_authorization,
+        }
+    }
+
+    /// Whether the request resumes after a check: the steps before the one
+    /// that suspended it did not run again.
+    #[inline(always)]
+    pub(super) fn resumed(&self) -> bool {
+        matches!(self.start, Start::Resume(_))
     }
 
     /// Step 4: budgets, their leases and the identity budget
@@ -116,9 +150,6 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// is written; refused, 429 with `Retry-After`.
     #[inline(always)]
     fn budgets(&mut self) -> Next<'s> {
-        if self.past_access() {
-            return ControlFlow::Continue(());
-        }
         match self.snap.budget_step(
             self.req,
             self.policy,
@@ -159,9 +190,6 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         else {
             return ControlFlow::Continue(());
         };
-        if self.past_access() {
-            return ControlFlow::Continue(());
-        }
         let mut bucket = cell.get();
         let d = bucket.try_take(policy, self.now_ms);
         cell.set(bucket);
@@ -202,7 +230,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// the chain a request without this block meets stays small.
     #[inline(never)]
     fn access_address_block(&mut self) -> Next<'s> {
-        let Some(b) = self.policy.access.filter(|_| !self.past_access()) else {
+        let Some(b) = self.policy.access else {
             return ControlFlow::Continue(());
         };
         let list = &self.snap.gate.access_lists[b.index as usize];
@@ -260,7 +288,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// the chain a request without this block meets stays small.
     #[inline(never)]
     fn rule_set_block(&mut self) -> Next<'s> {
-        let Some(b) = self.policy.rules.filter(|_| !self.past_access()) else {
+        let Some(b) = self.policy.rules else {
             return ControlFlow::Continue(());
         };
         let i = b.index as usize;
@@ -315,7 +343,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// `Authorization` before the upstream.
     #[inline(always)]
     fn access_credentials(&mut self) -> Next<'s> {
-        if self.policy.access.is_none() && !self.past_access() {
+        if self.policy.access.is_none() {
             return ControlFlow::Continue(());
         }
         self.access_credentials_block()
@@ -326,26 +354,6 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     #[inline(never)]
     fn access_credentials_block(&mut self) -> Next<'s> {
         let gate = &self.snap.gate;
-        if let Start::AfterAccess {
-            strip_authorization,
-        }
-        | Start::AfterAuth {
-            strip_authorization,
-        } = self.start
-        {
-            self.decision.strip_authorization = strip_authorization;
-            if self.trace.enabled() {
-                if let Some(b) = self.policy.access {
-                    self.trace.step(Step::Access {
-                        list: gate.access_lists[b.index as usize].name(),
-                        outcome: AccessStepOutcome::Verified,
-                        credentials: CredentialsFact::Deferred,
-                        mode: b.mode,
-                    });
-                }
-            }
-            return ControlFlow::Continue(());
-        }
         let Some(b) = self
             .policy
             .access
@@ -391,6 +399,12 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
                     // Kept in the shard's state, not in the decision: the
                     // job is large and most decisions have none.
                     state.pending_job = Some(job);
+                    // Resumed from this step once verified; the
+                    // credentials are the list's to strip.
+                    self.decision.suspended = Some(Suspended {
+                        at: self.ordinal,
+                        strip_authorization: !list.pass_credentials(),
+                    });
                 }
                 (AccessStepOutcome::Verify, Some(Verdict::Verify(b.index)))
             }
@@ -418,6 +432,23 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
+    /// The access list behind a resumed request: what it decided before
+    /// the check (the credentials taken or not), noted as verified.
+    fn access_resumed(&mut self, s: Suspended) -> Next<'s> {
+        self.decision.strip_authorization = s.strip_authorization;
+        if self.trace.enabled() {
+            if let Some(b) = self.policy.access {
+                self.trace.step(Step::Access {
+                    list: self.snap.gate.access_lists[b.index as usize].name(),
+                    outcome: AccessStepOutcome::Verified,
+                    credentials: CredentialsFact::Deferred,
+                    mode: b.mode,
+                });
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
     /// Step 13: the route's rate limit (`super::quota`). Runs when the
     /// policy names one, after the access checks; `robots.txt` is exempt
     /// (its only exemption).
@@ -435,10 +466,6 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// the chain a request without this block meets stays small.
     #[inline(never)]
     fn rate_limit_block(&mut self) -> Next<'s> {
-        // After forward-auth the rate limit was paid before the call.
-        if matches!(self.start, Start::AfterAuth { .. }) {
-            return ControlFlow::Continue(());
-        }
         if self.robots && self.policy.rate_pair.is_some() {
             self.state.counters.quota_exempt += 1;
         }
@@ -555,9 +582,6 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         let (Some(m), Some(id)) = (&self.entry.extras.maintenance, self.decision.host) else {
             return ControlFlow::Continue(());
         };
-        if self.past_access() {
-            return ControlFlow::Continue(());
-        }
         let bypassed = m.bypass.is_some_and(|i| {
             self.snap.gate.access_lists[i as usize]
                 .rules()

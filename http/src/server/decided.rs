@@ -268,7 +268,7 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
             provider,
             job,
             ticket: self.ticket,
-            strip_authorization: self.decision.strip_authorization,
+            suspended: self.decision.suspended,
         })
     }
 

@@ -8,12 +8,13 @@
 use super::accesslog::LogRecord;
 use super::bounds::Lines;
 use super::decided::{Decided, Out};
+use super::leases::Leases;
 use super::shard::Shard;
 use super::stats::ErrorKind;
 use crate::codec::head::{BodyFraming, ParsedHead};
 use gapura_gate::access::VerifyJob;
 use gapura_gate::answer::WriteCtx;
-use gapura_gate::chain::{NoTrace, Request, Start};
+use gapura_gate::chain::{NoTrace, Request, Start, Suspended};
 use gapura_gate::client::{HeaderLines, Peer};
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::pages::RetryPage;
@@ -23,6 +24,7 @@ use gapura_gate::upstream::{Route, UpstreamGroup};
 use gapura_gate::Answer;
 use gapura_gate::{ErrorStatus, Snapshot};
 use std::cell::Cell;
+use std::sync::Arc;
 
 /// What `prepare` may touch: the connection's buffers, split so the
 /// request's header lines (borrowed from `buf`) can be read meanwhile.
@@ -33,10 +35,8 @@ pub(super) struct Prep<'a> {
     pub wbuf: &'a mut Vec<u8>,
     pub ubuf: &'a mut Vec<u8>,
     pub peer: Peer,
-    pub resume: Option<Resume>,
-    /// The leases of a head decided again after its password check (its
-    /// budgets were paid before the check).
-    pub paid: Option<QuotaTicket>,
+    /// A head decided again after a check made off the decision.
+    pub resume: Option<Resumption>,
     /// Made on first use (a host that replaces upstream errors).
     pub page_vars: &'a mut Option<Box<PageCopy>>,
     /// The connection's request bucket (step 5).
@@ -47,9 +47,6 @@ pub(super) struct Prep<'a> {
     pub request_id: Option<[u8; 24]>,
     /// Where the request's host goes (for its latency).
     pub host_out: &'a mut Option<gapura_gate::HostId>,
-    /// The identity lines a forward-auth provider gave this head (decided
-    /// again after the call).
-    pub identity: Option<std::sync::Arc<[u8]>>,
     /// The connection is TLS.
     pub tls: bool,
 }
@@ -72,6 +69,8 @@ pub(super) enum Plan<'s> {
         job: Box<VerifyJob>,
         list: u32,
         ticket: Option<QuotaTicket>,
+        /// Where the chain resumes once verified.
+        suspended: Option<Suspended>,
     },
     /// Forwarding (`ForwardPlan`).
     Forward(ForwardPlan<'s>),
@@ -83,7 +82,8 @@ pub(super) enum Plan<'s> {
         provider: gapura_gate::policy::BlockRef,
         job: gapura_gate::auth::AuthJob,
         ticket: Option<QuotaTicket>,
-        strip_authorization: bool,
+        /// Where the chain resumes once the provider allowed the head.
+        suspended: Option<Suspended>,
     },
 }
 
@@ -148,13 +148,11 @@ pub(super) fn prepare<'s>(
         ubuf,
         peer,
         resume,
-        paid,
         page_vars,
         connection,
         mut log,
         request_id,
         host_out,
-        identity,
         tls,
     } = p;
     let headers = Lines(lines);
@@ -184,7 +182,7 @@ pub(super) fn prepare<'s>(
         shard,
         known_id: request_id,
     };
-    let (start, paid) = match resumed(shard, snap, resume, paid) {
+    let (start, paid, identity) = match resumed(shard, snap, resume) {
         Ok(resumed) => resumed,
         Err((list, busy, paid)) => {
             return out.refused_after_check(snap, (list, busy), paid, log, &req);
@@ -218,6 +216,7 @@ pub(super) fn prepare<'s>(
                 job: Box::new(job),
                 list,
                 ticket,
+                suspended: decision.suspended,
             };
         }
         (Verdict::Authenticate(b), _, Some(job)) => {
@@ -241,47 +240,35 @@ pub(super) fn prepare<'s>(
 }
 
 /// How a head decided again starts: after a passed password check or a
-/// provider's allow, from the step after it (the budgets' leases paid
-/// before it); a check that failed or found the line full is answered
-/// (`Err`: the list, whether it was busy, the leases). A reload meanwhile
-/// decides from the beginning, and the leases are paid again.
+/// provider's allow, from where the chain suspended it (the budgets'
+/// leases paid before it, the provider's identity lines with it); a check
+/// that failed or found the line full is answered (`Err`: the list,
+/// whether it was busy, the leases). A reload meanwhile decides from the
+/// beginning, and the leases are paid again.
 #[allow(clippy::type_complexity)]
 fn resumed(
     shard: &Shard,
     snap: &Snapshot,
-    resume: Option<Resume>,
-    mut paid: Option<QuotaTicket>,
-) -> Result<(Start, Option<QuotaTicket>), (u32, bool, Option<QuotaTicket>)> {
-    let start = match resume {
-        Some(Resume::Passed { list, generation }) if generation == snap.generation => {
-            Start::AfterAccess {
-                strip_authorization: snap
-                    .gate
-                    .access_lists
-                    .get(list as usize)
-                    .is_some_and(|l| !l.pass_credentials()),
-            }
-        }
-        Some(Resume::Authed {
-            generation,
-            strip_authorization,
-        }) if generation == snap.generation => Start::AfterAuth {
-            strip_authorization,
-        },
-        Some(Resume::Failed { list, generation } | Resume::Busy { list, generation })
-            if generation == snap.generation
-                && snap.gate.access_lists.get(list as usize).is_some() =>
-        {
-            return Err((list, matches!(resume, Some(Resume::Busy { .. })), paid));
-        }
-        _ => {
-            if let Some(t) = paid.take() {
-                shard.release_ticket(t);
-            }
-            Start::Beginning
-        }
+    resume: Option<Resumption>,
+) -> Result<(Start, Option<QuotaTicket>, Option<Arc<[u8]>>), (u32, bool, Option<QuotaTicket>)> {
+    let Some(r) = resume else {
+        return Ok((Start::Beginning, None, None));
     };
-    Ok((start, paid))
+    let mut paid = r.leases.and_then(Leases::into_ticket);
+    let current = r.generation == snap.generation;
+    match r.outcome {
+        Resume::Passed(s) if current => return Ok((Start::Resume(s), paid, r.identity)),
+        Resume::Failed { list } | Resume::Busy { list }
+            if current && snap.gate.access_lists.get(list as usize).is_some() =>
+        {
+            return Err((list, matches!(r.outcome, Resume::Busy { .. }), paid));
+        }
+        _ => {}
+    }
+    if let Some(t) = paid.take() {
+        shard.release_ticket(t);
+    }
+    Ok((Start::Beginning, None, None))
 }
 
 /// Runs the chain for the head on the shard's gate state (its rate slots
@@ -436,25 +423,30 @@ impl PageCopy {
     }
 }
 
-/// The outcome of a password check, for the head decided again.
+/// How a check made off the decision ended, for the head decided again.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Resume {
-    Passed {
-        list: u32,
-        generation: u64,
-    },
+    /// A password verified or a provider's allow: the chain resumes where
+    /// it suspended the head.
+    Passed(Suspended),
     Failed {
         list: u32,
-        generation: u64,
     },
     /// The line was full or the wait ran out: 429, Retry-After 1.
     Busy {
         list: u32,
-        generation: u64,
     },
-    /// A forward-auth provider allowed the head.
-    Authed {
-        generation: u64,
-        strip_authorization: bool,
-    },
+}
+
+/// A head suspended for a check made off the decision, waiting in the
+/// buffer to be decided again: one value, resumed in one place
+/// (`resumed`).
+pub(super) struct Resumption {
+    pub outcome: Resume,
+    /// The snapshot that suspended it (a reload meanwhile starts over).
+    pub generation: u64,
+    /// The leases its budgets took before the check.
+    pub leases: Option<Leases>,
+    /// The identity lines a forward-auth provider gave it.
+    pub identity: Option<Arc<[u8]>>,
 }

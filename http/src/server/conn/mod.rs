@@ -29,7 +29,7 @@ use super::accesslog::LogRecord;
 use super::client::ClientIo;
 use super::end::{End, ReadFail, Upgraded};
 use super::leases::{Held, Leases};
-use super::prepare::{prepare, ForwardPlan, LocalEnd, LocalPlan, PageCopy, Plan, Prep, Resume};
+use super::prepare::{prepare, ForwardPlan, LocalEnd, LocalPlan, PageCopy, Plan, Prep, Resumption};
 use super::shard::{Shard, SHRINK_ABOVE_BYTES};
 use super::stats::ErrorKind;
 use crate::clock;
@@ -81,12 +81,9 @@ pub(super) struct Conn<S> {
     urbuf: Vec<u8>,
     busy: bool,
     served: u64,
-    /// How the head in the buffer resumes after a password check.
-    resume: Option<Resume>,
-    /// The leases that head took before its check.
-    resume_leases: Option<Leases>,
-    /// The identity lines a forward-auth provider gave that head.
-    resume_identity: Option<std::sync::Arc<[u8]>>,
+    /// The head in the buffer, suspended for a check made off the
+    /// decision, and how it resumes.
+    resume: Option<Resumption>,
     /// The leases of answers written into `wbuf` and not yet sent.
     held: Held,
     /// The connection's request bucket (a host's `connection_rate`),
@@ -128,8 +125,6 @@ impl<S: Transport> Conn<S> {
             busy: false,
             served: 0,
             resume: None,
-            resume_leases: None,
-            resume_identity: None,
             held: Held::default(),
             bucket,
             serial,
@@ -284,7 +279,6 @@ impl<S: Transport> Conn<S> {
                 ubuf: &mut self.ubuf,
                 peer: self.client_peer,
                 resume,
-                paid: self.resume_leases.take().and_then(Leases::into_ticket),
                 page_vars: &mut self.page_vars,
                 connection: &self.bucket,
                 log: if snap.server.access_log.is_some() {
@@ -294,7 +288,6 @@ impl<S: Transport> Conn<S> {
                 },
                 request_id,
                 host_out: &mut self.req_host,
-                identity: self.resume_identity.take(),
                 tls: S::TLS,
             },
             snap,

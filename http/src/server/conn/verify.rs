@@ -10,12 +10,13 @@
 use super::{Conn, End};
 use crate::codec::head::ParsedHead;
 use crate::server::leases::Leases;
-use crate::server::prepare::{Plan, Resume};
+use crate::server::prepare::{Plan, Resume, Resumption};
 use crate::server::stats::ErrorKind;
 use crate::server::verify::VerifyPool;
 use crate::transport::Transport;
 use gapura_gate::access::line::Ticket;
 use gapura_gate::access::VerifyJob;
+use gapura_gate::chain::Suspended;
 use gapura_gate::quota::QuotaTicket;
 use gapura_gate::Snapshot;
 use monoio::time::Instant;
@@ -40,62 +41,61 @@ impl<S: Transport> Conn<S> {
         head: &ParsedHead,
     ) -> Result<(), End> {
         let leases = |t: Option<QuotaTicket>| t.map(|t| Leases::new(self.shard.clone(), t));
-        match plan {
-            Plan::Verify { job, list, ticket } => {
+        let (outcome, leases, identity) = match plan {
+            Plan::Verify {
+                job,
+                list,
+                ticket,
+                suspended,
+            } => {
                 let held = leases(ticket);
-                self.verify(job, list, snap.generation).await?;
-                self.resume_leases = held;
+                let outcome = self.verify(job, list).await?;
+                (resumes(outcome, list, suspended), held, None)
             }
             Plan::Authenticate {
                 provider,
                 job,
                 ticket,
-                strip_authorization,
+                suspended,
             } => {
                 let held = leases(ticket);
                 match self.authenticate(snap, provider, job, head).await {
-                    Ok(identity) => {
-                        self.resume = Some(Resume::Authed {
-                            generation: snap.generation,
-                            strip_authorization,
-                        });
-                        self.resume_identity = identity;
-                        self.resume_leases = held;
-                    }
+                    Ok(identity) => (suspended.map(Resume::Passed), held, identity),
                     Err(end) => {
                         self.finish_log(snap);
                         return Err(end);
                     }
                 }
             }
-            _ => {}
-        }
+            _ => return Ok(()),
+        };
+        // A check without its place in the chain (never made) decides the
+        // head from the beginning.
+        self.resume = outcome.map(|outcome| Resumption {
+            outcome,
+            generation: snap.generation,
+            leases,
+            identity,
+        });
         Ok(())
     }
 
     /// Runs a password check on the verification pool and records how the
     /// request resumes. Polls every few milliseconds, watching for the
     /// client going away; the line's place is given back however it ends.
-    pub(super) async fn verify(
-        &mut self,
-        job: Box<VerifyJob>,
-        list: u32,
-        generation: u64,
-    ) -> Result<(), End> {
+    pub(super) async fn verify(&mut self, job: Box<VerifyJob>, list: u32) -> Result<Checked, End> {
         if self.io.out_len() > 0 {
             self.flush().await?;
         }
         let shard = self.shard.clone();
         let Some(pool) = shard.verifier.clone() else {
-            self.resume = Some(Resume::Busy { list, generation });
-            return Ok(());
+            return Ok(Checked::Busy);
         };
         let cache_key = job.cache_key();
         let ticket = match pool.submit(*job, shard.now_ms()) {
             Ok(t) => t,
             Err(_) => {
-                self.resume = Some(Resume::Busy { list, generation });
-                return Ok(());
+                return Ok(Checked::Busy);
             }
         };
         struct Place<'a> {
@@ -120,18 +120,16 @@ impl<S: Transport> Conn<S> {
                 if result.is_ok() {
                     let now_ms = shard.now_ms();
                     shard.gate_mut().verify_cache.insert(cache_key, now_ms);
-                    self.resume = Some(Resume::Passed { list, generation });
+                    return Ok(Checked::Passed);
                 } else {
                     if let Some(c) = shard.gate_mut().access_counters.get_mut(list as usize) {
                         c.verify_failures += 1;
                     }
-                    self.resume = Some(Resume::Failed { list, generation });
+                    return Ok(Checked::Failed);
                 }
-                return Ok(());
             }
             if Instant::now() >= deadline {
-                self.resume = Some(Resume::Busy { list, generation });
-                return Ok(());
+                return Ok(Checked::Busy);
             }
             let gone = self.io.stream().socket().map(|s| s.as_raw_fd());
             if gone.is_some_and(super::forward::peer_closed) && !self.io.stream().buffered() {
@@ -139,5 +137,24 @@ impl<S: Transport> Conn<S> {
             }
             monoio::time::sleep(Duration::from_millis(VERIFY_POLL_MS)).await;
         }
+    }
+}
+
+/// How a password check ended.
+pub(super) enum Checked {
+    Passed,
+    Failed,
+    /// The line was full, the wait ran out, or no pool runs checks.
+    Busy,
+}
+
+/// How a head resumes after its password check for list `list`: a pass
+/// from where the chain suspended it (without that place, which the chain
+/// always gives with its verdict, from the beginning).
+fn resumes(checked: Checked, list: u32, suspended: Option<Suspended>) -> Option<Resume> {
+    match checked {
+        Checked::Passed => suspended.map(Resume::Passed),
+        Checked::Failed => Some(Resume::Failed { list }),
+        Checked::Busy => Some(Resume::Busy { list }),
     }
 }
