@@ -1,8 +1,10 @@
 //! The one way a shard, the server's or the load tester's, gets its monoio
-//! runtime: io_uring with `COOP_TASKRUN | TASKRUN_FLAG` (docs/performance.md), and
-//! the legacy (epoll) driver when asked for or, under [`Driver::Auto`],
-//! when the ring cannot be built (memlock, seccomp, an old kernel). The
-//! fallback is explicit: the caller learns why and logs it once.
+//! runtime: io_uring with `COOP_TASKRUN | TASKRUN_FLAG`
+//! ([`RingUse::Runtime`](crate::uring::RingUse::Runtime); why these flags:
+//! [`crate::uring::setup`]), and the legacy (epoll) driver when asked for
+//! or, under [`Driver::Auto`], when the ring cannot be built (memlock,
+//! seccomp, an old kernel). The fallback is explicit: the caller learns why
+//! and logs it once.
 
 use std::future::Future;
 
@@ -53,11 +55,9 @@ where
 {
     let mut fallback = None;
     if driver != Driver::Epoll {
-        let mut ring = io_uring::IoUring::builder();
-        ring.setup_coop_taskrun().setup_taskrun_flag();
         let built = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
             .with_entries(ring_entries)
-            .uring_builder(ring)
+            .uring_builder(crate::uring::RingUse::Runtime.builder())
             .enable_timer()
             .build();
         match built {

@@ -25,17 +25,18 @@
 //! - `driver`: the one runtime builder (io_uring with the design's ring
 //!   flags, the explicit epoll fallback), for the server's and the load
 //!   tester's shards.
-//! - `uring`: io_uring driven directly: the parts shared by the load
-//!   tester's engine and the floor proxy of `bench/` (the provided-buffer
-//!   ring of multishot receives, the single-thread ring flags), and a
-//!   shard's own ring for the receives of its plain HTTP/1.1 connections
-//!   (`[server] ring = "on"`). Named `uring`, not `ring`, apart from the
+//! - `uring`: io_uring driven directly: where every ring of the project is
+//!   built, the runtime's included, with the setup flags of its use (and
+//!   why each has its own); the parts shared by the load tester's engine
+//!   and the floor proxy of `bench/` (the provided-buffer ring of multishot
+//!   receives); and a shard's own ring for the receives of its plain
+//!   HTTP/1.1 connections (`[server] ring = "on"`). Named `uring`, not `ring`, apart from the
 //!   `ring` crypto crate that rustls uses.
 
 pub mod clock;
 pub mod codec;
 pub mod driver;
-pub mod uring;
 pub mod server;
 pub mod transport;
 pub mod upstream;
+pub mod uring;

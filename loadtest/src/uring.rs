@@ -4,8 +4,9 @@
 //! request, one driving io_uring itself 0.72–0.74×).
 //!
 //! One ring per shard, created on the shard thread with SINGLE_ISSUER |
-//! DEFER_TASKRUN (completions are posted only when this thread waits for
-//! them, so there are no task-work interruptions). Sockets live in the
+//! DEFER_TASKRUN (`gapura_http::uring::RingUse::SingleThread`: completions
+//! are posted only when this thread waits for them, so there are no
+//! task-work interruptions). Sockets live in the
 //! registered file table (slot = local connection index). Each connection has
 //! one multishot recv armed that takes buffers from a provided-buffer ring
 //! shared by the shard, so a read needs no submission at all; a batch is one
@@ -25,7 +26,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use gapura_http::uring::BufRing;
+use gapura_http::uring::{BufRing, RingUse};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::response::ResponseParser;
@@ -132,7 +133,8 @@ fn set_up(
     entries: u32,
 ) -> Result<(IoUring, BufRing, socket2::Socket), String> {
     let count = (n * 4).next_power_of_two().clamp(64, 4096) as u16;
-    let ring: IoUring = gapura_http::uring::single_thread_ring(entries, entries * 4)
+    let ring: IoUring = RingUse::SingleThread
+        .build(entries, entries * 4)
         .map_err(|e| format!("ring setup: {e}"))?;
     ring.submitter()
         .register_files_sparse(n as u32)

@@ -272,7 +272,7 @@ mod monoio_engine {
 
 mod uring_engine {
     use super::*;
-    use gapura_http::uring::{single_thread_ring, BufRing};
+    use gapura_http::uring::{BufRing, RingUse};
     use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
     const BGID: u16 = 1;
@@ -352,7 +352,7 @@ mod uring_engine {
     }
 
     pub fn run(l: TcpListener, upstream: Option<SocketAddr>) {
-        let mut ring = single_thread_ring(4096, 65536).expect("ring");
+        let mut ring = RingUse::SingleThread.build(4096, 65536).expect("ring");
         ring.submitter()
             .register_files_sparse((PAIRS * 2) as u32)
             .expect("registered files");

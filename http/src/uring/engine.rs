@@ -18,7 +18,7 @@
 //! receives that found none wait in line and are armed again as buffers
 //! come back.
 
-use super::BufRing;
+use super::{BufRing, RingUse};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -125,8 +125,9 @@ pub struct ShardRing {
 }
 
 impl ShardRing {
-    /// Builds the ring (`SINGLE_ISSUER | COOP_TASKRUN | TASKRUN_FLAG`) and
-    /// its provided buffers. On the shard's thread.
+    /// Builds the ring ([`RingUse::PolledByRuntime`]: `SINGLE_ISSUER |
+    /// COOP_TASKRUN | TASKRUN_FLAG`) and its provided buffers. On the
+    /// shard's thread.
     pub fn new() -> io::Result<Rc<ShardRing>> {
         Self::with_buffers(BUFS, BUF_BYTES)
     }
@@ -134,12 +135,7 @@ impl ShardRing {
     /// [`ShardRing::new`] with `count` provided buffers (a power of two) of
     /// `bytes` each.
     pub fn with_buffers(count: u16, bytes: usize) -> io::Result<Rc<ShardRing>> {
-        let ring = IoUring::builder()
-            .setup_single_issuer()
-            .setup_coop_taskrun()
-            .setup_taskrun_flag()
-            .setup_cqsize(CQ_ENTRIES)
-            .build(ENTRIES)?;
+        let ring = RingUse::PolledByRuntime.build(ENTRIES, CQ_ENTRIES)?;
         let bufs = BufRing::new(ring.as_raw_fd(), BGID, count, bytes)?;
         let poller = poller(ring.as_raw_fd())?;
         Ok(Rc::new(ShardRing {

@@ -1,7 +1,8 @@
 //! io_uring driven directly. The parts shared by every engine that drives
 //! one (the server's shards, the load tester's, the floor proxy of
-//! `bench/`): the provided-buffer ring that multishot receives take their
-//! buffers from, and the flags a ring driven by one thread is built with.
+//! `bench/`): `setup`, where every ring of the project is built (the
+//! runtime's too) with the flags of its use ([`RingUse`]), and the
+//! provided-buffer ring that multishot receives take their buffers from.
 //! `engine` and `stream`: a shard's own ring under its plain HTTP/1.1
 //! client connections, beside the runtime's.
 //!
@@ -13,25 +14,13 @@
 //! kernel with [`BufRing::publish`] (once per batch of completions).
 
 pub mod engine;
+pub mod setup;
 pub mod stream;
 
 pub use engine::ShardRing;
+pub use setup::{RingFlags, RingUse};
 
-use io_uring::IoUring;
 use std::io;
-
-/// Builds a ring for one thread that submits and reaps alone:
-/// `SINGLE_ISSUER | DEFER_TASKRUN` (completions are posted only when the
-/// thread waits for them: no task-work interruptions), `entries`
-/// submission entries and `cq_entries` completion entries (multishot
-/// receives post many completions per submission).
-pub fn single_thread_ring(entries: u32, cq_entries: u32) -> io::Result<IoUring> {
-    IoUring::builder()
-        .setup_single_issuer()
-        .setup_defer_taskrun()
-        .setup_cqsize(cq_entries.max(entries))
-        .build(entries)
-}
 
 /// A provided-buffer ring: `count` buffers of `buf_bytes` bytes each, in
 /// buffer group `bgid`, with its ring of descriptors in its own
@@ -174,7 +163,7 @@ mod tests {
 
     #[test]
     fn a_multishot_receive_takes_provided_buffers_until_the_peer_closes() {
-        let mut ring = match single_thread_ring(64, 256) {
+        let mut ring = match RingUse::SingleThread.build(64, 256) {
             Ok(r) => r,
             // A kernel without io_uring, or a sandbox that forbids it.
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => return,
@@ -219,7 +208,7 @@ mod tests {
 
     #[test]
     fn a_buffer_ring_needs_a_power_of_two_count() {
-        let Ok(ring) = single_thread_ring(8, 8) else {
+        let Ok(ring) = RingUse::SingleThread.build(8, 8) else {
             return;
         };
         let e = BufRing::new(ring.as_raw_fd(), 1, 3, 8).err().unwrap();

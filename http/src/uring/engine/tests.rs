@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::driver::{block_on, Driver, StartError};
-use crate::uring::stream::RingStream;
 use crate::transport::{ReadSpare, Transport, WriteAll};
+use crate::uring::stream::RingStream;
 use std::io::{Read, Write};
 
 /// Runs `f` on an io_uring runtime with `ring` driven; `None` where this
