@@ -179,7 +179,10 @@ pub fn flags(cx: &Ctx) -> Finding {
             say(defer)
         ),
     )
-    .why("Gapura's rings do not ask for these flags today; this says what the kernel offers.")
+    .why(
+        "The shards' runtime rings do not ask for them; a shard's own ring (ring = \"on\") \
+         asks for SINGLE_ISSUER, and the load tester's direct engine for both.",
+    )
 }
 
 /// `limits.memlock`: RLIMIT_MEMLOCK against the rings on kernels < 5.12.

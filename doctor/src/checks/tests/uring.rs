@@ -135,7 +135,11 @@ fn newer_flags_are_reported_one_by_one() {
             "DEFER_TASKRUN: not available (Invalid argument (os error 22))",
         ],
     );
-    assert!(f.why.contains("do not ask for these flags today"), "{f:#?}");
+    assert!(
+        f.why
+            .contains("a shard's own ring (ring = \"on\") asks for SINGLE_ISSUER"),
+        "{f:#?}"
+    );
 }
 
 fn memlock(soft: Option<u64>) -> FakeProbe {
