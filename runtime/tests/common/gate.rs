@@ -8,7 +8,7 @@ use super::upstream::{self, Reply, UpRequest, Upstream};
 use super::{bin, Client, Gapura, TempDir};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The password every test user has.
 pub const PASSWORD: &str = "open-sesame";
@@ -115,14 +115,12 @@ pub fn metric_sample(g: &Gapura, sample: &str) -> Option<u64> {
 /// Polls a sample until it reads `want` (a missing sample reads 0) or
 /// `timeout` passes, and returns the last value read.
 pub fn wait_sample(g: &Gapura, sample: &str, want: u64, timeout: Duration) -> u64 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let v = metric_sample(g, sample).unwrap_or(0);
-        if v == want || Instant::now() > deadline {
-            return v;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut v = 0;
+    super::wait_until(timeout, || {
+        v = metric_sample(g, sample).unwrap_or(0);
+        v == want
+    });
+    v
 }
 
 /// `gapura_access_list_total{list="LIST",result="RESULT"}`.

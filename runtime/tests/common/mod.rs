@@ -119,7 +119,7 @@ impl Gapura {
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         let sink = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 sink.lock().unwrap().push(line);
             }
@@ -151,7 +151,8 @@ impl Gapura {
                 });
             }
             if let Ok(Some(status)) = child.try_wait() {
-                std::thread::sleep(Duration::from_millis(100));
+                // Its last lines: the reader ends at the end of stderr.
+                wait_until(Duration::from_secs(10), || reader.is_finished());
                 return Err(format!(
                     "exited {status}: {}",
                     log.lock().unwrap().join("\n")
@@ -177,14 +178,7 @@ impl Gapura {
     }
 
     pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if self.log_text().contains(needle) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+        wait_until(timeout, || self.log_text().contains(needle))
     }
 
     pub fn metrics(&self) -> String {
@@ -210,14 +204,12 @@ impl Gapura {
     }
 
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return Some(s);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        let mut status = None;
+        wait_until(timeout, || {
+            status = self.child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        status
     }
 }
 
@@ -443,5 +435,33 @@ impl Gapura {
             v == want
         });
         v
+    }
+}
+
+impl Gapura {
+    /// The admin listener's live view of a request (`GET /explain`) for
+    /// `host` and `path` from `peer`: each shard's tables as that request
+    /// would meet them now, read without changing them (its `rate_limit`
+    /// tells the whole tokens in the client's bucket).
+    pub fn live_view(&self, host: &str, path: &str, peer: &str) -> serde_json::Value {
+        let mut s = TcpStream::connect(self.admin).unwrap();
+        write!(
+            s,
+            "GET /explain?method=GET&path={path}&peer={peer}&h=Host:%20{host} HTTP/1.1\r\nHost: admin\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let body = out.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+
+    /// The whole tokens in `peer`'s bucket of the rate limit that a `GET
+    /// path` for `host` meets, on the first shard, as the live view tells.
+    pub fn rate_tokens(&self, host: &str, path: &str, peer: &str) -> u64 {
+        let view = self.live_view(host, path, peer);
+        view["shards"][0]["rate_limit"]["tokens"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no rate limit in {view}"))
     }
 }
