@@ -8,23 +8,44 @@ mod common;
 use common::gate::{get_close, respond_host, retry_after, METRIC_WAIT};
 use common::upstream;
 use common::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Runs `trial` until it returns Ok (at most three times, a window apart):
-/// a fixed window's boundary may fall inside a burst of requests, and that
-/// trial is then told apart by its pattern.
-fn in_one_window(window: Duration, mut trial: impl FnMut() -> Result<(), String>) {
+/// Starts Gapura on `profile` and runs `trial` on it until it returns Ok
+/// (at most three times): a fixed window's boundary may fall inside a
+/// burst of requests, and that trial is then told apart by its pattern.
+/// Each trial has a server started for it, whose budgets are whole, so no
+/// trial waits for the window its failed forerunner counted in to end.
+/// The server the trial fit on, and what the trial returned.
+fn in_one_window<T>(
+    profile: &str,
+    mut trial: impl FnMut(&Gapura) -> Result<T, String>,
+) -> (Gapura, T) {
     let mut seen = Vec::new();
     for _ in 0..3 {
-        match trial() {
-            Ok(()) => return,
-            Err(e) => {
-                seen.push(e);
-                std::thread::sleep(window);
-            }
+        let g = Gapura::start(profile);
+        match trial(&g) {
+            Ok(t) => return (g, t),
+            Err(e) => seen.push(e),
         }
     }
     panic!("no trial fit one window: {seen:#?}");
+}
+
+/// Sends from `src` until a request is admitted, every answer before it a
+/// 429 (a refusal is not counted, so the budget that refuses stays spent
+/// until its window ends); how many were refused.
+fn admitted_after_the_window(g: &Gapura, src: &str) -> u64 {
+    let mut refused = 0;
+    let admitted = wait_until(Duration::from_secs(10), || {
+        let r = request_from(src, g.addr, &get_close("b.test", "/"));
+        if r.status != 200 {
+            assert_eq!(r.status, 429, "from {src}");
+            refused += 1;
+        }
+        r.status == 200
+    });
+    assert!(admitted, "{src} was not admitted again");
+    refused
 }
 
 fn budget_profile(budget: &str) -> String {
@@ -61,10 +82,8 @@ fn statuses(reqs: &[(&str, u16)], g: &Gapura, refused: &mut u64) -> Result<Vec<u
 
 #[test]
 fn the_global_budget_refuses_past_its_window_and_recovers_after_it() {
-    let g = Gapura::start(&budget_profile("[quota.global]\nrequests = 3"));
-    let window = Duration::from_millis(1000);
-    let mut refused = 0;
-    in_one_window(window, || {
+    let (g, refused) = in_one_window(&budget_profile("[quota.global]\nrequests = 3"), |g| {
+        let mut refused = 0;
         let retry = statuses(
             &[
                 ("127.0.0.2", 200),
@@ -73,16 +92,14 @@ fn the_global_budget_refuses_past_its_window_and_recovers_after_it() {
                 ("127.0.0.2", 429),
                 ("127.0.2.2", 429),
             ],
-            &g,
+            g,
             &mut refused,
         )?;
         // The time to the window's end, rounded up.
         assert_eq!(retry, [1, 1]);
         // After the window the budget is whole again.
-        std::thread::sleep(window);
-        let again = statuses(&[("127.0.2.2", 200)], &g, &mut refused);
-        assert!(again.is_ok(), "{again:?}");
-        Ok(())
+        refused += admitted_after_the_window(g, "127.0.2.2");
+        Ok(refused)
     });
     assert_eq!(
         g.wait_metric(
@@ -96,10 +113,8 @@ fn the_global_budget_refuses_past_its_window_and_recovers_after_it() {
 
 #[test]
 fn the_source_budget_counts_per_prefix_and_recovers_after_its_window() {
-    let g = Gapura::start(&budget_profile("[quota.source]\nrequests = 2"));
-    let window = Duration::from_millis(1000);
-    let mut refused = 0;
-    in_one_window(window, || {
+    let (g, refused) = in_one_window(&budget_profile("[quota.source]\nrequests = 2"), |g| {
+        let mut refused = 0;
         let retry = statuses(
             &[
                 ("127.0.0.2", 200),
@@ -112,14 +127,15 @@ fn the_source_budget_counts_per_prefix_and_recovers_after_its_window() {
                 ("127.0.1.3", 200),
                 ("127.0.1.2", 429),
             ],
-            &g,
+            g,
             &mut refused,
         )?;
         assert_eq!(retry, [1, 1, 1]);
-        std::thread::sleep(window);
-        let again = statuses(&[("127.0.0.2", 200), ("127.0.1.2", 200)], &g, &mut refused);
+        // After the window both prefixes have their budgets again.
+        refused += admitted_after_the_window(g, "127.0.0.2");
+        let again = statuses(&[("127.0.1.2", 200)], g, &mut refused);
         assert!(again.is_ok(), "{again:?}");
-        Ok(())
+        Ok(refused)
     });
     assert_eq!(
         g.wait_metric(
@@ -133,10 +149,7 @@ fn the_source_budget_counts_per_prefix_and_recovers_after_its_window() {
 
 #[test]
 fn the_identity_budget_counts_per_credential() {
-    let g = Gapura::start(&budget_profile(
-        "[quota.identity]\nheader = \"x-api-key\"\nrequests = 2",
-    ));
-    let send = |key: Option<&str>| {
+    let send = |g: &Gapura, key: Option<&str>| {
         let key = key.map_or(String::new(), |k| format!("X-Api-Key: {k}\r\n"));
         request(
             g.addr,
@@ -144,8 +157,8 @@ fn the_identity_budget_counts_per_credential() {
         )
         .status
     };
-    let mut refused = 0;
-    in_one_window(Duration::from_millis(1000), || {
+    let profile = budget_profile("[quota.identity]\nheader = \"x-api-key\"\nrequests = 2");
+    let (g, refused) = in_one_window(&profile, |g| {
         let got: Vec<u16> = [
             Some("key-a"),
             Some("key-a"),
@@ -158,11 +171,11 @@ fn the_identity_budget_counts_per_credential() {
             Some("key-b"),
         ]
         .iter()
-        .map(|k| send(*k))
+        .map(|k| send(g, *k))
         .collect();
-        refused += got.iter().filter(|s| **s == 429).count() as u64;
+        let refused = got.iter().filter(|s| **s == 429).count() as u64;
         if got == [200, 200, 429, 200, 200, 200, 200, 200, 429] {
-            Ok(())
+            Ok(refused)
         } else {
             Err(format!("{got:?}"))
         }
@@ -273,10 +286,10 @@ fn health_probes_count_in_a_source_budget_of_their_own() {
 /// every refusal counted at one of `levels`; the two levels' counts.
 fn routes_trial(quota: &str, want: &[(&str, u16)], levels: [&str; 2]) -> [u64; 2] {
     let up = upstream::fixed(b"up");
-    let g = Gapura::start(&routes_profile(quota, up.addr));
-    let mut refused = 0;
-    in_one_window(Duration::from_millis(1000), || {
-        path_statuses(&g, want, &mut refused)
+    let (g, refused) = in_one_window(&routes_profile(quota, up.addr), |g| {
+        let mut refused = 0;
+        path_statuses(g, want, &mut refused)?;
+        Ok(refused)
     });
     let got = refused_at(&g, levels, refused);
     assert_eq!(got[0] + got[1], refused);
@@ -286,16 +299,14 @@ fn routes_trial(quota: &str, want: &[(&str, u16)], levels: [&str; 2]) -> [u64; 2
 /// The refusals counted at two quota levels once their sum reaches `want`
 /// (or `METRIC_WAIT` has passed).
 fn refused_at(g: &Gapura, levels: [&str; 2], want: u64) -> [u64; 2] {
-    let deadline = Instant::now() + METRIC_WAIT;
-    loop {
-        let got = levels.map(|l| {
+    let mut got = [0; 2];
+    wait_until(METRIC_WAIT, || {
+        got = levels.map(|l| {
             g.metric(&format!(
                 "gapura_quota_refused_total{{shard=\"0\",level=\"{l}\"}}"
             ))
         });
-        if got[0] + got[1] >= want || Instant::now() >= deadline {
-            return got;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        got[0] + got[1] >= want
+    });
+    got
 }
