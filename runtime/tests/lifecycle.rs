@@ -47,9 +47,20 @@ fn sighup_reload_changes_the_answer_on_an_open_keep_alive_connection() {
 #[test]
 fn watch_reloads_when_the_file_changes() {
     let g = Gapura::try_start(&respond_profile("one"), &["--watch"]).unwrap();
-    std::thread::sleep(Duration::from_millis(1100));
-    std::fs::write(&g.profile, respond_profile("watched")).unwrap();
-    assert!(g.wait_log("reloaded: generation 2", Duration::from_secs(5)));
+    // The watcher compares the file's modification time with the one it
+    // saw last, every 50 ms from its start (just after "ready"). A version
+    // written before it starts, or stamped with the first version's time
+    // (a file system's clock may be coarse), goes unseen: the new version
+    // is written again, a moment later and so with a later time, until the
+    // reload is logged. Each write renames a whole file into place, so the
+    // watcher never reads half of one.
+    let next = g.profile.with_extension("next");
+    let reloaded = wait_until(Duration::from_secs(10), || {
+        std::fs::write(&next, respond_profile("watched")).unwrap();
+        std::fs::rename(&next, &g.profile).unwrap();
+        g.wait_log("reloaded: generation 2", Duration::from_millis(500))
+    });
+    assert!(reloaded, "{}", g.log_text());
     assert_eq!(
         request(g.addr, b"GET / HTTP/1.1\r\nHost: r.test\r\n\r\n").body,
         b"watched"
@@ -82,12 +93,21 @@ fn sigterm_drains_an_in_flight_request_then_exits_zero() {
     let mut g = Gapura::start(&respond_profile("done"));
     let mut c = Client::connect(g.addr);
     c.send(b"POST / HTTP/1.1\r\nHost: r.test\r\nContent-Length: 10\r\n\r\nhalf-");
-    std::thread::sleep(Duration::from_millis(100));
+    // The request is in flight once the server has read its first half.
+    assert!(
+        wait_peer_read(&c.stream, Duration::from_secs(10)),
+        "the server never read the request"
+    );
     g.signal(libc::SIGTERM);
     assert!(g.wait_log("draining", Duration::from_secs(2)));
-    std::thread::sleep(Duration::from_millis(300));
-    // New connections are no longer accepted.
-    assert!(std::net::TcpStream::connect(g.addr).is_err());
+    // New connections are no longer accepted: the listener closes (the
+    // accept loop looks for the drain every 100 ms).
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            std::net::TcpStream::connect(g.addr).is_err()
+        }),
+        "the listener still accepts"
+    );
     c.send(b"rest!");
     let r = c.response(false);
     assert_eq!((r.status, r.body.as_slice()), (200, &b"done"[..]));
