@@ -519,9 +519,22 @@ fn a_client_abort_mid_body_leaves_the_pool_healthy() {
     {
         let mut c = Client::connect(g.addr);
         c.send(b"POST / HTTP/1.1\r\nHost: app.test\r\nContent-Length: 100000\r\n\r\npartial body");
-        std::thread::sleep(Duration::from_millis(200));
+        // The server has read the head and the body's start, and is
+        // passing them on to the upstream.
+        assert!(
+            wait_peer_read(&c.stream, Duration::from_secs(10)),
+            "the server never read the partial request"
+        );
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                up.connections.load(Ordering::Relaxed) == 1
+            }),
+            "the upstream never saw a connection"
+        );
     }
-    std::thread::sleep(Duration::from_millis(200));
+    // The abort is seen: the client's connection is counted closed.
+    let sample = "gapura_connections_closed_total{shard=\"0\"}";
+    assert_eq!(g.wait_metric(sample, 1, Duration::from_secs(10)), 1);
     for i in 0..10 {
         let r = request(
             g.addr,
