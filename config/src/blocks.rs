@@ -16,13 +16,12 @@ use crate::access::AccessLists;
 use crate::codes::ProfileCode;
 use crate::error::Errors;
 use crate::host::{CheckedAction, CheckedHost};
-use crate::hostlayer::{
-    check_bundles, check_layer, check_route_blocks, BlockLayer, LayerFields, Names, RouteBlocks,
-    SettingsLayer,
-};
+use crate::hostlayer::{check_route_blocks, BlockLayer, LayerFields, Names, RouteBlocks};
+use crate::hostsettings::{check_layer, SettingsLayer};
 use crate::layer::LimitsLayer;
-use crate::names::known_list;
+use crate::names::{known_list, valid_policy_name};
 use crate::pow::compile_pow;
+use crate::rawblocks::RawBundle;
 use crate::ruleset::{RuleSets, SetTarget};
 use crate::schema::{RawHost, RawProfile};
 use gapura_gate::access::AccessList;
@@ -105,6 +104,62 @@ pub(crate) fn layer_hosts(
         layers.routes.push(routes);
     }
     layers
+}
+
+/// The checked bundles, in profile order, and each valid name's position.
+pub(crate) struct Bundles {
+    pub layers: Vec<SettingsLayer>,
+    pub ids: HashMap<String, usize>,
+}
+
+/// Checks every `[[bundle]]`: its name and its settings.
+pub(crate) fn check_bundles(
+    raw: &[Spanned<RawBundle>],
+    names: &Names<'_>,
+    e: &mut Errors<'_>,
+) -> Bundles {
+    let mut bundles = Bundles {
+        layers: Vec::with_capacity(raw.len()),
+        ids: HashMap::new(),
+    };
+    for (i, b) in raw.iter().enumerate() {
+        let base = format!("bundle[{i}]");
+        let span = b.span();
+        let b = b.get_ref();
+        let path = format!("{base}.name");
+        match &b.name {
+            None => e.push(
+                "bundle.name.required",
+                path,
+                span,
+                "a bundle needs a name that hosts use, such as name = \"public-site\"",
+            ),
+            Some(n) if !valid_policy_name(n.get_ref()) => e.push(
+                "bundle.name.invalid",
+                path,
+                n.span(),
+                format!(
+                    "{:?} is not a bundle name: use 1 to 64 of a-z, 0-9, '_' and '-'",
+                    n.get_ref()
+                ),
+            ),
+            Some(n) => match bundles.ids.get(n.get_ref()) {
+                Some(first) => e.push(
+                    "bundle.name.duplicate",
+                    path,
+                    n.span(),
+                    format!("{:?} is already the name of bundle[{first}]", n.get_ref()),
+                ),
+                None => {
+                    bundles.ids.insert(n.get_ref().clone(), i);
+                }
+            },
+        }
+        bundles
+            .layers
+            .push(check_layer(&LayerFields::bundle(b), &base, names, e));
+    }
+    bundles
 }
 
 /// What the snapshot's policy and hosts get from the blocks.
@@ -385,13 +440,13 @@ fn host_extras(
     reported: &mut HashSet<usize>,
     e: &mut Errors<'_>,
 ) -> HostExtras {
-    let robots = match &m.robots {
+    let robots = match &m.robots.value {
         Some(r) if r.mode != RobotsMode::Passthrough => {
-            match Robots::compile(r.mode, m.robots_text.as_deref()) {
+            match Robots::compile(r.mode, m.robots.text.as_deref()) {
                 Ok(robots) => Some(robots),
                 Err(err) => {
                     if err == RobotsError::CustomTextRequired
-                        && m.robots_text.is_none()
+                        && m.robots.text.is_none()
                         && reported.insert(r.span.start)
                     {
                         e.push(

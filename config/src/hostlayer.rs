@@ -1,9 +1,10 @@
 //! Host-level settings as layers: `[defaults]`, a `[[bundle]]` and a
 //! `[[host]]` each hold any of them, and a route holds its access list and
-//! rule set. A layer's fields are all optional; [`SettingsLayer::merge`]
-//! stacks two layers field by field (a field the upper layer leaves out is
+//! rule set. A layer's fields are all optional; `hostsettings` declares
+//! them and how two layers stack (a field the upper layer leaves out is
 //! inherited), so a host's settings are defaults → bundle → host, and a
-//! route's blocks are that → route.
+//! route's blocks are that → route. This module holds the checks the
+//! table calls and the layers' own types.
 //!
 //! A reference to an access list or a rule set is a name, or `false` for
 //! none; its mode (`access_list_mode`, `rule_set_mode`) is a field of its
@@ -17,12 +18,10 @@
 //! `host[0].rule_set`).
 
 use crate::codes::ProfileCode;
-use crate::connlimits::{check_connection_rate, check_websocket};
 use crate::error::{key_path, Errors};
-use crate::gatekeys::{class, rate_limit, Known};
-use crate::layer::LimitsLayer;
-use crate::limits::check_limits;
-use crate::names::{known_list, valid_policy_name};
+use crate::gatekeys::{rate_limit, Known};
+use crate::layer::{replace, Fields};
+use crate::names::known_list;
 use crate::rawblocks::{
     LayerKeys, RawBundle, RawErrorPages, RawLimits, RawMaintenance, RawNameRef,
 };
@@ -34,8 +33,6 @@ use gapura_gate::custom_pages::{
 };
 use gapura_gate::maintenance::{MaintenanceError, MAINTENANCE_STATUSES, MAX_RETRY_AFTER_SECONDS};
 use gapura_gate::mode::Mode;
-use gapura_gate::policy::WebSocketLimits;
-use gapura_gate::quota::{Class, RatePolicy};
 use gapura_gate::robots::{normalize_custom_text, RobotsMode};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -62,6 +59,12 @@ impl<T> Default for BlockLayer<T> {
             pick: None,
             mode: None,
         }
+    }
+}
+
+impl<T: Copy> Fields for BlockLayer<T> {
+    fn merge_fields(base: &Self, over: &Self) -> Self {
+        BlockLayer::merge(*base, *over)
     }
 }
 
@@ -94,6 +97,18 @@ pub(crate) struct MaintenanceLayer {
     pub mode: Option<Mode>,
 }
 
+impl Fields for MaintenanceLayer {
+    fn merge_fields(base: &Self, over: &Self) -> Self {
+        MaintenanceLayer {
+            enabled: over.enabled.or(base.enabled),
+            status: over.status.or(base.status),
+            retry_after_seconds: over.retry_after_seconds.or(base.retry_after_seconds),
+            bypass: over.bypass.or(base.bypass),
+            mode: over.mode.or(base.mode),
+        }
+    }
+}
+
 /// The `robots` value of a layer, with where it is written (for a custom
 /// file without text).
 #[derive(Clone, Debug)]
@@ -103,69 +118,18 @@ pub(crate) struct RobotsValue {
     pub span: Range<usize>,
 }
 
-/// One layer of host-level settings, each field optional.
+/// A layer's `robots` and `robots_text`.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct SettingsLayer {
-    pub limits: LimitsLayer,
-    /// The limit's index, the reference's span and key path.
-    pub rate_limit: Option<(u32, Range<usize>, String)>,
-    pub class: Option<Class>,
-    /// Position among `[[access_list]]`.
-    pub access: BlockLayer<usize>,
-    pub rules: BlockLayer<SetTarget>,
-    pub robots: Option<RobotsValue>,
-    pub robots_text: Option<String>,
-    pub maintenance: MaintenanceLayer,
-    /// Entries by key, each whole.
-    pub pages: Vec<(PageKey, PageEntrySpec)>,
-    pub replace_upstream: Option<ReplaceUpstream>,
-    /// `Some(None)`: turned off in this layer.
-    pub connection_rate: Option<Option<RatePolicy>>,
-    pub websocket: Option<Option<WebSocketLimits>>,
-    pub pow: crate::pow::PowLayer,
-    /// `Some(None)`: turned off in this layer.
-    pub auth: Option<Option<u32>>,
-    pub auth_mode: Option<Mode>,
-    pub https: crate::tls::HttpsLayer,
+pub(crate) struct RobotsLayer {
+    pub value: Option<RobotsValue>,
+    pub text: Option<String>,
 }
 
-impl SettingsLayer {
-    /// `over` on top of `base`, field by field; error pages entry by entry.
-    pub(crate) fn merge(base: &SettingsLayer, over: &SettingsLayer) -> SettingsLayer {
-        let m = (&base.maintenance, &over.maintenance);
-        let mut pages = base.pages.clone();
-        for (key, spec) in &over.pages {
-            match pages.iter_mut().find(|(k, _)| k == key) {
-                Some(slot) => slot.1 = spec.clone(),
-                None => pages.push((*key, spec.clone())),
-            }
-        }
-        SettingsLayer {
-            limits: LimitsLayer::merge(base.limits, over.limits),
-            rate_limit: over.rate_limit.clone().or_else(|| base.rate_limit.clone()),
-            class: over.class.or(base.class),
-            access: BlockLayer::merge(base.access, over.access),
-            rules: BlockLayer::merge(base.rules, over.rules),
-            robots: over.robots.clone().or_else(|| base.robots.clone()),
-            robots_text: over
-                .robots_text
-                .clone()
-                .or_else(|| base.robots_text.clone()),
-            maintenance: MaintenanceLayer {
-                enabled: m.1.enabled.or(m.0.enabled),
-                status: m.1.status.or(m.0.status),
-                retry_after_seconds: m.1.retry_after_seconds.or(m.0.retry_after_seconds),
-                bypass: m.1.bypass.or(m.0.bypass),
-                mode: m.1.mode.or(m.0.mode),
-            },
-            pages,
-            replace_upstream: over.replace_upstream.or(base.replace_upstream),
-            connection_rate: over.connection_rate.or(base.connection_rate),
-            websocket: over.websocket.or(base.websocket),
-            pow: crate::pow::PowLayer::merge(&base.pow, &over.pow),
-            auth: over.auth.or(base.auth),
-            auth_mode: over.auth_mode.or(base.auth_mode),
-            https: crate::tls::HttpsLayer::merge(&base.https, &over.https),
+impl Fields for RobotsLayer {
+    fn merge_fields(base: &Self, over: &Self) -> Self {
+        RobotsLayer {
+            value: replace(&base.value, &over.value),
+            text: replace(&base.text, &over.text),
         }
     }
 }
@@ -182,6 +146,7 @@ pub(crate) struct Names<'a> {
 /// The host-level keys of one layer, wherever they are written. `limits`,
 /// `rate_limit` and `class` are `None` where another check reads them
 /// (`[defaults.limits]` in `validate`, a host's own in `host`).
+#[derive(Clone, Copy)]
 pub(crate) struct LayerFields<'a> {
     pub limits: Option<&'a RawLimits>,
     pub rate_limit: Option<&'a Opt<String>>,
@@ -219,13 +184,13 @@ impl<'a> LayerFields<'a> {
 }
 
 /// The codes of one kind of reference at one level.
-struct Codes {
+pub(crate) struct Codes {
     unknown: &'static str,
     invalid: &'static str,
     mode: &'static str,
 }
 
-const HOST_ACCESS: Codes = Codes {
+pub(crate) const HOST_ACCESS: Codes = Codes {
     unknown: "host.accessList.unknown",
     invalid: "host.accessList.invalid",
     mode: "host.accessList.mode.invalid",
@@ -235,7 +200,7 @@ const ROUTE_ACCESS: Codes = Codes {
     invalid: "route.accessList.invalid",
     mode: "route.accessList.mode.invalid",
 };
-const HOST_RULES: Codes = Codes {
+pub(crate) const HOST_RULES: Codes = Codes {
     unknown: "host.ruleSet.unknown",
     invalid: "host.ruleSet.invalid",
     mode: "host.ruleSet.mode.invalid",
@@ -297,7 +262,7 @@ fn block<T>(
     BlockLayer { pick, mode }
 }
 
-fn access(
+pub(crate) fn access(
     e: &mut Errors<'_>,
     fields: (&Opt<RawNameRef>, &Opt<String>),
     base: &str,
@@ -316,7 +281,7 @@ fn access(
     )
 }
 
-fn rules(
+pub(crate) fn rules(
     e: &mut Errors<'_>,
     fields: (&Opt<RawNameRef>, &Opt<String>),
     base: &str,
@@ -335,19 +300,15 @@ fn rules(
     )
 }
 
-/// Checks one host-level layer written at `base` (`defaults`,
-/// `bundle[N]`, `host[N]`).
-pub(crate) fn check_layer(
-    f: &LayerFields<'_>,
+/// `rate_limit` of `[defaults]` or a bundle: a known limit, with where it
+/// is named.
+pub(crate) fn check_rate_limit(
+    r: Option<&Opt<String>>,
     base: &str,
     names: &Names<'_>,
     e: &mut Errors<'_>,
-) -> SettingsLayer {
-    let k = &f.keys;
-    let limits = f.limits.map_or_else(LimitsLayer::default, |l| {
-        check_limits(l, &format!("{base}.limits"), e)
-    });
-    let rate_limit = f.rate_limit.and_then(Option::as_ref).and_then(|r| {
+) -> Option<(u32, Range<usize>, String)> {
+    r.and_then(Option::as_ref).and_then(|r| {
         let path = format!("{base}.rate_limit");
         rate_limit(
             e,
@@ -358,32 +319,18 @@ pub(crate) fn check_layer(
             names.known,
         )
         .map(|(i, at)| (i, at, path))
-    });
-    let class = f
-        .class
-        .and_then(|c| class(e, c, &format!("{base}.class"), "host.class.invalid"));
-    let access = access(
+    })
+}
+
+/// `replace_upstream`: `"off"`, `"html"` or `"any"`.
+pub(crate) fn check_replace_upstream(
+    v: &Opt<String>,
+    base: &str,
+    e: &mut Errors<'_>,
+) -> Option<ReplaceUpstream> {
+    choice(
         e,
-        (k.access_list, k.access_list_mode),
-        base,
-        &HOST_ACCESS,
-        names,
-    );
-    let rules = rules(e, (k.rule_set, k.rule_set_mode), base, &HOST_RULES, names);
-    let (robots, robots_text) = check_robots(k, base, e);
-    let maintenance = k
-        .maintenance
-        .as_ref()
-        .map(|m| check_maintenance(m, &format!("{base}.maintenance"), names, e))
-        .unwrap_or_default();
-    let pages = k
-        .error_pages
-        .as_ref()
-        .map(|p| check_pages(p, &format!("{base}.error_pages"), e))
-        .unwrap_or_default();
-    let replace_upstream = choice(
-        e,
-        k.replace_upstream,
+        v,
         &format!("{base}.replace_upstream"),
         "host.replace_upstream.invalid",
         &[
@@ -392,31 +339,7 @@ pub(crate) fn check_layer(
             ("any", Some(ReplaceUpstream::Any)),
         ],
         None,
-    );
-    SettingsLayer {
-        limits,
-        rate_limit,
-        class,
-        access,
-        rules,
-        robots,
-        robots_text,
-        maintenance,
-        pages,
-        replace_upstream,
-        connection_rate: check_connection_rate(k.connection_rate.as_ref(), base, e),
-        websocket: check_websocket(k.websocket.as_ref(), base, e),
-        pow: crate::pow::check_pow(k.proof_of_work.as_ref(), base, names.sets, e),
-        auth: crate::auth::check_auth_ref(
-            k.auth,
-            &format!("{base}.auth"),
-            "host.auth.unknown",
-            names.auth,
-            e,
-        ),
-        auth_mode: auth_mode(k.auth_mode, base, "host.auth.mode.invalid", e),
-        https: crate::tls::check_https(k.https_redirect, k.https_port, k.hsts.as_ref(), base, e),
-    }
+    )
 }
 
 /// A route's access list and rule set.
@@ -432,7 +355,12 @@ pub(crate) struct RouteBlocks {
 }
 
 /// `auth_mode`: `"enforce"` or `"shadow"`.
-fn auth_mode(v: &Opt<String>, base: &str, code: &'static str, e: &mut Errors<'_>) -> Option<Mode> {
+pub(crate) fn auth_mode(
+    v: &Opt<String>,
+    base: &str,
+    code: &'static str,
+    e: &mut Errors<'_>,
+) -> Option<Mode> {
     v.as_ref().map(|_| {
         crate::values::choice(
             e,
@@ -482,15 +410,16 @@ pub(crate) fn check_route_blocks(
 /// `robots` and `robots_text`. A text is checked where it is written; a
 /// text beside a `robots` that is not `"custom"` is refused, since nothing
 /// would read it.
-fn check_robots(
-    f: &LayerKeys<'_>,
+pub(crate) fn check_robots(
+    robots: &Opt<String>,
+    robots_text: &Opt<String>,
     base: &str,
     e: &mut Errors<'_>,
-) -> (Option<RobotsValue>, Option<String>) {
+) -> RobotsLayer {
     let path = format!("{base}.robots");
     let mode = choice(
         e,
-        f.robots,
+        robots,
         &path,
         "host.robots.invalid",
         &[
@@ -501,12 +430,12 @@ fn check_robots(
         ],
         None,
     );
-    let robots = mode.zip(f.robots.as_ref()).map(|(mode, v)| RobotsValue {
+    let value = mode.zip(robots.as_ref()).map(|(mode, v)| RobotsValue {
         mode,
         path,
         span: v.span(),
     });
-    let text = f.robots_text.as_ref().map(|t| {
+    let text = robots_text.as_ref().map(|t| {
         let path = format!("{base}.robots_text");
         if let Some(m) = mode.filter(|m| *m != RobotsMode::Custom) {
             e.push(
@@ -524,15 +453,20 @@ fn check_robots(
         }
         t.get_ref().clone()
     });
-    (robots, text)
+    RobotsLayer { value, text }
 }
 
-fn check_maintenance(
-    m: &RawMaintenance,
+/// `maintenance` of a layer at `base`.
+pub(crate) fn check_maintenance(
+    m: &Option<RawMaintenance>,
     base: &str,
     names: &Names<'_>,
     e: &mut Errors<'_>,
 ) -> MaintenanceLayer {
+    let Some(m) = m else {
+        return MaintenanceLayer::default();
+    };
+    let base = format!("{base}.maintenance");
     let status = m.status.as_ref().and_then(|s| {
         let ok = u16::try_from(*s.get_ref())
             .ok()
@@ -593,7 +527,15 @@ fn check_maintenance(
 
 /// Every entry of an `error_pages` table: a customizable status or
 /// `maintenance`, a message or (with `html`) a document.
-fn check_pages(p: &RawErrorPages, base: &str, e: &mut Errors<'_>) -> Vec<(PageKey, PageEntrySpec)> {
+pub(crate) fn check_pages(
+    p: &Option<RawErrorPages>,
+    base: &str,
+    e: &mut Errors<'_>,
+) -> Vec<(PageKey, PageEntrySpec)> {
+    let Some(p) = p else {
+        return Vec::new();
+    };
+    let base = &format!("{base}.error_pages");
     let mut pages = Vec::with_capacity(p.0.len());
     for (key, entry) in &p.0 {
         let path = key_path(base, key.get_ref());
@@ -634,60 +576,4 @@ fn check_pages(p: &RawErrorPages, base: &str, e: &mut Errors<'_>) -> Vec<(PageKe
         pages.push((page_key, spec));
     }
     pages
-}
-
-/// The checked bundles, in profile order, and each valid name's position.
-pub(crate) struct Bundles {
-    pub layers: Vec<SettingsLayer>,
-    pub ids: HashMap<String, usize>,
-}
-
-/// Checks every `[[bundle]]`: its name and its settings.
-pub(crate) fn check_bundles(
-    raw: &[Spanned<RawBundle>],
-    names: &Names<'_>,
-    e: &mut Errors<'_>,
-) -> Bundles {
-    let mut bundles = Bundles {
-        layers: Vec::with_capacity(raw.len()),
-        ids: HashMap::new(),
-    };
-    for (i, b) in raw.iter().enumerate() {
-        let base = format!("bundle[{i}]");
-        let span = b.span();
-        let b = b.get_ref();
-        let path = format!("{base}.name");
-        match &b.name {
-            None => e.push(
-                "bundle.name.required",
-                path,
-                span,
-                "a bundle needs a name that hosts use, such as name = \"public-site\"",
-            ),
-            Some(n) if !valid_policy_name(n.get_ref()) => e.push(
-                "bundle.name.invalid",
-                path,
-                n.span(),
-                format!(
-                    "{:?} is not a bundle name: use 1 to 64 of a-z, 0-9, '_' and '-'",
-                    n.get_ref()
-                ),
-            ),
-            Some(n) => match bundles.ids.get(n.get_ref()) {
-                Some(first) => e.push(
-                    "bundle.name.duplicate",
-                    path,
-                    n.span(),
-                    format!("{:?} is already the name of bundle[{first}]", n.get_ref()),
-                ),
-                None => {
-                    bundles.ids.insert(n.get_ref().clone(), i);
-                }
-            },
-        }
-        bundles
-            .layers
-            .push(check_layer(&LayerFields::bundle(b), &base, names, e));
-    }
-    bundles
 }

@@ -1,4 +1,6 @@
-//! Layering of request limits.
+//! Layering: the three ways a host-level setting stacks on the layer below
+//! ([`replace`], [`Fields`], [`entries`]; `hostsettings` names one per
+//! setting), and request limits layered.
 //!
 //! Limits come in layers, each field optional: the built-in values, then
 //! `[defaults.limits]`, then a host's own `limits`. A later layer overrides
@@ -7,6 +9,36 @@
 //! [`LimitsLayer::merge`].
 
 use gapura_gate::RequestLimits;
+
+/// `replace`: the upper layer's value, whole, when it has one; else the
+/// lower layer's.
+pub(crate) fn replace<T: Clone>(base: &Option<T>, over: &Option<T>) -> Option<T> {
+    over.as_ref().or(base.as_ref()).cloned()
+}
+
+/// `fields`: a table whose fields stack one by one, each as [`replace`]
+/// does.
+pub(crate) trait Fields {
+    /// `over` on top of `base`, field by field.
+    fn merge_fields(base: &Self, over: &Self) -> Self;
+}
+
+/// `entries`: keyed entries, each replaced whole by the upper layer that
+/// sets it; keys only the upper layer has come after the lower layer's, in
+/// its order.
+pub(crate) fn entries<K: PartialEq + Copy, V: Clone>(
+    base: &[(K, V)],
+    over: &[(K, V)],
+) -> Vec<(K, V)> {
+    let mut merged = base.to_vec();
+    for (key, value) in over {
+        match merged.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = value.clone(),
+            None => merged.push((*key, value.clone())),
+        }
+    }
+    merged
+}
 
 /// One layer of limits; `None` inherits the field from the layer below.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -52,6 +84,12 @@ impl LimitsLayer {
             max_header_bytes: self.max_header_bytes.unwrap_or(b.max_header_bytes),
             max_url_bytes: self.max_url_bytes.unwrap_or(b.max_url_bytes),
         }
+    }
+}
+
+impl Fields for LimitsLayer {
+    fn merge_fields(base: &Self, over: &Self) -> Self {
+        LimitsLayer::merge(*base, *over)
     }
 }
 

@@ -32,8 +32,9 @@
 //!   range), `names` (block names: the name rule, a named block's name
 //!   check, the known names a message lists), `env` (the machine as a
 //!   profile sees it), `identity` (the stable keys of servers and rate
-//!   pairs), `layer` (request limits layered), `settings` (what the runtime
-//!   applies itself), `password` (hash lines);
+//!   pairs), `layer` (the merge rules of layered settings, request limits
+//!   layered), `settings` (what the runtime applies itself), `password`
+//!   (hash lines);
 //! - the raw profile as serde reads it, importing only `values`: `schema`
 //!   (the root, `[server]`, `[defaults]`, hosts and routes, upstreams, UDP
 //!   relays, certificates and `[tls]`), `rawblocks` (access lists, rule
@@ -52,10 +53,12 @@
 //!   (the protective defaults a profile gets for each dimension it leaves
 //!   out, applied to the raw profile before any check);
 //! - the host and route layering: `route` (proxy routes), `host`,
-//!   `hostlayer` (one layer of host-level settings checked, two layers
-//!   merged), `blocks` (hosts stacked over `[defaults]` and their bundle,
-//!   and the lists, sets and extras they use compiled), `pairs` (the (rate
-//!   limit, host) pairs the gate keys name);
+//!   `hostlayer` (the checks of a layer's settings, and a route's blocks),
+//!   `hostsettings` (the host-level settings declared once: a table from
+//!   which a layer's fields, their merge and their check are written),
+//!   `blocks` (hosts stacked over `[defaults]` and their bundle, and the
+//!   lists, sets and extras they use compiled), `pairs` (the (rate limit,
+//!   host) pairs the gate keys name);
 //! - on top: `validate` (the entry point of the checks) and `compile` (a
 //!   checked profile into the snapshot);
 //! - `tests` (under test only: whole-profile tests, every error code with
@@ -79,6 +82,7 @@ mod error;
 mod gatekeys;
 mod host;
 mod hostlayer;
+mod hostsettings;
 mod identity;
 mod layer;
 mod limits;

@@ -37,8 +37,8 @@ pub(crate) struct PowLayer {
     pub mode: Option<Mode>,
 }
 
-impl PowLayer {
-    pub(crate) fn merge(base: &PowLayer, over: &PowLayer) -> PowLayer {
+impl crate::layer::Fields for PowLayer {
+    fn merge_fields(base: &PowLayer, over: &PowLayer) -> PowLayer {
         PowLayer {
             enabled: over.enabled.or(base.enabled),
             difficulty: over.difficulty.or(base.difficulty),

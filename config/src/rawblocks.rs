@@ -6,7 +6,7 @@
 //! Those keys are declared once (`host_level_keys!`): the raw tables of
 //! `[defaults]`, a bundle and a host are written from that one list
 //! (`raw_layer!`), and so is `LayerKeys`, one layer's keys borrowed, which
-//! `hostlayer` checks.
+//! `hostsettings` checks.
 //!
 //! Like `schema`, these mirror the TOML one to one, closed to unknown keys,
 //! every scalar and array [`Spanned`]. References to a list or a set are a
@@ -207,6 +207,7 @@ macro_rules! layer_keys {
      { $($(#[$da:meta])* $a:ident: $ta:ty,)* }
      { $($(#[$db:meta])* $b:ident: $tb:ty,)* }) => {
         /// The host-level keys of one layer, borrowed from its raw table.
+        #[derive(Clone, Copy)]
         pub(crate) struct LayerKeys<'a> {
             $($(#[$da])* pub $a: &'a $ta,)*
             $($(#[$db])* pub $b: &'a $tb,)*

@@ -34,15 +34,17 @@ pub(crate) struct HttpsLayer {
     pub hsts: Option<Vec<u8>>,
 }
 
-impl HttpsLayer {
-    pub(crate) fn merge(base: &HttpsLayer, over: &HttpsLayer) -> HttpsLayer {
+impl crate::layer::Fields for HttpsLayer {
+    fn merge_fields(base: &HttpsLayer, over: &HttpsLayer) -> HttpsLayer {
         HttpsLayer {
             redirect: over.redirect.or(base.redirect),
             port: over.port.or(base.port),
             hsts: over.hsts.clone().or_else(|| base.hsts.clone()),
         }
     }
+}
 
+impl HttpsLayer {
     pub(crate) fn compile(&self) -> gapura_gate::https::HttpsPolicy {
         gapura_gate::https::HttpsPolicy {
             redirect_port: self

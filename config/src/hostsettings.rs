@@ -1,0 +1,164 @@
+//! The host-level settings, declared once: one entry per setting of
+//! [`SettingsLayer`], in the order the layers are checked, gives
+//!
+//! - its field and type in a layer;
+//! - how an upper layer stacks on a lower one (`layer`'s merge rules):
+//!   `replace` (the upper value, whole), `fields` (field by field) or
+//!   `entries` (entry by entry, each replaced whole);
+//! - the keys it reads, each with its value and its built-in for the docs:
+//!   in parentheses those every raw table places itself (`limits`,
+//!   `rate_limit`, `class`: a host checks its own in `host`), in braces
+//!   the keys of `rawblocks`' list that every layer holds alike;
+//! - its check, an expression over those keys, the layer's key path
+//!   (`base`), the [`Names`] it may refer to (`names`) and the errors (`e`).
+//!
+//! From the table come [`SettingsLayer`], [`SettingsLayer::merge`] and
+//! [`check_layer`]. `check_layer` binds every key of a layer by name,
+//! exhaustively: a key of the list that no setting reads, or reads twice,
+//! does not compile, and a key a check leaves unread is an unused variable.
+
+use crate::connlimits::{check_connection_rate, check_websocket};
+use crate::error::Errors;
+use crate::gatekeys;
+use crate::hostlayer::{
+    self, access, check_maintenance, check_pages, check_rate_limit, check_replace_upstream,
+    check_robots, rules, BlockLayer, LayerFields, MaintenanceLayer, Names, RobotsLayer,
+    HOST_ACCESS, HOST_RULES,
+};
+use crate::layer::LimitsLayer;
+use crate::limits::check_limits;
+use crate::pow::{check_pow, PowLayer};
+use crate::rawblocks::LayerKeys;
+use crate::ruleset::SetTarget;
+use crate::tls::{check_https, HttpsLayer};
+use gapura_gate::custom_pages::{PageEntrySpec, PageKey, ReplaceUpstream};
+use gapura_gate::mode::Mode;
+use gapura_gate::policy::WebSocketLimits;
+use gapura_gate::quota::{Class, RatePolicy};
+use std::ops::Range;
+
+/// A merge rule of the table, applied to one field of two layers.
+macro_rules! merge_by {
+    (replace, $base:expr, $over:expr) => {
+        $crate::layer::replace(&$base, &$over)
+    };
+    (fields, $base:expr, $over:expr) => {
+        $crate::layer::Fields::merge_fields(&$base, &$over)
+    };
+    (entries, $base:expr, $over:expr) => {
+        $crate::layer::entries(&$base, &$over)
+    };
+}
+
+/// Writes the layer, its merge and its check from the table below.
+macro_rules! host_settings {
+    (
+        check($base:ident, $names:ident, $e:ident);
+        $(
+            $(#[$doc:meta])*
+            $name:ident: $ty:ty = $rule:ident
+            $(( $($okey:ident: $ovalue:literal = $obuiltin:literal),+ $(,)? ))?
+            { $($key:ident: $value:literal = $builtin:literal),* $(,)? }
+            check $check:expr;
+        )*
+    ) => {
+        /// One layer of host-level settings, each field optional.
+        #[derive(Clone, Debug, Default)]
+        pub(crate) struct SettingsLayer {
+            $($(#[$doc])* pub $name: $ty,)*
+        }
+
+        impl SettingsLayer {
+            /// `over` on top of `base`, each setting by its rule.
+            pub(crate) fn merge(base: &SettingsLayer, over: &SettingsLayer) -> SettingsLayer {
+                SettingsLayer {
+                    $($name: merge_by!($rule, base.$name, over.$name),)*
+                }
+            }
+        }
+
+        /// Checks one host-level layer written at `base` (`defaults`,
+        /// `bundle[N]`, `host[N]`), setting by setting in table order.
+        pub(crate) fn check_layer(
+            fields: &LayerFields<'_>,
+            $base: &str,
+            $names: &Names<'_>,
+            $e: &mut Errors<'_>,
+        ) -> SettingsLayer {
+            let LayerFields { keys, $($($($okey,)+)?)* } = *fields;
+            let LayerKeys { $($($key,)*)* } = keys;
+            SettingsLayer {
+                $($name: $check,)*
+            }
+        }
+    };
+}
+
+host_settings! {
+    check(base, names, e);
+
+    /// The request limits.
+    limits: LimitsLayer = fields (limits: "a table" = "the built-in limits") {}
+        check limits.map_or_else(LimitsLayer::default, |l| {
+            check_limits(l, &format!("{base}.limits"), e)
+        });
+    /// The limit's index, the reference's span and key path.
+    rate_limit: Option<(u32, Range<usize>, String)> = replace
+        (rate_limit: "a name" = "none") {}
+        check check_rate_limit(rate_limit, base, names, e);
+    class: Option<Class> = replace (class: "a class" = "\"normal\"") {}
+        check class.and_then(|c| {
+            gatekeys::class(e, c, &format!("{base}.class"), "host.class.invalid")
+        });
+    /// Position among `[[access_list]]`.
+    access: BlockLayer<usize> = fields {
+        access_list: "a name, or false" = "none",
+        access_list_mode: "a mode" = "\"enforce\"",
+    }
+        check access(e, (access_list, access_list_mode), base, &HOST_ACCESS, names);
+    rules: BlockLayer<SetTarget> = fields {
+        rule_set: "a name, or false" = "none",
+        rule_set_mode: "a mode" = "\"enforce\"",
+    }
+        check rules(e, (rule_set, rule_set_mode), base, &HOST_RULES, names);
+    robots: RobotsLayer = fields {
+        robots: "a word" = "\"passthrough\"",
+        robots_text: "a string" = "none",
+    }
+        check check_robots(robots, robots_text, base, e);
+    maintenance: MaintenanceLayer = fields { maintenance: "a table" = "off" }
+        check check_maintenance(maintenance, base, names, e);
+    /// Entries by key, each whole.
+    pages: Vec<(PageKey, PageEntrySpec)> = entries { error_pages: "a table" = "none" }
+        check check_pages(error_pages, base, e);
+    replace_upstream: Option<ReplaceUpstream> = replace {
+        replace_upstream: "a word" = "\"off\"",
+    }
+        check check_replace_upstream(replace_upstream, base, e);
+    /// `Some(None)`: turned off in this layer.
+    connection_rate: Option<Option<RatePolicy>> = replace {
+        connection_rate: "a table" = "none",
+    }
+        check check_connection_rate(connection_rate.as_ref(), base, e);
+    websocket: Option<Option<WebSocketLimits>> = replace { websocket: "a table" = "none" }
+        check check_websocket(websocket.as_ref(), base, e);
+    pow: PowLayer = fields { proof_of_work: "a table" = "off" }
+        check check_pow(proof_of_work.as_ref(), base, names.sets, e);
+    /// `Some(None)`: turned off in this layer.
+    auth: Option<Option<u32>> = replace { auth: "a name, or false" = "none" }
+        check crate::auth::check_auth_ref(
+            auth,
+            &format!("{base}.auth"),
+            "host.auth.unknown",
+            names.auth,
+            e,
+        );
+    auth_mode: Option<Mode> = replace { auth_mode: "a mode" = "\"enforce\"" }
+        check hostlayer::auth_mode(auth_mode, base, "host.auth.mode.invalid", e);
+    https: HttpsLayer = fields {
+        https_redirect: "a boolean" = "false",
+        https_port: "a port" = "443",
+        hsts: "a table" = "none",
+    }
+        check check_https(https_redirect, https_port, hsts.as_ref(), base, e);
+}
