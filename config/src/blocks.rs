@@ -13,11 +13,11 @@
 //! [`Preset::ALL`] order), and compiles each host's [`HostExtras`].
 
 use crate::access::AccessLists;
-use crate::codes::ProfileCode;
 use crate::error::Errors;
+use crate::extras::ExtrasCx;
 use crate::host::{CheckedAction, CheckedHost};
 use crate::hostlayer::{check_route_blocks, BlockLayer, LayerFields, Names, RouteBlocks};
-use crate::hostsettings::{check_layer, SettingsLayer};
+use crate::hostsettings::{check_layer, host_extras, SettingsLayer};
 use crate::layer::LimitsLayer;
 use crate::names::{known_list, valid_policy_name};
 use crate::pow::compile_pow;
@@ -25,11 +25,8 @@ use crate::rawblocks::RawBundle;
 use crate::ruleset::{RuleSets, SetTarget};
 use crate::schema::{RawHost, RawProfile};
 use gapura_gate::access::AccessList;
-use gapura_gate::custom_pages::{CustomPages, PageKey};
-use gapura_gate::maintenance::{Maintenance, MaintenanceSpec};
 use gapura_gate::mode::Mode;
-use gapura_gate::policy::{BlockRef, HostExtras, HostMaintenance};
-use gapura_gate::robots::{Robots, RobotsError, RobotsMode};
+use gapura_gate::policy::{BlockRef, HostExtras};
 use gapura_gate::ruleset::{Preset, RuleSet};
 use std::collections::{HashMap, HashSet};
 use toml::Spanned;
@@ -217,13 +214,15 @@ pub(crate) fn finish(
                 r.policy.rules = rules_ref(rules);
             }
         }
-        let host_span = raw.host.get(i).map_or(0..0, Spanned::span);
         let mut x = host_extras(
             &layers.hosts[i],
-            &list_index,
-            (&format!("host[{i}]"), host_span),
-            &mut reported,
-            e,
+            &mut ExtrasCx {
+                list_index: &list_index,
+                base: &format!("host[{i}]"),
+                span: raw.host.get(i).map_or(0..0, Spanned::span),
+                reported: &mut reported,
+                e,
+            },
         );
         x.pow = route_pow(i, entry, &layers.hosts[i], &layers.routes[i], &set_index, e);
         x.identity_strip = route_auth(entry, &layers.hosts[i], &layers.routes[i], auth);
@@ -427,94 +426,4 @@ fn used_rule_sets(
 
 fn index(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-/// A host's robots.txt, maintenance, pages and upstream replacement, from
-/// its stacked settings. Every value was checked in the layer that wrote
-/// it; the one problem only the stack shows is a custom robots.txt with no
-/// text in any layer, reported once at the `robots` that asks for it.
-fn host_extras(
-    m: &SettingsLayer,
-    list_index: &[Option<u32>],
-    (base, span): (&str, std::ops::Range<usize>),
-    reported: &mut HashSet<usize>,
-    e: &mut Errors<'_>,
-) -> HostExtras {
-    let robots = match &m.robots.value {
-        Some(r) if r.mode != RobotsMode::Passthrough => {
-            match Robots::compile(r.mode, m.robots.text.as_deref()) {
-                Ok(robots) => Some(robots),
-                Err(err) => {
-                    if err == RobotsError::CustomTextRequired
-                        && m.robots.text.is_none()
-                        && reported.insert(r.span.start)
-                    {
-                        e.push(
-                            err.code(),
-                            r.path.clone(),
-                            r.span.clone(),
-                            "robots = \"custom\" needs robots_text, the file to serve, in this \
-                             layer or one below",
-                        );
-                    }
-                    None
-                }
-            }
-        }
-        _ => None,
-    };
-    let statuses: Vec<_> = m
-        .pages
-        .iter()
-        .filter_map(|(k, spec)| match k {
-            PageKey::Status(s) => Some((*s, spec.clone())),
-            PageKey::Maintenance => None,
-        })
-        .collect();
-    // Entries were validated where written: compiling them cannot fail.
-    let pages = (!statuses.is_empty())
-        .then(|| CustomPages::compile(&statuses).ok())
-        .flatten();
-    let spec = MaintenanceSpec {
-        enabled: m.maintenance.enabled.unwrap_or(false),
-        status: m.maintenance.status.unwrap_or(503),
-        retry_after_seconds: m.maintenance.retry_after_seconds.unwrap_or(0),
-        page: m
-            .pages
-            .iter()
-            .find(|(k, _)| *k == PageKey::Maintenance)
-            .map(|(_, spec)| spec.clone()),
-    };
-    let maintenance = match Maintenance::compile(&spec) {
-        Ok(page) => page.map(|page| HostMaintenance {
-            page,
-            mode: m.maintenance.mode.unwrap_or_default(),
-            bypass: m.maintenance.bypass.and_then(|d| list_index[d]),
-        }),
-        Err(errs) => {
-            // Checked per layer already: a backstop that never doubles them.
-            if e.is_empty() {
-                for err in errs {
-                    e.push(
-                        err.code(),
-                        format!("{base}.maintenance"),
-                        span.clone(),
-                        err.to_string(),
-                    );
-                }
-            }
-            None
-        }
-    };
-    HostExtras {
-        robots,
-        maintenance,
-        pages,
-        replace_upstream: m.replace_upstream.unwrap_or_default(),
-        connection_rate: m.connection_rate.flatten(),
-        websocket: m.websocket.flatten(),
-        pow: None,
-        identity_strip: Vec::new(),
-        https: m.https.compile(),
-    }
 }

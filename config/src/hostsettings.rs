@@ -10,20 +10,27 @@
 //!   `rate_limit`, `class`: a host checks its own in `host`), in braces
 //!   the keys of `rawblocks`' list that every layer holds alike;
 //! - its check, an expression over those keys, the layer's key path
-//!   (`base`), the [`Names`] it may refer to (`names`) and the errors (`e`).
+//!   (`base`), the [`Names`] it may refer to (`names`) and the errors (`e`);
+//! - its compile step, when the host's [`HostExtras`] has a field of it:
+//!   an expression over the host's stacked settings (`m`) and what
+//!   compiling reads beside them (`cx`). The extras made per route (proof
+//!   of work, the identity headers to strip) are named in the header and
+//!   set by `blocks`.
 //!
-//! From the table come [`SettingsLayer`], [`SettingsLayer::merge`] and
-//! [`check_layer`]. `check_layer` binds every key of a layer by name,
+//! From the table come [`SettingsLayer`], [`SettingsLayer::merge`],
+//! [`check_layer`] and [`host_extras`]. `check_layer` binds every key of a layer by name,
 //! exhaustively: a key of the list that no setting reads, or reads twice,
 //! does not compile, and a key a check leaves unread is an unused variable.
 
 use crate::connlimits::{check_connection_rate, check_websocket};
 use crate::error::Errors;
+use crate::extras::{
+    check_maintenance, check_pages, check_replace_upstream, check_robots, compile_maintenance,
+    compile_pages, compile_robots, ExtrasCx, MaintenanceLayer, RobotsLayer,
+};
 use crate::gatekeys;
 use crate::hostlayer::{
-    self, access, check_maintenance, check_pages, check_rate_limit, check_replace_upstream,
-    check_robots, rules, BlockLayer, LayerFields, MaintenanceLayer, Names, RobotsLayer,
-    HOST_ACCESS, HOST_RULES,
+    self, access, check_rate_limit, rules, BlockLayer, LayerFields, Names, HOST_ACCESS, HOST_RULES,
 };
 use crate::layer::LimitsLayer;
 use crate::limits::check_limits;
@@ -33,7 +40,7 @@ use crate::ruleset::SetTarget;
 use crate::tls::{check_https, HttpsLayer};
 use gapura_gate::custom_pages::{PageEntrySpec, PageKey, ReplaceUpstream};
 use gapura_gate::mode::Mode;
-use gapura_gate::policy::WebSocketLimits;
+use gapura_gate::policy::{HostExtras, WebSocketLimits};
 use gapura_gate::quota::{Class, RatePolicy};
 use std::ops::Range;
 
@@ -54,12 +61,14 @@ macro_rules! merge_by {
 macro_rules! host_settings {
     (
         check($base:ident, $names:ident, $e:ident);
+        compile($m:ident, $cx:ident) { $($xf0:ident: $x0:expr),* $(,)? }
         $(
             $(#[$doc:meta])*
             $name:ident: $ty:ty = $rule:ident
             $(( $($okey:ident: $ovalue:literal = $obuiltin:literal),+ $(,)? ))?
             { $($key:ident: $value:literal = $builtin:literal),* $(,)? }
-            check $check:expr;
+            check $check:expr
+            $(, extras $xf:ident: $compile:expr)?;
         )*
     ) => {
         /// One layer of host-level settings, each field optional.
@@ -91,11 +100,22 @@ macro_rules! host_settings {
                 $($name: $check,)*
             }
         }
+
+        /// A host's extras from its stacked settings, setting by setting
+        /// in table order. Every value was checked in the layer that wrote
+        /// it.
+        pub(crate) fn host_extras($m: &SettingsLayer, $cx: &mut ExtrasCx<'_, '_>) -> HostExtras {
+            HostExtras {
+                $($($xf: $compile,)?)*
+                $($xf0: $x0,)*
+            }
+        }
     };
 }
 
 host_settings! {
     check(base, names, e);
+    compile(m, cx) { pow: None, identity_strip: Vec::new() }
 
     /// The request limits.
     limits: LimitsLayer = fields (limits: "a table" = "the built-in limits") {}
@@ -125,23 +145,29 @@ host_settings! {
         robots: "a word" = "\"passthrough\"",
         robots_text: "a string" = "none",
     }
-        check check_robots(robots, robots_text, base, e);
+        check check_robots(robots, robots_text, base, e),
+        extras robots: compile_robots(&m.robots, cx);
     maintenance: MaintenanceLayer = fields { maintenance: "a table" = "off" }
-        check check_maintenance(maintenance, base, names, e);
+        check check_maintenance(maintenance, base, names, e),
+        extras maintenance: compile_maintenance(&m.maintenance, &m.pages, cx);
     /// Entries by key, each whole.
     pages: Vec<(PageKey, PageEntrySpec)> = entries { error_pages: "a table" = "none" }
-        check check_pages(error_pages, base, e);
+        check check_pages(error_pages, base, e),
+        extras pages: compile_pages(&m.pages);
     replace_upstream: Option<ReplaceUpstream> = replace {
         replace_upstream: "a word" = "\"off\"",
     }
-        check check_replace_upstream(replace_upstream, base, e);
+        check check_replace_upstream(replace_upstream, base, e),
+        extras replace_upstream: m.replace_upstream.unwrap_or_default();
     /// `Some(None)`: turned off in this layer.
     connection_rate: Option<Option<RatePolicy>> = replace {
         connection_rate: "a table" = "none",
     }
-        check check_connection_rate(connection_rate.as_ref(), base, e);
+        check check_connection_rate(connection_rate.as_ref(), base, e),
+        extras connection_rate: m.connection_rate.flatten();
     websocket: Option<Option<WebSocketLimits>> = replace { websocket: "a table" = "none" }
-        check check_websocket(websocket.as_ref(), base, e);
+        check check_websocket(websocket.as_ref(), base, e),
+        extras websocket: m.websocket.flatten();
     pow: PowLayer = fields { proof_of_work: "a table" = "off" }
         check check_pow(proof_of_work.as_ref(), base, names.sets, e);
     /// `Some(None)`: turned off in this layer.
@@ -160,5 +186,6 @@ host_settings! {
         https_port: "a port" = "443",
         hsts: "a table" = "none",
     }
-        check check_https(https_redirect, https_port, hsts.as_ref(), base, e);
+        check check_https(https_redirect, https_port, hsts.as_ref(), base, e),
+        extras https: m.https.compile();
 }

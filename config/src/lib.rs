@@ -53,9 +53,12 @@
 //!   (the protective defaults a profile gets for each dimension it leaves
 //!   out, applied to the raw profile before any check);
 //! - the host and route layering: `route` (proxy routes), `host`,
-//!   `hostlayer` (the checks of a layer's settings, and a route's blocks),
+//!   `hostlayer` (a layer's references checked, and a route's blocks),
+//!   `extras` (a host's robots.txt, maintenance, error pages and upstream
+//!   replacement: checked per layer, compiled from the stack),
 //!   `hostsettings` (the host-level settings declared once: a table from
-//!   which a layer's fields, their merge and their check are written),
+//!   which a layer's fields, their merge, their check and the host's
+//!   extras are written),
 //!   `blocks` (hosts stacked over `[defaults]` and their bundle, and the
 //!   lists, sets and extras they use compiled), `pairs` (the (rate limit,
 //!   host) pairs the gate keys name);
@@ -79,6 +82,7 @@ mod compile;
 mod connlimits;
 mod env;
 mod error;
+mod extras;
 mod gatekeys;
 mod host;
 mod hostlayer;
