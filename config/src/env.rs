@@ -67,6 +67,9 @@ pub trait CertificateLoader {
     fn load_pair(&self, cert: &str, key: &str) -> Result<LoadedPair, PairProblem>;
     /// Reads a DER OCSP response.
     fn load_ocsp(&self, path: &str) -> Result<Vec<u8>, String>;
+    /// Reads the PEM certificates of an upstream's `ca_file`, as DER (at
+    /// least one).
+    fn load_cas(&self, path: &str) -> Result<Vec<Vec<u8>>, String>;
     /// A fresh random secret for session tickets (the runtime keeps one
     /// per process, so a reload keeps tickets valid).
     fn ticket_secret(&self) -> Vec<u8>;
@@ -82,6 +85,9 @@ impl CertificateLoader for NoFiles {
         Err(PairProblem::Cert(format!("{cert} is not read here")))
     }
     fn load_ocsp(&self, path: &str) -> Result<Vec<u8>, String> {
+        Err(format!("{path} is not read here"))
+    }
+    fn load_cas(&self, path: &str) -> Result<Vec<Vec<u8>>, String> {
         Err(format!("{path} is not read here"))
     }
     fn ticket_secret(&self) -> Vec<u8> {

@@ -120,6 +120,12 @@ impl<'s> Errors<'s> {
         self.warnings.push(e);
     }
 
+    /// How many errors were recorded so far (a check compares before and
+    /// after its own).
+    pub(crate) fn error_count(&self) -> usize {
+        self.list.len()
+    }
+
     /// The warnings in source order.
     pub(crate) fn take_warnings(&mut self) -> Vec<ProfileError> {
         let mut w = std::mem::take(&mut self.warnings);

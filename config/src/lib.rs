@@ -42,7 +42,9 @@
 //!   (quota, protection, rate limits, client, the gate keys of hosts and
 //!   routes); `syntax` reads it (errors of reading);
 //! - one module per block, each checking its raw tables: `server`
-//!   (`[server]`, listeners, the admin listener), `client`, `upstream`,
+//!   (`[server]`, listeners, the admin listener), `client`, `upstream`
+//!   (`[[upstream]]` groups and their servers), `upstreamtls` (an
+//!   upstream's `tls`: roots, server name, client certificate),
 //!   `udp` (`[[udp]]` relays and their budgets), `quota`, `ratelimit`,
 //!   `access`, `ruleset`, `auth` (`[[auth_provider]]` forward-auth providers
 //!   and the `auth` key of host levels and routes), `tls` (`[[certificate]]`
@@ -108,6 +110,7 @@ mod syntax;
 mod tls;
 mod udp;
 mod upstream;
+mod upstreamtls;
 mod validate;
 mod values;
 

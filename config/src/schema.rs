@@ -187,6 +187,46 @@ pub(crate) struct RawUpstream {
     pub fail_threshold: Opt<i64>,
     pub fail_cooldown_ms: Opt<i64>,
     pub health: Option<RawHealth>,
+    pub tls: Option<Spanned<RawUpstreamTls>>,
+}
+
+/// An upstream's `tls`: `true` (verify against the public roots) or a
+/// table.
+#[derive(Debug)]
+pub(crate) enum RawUpstreamTls {
+    Flag(bool),
+    Table(RawUpstreamTlsTable),
+}
+
+/// The table form of an upstream's `tls`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUpstreamTlsTable {
+    pub server_name: Opt<String>,
+    pub ca_file: Opt<String>,
+    pub client_cert: Opt<String>,
+    pub client_key: Opt<String>,
+    pub verify: Opt<bool>,
+}
+
+impl<'de> Deserialize<'de> for RawUpstreamTls {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawUpstreamTls;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("true, false, or a table { server_name, ca_file, client_cert, client_key, verify }")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawUpstreamTls, E> {
+                Ok(RawUpstreamTls::Flag(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawUpstreamTls, A::Error> {
+                RawUpstreamTlsTable::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawUpstreamTls::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// `[upstream.health]`. `expect_status` is `"NNN"`, `"NNN-NNN"` or `NNN`.

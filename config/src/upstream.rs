@@ -8,11 +8,12 @@
 //! resolve. Each server gets a stable [`server_key`] so that per-shard state
 //! (pools, balancer counters, passive health) follows it across reloads.
 
-use crate::env::Resolver;
+use crate::env::{CertificateLoader, Resolver};
 use crate::error::Errors;
 use crate::identity::server_key;
 use crate::names::BlockKind;
 use crate::schema::{RawHealth, RawServerEntry, RawUpstream};
+use crate::upstreamtls::check_upstream_tls;
 use crate::values::{as_u64, choice, int_in, IntOrString, Opt};
 use gapura_gate::host::valid_name;
 use gapura_gate::upstream::{ActiveHealth, Balance, HostHeader, UpstreamId};
@@ -52,6 +53,7 @@ pub(crate) struct Upstreams {
 pub(crate) fn check_upstreams(
     raw: &[Spanned<RawUpstream>],
     resolver: &dyn Resolver,
+    loader: &dyn CertificateLoader,
     e: &mut Errors<'_>,
 ) -> Upstreams {
     let mut groups = Vec::with_capacity(raw.len());
@@ -76,7 +78,9 @@ pub(crate) fn check_upstreams(
             );
         }
         let name = name.unwrap_or_default();
-        groups.push(check_group(u, name, &base, span, resolver, e));
+        let mut group = check_group(u, name, &base, span, resolver, e);
+        group.tls = check_upstream_tls(u.tls.as_ref(), &base, loader, e);
+        groups.push(group);
     }
     Upstreams { groups, ids }
 }
@@ -172,6 +176,7 @@ fn check_group(
         fail_threshold: narrow(fail_threshold),
         fail_cooldown_ms,
         active_health,
+        tls: None,
     }
 }
 
@@ -237,6 +242,10 @@ pub(crate) fn check_servers(
                 )
             }
         };
+        let written_name = match parse_server(addr) {
+            Ok(ServerAddr::Name(host, _)) => Some(host.to_ascii_lowercase()),
+            _ => None,
+        };
         let resolved = match parse_server(addr) {
             Err(why) => {
                 e.push(
@@ -282,6 +291,7 @@ pub(crate) fn check_servers(
             first_at.insert(a, item_path.clone());
             servers.push(UpstreamServer {
                 addr: a,
+                name: written_name.clone(),
                 weight,
                 key: server_key(name, a),
                 health_slot: 0,

@@ -78,7 +78,7 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         Shards::Auto => env.cores.max(1),
     };
     let defaults = check_limits(&raw.defaults.limits, "defaults.limits", errors);
-    let upstreams = check_upstreams(&raw.upstream, env.resolver, errors);
+    let upstreams = check_upstreams(&raw.upstream, env.resolver, env.certificates, errors);
     let quota = check_quota(&raw.quota, shards, errors);
     let udp = crate::udp::check_udp(&raw.udp, shards, env.resolver, errors);
     runtime.udp_listen = udp.iter().flat_map(|u| u.listen.iter().copied()).collect();

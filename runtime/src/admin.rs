@@ -344,6 +344,7 @@ pub fn render_metrics(admin: &Admin) -> String {
     render_auth(&mut out, admin);
     render_refusals(&mut out, admin);
     render_tls_failures(&mut out, admin);
+    render_upstream_tls_failures(&mut out, admin);
     render_process(&mut out, admin);
     out
 }
@@ -364,6 +365,26 @@ fn render_tls_failures(out: &mut String, admin: &Admin) {
                 "gapura_tls_handshake_failures_total{{shard=\"{i}\",reason=\"{}\"}} {}",
                 why.label(),
                 s.tls_failures[why as usize].get()
+            );
+        }
+    }
+}
+
+fn render_upstream_tls_failures(out: &mut String, admin: &Admin) {
+    use gapura_http::transport::tls::HandshakeFail;
+    family(
+        out,
+        "gapura_upstream_tls_failures_total",
+        "counter",
+        "Failed TLS handshakes with upstreams by reason (tls_verify: the server's certificate did not verify; refused: the server refused the handshake, a client certificate it wants, say).",
+    );
+    for (i, s) in admin.shards.iter().enumerate() {
+        for why in HandshakeFail::UPSTREAM {
+            let _ = writeln!(
+                out,
+                "gapura_upstream_tls_failures_total{{shard=\"{i}\",reason=\"{}\"}} {}",
+                why.upstream_label(),
+                s.upstream_tls_failures[why as usize].get()
             );
         }
     }

@@ -9,9 +9,11 @@
 
 use crate::log;
 use crate::publish::SnapshotCell;
+use gapura_gate::upstream::UpstreamTls;
 use gapura_gate::Snapshot;
 use gapura_http::upstream::health::BOARD_SLOTS;
 use gapura_http::upstream::HealthBoard;
+use rustls::pki_types::ServerName;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -96,13 +98,32 @@ impl Slots {
     }
 }
 
-/// Probes `addr` once. Ok(status) or the reason it failed.
-fn probe(addr: SocketAddr, host: &str, path: &str, timeout: Duration) -> Result<u16, String> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(timeout))
+/// Probes `addr` once, over TLS with `tls` (the group's client
+/// configuration and the server's name) as requests go. Ok(status) or the
+/// reason it failed.
+fn probe(
+    addr: SocketAddr,
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    host: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<u16, String> {
+    let tcp = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(timeout))
+    tcp.set_write_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
+    match tls {
+        None => exchange(tcp, host, path),
+        Some((config, name)) => {
+            let conn = rustls::ClientConnection::new(config, name).map_err(|e| e.to_string())?;
+            exchange(rustls::StreamOwned::new(conn, tcp), host, path)
+        }
+    }
+}
+
+/// The check's request and its answer's status.
+fn exchange(mut s: impl Read + Write, host: &str, path: &str) -> Result<u16, String> {
     let req = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: gapura-health\r\nConnection: close\r\n\r\n"
     );
@@ -133,6 +154,26 @@ fn status_of(line: &[u8]) -> Result<u16, String> {
     }
 }
 
+/// The client configurations the checks built, by the group's TLS
+/// settings (a reload's new settings build anew; old ones are dropped past
+/// a few).
+#[derive(Default)]
+struct Configs(Vec<(Arc<UpstreamTls>, Arc<rustls::ClientConfig>)>);
+
+impl Configs {
+    fn get(&mut self, tls: &Arc<UpstreamTls>) -> Result<Arc<rustls::ClientConfig>, String> {
+        if let Some((_, c)) = self.0.iter().find(|(t, _)| Arc::ptr_eq(t, tls)) {
+            return Ok(c.clone());
+        }
+        let c = gapura_http::transport::upstream::client_config(tls)?;
+        if self.0.len() >= 16 {
+            self.0.clear();
+        }
+        self.0.push((tls.clone(), c.clone()));
+        Ok(c)
+    }
+}
+
 /// Runs the checker until `stop` is set.
 pub fn spawn(cell: Arc<SnapshotCell>, board: Arc<HealthBoard>, stop: Arc<AtomicBool>) {
     let _ = std::thread::Builder::new()
@@ -140,6 +181,7 @@ pub fn spawn(cell: Arc<SnapshotCell>, board: Arc<HealthBoard>, stop: Arc<AtomicB
         .spawn(move || {
             let mut due: HashMap<u64, Instant> = HashMap::new();
             let mut down: HashMap<u64, bool> = HashMap::new();
+            let mut configs = Configs::default();
             let mut generation = 0;
             while !stop.load(Ordering::Relaxed) {
                 let snap = cell.load();
@@ -172,8 +214,26 @@ pub fn spawn(cell: Arc<SnapshotCell>, board: Arc<HealthBoard>, stop: Arc<AtomicB
                                 server.addr.to_string()
                             }
                         };
+                        let tls = match &group.tls {
+                            None => None,
+                            Some(t) => match (
+                                configs.get(t),
+                                gapura_http::transport::upstream::server_name(t, server),
+                            ) {
+                                (Ok(config), Ok(name)) => Some((config, name)),
+                                (Err(e), _) | (_, Err(e)) => {
+                                    log!(
+                                        "upstream {} {}: TLS cannot start: {e}",
+                                        group.name,
+                                        server.addr
+                                    );
+                                    continue;
+                                }
+                            },
+                        };
                         let result = probe(
                             server.addr,
+                            tls,
                             &host,
                             &check.path,
                             Duration::from_millis(check.timeout_ms),

@@ -125,6 +125,11 @@ impl CertificateLoader for CertificateFiles {
         self.read(path)
     }
 
+    fn load_cas(&self, path: &str) -> Result<Vec<Vec<u8>>, String> {
+        let pem = self.read(path)?;
+        gapura_http::transport::certs::load_cas(&pem).map_err(|why| format!("{path}: {why}"))
+    }
+
     fn ticket_secret(&self) -> Vec<u8> {
         ticket_secret().map_or_else(Vec::new, |s| s.to_vec())
     }

@@ -162,6 +162,9 @@ impl CertificateLoader for Placeholders {
     fn load_ocsp(&self, path: &str) -> Result<Vec<u8>, String> {
         Ok(path.as_bytes().to_vec())
     }
+    fn load_cas(&self, path: &str) -> Result<Vec<Vec<u8>>, String> {
+        Ok(vec![path.as_bytes().to_vec()])
+    }
     fn ticket_secret(&self) -> Vec<u8> {
         Vec::new()
     }

@@ -18,6 +18,7 @@ pub fn policy(servers: &[SocketAddr]) -> UdpPolicy {
             .enumerate()
             .map(|(i, &addr)| UpstreamServer {
                 addr,
+                name: None,
                 weight: 1,
                 key: i as u64 + 1,
                 health_slot: 0,

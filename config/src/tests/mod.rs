@@ -26,6 +26,7 @@ mod server;
 mod tls;
 mod udp;
 mod upstreams;
+mod upstreamtls;
 
 use crate::{Compiled, Environment, FixedNames, ProfileError};
 
@@ -95,6 +96,13 @@ impl crate::CertificateLoader for FakeFiles {
             Err(format!("cannot read {path}"))
         } else {
             Ok(path.as_bytes().to_vec())
+        }
+    }
+    fn load_cas(&self, path: &str) -> Result<Vec<Vec<u8>>, String> {
+        if path.contains("missing") {
+            Err(format!("cannot read {path}"))
+        } else {
+            Ok(vec![path.as_bytes().to_vec()])
         }
     }
     fn ticket_secret(&self) -> Vec<u8> {

@@ -11,6 +11,7 @@ fn server(group: &str, addr: &str, weight: u32) -> UpstreamServer {
     let addr: SocketAddr = addr.parse().unwrap();
     UpstreamServer {
         addr,
+        name: None,
         weight,
         key: server_key(group, addr),
         health_slot: 0,
@@ -70,6 +71,7 @@ expect_status = "204"
                 timeout_ms: 99,
                 expect_status: (204, 204),
             }),
+            tls: None,
         }
     );
 }
@@ -91,6 +93,7 @@ fn an_upstream_with_only_name_and_servers_takes_every_default() {
             fail_threshold: 3,
             fail_cooldown_ms: 10_000,
             active_health: None,
+            tls: None,
         }
     );
     let g = only_group(&format!("{U}host_header = \"pass\"\n[upstream.health]\n"));

@@ -19,7 +19,7 @@ pub(super) enum End {
 /// A connection upgraded after a relayed 101.
 #[derive(Debug)]
 pub(super) struct Upgraded {
-    pub upstream: crate::transport::plain::Plain,
+    pub upstream: crate::transport::upstream::UpstreamConn,
     /// Bytes the upstream sent past its 101 head.
     pub pending: Vec<u8>,
     /// The request's leases, held for the tunnel's life.

@@ -11,6 +11,7 @@ use crate::upstream::{HealthBoard, Upstreams};
 use gapura_gate::chain::{Block, ConnectionToken, GateState};
 use gapura_gate::quota::QuotaTicket;
 use gapura_gate::snapshot::AccessLogSettings;
+use gapura_gate::upstream::UpstreamTls;
 use gapura_gate::Snapshot;
 use std::cell::{Cell, RefCell, RefMut};
 use std::rc::Rc;
@@ -50,7 +51,7 @@ pub struct Shard {
     pub(super) busy: Cell<u32>,
     pub(super) open: Cell<u32>,
     /// Pools, balancer state and passive health of this shard's upstreams.
-    pub upstreams: Upstreams<crate::transport::plain::Plain>,
+    pub upstreams: Upstreams<crate::transport::upstream::UpstreamConn>,
     /// Active health results, shared by every shard.
     pub board: Arc<HealthBoard>,
     /// Request ids: a per-process prefix, the shard, a counter.
@@ -79,6 +80,9 @@ pub struct Shard {
     pub(crate) auth: AuthCalls,
     /// The TLS configuration built for the current snapshot (`tls`).
     pub(super) tls: RefCell<tls::Built>,
+    /// The rustls client configurations built for upstream groups' `tls`
+    /// (by the settings' identity; `None`: it could not be built).
+    upstream_tls: RefCell<UpstreamTlsConfigs>,
     /// Buffers given back by connections waiting idle for their next
     /// request (the write buffer at once, the read buffer once parked),
     /// lent to the next one that reads a request: an idle connection holds
@@ -93,6 +97,14 @@ pub struct Shard {
     /// has one (`with_ring`).
     pub(crate) ring: Option<Rc<crate::uring::ShardRing>>,
 }
+
+/// Upstream groups' TLS settings and the client configuration built for
+/// each.
+type UpstreamTlsConfigs = Vec<(Arc<UpstreamTls>, Option<Arc<rustls::ClientConfig>>)>;
+
+/// Most upstream TLS configurations a shard keeps (reloads leave old ones
+/// behind; past this the list starts over).
+const UPSTREAM_TLS_CONFIGS: usize = 64;
 
 /// Most spare buffers a shard keeps for its connections.
 const SPARE_BUFFERS: usize = 256;
@@ -138,6 +150,7 @@ impl Shard {
             verifier: None,
             auth: AuthCalls::default(),
             tls: RefCell::new(None),
+            upstream_tls: RefCell::new(Vec::new()),
             spare_buffers: RefCell::new(Vec::new()),
             slots: Rc::default(),
             deadlines: Rc::default(),
@@ -404,5 +417,40 @@ impl Release {
             Release::Ticket(t) => gate.release(t),
             Release::Connection(t) => gate.release_connection(t),
         }
+    }
+}
+
+impl Shard {
+    /// The rustls client configuration for an upstream group's `tls`,
+    /// built on first use after each snapshot change (a session cache of
+    /// its own: a pooled or resumed connection stays with its shard).
+    /// `None` (logged once per settings) when it cannot be built.
+    pub(super) fn upstream_tls(&self, tls: &Arc<UpstreamTls>) -> Option<Arc<rustls::ClientConfig>> {
+        if let Some((_, config)) = self
+            .upstream_tls
+            .borrow()
+            .iter()
+            .find(|(t, _)| Arc::ptr_eq(t, tls))
+        {
+            return config.clone();
+        }
+        let config = match crate::transport::upstream::client_config(tls) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                if let Some(warn) = self.warn {
+                    warn(format_args!(
+                        "shard {}: TLS to an upstream cannot start ({}): {e}",
+                        self.id, tls.label
+                    ));
+                }
+                None
+            }
+        };
+        let mut built = self.upstream_tls.borrow_mut();
+        if built.len() >= UPSTREAM_TLS_CONFIGS {
+            built.clear();
+        }
+        built.push((tls.clone(), config.clone()));
+        config
     }
 }

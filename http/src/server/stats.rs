@@ -165,7 +165,9 @@ pub struct ShardStats {
     pub tls_sni_default: Counter,
     pub tls_no_sni: Counter,
     /// Failed handshakes by `HandshakeFail` reason.
-    pub tls_failures: [Counter; 8],
+    pub tls_failures: [Counter; crate::transport::tls::HandshakeFail::COUNT],
+    /// Failed handshakes with upstreams, by reason.
+    pub upstream_tls_failures: [Counter; crate::transport::tls::HandshakeFail::COUNT],
     /// HTTP/2 connections and streams served.
     pub h2_connections: Counter,
     pub h2_streams: Counter,

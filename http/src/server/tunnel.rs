@@ -61,7 +61,7 @@ impl Judge for Messages {
 pub async fn tunnel<S: Transport>(
     client: S,
     client_pending: Vec<u8>,
-    upstream: crate::transport::plain::Plain,
+    upstream: crate::transport::upstream::UpstreamConn,
     upstream_pending: Vec<u8>,
     idle_ms: u64,
     messages: Option<Messages>,

@@ -41,6 +41,24 @@ pub fn load_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<(Vec<Vec<u8>>, Vec<u
     Ok((chain, key_der))
 }
 
+/// Reads PEM certificates (an upstream's certificate authorities) as DER;
+/// at least one, each one that a verifier would take as a root.
+pub fn load_cas(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let mut cas = Vec::new();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| format!("not a PEM certificate: {e}"))?;
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(cert.clone())
+            .map_err(|e| format!("a certificate that cannot be a root: {e}"))?;
+        cas.push(cert.to_vec());
+    }
+    if cas.is_empty() {
+        return Err("holds no PEM certificate".into());
+    }
+    Ok(cas)
+}
+
 /// A signing key with its chain and optional OCSP staple.
 pub fn certified_key(
     chain: &[Vec<u8>],

@@ -1,7 +1,11 @@
 //! The byte streams a client connection runs over: plain TCP (`plain`:
 //! the runtime's stream, receiving from the shard's own ring or not), or
-//! TLS over TCP (`tls`). The connection loop, the proxy and the tunnel
-//! are written once against [`Transport`] and its halves.
+//! TLS over TCP (`tls`); an upstream connection is either (`upstream`,
+//! which also builds the rustls client configuration an upstream's `tls`
+//! asks for); `certs` reads certificates and keys, `tickets` keeps the
+//! session-ticket keys, `compat` adapts a stream to the h2 codec. The
+//! connection loop, the proxy and the tunnel are written once against
+//! [`Transport`] and its halves.
 //!
 //! Reads fill a `Vec`'s spare capacity (its length grows by what was read);
 //! writes hand a buffer over and get it back, as the ring's operations do.
@@ -16,6 +20,7 @@ pub mod compat;
 pub mod plain;
 pub mod tickets;
 pub mod tls;
+pub mod upstream;
 
 use monoio::buf::{IoBuf, IoBufMut};
 use monoio::io::{

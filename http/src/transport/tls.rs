@@ -3,8 +3,10 @@
 //! fed to rustls, plaintext is copied out into the caller's buffer; plaintext
 //! written is encrypted by rustls and the records go out in one write.
 //!
-//! The handshake ([`accept`]) runs under one deadline and ends with a typed
-//! reason ([`HandshakeFail`]) for the counters. The stream splits into two
+//! The same stream serves both sides: a client's connection ([`accept`],
+//! rustls' server) and an upstream's ([`connect`], rustls' client). The
+//! handshake runs under one deadline and ends with a typed reason
+//! ([`HandshakeFail`]) for the counters. The stream splits into two
 //! halves for a tunnel; they share the rustls state (one thread, no lock).
 //! A peer that closes the TCP connection without a close_notify ends the
 //! stream as a close would: HTTP's own framing tells a truncated message.
@@ -14,9 +16,10 @@ use monoio::buf::IoBuf;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, OwnedReadHalf, OwnedWriteHalf};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
-use rustls::ServerConnection;
+use rustls::{ClientConnection, ConnectionCommon, ServerConnection};
 use std::cell::RefCell;
 use std::io::{self, BufRead, Write};
+use std::ops::DerefMut;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -45,9 +48,13 @@ pub enum HandshakeFail {
     ClientAlert,
     /// Anything else rustls refused.
     Other,
+    /// The peer's certificate did not verify (an upstream's: a client's is
+    /// never asked for).
+    Verify,
 }
 
 impl HandshakeFail {
+    /// The reasons a client's handshake fails for.
     pub const ALL: [HandshakeFail; 8] = [
         HandshakeFail::ProtocolVersion,
         HandshakeFail::Incompatible,
@@ -58,6 +65,29 @@ impl HandshakeFail {
         HandshakeFail::ClientAlert,
         HandshakeFail::Other,
     ];
+
+    /// The reasons a handshake with an upstream fails for.
+    pub const UPSTREAM: [HandshakeFail; 6] = [
+        HandshakeFail::Verify,
+        HandshakeFail::ClientAlert,
+        HandshakeFail::Incompatible,
+        HandshakeFail::Timeout,
+        HandshakeFail::Closed,
+        HandshakeFail::Other,
+    ];
+
+    /// How many reasons there are (every variant is below it).
+    pub const COUNT: usize = 9;
+
+    /// The `reason` label of an upstream's handshake on `/metrics`.
+    pub fn upstream_label(self) -> &'static str {
+        match self {
+            HandshakeFail::Verify => "tls_verify",
+            // The server refused us (our certificate, say).
+            HandshakeFail::ClientAlert => "refused",
+            other => other.label(),
+        }
+    }
 
     /// The `reason` label on `/metrics`.
     pub fn label(self) -> &'static str {
@@ -70,6 +100,7 @@ impl HandshakeFail {
             HandshakeFail::Closed => "closed",
             HandshakeFail::ClientAlert => "client_alert",
             HandshakeFail::Other => "other",
+            HandshakeFail::Verify => "tls_verify",
         }
     }
 
@@ -92,6 +123,9 @@ impl HandshakeFail {
             | Error::InappropriateHandshakeMessage { .. }
             | Error::PeerMisbehaved(_) => HandshakeFail::BadRecord,
             Error::AlertReceived(_) => HandshakeFail::ClientAlert,
+            Error::InvalidCertificate(_) | Error::InvalidCertRevocationList(_) => {
+                HandshakeFail::Verify
+            }
             _ => HandshakeFail::Other,
         }
     }
@@ -104,10 +138,11 @@ struct CipherIn {
     at: usize,
 }
 
-/// A server-side TLS stream over TCP.
-pub struct TlsStream {
+/// A TLS stream over TCP: a client's (`C` = rustls' server side) or an
+/// upstream's (`C` = [`ClientConnection`]).
+pub struct TlsStream<C = ServerConnection> {
     tcp: TcpStream,
-    tls: Rc<RefCell<ServerConnection>>,
+    tls: Rc<RefCell<C>>,
     cin: CipherIn,
     cout: Vec<u8>,
 }
@@ -121,25 +156,38 @@ pub async fn accept(
     deadline: Instant,
 ) -> Result<TlsStream, HandshakeFail> {
     let conn = ServerConnection::new(config).map_err(|e| HandshakeFail::of(&e))?;
-    let mut cin = CipherIn { buf: early, at: 0 };
-    if cin.buf.capacity() < CIPHER_IN_BYTES {
-        cin.buf.reserve(CIPHER_IN_BYTES - cin.buf.len());
-    }
-    let mut s = TlsStream {
-        tcp,
-        tls: Rc::new(RefCell::new(conn)),
-        cin,
-        cout: Vec::new(),
-    };
-    let done = monoio::time::timeout_at(deadline, s.handshake()).await;
-    match done {
-        Ok(Ok(())) => Ok(s),
-        Ok(Err(fail)) => Err(fail),
-        Err(_) => Err(HandshakeFail::Timeout),
-    }
+    TlsStream::new(tcp, conn, early).handshaken(deadline).await
 }
 
-impl TlsStream {
+/// Completes a client handshake with an upstream on `tcp` under
+/// `deadline`, for `name` (SNI, and what the certificate must be valid
+/// for).
+pub async fn connect(
+    tcp: TcpStream,
+    config: Arc<rustls::ClientConfig>,
+    name: rustls::pki_types::ServerName<'static>,
+    deadline: Instant,
+) -> Result<TlsStream<ClientConnection>, HandshakeFail> {
+    let conn = ClientConnection::new(config, name).map_err(|e| HandshakeFail::of(&e))?;
+    TlsStream::new(tcp, conn, Vec::new())
+        .handshaken(deadline)
+        .await
+}
+
+impl<C: DerefMut<Target = ConnectionCommon<D>>, D> TlsStream<C> {
+    fn new(tcp: TcpStream, conn: C, early: Vec<u8>) -> TlsStream<C> {
+        let mut cin = CipherIn { buf: early, at: 0 };
+        if cin.buf.capacity() < CIPHER_IN_BYTES {
+            cin.buf.reserve(CIPHER_IN_BYTES - cin.buf.len());
+        }
+        TlsStream {
+            tcp,
+            tls: Rc::new(RefCell::new(conn)),
+            cin,
+            cout: Vec::new(),
+        }
+    }
+
     async fn handshake(&mut self) -> Result<(), HandshakeFail> {
         loop {
             let (handshaking, wants_write) = {
@@ -171,24 +219,18 @@ impl TlsStream {
         }
     }
 
-    /// The name the client asked for (SNI), if any.
-    pub fn server_name(&self) -> Option<String> {
-        self.tls.borrow().server_name().map(str::to_string)
+    /// The stream once its handshake is done by `deadline`.
+    async fn handshaken(mut self, deadline: Instant) -> Result<Self, HandshakeFail> {
+        match monoio::time::timeout_at(deadline, self.handshake()).await {
+            Ok(Ok(())) => Ok(self),
+            Ok(Err(fail)) => Err(fail),
+            Err(_) => Err(HandshakeFail::Timeout),
+        }
     }
 
     /// The application protocol agreed by ALPN.
     pub fn alpn(&self) -> Option<Vec<u8>> {
         self.tls.borrow().alpn_protocol().map(<[u8]>::to_vec)
-    }
-
-    /// Whether ALPN agreed on HTTP/2.
-    pub fn alpn_h2(&self) -> bool {
-        self.tls.borrow().alpn_protocol() == Some(b"h2")
-    }
-
-    /// The protocol version agreed.
-    pub fn version(&self) -> Option<rustls::ProtocolVersion> {
-        self.tls.borrow().protocol_version()
     }
 
     /// Whether the session was resumed (no certificate was sent).
@@ -197,6 +239,23 @@ impl TlsStream {
             self.tls.borrow().handshake_kind(),
             Some(rustls::HandshakeKind::Resumed)
         )
+    }
+
+    /// The protocol version agreed.
+    pub fn version(&self) -> Option<rustls::ProtocolVersion> {
+        self.tls.borrow().protocol_version()
+    }
+}
+
+impl TlsStream<ServerConnection> {
+    /// The name the client asked for (SNI), if any.
+    pub fn server_name(&self) -> Option<String> {
+        self.tls.borrow().server_name().map(str::to_string)
+    }
+
+    /// Whether ALPN agreed on HTTP/2.
+    pub fn alpn_h2(&self) -> bool {
+        self.tls.borrow().alpn_protocol() == Some(b"h2")
     }
 }
 
@@ -207,9 +266,9 @@ enum Fed {
 
 /// Gives rustls more ciphertext: what is buffered, else one socket read.
 /// `Ok(false)`: the socket ended.
-async fn feed<R: AsyncReadRent>(
+async fn feed<R: AsyncReadRent, C: DerefMut<Target = ConnectionCommon<D>>, D>(
     tcp: &mut R,
-    tls: &RefCell<ServerConnection>,
+    tls: &RefCell<C>,
     cin: &mut CipherIn,
 ) -> Result<bool, Fed> {
     if cin.at == cin.buf.len() {
@@ -241,9 +300,9 @@ async fn feed<R: AsyncReadRent>(
 }
 
 /// Writes what rustls has queued (records, alerts, session tickets).
-async fn flush_tls<W: AsyncWriteRent>(
+async fn flush_tls<W: AsyncWriteRent, C: DerefMut<Target = ConnectionCommon<D>>, D>(
     tcp: &mut W,
-    tls: &RefCell<ServerConnection>,
+    tls: &RefCell<C>,
     cout: &mut Vec<u8>,
 ) -> io::Result<()> {
     cout.clear();
@@ -264,9 +323,9 @@ async fn flush_tls<W: AsyncWriteRent>(
 }
 
 /// Reads plaintext into `out`'s spare room.
-async fn read_plain<R: AsyncReadRent>(
+async fn read_plain<R: AsyncReadRent, C: DerefMut<Target = ConnectionCommon<D>>, D>(
     tcp: &mut R,
-    tls: &RefCell<ServerConnection>,
+    tls: &RefCell<C>,
     cin: &mut CipherIn,
     mut out: Vec<u8>,
 ) -> (io::Result<usize>, Vec<u8>) {
@@ -300,9 +359,9 @@ async fn read_plain<R: AsyncReadRent>(
 }
 
 /// Encrypts and writes all of `data`.
-async fn write_plain<W: AsyncWriteRent>(
+async fn write_plain<W: AsyncWriteRent, C: DerefMut<Target = ConnectionCommon<D>>, D>(
     tcp: &mut W,
-    tls: &RefCell<ServerConnection>,
+    tls: &RefCell<C>,
     cout: &mut Vec<u8>,
     data: &[u8],
 ) -> io::Result<()> {
@@ -319,7 +378,7 @@ async fn write_plain<W: AsyncWriteRent>(
     }
 }
 
-impl ReadSpare for TlsStream {
+impl<C: DerefMut<Target = ConnectionCommon<D>>, D> ReadSpare for TlsStream<C> {
     async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
         let (res, buf) = read_plain(&mut self.tcp, &self.tls, &mut self.cin, buf).await;
         // Replies reading made (a key update, an alert) go out now.
@@ -332,8 +391,8 @@ impl ReadSpare for TlsStream {
 
 /// The writing side of a stream and of its write half: the same fields.
 macro_rules! tls_write {
-    ($($t:ty),*) => {$(
-        impl WriteAll for $t {
+    ($($t:ident),*) => {$(
+        impl<C: DerefMut<Target = ConnectionCommon<D>>, D> WriteAll for $t<C> {
             async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
                 let data = super::init_bytes(&buf);
                 let res = write_plain(&mut self.tcp, &self.tls, &mut self.cout, data).await;
@@ -352,29 +411,29 @@ macro_rules! tls_write {
 tls_write!(TlsStream, TlsWriteHalf);
 
 /// The reading half of a split [`TlsStream`].
-pub struct TlsReadHalf {
+pub struct TlsReadHalf<C = ServerConnection> {
     tcp: OwnedReadHalf<TcpStream>,
-    tls: Rc<RefCell<ServerConnection>>,
+    tls: Rc<RefCell<C>>,
     cin: CipherIn,
 }
 
 /// The writing half of a split [`TlsStream`]; it also sends what reading
 /// queued (a key update's answer) with its next write.
-pub struct TlsWriteHalf {
+pub struct TlsWriteHalf<C = ServerConnection> {
     tcp: OwnedWriteHalf<TcpStream>,
-    tls: Rc<RefCell<ServerConnection>>,
+    tls: Rc<RefCell<C>>,
     cout: Vec<u8>,
 }
 
-impl ReadSpare for TlsReadHalf {
+impl<C: DerefMut<Target = ConnectionCommon<D>>, D> ReadSpare for TlsReadHalf<C> {
     async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
         read_plain(&mut self.tcp, &self.tls, &mut self.cin, buf).await
     }
 }
 
-impl Transport for TlsStream {
-    type ReadHalf = TlsReadHalf;
-    type WriteHalf = TlsWriteHalf;
+impl<C: DerefMut<Target = ConnectionCommon<D>> + 'static, D: 'static> Transport for TlsStream<C> {
+    type ReadHalf = TlsReadHalf<C>;
+    type WriteHalf = TlsWriteHalf<C>;
     const TLS: bool = true;
 
     #[inline]
@@ -382,7 +441,7 @@ impl Transport for TlsStream {
         Some(&self.tcp)
     }
 
-    fn into_split(self) -> (TlsReadHalf, TlsWriteHalf) {
+    fn into_split(self) -> (TlsReadHalf<C>, TlsWriteHalf<C>) {
         let (r, w) = monoio::io::Splitable::into_split(self.tcp);
         (
             TlsReadHalf {

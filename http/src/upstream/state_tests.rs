@@ -12,6 +12,7 @@ fn group(weights: &[u32], balance: Balance) -> UpstreamGroup {
             .enumerate()
             .map(|(i, &weight)| UpstreamServer {
                 addr: ([127, 0, 0, 1], 9000 + i as u16).into(),
+                name: None,
                 weight,
                 key: 100 + i as u64,
                 health_slot: i as u32 + 1,
@@ -27,6 +28,7 @@ fn group(weights: &[u32], balance: Balance) -> UpstreamGroup {
         fail_threshold: 2,
         fail_cooldown_ms: 10_000,
         active_health: None,
+        tls: None,
     }
 }
 

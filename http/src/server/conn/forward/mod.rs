@@ -25,8 +25,11 @@ use super::{Conn, End};
 use crate::clock;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
+use crate::server::shard::Shard;
 use crate::server::stats::ErrorKind;
 use crate::transport::plain::Plain;
+use crate::transport::tls::{self, HandshakeFail};
+use crate::transport::upstream::{server_name, UpstreamConn};
 use crate::transport::Transport;
 use crate::transport::WriteAll;
 use gapura_gate::limits::RequestLimits;
@@ -106,25 +109,42 @@ fn connect_error(e: &std::io::Error) -> ErrorStatus {
     }
 }
 
-/// A new connection to `server`, receiving from `ring` when the shard
-/// has one.
+/// A new connection to `server`: TCP within the group's connect timeout,
+/// then, for a group with `tls`, the TLS handshake within the same
+/// deadline (a failed one is counted by reason). A plaintext connection
+/// receives from the shard's ring when it has one.
 async fn connect(
+    group: &UpstreamGroup,
     server: &UpstreamServer,
-    timeout_ms: u64,
-    ring: Option<&std::rc::Rc<crate::uring::ShardRing>>,
-) -> std::io::Result<Plain> {
-    match monoio::time::timeout_at(
-        clock::deadline(timeout_ms),
-        monoio::net::TcpStream::connect_addr(server.addr),
-    )
-    .await
-    {
-        Ok(Ok(s)) => {
-            let _ = s.set_nodelay(true);
-            Ok(Plain::new(s, ring))
+    shard: &Shard,
+) -> Result<UpstreamConn, ErrorStatus> {
+    let deadline = clock::deadline(group.connect_timeout_ms);
+    let tcp =
+        match monoio::time::timeout_at(deadline, monoio::net::TcpStream::connect_addr(server.addr))
+            .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(connect_error(&e)),
+            Err(_) => return Err(ErrorStatus::GatewayTimeout),
+        };
+    let _ = tcp.set_nodelay(true);
+    let Some(tls) = &group.tls else {
+        return Ok(UpstreamConn::Plain(Plain::new(tcp, shard.ring())));
+    };
+    let fail = |why: HandshakeFail| {
+        shard.stats.upstream_tls_failures[why as usize].inc();
+        if why == HandshakeFail::Timeout {
+            ErrorStatus::GatewayTimeout
+        } else {
+            ErrorStatus::BadGateway
         }
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+    };
+    let (Some(config), Ok(name)) = (shard.upstream_tls(tls), server_name(tls, server)) else {
+        return Err(fail(HandshakeFail::Other));
+    };
+    match tls::connect(tcp, config, name, deadline).await {
+        Ok(s) => Ok(UpstreamConn::Tls(s)),
+        Err(why) => Err(fail(why)),
     }
 }
 
@@ -233,14 +253,20 @@ impl<S: Transport> Conn<S> {
                 tried |= 1 << idx;
             }
             let server = &group.servers[idx];
-            let (mut up, reused) = match shard.upstreams.take_idle(server, clock::now_ms()) {
+            // A pooled connection of the other kind (a reload turned the
+            // group's TLS on or off) is closed rather than used.
+            let idle = shard
+                .upstreams
+                .take_idle(server, clock::now_ms())
+                .filter(|c| matches!(c, UpstreamConn::Tls(_)) == group.tls.is_some());
+            let (mut up, reused) = match idle {
                 Some(s) => (s, true),
-                None => match connect(server, group.connect_timeout_ms, shard.ring()).await {
+                None => match connect(group, server, &shard).await {
                     Ok(s) => (s, false),
-                    Err(e) => {
+                    Err(status) => {
                         shard.upstreams.failure(group, server, clock::now_ms());
                         shard.stats.upstream_failures.inc();
-                        failed.last = connect_error(&e);
+                        failed.last = status;
                         continue;
                     }
                 },
@@ -318,7 +344,7 @@ impl<S: Transport> Conn<S> {
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &mut self,
-        up: &mut Plain,
+        up: &mut UpstreamConn,
         reused: bool,
         head: &ParsedHead,
         group: &UpstreamGroup,
@@ -362,7 +388,7 @@ impl<S: Transport> Conn<S> {
     /// for a replay), then the rest of the body streamed from the client.
     async fn send_request(
         &mut self,
-        up: &mut Plain,
+        up: &mut UpstreamConn,
         reused: bool,
         head: &ParsedHead,
         group: &UpstreamGroup,
@@ -499,7 +525,7 @@ impl<S: Transport> Conn<S> {
     /// Streams the rest of the request body from the client to `up`.
     async fn stream_body(
         &mut self,
-        up: &mut Plain,
+        up: &mut UpstreamConn,
         body: &mut Body,
         limits: &RequestLimits,
         write_timeout_ms: u64,

@@ -6,7 +6,7 @@ use super::Attempt;
 use crate::clock;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::server::conn::Conn;
-use crate::transport::plain::Plain;
+use crate::transport::upstream::UpstreamConn;
 use crate::transport::ReadSpare;
 use crate::transport::Transport;
 use crate::upstream::response::{RespFraming, RespHead};
@@ -15,7 +15,7 @@ impl<S: Transport> Conn<S> {
     /// Phase 3: the response body after its head, by its framing.
     pub(super) async fn relay_body(
         &mut self,
-        up: &mut Plain,
+        up: &mut UpstreamConn,
         resp: &RespHead,
         mut reusable: bool,
         close: bool,
@@ -53,7 +53,7 @@ impl<S: Transport> Conn<S> {
     /// A body of `n` bytes, from `urbuf[start..]` on.
     async fn relay_length(
         &mut self,
-        up: &mut Plain,
+        up: &mut UpstreamConn,
         start: usize,
         n: u64,
         reusable: &mut bool,
@@ -95,7 +95,7 @@ impl<S: Transport> Conn<S> {
     /// A chunked body, relayed as is once each piece is checked.
     async fn relay_chunked(
         &mut self,
-        up: &mut Plain,
+        up: &mut UpstreamConn,
         start: usize,
         reusable: &mut bool,
         read_timeout: u64,
@@ -147,7 +147,7 @@ impl<S: Transport> Conn<S> {
     /// A body that ends when the upstream closes.
     async fn relay_to_close(
         &mut self,
-        up: &mut Plain,
+        up: &mut UpstreamConn,
         start: usize,
         read_timeout: u64,
     ) -> Result<(), Attempt> {
@@ -200,7 +200,7 @@ impl<S: Transport> Conn<S> {
     /// Reads a body chunk from the upstream into the empty `urbuf`.
     async fn read_upstream_plain(
         &mut self,
-        up: &mut Plain,
+        up: &mut UpstreamConn,
         timeout_ms: u64,
     ) -> Result<usize, UpRead> {
         let mut buf = std::mem::take(&mut self.urbuf);

@@ -6,7 +6,7 @@ use super::{peer_closed, Attempt, Exchange, UPSTREAM_BUF_BYTES, WATCH_AFTER_MS};
 use crate::clock;
 use crate::codec::head::{Method, ParsedHead};
 use crate::server::conn::Conn;
-use crate::transport::plain::Plain;
+use crate::transport::upstream::UpstreamConn;
 use crate::transport::ReadSpare;
 use crate::transport::Transport;
 use crate::upstream::response::{
@@ -28,7 +28,7 @@ impl<S: Transport> Conn<S> {
     /// head and whether the client connection closes after it.
     pub(super) async fn read_response_head(
         &mut self,
-        up: &mut Plain,
+        up: &mut UpstreamConn,
         head: &ParsedHead,
         group: &UpstreamGroup,
         x: &Exchange,
@@ -181,7 +181,11 @@ impl<S: Transport> Conn<S> {
 
     /// Reads from the upstream into `urbuf`'s spare room under `deadline`,
     /// watching the client for an abort once the answer takes a while.
-    async fn read_upstream(&mut self, up: &mut Plain, deadline: Instant) -> Result<usize, UpRead> {
+    async fn read_upstream(
+        &mut self,
+        up: &mut UpstreamConn,
+        deadline: Instant,
+    ) -> Result<usize, UpRead> {
         if self.urbuf.len() == self.urbuf.capacity() {
             if self.urbuf.len() >= crate::upstream::response::MAX_RESPONSE_HEAD_BYTES {
                 return Err(UpRead::Io);
