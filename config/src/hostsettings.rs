@@ -5,7 +5,8 @@
 //! - how an upper layer stacks on a lower one (`layer`'s merge rules):
 //!   `replace` (the upper value, whole), `fields` (field by field) or
 //!   `entries` (entry by entry, each replaced whole);
-//! - the keys it reads, each with its value and its built-in for the docs:
+//! - the keys it reads, each with its value and its built-in, which
+//!   docs/profile.md's host-level table shows (a test holds them equal):
 //!   in parentheses those every raw table places itself (`limits`,
 //!   `rate_limit`, `class`: a host checks its own in `host`), in braces
 //!   the keys of `rawblocks`' list that every layer holds alike;
@@ -43,6 +44,17 @@ use gapura_gate::mode::Mode;
 use gapura_gate::policy::{HostExtras, WebSocketLimits};
 use gapura_gate::quota::{Class, RatePolicy};
 use std::ops::Range;
+
+/// One key of the table, as the docs describe it.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct KeyDoc {
+    pub key: &'static str,
+    /// What the key takes: `table`, `name`, `word`...
+    pub value: &'static str,
+    /// What a host has when no layer sets it.
+    pub builtin: &'static str,
+}
 
 /// A merge rule of the table, applied to one field of two layers.
 macro_rules! merge_by {
@@ -101,6 +113,14 @@ macro_rules! host_settings {
             }
         }
 
+        /// Every key a layer reads, in table order, with its value and
+        /// its built-in as docs/profile.md's host-level table gives them.
+        #[cfg(test)]
+        pub(crate) const KEYS: &[KeyDoc] = &[$(
+            $($(KeyDoc { key: stringify!($okey), value: $ovalue, builtin: $obuiltin },)+)?
+            $(KeyDoc { key: stringify!($key), value: $value, builtin: $builtin },)*
+        )*];
+
         /// A host's extras from its stacked settings, setting by setting
         /// in table order. Every value was checked in the layer that wrote
         /// it.
@@ -118,60 +138,60 @@ host_settings! {
     compile(m, cx) { pow: None, identity_strip: Vec::new() }
 
     /// The request limits.
-    limits: LimitsLayer = fields (limits: "a table" = "the built-in limits") {}
+    limits: LimitsLayer = fields (limits: "table" = "the limits above") {}
         check limits.map_or_else(LimitsLayer::default, |l| {
             check_limits(l, &format!("{base}.limits"), e)
         });
     /// The limit's index, the reference's span and key path.
     rate_limit: Option<(u32, Range<usize>, String)> = replace
-        (rate_limit: "a name" = "none") {}
+        (rate_limit: "name" = "none") {}
         check check_rate_limit(rate_limit, base, names, e);
-    class: Option<Class> = replace (class: "a class" = "\"normal\"") {}
+    class: Option<Class> = replace (class: "word" = r#""normal""#) {}
         check class.and_then(|c| {
             gatekeys::class(e, c, &format!("{base}.class"), "host.class.invalid")
         });
     /// Position among `[[access_list]]`.
     access: BlockLayer<usize> = fields {
-        access_list: "a name, or false" = "none",
-        access_list_mode: "a mode" = "\"enforce\"",
+        access_list: "name or false" = "none",
+        access_list_mode: "mode" = r#""enforce""#,
     }
         check access(e, (access_list, access_list_mode), base, &HOST_ACCESS, names);
     rules: BlockLayer<SetTarget> = fields {
-        rule_set: "a name, or false" = "none",
-        rule_set_mode: "a mode" = "\"enforce\"",
+        rule_set: "name or false" = "none",
+        rule_set_mode: "mode" = r#""enforce""#,
     }
         check rules(e, (rule_set, rule_set_mode), base, &HOST_RULES, names);
     robots: RobotsLayer = fields {
-        robots: "a word" = "\"passthrough\"",
-        robots_text: "a string" = "none",
+        robots: "word" = r#""passthrough""#,
+        robots_text: "string" = "none",
     }
         check check_robots(robots, robots_text, base, e),
         extras robots: compile_robots(&m.robots, cx);
-    maintenance: MaintenanceLayer = fields { maintenance: "a table" = "off" }
+    maintenance: MaintenanceLayer = fields { maintenance: "table" = "off" }
         check check_maintenance(maintenance, base, names, e),
         extras maintenance: compile_maintenance(&m.maintenance, &m.pages, cx);
     /// Entries by key, each whole.
-    pages: Vec<(PageKey, PageEntrySpec)> = entries { error_pages: "a table" = "none" }
+    pages: Vec<(PageKey, PageEntrySpec)> = entries { error_pages: "table" = "none" }
         check check_pages(error_pages, base, e),
         extras pages: compile_pages(&m.pages);
     replace_upstream: Option<ReplaceUpstream> = replace {
-        replace_upstream: "a word" = "\"off\"",
+        replace_upstream: "word" = r#""off""#,
     }
         check check_replace_upstream(replace_upstream, base, e),
         extras replace_upstream: m.replace_upstream.unwrap_or_default();
     /// `Some(None)`: turned off in this layer.
     connection_rate: Option<Option<RatePolicy>> = replace {
-        connection_rate: "a table" = "none",
+        connection_rate: "table" = "none",
     }
         check check_connection_rate(connection_rate.as_ref(), base, e),
         extras connection_rate: m.connection_rate.flatten();
-    websocket: Option<Option<WebSocketLimits>> = replace { websocket: "a table" = "none" }
+    websocket: Option<Option<WebSocketLimits>> = replace { websocket: "table" = "none" }
         check check_websocket(websocket.as_ref(), base, e),
         extras websocket: m.websocket.flatten();
-    pow: PowLayer = fields { proof_of_work: "a table" = "off" }
+    pow: PowLayer = fields { proof_of_work: "table" = "off" }
         check check_pow(proof_of_work.as_ref(), base, names.sets, e);
     /// `Some(None)`: turned off in this layer.
-    auth: Option<Option<u32>> = replace { auth: "a name, or false" = "none" }
+    auth: Option<Option<u32>> = replace { auth: "name or false" = "none" }
         check crate::auth::check_auth_ref(
             auth,
             &format!("{base}.auth"),
@@ -179,12 +199,12 @@ host_settings! {
             names.auth,
             e,
         );
-    auth_mode: Option<Mode> = replace { auth_mode: "a mode" = "\"enforce\"" }
+    auth_mode: Option<Mode> = replace { auth_mode: "mode" = r#""enforce""# }
         check hostlayer::auth_mode(auth_mode, base, "host.auth.mode.invalid", e);
     https: HttpsLayer = fields {
-        https_redirect: "a boolean" = "false",
-        https_port: "a port" = "443",
-        hsts: "a table" = "none",
+        https_redirect: "boolean" = "false",
+        https_port: "integer" = "443",
+        hsts: "table" = "none",
     }
         check check_https(https_redirect, https_port, hsts.as_ref(), base, e),
         extras https: m.https.compile();

@@ -212,13 +212,6 @@ macro_rules! layer_keys {
             $($(#[$da])* pub $a: &'a $ta,)*
             $($(#[$db])* pub $b: &'a $tb,)*
         }
-
-        impl LayerKeys<'_> {
-            /// Every key's name, in table order.
-            #[cfg(test)]
-            pub(crate) const NAMES: &'static [&'static str] =
-                &[$(stringify!($a),)* $(stringify!($b),)*];
-        }
     };
 }
 

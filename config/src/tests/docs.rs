@@ -499,24 +499,65 @@ fn the_host_level_table_of_profile_md_lists_every_host_level_key() {
     let start = DOC
         .find("Host-level settings (in `[defaults]`, a bundle or a host):")
         .expect("profile.md has the host-level table");
-    let rows: Vec<&str> = DOC[start..]
+    let mut lines = DOC[start..]
         .lines()
         .skip_while(|l| !l.starts_with('|'))
-        .take_while(|l| l.starts_with('|'))
-        .skip(2)
-        .map(|l| l.split('`').nth(1).expect("a row names its key"))
+        .take_while(|l| l.starts_with('|'));
+    assert_eq!(
+        lines.next(),
+        Some("| key | value | built-in | layers | meaning |")
+    );
+    // key, value, built-in and layers, backticks left out but the key's.
+    let rows: Vec<[String; 4]> = lines
+        .skip(1)
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+            let key = cells[0].split('`').nth(1).expect("a row names its key");
+            let plain = |c: &str| c.replace('`', "");
+            [
+                key.to_string(),
+                plain(cells[1]),
+                plain(cells[2]),
+                plain(cells[3]),
+            ]
+        })
         .collect();
-    let mut keys: Vec<&str> = ["limits", "rate_limit", "class"].to_vec();
-    keys.extend(crate::rawblocks::LayerKeys::NAMES);
-    let mut sorted_rows = rows.clone();
-    sorted_rows.sort_unstable();
-    keys.sort_unstable();
-    assert_eq!(sorted_rows, keys, "rows in profile.md: {rows:?}");
-    // Every key the table lists is one that [defaults] and a bundle read.
+    let table: Vec<[String; 3]> = crate::hostsettings::KEYS
+        .iter()
+        .map(|k| [k.key, k.value, k.builtin].map(str::to_string))
+        .collect();
+    let mut documented: Vec<[String; 3]> = rows
+        .iter()
+        .map(|[k, v, b, _]| [k.clone(), v.clone(), b.clone()])
+        .collect();
+    let mut declared = table.clone();
+    documented.sort_unstable();
+    declared.sort_unstable();
+    assert_eq!(
+        documented, declared,
+        "profile.md's rows (key, value, built-in) against hostsettings' table"
+    );
+    // Every key the table lists is one that [defaults] and a bundle read,
+    // and the layers column says "all" of those a route reads too.
+    let keys: Vec<&str> = crate::hostsettings::KEYS.iter().map(|k| k.key).collect();
     for table in ["[defaults]", "[[bundle]]\nname = \"b\""] {
         let read = keys_of(table);
         for k in &keys {
             assert!(read.iter().any(|r| r == k), "{table} does not read {k}");
         }
+    }
+    let route = keys_of("[[host]]\nnames = [\"h.test\"]\n\n[[host.route]]\npath = \"/\"");
+    for [key, _, _, layers] in &rows {
+        if key == "websocket" {
+            // A route's websocket is a key of its own: a switch that lets
+            // Upgrade through, not the host's message limits.
+            continue;
+        }
+        assert_eq!(
+            layers.starts_with("all"),
+            route.contains(key),
+            "{key}: layers {layers:?}, a route reads it: {}",
+            route.contains(key)
+        );
     }
 }
