@@ -19,9 +19,13 @@
 //!   set by `blocks`.
 //!
 //! From the table come [`SettingsLayer`], [`SettingsLayer::merge`],
-//! [`check_layer`] and [`host_extras`]. `check_layer` binds every key of a layer by name,
-//! exhaustively: a key of the list that no setting reads, or reads twice,
-//! does not compile, and a key a check leaves unread is an unused variable.
+//! [`check_layer`], [`host_extras`] and the keys the docs' test reads.
+//! `check_layer` binds every key of a layer by name, exhaustively: a key of
+//! the list that no setting reads, or reads twice, does not compile, and a
+//! key a check leaves unread is an unused variable. One more host-level
+//! key is a line of `rawblocks`' list (its raw type), an entry here (or a
+//! key of an entry), its check when it is new, and its row in
+//! docs/profile.md.
 
 use crate::connlimits::{check_connection_rate, check_websocket};
 use crate::error::Errors;
