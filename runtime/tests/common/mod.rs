@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod gate;
+pub mod pki;
 pub mod tls;
 pub mod upstream;
 
