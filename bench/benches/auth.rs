@@ -26,6 +26,7 @@ fn provider(scope: Scope) -> AuthProvider {
         entries: 4096,
         timeout_ms: 2000,
         sign_in: None,
+        tls: None,
         identity: 1,
     }
 }

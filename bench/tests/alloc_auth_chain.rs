@@ -31,6 +31,7 @@ fn forward_auth_decisions_allocate_nothing() {
         entries: 1024,
         timeout_ms: 2000,
         sign_in: None,
+        tls: None,
         identity: 7,
     }];
     snap.entries[0].policy.auth = Some(gapura_gate::policy::BlockRef {

@@ -10,14 +10,23 @@
 //! scope. oauth2-proxy: `/oauth2/auth`, `X-Auth-Request-User`, `-Email`,
 //! `-Groups`, `-Preferred-Username`, host scope. None: the URL as written,
 //! no header copied unless listed, request scope.
+//!
+//! An `https://` url (port 443 unless written) makes the call over TLS,
+//! with the `tls` table of an upstream (`crate::upstreamtls`): verified
+//! for the url's host unless `tls.server_name` names another, against
+//! `tls.ca_file` or the public roots, with `tls.client_cert` when given.
 
-use crate::env::Resolver;
+use crate::env::{CertificateLoader, Resolver};
 use crate::error::Errors;
 use crate::names::BlockKind;
 use crate::rawblocks::{RawAuthCache, RawAuthProvider, RawSignIn};
+use crate::schema::RawUpstreamTls;
+use crate::upstreamtls::check_upstream_tls;
 use crate::values::{choice, int_in, Opt, StrList};
 use gapura_gate::auth::{AuthProvider, HeaderMatch, Scope, STANDARD_HEADERS};
+use gapura_gate::upstream::{UpstreamRoots, UpstreamTls};
 use std::collections::HashMap;
+use std::sync::Arc;
 use toml::Spanned;
 
 const AUTH_PROVIDER: BlockKind = BlockKind {
@@ -88,6 +97,7 @@ impl Preset {
 pub(crate) fn check_auth_providers(
     raw: &[Spanned<RawAuthProvider>],
     resolver: &dyn Resolver,
+    loader: &dyn CertificateLoader,
     e: &mut Errors<'_>,
 ) -> AuthProviders {
     let mut out = AuthProviders::default();
@@ -104,7 +114,7 @@ pub(crate) fn check_auth_providers(
         if let Some(n) = name {
             first.insert(n.get_ref().clone(), i);
         }
-        let p = check_provider(r, &base, resolver, e);
+        let p = check_provider(r, &base, resolver, loader, e);
         if let (Some(n), Some(mut p)) = (name, p) {
             p.name = n.get_ref().clone();
             out.ids.insert(p.name.clone(), out.compiled.len() as u32);
@@ -118,6 +128,7 @@ fn check_provider(
     r: &Spanned<RawAuthProvider>,
     base: &str,
     resolver: &dyn Resolver,
+    loader: &dyn CertificateLoader,
     e: &mut Errors<'_>,
 ) -> Option<AuthProvider> {
     let p = r.get_ref();
@@ -135,6 +146,9 @@ fn check_provider(
         Preset::None,
     );
     let endpoint = check_url(&p.url, base, r.span(), preset, resolver, e);
+    let tls = endpoint
+        .as_ref()
+        .map(|u| check_tls(p.tls.as_ref(), u, base, loader, e));
     let copy = match &p.copy_headers {
         Some(list) => check_headers(list, &format!("{base}.copy_headers"), true, e),
         None => Some(
@@ -197,7 +211,14 @@ fn check_provider(
         (1, 30_000),
     )
     .unwrap_or(5000);
-    let ((addr, authority, path), copy, extra) = (endpoint?, copy?, extra?);
+    let (endpoint, copy, extra, tls) = (endpoint?, copy?, extra?, tls?);
+    let Endpoint {
+        addr,
+        authority,
+        path,
+        ..
+    } = endpoint;
+    let tls = tls.ok()?;
     let mut send: Vec<Box<str>> = STANDARD_HEADERS.iter().map(|s| (*s).into()).collect();
     for h in extra {
         let name = String::from_utf8_lossy(&h.name).into_owned();
@@ -218,18 +239,88 @@ fn check_provider(
         entries: (entries as u32).next_power_of_two(),
         timeout_ms: timeout_ms as u64,
         sign_in: check_sign_in(p.sign_in.as_ref(), base, e)?,
+        tls,
         identity: 0,
     };
     p.identity = {
         let mut h = gapura_gate::hash::Fnv1a::new();
         h.write(format!("{:?}", p).as_bytes());
+        // The client certificate's bytes, which its debug form leaves out:
+        // a new one is a new provider (its idle connections are not used).
+        if let Some(c) = p.tls.as_ref().and_then(|t| t.client.as_ref()) {
+            for der in c.chain.iter().chain(std::iter::once(&c.key)) {
+                h.write(der);
+            }
+        }
         h.finish()
     };
     Some(p)
 }
 
-/// `url`: `http://HOST[:PORT]/PATH`, resolved now. The preset's path when
-/// the URL has none.
+/// A checked `url`.
+struct Endpoint {
+    addr: std::net::SocketAddr,
+    /// As written: the call's `Host`.
+    authority: String,
+    /// Path and query (the preset's path when the url has none).
+    path: String,
+    /// The host without brackets or port, lower case.
+    host: String,
+    https: bool,
+}
+
+/// `tls` beside an `https://` url (absent: `tls = true`); on an
+/// `http://` one, none. `Err` when it is refused (pushed).
+fn check_tls(
+    raw: Option<&Spanned<RawUpstreamTls>>,
+    url: &Endpoint,
+    base: &str,
+    loader: &dyn CertificateLoader,
+    e: &mut Errors<'_>,
+) -> Result<Option<Arc<UpstreamTls>>, ()> {
+    let off = matches!(raw.map(Spanned::get_ref), Some(RawUpstreamTls::Flag(false)));
+    match raw {
+        Some(r) if !url.https || off => {
+            let why = if url.https {
+                "an https:// url is always TLS: leave tls out, or write http:// for plaintext"
+            } else {
+                "tls needs an https:// url: this one is plaintext http://"
+            };
+            e.push(
+                "authProvider.tls.scheme",
+                format!("{base}.tls"),
+                r.span(),
+                why,
+            );
+            return Err(());
+        }
+        _ if !url.https => return Ok(None),
+        _ => {}
+    }
+    let before = e.error_count();
+    let tls = match raw {
+        Some(r) => check_upstream_tls(Some(r), base, loader, e),
+        None => Some(Arc::new(UpstreamTls {
+            server_name: None,
+            roots: UpstreamRoots::Public,
+            client: None,
+            verify: true,
+            label: String::new(),
+        })),
+    };
+    match tls {
+        Some(mut tls) if e.error_count() == before => {
+            if tls.server_name.is_none() {
+                Arc::make_mut(&mut tls).server_name = Some(url.host.clone());
+            }
+            Ok(Some(tls))
+        }
+        _ => Err(()),
+    }
+}
+
+/// `url`: `http://HOST[:PORT]/PATH` or `https://...` (port 443 unless
+/// written), resolved now. The preset's path when the URL has none.
 fn check_url(
     url: &Opt<String>,
     base: &str,
@@ -237,7 +328,7 @@ fn check_url(
     preset: Preset,
     resolver: &dyn Resolver,
     e: &mut Errors<'_>,
-) -> Option<(std::net::SocketAddr, String, String)> {
+) -> Option<Endpoint> {
     let path = format!("{base}.url");
     let Some(u) = url else {
         e.push(
@@ -261,9 +352,13 @@ fn check_url(
         bad(e, "longer than 512 characters");
         return None;
     }
-    let Some(rest) = text.strip_prefix("http://") else {
-        bad(e, "use an http:// address (an https endpoint is not supported: put the provider on a private network or loopback)");
-        return None;
+    let (rest, https) = match (text.strip_prefix("http://"), text.strip_prefix("https://")) {
+        (Some(rest), _) => (rest, false),
+        (_, Some(rest)) => (rest, true),
+        _ => {
+            bad(e, "use an http:// or https:// address");
+            return None;
+        }
     };
     let (authority, target) = match rest.find(['/', '?']) {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -285,9 +380,16 @@ fn check_url(
                 return None;
             }
         },
-        _ => (authority, 80),
+        _ => (authority, if https { 443 } else { 80 }),
     };
     let host = host.trim_start_matches('[').trim_end_matches(']');
+    if https && host.parse::<std::net::IpAddr>().is_err() && !gapura_gate::host::valid_name(host) {
+        bad(
+            e,
+            "an https:// url's host must be a DNS name or an IP address (its certificate names it)",
+        );
+        return None;
+    }
     let addr = match host.parse::<std::net::IpAddr>() {
         Ok(ip) => std::net::SocketAddr::new(ip, port),
         Err(_) => match resolver.resolve(host, port) {
@@ -317,7 +419,13 @@ fn check_url(
     } else {
         target.to_string()
     };
-    Some((addr, authority.to_string(), target))
+    Some(Endpoint {
+        addr,
+        authority: authority.to_string(),
+        path: target,
+        host: host.to_ascii_lowercase(),
+        https,
+    })
 }
 
 /// Names the proxy owns: never sent by, or copied from, a provider.

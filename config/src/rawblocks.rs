@@ -116,6 +116,8 @@ pub(crate) struct RawAuthProvider {
     pub cache: Option<RawAuthCache>,
     pub timeout_ms: Opt<i64>,
     pub sign_in: Option<Spanned<RawSignIn>>,
+    /// With an `https://` url: an upstream's `tls` table.
+    pub tls: Option<Spanned<crate::schema::RawUpstreamTls>>,
 }
 
 /// `sign_in = { url, return_parameter }`.

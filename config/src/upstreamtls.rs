@@ -1,9 +1,9 @@
-//! An upstream's `tls`: `true` (the public roots, each server's own name)
-//! or a table naming who vouches for the servers (`ca_file`), the name
-//! their certificates must hold (`server_name`), a client certificate for
-//! servers that ask for one (`client_cert` with `client_key`), and
-//! `verify = false` for a lab (a warning). Every file is read as `run`
-//! reads it.
+//! An upstream's `tls` (an `[[auth_provider]]`'s too): `true` (the public
+//! roots, each server's own name) or a table naming who vouches for the
+//! servers (`ca_file`), the name their certificates must hold
+//! (`server_name`), a client certificate for servers that ask for one
+//! (`client_cert` with `client_key`), and `verify = false` for a lab (a
+//! warning). Every file is read as `run` reads it.
 
 use crate::env::{CertificateLoader, PairProblem};
 use crate::error::Errors;
@@ -64,8 +64,8 @@ pub(crate) fn check_upstream_tls(
             "upstream.tls.verify_off",
             format!("{path}.verify"),
             span,
-            "the servers' certificates are not verified: anyone on the path can read and \
-             change this upstream's traffic (for a lab only)",
+            "the certificates of the servers it connects to are not verified: anyone on \
+             the path can read and change the traffic (for a lab only)",
         );
     }
     if e.error_count() > before {

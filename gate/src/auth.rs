@@ -121,6 +121,10 @@ pub struct AuthProvider {
     /// Where a browser the provider answers 401 is sent to sign in
     /// (`sign_in`); `None`: the 401 is relayed.
     pub sign_in: Option<SignIn>,
+    /// TLS to the endpoint (an `https://` url, with the `tls` table of an
+    /// upstream; its `server_name` is the url's host unless written);
+    /// `None`: plaintext.
+    pub tls: Option<Arc<crate::upstream::UpstreamTls>>,
     /// A hash of everything above but the name: the cache and the idle
     /// connections survive a reload that keeps it.
     pub identity: u64,
@@ -500,6 +504,7 @@ mod tests {
             entries: 8,
             timeout_ms: 2000,
             sign_in: None,
+            tls: None,
             identity: 1,
         }
     }

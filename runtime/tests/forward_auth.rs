@@ -5,6 +5,7 @@
 mod common;
 
 use common::gate::{explain_json, explain_steps, req_with, ProfileFile};
+use common::pki;
 use common::upstream::{self, Reply, UpRequest, Upstream};
 use common::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -73,13 +74,18 @@ fn auth_profile(
     up: std::net::SocketAddr,
     provider_extra: &str,
 ) -> String {
+    auth_profile_at(&format!("http://{endpoint}/api/verify"), up, provider_extra)
+}
+
+/// [`auth_profile`] with the provider's `url` as written.
+fn auth_profile_at(url: &str, up: std::net::SocketAddr, provider_extra: &str) -> String {
     profile(
         "",
         &format!(
             r#"
 [[auth_provider]]
 name = "sso"
-url = "http://{endpoint}/api/verify"
+url = "{url}"
 preset = "authelia"
 {provider_extra}
 
@@ -465,4 +471,146 @@ fn a_browsers_401_becomes_a_sign_in_redirect_and_an_apis_stays_401() {
     );
     assert_eq!(r.status, 401);
     assert!(up.requests.lock().unwrap().is_empty());
+}
+
+/// An auth provider over TLS with `config`: `Bearer good` is ana of ops
+/// (200), anything else 401 with a challenge.
+fn tls_provider(config: rustls::ServerConfig) -> pki::TlsServer {
+    pki::tls_server(
+        config,
+        Arc::new(|head: &str| {
+            if pki::head_header(head, "authorization") == Some("Bearer good") {
+                b"HTTP/1.1 200 OK\r\nRemote-User: ana\r\nRemote-Groups: ops\r\nContent-Length: 0\r\n\r\n"
+                    .to_vec()
+            } else {
+                b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"sso\"\r\nContent-Length: 12\r\n\r\nsign in now\n"
+                    .to_vec()
+            }
+        }),
+    )
+}
+
+fn provider_sample(g: &Gapura, result: &str, want: u64) -> u64 {
+    common::gate::wait_sample(
+        g,
+        &format!("gapura_auth_provider_total{{provider=\"sso\",result=\"{result}\"}}"),
+        want,
+        Duration::from_secs(5),
+    )
+}
+
+#[test]
+fn an_https_provider_is_asked_over_tls_verified_for_the_urls_host() {
+    let ca = pki::Authority::new("test authority");
+    let (chain, key, _, _) = ca.issue(&["127.0.0.1"]);
+    let sso = tls_provider(pki::server_config((chain, key), None));
+    let f = pki::files(&ca);
+    let up = recording_upstream();
+    let url = format!("https://127.0.0.1:{}/api/verify", sso.addr.port());
+    let g = Gapura::start(&auth_profile_at(
+        &url,
+        up.addr,
+        &format!("tls = {{ ca_file = \"{}\" }}", f.ca.display()),
+    ));
+    let r = request(g.addr, &req_with("GET", "f.test", "/app", &[GOOD]));
+    assert_eq!(r.status, 200);
+    let call = sso.heads.lock().unwrap()[0].clone();
+    assert!(call.starts_with("GET /api/verify HTTP/1.1\r\n"), "{call}");
+    assert_eq!(
+        pki::head_header(&call, "host"),
+        Some(format!("127.0.0.1:{}", sso.addr.port()).as_str())
+    );
+    assert_eq!(pki::head_header(&call, "x-forwarded-uri"), Some("/app"));
+    assert_eq!(saw(&up, 0).header("remote-user"), Some("ana"));
+    // A refusal comes over the same connection: it stayed TLS, idle.
+    let r = request(
+        g.addr,
+        &req_with("GET", "f.test", "/app", &["Authorization: Bearer bad"]),
+    );
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("WWW-Authenticate"), Some("Bearer realm=\"sso\""));
+    assert_eq!(r.body, b"sign in now\n");
+    assert_eq!(sso.requests.load(Ordering::SeqCst), 2);
+    assert_eq!(sso.handshakes.load(Ordering::SeqCst), 1);
+    assert_eq!(up.requests.lock().unwrap().len(), 1);
+    assert_eq!(provider_sample(&g, "allowed", 1), 1);
+    assert_eq!(provider_sample(&g, "denied", 1), 1);
+}
+
+#[test]
+fn a_provider_whose_certificate_does_not_verify_gets_no_byte_and_the_request_502() {
+    let ours = pki::Authority::new("test authority");
+    let rogue = pki::Authority::new("someone else");
+    let (chain, key, _, _) = rogue.issue(&["127.0.0.1", "sso.test"]);
+    let sso = tls_provider(pki::server_config((chain, key), None));
+    let f = pki::files(&ours);
+    let up = recording_upstream();
+    let url = format!("https://127.0.0.1:{}/api/verify", sso.addr.port());
+    let g = Gapura::start(&auth_profile_at(
+        &url,
+        up.addr,
+        &format!("tls = {{ ca_file = \"{}\" }}", f.ca.display()),
+    ));
+    let r = request(g.addr, &req_with("GET", "f.test", "/app", &[GOOD]));
+    assert_eq!(r.status, 502);
+    assert_eq!(provider_sample(&g, "error", 1), 1);
+    assert_eq!(
+        g.wait_metric(
+            "gapura_upstream_tls_failures_total{shard=\"0\",reason=\"tls_verify\"}",
+            1,
+            Duration::from_secs(5)
+        ),
+        1
+    );
+    assert!(g.wait_log(
+        "provider sso failed (its TLS certificate did not verify",
+        Duration::from_secs(5)
+    ));
+    // Without ca_file, the public roots do not vouch for it either.
+    let public = Gapura::start(&auth_profile_at(&url, up.addr, ""));
+    let r = request(public.addr, &req_with("GET", "f.test", "/app", &[GOOD]));
+    assert_eq!(r.status, 502);
+    assert_eq!(provider_sample(&public, "error", 1), 1);
+    assert_eq!(sso.handshakes.load(Ordering::SeqCst), 0);
+    assert_eq!(sso.requests.load(Ordering::SeqCst), 0);
+    assert!(sso.heads.lock().unwrap().is_empty(), "no byte of the call");
+    assert!(up.requests.lock().unwrap().is_empty());
+}
+
+#[test]
+fn mutual_tls_to_a_provider_that_demands_a_client_certificate() {
+    let ca = pki::Authority::new("test authority");
+    let (chain, key, _, _) = ca.issue(&["sso.test"]);
+    let sso = tls_provider(pki::server_config((chain, key), Some(&ca)));
+    let f = pki::files(&ca);
+    let up = recording_upstream();
+    let url = format!("https://127.0.0.1:{}/api/verify", sso.addr.port());
+    let g = Gapura::start(&auth_profile_at(
+        &url,
+        up.addr,
+        &format!(
+            "tls = {{ server_name = \"sso.test\", ca_file = \"{}\", client_cert = \"{}\", client_key = \"{}\" }}",
+            f.ca.display(),
+            f.client_cert.display(),
+            f.client_key.display()
+        ),
+    ));
+    let r = request(g.addr, &req_with("GET", "f.test", "/app", &[GOOD]));
+    assert_eq!(r.status, 200);
+    assert_eq!(saw(&up, 0).header("remote-user"), Some("ana"));
+    assert_eq!(sso.requests.load(Ordering::SeqCst), 1);
+    // Without the client certificate, the provider answers nothing: 502.
+    let bare = Gapura::start(&auth_profile_at(
+        &url,
+        up.addr,
+        &format!(
+            "tls = {{ server_name = \"sso.test\", ca_file = \"{}\" }}",
+            f.ca.display()
+        ),
+    ));
+    let r = request(bare.addr, &req_with("GET", "f.test", "/app", &[GOOD]));
+    assert_eq!(r.status, 502);
+    assert_eq!(provider_sample(&bare, "error", 1), 1);
+    assert_eq!(sso.requests.load(Ordering::SeqCst), 1);
+    assert_eq!(up.requests.lock().unwrap().len(), 1);
 }

@@ -113,7 +113,7 @@ fn bad_providers_and_references_have_their_codes() {
     let provider = |body: &str| format!("{UP}\n[[auth_provider]]\nname = \"sso\"\n{body}\n");
     let cases = [
         ("", "authProvider.url.required"),
-        ("url = \"https://sso.test/\"", "authProvider.url.invalid"),
+        ("url = \"ftp://sso.test/\"", "authProvider.url.invalid"),
         (
             "url = \"http://user:pw@sso.test/\"",
             "authProvider.url.invalid",
@@ -235,4 +235,164 @@ fn a_sign_in_page_compiles_and_refuses_what_cannot_be_a_url() {
         .0,
         "authProvider.sign_in.return_parameter.invalid"
     );
+}
+
+/// A provider `sso` whose `url` is on line 3 and anything else from line 4.
+fn tls_provider(url: &str, rest: &str) -> String {
+    format!("[[auth_provider]]\nname = \"sso\"\nurl = \"{url}\"\n{rest}\n")
+}
+
+fn provider_of(src: &str) -> gapura_gate::auth::AuthProvider {
+    ok(src).snapshot.gate.auth_providers[0].clone()
+}
+
+#[test]
+fn an_https_url_calls_over_tls_verified_for_its_host() {
+    use gapura_gate::upstream::{ClientCertificate, UpstreamRoots, UpstreamTls};
+    let public = |name: &str| UpstreamTls {
+        server_name: Some(name.into()),
+        roots: UpstreamRoots::Public,
+        client: None,
+        verify: true,
+        label: String::new(),
+    };
+    let p = provider_of(&tls_provider("https://LocalHost/verify", ""));
+    assert_eq!(
+        p.addr,
+        "127.0.0.1:443".parse().unwrap(),
+        "port 443 unless written"
+    );
+    assert_eq!(
+        (p.authority.as_str(), p.path.as_str()),
+        ("LocalHost", "/verify")
+    );
+    assert_eq!(p.tls.as_deref(), Some(&public("localhost")));
+    // `tls = true` is the same as none written; an address is the name.
+    let ip = provider_of(&tls_provider("https://127.0.0.1:8443", "tls = true"));
+    assert_eq!(ip.addr, "127.0.0.1:8443".parse().unwrap());
+    assert_eq!(ip.tls.as_deref(), Some(&public("127.0.0.1")));
+    // The table of an upstream: its own authority, name and client certificate.
+    let own = provider_of(&tls_provider(
+        "https://localhost:9443/v",
+        "tls = { server_name = \"SSO.internal\", ca_file = \"ca.pem\", client_cert = \"edge.pem\", client_key = \"edge.key\" }",
+    ));
+    assert_eq!(
+        own.tls.as_deref(),
+        Some(&UpstreamTls {
+            server_name: Some("sso.internal".into()),
+            roots: UpstreamRoots::Own(vec![b"ca.pem".to_vec()]),
+            client: Some(ClientCertificate {
+                chain: vec![b"edge.pem".to_vec()],
+                key: b"edge.key".to_vec(),
+            }),
+            verify: true,
+            label: "ca.pem, edge.pem".into(),
+        })
+    );
+    // http:// stays plaintext, on port 80 unless written.
+    let plain = provider_of(&tls_provider("http://localhost/v", ""));
+    assert_eq!(
+        (plain.tls, plain.addr),
+        (None, "127.0.0.1:80".parse().unwrap())
+    );
+    // Another client certificate is another provider (its idle
+    // connections are not used), though its files are the same size.
+    let with = |cert: &str| {
+        provider_of(&tls_provider(
+            "https://localhost/v",
+            &format!("tls = {{ client_cert = \"{cert}\", client_key = \"k.pem\" }}"),
+        ))
+        .identity
+    };
+    assert_ne!(with("a.pem"), with("b.pem"));
+    assert_eq!(with("a.pem"), with("a.pem"));
+}
+
+#[test]
+fn verify_off_for_a_provider_loads_with_the_upstream_warning() {
+    let c = ok(&tls_provider(
+        "https://localhost/v",
+        "tls = { verify = false }",
+    ));
+    assert!(
+        !c.snapshot.gate.auth_providers[0]
+            .tls
+            .as_ref()
+            .unwrap()
+            .verify
+    );
+    let w: Vec<_> = other_warnings(&c).iter().map(|w| key(w)).collect();
+    assert_eq!(
+        w,
+        [at(
+            "upstream.tls.verify_off",
+            "auth_provider[0].tls.verify",
+            4,
+            18
+        )]
+    );
+}
+
+#[test]
+fn a_providers_tls_refusals_name_the_key_at_fault() {
+    let one_of = |url: &str, rest: &str| one(&tls_provider(url, rest));
+    let scheme = at("authProvider.tls.scheme", "auth_provider[0].tls", 4, 7);
+    assert_eq!(one_of("http://localhost/v", "tls = true"), scheme);
+    assert_eq!(
+        one_of("http://localhost/v", "tls = { ca_file = \"ca.pem\" }"),
+        scheme
+    );
+    assert_eq!(one_of("https://localhost/v", "tls = false"), scheme);
+    assert_eq!(
+        one_of("https://localhost/v", "tls = { ca_file = \"missing.pem\" }"),
+        at(
+            "upstream.tls.ca_file.unreadable",
+            "auth_provider[0].tls.ca_file",
+            4,
+            19
+        )
+    );
+    assert_eq!(
+        one_of(
+            "https://localhost/v",
+            "tls = { client_cert = \"edge.pem\" }"
+        ),
+        at(
+            "upstream.tls.client_cert.incomplete",
+            "auth_provider[0].tls.client_cert",
+            4,
+            7
+        )
+    );
+    assert_eq!(
+        one_of(
+            "https://localhost/v",
+            "tls = { client_cert = \"c.pem\", client_key = \"other.key\" }"
+        ),
+        at(
+            "upstream.tls.client_key.mismatch",
+            "auth_provider[0].tls.client_key",
+            4,
+            45
+        )
+    );
+    assert_eq!(
+        one_of(
+            "https://localhost/v",
+            "tls = { server_name = \"bad name\" }"
+        ),
+        at(
+            "upstream.tls.server_name.invalid",
+            "auth_provider[0].tls.server_name",
+            4,
+            23
+        )
+    );
+    // A host no certificate can name.
+    assert_eq!(
+        one_of("https://local..host/v", ""),
+        at("authProvider.url.invalid", "auth_provider[0].url", 3, 7)
+    );
+    let unknown = errors(&tls_provider("https://localhost/v", "tls = { ca = \"x\" }"));
+    assert_eq!(unknown.len(), 1, "{unknown:#?}");
 }

@@ -1,9 +1,14 @@
 //! A shard's forward-auth calls: the call to the provider (an HTTP/1.1
-//! connection kept idle per provider and shard, at most
+//! connection, TLS for an `https` provider, kept idle per provider and
+//! shard, at most
 //! [`MAX_CALLS`](gapura_gate::auth::MAX_CALLS) calls at once per provider
 //! and shard), the failure log's pace, and the page of a full provider.
 //! What a connection does with the answer is `conn::forwardauth`.
 
+use super::shard::Shard;
+use crate::transport::plain::Plain;
+use crate::transport::tls::{self, HandshakeFail};
+use crate::transport::upstream::{name_or_address, UpstreamConn};
 use crate::upstream::authcall::{exchange, Answer, CallError};
 use gapura_gate::auth::{AuthProvider, MAX_CALLS};
 use gapura_gate::pages::Page;
@@ -25,7 +30,7 @@ const FAILURE_LOG_EVERY_MS: u64 = 60_000;
 #[derive(Default)]
 pub(crate) struct AuthCalls {
     /// (provider, connection, idle since, ms on the coarse clock).
-    idle: RefCell<Vec<(u64, TcpStream, u64)>>,
+    idle: RefCell<Vec<(u64, UpstreamConn, u64)>>,
     running: RefCell<Vec<(u64, u32)>>,
     /// (provider, when its failures were last logged).
     warned: RefCell<Vec<(u64, u64)>>,
@@ -68,7 +73,7 @@ impl AuthCalls {
 
     /// An idle connection to `provider` younger than [`IDLE_LIFETIME_MS`];
     /// older ones are closed on the way.
-    fn take_idle(&self, provider: u64) -> Option<TcpStream> {
+    fn take_idle(&self, provider: u64) -> Option<UpstreamConn> {
         let now = crate::clock::now_ms();
         let mut idle = self.idle.borrow_mut();
         idle.retain(|e| now.saturating_sub(e.2) < IDLE_LIFETIME_MS);
@@ -76,7 +81,7 @@ impl AuthCalls {
         Some(idle.swap_remove(i).1)
     }
 
-    fn put_idle(&self, provider: u64, stream: TcpStream) {
+    fn put_idle(&self, provider: u64, stream: UpstreamConn) {
         let mut idle = self.idle.borrow_mut();
         if idle.len() >= MAX_IDLE {
             idle.remove(0);
@@ -109,8 +114,14 @@ impl AuthCalls {
 
     /// One call: on an idle connection first (once more on a new one if
     /// that fails before an answer, as idle connections may have been
-    /// closed by the provider), else on a new one.
-    pub(super) async fn call(&self, p: &AuthProvider, request: &[u8]) -> Result<Answer, CallError> {
+    /// closed by the provider), else on a new one. `shard` is the one these
+    /// calls are of (its TLS client configurations and counters).
+    pub(super) async fn call(
+        &self,
+        shard: &Shard,
+        p: &AuthProvider,
+        request: &[u8],
+    ) -> Result<Answer, CallError> {
         if let Some(mut s) = self.take_idle(p.identity) {
             if let Ok((answer, reuse)) = exchange(p, &mut s, request.to_vec()).await {
                 if reuse {
@@ -119,15 +130,41 @@ impl AuthCalls {
                 return Ok(answer);
             }
         }
-        let mut s = TcpStream::connect(p.addr)
-            .await
-            .map_err(|_| CallError::Failed)?;
-        let _ = s.set_nodelay(true);
+        let mut s = connect(shard, p).await?;
         let (answer, reuse) = exchange(p, &mut s, request.to_vec()).await?;
         if reuse {
             self.put_idle(p.identity, s);
         }
         Ok(answer)
+    }
+}
+
+/// A new connection to provider `p`: TCP, then for an `https` provider the
+/// TLS handshake (verified for its `server_name`, the url's host unless
+/// written), within the call's timeout; a failed handshake is counted by
+/// reason with the upstreams' and nothing of the call is sent.
+async fn connect(shard: &Shard, p: &AuthProvider) -> Result<UpstreamConn, CallError> {
+    let tcp = TcpStream::connect(p.addr)
+        .await
+        .map_err(|_| CallError::Failed)?;
+    let _ = tcp.set_nodelay(true);
+    let Some(tls) = &p.tls else {
+        return Ok(UpstreamConn::Plain(Plain::new(tcp, None)));
+    };
+    let fail = |why: HandshakeFail| {
+        shard.stats.upstream_tls_failures[why as usize].inc();
+        CallError::Tls(why)
+    };
+    let (Some(config), Ok(name)) = (
+        shard.upstream_tls(tls),
+        name_or_address(tls.server_name.as_deref(), p.addr),
+    ) else {
+        return Err(fail(HandshakeFail::Other));
+    };
+    let deadline = crate::clock::deadline(p.timeout_ms);
+    match tls::connect(tcp, config, name, deadline).await {
+        Ok(s) => Ok(UpstreamConn::Tls(s)),
+        Err(why) => Err(fail(why)),
     }
 }
 

@@ -155,9 +155,22 @@ pub fn server_name(
     tls: &UpstreamTls,
     server: &gapura_gate::upstream::UpstreamServer,
 ) -> Result<ServerName<'static>, String> {
-    match tls.server_name.as_deref().or(server.name.as_deref()) {
+    name_or_address(
+        tls.server_name.as_deref().or(server.name.as_deref()),
+        server.addr,
+    )
+}
+
+/// `name` (a host name or an IP address written as text), else `addr`'s
+/// IP address. An auth provider's is its `server_name`, the url's host
+/// unless written.
+pub fn name_or_address(
+    name: Option<&str>,
+    addr: std::net::SocketAddr,
+) -> Result<ServerName<'static>, String> {
+    match name {
         Some(name) => ServerName::try_from(name.to_string()).map_err(|e| format!("{name}: {e}")),
-        None => Ok(ServerName::IpAddress(server.addr.ip().into())),
+        None => Ok(ServerName::IpAddress(addr.ip().into())),
     }
 }
 

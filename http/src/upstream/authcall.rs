@@ -18,10 +18,9 @@
 
 use super::response::{parse_response, resp_header_buf, RespFraming, RespParse};
 use crate::codec::chunked::ChunkedDecoder;
+use crate::transport::tls::HandshakeFail;
+use crate::transport::{ReadSpare, WriteAll};
 use gapura_gate::auth::{AuthProvider, MAX_COPIED, MAX_RELAY_BODY};
-use monoio::buf::IoBufMut;
-use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
-use monoio::net::TcpStream;
 use std::net::IpAddr;
 
 /// Writes the call's request head into `out`. `lines` are the client's
@@ -176,19 +175,22 @@ pub fn interpret(
 pub enum CallError {
     /// Cannot connect, reset, a broken answer: 502.
     Failed,
+    /// The TLS handshake with an `https` provider failed (its certificate
+    /// did not verify, say): 502, and no byte of the call was sent.
+    Tls(HandshakeFail),
 }
 
-/// Sends `request` on `stream` and reads the answer; the answer and
-/// whether the connection can be used again. Bounded: a head of 64 KiB and
+/// Sends `request` on `stream` (plaintext or TLS) and reads the answer;
+/// the answer and whether the connection can be used again. Bounded: a head of 64 KiB and
 /// a body of 64 KiB (a longer declared body is not read: the connection
 /// is closed, and the answer fails unless it is an allow; a longer chunked
 /// or close-delimited one fails).
-pub async fn exchange(
+pub async fn exchange<S: ReadSpare + WriteAll>(
     p: &AuthProvider,
-    stream: &mut TcpStream,
+    stream: &mut S,
     request: Vec<u8>,
 ) -> Result<(Answer, bool), CallError> {
-    let (r, _) = stream.write_all(request).await;
+    let (r, _) = stream.write_all_of(request).await;
     r.map_err(|_| CallError::Failed)?;
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     loop {
@@ -227,16 +229,14 @@ pub async fn exchange(
 
 /// Reads more into `buf`'s spare room, after what it holds; false at the
 /// end of the stream.
-async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<bool, CallError> {
+async fn read_more<S: ReadSpare>(stream: &mut S, buf: &mut Vec<u8>) -> Result<bool, CallError> {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(4096);
     }
-    let (len, cap) = (buf.len(), buf.capacity());
-    // A read into a whole `Vec` fills it from its start: read into the
-    // spare room only, so an answer that comes in several writes is whole.
-    let owned = std::mem::take(buf).slice_mut(len..cap);
-    let (r, b) = stream.read(owned).await;
-    *buf = b.into_inner();
+    // Into the spare room, after what it holds, so an answer that comes in
+    // several writes is whole.
+    let (r, b) = stream.read_spare(std::mem::take(buf)).await;
+    *buf = b;
     match r {
         Ok(0) => Ok(false),
         Ok(_) => Ok(true),
@@ -246,8 +246,8 @@ async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<bool, Ca
 
 /// The body after the head (kept up to [`MAX_RELAY_BODY`] + 1 bytes, so an
 /// over-long one is known), and whether the connection ends cleanly.
-async fn read_body(
-    stream: &mut TcpStream,
+async fn read_body<S: ReadSpare>(
+    stream: &mut S,
     buf: &mut Vec<u8>,
     head_len: usize,
     framing: RespFraming,
@@ -324,6 +324,7 @@ mod tests {
             entries: 16,
             timeout_ms: 1000,
             sign_in: None,
+            tls: None,
             identity: 1,
         }
     }

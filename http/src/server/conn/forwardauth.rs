@@ -11,6 +11,7 @@ use crate::server::authcalls::busy_page;
 use crate::server::prepare::write_relay;
 use crate::server::shard::Shard;
 use crate::server::stats::ErrorKind;
+use crate::transport::tls::HandshakeFail;
 use crate::transport::Transport;
 use crate::upstream::authcall::{Answer, CallError};
 use gapura_gate::answer::WriteCtx;
@@ -62,11 +63,11 @@ impl<S: Transport> Conn<S> {
         count(|c| c.calls += 1);
         let request = std::mem::take(&mut self.ubuf);
         let wait = Duration::from_millis(p.timeout_ms);
-        let result = monoio::time::timeout(wait, shard.auth.call(p, &request)).await;
+        let result = monoio::time::timeout(wait, shard.auth.call(&shard, p, &request)).await;
         self.ubuf = request;
         log_failure(&shard, p, &result);
         match result {
-            Err(_) => {
+            Err(_) | Ok(Err(CallError::Tls(HandshakeFail::Timeout))) => {
                 count(|c| c.timeouts += 1);
                 if shadow {
                     shadowed();
@@ -76,7 +77,7 @@ impl<S: Transport> Conn<S> {
                     .auth_refusal(snap, ErrorStatus::GatewayTimeout, head)
                     .await)
             }
-            Ok(Err(CallError::Failed)) | Ok(Ok(Answer::Fail)) => {
+            Ok(Err(CallError::Failed | CallError::Tls(_))) | Ok(Ok(Answer::Fail)) => {
                 count(|c| c.errors += 1);
                 if shadow {
                     shadowed();
@@ -204,8 +205,15 @@ fn log_failure(
     result: &Result<Result<Answer, CallError>, monoio::time::error::Elapsed>,
 ) {
     let why = match result {
-        Err(_) => "no answer within timeout_ms",
+        Err(_) | Ok(Err(CallError::Tls(HandshakeFail::Timeout))) => "no answer within timeout_ms",
         Ok(Err(CallError::Failed)) => "cannot connect, or the connection broke",
+        Ok(Err(CallError::Tls(HandshakeFail::Verify))) => {
+            "its TLS certificate did not verify; nothing was sent"
+        }
+        Ok(Err(CallError::Tls(HandshakeFail::ClientAlert))) => {
+            "it refused the TLS handshake (a client certificate it does not take?)"
+        }
+        Ok(Err(CallError::Tls(_))) => "the TLS handshake failed",
         Ok(Ok(Answer::Fail)) => "an answer that is not a usable allow, refusal or redirect",
         Ok(Ok(_)) => return,
     };
