@@ -10,8 +10,12 @@
 //! - `reference`: the reference chain (a client behind a trusted proxy, a
 //!   2,000-CIDR access list, a 50-rule set, a managed robots.txt, and a
 //!   second host whose list asks for a password).
+//! - `steps`: the per-step reference (the embedded default profile,
+//!   compiled, with a proxy host and each step's policy added on demand)
+//!   the `steps` benchmark and the chain's counted test run.
 
 pub mod reference;
+pub mod steps;
 
 use std::hint::black_box;
 use std::time::Instant;
