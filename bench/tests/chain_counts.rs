@@ -174,3 +174,20 @@ fn each_policy_adds_its_steps_and_no_allocation() {
         assert_eq!(used, 0, "{p:?}: 16 warm decisions allocated {used} times");
     }
 }
+
+/// The chain's blocks: one more (or fewer) changes what the reference
+/// must cover. A new block needs its policy in `gapura_bench::steps`
+/// (`Policy`, `ALL`), its step in the lists above and here.
+#[test]
+fn the_chain_has_fifteen_blocks_and_the_reference_covers_each() {
+    assert_eq!(
+        Block::COUNT,
+        15,
+        "the chain's block count changed: give the new block its policy in \
+         bench/src/steps.rs (Policy, ALL) and its step in these tests"
+    );
+    // Every block but the answer (the host and path are facts, the
+    // budgets, request limits and rate limit the default profile's) has
+    // a policy of its own in the reference.
+    assert_eq!(ALL.len(), Block::COUNT - 6);
+}
