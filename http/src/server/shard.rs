@@ -121,7 +121,7 @@ impl Shard {
     ) -> Shard {
         stats.snapshot_generation.set(first.generation);
         let started = monoio::time::Instant::now();
-        // The gate's clock is `started.elapsed()`; proof of work's tokens
+        // The gate's clock counts from `started` (`now_ms`); proof of work's tokens
         // carry wall-clock seconds from this origin.
         gate.unix_origin_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -243,15 +243,14 @@ impl Shard {
         spare.push(buf);
     }
 
-    /// Milliseconds since the shard started: the gate's clock.
+    /// Milliseconds since the shard started: the gate's clock, on the
+    /// coarse monotonic clock (a memory read; less than a tick behind the
+    /// precise one, never ahead). In tests it moves with the test's clock.
     #[inline]
     pub fn now_ms(&self) -> u64 {
-        #[cfg(not(test))]
-        let since = self.started.elapsed();
-        // Tests pass time in: the gate's clock moves with theirs.
-        #[cfg(test)]
-        let since = crate::clock::precise_now().saturating_duration_since(self.started);
-        since.as_millis() as u64
+        crate::clock::now()
+            .saturating_duration_since(self.started)
+            .as_millis() as u64
     }
 
     /// Copies the gate's counters to the shared stats (the ticker calls it).

@@ -96,7 +96,12 @@ pub(super) struct Conn<S> {
     /// The current request's host and when its head was complete (its
     /// answer's latency).
     req_host: Option<gapura_gate::HostId>,
-    req_start: std::time::Instant,
+    req_start: Instant,
+    /// A reading of the clock taken in this wake of the connection's task
+    /// (when its bytes came in, or after a wait): requests decided and
+    /// answered before the task waits again share it, one clock read for
+    /// a batch of pipelined requests. `None` once the task has waited.
+    woke_at: Option<Instant>,
     /// The peer the gate sees: the TCP peer, or a trusted PROXY header's source.
     client_peer: Peer,
     /// The connection's place in its prefix's concurrency limit.
@@ -130,7 +135,8 @@ impl<S: Transport> Conn<S> {
             serial,
             log: None,
             req_host: None,
-            req_start: std::time::Instant::now(),
+            req_start: clock::precise_now(),
+            woke_at: None,
             client_peer,
             place,
             page_vars: None,
@@ -206,6 +212,7 @@ impl<S: Transport> Conn<S> {
                 Step::More => {
                     // No snapshot held while the connection waits.
                     drop(snap);
+                    self.woke_at = None;
                     if let Err(end) = self.wait_for_more().await {
                         return end;
                     }
@@ -215,6 +222,7 @@ impl<S: Transport> Conn<S> {
                     Plan::Verify { .. } | Plan::Authenticate { .. } => {
                         // The head stays in the buffer, decided again
                         // once the check is made.
+                        self.woke_at = None;
                         if let Err(end) = Box::pin(self.defer(&snap, plan, &head)).await {
                             return end;
                         }
@@ -230,7 +238,10 @@ impl<S: Transport> Conn<S> {
                     // to reach the cache).
                     ref plan => {
                         self.io.consume(head.head_len);
-                        let done = self.execute(&snap, &head, plan).await;
+                        let (done, waited) = at_once(self.execute(&snap, &head, plan)).await;
+                        if waited {
+                            self.woke_at = None;
+                        }
                         self.finish_log(&snap);
                         self.record_latency();
                         if let Err(end) = done {
@@ -261,13 +272,14 @@ impl<S: Transport> Conn<S> {
         if resume.is_none() {
             self.shard.stats.requests.inc();
             self.served += 1;
-            self.req_start = std::time::Instant::now();
+            // Not `self.now()`: the buffers are borrowed.
+            self.req_start = *self.woke_at.get_or_insert_with(clock::precise_now);
             begin_log(
                 &mut self.log,
                 &self.shard,
                 (before, self.serial),
                 snap,
-                self.req_start,
+                self.req_start.into_std(),
             );
         }
         let request_id = self.log.as_deref().map(|r| r.request_id);
@@ -685,9 +697,19 @@ impl<S: Transport> Conn<S> {
     /// Counts the answered request in its host's latency histogram.
     fn record_latency(&mut self) {
         if let Some(host) = self.req_host.take() {
-            let us = self.req_start.elapsed().as_micros() as u64;
+            let us = self
+                .now()
+                .saturating_duration_since(self.req_start)
+                .as_micros() as u64;
             self.shard.gate_mut().record_latency(host, us);
         }
+    }
+
+    /// Now, as of this wake of the task: the clock is read once a wake
+    /// (what a request does without waiting takes a few microseconds, far
+    /// below the latency histogram's first bucket).
+    fn now(&mut self) -> Instant {
+        *self.woke_at.get_or_insert_with(clock::precise_now)
     }
 
     /// The status of the current request's answer, for its log line.
@@ -741,5 +763,22 @@ pub(super) fn request_id(log: &Option<Box<LogRecord>>, shard: &Shard) -> [u8; 24
     match log.as_deref() {
         Some(rec) if rec.active() => rec.request_id,
         _ => shard.request_id(),
+    }
+}
+
+/// Runs `fut`: its output, and whether it waited (was not ready when
+/// first polled). A future that did not wait took no time but the CPU's.
+async fn at_once<F: std::future::Future>(fut: F) -> (F::Output, bool) {
+    let mut fut = std::pin::pin!(fut);
+    let first = std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match fut.as_mut().poll(cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await;
+    match first {
+        Some(v) => (v, false),
+        None => (fut.await, true),
     }
 }

@@ -193,3 +193,21 @@ fn the_unknown_host_gets_the_servers_answer_and_the_connection_goes_on() {
 }
 
 use crate::server::stats::Counter;
+
+#[test]
+fn answers_made_without_waiting_are_timed_in_the_first_bucket() {
+    run(async {
+        let shard = shard("", HELLO);
+        let c = open(&shard);
+        let mut all = Vec::new();
+        for p in ["/a", "/b", "/c", "/d"] {
+            all.extend(get(p, &[]));
+        }
+        c.send(&all);
+        for _ in 0..4 {
+            assert_eq!(c.response(false).await.unwrap().status, 200);
+        }
+        let h = shard.gate.borrow().latency[0];
+        assert_eq!((h.count, h.buckets[0], h.sum_us), (4, 4, 0), "{h:?}");
+    })
+}

@@ -255,3 +255,42 @@ fn an_upgrade_becomes_a_tunnel_both_ways() {
         assert_eq!(shard.stats.upgrades.get(), 1);
     })
 }
+
+/// The upstream of [`an_answer_that_waits_is_timed_from_its_head_to_its_end`]:
+/// it answers once the test lets it.
+static LET_ANSWER: std::sync::Mutex<Option<mpsc::Receiver<()>>> = std::sync::Mutex::new(None);
+
+#[test]
+fn an_answer_that_waits_is_timed_from_its_head_to_its_end() {
+    run(async {
+        let (go, wait) = mpsc::channel();
+        *LET_ANSWER.lock().unwrap() = Some(wait);
+        let (addr, rx) = upstream(1, |_| {
+            // Taken first: the lock is not held while the answer waits.
+            let wait = LET_ANSWER.lock().unwrap().take();
+            if let Some(w) = wait {
+                let _ = w.recv();
+            }
+            ok("late")
+        });
+        let shard = shard("", &proxy(addr));
+        let c = open(&shard);
+        c.send(&get("/slow", &[]));
+        // The upstream holds the request (it took the gate's receiver)
+        // while 300 ms pass on the test's clock; then the answer comes.
+        until(|| LET_ANSWER.lock().unwrap().is_none()).await;
+        advance(&shard, Duration::from_millis(300)).await;
+        go.send(()).unwrap();
+        let r = response(&c).await;
+        assert_eq!((r.status, r.text().as_str()), (200, "late"));
+        let _ = seen(&rx).await;
+        settle().await;
+        let h = shard.gate.borrow().latency[0];
+        // Between 250 and 500 ms: the bucket of 500 ms, the eighth bound.
+        let bucket = gapura_gate::latency::BOUNDS_US
+            .iter()
+            .position(|&b| b == 500_000)
+            .unwrap();
+        assert_eq!((h.count, h.buckets[bucket]), (1, 1), "{h:?}");
+    })
+}
