@@ -238,7 +238,20 @@ impl<S: Transport> Conn<S> {
                     // to reach the cache).
                     ref plan => {
                         self.io.consume(head.head_len);
-                        let (done, waited) = at_once(self.execute(&snap, &head, plan)).await;
+                        // Polled where it is made (a future moved into a
+                        // wrapper would be copied whole), noting whether it
+                        // waited: one that did not took no time but the CPU's.
+                        let (done, waited) = {
+                            let mut waited = false;
+                            let mut exec = std::pin::pin!(self.execute(&snap, &head, plan));
+                            let done = std::future::poll_fn(|cx| {
+                                let polled = std::future::Future::poll(exec.as_mut(), cx);
+                                waited |= polled.is_pending();
+                                polled
+                            })
+                            .await;
+                            (done, waited)
+                        };
                         if waited {
                             self.woke_at = None;
                         }
@@ -763,22 +776,5 @@ pub(super) fn request_id(log: &Option<Box<LogRecord>>, shard: &Shard) -> [u8; 24
     match log.as_deref() {
         Some(rec) if rec.active() => rec.request_id,
         _ => shard.request_id(),
-    }
-}
-
-/// Runs `fut`: its output, and whether it waited (was not ready when
-/// first polled). A future that did not wait took no time but the CPU's.
-async fn at_once<F: std::future::Future>(fut: F) -> (F::Output, bool) {
-    let mut fut = std::pin::pin!(fut);
-    let first = std::future::poll_fn(|cx| {
-        std::task::Poll::Ready(match fut.as_mut().poll(cx) {
-            std::task::Poll::Ready(v) => Some(v),
-            std::task::Poll::Pending => None,
-        })
-    })
-    .await;
-    match first {
-        Some(v) => (v, false),
-        None => (fut.await, true),
     }
 }
