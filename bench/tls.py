@@ -24,6 +24,14 @@ from /proc) is read before and after each load:
                  servers keep a pool of upstream connections)
   http-proxy-c64 the same proxying over 64 plaintext connections: the floor
                  of proxy-c64 in the same run
+  tls-upstream-c64
+                 wrk, 64 keep-alive plaintext connections, each request
+                 forwarded over TLS to an upstream nginx on the load core
+                 that demands a client certificate (mTLS: both servers
+                 verify the upstream's certificate against the bench's own
+                 authority, show a client certificate, keep a pool of
+                 upstream connections and resume their sessions): the cost
+                 of HTTPS to upstreams, beside http-proxy-c64's plaintext
 
 The loads run pinned to the load core. Both servers negotiate TLS 1.3 with
 TLS_AES_256_GCM_SHA384 with these clients (OpenSSL's order; both servers
@@ -48,7 +56,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICKS = os.sysconf("SC_CLK_TCK")
 SERVERS = ("gapura", "nginx")
 SCENARIOS = ("http-c64", "https-c64", "handshake-new", "resumed-c16", "h2-m10", "proxy-c64",
-             "http-proxy-c64")
+             "http-proxy-c64", "tls-upstream-c64")
 
 
 def say(msg):
@@ -116,6 +124,62 @@ def make_cert(work):
     return cert, key
 
 
+def make_pki(work):
+    """A certificate authority, the TLS upstream's certificate for
+    `upstream.test` and a client certificate, all signed by it."""
+    path = lambda n: os.path.join(work, n)
+    def run(*args):
+        subprocess.run(list(args), check=True, capture_output=True)
+    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-subj", "/CN=bench authority", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-days", "2",
+        "-keyout", path("ca.key"), "-out", path("ca.pem"))
+    for name, ext in (("upstream", "subjectAltName=DNS:upstream.test"),
+                      ("client", "extendedKeyUsage=clientAuth")):
+        with open(path(f"{name}.ext"), "w") as f:
+            f.write(ext + "\n")
+        run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-subj", f"/CN={name}", "-keyout", path(f"{name}.key"), "-out", path(f"{name}.csr"))
+        run("openssl", "x509", "-req", "-in", path(f"{name}.csr"), "-CA", path("ca.pem"),
+            "-CAkey", path("ca.key"), "-CAcreateserial", "-days", "2",
+            "-extfile", path(f"{name}.ext"), "-out", path(f"{name}.pem"))
+        os.chmod(path(f"{name}.key"), 0o600)
+    return {n: path(f) for n, f in (("ca", "ca.pem"), ("up_cert", "upstream.pem"),
+                                    ("up_key", "upstream.key"), ("client_cert", "client.pem"),
+                                    ("client_key", "client.key"))}
+
+
+def start_tls_upstream(work, port, core, pki):
+    """nginx answering `hello` over TLS, demanding a client certificate
+    from the bench's authority."""
+    conf = os.path.join(work, "tls-upstream.conf")
+    with open(conf, "w") as f:
+        f.write(f"""worker_processes 1;
+daemon off;
+pid {work}/tls-upstream.pid;
+error_log {work}/tls-upstream-error.log;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    keepalive_requests 1000000;
+    ssl_session_cache shared:up:1m;
+    server {{
+        listen 127.0.0.1:{port} ssl;
+        ssl_certificate {pki["up_cert"]};
+        ssl_certificate_key {pki["up_key"]};
+        ssl_client_certificate {pki["ca"]};
+        ssl_verify_client on;
+        location / {{
+            default_type text/plain;
+            return 200 "hello\\n";
+        }}
+    }}
+}}
+""")
+    return subprocess.Popen(["taskset", "-c", str(core), "nginx", "-c", conf, "-p", work],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def start_upstream(work, port, core):
     conf = os.path.join(work, "upstream.conf")
     with open(conf, "w") as f:
@@ -141,6 +205,7 @@ http {{
 
 
 def start_gapura(binary, work, port, cert, key, core, upstream):
+    upstream, tls_upstream, pki = upstream
     admin = free_port()
     profile = os.path.join(work, "gapura.toml")
     with open(profile, "w") as f:
@@ -161,6 +226,20 @@ kind = "proxy"
   [[host.route]]
   path = "/"
   upstream = "origin"
+  request_id = "off"
+
+[[upstream]]
+name = "tls_origin"
+servers = ["127.0.0.1:{tls_upstream}"]
+max_idle_per_server = 64
+tls = {{ server_name = "upstream.test", ca_file = "{pki["ca"]}", client_cert = "{pki["client_cert"]}", client_key = "{pki["client_key"]}" }}
+
+[[host]]
+names = ["tls-upstream.test"]
+kind = "proxy"
+  [[host.route]]
+  path = "/"
+  upstream = "tls_origin"
   request_id = "off"
 
 [[certificate]]
@@ -186,6 +265,7 @@ off = ["all"]
 
 
 def start_nginx(work, port, cert, key, core, upstream):
+    upstream, tls_upstream, pki = upstream
     conf = os.path.join(work, "nginx.conf")
     with open(conf, "w") as f:
         f.write(f"""worker_processes 1;
@@ -203,6 +283,10 @@ http {{
         server 127.0.0.1:{upstream};
         keepalive 64;
     }}
+    upstream tls_origin {{
+        server 127.0.0.1:{tls_upstream};
+        keepalive 64;
+    }}
     server {{
         listen 127.0.0.1:{port} ssl http2;
         listen 127.0.0.1:{port + 1};
@@ -217,6 +301,18 @@ http {{
             proxy_http_version 1.1;
             proxy_set_header Connection "";
         }}
+        location /t {{
+            proxy_pass https://tls_origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_ssl_server_name on;
+            proxy_ssl_name upstream.test;
+            proxy_ssl_verify on;
+            proxy_ssl_trusted_certificate {pki["ca"]};
+            proxy_ssl_certificate {pki["client_cert"]};
+            proxy_ssl_certificate_key {pki["client_key"]};
+            proxy_ssl_session_reuse on;
+        }}
     }}
 }}
 """)
@@ -225,16 +321,19 @@ http {{
     return proc
 
 
-def wrk(port, conns, secs, core, close, proxy=False, plain=False):
+def wrk(port, conns, secs, core, close, proxy=False, plain=False, tls_upstream=False):
     cmd = ["taskset", "-c", str(core), "wrk", "-t1", f"-c{conns}", f"-d{secs}s"]
     if close:
         cmd += ["-H", "Connection: close"]
-    if proxy:
-        cmd += ["-H", "Host: proxy.test"]
-    if plain:
-        cmd.append(f"http://127.0.0.1:{port + 1}/p" if proxy else f"http://127.0.0.1:{port + 1}/")
+    if tls_upstream:
+        cmd += ["-H", "Host: tls-upstream.test", f"http://127.0.0.1:{port + 1}/t"]
     else:
-        cmd.append(f"https://127.0.0.1:{port}/p" if proxy else f"https://127.0.0.1:{port}/")
+        if proxy:
+            cmd += ["-H", "Host: proxy.test"]
+        if plain:
+            cmd.append(f"http://127.0.0.1:{port + 1}/p" if proxy else f"http://127.0.0.1:{port + 1}/")
+        else:
+            cmd.append(f"https://127.0.0.1:{port}/p" if proxy else f"https://127.0.0.1:{port}/")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30).stdout
     m = re.search(r"(\d+) requests in", out)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -297,6 +396,8 @@ def run_server(name, args, work, cert, key, upstream):
                 n = h2load(port, args.duration, args.load_core)
             elif sc == "http-proxy-c64":
                 n = wrk(port, 64, args.duration, args.load_core, False, proxy=True, plain=True)
+            elif sc == "tls-upstream-c64":
+                n = wrk(port, 64, args.duration, args.load_core, False, tls_upstream=True)
             else:
                 n = wrk(port, 64, args.duration, args.load_core, False, proxy=True)
             if admin:
@@ -336,14 +437,19 @@ def main():
     rows = {(s, sc): [] for s in servers for sc in args.scenarios}
     with tempfile.TemporaryDirectory(prefix="gapura-tls-bench-") as work:
         cert, key = make_cert(work)
-        upstream_port = free_port()
+        pki = make_pki(work)
+        upstream_port, tls_upstream_port = free_port(), free_port()
         upstream = start_upstream(work, upstream_port, args.load_core)
+        tls_upstream = start_tls_upstream(work, tls_upstream_port, args.load_core, pki)
         try:
             wait_port(upstream_port, upstream)
-            run_rounds(args, servers, rows, work, cert, key, upstream_port)
+            wait_port(tls_upstream_port, tls_upstream)
+            run_rounds(args, servers, rows, work, cert, key,
+                       (upstream_port, tls_upstream_port, pki))
         finally:
-            upstream.send_signal(signal.SIGTERM)
-            upstream.wait(timeout=15)
+            for p in (upstream, tls_upstream):
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=15)
     print_table(args, servers, rows)
 
 
