@@ -243,6 +243,38 @@ mod tests {
     }
 
     #[test]
+    fn every_mix_of_cases_finds_what_the_lower_case_name_finds() {
+        let t = table();
+        for name in ["example.com", "v1.api.example.com:443", "www.example.com."] {
+            let want = t.lookup(Some(name.as_bytes()));
+            let letters = name.bytes().filter(u8::is_ascii_alphabetic).count();
+            for mask in 0u32..(1 << letters.min(12)) {
+                let mut i = 0;
+                let mixed: Vec<u8> = name
+                    .bytes()
+                    .map(|b| {
+                        if !b.is_ascii_alphabetic() {
+                            return b;
+                        }
+                        i += 1;
+                        if mask >> (i - 1) & 1 == 1 {
+                            b.to_ascii_uppercase()
+                        } else {
+                            b
+                        }
+                    })
+                    .collect();
+                assert_eq!(
+                    t.lookup(Some(&mixed)),
+                    want,
+                    "{}",
+                    String::from_utf8_lossy(&mixed)
+                );
+            }
+        }
+    }
+
+    #[test]
     fn longest_wildcard_wins_and_bare_suffix_does_not_match() {
         let t = table();
         assert_eq!(t.lookup(Some(b"www.example.com")), Some(1));
