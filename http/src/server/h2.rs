@@ -360,7 +360,7 @@ async fn serve_stream<S: Transport>(
     }
     let reset = Rc::new(Cell::new(false));
     let (parts, body) = request.into_parts();
-    let pipe = H2Stream::<S>::new(parts, body, respond, reset.clone());
+    let pipe = H2Stream::<S>::new(parts, body, respond, reset.clone(), || shard.request_id());
     let io = ClientIo::new(
         pipe,
         Vec::with_capacity(READ_BUF_BYTES),

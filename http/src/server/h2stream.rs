@@ -9,7 +9,8 @@
 //! frames; chunked when no length was given, as an HTTP/1.1 upstream
 //! needs it). What the pipeline writes (an HTTP/1.1 answer: a local one, a
 //! page, or an upstream's relayed one) is read back into the response
-//! HEADERS and DATA frames, with flow control.
+//! HEADERS and DATA frames, with flow control. A gRPC call's refusal is
+//! sent as a trailers-only answer instead (`grpc`).
 
 use super::client::READ_BUF_BYTES;
 use crate::codec::chunked::ChunkedDecoder;
@@ -186,18 +187,25 @@ pub(super) struct H2Stream<S> {
     head_only: bool,
     /// The client reset the stream, or it ended in a stream error.
     reset: Rc<Cell<bool>>,
+    /// A gRPC call's request id (the access log's, its upstream's
+    /// `X-Request-Id`, and what its refusal's `grpc-message` names);
+    /// `None` for any other request.
+    grpc: Option<[u8; 24]>,
     _transport: std::marker::PhantomData<S>,
 }
 
 impl<S> H2Stream<S> {
     /// The stream of a request the client sent: its head laid out as the
-    /// stream's first input, its body after.
+    /// stream's first input, its body after. A gRPC call takes its request
+    /// id from `grpc_id`.
     pub(super) fn new(
         parts: http::request::Parts,
         body: RecvStream,
         respond: SendResponse<Bytes>,
         reset: Rc<Cell<bool>>,
+        grpc_id: impl FnOnce() -> [u8; 24],
     ) -> H2Stream<S> {
+        let grpc = super::grpc::is_grpc(&parts.headers).then(grpc_id);
         let head_only = parts.method == http::Method::HEAD;
         let body = (!body.is_end_stream()).then_some(body);
         let chunked = body.is_some() && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
@@ -215,6 +223,7 @@ impl<S> H2Stream<S> {
             left: Left::Head,
             head_only,
             reset,
+            grpc,
             _transport: std::marker::PhantomData,
         }
     }
@@ -293,6 +302,13 @@ impl<S> H2Stream<S> {
                 self.resp_head.drain(..head_len);
                 continue;
             }
+            if let Some(id) = self.grpc {
+                if status >= 400 && !headers.contains_key("grpc-status") {
+                    let retry_after = headers.get(http::header::RETRY_AFTER);
+                    let refusal = super::grpc::trailers_only(status, &id, retry_after);
+                    return self.send_only_head(refusal);
+                }
+            }
             self.left = match framing {
                 RespFraming::None | RespFraming::Length(0) => Left::Done,
                 RespFraming::Length(n) => Left::Length(n),
@@ -315,6 +331,21 @@ impl<S> H2Stream<S> {
             self.resp_head = Vec::new();
             return Ok(Some(rest));
         }
+    }
+
+    /// Sends `response` as the whole answer, one HEADERS frame that ends the
+    /// stream; the answer the pipeline writes is dropped, not sent.
+    fn send_only_head(&mut self, response: http::Response<()>) -> io::Result<Option<Vec<u8>>> {
+        self.left = Left::Done;
+        self.resp_head = Vec::new();
+        let Some(mut respond) = self.respond.take() else {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        };
+        let send = respond
+            .send_response(response, true)
+            .map_err(|e| self.h2_error(e))?;
+        self.send = Some(send);
+        Ok(Some(Vec::new()))
     }
 
     /// Sends body bytes by the response's framing.
@@ -575,5 +606,9 @@ impl<S: Transport> Transport for H2Stream<S> {
         bounds: &HeadBounds,
     ) -> Parse<'h, 'b> {
         self.head.head(unread, headers, bounds)
+    }
+    #[inline]
+    fn request_id(&self) -> Option<[u8; 24]> {
+        self.grpc
     }
 }

@@ -14,7 +14,8 @@
 //! stream and reset budgets), `h2scan` (the watch on incoming frames below
 //! the codec: the control-frame budget and the header block's timeout),
 //! `h2stream` (a stream as the transport of its request: the head read
-//! from its fields, the answer back into frames),
+//! from its fields, the answer back into frames), `grpc` (a gRPC call's
+//! refusal as a trailers-only answer with its gRPC status),
 //! `conn` (the connection loop and its phases: a body read locally,
 //! proxying, password checks, forward-auth's answers, proof of work's
 //! verify endpoint), `prepare` (a head's decision),
@@ -42,6 +43,7 @@ mod decided;
 mod end;
 #[doc(hidden)]
 pub mod fuzzing;
+mod grpc;
 mod h2;
 mod h2scan;
 mod h2stream;

@@ -104,6 +104,15 @@ pub trait Transport: ReadSpare + WriteAll + 'static {
     async fn until_abandoned(&mut self) {
         std::future::pending::<()>().await
     }
+    /// The id the transport gave its request, when it names the request
+    /// outside the answer's bytes (a gRPC call on an HTTP/2 stream: its
+    /// refusal's `grpc-message`): the request then goes by it (the access
+    /// log's id, the upstream's `X-Request-Id`, the pages'). A byte
+    /// stream gives none.
+    #[inline(always)]
+    fn request_id(&self) -> Option<[u8; 24]> {
+        None
+    }
     /// The next request's head at the start of `unread`, its lines written
     /// into `headers`: parsed from the bytes on a byte stream; built from
     /// the request's fields by a transport that carries them (an HTTP/2

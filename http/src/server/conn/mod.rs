@@ -292,10 +292,14 @@ impl<S: Transport> Conn<S> {
                 &self.shard,
                 (before, self.serial),
                 snap,
-                self.req_start.into_std(),
+                (self.req_start.into_std(), stream.request_id()),
             );
         }
-        let request_id = self.log.as_deref().map(|r| r.request_id);
+        let request_id = self
+            .log
+            .as_deref()
+            .map(|r| r.request_id)
+            .or_else(|| stream.request_id());
         let plan = prepare(
             Prep {
                 shard: &self.shard,
@@ -688,7 +692,7 @@ impl<S: Transport> Conn<S> {
             &self.shard,
             (before, self.serial),
             snap,
-            std::time::Instant::now(),
+            (std::time::Instant::now(), self.io.stream().request_id()),
         );
     }
 
@@ -753,20 +757,22 @@ impl<S: Transport> Conn<S> {
 }
 
 /// Starts the access log record of a new request (when the profile logs):
-/// its start, its id, the connection's serial and the bytes sent and
-/// queued on it before it.
+/// its start, its id (the transport's when it gave the request one, else
+/// a new one), the connection's serial and the bytes sent and queued on it
+/// before it.
 fn begin_log(
     log: &mut Option<Box<LogRecord>>,
     shard: &Shard,
     (before, serial): (u64, u64),
     snap: &Snapshot,
-    start: std::time::Instant,
+    (start, id): (std::time::Instant, Option<[u8; 24]>),
 ) {
     if snap.server.access_log.is_none() {
         return;
     }
+    let id = id.unwrap_or_else(|| shard.request_id());
     log.get_or_insert_with(Default::default)
-        .begin(before, shard.request_id(), start)
+        .begin(before, id, start)
         .connection = serial;
 }
 

@@ -1,6 +1,7 @@
 //! HTTP/2 over the in-memory duplex, with the h2 client crate as the
 //! client: streams through the gate, bodies, the stream limit, flow
-//! control windows, resets and GOAWAY.
+//! control windows, resets and GOAWAY, and gRPC calls' refusals as
+//! trailers-only answers.
 
 use super::*;
 use ::h2::client::SendRequest;
@@ -327,5 +328,165 @@ fn heads_the_pipeline_refuses_are_the_streams_answers() {
         assert_eq!(status(many.body(()).unwrap()).await, 431);
         // The connection goes on.
         assert_eq!(exchange(&send, "GET", "/", None).await.unwrap().0, 200);
+    })
+}
+
+/// What a gRPC client reads of an answer: the status, the fields, whether
+/// the HEADERS frame ended the stream (a trailers-only answer), the body.
+struct Answered {
+    status: u16,
+    fields: http::HeaderMap,
+    headers_only: bool,
+    body: Vec<u8>,
+}
+
+/// A unary call's POST to `authority` with `content_type`, its message
+/// framed as gRPC frames it (a flag byte, a 4-byte length).
+async fn call(send: &SendRequest<Bytes>, authority: &str, content_type: &str) -> Answered {
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{authority}/pkg.Greeter/SayHello"))
+        .header("content-type", content_type)
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let mut send = send.clone().ready().await.unwrap();
+    let (resp, mut stream) = send.send_request(req, false).unwrap();
+    stream
+        .send_data(Bytes::from_static(b"\0\0\0\0\x02hi"), true)
+        .unwrap();
+    let resp = resp.await.unwrap();
+    let status = resp.status().as_u16();
+    let fields = resp.headers().clone();
+    let mut body = resp.into_body();
+    let headers_only = body.is_end_stream();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    Answered {
+        status,
+        fields,
+        headers_only,
+        body: got,
+    }
+}
+
+/// The request id a refused call's `grpc-message` names, after checking
+/// the answer is trailers-only with `grpc_status`, and the message is
+/// `http_status`'s.
+fn refused_as(a: &Answered, grpc_status: &str, http_status: &str) -> String {
+    assert_eq!(a.status, 200);
+    assert!(a.headers_only, "the HEADERS frame ends the stream");
+    assert!(a.body.is_empty());
+    assert_eq!(a.fields["content-type"], "application/grpc");
+    assert_eq!(a.fields["grpc-status"], grpc_status, "{:?}", a.fields);
+    let message = a.fields["grpc-message"].to_str().unwrap();
+    let id = message
+        .strip_prefix(&format!("{http_status} (request "))
+        .and_then(|m| m.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{message}"));
+    assert!(
+        id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
+    // The page's own fields stay with the page.
+    assert!(!a.fields.contains_key("cache-control"), "{:?}", a.fields);
+    id.to_string()
+}
+
+#[test]
+fn a_grpc_call_over_the_connection_rate_gets_resource_exhausted() {
+    run(async {
+        let host = HELLO.replace(
+            "default = true",
+            "default = true\nconnection_rate = { requests = 1, burst = 1 }",
+        );
+        let shard = shard("", &host);
+        let (send, _wire) = connect(&shard).await;
+        // A call the gate lets through: the host's answer as it is (a 200
+        // is never rewritten).
+        let passed = call(&send, "hello.test", "application/grpc").await;
+        assert_eq!(
+            (passed.status, passed.body.as_slice()),
+            (200, &b"hello\n"[..])
+        );
+        assert!(!passed.fields.contains_key("grpc-status"));
+        let first = call(&send, "hello.test", "application/grpc+proto").await;
+        let a = refused_as(&first, "8", "429 Too Many Requests");
+        assert!(first.fields.contains_key("grpc-retry-pushback-ms"));
+        let second = call(&send, "hello.test", "application/grpc").await;
+        let b = refused_as(&second, "8", "429 Too Many Requests");
+        assert_ne!(a, b, "each call has its own id");
+        // Calls count as requests; the connection goes on.
+        assert_eq!(shard.stats.requests.get(), 3);
+        assert_eq!(shard.stats.h2_streams.get(), 3);
+    })
+}
+
+#[test]
+fn a_grpc_call_to_an_unknown_host_is_unimplemented_and_a_denied_one_permission_denied() {
+    run(async {
+        let profile = r#"
+[[access_list]]
+name = "nobody"
+deny = ["0.0.0.0/0", "::/0"]
+
+[[host]]
+names = ["hello.test"]
+kind = "respond"
+status = 200
+body = "hello\n"
+access_list = "nobody"
+"#;
+        let shard = shard("", profile);
+        let (send, _wire) = connect(&shard).await;
+        let unknown = call(&send, "other.test", "application/grpc").await;
+        refused_as(&unknown, "12", "404 Not Found");
+        let denied = call(&send, "hello.test", "application/grpc").await;
+        refused_as(&denied, "7", "403 Forbidden");
+        // Not gRPC (gRPC-Web carries its status in the body): the page.
+        let web = call(&send, "hello.test", "application/grpc-web").await;
+        assert_eq!(web.status, 403);
+        assert!(!web.fields.contains_key("grpc-status"));
+    })
+}
+
+#[test]
+fn a_request_that_is_not_grpc_still_gets_its_page() {
+    run(async {
+        let host = HELLO.replace(
+            "default = true",
+            "default = true\nconnection_rate = { requests = 1, burst = 1 }",
+        );
+        let shard = shard("", &host);
+        let (send, _wire) = connect(&shard).await;
+        assert_eq!(exchange(&send, "GET", "/", None).await.unwrap().0, 200);
+        let (status, body) = exchange(&send, "POST", "/", Some(b"x")).await.unwrap();
+        assert_eq!(status, 429);
+        let page = String::from_utf8(body).unwrap();
+        assert!(page.starts_with("429 Too Many Requests\n"), "{page}");
+        assert!(page.contains("\nrequest "), "{page}");
+    })
+}
+
+#[test]
+fn an_upstreams_error_to_a_grpc_call_is_unavailable_and_names_the_id_it_was_sent() {
+    run(async {
+        let (addr, rx) = super::upstream::upstream(1, |_| {
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy".to_vec()
+        });
+        let shard = shard("", &super::upstream::proxy(addr));
+        let (send, _wire) = connect(&shard).await;
+        let answered = call(&send, "hello.test", "application/grpc").await;
+        let id = refused_as(&answered, "14", "503 Service Unavailable");
+        let seen = super::upstream::seen(&rx).await;
+        assert!(
+            seen.head.contains(&format!("X-Request-Id: {id}\r\n")),
+            "{}",
+            seen.head
+        );
     })
 }
