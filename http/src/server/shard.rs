@@ -438,7 +438,7 @@ impl Shard {
             Err(e) => {
                 if let Some(warn) = self.warn {
                     warn(format_args!(
-                        "shard {}: TLS to an upstream cannot start ({}): {e}",
+                        "shard {}: TLS to an upstream or provider cannot start ({}): {e}",
                         self.id, tls.label
                     ));
                 }
