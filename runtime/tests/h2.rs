@@ -1,7 +1,8 @@
 //! HTTP/2 end to end with the h2 client crate (and curl): h2c by prior
 //! knowledge and h2 by ALPN over TLS, many streams through the gate on one
-//! connection, bodies streamed both ways through the proxy, and the
-//! defences (rapid reset, CONTINUATION flood).
+//! connection, bodies streamed both ways through the proxy, the
+//! defences (rapid reset, CONTINUATION flood), and a gRPC call's refusal
+//! as a trailers-only answer.
 
 mod common;
 
@@ -723,4 +724,64 @@ fn the_access_log_names_one_connection_for_its_streams_and_keep_alive_requests()
     assert_eq!(two.len(), 1);
     let all: std::collections::BTreeSet<u64> = [h2[0], one[0], two[0]].into();
     assert_eq!(all.len(), 3, "three connections, three serials");
+}
+
+#[test]
+fn a_grpc_call_past_its_rate_limit_gets_resource_exhausted_and_the_log_names_it() {
+    let dir = TempDir::new();
+    let path = dir.0.join("access.log");
+    let rest = format!(
+        "[[rate_limit]]\nname = \"one\"\nrequests = 1\nper = \"minute\"\nburst = 1\n{HELLO}rate_limit = \"one\"\n"
+    );
+    let log = format!("access_log = {{ path = \"{}\" }}", path.display());
+    let g = Gapura::start(&profile(&log, &rest));
+    let calls = runtime().block_on(async {
+        let (client, _driver) = h2c(g.addr).await;
+        let mut calls = Vec::new();
+        for _ in 0..2 {
+            let req = http::Request::post("http://hello.test/pkg.Greeter/SayHello")
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .unwrap();
+            let mut c = client.clone().ready().await.unwrap();
+            let (resp, mut send) = c.send_request(req, false).unwrap();
+            send.send_data(Bytes::from_static(b"\0\0\0\0\0"), true)
+                .unwrap();
+            let resp = resp.await.unwrap();
+            let ended = resp.body().is_end_stream();
+            calls.push((resp.status().as_u16(), resp.headers().clone(), ended));
+        }
+        calls
+    });
+    // The first call passes (the host's answer as it is), the second is
+    // over the limit: one HEADERS frame that ends the stream.
+    assert_eq!(calls[0].0, 200);
+    assert!(!calls[0].1.contains_key("grpc-status"));
+    let (status, fields, ended) = &calls[1];
+    assert_eq!((*status, *ended), (200, true));
+    assert_eq!(fields["content-type"], "application/grpc");
+    assert_eq!(fields["grpc-status"], "8");
+    let message = fields["grpc-message"].to_str().unwrap();
+    let id = message
+        .strip_prefix("429 Too Many Requests (request ")
+        .and_then(|m| m.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{message}"));
+    // The access log shows both calls as requests, the refusal under the
+    // id its grpc-message names.
+    let mut lines: Vec<serde_json::Value> = Vec::new();
+    common::wait_until(Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        lines = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        lines.len() >= 2
+    });
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["status"], 200);
+    assert_eq!(lines[1]["status"], 429);
+    assert_eq!(lines[1]["method"], "POST");
+    assert_eq!(lines[1]["path"], "/pkg.Greeter/SayHello");
+    assert_eq!(lines[1]["request_id"], id, "{lines:?}");
 }
