@@ -163,46 +163,12 @@ fn check_provider(
         Some(list) => check_headers(list, &format!("{base}.request_headers"), false, e),
         None => Some(Vec::new()),
     };
-    let cache = p.cache.as_ref();
-    let none = Opt::None;
-    let field = |f: fn(&RawAuthCache) -> &Opt<i64>| cache.map_or(&none, f);
-    let ttl_ms = int_in(
-        e,
-        field(|c| &c.ttl_ms),
-        &format!("{base}.cache.ttl_ms"),
-        "authProvider.cache.ttl_ms.range",
-        (0, 300_000),
-    )
-    .unwrap_or(10_000);
-    let negative_ttl_ms = int_in(
-        e,
-        field(|c| &c.negative_ttl_ms),
-        &format!("{base}.cache.negative_ttl_ms"),
-        "authProvider.cache.negative_ttl_ms.range",
-        (0, 300_000),
-    )
-    .unwrap_or(0);
-    let entries = int_in(
-        e,
-        field(|c| &c.entries),
-        &format!("{base}.cache.entries"),
-        "authProvider.cache.entries.range",
-        (16, 65_536),
-    )
-    .unwrap_or(4096);
-    let no_scope = Opt::None;
-    let scope = choice(
-        e,
-        cache.map_or(&no_scope, |c| &c.scope),
-        &format!("{base}.cache.scope"),
-        "authProvider.cache.scope.invalid",
-        &[
-            ("request", Some(Scope::Request)),
-            ("host", Some(Scope::Host)),
-        ],
-        None,
-    )
-    .unwrap_or(preset.scope());
+    let CacheSettings {
+        ttl_ms,
+        negative_ttl_ms,
+        entries,
+        scope,
+    } = check_cache(p.cache.as_ref(), base, preset, e);
     let timeout_ms = int_in(
         e,
         &p.timeout_ms,
@@ -242,19 +208,84 @@ fn check_provider(
         tls,
         identity: 0,
     };
-    p.identity = {
-        let mut h = gapura_gate::hash::Fnv1a::new();
-        h.write(format!("{:?}", p).as_bytes());
-        // The client certificate's bytes, which its debug form leaves out:
-        // a new one is a new provider (its idle connections are not used).
-        if let Some(c) = p.tls.as_ref().and_then(|t| t.client.as_ref()) {
-            for der in c.chain.iter().chain(std::iter::once(&c.key)) {
-                h.write(der);
-            }
-        }
-        h.finish()
-    };
+    p.identity = identity(&p);
     Some(p)
+}
+
+/// A provider's configuration identity: its settings (a reload that keeps
+/// them keeps its idle connections and calls).
+fn identity(p: &AuthProvider) -> u64 {
+    let mut h = gapura_gate::hash::Fnv1a::new();
+    h.write(format!("{:?}", p).as_bytes());
+    // The client certificate's bytes, which its debug form leaves out: a
+    // new one is a new provider (its idle connections are not used).
+    if let Some(c) = p.tls.as_ref().and_then(|t| t.client.as_ref()) {
+        for der in c.chain.iter().chain(std::iter::once(&c.key)) {
+            h.write(der);
+        }
+    }
+    h.finish()
+}
+
+/// A provider's `cache` table, checked (defaults where it says nothing).
+struct CacheSettings {
+    ttl_ms: i64,
+    negative_ttl_ms: i64,
+    entries: i64,
+    scope: Scope,
+}
+
+fn check_cache(
+    cache: Option<&RawAuthCache>,
+    base: &str,
+    preset: Preset,
+    e: &mut Errors<'_>,
+) -> CacheSettings {
+    let none = Opt::None;
+    let field = |f: fn(&RawAuthCache) -> &Opt<i64>| cache.map_or(&none, f);
+    let ttl_ms = int_in(
+        e,
+        field(|c| &c.ttl_ms),
+        &format!("{base}.cache.ttl_ms"),
+        "authProvider.cache.ttl_ms.range",
+        (0, 300_000),
+    )
+    .unwrap_or(10_000);
+    let negative_ttl_ms = int_in(
+        e,
+        field(|c| &c.negative_ttl_ms),
+        &format!("{base}.cache.negative_ttl_ms"),
+        "authProvider.cache.negative_ttl_ms.range",
+        (0, 300_000),
+    )
+    .unwrap_or(0);
+    let entries = int_in(
+        e,
+        field(|c| &c.entries),
+        &format!("{base}.cache.entries"),
+        "authProvider.cache.entries.range",
+        (16, 65_536),
+    )
+    .unwrap_or(4096);
+    let no_scope = Opt::None;
+    let scope = choice(
+        e,
+        cache.map_or(&no_scope, |c| &c.scope),
+        &format!("{base}.cache.scope"),
+        "authProvider.cache.scope.invalid",
+        &[
+            ("request", Some(Scope::Request)),
+            ("host", Some(Scope::Host)),
+        ],
+        None,
+    )
+    .unwrap_or(preset.scope());
+    CacheSettings {
+        ttl_ms,
+        negative_ttl_ms,
+        entries,
+        scope,
+    }
 }
 
 /// A checked `url`.
