@@ -15,6 +15,42 @@
 
 use crate::codec::head::{parse_head, HeadBounds, HeaderBuf, Parse};
 
+/// Reading and writing on a stream that is one of two kinds (an enum of
+/// two variants, each holding a stream): the same call on the variant.
+macro_rules! either_stream {
+    (read $a:ident $b:ident: $($t:ident),*) => {$(
+        impl $crate::transport::ReadSpare for $t {
+            #[inline]
+            async fn read_spare(&mut self, buf: Vec<u8>) -> (std::io::Result<usize>, Vec<u8>) {
+                match self {
+                    $t::$a(s) => $crate::transport::ReadSpare::read_spare(s, buf).await,
+                    $t::$b(s) => $crate::transport::ReadSpare::read_spare(s, buf).await,
+                }
+            }
+        }
+    )*};
+    (write $a:ident $b:ident: $($t:ident),*) => {$(
+        impl $crate::transport::WriteAll for $t {
+            #[inline]
+            async fn write_all_of<T: monoio::buf::IoBuf + 'static>(
+                &mut self,
+                buf: T,
+            ) -> (std::io::Result<()>, T) {
+                match self {
+                    $t::$a(s) => $crate::transport::WriteAll::write_all_of(s, buf).await,
+                    $t::$b(s) => $crate::transport::WriteAll::write_all_of(s, buf).await,
+                }
+            }
+            async fn close_write(&mut self) {
+                match self {
+                    $t::$a(s) => $crate::transport::WriteAll::close_write(s).await,
+                    $t::$b(s) => $crate::transport::WriteAll::close_write(s).await,
+                }
+            }
+        }
+    )*};
+}
+
 pub mod certs;
 pub mod compat;
 pub mod plain;

@@ -3,9 +3,8 @@
 //! over provided buffers) where the shard has one, else on the runtime's
 //! TCP stream alone. One type, so the connection pipeline exists once.
 
-use super::{ReadSpare, Transport, WriteAll};
+use super::{ReadSpare, Transport};
 use crate::uring::stream::{RingRead, RingStream, RingWrite};
-use monoio::buf::IoBuf;
 use monoio::io::{CancelHandle, OwnedReadHalf, OwnedWriteHalf};
 use monoio::net::TcpStream;
 use std::io;
@@ -55,40 +54,8 @@ impl Plain {
     }
 }
 
-/// Reading and writing on either kind: the same call on the variant.
-macro_rules! either {
-    (read $($t:ident),*) => {$(
-        impl ReadSpare for $t {
-            #[inline]
-            async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
-                match self {
-                    $t::Tcp(s) => s.read_spare(buf).await,
-                    $t::Ring(s) => s.read_spare(buf).await,
-                }
-            }
-        }
-    )*};
-    (write $($t:ident),*) => {$(
-        impl WriteAll for $t {
-            #[inline]
-            async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
-                match self {
-                    $t::Tcp(s) => s.write_all_of(buf).await,
-                    $t::Ring(s) => s.write_all_of(buf).await,
-                }
-            }
-            async fn close_write(&mut self) {
-                match self {
-                    $t::Tcp(s) => s.close_write().await,
-                    $t::Ring(s) => s.close_write().await,
-                }
-            }
-        }
-    )*};
-}
-
-either!(read Plain, PlainRead);
-either!(write Plain, PlainWrite);
+either_stream!(read Tcp Ring: Plain, PlainRead);
+either_stream!(write Tcp Ring: Plain, PlainWrite);
 
 impl Transport for Plain {
     type ReadHalf = PlainRead;

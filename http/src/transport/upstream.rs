@@ -5,14 +5,12 @@
 
 use super::plain::{Plain, PlainRead, PlainWrite};
 use super::tls::{TlsReadHalf, TlsStream, TlsWriteHalf};
-use super::{ReadSpare, Transport, WriteAll};
+use super::Transport;
 use gapura_gate::upstream::{UpstreamRoots, UpstreamTls};
-use monoio::buf::IoBuf;
 use monoio::net::TcpStream;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore};
-use std::io;
 use std::sync::Arc;
 
 /// An upstream connection.
@@ -42,40 +40,8 @@ impl std::fmt::Debug for UpstreamConn {
     }
 }
 
-/// Reading and writing on either kind: the same call on the variant.
-macro_rules! either {
-    (read $($t:ident),*) => {$(
-        impl ReadSpare for $t {
-            #[inline]
-            async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
-                match self {
-                    $t::Plain(s) => s.read_spare(buf).await,
-                    $t::Tls(s) => s.read_spare(buf).await,
-                }
-            }
-        }
-    )*};
-    (write $($t:ident),*) => {$(
-        impl WriteAll for $t {
-            #[inline]
-            async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
-                match self {
-                    $t::Plain(s) => s.write_all_of(buf).await,
-                    $t::Tls(s) => s.write_all_of(buf).await,
-                }
-            }
-            async fn close_write(&mut self) {
-                match self {
-                    $t::Plain(s) => s.close_write().await,
-                    $t::Tls(s) => s.close_write().await,
-                }
-            }
-        }
-    )*};
-}
-
-either!(read UpstreamConn, UpstreamRead);
-either!(write UpstreamConn, UpstreamWrite);
+either_stream!(read Plain Tls: UpstreamConn, UpstreamRead);
+either_stream!(write Plain Tls: UpstreamConn, UpstreamWrite);
 
 impl Transport for UpstreamConn {
     type ReadHalf = UpstreamRead;
