@@ -161,3 +161,22 @@ fn a_certificate_for_another_name_gets_502() {
     );
     assert_eq!(up.requests.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn an_upstream_that_stalls_its_handshake_is_cut_off_at_the_connect_timeout() {
+    // A server that accepts and never says a word: the handshake waits
+    // for its ServerHello until the group's connect timeout (2 s here).
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            keep.lock().unwrap().push(s);
+        }
+    });
+    let g = Gapura::start(&tls_profile(addr, "tls = { verify = false }"));
+    assert_eq!(get(&g, "/").status, 504);
+    assert_eq!(tls_failures(&g, "timeout", 1), 1);
+    assert_eq!(held.lock().unwrap().len(), 1);
+}
