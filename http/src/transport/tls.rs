@@ -76,8 +76,9 @@ impl HandshakeFail {
         HandshakeFail::Other,
     ];
 
-    /// How many reasons there are (every variant is below it).
-    pub const COUNT: usize = 9;
+    /// How many reasons there are (every variant is below it: the
+    /// counters are indexed by them).
+    pub const COUNT: usize = HandshakeFail::Verify as usize + 1;
 
     /// The `reason` label of an upstream's handshake on `/metrics`.
     pub fn upstream_label(self) -> &'static str {

@@ -46,6 +46,8 @@ either_stream!(write Plain Tls: UpstreamConn, UpstreamWrite);
 impl Transport for UpstreamConn {
     type ReadHalf = UpstreamRead;
     type WriteHalf = UpstreamWrite;
+    // What a client's connection reports as `X-Forwarded-Proto`; an
+    // upstream connection never serves a client.
     const TLS: bool = false;
     fn buffered(&self) -> bool {
         match self {
