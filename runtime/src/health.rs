@@ -214,30 +214,28 @@ pub fn spawn(cell: Arc<SnapshotCell>, board: Arc<HealthBoard>, stop: Arc<AtomicB
                                 server.addr.to_string()
                             }
                         };
+                        // A TLS client that cannot start fails the check like
+                        // any other failure (logged once, as the server goes
+                        // down).
                         let tls = match &group.tls {
-                            None => None,
+                            None => Ok(None),
                             Some(t) => match (
                                 configs.get(t),
                                 gapura_http::transport::upstream::server_name(t, server),
                             ) {
-                                (Ok(config), Ok(name)) => Some((config, name)),
-                                (Err(e), _) | (_, Err(e)) => {
-                                    log!(
-                                        "upstream {} {}: TLS cannot start: {e}",
-                                        group.name,
-                                        server.addr
-                                    );
-                                    continue;
-                                }
+                                (Ok(config), Ok(name)) => Ok(Some((config, name))),
+                                (Err(e), _) | (_, Err(e)) => Err(format!("TLS cannot start: {e}")),
                             },
                         };
-                        let result = probe(
-                            server.addr,
-                            tls,
-                            &host,
-                            &check.path,
-                            Duration::from_millis(check.timeout_ms),
-                        );
+                        let result = tls.and_then(|tls| {
+                            probe(
+                                server.addr,
+                                tls,
+                                &host,
+                                &check.path,
+                                Duration::from_millis(check.timeout_ms),
+                            )
+                        });
                         let (ok, why) = match result {
                             Ok(s) if s >= check.expect_status.0 && s <= check.expect_status.1 => {
                                 (true, String::new())

@@ -180,3 +180,36 @@ fn an_upstream_that_stalls_its_handshake_is_cut_off_at_the_connect_timeout() {
     assert_eq!(tls_failures(&g, "timeout", 1), 1);
     assert_eq!(held.lock().unwrap().len(), 1);
 }
+
+#[test]
+fn health_checks_go_over_the_groups_tls() {
+    let ca = Authority::new("test authority");
+    let (chain, key, _, _) = ca.issue(&["upstream.test"]);
+    let up = tls_upstream(server_config((chain, key), Some(&ca)));
+    let f = files(&ca);
+    let g = Gapura::start(&tls_profile(
+        up.addr,
+        &format!(
+            "tls = {{ server_name = \"upstream.test\", ca_file = \"{}\", client_cert = \"{}\", client_key = \"{}\" }}\n[upstream.health]\npath = \"/healthz\"\ninterval_ms = 200\ntimeout_ms = 150",
+            f.ca.display(),
+            f.client_cert.display(),
+            f.client_key.display()
+        ),
+    ));
+    // The check's request reaches the upstream that demands mTLS: it came
+    // over the group's TLS with its client certificate.
+    assert!(
+        wait_until(Duration::from_secs(10), || up
+            .heads
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|h| h.starts_with("GET /healthz HTTP/1.1\r\n"))),
+        "no health check reached the TLS upstream"
+    );
+    let r = get(&g, "/after");
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, &b"tls upstream saw /after"[..])
+    );
+}
