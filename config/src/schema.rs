@@ -188,6 +188,9 @@ pub(crate) struct RawUpstream {
     pub fail_cooldown_ms: Opt<i64>,
     pub health: Option<RawHealth>,
     pub tls: Option<Spanned<RawUpstreamTls>>,
+    pub protocol: Opt<String>,
+    pub h2_streams_per_connection: Opt<i64>,
+    pub h2_connections_per_server: Opt<i64>,
 }
 
 /// An upstream's `tls`: `true` (verify against the public roots) or a

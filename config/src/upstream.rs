@@ -16,7 +16,7 @@ use crate::schema::{RawHealth, RawServerEntry, RawUpstream};
 use crate::upstreamtls::check_upstream_tls;
 use crate::values::{as_u64, choice, int_in, IntOrString, Opt};
 use gapura_gate::host::valid_name;
-use gapura_gate::upstream::{ActiveHealth, Balance, HostHeader, UpstreamId};
+use gapura_gate::upstream::{ActiveHealth, Balance, HostHeader, UpstreamId, UpstreamProtocol};
 use gapura_gate::{UpstreamGroup, UpstreamServer};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -31,6 +31,8 @@ pub(crate) const DEFAULT_MAX_IDLE_PER_SERVER: u32 = 64;
 pub(crate) const DEFAULT_IDLE_TIMEOUT_MS: u64 = 30_000;
 pub(crate) const DEFAULT_FAIL_THRESHOLD: u32 = 3;
 pub(crate) const DEFAULT_FAIL_COOLDOWN_MS: u64 = 10_000;
+pub(crate) const DEFAULT_H2_STREAMS_PER_CONNECTION: u32 = 100;
+pub(crate) const DEFAULT_H2_CONNECTIONS_PER_SERVER: u32 = 2;
 
 /// Defaults of an `[upstream.health]`.
 pub(crate) const DEFAULT_HEALTH_PATH: &str = "/";
@@ -80,6 +82,18 @@ pub(crate) fn check_upstreams(
         let name = name.unwrap_or_default();
         let mut group = check_group(u, name, &base, span, resolver, e);
         group.tls = check_upstream_tls(u.tls.as_ref(), &base, loader, e);
+        if group.protocol == UpstreamProtocol::Auto && group.tls.is_none() {
+            if let Some(p) = &u.protocol {
+                e.push(
+                    "upstream.protocol.auto_without_tls",
+                    format!("{base}.protocol"),
+                    p.span(),
+                    "protocol = \"auto\" picks HTTP/2 or HTTP/1.1 by ALPN, which needs tls; \
+                     write \"h2\" for HTTP/2 without TLS (prior knowledge) or \"http1\""
+                        .to_string(),
+                );
+            }
+        }
         groups.push(group);
     }
     Upstreams { groups, ids }
@@ -159,6 +173,32 @@ fn check_group(
         (0, 1_000),
         u64::from(DEFAULT_FAIL_THRESHOLD),
     );
+    let h2_streams_per_connection = ms(
+        &u.h2_streams_per_connection,
+        "h2_streams_per_connection",
+        "upstream.h2_streams_per_connection.range",
+        (1, 10_000),
+        u64::from(DEFAULT_H2_STREAMS_PER_CONNECTION),
+    );
+    let h2_connections_per_server = ms(
+        &u.h2_connections_per_server,
+        "h2_connections_per_server",
+        "upstream.h2_connections_per_server.range",
+        (1, 1_000),
+        u64::from(DEFAULT_H2_CONNECTIONS_PER_SERVER),
+    );
+    let protocol = choice(
+        e,
+        &u.protocol,
+        &format!("{base}.protocol"),
+        "upstream.protocol.invalid",
+        &[
+            ("http1", UpstreamProtocol::Http1),
+            ("h2", UpstreamProtocol::H2),
+            ("auto", UpstreamProtocol::Auto),
+        ],
+        UpstreamProtocol::Http1,
+    );
     let active_health = u
         .health
         .as_ref()
@@ -177,6 +217,9 @@ fn check_group(
         fail_cooldown_ms,
         active_health,
         tls: None,
+        protocol,
+        h2_streams_per_connection: narrow(h2_streams_per_connection),
+        h2_connections_per_server: narrow(h2_connections_per_server),
     }
 }
 

@@ -72,6 +72,25 @@ pub struct UpstreamGroup {
     pub active_health: Option<ActiveHealth>,
     /// TLS to the group's servers (`tls`); `None`: plaintext.
     pub tls: Option<std::sync::Arc<UpstreamTls>>,
+    /// The HTTP version spoken to the group's servers (`protocol`).
+    pub protocol: UpstreamProtocol,
+    /// Most streams open at once on one HTTP/2 connection (the server's
+    /// own limit, when lower, holds too).
+    pub h2_streams_per_connection: u32,
+    /// Most HTTP/2 connections a shard keeps to one server.
+    pub h2_connections_per_server: u32,
+}
+
+/// The HTTP version spoken to an upstream group's servers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 (the default).
+    #[default]
+    Http1,
+    /// HTTP/2: over TLS by ALPN, without TLS by prior knowledge (h2c).
+    H2,
+    /// Over TLS only: what ALPN agrees, HTTP/2 preferred.
+    Auto,
 }
 
 /// TLS to an upstream group's servers: who vouches for them, the name

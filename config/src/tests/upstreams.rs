@@ -1,6 +1,6 @@
 use super::*;
 use crate::identity::server_key;
-use gapura_gate::upstream::{ActiveHealth, Balance, HostHeader};
+use gapura_gate::upstream::{ActiveHealth, Balance, HostHeader, UpstreamProtocol};
 use gapura_gate::{UpstreamGroup, UpstreamServer};
 use std::net::SocketAddr;
 
@@ -40,6 +40,9 @@ max_idle_per_server = 0
 idle_timeout_ms = 45000
 fail_threshold = 0
 fail_cooldown_ms = 3600000
+protocol = "h2"
+h2_streams_per_connection = 10000
+h2_connections_per_server = 1
 [upstream.health]
 path = "/healthz?full=1"
 interval_ms = 100
@@ -72,6 +75,9 @@ expect_status = "204"
                 expect_status: (204, 204),
             }),
             tls: None,
+            protocol: UpstreamProtocol::H2,
+            h2_streams_per_connection: 10_000,
+            h2_connections_per_server: 1,
         }
     );
 }
@@ -94,6 +100,9 @@ fn an_upstream_with_only_name_and_servers_takes_every_default() {
             fail_cooldown_ms: 10_000,
             active_health: None,
             tls: None,
+            protocol: UpstreamProtocol::Http1,
+            h2_streams_per_connection: 100,
+            h2_connections_per_server: 2,
         }
     );
     let g = only_group(&format!("{U}host_header = \"pass\"\n[upstream.health]\n"));
@@ -412,6 +421,39 @@ fn balance_and_host_header_refuse_bad_values() {
     }
     let g = only_group(&format!("{U}host_header = \"[::1]:8080\"\n"));
     assert_eq!(g.host_header, HostHeader::Rewrite("[::1]:8080".into()));
+}
+
+#[test]
+fn the_protocol_is_one_of_three_and_auto_needs_tls() {
+    assert_eq!(
+        one(&format!("{U}protocol = \"h3\"\n")),
+        at("upstream.protocol.invalid", "upstream[0].protocol", 4, 12)
+    );
+    assert_eq!(
+        one(&format!("{U}protocol = \"auto\"\n")),
+        at(
+            "upstream.protocol.auto_without_tls",
+            "upstream[0].protocol",
+            4,
+            12
+        )
+    );
+    // HTTP/2 without TLS is h2c by prior knowledge.
+    let g = only_group(&format!("{U}protocol = \"h2\"\n"));
+    assert_eq!(g.protocol, UpstreamProtocol::H2);
+    for (field, bad) in [
+        ("h2_streams_per_connection", 0),
+        ("h2_streams_per_connection", 10_001),
+        ("h2_connections_per_server", 0),
+        ("h2_connections_per_server", 1_001),
+    ] {
+        let src = format!("{U}{field} = {bad}\n");
+        assert_eq!(
+            one(&src).0,
+            format!("upstream.{field}.range"),
+            "{field} {bad}"
+        );
+    }
 }
 
 #[test]

@@ -29,6 +29,9 @@ fn group(weights: &[u32], balance: Balance) -> UpstreamGroup {
         fail_cooldown_ms: 10_000,
         active_health: None,
         tls: None,
+        protocol: Default::default(),
+        h2_streams_per_connection: 100,
+        h2_connections_per_server: 2,
     }
 }
 
