@@ -11,7 +11,10 @@
 //! address-keyed limit defaults to `per_shard` (steering keeps a direct
 //! client on one shard: exact); `scope = "split"` divides it too, for
 //! clients that arrive through proxies and so on any shard
-//! (docs/limits.md states both bounds).
+//! (docs/limits.md states both bounds). `scope = "fleet"` holds the whole
+//! limit on every shard against the fleet's count, shared through the
+//! engine `[fleet]` names, and the limit divided by `nodes_expected` while
+//! the engine is away (docs/fleet.md).
 
 use crate::codes::ProfileCode;
 use crate::error::Errors;
@@ -20,6 +23,7 @@ use crate::rawgate::{RawRateLimit, RawTier};
 use crate::values::choice;
 use gapura_gate::mode::Mode;
 use gapura_gate::policy::{RateKey, RateLimitDef};
+use gapura_gate::quota::fleet::FleetRate;
 use gapura_gate::quota::rate::MAX_BURST;
 use gapura_gate::quota::{RatePolicy, Scope, SourcePrefix};
 use gapura_gate::token::is_token;
@@ -41,11 +45,14 @@ enum Key {
     Header,
 }
 
-/// Checks every `[[rate_limit]]` for one of `shards` shards. Returns one
-/// definition per entry, in order, even for entries with errors.
+/// Checks every `[[rate_limit]]` for one of `shards` shards; `fleet`: the
+/// nodes `[fleet]` expects, when it is written (`scope = "fleet"` needs
+/// it). Returns one definition per entry, in order, even for entries with
+/// errors.
 pub(crate) fn check_rate_limits(
     raw: &[Spanned<RawRateLimit>],
     shards: u32,
+    fleet: Option<u32>,
     e: &mut Errors<'_>,
 ) -> RateLimits {
     let mut defs = Vec::with_capacity(raw.len());
@@ -67,7 +74,7 @@ pub(crate) fn check_rate_limits(
             ids.insert(n.clone(), u32::try_from(i).unwrap_or(u32::MAX));
         }
         let name = name.unwrap_or_default();
-        defs.push(check_limit(r, name, &base, span, shards, e));
+        defs.push(check_limit(r, name, &base, span, (shards, fleet), e));
     }
     RateLimits { defs, ids }
 }
@@ -93,7 +100,7 @@ fn check_limit(
     name: String,
     base: &str,
     span: Range<usize>,
-    shards: u32,
+    (shards, fleet_nodes): (u32, Option<u32>),
     e: &mut Errors<'_>,
 ) -> RateLimitDef {
     let per_ms = choice(
@@ -132,7 +139,20 @@ fn check_limit(
     );
     let policy = check_policy((&r.requests, &r.burst), per_ms, base, span, e);
     let header = check_header(r, base, key, e);
-    let scope = check_scope(r, base, key, e);
+    let (scope, fleet) = check_scope(r, base, key, fleet_nodes, e);
+    let fleet = match (policy, fleet) {
+        (Some(p), Some(nodes)) => {
+            // Held alone: the node's share, and a header's clients over
+            // every shard share it again.
+            let parts = if key == Some(Key::Header) {
+                nodes.saturating_mul(shards)
+            } else {
+                nodes
+            };
+            split(p, parts, r, base, e).map(|local_share| FleetRate { local_share })
+        }
+        _ => None,
+    };
     let policy = match (policy, scope) {
         (Some(p), Scope::Split) if shards > 1 => split(p, shards, r, base, e),
         (p, _) => p,
@@ -155,6 +175,7 @@ fn check_limit(
         key,
         ipv6_tiers,
         mode,
+        fleet,
     }
 }
 
@@ -334,21 +355,50 @@ fn check_header(
 
 /// `scope`: `split` by default for header keys (a header's client lands
 /// on any shard), `per_shard` for address keys (steered to one shard:
-/// exact for direct clients); either may be written.
-fn check_scope(r: &RawRateLimit, base: &str, key: Option<Key>, e: &mut Errors<'_>) -> Scope {
+/// exact for direct clients); either may be written. `fleet` (with a
+/// `[fleet]`, whose `nodes_expected` is `fleet_nodes`): every shard holds
+/// the whole limit against the fleet's count (docs/fleet.md); returned as
+/// `per_shard` with the node count.
+fn check_scope(
+    r: &RawRateLimit,
+    base: &str,
+    key: Option<Key>,
+    fleet_nodes: Option<u32>,
+    e: &mut Errors<'_>,
+) -> (Scope, Option<u32>) {
     let default = if key == Some(Key::Header) {
         Scope::Split
     } else {
         Scope::PerShard
     };
-    choice(
+    let path = format!("{base}.scope");
+    let scope = choice(
         e,
         &r.scope,
-        &format!("{base}.scope"),
+        &path,
         "rate_limit.scope.invalid",
-        &[("split", Scope::Split), ("per_shard", Scope::PerShard)],
-        default,
-    )
+        &[
+            ("split", Some(Scope::Split)),
+            ("per_shard", Some(Scope::PerShard)),
+            ("fleet", None),
+        ],
+        Some(default),
+    );
+    match (scope, fleet_nodes) {
+        (Some(s), _) => (s, None),
+        (None, Some(nodes)) => (Scope::PerShard, Some(nodes)),
+        (None, None) => {
+            let at = r.scope.as_ref().map_or(0..0, |v| v.span());
+            e.push(
+                "rate_limit.scope.fleet",
+                path,
+                at,
+                "scope = \"fleet\" shares the limit through the engine [fleet] names: \
+                 add a [fleet] section, or use \"per_shard\" or \"split\"",
+            );
+            (default, None)
+        }
+    }
 }
 
 /// `ipv6_tiers`: /56 and /48 buckets of a `key = "ip"` limit, each once,

@@ -37,6 +37,9 @@ pub struct RateLimitDef {
     /// Extra IPv6 buckets taken together with the main one (/56, /48).
     pub ipv6_tiers: Vec<(SourcePrefix, RatePolicy)>,
     pub mode: Mode,
+    /// `scope = "fleet"`: the main bucket is shared across the fleet
+    /// (`quota::fleet`); `policy` is then the whole limit.
+    pub fleet: Option<crate::quota::fleet::FleetRate>,
 }
 
 /// One (rate limit, host) pair: its buckets' stable identity.

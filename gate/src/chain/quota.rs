@@ -15,6 +15,7 @@ use super::trace::{QuotaOutcome, Step, Trace};
 use crate::client::HeaderLines;
 use crate::mode::Mode;
 use crate::policy::{RateKey, RequestPolicy};
+use crate::quota::fleet::Choice;
 use crate::quota::{
     Domain, QuotaDecision, QuotaRequest, QuotaTicket, RateCheck, Refusal, SourcePrefix,
 };
@@ -121,7 +122,11 @@ impl Snapshot {
                 .map_err(|retry| (retry, def.name.as_str()));
         };
         let slot = &slot;
-        let keyer = &state.keyer;
+        let keyer = if def.fleet.is_some() {
+            &state.fleet_keyer
+        } else {
+            &state.keyer
+        };
         let key = match &def.key {
             RateKey::Ip => keyer.source(Domain::RateSource, client, SourcePrefix::RATE),
             RateKey::IpPath => keyer.source_path(client, SourcePrefix::RATE, canonical),
@@ -130,8 +135,25 @@ impl Snapshot {
                 keyer.header_or_source(value, client, SourcePrefix::RATE)
             }
         };
+        let identity = gate.rate_pairs[pair].identity;
+        let fleet = def.fleet.as_ref().map(|f| {
+            let choice = state.fleet.choose(
+                state.quota.rate(),
+                &def.policy,
+                *slot,
+                identity,
+                key,
+                policy.class.may_use_reserve(),
+                now_ms,
+            );
+            (choice, f)
+        });
+        let main = match fleet {
+            Some((Choice::Share, f)) => &f.local_share,
+            _ => &def.policy,
+        };
         let first = RateCheck {
-            policy: &def.policy,
+            policy: main,
             slot: *slot,
             key,
         };
@@ -149,6 +171,9 @@ impl Snapshot {
         }
         let refusal = match state.quota.rate_limit(&checks[..n], now_ms) {
             Ok(()) => {
+                if let Some((choice, _)) = fleet {
+                    state.fleet.record(choice, main, now_ms);
+                }
                 trace_quota(trace, QuotaOutcome::Admitted, true);
                 return Ok(());
             }

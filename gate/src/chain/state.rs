@@ -87,6 +87,12 @@ pub struct Suspended {
 pub struct GateState {
     pub quota: Quota,
     pub(super) keyer: Keyer,
+    /// Keys of fleet-scoped limits: the same on every node of the fleet
+    /// ([`GateState::enable_fleet`]); the process's own until then.
+    pub(super) fleet_keyer: Keyer,
+    /// The shared keys of fleet-scoped limits and this shard's side of
+    /// their exchange (empty until [`GateState::enable_fleet`]).
+    pub fleet: crate::quota::fleet::FleetState,
     /// Slot per rate pair of the adopted snapshot.
     pub(super) pair_slots: Vec<Option<Slot>>,
     adopted: u64,
@@ -159,6 +165,8 @@ impl GateState {
         Ok(GateState {
             quota: Quota::new(sizes)?,
             keyer: Keyer::new(seed),
+            fleet_keyer: Keyer::new(seed),
+            fleet: crate::quota::fleet::FleetState::default(),
             pair_slots: Vec::new(),
             adopted: u64::MAX,
             counters: ChainCounters::default(),
@@ -184,6 +192,30 @@ impl GateState {
             nonce_key: std::array::from_fn(|i| secret[16 + i] ^ 0x3c),
             nonce_counter: 0,
         })
+    }
+
+    /// Shares fleet-scoped limits: their keys are derived under
+    /// `fleet_seed` (the same on every node), and up to `shared_keys` of
+    /// them are shared at once. Allocates the shared set, once, at start.
+    pub fn enable_fleet(&mut self, fleet_seed: [u8; 16], shared_keys: usize) {
+        self.fleet_keyer = Keyer::new(fleet_seed);
+        self.fleet = crate::quota::fleet::FleetState::with_capacity(shared_keys);
+    }
+
+    /// Takes in the reconciler's view and hands this shard's batch over
+    /// (the shard's sync timer). See [`crate::quota::fleet`].
+    pub fn fleet_sync(
+        &mut self,
+        view: &crate::quota::fleet::FleetView,
+        view_age_ms: u64,
+        shard: u32,
+        now_ms: u64,
+        send: impl FnOnce(crate::quota::fleet::FleetBatch) -> bool,
+    ) {
+        let rate = self.quota.rate_mut();
+        self.fleet
+            .apply(view, shard as usize, rate, now_ms, view_age_ms);
+        self.fleet.hand_off(shard, now_ms, send);
     }
 
     /// Unix seconds at the shard's `now_ms`.

@@ -23,6 +23,10 @@
 //! [`tracked`] holds the keyed counters of 1-3: a hard ceiling on live keys
 //! with a critical reserve, failing closed without adding state.
 //!
+//! [`fleet`] is a shard's side of rate limits shared across a fleet: the
+//! keys it shares, the batches it hands to the reconciler, the views it
+//! takes back.
+//!
 //! [`terms`] holds what every part shares, below them all: the class of
 //! work, a limit's scope across shards, Retry-After's bounds and a sweep's
 //! report. A rate policy's [`Slot`] is in [`slots`]. This module only
@@ -30,6 +34,7 @@
 
 pub mod bucket;
 pub mod decide;
+pub mod fleet;
 pub mod key;
 pub mod lease;
 pub mod rate;

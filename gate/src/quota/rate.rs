@@ -433,6 +433,33 @@ impl RateTable {
         }
     }
 
+    /// Sets the bucket of `key` to have been refilling for `age_ns` at
+    /// `now_ms` (a fleet's count, learned: see [`super::fleet`]): clamped to
+    /// one full refill (a full bucket) and to one burst of debt (a negative
+    /// age: the bucket refuses until it has paid it back). Takes an entry
+    /// as a miss does. O([`PROBE`]); no allocation. Off the request path.
+    pub fn set_age(&mut self, policy: &RatePolicy, slot: Slot, key: u64, now_ms: u64, age_ns: i64) {
+        let now_ns = now_ms.saturating_mul(NS_PER_MS);
+        let tolerance = policy.tolerance_ns.min(i64::MAX as u64) as i64;
+        let age = age_ns.clamp(-tolerance, tolerance);
+        let fp = fingerprint(slot, key);
+        let start = self.window_start(slot, key);
+        let idx = match self.find(fp, start) {
+            Some(idx) => idx,
+            None => {
+                self.slot_tolerance_ns[slot.get() as usize] = policy.tolerance_ns;
+                self.vacancy(start, now_ns)
+            }
+        };
+        self.entries.set(
+            idx,
+            Entry {
+                fp,
+                empty_at_ns: now_ns.wrapping_sub(age as u64),
+            },
+        );
+    }
+
     /// Takes one token from every bucket of `checks` (the IPv6 /64, /56 and
     /// /48 tiers of one request) or from none: when any bucket is empty,
     /// nothing is taken and the longest wait is returned. O(checks x PROBE).
