@@ -42,7 +42,8 @@
 //!   (quota, protection, rate limits, client, the gate keys of hosts and
 //!   routes); `syntax` reads it (errors of reading);
 //! - one module per block, each checking its raw tables: `server`
-//!   (`[server]`, listeners, the admin listener), `client`, `upstream`
+//!   (`[server]`, listeners, the admin listener), `fleet` (`[fleet]`: the
+//!   engine fleet-scoped limits are shared through), `client`, `upstream`
 //!   (`[[upstream]]` groups and their servers), `upstreamtls` (an
 //!   upstream's `tls`: roots, server name, client certificate),
 //!   `udp` (`[[udp]]` relays and their budgets), `quota`, `ratelimit`,
@@ -85,6 +86,7 @@ mod connlimits;
 mod env;
 mod error;
 mod extras;
+mod fleet;
 mod gatekeys;
 mod host;
 mod hostlayer;
@@ -127,7 +129,7 @@ pub use error::ProfileError;
 pub use protection::{
     CLIENT_RATE_LIMIT, DIMENSIONS as PROTECTION_DIMENSIONS, FALLBACK_MEMORY_BYTES,
 };
-pub use settings::{ClientRing, Driver, RuntimeSettings, Shards, Steering};
+pub use settings::{ClientRing, Driver, FleetSettings, RuntimeSettings, Shards, Steering};
 
 use std::path::Path;
 

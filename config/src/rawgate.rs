@@ -1,5 +1,5 @@
-//! The raw `[quota]`, `[protection]`, `[[rate_limit]]` and `[client]`
-//! tables and the gate keys of hosts and routes, as serde reads them.
+//! The raw `[quota]`, `[protection]`, `[[rate_limit]]`, `[client]` and
+//! `[fleet]` tables and the gate keys of hosts and routes, as serde reads them.
 //!
 //! Like `schema`, these mirror the TOML one to one, closed to unknown keys,
 //! every scalar and array [`Spanned`]; `validate` and the modules it calls
@@ -11,6 +11,20 @@ use crate::values::{Opt, StrList};
 use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
 use std::fmt;
 use toml::Spanned;
+
+/// `[fleet]`: the engine fleet-scoped limits are shared through.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFleet {
+    /// One `redis://` or `rediss://` address, or a list of them (a Redis
+    /// Cluster's seed nodes): its shape is checked by `fleet`.
+    pub redis: Opt<toml::Value>,
+    pub password_file: Opt<String>,
+    pub node: Opt<String>,
+    pub sync_ms: Opt<i64>,
+    pub nodes_expected: Opt<i64>,
+    pub shared_keys: Opt<i64>,
+}
 
 /// `[quota]`: one shard's table sizes, the budgets and the operations.
 #[derive(Debug, Default, serde::Deserialize)]

@@ -18,7 +18,7 @@ use crate::rawblocks::{
     host_level_keys, raw_layer, RawAccessList, RawAuthProvider, RawBundle, RawLimits, RawNameRef,
     RawRuleSet,
 };
-use crate::rawgate::{RawClient, RawProtection, RawQuota, RawRateLimit, RawRateRef};
+use crate::rawgate::{RawClient, RawFleet, RawProtection, RawQuota, RawRateLimit, RawRateRef};
 use crate::values::{IntOrString, Opt, StrList};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use std::fmt;
@@ -57,6 +57,8 @@ pub(crate) struct RawProfile {
     pub certificate: Vec<Spanned<RawCertificate>>,
     /// `[tls]`: settings of every TLS listener.
     pub tls: Option<RawTls>,
+    /// `[fleet]`: limits shared across nodes through Redis.
+    pub fleet: Option<RawFleet>,
 }
 
 /// `[server]`. Numbers are read as `i64` (TOML's integer) so that a negative

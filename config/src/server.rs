@@ -84,6 +84,7 @@ pub(crate) fn check_server(
         pow_key_file: check_pow_key_file(s, e),
         udp_listen: Vec::new(),
         user: check_user(s, e),
+        fleet: None,
     };
     (
         runtime,

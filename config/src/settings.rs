@@ -36,6 +36,28 @@ pub struct RuntimeSettings {
     /// `[server] user`: the user the process drops to once its ports are
     /// bound and its key files open; `None`: it stays who started it.
     pub user: Option<String>,
+    /// `[fleet]`: the engine fleet-scoped limits are shared through;
+    /// `None`: every limit is this node's own.
+    pub fleet: Option<FleetSettings>,
+}
+
+/// `[fleet]`, checked (docs/fleet.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetSettings {
+    /// `redis://` or `rediss://` addresses, and whether they are a Redis
+    /// Cluster's nodes (a list) rather than one server.
+    pub redis: (Vec<String>, bool),
+    /// The file whose first line is the engine's password (AUTH); it also
+    /// keys the fleet's partition hashes.
+    pub password_file: Option<String>,
+    /// This node's name in logs and metrics; `None`: the host name.
+    pub node: Option<String>,
+    /// How often a node exchanges its counts with the engine.
+    pub sync_ms: u64,
+    /// The nodes a limit is divided among while the engine is away.
+    pub nodes_expected: u32,
+    /// Keys each shard may share at once.
+    pub shared_keys: usize,
 }
 
 impl Default for RuntimeSettings {
@@ -54,6 +76,7 @@ impl Default for RuntimeSettings {
             admin_token_file: None,
             udp_listen: Vec::new(),
             user: None,
+            fleet: None,
         }
     }
 }

@@ -10,6 +10,7 @@ mod client;
 mod decide;
 mod docs;
 mod extras;
+mod fleet;
 mod gate_codes;
 mod hosts;
 mod limits;

@@ -1,0 +1,158 @@
+//! `[fleet]` and `scope = "fleet"`.
+
+use super::*;
+use gapura_gate::quota::RatePolicy;
+
+const FLEET: &str = "[fleet]\nredis = \"redis://127.0.0.1:6379\"\nnodes_expected = 3\n";
+
+#[test]
+fn a_fleet_scoped_limit_holds_the_whole_limit_and_a_local_share() {
+    let src = format!(
+        "{FLEET}sync_ms = 50\nnode = \"edge-1\"\n\
+         [[rate_limit]]\nname = \"client\"\nrequests = 300\nper = \"minute\"\nscope = \"fleet\"\n"
+    );
+    let c = ok_with(&src, 4);
+    let f = c.runtime.fleet.as_ref().expect("[fleet] is read");
+    assert_eq!(f.redis, (vec!["redis://127.0.0.1:6379".to_string()], false));
+    assert_eq!((f.sync_ms, f.nodes_expected), (50, 3));
+    assert_eq!(f.node.as_deref(), Some("edge-1"));
+    let def = &c.snapshot.gate.rate_limits[0];
+    // Every shard holds the whole limit against the fleet's count (a
+    // client's address keeps it on one shard).
+    assert_eq!(def.policy, RatePolicy::per_minute(300, 300).unwrap());
+    let fleet = def.fleet.expect("fleet-scoped");
+    assert_eq!(
+        fleet.local_share,
+        RatePolicy::per_minute(300, 300).unwrap().split(3).unwrap()
+    );
+}
+
+#[test]
+fn a_header_keyed_fleet_limit_shares_its_local_share_among_shards() {
+    let src = format!(
+        "{FLEET}[[rate_limit]]\nname = \"k\"\nrequests = 1200\nkey = \"header\"\n\
+         header = \"x-api-key\"\nscope = \"fleet\"\n"
+    );
+    let c = ok_with(&src, 4);
+    let fleet = c.snapshot.gate.rate_limits[0].fleet.unwrap();
+    assert_eq!(
+        fleet.local_share,
+        RatePolicy::per_second(1200, 1200)
+            .unwrap()
+            .split(12)
+            .unwrap()
+    );
+}
+
+#[test]
+fn a_cluster_is_a_list_of_addresses() {
+    let c = ok("[fleet]\nredis = [\"redis://127.0.0.1:7000\", \"rediss://10.0.0.2:7001\"]\nnodes_expected = 2\n");
+    let f = c.runtime.fleet.unwrap();
+    assert!(f.redis.1, "a list is a cluster");
+    assert_eq!(f.redis.0.len(), 2);
+    assert_eq!(f.sync_ms, 100, "the default");
+}
+
+#[test]
+fn limits_without_a_fleet_scope_are_unchanged() {
+    let c = ok(&format!(
+        "{FLEET}[[rate_limit]]\nname = \"r\"\nrequests = 10\n"
+    ));
+    assert_eq!(c.snapshot.gate.rate_limits[0].fleet, None);
+}
+
+#[test]
+fn each_fleet_error_has_its_code_and_position() {
+    assert_eq!(
+        one("[[rate_limit]]\nname = \"r\"\nrequests = 10\nscope = \"fleet\"\n"),
+        at("rate_limit.scope.fleet", "rate_limit[0].scope", 4, 9)
+    );
+    let cases = [
+        (
+            "redis = \"http://x:1\"\nnodes_expected = 3",
+            "fleet.redis.invalid",
+            "fleet.redis",
+            2,
+            9,
+        ),
+        (
+            "redis = \"redis://:pw@x:1\"\nnodes_expected = 3",
+            "fleet.redis.invalid",
+            "fleet.redis",
+            2,
+            9,
+        ),
+        (
+            "redis = [1]\nnodes_expected = 3",
+            "fleet.redis.invalid",
+            "fleet.redis",
+            2,
+            9,
+        ),
+        (
+            "redis = 5\nnodes_expected = 3",
+            "fleet.redis.invalid",
+            "fleet.redis",
+            2,
+            9,
+        ),
+        (
+            "redis = \"redis://x:1\"\nnodes_expected = 0",
+            "fleet.nodes_expected.range",
+            "fleet.nodes_expected",
+            3,
+            18,
+        ),
+        (
+            "redis = \"redis://x:1\"\nnodes_expected = 3\nsync_ms = 5",
+            "fleet.sync_ms.range",
+            "fleet.sync_ms",
+            4,
+            11,
+        ),
+        (
+            "redis = \"redis://x:1\"\nnodes_expected = 3\nshared_keys = 1",
+            "fleet.shared_keys.range",
+            "fleet.shared_keys",
+            4,
+            15,
+        ),
+        (
+            "redis = \"redis://x:1\"\nnodes_expected = 3\nnode = \"a b\"",
+            "fleet.node.invalid",
+            "fleet.node",
+            4,
+            8,
+        ),
+        (
+            "redis = \"redis://x:1\"\nnodes_expected = 3\npassword_file = \" \"",
+            "fleet.password_file.invalid",
+            "fleet.password_file",
+            4,
+            17,
+        ),
+    ];
+    for (body, code, path, line, column) in cases {
+        let src = format!("[fleet]\n{body}\n");
+        assert_eq!(one(&src), at(code, path, line, column), "{body}");
+    }
+    let missing = codes("[fleet]\nsync_ms = 100\n");
+    assert_eq!(
+        missing,
+        [
+            ("fleet.redis.required", "fleet.redis".to_string()),
+            (
+                "fleet.nodes_expected.required",
+                "fleet.nodes_expected".to_string()
+            ),
+        ]
+    );
+    // A share the division takes under the slowest rate is refused at scope.
+    assert_eq!(
+        one(
+            "[fleet]\nredis = \"redis://x:1\"\nnodes_expected = 5\n[[rate_limit]]\nname = \"r\"\n\
+             requests = 1\nper = \"hour\"\nscope = \"fleet\"\n"
+        ),
+        at("rate_limit.rate.invalid", "rate_limit[0].scope", 8, 9)
+    );
+}
