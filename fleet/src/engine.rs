@@ -1,0 +1,164 @@
+//! The engine: one Redis (or Valkey) server, or a Redis Cluster, reached
+//! with the `redis` crate's blocking client from the reconciler's thread.
+//!
+//! One round is one pipeline: an `EVALSHA` of [`SCRIPT`] per shared key,
+//! each touching one key (a cluster routes each to its key's slot; the key
+//! carries a hash tag, so a key and anything a later script adds beside it
+//! share a slot). A server that lost the script (a restart, `SCRIPT
+//! FLUSH`) answers `NOSCRIPT`: the script is loaded (`SCRIPT LOAD`, on
+//! every primary of a cluster) and the round sent again, once. Every
+//! other error is the caller's: it drops the connection and falls back.
+//!
+//! Nothing here runs on a shard. Reads and writes have a timeout, so a
+//! slow engine costs the reconciler a round, never a request.
+
+use redis::{ConnectionLike, RedisResult};
+use std::time::Duration;
+
+/// The engine's side of a shared key's bucket, atomic per key: its
+/// empty-at time in µs of the engine's clock, brought up to at most one
+/// full refill ago, moved on by the count, held to one burst of debt, and
+/// kept until it would be full again. Returns the bucket's age (µs; tokens
+/// = age / interval), as `gapura_gate::quota::fleet::fleet_take` computes.
+/// KEYS[1]: the bucket; ARGV: count, interval (µs), burst.
+pub const SCRIPT: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local n = tonumber(ARGV[1])
+local iv = tonumber(ARGV[2])
+local tol = iv * tonumber(ARGV[3])
+local e = tonumber(redis.call('GET', KEYS[1]))
+if e == nil then
+  if n == 0 then return string.format('%.0f', tol) end
+  e = now - tol
+end
+if e < now - tol then e = now - tol end
+e = e + n * iv
+if e > now + tol then e = now + tol end
+local ttl = math.ceil((e + tol - now) / 1000) + 1000
+redis.call('SET', KEYS[1], string.format('%.0f', e), 'PX', ttl)
+return string.format('%.0f', now - e)
+"#;
+
+/// One shared key's part of a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flush {
+    pub identity: u64,
+    pub key: u64,
+    pub count: u64,
+    pub interval_ns: u64,
+    pub burst: u32,
+}
+
+/// The engine's name of a shared key's bucket: the pair's identity and
+/// the key (a keyed hash under the fleet's key), in a hash tag.
+pub fn bucket_name(identity: u64, key: u64) -> String {
+    format!("gapura:r:{{{identity:016x}{key:016x}}}")
+}
+
+/// Where the engine is and how to reach it.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub addresses: Vec<String>,
+    pub cluster: bool,
+    pub password: Option<String>,
+    /// Connect, read and write timeout.
+    pub timeout: Duration,
+}
+
+/// A connection to the engine.
+pub enum Engine {
+    One(redis::Connection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl Engine {
+    /// Connects (and authenticates) within the target's timeout.
+    pub fn connect(t: &Target) -> RedisResult<Engine> {
+        if t.cluster {
+            let mut b = redis::cluster::ClusterClientBuilder::new(t.addresses.clone())
+                .connection_timeout(t.timeout)
+                .response_timeout(t.timeout)
+                .retries(0);
+            if let Some(p) = &t.password {
+                b = b.password(p.clone());
+            }
+            let c = b.build()?.get_connection()?;
+            c.set_read_timeout(Some(t.timeout))?;
+            c.set_write_timeout(Some(t.timeout))?;
+            return Ok(Engine::Cluster(Box::new(c)));
+        }
+        let mut info = redis::IntoConnectionInfo::into_connection_info(t.addresses[0].as_str())?;
+        if let Some(p) = &t.password {
+            let settings = info.redis_settings().clone().set_password(p);
+            info = info.set_redis_settings(settings);
+        }
+        let c = redis::Client::open(info)?.get_connection_with_timeout(t.timeout)?;
+        c.set_read_timeout(Some(t.timeout))?;
+        c.set_write_timeout(Some(t.timeout))?;
+        Ok(Engine::One(c))
+    }
+
+    fn conn(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Engine::One(c) => c,
+            Engine::Cluster(c) => c.as_mut(),
+        }
+    }
+
+    /// Loads the script (on every primary of a cluster).
+    pub fn load_script(&mut self) -> RedisResult<()> {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(SCRIPT)
+            .query(self.conn())?;
+        Ok(())
+    }
+
+    /// One round: every key's count in, every key's fleet bucket age (µs)
+    /// back, in order. Loads the script and sends again once on
+    /// `NOSCRIPT`. O(keys); one round trip (two after a restart).
+    pub fn flush(&mut self, keys: &[Flush]) -> RedisResult<Vec<i64>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.send(keys) {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                self.load_script()?;
+                self.send(keys)
+            }
+            r => r,
+        }
+    }
+
+    fn send(&mut self, keys: &[Flush]) -> RedisResult<Vec<i64>> {
+        let sha = redis::Script::new(SCRIPT).get_hash().to_string();
+        let commands = keys.iter().map(|k| {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(&sha)
+                .arg(1)
+                .arg(bucket_name(k.identity, k.key))
+                .arg(k.count)
+                .arg(format!("{}", k.interval_ns as f64 / 1000.0))
+                .arg(k.burst);
+            c
+        });
+        let ages: Vec<String> = match self {
+            Engine::One(c) => {
+                let mut p = redis::pipe();
+                for cmd in commands {
+                    p.add_command(cmd);
+                }
+                p.query(c)?
+            }
+            Engine::Cluster(c) => {
+                let mut p = redis::cluster::cluster_pipe();
+                for cmd in commands {
+                    p.add_command(cmd);
+                }
+                p.query(c)?
+            }
+        };
+        Ok(ages.iter().map(|a| a.parse::<i64>().unwrap_or(0)).collect())
+    }
+}

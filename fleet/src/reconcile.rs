@@ -1,0 +1,253 @@
+//! The reconciler's loop: one thread per process, never a shard.
+//!
+//! Every `sync_ms` it takes the batches the shards handed over (merged per
+//! key: one key's counts from every shard are one number), sends every
+//! shared key's count to the engine and reads the fleet's buckets back in
+//! one round trip, and publishes what it learned as a new [`FleetView`]:
+//! an `Arc` swapped into the cell the shards read on their own sync
+//! timers, the way policy snapshots are published. A round that fails
+//! (the engine unreachable, slow past the timeout, answering wrongly)
+//! publishes a view that says so, and the shards hold fleet-scoped limits
+//! to their local share until a round succeeds again; the counts of a
+//! failed round are dropped (docs/fleet.md). The transitions are logged,
+//! once each way.
+//!
+//! Memory: the merged counts hold at most the keys the shards share
+//! (their shared sets are bounded), and a key no batch has named for
+//! [`KEEP_ROUNDS`] rounds is forgotten.
+
+use crate::engine::{Engine, Flush, Target};
+use crate::{FleetStats, Published};
+use arc_swap::ArcSwap;
+use gapura_gate::quota::fleet::{FleetBatch, FleetView};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Rounds a key is still flushed after the last batch that named it (a
+/// shard's timer and the reconciler's rounds are not in step).
+pub const KEEP_ROUNDS: u64 = 4;
+
+/// A key's counts merged from the shards' batches.
+#[derive(Clone, Copy, Debug)]
+struct Merged {
+    count: u64,
+    interval_ns: u64,
+    burst: u32,
+    seen_round: u64,
+}
+
+pub(crate) struct Reconciler {
+    pub target: Target,
+    pub sync_ms: u64,
+    pub node: String,
+    pub log: fn(std::fmt::Arguments<'_>),
+    pub rx: Receiver<FleetBatch>,
+    pub cell: Arc<ArcSwap<Published>>,
+    pub stats: Arc<FleetStats>,
+    pub included: Vec<u64>,
+    merged: HashMap<(u64, u64), Merged>,
+    round: u64,
+    engine: Option<Engine>,
+    /// Since when the engine has been away (None: it answers).
+    down_since: Option<Instant>,
+    last_round: Instant,
+    /// Whether a round ever succeeded (the first success is logged).
+    ever_up: bool,
+}
+
+impl Reconciler {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        target: Target,
+        sync_ms: u64,
+        node: String,
+        log: fn(std::fmt::Arguments<'_>),
+        rx: Receiver<FleetBatch>,
+        cell: Arc<ArcSwap<Published>>,
+        stats: Arc<FleetStats>,
+        shards: usize,
+    ) -> Reconciler {
+        Reconciler {
+            target,
+            sync_ms,
+            node,
+            log,
+            rx,
+            cell,
+            stats,
+            included: vec![0; shards],
+            merged: HashMap::new(),
+            round: 0,
+            engine: None,
+            down_since: None,
+            last_round: Instant::now(),
+            ever_up: false,
+        }
+    }
+
+    /// Runs until every sender is gone (the process ends).
+    pub(crate) fn run(mut self) {
+        let period = Duration::from_millis(self.sync_ms.max(1));
+        let mut next = Instant::now() + period;
+        loop {
+            loop {
+                let now = Instant::now();
+                if now >= next {
+                    break;
+                }
+                match self.rx.recv_timeout(next - now) {
+                    Ok(b) => self.merge(b),
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            }
+            // A round that ran long is not caught up on: the next one
+            // starts a period after this one.
+            next = Instant::now() + period;
+            self.exchange_round();
+        }
+    }
+
+    fn merge(&mut self, b: FleetBatch) {
+        if let Some(i) = self.included.get_mut(b.shard as usize) {
+            *i = (*i).max(b.seq);
+        }
+        let round = self.round + 1;
+        for d in b.deltas {
+            let m = self.merged.entry((d.identity, d.key)).or_insert(Merged {
+                count: 0,
+                interval_ns: d.interval_ns,
+                burst: d.burst,
+                seen_round: round,
+            });
+            m.count += u64::from(d.count);
+            m.interval_ns = d.interval_ns;
+            m.burst = d.burst;
+            m.seen_round = round;
+        }
+        self.stats.batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One round: flush, read back, publish.
+    fn exchange_round(&mut self) {
+        self.round += 1;
+        let round = self.round;
+        self.merged
+            .retain(|_, m| m.seen_round + KEEP_ROUNDS >= round);
+        let keys: Vec<((u64, u64), Flush)> = self
+            .merged
+            .iter()
+            .map(|(&(identity, key), m)| {
+                (
+                    (identity, key),
+                    Flush {
+                        identity,
+                        key,
+                        count: m.count,
+                        interval_ns: m.interval_ns,
+                        burst: m.burst,
+                    },
+                )
+            })
+            .collect();
+        let flushes: Vec<Flush> = keys.iter().map(|(_, f)| *f).collect();
+        let started = Instant::now();
+        let result = self.exchange(&flushes);
+        let took = started.elapsed();
+        for m in self.merged.values_mut() {
+            m.count = 0;
+        }
+        let since_last = self.last_round.elapsed();
+        self.last_round = Instant::now();
+        let view = match result {
+            Ok(ages) => {
+                self.up(took);
+                FleetView {
+                    round,
+                    fallback: false,
+                    included: self.included.clone(),
+                    ages_us: keys.iter().map(|(k, _)| *k).zip(ages).collect(),
+                }
+            }
+            Err(why) => {
+                self.engine = None;
+                self.down(&why, since_last);
+                FleetView {
+                    round,
+                    fallback: true,
+                    included: self.included.clone(),
+                    ages_us: HashMap::new(),
+                }
+            }
+        };
+        self.stats
+            .shared_keys
+            .store(keys.len() as u64, Ordering::Relaxed);
+        self.cell.store(Arc::new(Published {
+            view,
+            read_at: Instant::now(),
+        }));
+    }
+
+    /// Connects when not connected, then flushes.
+    fn exchange(&mut self, keys: &[Flush]) -> Result<Vec<i64>, String> {
+        if self.engine.is_none() {
+            let mut e = Engine::connect(&self.target).map_err(|e| e.to_string())?;
+            e.load_script().map_err(|e| e.to_string())?;
+            self.engine = Some(e);
+        }
+        let Some(engine) = self.engine.as_mut() else {
+            return Err("not connected".to_string());
+        };
+        let ages = engine.flush(keys).map_err(|e| e.to_string())?;
+        if ages.len() != keys.len() {
+            return Err(format!("{} answers to {} keys", ages.len(), keys.len()));
+        }
+        Ok(ages)
+    }
+
+    fn up(&mut self, took: Duration) {
+        let s = &self.stats;
+        s.rounds.fetch_add(1, Ordering::Relaxed);
+        let us = took.as_micros() as u64;
+        s.last_round_us.store(us, Ordering::Relaxed);
+        s.round_us_total.fetch_add(us, Ordering::Relaxed);
+        s.fallback.store(0, Ordering::Relaxed);
+        let to = self.target.addresses.join(", ");
+        if let Some(since) = self.down_since.take() {
+            (self.log)(format_args!(
+                "fleet {}: the engine at {to} answers again after {} ms: fleet-scoped \
+                 limits are shared again",
+                self.node,
+                since.elapsed().as_millis()
+            ));
+        } else if !self.ever_up {
+            (self.log)(format_args!(
+                "fleet {}: sharing fleet-scoped limits through {to} every {} ms",
+                self.node, self.sync_ms
+            ));
+        }
+        self.ever_up = true;
+    }
+
+    fn down(&mut self, why: &str, since_last: Duration) {
+        let s = &self.stats;
+        s.failed_rounds.fetch_add(1, Ordering::Relaxed);
+        if s.fallback.swap(1, Ordering::Relaxed) == 1 {
+            s.fallback_ms_total
+                .fetch_add(since_last.as_millis() as u64, Ordering::Relaxed);
+        }
+        if self.down_since.is_none() {
+            self.down_since = Some(Instant::now());
+            (self.log)(format_args!(
+                "fleet {}: the engine at {} cannot be used ({why}): fleet-scoped limits \
+                 hold each node to its share until it answers",
+                self.node,
+                self.target.addresses.join(", ")
+            ));
+        }
+    }
+}
