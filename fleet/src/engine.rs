@@ -116,10 +116,13 @@ impl Engine {
     }
 
     /// One round: every key's count in, every key's fleet bucket age (µs)
-    /// back, in order. Loads the script and sends again once on
-    /// `NOSCRIPT`. O(keys); one round trip (two after a restart).
+    /// back, in order (no key: a `PING`). Loads the script and sends again
+    /// once on `NOSCRIPT`. O(keys); one round trip (two after a restart).
     pub fn flush(&mut self, keys: &[Flush]) -> RedisResult<Vec<i64>> {
         if keys.is_empty() {
+            // Nothing shared: one PING keeps what the view says of the
+            // engine true (a round's only operation).
+            let _: String = redis::cmd("PING").query(self.conn())?;
             return Ok(Vec::new());
         }
         match self.send(keys) {

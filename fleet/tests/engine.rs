@@ -31,6 +31,7 @@ fn counts_from_two_nodes_drain_one_bucket() {
     let redis = RedisServer::start();
     let mut a = Engine::connect(&target(vec![redis.url()], false)).unwrap();
     let mut b = Engine::connect(&target(vec![redis.url()], false)).unwrap();
+    assert_eq!(a.flush(&[]).unwrap(), Vec::<i64>::new(), "a PING");
     // An unknown key with nothing to add reads as full and stores nothing.
     assert_eq!(a.flush(&[flush(1, 0)]).unwrap(), [FULL_US]);
     assert_eq!(redis.cli(&["DBSIZE"]).trim(), "0");

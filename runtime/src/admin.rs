@@ -35,6 +35,11 @@ pub struct Admin {
     pub live: Vec<std::sync::mpsc::SyncSender<gapura_http::server::live::LiveAsk>>,
     /// The UDP relays' counters.
     pub udp: crate::udp::RelayBoard,
+    /// `[fleet]`: the reconciler's counters and each shard's.
+    pub fleet: Option<(
+        Arc<gapura_fleet::FleetStats>,
+        Vec<Arc<crate::fleet::ShardFleetStats>>,
+    )>,
 }
 
 pub fn spawn(listener: TcpListener, admin: Admin) -> std::io::Result<()> {
@@ -346,6 +351,7 @@ pub fn render_metrics(admin: &Admin) -> String {
     render_tls_failures(&mut out, admin);
     render_upstream_tls_failures(&mut out, admin);
     render_process(&mut out, admin);
+    crate::fleet::render_metrics(&mut out, admin.fleet.as_ref());
     out
 }
 

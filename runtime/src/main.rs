@@ -25,7 +25,8 @@
 //!   systemd's notification protocol (ready, reloading, stopping,
 //!   watchdog).
 //! - `verify`: the password-verification pool; `health`: active health
-//!   checks.
+//!   checks; `fleet`: `[fleet]`'s reconciler started, each shard's sync
+//!   timer, the fleet's metrics.
 //! - `admin`: `/healthz` and `/metrics`; `log`: one-line logs;
 //!   `accesslog`: the access log's writer thread;
 //!   `random`: the kernel's randomness; `powkey`: proof of work's key
@@ -36,6 +37,7 @@ mod admin;
 mod cli;
 mod explain;
 mod explain_udp;
+mod fleet;
 mod health;
 mod listeners;
 mod log;

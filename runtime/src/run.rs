@@ -165,6 +165,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         crate::verify::Pool::start(cores.len()).map_err(|e| format!("verification pool: {e}"))?;
     let stats: Vec<Arc<ShardStats>> = (0..shard_count).map(|_| Arc::default()).collect();
     let (log_tx, log_writer) = start_log_writer(&cell, shard_count, &global)?;
+    let fleet = crate::fleet::start(&settings, shard_count)?;
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
     // `gapura explain --live` asks reach each shard through its own queue.
@@ -192,6 +193,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
             },
             udp: std::mem::take(&mut udp_sockets[id]),
             udp_stats: relay_board.of_shard(id),
+            fleet: fleet.as_ref().map(|f| f.shards[id].clone()),
         };
         threads.push(spawn_shard(spec, tx.clone())?);
     }
@@ -207,6 +209,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
             global: global.clone(),
             live: live_senders,
             udp: relay_board,
+            fleet: fleet.map(|f| (f.stats, f.shard_stats)),
         };
         start_admin(l, admin)?;
     }

@@ -62,6 +62,8 @@ pub struct ShardSpec {
     /// This shard's UDP relay sockets and their counters.
     pub udp: crate::udp::ShardSockets,
     pub udp_stats: Vec<Arc<gapura_udp::stats::RelayStats>>,
+    /// `[fleet]`: the reconciler and this shard's part of it.
+    pub fleet: Option<crate::fleet::ShardFleet>,
 }
 
 /// What a shard reports once it is serving (or why it could not).
@@ -118,13 +120,17 @@ fn client_ring(
 
 async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::Sender<Started>) {
     let first = spec.cell.load();
-    let gate = match gapura_gate::chain::GateState::new(&first.gate.quota_sizes, spec.key_seed) {
+    let mut gate = match gapura_gate::chain::GateState::new(&first.gate.quota_sizes, spec.key_seed)
+    {
         Ok(g) => g,
         Err(e) => {
             let _ = started.send(Err(format!("shard {}: quota tables: {e}", spec.id)));
             return;
         }
     };
+    if let Some(f) = &spec.fleet {
+        gate.enable_fleet(f.key_seed, f.shared_keys);
+    }
     let relays = match crate::udp::start(
         spec.udp,
         &first,
@@ -172,6 +178,9 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
     }
     let _ = started.send(Ok(line));
     monoio::spawn(tick(shard.clone(), relays.clone()));
+    if let Some(f) = spec.fleet.clone() {
+        monoio::spawn(crate::fleet::sync_task(shard.clone(), f));
+    }
     let asked = shard.clone();
     let live = spec.live;
     monoio::spawn(async move {

@@ -1,0 +1,216 @@
+//! The runtime's side of `[fleet]`: starting the reconciler
+//! (`gapura_fleet`), each shard's sync timer, and the metrics.
+//!
+//! A shard's timer runs every `sync_ms` on the shard's own loop, off the
+//! request path: it takes the reconciler's last view (one `ArcSwap` load),
+//! lets the gate apply it and hand over the shard's batch with a
+//! non-blocking send, and copies the shard's fleet counters out for
+//! `/metrics`. Nothing here waits on the engine.
+
+use gapura_config::RuntimeSettings;
+use gapura_fleet::{Fleet, FleetStats};
+use gapura_http::server::Shard;
+use std::fmt::Write;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What every shard gets: the reconciler's handle, the fleet's key seed,
+/// the shared set's size.
+#[derive(Clone)]
+pub struct ShardFleet {
+    pub fleet: Fleet,
+    pub key_seed: [u8; 16],
+    pub shared_keys: usize,
+    pub stats: Arc<ShardFleetStats>,
+}
+
+/// One shard's fleet counters, copied out by its timer.
+#[derive(Debug, Default)]
+pub struct ShardFleetStats {
+    pub shared_keys: AtomicU64,
+    pub unshared: AtomicU64,
+    pub fallback_decisions: AtomicU64,
+    pub batches_refused: AtomicU64,
+}
+
+/// The process's fleet: the reconciler and what each shard gets.
+pub struct Started {
+    pub shards: Vec<ShardFleet>,
+    pub stats: Arc<FleetStats>,
+    pub shard_stats: Vec<Arc<ShardFleetStats>>,
+}
+
+/// Starts the reconciler when the profile has a `[fleet]`. The password
+/// file is read here, once: a file that cannot be read stops the start.
+pub fn start(settings: &RuntimeSettings, shards: usize) -> Result<Option<Started>, String> {
+    let Some(f) = &settings.fleet else {
+        return Ok(None);
+    };
+    let password = f
+        .password_file
+        .as_deref()
+        .map(|p| {
+            gapura_fleet::read_password(p).map_err(|e| format!("[fleet] password_file {p}: {e}"))
+        })
+        .transpose()?;
+    let node = f.node.clone().unwrap_or_else(host_name);
+    let config = gapura_fleet::Config {
+        target: gapura_fleet::Target {
+            addresses: f.redis.0.clone(),
+            cluster: f.redis.1,
+            password: password.clone(),
+            timeout: gapura_fleet::timeout_for(f.sync_ms),
+        },
+        sync_ms: f.sync_ms,
+        node,
+        shards,
+    };
+    let fleet =
+        gapura_fleet::start(config, log_line).map_err(|e| format!("fleet reconciler: {e}"))?;
+    let key_seed = gapura_fleet::key_seed(password.as_deref());
+    let shard_stats: Vec<Arc<ShardFleetStats>> = (0..shards).map(|_| Arc::default()).collect();
+    Ok(Some(Started {
+        stats: fleet.stats.clone(),
+        shards: shard_stats
+            .iter()
+            .map(|s| ShardFleet {
+                fleet: fleet.clone(),
+                key_seed,
+                shared_keys: f.shared_keys,
+                stats: s.clone(),
+            })
+            .collect(),
+        shard_stats,
+    }))
+}
+
+fn log_line(args: std::fmt::Arguments<'_>) {
+    crate::log!("{args}");
+}
+
+/// The host name (the node's default name).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".to_string())
+}
+
+/// A shard's sync timer: every `sync_ms`, the last view in, this shard's
+/// batch out. Runs for the shard's life.
+pub async fn sync_task(shard: Rc<Shard>, f: ShardFleet) {
+    let period = Duration::from_millis(f.fleet.sync_ms.max(1));
+    let id = shard.id as u32;
+    loop {
+        monoio::time::sleep(period).await;
+        let published = f.fleet.view.load();
+        let view_age_ms = published.read_at.elapsed().as_millis() as u64;
+        let now_ms = shard.now_ms();
+        let tx = &f.fleet.tx;
+        let mut gate = shard.gate_mut();
+        gate.fleet_sync(&published.view, view_age_ms, id, now_ms, |b| {
+            tx.try_send(b).is_ok()
+        });
+        let c = gate.fleet.counters;
+        drop(gate);
+        let s = &f.stats;
+        s.shared_keys.store(c.shared_keys, Ordering::Relaxed);
+        s.unshared.store(c.unshared, Ordering::Relaxed);
+        s.fallback_decisions
+            .store(c.fallback_decisions, Ordering::Relaxed);
+        s.batches_refused
+            .store(c.batches_refused, Ordering::Relaxed);
+    }
+}
+
+/// The fleet's metric families (nothing without a `[fleet]`).
+pub fn render_metrics(
+    out: &mut String,
+    fleet: Option<&(Arc<FleetStats>, Vec<Arc<ShardFleetStats>>)>,
+) {
+    let Some((r, shards)) = fleet else {
+        return;
+    };
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let sum =
+        |f: fn(&ShardFleetStats) -> &AtomicU64| -> u64 { shards.iter().map(|s| load(f(s))).sum() };
+    let rows: [(&str, &str, &str, u64); 10] = [
+        (
+            "gapura_fleet_sync_rounds_total",
+            "counter",
+            "Rounds that exchanged counts with the engine.",
+            load(&r.rounds),
+        ),
+        (
+            "gapura_fleet_sync_failures_total",
+            "counter",
+            "Rounds the engine could not be used in.",
+            load(&r.failed_rounds),
+        ),
+        (
+            "gapura_fleet_sync_last_seconds",
+            "gauge",
+            "The last successful round's time.",
+            0,
+        ),
+        (
+            "gapura_fleet_sync_seconds_total",
+            "counter",
+            "Time spent in successful rounds.",
+            0,
+        ),
+        (
+            "gapura_fleet_round_keys",
+            "gauge",
+            "Keys the last round exchanged.",
+            load(&r.shared_keys),
+        ),
+        (
+            "gapura_fleet_shared_keys",
+            "gauge",
+            "Keys the shards share now.",
+            sum(|s| &s.shared_keys),
+        ),
+        (
+            "gapura_fleet_unshared_total",
+            "counter",
+            "Keys that found no room to be shared (held to the local share).",
+            sum(|s| &s.unshared),
+        ),
+        (
+            "gapura_fleet_fallback",
+            "gauge",
+            "1 while fleet-scoped limits hold each node to its share (the engine away).",
+            load(&r.fallback),
+        ),
+        (
+            "gapura_fleet_fallback_seconds_total",
+            "counter",
+            "Time spent in fallback.",
+            0,
+        ),
+        (
+            "gapura_fleet_fallback_decisions_total",
+            "counter",
+            "Requests decided under the local share while the engine was away.",
+            sum(|s| &s.fallback_decisions),
+        ),
+    ];
+    for (name, kind, help, v) in rows {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        let value = match name {
+            "gapura_fleet_sync_last_seconds" => secs(load(&r.last_round_us) as f64 / 1e6),
+            "gapura_fleet_sync_seconds_total" => secs(load(&r.round_us_total) as f64 / 1e6),
+            "gapura_fleet_fallback_seconds_total" => secs(load(&r.fallback_ms_total) as f64 / 1e3),
+            _ => v.to_string(),
+        };
+        let _ = writeln!(out, "{name} {value}");
+    }
+}
+
+fn secs(s: f64) -> String {
+    format!("{s:.6}")
+}
