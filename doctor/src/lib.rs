@@ -5,8 +5,9 @@
 //! asks the kernel what it allows, nothing more.
 //!
 //! The only things it creates are io_uring rings, listening sockets bound
-//! to the profile's addresses, and whatever the caller's steering probe
-//! creates; each is released at once.
+//! to the profile's addresses, whatever the caller's steering probe
+//! creates, and, with a `[fleet]`, one connection to its Redis (reads
+//! only: `INFO`, `CLUSTER INFO`, `PING`); each is released at once.
 //!
 //! Modules:
 //! - [`host`]: where /proc and /sys files are read from ([`Host`],
@@ -62,7 +63,10 @@ pub fn run(
     opts: &Options,
     out: &mut dyn std::io::Write,
 ) -> u8 {
-    let r = report(&FsHost::new(), &RealProbe, profile, steering);
+    let mut r = report(&FsHost::new(), &RealProbe, profile, steering);
+    if let Some(f) = profile.and_then(|p| p.runtime.fleet.as_ref()) {
+        r.findings.push(fleet_finding(f));
+    }
     let text = if opts.json {
         let mut s = serde_json::to_string_pretty(&r.to_json()).unwrap_or_default();
         s.push('\n');
@@ -74,4 +78,47 @@ pub fn run(
     let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
     r.exit_code()
+}
+
+/// `fleet.redis`: the profile's Redis reachable (AUTH included), its
+/// version, a cluster's state, one round trip against `sync_ms`.
+fn fleet_finding(f: &gapura_config::FleetSettings) -> Finding {
+    let id = "fleet.redis";
+    let to = f.redis.0.join(", ");
+    let password = match f.password_file.as_deref().map(gapura_fleet::read_password) {
+        Some(Err(e)) => {
+            return Finding::new(id, Level::Fail, format!("password_file unreadable: {e}"))
+                .fix("make [fleet] password_file readable by the user Gapura runs as");
+        }
+        Some(Ok(p)) => Some(p),
+        None => None,
+    };
+    let target = gapura_fleet::Target {
+        addresses: f.redis.0.clone(),
+        cluster: f.redis.1,
+        password,
+        timeout: gapura_fleet::timeout_for(f.sync_ms),
+    };
+    match gapura_fleet::engine::check(&target) {
+        Err(e) => Finding::new(id, Level::Fail, format!("{to}: {e}"))
+            .why("fleet-scoped limits hold each node to limit / nodes_expected without it")
+            .fix("start Redis there, or correct [fleet] redis and password_file"),
+        Ok(h) => {
+            let rtt_us = h.rtt.as_micros();
+            let mut found = format!("{to}: version {}, round trip {rtt_us} µs", h.version);
+            let mut level = Level::Ok;
+            if let Some(state) = &h.cluster_state {
+                found.push_str(&format!(", cluster_state {state}"));
+                if state != "ok" {
+                    level = Level::Fail;
+                }
+            }
+            if level == Level::Ok && rtt_us * 4 > u128::from(f.sync_ms) * 1000 {
+                return Finding::new(id, Level::Warn, found)
+                    .why("a round trip over a quarter of sync_ms leaves rounds little room")
+                    .fix("raise [fleet] sync_ms or move Redis closer");
+            }
+            Finding::new(id, level, found)
+        }
+    }
 }

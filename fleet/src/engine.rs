@@ -165,3 +165,65 @@ impl Engine {
         Ok(ages.iter().map(|a| a.parse::<i64>().unwrap_or(0)).collect())
     }
 }
+
+/// What `gapura doctor` learns of the engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Health {
+    /// `redis_version` of `INFO server` (or Valkey's `valkey_version`).
+    pub version: String,
+    /// `cluster_state` of `CLUSTER INFO` (a cluster only).
+    pub cluster_state: Option<String>,
+    /// One `PING`'s round trip.
+    pub rtt: Duration,
+}
+
+/// Connects (and authenticates), reads the version (and a cluster's
+/// state) and times one `PING`. For `gapura doctor`; never on a shard.
+pub fn check(t: &Target) -> RedisResult<Health> {
+    let mut e = Engine::connect(t)?;
+    let info: String = match &mut e {
+        Engine::One(c) => redis::cmd("INFO").arg("server").query(c)?,
+        Engine::Cluster(c) => {
+            let mut one = redis::Client::open(t.addresses[0].as_str())?
+                .get_connection_with_timeout(t.timeout)?;
+            if let Some(p) = &t.password {
+                redis::cmd("AUTH").arg(p).query::<()>(&mut one)?;
+            }
+            let state: String = redis::cmd("CLUSTER").arg("INFO").query(&mut one)?;
+            let _: String = redis::cmd("PING").query(c.as_mut())?;
+            let info: String = redis::cmd("INFO").arg("server").query(&mut one)?;
+            return Ok(Health {
+                version: field(&info, &["valkey_version", "redis_version"]),
+                cluster_state: Some(field(&state, &["cluster_state"])),
+                rtt: timed_ping(&mut one)?,
+            });
+        }
+    };
+    let rtt = match &mut e {
+        Engine::One(c) => timed_ping(c)?,
+        Engine::Cluster(c) => timed_ping(c.as_mut())?,
+    };
+    Ok(Health {
+        version: field(&info, &["valkey_version", "redis_version"]),
+        cluster_state: None,
+        rtt,
+    })
+}
+
+fn timed_ping(c: &mut dyn ConnectionLike) -> RedisResult<Duration> {
+    let started = std::time::Instant::now();
+    let _: String = redis::cmd("PING").query(c)?;
+    Ok(started.elapsed())
+}
+
+/// The first of `names` in an `INFO`-style text (`name:value` lines).
+fn field(text: &str, names: &[&str]) -> String {
+    names
+        .iter()
+        .find_map(|n| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(n)?.strip_prefix(':'))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}

@@ -1,6 +1,6 @@
 //! The engine's script and round trip against a real `redis-server`.
 
-use gapura_fleet::engine::{bucket_name, Engine, Flush, Target};
+use gapura_fleet::engine::{bucket_name, check, Engine, Flush, Target};
 use gapura_fleet::testing::{RedisCluster, RedisServer};
 use std::time::Duration;
 
@@ -107,4 +107,21 @@ fn a_three_node_cluster_takes_keys_on_every_slot() {
     // The second round reads what the first wrote.
     let again = e.flush(&keys).unwrap();
     assert!(again.iter().zip(&ages).all(|(b, a)| b < a));
+}
+
+#[test]
+fn the_doctor_check_reads_version_cluster_state_and_a_round_trip() {
+    let redis = RedisServer::start();
+    let h = check(&target(vec![redis.url()], false)).unwrap();
+    assert!(h.version.starts_with(|c: char| c.is_ascii_digit()), "{h:?}");
+    assert_eq!(h.cluster_state, None);
+    let cluster = RedisCluster::start();
+    let h = check(&target(cluster.urls(), true)).unwrap();
+    assert_eq!(h.cluster_state.as_deref(), Some("ok"));
+    let mut gone = target(vec![redis.url()], false);
+    gone.password = Some("wrong".into());
+    assert!(
+        check(&gone).is_err(),
+        "AUTH with a password the server has not"
+    );
 }
