@@ -193,6 +193,45 @@ fn a_chunked_answer_is_relayed_to_the_client() {
 }
 
 #[test]
+fn a_chunked_answer_whose_chunks_come_after_its_head_is_relayed_whole() {
+    run(async {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (go, wait) = mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let Ok((mut s, _)) = l.accept() else { return };
+            let _ = read_request(&mut s);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+            // Each chunk once the client has what came before: every one
+            // reaches the proxy in a read of its own.
+            for chunk in [
+                &b"3\r\nabc\r\n"[..],
+                b"20\r\n0123456789abcdef0123456789abcdef\r\n",
+                b"0\r\n\r\n",
+            ] {
+                if wait.recv().is_err() {
+                    return;
+                }
+                let _ = s.write_all(chunk);
+            }
+            let mut rest = [0u8; 64];
+            let _ = s.read(&mut rest);
+        });
+        let shard = shard("", &proxy(addr));
+        let c = open(&shard);
+        c.send(&get("/", &[]));
+        let mut seen = 0;
+        for _ in 0..3 {
+            assert!(until(|| c.written() > seen).await);
+            seen = c.written();
+            go.send(()).unwrap();
+        }
+        let r = response(&c).await;
+        assert_eq!(r.body, b"abc0123456789abcdef0123456789abcdef");
+    })
+}
+
+#[test]
 fn an_upstream_that_refuses_connections_is_a_502_page() {
     run(async {
         // A port with nothing listening: bound, then closed.

@@ -102,6 +102,9 @@ impl<S: Transport> Conn<S> {
     ) -> Result<(), Attempt> {
         let mut decoder = ChunkedDecoder::new();
         let mut off = start;
+        // Where the body begins in `urbuf`: after the head in the first
+        // read, at 0 in every later one.
+        let mut from = start;
         loop {
             let mut done = false;
             while off < self.urbuf.len() {
@@ -116,7 +119,7 @@ impl<S: Transport> Conn<S> {
                     Err(_) => {
                         // Forward what was valid, then cut the client off.
                         self.urbuf.truncate(off);
-                        let _ = self.flush_with_urbuf(start).await;
+                        let _ = self.flush_with_urbuf(from).await;
                         return Err(Attempt::Broken {
                             count_failure: true,
                         });
@@ -125,7 +128,7 @@ impl<S: Transport> Conn<S> {
             }
             *reusable &= !done || off == self.urbuf.len();
             self.urbuf.truncate(off);
-            if !self.flush_with_urbuf(start).await {
+            if !self.flush_with_urbuf(from).await {
                 return Err(Attempt::ClientGone);
             }
             if done {
@@ -133,6 +136,7 @@ impl<S: Transport> Conn<S> {
             }
             self.urbuf.clear();
             off = 0;
+            from = 0;
             match self.read_upstream_plain(up, read_timeout).await {
                 Ok(0) | Err(_) => {
                     return Err(Attempt::Broken {
