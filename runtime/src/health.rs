@@ -165,7 +165,10 @@ impl Configs {
         if let Some((_, c)) = self.0.iter().find(|(t, _)| Arc::ptr_eq(t, tls)) {
             return Ok(c.clone());
         }
-        let c = gapura_http::transport::upstream::client_config(tls)?;
+        let c = gapura_http::transport::upstream::client_config(
+            tls,
+            gapura_gate::upstream::UpstreamProtocol::Http1,
+        )?;
         if self.0.len() >= 16 {
             self.0.clear();
         }

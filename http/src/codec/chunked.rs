@@ -62,12 +62,15 @@ pub struct ChunkedDecoder {
 }
 
 /// One step's result: `consumed` bytes of the input were used; `data` is the
-/// span of body bytes among them (possibly empty); `done` once the final
-/// chunk and trailers ended.
+/// span of body bytes among them (possibly empty); `trailer` the span of
+/// trailer section bytes among them (field lines with their CRLFs, the
+/// final empty line left out; possibly empty); `done` once the final chunk
+/// and trailers ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step {
     pub consumed: usize,
     pub data: Range<usize>,
+    pub trailer: Range<usize>,
     pub done: bool,
 }
 
@@ -95,6 +98,11 @@ impl ChunkedDecoder {
     /// span. Call again with the rest while `consumed < input.len()`.
     pub fn step(&mut self, input: &[u8]) -> Result<Step, ChunkError> {
         let mut i = 0;
+        // Where this step's trailer bytes begin, once in the trailer section.
+        let mut trailer_at = match self.state {
+            State::TrailerLine | State::TrailerLf { empty: false } => Some(0),
+            _ => None,
+        };
         while i < input.len() {
             let b = input[i];
             match self.state {
@@ -147,6 +155,7 @@ impl ChunkedDecoder {
                     return Ok(Step {
                         consumed: i + take,
                         data: i..i + take,
+                        trailer: i..i,
                         done: false,
                     });
                 }
@@ -168,6 +177,7 @@ impl ChunkedDecoder {
                     b' ' | b'\t' => return Err(ChunkError::BadTrailer),
                     _ => {
                         self.count_trailer()?;
+                        trailer_at.get_or_insert(i);
                         self.state = State::TrailerLine;
                     }
                 },
@@ -187,9 +197,12 @@ impl ChunkedDecoder {
                     }
                     if empty {
                         self.state = State::Done;
+                        // The final empty line (CR, LF) is not a field line.
+                        let end = i.saturating_sub(1);
                         return Ok(Step {
                             consumed: i + 1,
                             data: i + 1..i + 1,
+                            trailer: trailer_at.map_or(end..end, |a| a.min(end)..end),
                             done: true,
                         });
                     }
@@ -199,15 +212,23 @@ impl ChunkedDecoder {
                     return Ok(Step {
                         consumed: i,
                         data: i..i,
+                        trailer: i..i,
                         done: true,
                     })
                 }
             }
             i += 1;
         }
+        // Input ran out: the trailer bytes so far, up to a CR that may
+        // begin the final empty line (its bytes are never a field's).
+        let end = match self.state {
+            State::TrailerLf { empty: true } => i - 1,
+            _ => i,
+        };
         Ok(Step {
             consumed: i,
             data: i..i,
+            trailer: trailer_at.map_or(end..end, |a| a.min(end)..end),
             done: self.state == State::Done,
         })
     }
@@ -246,6 +267,49 @@ mod tests {
             }
         }
         Err(ChunkError::BadSize)
+    }
+
+    /// Decodes `input` fed in pieces of `piece` bytes; returns the body
+    /// and the trailer section's bytes as the steps gave them.
+    fn decode_with_trailers(input: &[u8], piece: usize) -> (Vec<u8>, Vec<u8>) {
+        let mut d = ChunkedDecoder::new();
+        let (mut body, mut trailer) = (Vec::new(), Vec::new());
+        for chunk in input.chunks(piece.max(1)) {
+            let mut off = 0;
+            while off < chunk.len() {
+                let s = d.step(&chunk[off..]).unwrap();
+                body.extend_from_slice(&chunk[off..][s.data.clone()]);
+                trailer.extend_from_slice(&chunk[off..][s.trailer.clone()]);
+                off += s.consumed;
+                if s.done {
+                    return (body, trailer);
+                }
+            }
+        }
+        panic!("not done");
+    }
+
+    #[test]
+    fn trailer_sections_are_given_whole_in_any_split() {
+        let with = b"3\r\nabc\r\n0\r\ngrpc-status: 0\r\ngrpc-message: ok\r\n\r\n";
+        let without = b"3\r\nabc\r\n0\r\n\r\n";
+        for piece in 1..with.len() {
+            assert_eq!(
+                decode_with_trailers(with, piece),
+                (
+                    b"abc".to_vec(),
+                    b"grpc-status: 0\r\ngrpc-message: ok\r\n".to_vec()
+                ),
+                "piece {piece}"
+            );
+        }
+        for piece in 1..without.len() {
+            assert_eq!(
+                decode_with_trailers(without, piece),
+                (b"abc".to_vec(), Vec::new()),
+                "piece {piece}"
+            );
+        }
     }
 
     #[test]

@@ -156,7 +156,7 @@ async fn connect(shard: &Shard, p: &AuthProvider) -> Result<UpstreamConn, CallEr
         CallError::Tls(why)
     };
     let (Some(config), Ok(name)) = (
-        shard.upstream_tls(tls),
+        shard.upstream_tls(tls, gapura_gate::upstream::UpstreamProtocol::Http1),
         name_or_address(tls.server_name.as_deref(), p.addr),
     ) else {
         return Err(fail(HandshakeFail::Other));

@@ -183,6 +183,9 @@ pub(super) struct H2Stream<S> {
     respond: Option<SendResponse<Bytes>>,
     send: Option<SendStream<Bytes>>,
     resp_head: Vec<u8>,
+    /// A chunked answer's trailer section as read so far (bounded by the
+    /// decoder's limit), sent as the stream's trailers.
+    trailers: Vec<u8>,
     left: Left,
     head_only: bool,
     /// The client reset the stream, or it ended in a stream error.
@@ -220,6 +223,7 @@ impl<S> H2Stream<S> {
             respond: Some(respond),
             send: None,
             resp_head: Vec::new(),
+            trailers: Vec::new(),
             left: Left::Head,
             head_only,
             reset,
@@ -370,6 +374,8 @@ impl<S> H2Stream<S> {
                     match decoder.step(&data[at..]) {
                         Ok(step) => {
                             spans.push((at + step.data.start, at + step.data.end));
+                            let t = &data[at..][step.trailer];
+                            self.trailers.extend_from_slice(t);
                             at += step.consumed;
                             end = step.done;
                         }
@@ -382,12 +388,47 @@ impl<S> H2Stream<S> {
                 if end {
                     self.left = Left::Done;
                 }
+                let trailers = end && !self.trailers.is_empty();
                 let last = spans.len().saturating_sub(1);
                 for (i, (a, b)) in spans.into_iter().enumerate() {
-                    self.data(&data[a..b], end && i == last).await?;
+                    self.data(&data[a..b], end && !trailers && i == last)
+                        .await?;
+                }
+                if trailers {
+                    self.send_trailers()?;
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// Ends the stream with the trailer section read (its fields that are
+    /// valid and not connection-specific).
+    fn send_trailers(&mut self) -> io::Result<()> {
+        let section = std::mem::take(&mut self.trailers);
+        let mut fields = http::HeaderMap::new();
+        for line in section.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                continue;
+            };
+            let value = line[colon + 1..].trim_ascii();
+            let (Ok(n), Ok(v)) = (
+                http::HeaderName::from_bytes(&line[..colon]),
+                http::HeaderValue::from_bytes(value),
+            ) else {
+                continue;
+            };
+            if !hop_by_hop(n.as_str()) {
+                fields.append(n, v);
+            }
+        }
+        let Some(send) = self.send.as_mut() else {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        };
+        match send.send_trailers(fields) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.h2_error(e)),
         }
     }
 

@@ -11,7 +11,7 @@ use crate::upstream::{HealthBoard, Upstreams};
 use gapura_gate::chain::{Block, ConnectionToken, GateState};
 use gapura_gate::quota::QuotaTicket;
 use gapura_gate::snapshot::AccessLogSettings;
-use gapura_gate::upstream::UpstreamTls;
+use gapura_gate::upstream::{UpstreamProtocol, UpstreamTls};
 use gapura_gate::Snapshot;
 use std::cell::{Cell, RefCell, RefMut};
 use std::rc::Rc;
@@ -52,6 +52,8 @@ pub struct Shard {
     pub(super) open: Cell<u32>,
     /// Pools, balancer state and passive health of this shard's upstreams.
     pub upstreams: Upstreams<crate::transport::upstream::UpstreamConn>,
+    /// HTTP/2 connections to upstream servers (`protocol = "h2"`/`"auto"`).
+    pub h2_upstreams: crate::upstream::h2conns::H2Conns,
     /// Active health results, shared by every shard.
     pub board: Arc<HealthBoard>,
     /// Request ids: a per-process prefix, the shard, a counter.
@@ -100,7 +102,11 @@ pub struct Shard {
 
 /// Upstream groups' TLS settings and the client configuration built for
 /// each.
-type UpstreamTlsConfigs = Vec<(Arc<UpstreamTls>, Option<Arc<rustls::ClientConfig>>)>;
+type UpstreamTlsConfigs = Vec<(
+    Arc<UpstreamTls>,
+    UpstreamProtocol,
+    Option<Arc<rustls::ClientConfig>>,
+)>;
 
 /// Most upstream TLS configurations a shard keeps (reloads leave old ones
 /// behind; past this the list starts over).
@@ -136,6 +142,7 @@ impl Shard {
             busy: Cell::new(0),
             open: Cell::new(0),
             upstreams: Upstreams::default(),
+            h2_upstreams: Default::default(),
             board,
             id_prefix,
             id_counter: Cell::new(0),
@@ -424,16 +431,21 @@ impl Shard {
     /// built on first use after each snapshot change (a session cache of
     /// its own: a pooled or resumed connection stays with its shard).
     /// `None` (logged once per settings) when it cannot be built.
-    pub(super) fn upstream_tls(&self, tls: &Arc<UpstreamTls>) -> Option<Arc<rustls::ClientConfig>> {
-        if let Some((_, config)) = self
+    /// `protocol`: what ALPN offers.
+    pub(super) fn upstream_tls(
+        &self,
+        tls: &Arc<UpstreamTls>,
+        protocol: UpstreamProtocol,
+    ) -> Option<Arc<rustls::ClientConfig>> {
+        if let Some((_, _, config)) = self
             .upstream_tls
             .borrow()
             .iter()
-            .find(|(t, _)| Arc::ptr_eq(t, tls))
+            .find(|(t, p, _)| Arc::ptr_eq(t, tls) && *p == protocol)
         {
             return config.clone();
         }
-        let config = match crate::transport::upstream::client_config(tls) {
+        let config = match crate::transport::upstream::client_config(tls, protocol) {
             Ok(c) => Some(c),
             Err(e) => {
                 if let Some(warn) = self.warn {
@@ -449,7 +461,7 @@ impl Shard {
         if built.len() >= UPSTREAM_TLS_CONFIGS {
             built.clear();
         }
-        built.push((tls.clone(), config.clone()));
+        built.push((tls.clone(), protocol, config.clone()));
         config
     }
 }

@@ -1,8 +1,9 @@
 //! The byte streams a client connection runs over: plain TCP (`plain`:
 //! the runtime's stream, receiving from the shard's own ring or not), or
-//! TLS over TCP (`tls`); an upstream connection is either (`upstream`,
-//! which also builds the rustls client configuration an upstream's `tls`
-//! asks for); `certs` reads certificates and keys, `tickets` keeps the
+//! TLS over TCP (`tls`); an upstream connection is either, or a request
+//! on a stream of an HTTP/2 connection to the upstream (`h2call`)
+//! (`upstream`, which also builds the rustls client configuration an
+//! upstream's `tls` asks for); `certs` reads certificates and keys, `tickets` keeps the
 //! session-ticket keys, `compat` adapts a stream to the h2 codec. The
 //! connection loop, the proxy and the tunnel are written once against
 //! [`Transport`] and its halves.
@@ -15,21 +16,20 @@
 
 use crate::codec::head::{parse_head, HeadBounds, HeaderBuf, Parse};
 
-/// Reading and writing on a stream that is one of two kinds (an enum of
-/// two variants, each holding a stream): the same call on the variant.
+/// Reading and writing on a stream that is one of several kinds (an enum
+/// whose variants each hold a stream): the same call on the variant.
 macro_rules! either_stream {
-    (read $a:ident $b:ident: $($t:ident),*) => {$(
+    (read $($v:ident)+: $t:ident) => {
         impl $crate::transport::ReadSpare for $t {
             #[inline]
             async fn read_spare(&mut self, buf: Vec<u8>) -> (std::io::Result<usize>, Vec<u8>) {
                 match self {
-                    $t::$a(s) => $crate::transport::ReadSpare::read_spare(s, buf).await,
-                    $t::$b(s) => $crate::transport::ReadSpare::read_spare(s, buf).await,
+                    $($t::$v(s) => $crate::transport::ReadSpare::read_spare(s, buf).await,)+
                 }
             }
         }
-    )*};
-    (write $a:ident $b:ident: $($t:ident),*) => {$(
+    };
+    (write $($v:ident)+: $t:ident) => {
         impl $crate::transport::WriteAll for $t {
             #[inline]
             async fn write_all_of<T: monoio::buf::IoBuf + 'static>(
@@ -37,22 +37,21 @@ macro_rules! either_stream {
                 buf: T,
             ) -> (std::io::Result<()>, T) {
                 match self {
-                    $t::$a(s) => $crate::transport::WriteAll::write_all_of(s, buf).await,
-                    $t::$b(s) => $crate::transport::WriteAll::write_all_of(s, buf).await,
+                    $($t::$v(s) => $crate::transport::WriteAll::write_all_of(s, buf).await,)+
                 }
             }
             async fn close_write(&mut self) {
                 match self {
-                    $t::$a(s) => $crate::transport::WriteAll::close_write(s).await,
-                    $t::$b(s) => $crate::transport::WriteAll::close_write(s).await,
+                    $($t::$v(s) => $crate::transport::WriteAll::close_write(s).await,)+
                 }
             }
         }
-    )*};
+    };
 }
 
 pub mod certs;
 pub mod compat;
+pub mod h2call;
 pub mod plain;
 pub mod tickets;
 pub mod tls;

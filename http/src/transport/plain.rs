@@ -54,8 +54,10 @@ impl Plain {
     }
 }
 
-either_stream!(read Tcp Ring: Plain, PlainRead);
-either_stream!(write Tcp Ring: Plain, PlainWrite);
+either_stream!(read Tcp Ring: Plain);
+either_stream!(read Tcp Ring: PlainRead);
+either_stream!(write Tcp Ring: Plain);
+either_stream!(write Tcp Ring: PlainWrite);
 
 impl Transport for Plain {
     type ReadHalf = PlainRead;

@@ -1,12 +1,14 @@
 //! An upstream connection's stream: plaintext ([`Plain`], on the shard's
-//! ring where it has one) or TLS ([`TlsStream`] over rustls' client), one
-//! type so the proxy, its pool and the tunnel exist once; and the rustls
-//! client configuration an upstream group's `tls` asks for.
+//! ring where it has one), TLS ([`TlsStream`] over rustls' client), or one
+//! request on a stream of an HTTP/2 connection ([`H2Call`]), one type so
+//! the proxy, its pool and the tunnel exist once; and the rustls client
+//! configuration an upstream group's `tls` asks for.
 
+use super::h2call::{H2Call, NoHalf};
 use super::plain::{Plain, PlainRead, PlainWrite};
 use super::tls::{TlsReadHalf, TlsStream, TlsWriteHalf};
 use super::Transport;
-use gapura_gate::upstream::{UpstreamRoots, UpstreamTls};
+use gapura_gate::upstream::{UpstreamProtocol, UpstreamRoots, UpstreamTls};
 use monoio::net::TcpStream;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
@@ -17,18 +19,34 @@ use std::sync::Arc;
 pub enum UpstreamConn {
     Plain(Plain),
     Tls(TlsStream<ClientConnection>),
+    /// One request on an HTTP/2 connection: never pooled, never split
+    /// (it has no tunnel; its halves read nothing and write nothing).
+    H2(H2Call),
 }
 
 /// The reading half of a split [`UpstreamConn`].
 pub enum UpstreamRead {
     Plain(PlainRead),
     Tls(TlsReadHalf<ClientConnection>),
+    H2(NoHalf),
 }
 
 /// The writing half of a split [`UpstreamConn`].
 pub enum UpstreamWrite {
     Plain(PlainWrite),
     Tls(TlsWriteHalf<ClientConnection>),
+    H2(NoHalf),
+}
+
+impl UpstreamConn {
+    /// The latest the answer's head may come, when the request set one
+    /// (a gRPC call's `grpc-timeout` over HTTP/2).
+    pub fn deadline(&self) -> Option<monoio::time::Instant> {
+        match self {
+            UpstreamConn::H2(c) => c.deadline(),
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Debug for UpstreamConn {
@@ -36,12 +54,15 @@ impl std::fmt::Debug for UpstreamConn {
         match self {
             UpstreamConn::Plain(p) => f.debug_tuple("Plain").field(p).finish(),
             UpstreamConn::Tls(_) => f.write_str("Tls"),
+            UpstreamConn::H2(c) => c.fmt(f),
         }
     }
 }
 
-either_stream!(read Plain Tls: UpstreamConn, UpstreamRead);
-either_stream!(write Plain Tls: UpstreamConn, UpstreamWrite);
+either_stream!(read Plain Tls H2: UpstreamConn);
+either_stream!(read Plain Tls H2: UpstreamRead);
+either_stream!(write Plain Tls H2: UpstreamConn);
+either_stream!(write Plain Tls H2: UpstreamWrite);
 
 impl Transport for UpstreamConn {
     type ReadHalf = UpstreamRead;
@@ -52,7 +73,7 @@ impl Transport for UpstreamConn {
     fn buffered(&self) -> bool {
         match self {
             UpstreamConn::Plain(p) => p.buffered(),
-            UpstreamConn::Tls(_) => false,
+            UpstreamConn::Tls(_) | UpstreamConn::H2(_) => false,
         }
     }
     #[inline]
@@ -60,6 +81,7 @@ impl Transport for UpstreamConn {
         match self {
             UpstreamConn::Plain(p) => p.socket(),
             UpstreamConn::Tls(t) => t.socket(),
+            UpstreamConn::H2(_) => None,
         }
     }
     fn into_split(self) -> (UpstreamRead, UpstreamWrite) {
@@ -72,15 +94,20 @@ impl Transport for UpstreamConn {
                 let (r, w) = t.into_split();
                 (UpstreamRead::Tls(r), UpstreamWrite::Tls(w))
             }
+            UpstreamConn::H2(_) => (UpstreamRead::H2(NoHalf), UpstreamWrite::H2(NoHalf)),
         }
     }
 }
 
 /// The rustls client configuration for a group's `tls`: its roots (the
-/// public ones, or `ca_file`'s), its client certificate, HTTP/1.1 by ALPN,
+/// public ones, or `ca_file`'s), its client certificate, the protocols
+/// offered by ALPN (`http/1.1`, `h2`, or both, `h2` first, for `auto`),
 /// sessions kept for resumption; with `verify = false`, a verifier that
 /// takes any certificate (the handshake's signatures are still checked).
-pub fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, String> {
+pub fn client_config(
+    tls: &UpstreamTls,
+    protocol: UpstreamProtocol,
+) -> Result<Arc<ClientConfig>, String> {
     let provider = super::certs::provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -113,7 +140,11 @@ pub fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, String> {
         }
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = match protocol {
+        UpstreamProtocol::Http1 => vec![b"http/1.1".to_vec()],
+        UpstreamProtocol::H2 => vec![b"h2".to_vec()],
+        UpstreamProtocol::Auto => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+    };
     Ok(Arc::new(config))
 }
 

@@ -1,4 +1,5 @@
-//! The upstream side of the proxy: per-shard connection pools, balancing,
+//! The upstream side of the proxy: per-shard connection pools (HTTP/2
+//! connections in `h2conns`), balancing,
 //! passive health, the process-wide health board, and the codec for the
 //! request heads Gapura writes and the response heads it reads.
 //!
@@ -8,6 +9,7 @@
 //! shards read with one relaxed load per candidate server.
 
 pub mod authcall;
+pub mod h2conns;
 pub mod health;
 pub mod request;
 pub mod response;

@@ -27,14 +27,16 @@ use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
 use crate::server::shard::Shard;
 use crate::server::stats::ErrorKind;
+use crate::transport::h2call::{self, H2Call};
 use crate::transport::plain::Plain;
 use crate::transport::tls::{self, HandshakeFail};
 use crate::transport::upstream::{server_name, UpstreamConn};
 use crate::transport::Transport;
 use crate::transport::WriteAll;
+use crate::upstream::h2conns::Take;
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::policy::HostExtras;
-use gapura_gate::upstream::{Route, UpstreamGroup, UpstreamServer};
+use gapura_gate::upstream::{Route, UpstreamGroup, UpstreamProtocol, UpstreamServer};
 use gapura_gate::{ErrorStatus, Snapshot};
 use response::Replace;
 
@@ -139,12 +141,92 @@ async fn connect(
             ErrorStatus::BadGateway
         }
     };
-    let (Some(config), Ok(name)) = (shard.upstream_tls(tls), server_name(tls, server)) else {
+    let config = shard.upstream_tls(tls, group.protocol);
+    let (Some(config), Ok(name)) = (config, server_name(tls, server)) else {
         return Err(fail(HandshakeFail::Other));
     };
     match tls::connect(tcp, config, name, deadline).await {
         Ok(s) => Ok(UpstreamConn::Tls(s)),
         Err(why) => Err(fail(why)),
+    }
+}
+
+/// What carries one request to `server`, and whether it was made before
+/// (a pooled connection, or a stream on a running HTTP/2 connection).
+///
+/// HTTP/1.1: a pooled connection of the group's kind (one of the other
+/// kind, left by a reload that turned TLS on or off, is closed), else a
+/// new one. HTTP/2 (`h2`, `auto`): a stream on one of the shard's
+/// connections to the server, else a new connection (its streams limited
+/// as the group says; a request waits for a stream within the connect
+/// timeout); with `auto`, a server whose ALPN agrees only to HTTP/1.1 is
+/// spoken to in HTTP/1.1 from then on.
+async fn upstream_for(
+    group: &UpstreamGroup,
+    server: &UpstreamServer,
+    shard: &Shard,
+) -> Result<(UpstreamConn, bool), ErrorStatus> {
+    let https = group.tls.is_some();
+    let deadline = clock::deadline(group.connect_timeout_ms);
+    let pool = &shard.h2_upstreams;
+    let mut h2 = group.protocol != UpstreamProtocol::Http1;
+    while h2 {
+        match pool.take(group, server.key) {
+            Take::Stream(c, slot) => {
+                return Ok((
+                    UpstreamConn::H2(H2Call::new(c.send, c.live, slot, https)),
+                    true,
+                ))
+            }
+            Take::Wait => {
+                if monoio::time::timeout_at(deadline, pool.wait(server.key))
+                    .await
+                    .is_err()
+                {
+                    return Err(ErrorStatus::GatewayTimeout);
+                }
+            }
+            Take::Open => break,
+            Take::Http1 => h2 = false,
+        }
+    }
+    if !h2 {
+        let idle = shard
+            .upstreams
+            .take_idle(server, clock::now_ms())
+            .filter(|c| matches!(c, UpstreamConn::Tls(_)) == https);
+        if let Some(c) = idle {
+            return Ok((c, true));
+        }
+        return connect(group, server, shard).await.map(|c| (c, false));
+    }
+    let conn = match connect(group, server, shard).await {
+        Ok(c) => c,
+        Err(status) => {
+            pool.failed(server.key, false);
+            return Err(status);
+        }
+    };
+    if let (UpstreamProtocol::Auto, UpstreamConn::Tls(t)) = (group.protocol, &conn) {
+        if t.alpn().as_deref() != Some(b"h2") {
+            pool.failed(server.key, true);
+            return Ok((conn, false));
+        }
+    }
+    let live = pool.live_for(server.key);
+    let (read, write) = conn.into_split();
+    match h2call::handshake(read, write, deadline, &live).await {
+        Ok(send) => {
+            let (c, slot) = pool.opened(server.key, send, live);
+            Ok((
+                UpstreamConn::H2(H2Call::new(c.send, c.live, slot, https)),
+                false,
+            ))
+        }
+        Err(e) => {
+            pool.failed(server.key, false);
+            Err(connect_error(&e))
+        }
     }
 }
 
@@ -253,23 +335,14 @@ impl<S: Transport> Conn<S> {
                 tried |= 1 << idx;
             }
             let server = &group.servers[idx];
-            // A pooled connection of the other kind (a reload turned the
-            // group's TLS on or off) is closed rather than used.
-            let idle = shard
-                .upstreams
-                .take_idle(server, clock::now_ms())
-                .filter(|c| matches!(c, UpstreamConn::Tls(_)) == group.tls.is_some());
-            let (mut up, reused) = match idle {
-                Some(s) => (s, true),
-                None => match connect(group, server, &shard).await {
-                    Ok(s) => (s, false),
-                    Err(status) => {
-                        shard.upstreams.failure(group, server, clock::now_ms());
-                        shard.stats.upstream_failures.inc();
-                        failed.last = status;
-                        continue;
-                    }
-                },
+            let (mut up, reused) = match upstream_for(group, server, &shard).await {
+                Ok(u) => u,
+                Err(status) => {
+                    shard.upstreams.failure(group, server, clock::now_ms());
+                    shard.stats.upstream_failures.inc();
+                    failed.last = status;
+                    continue;
+                }
             };
             shard.upstreams.begin(server);
             let outcome = self
@@ -285,7 +358,9 @@ impl<S: Transport> Conn<S> {
             match outcome {
                 Attempt::Done { reusable, close } => {
                     shard.upstreams.success(server);
-                    if reusable {
+                    // An HTTP/2 call's connection stays with the shard's
+                    // HTTP/2 connections; the call itself ends here.
+                    if reusable && !matches!(up, UpstreamConn::H2(_)) {
                         shard.upstreams.put_idle(group, server, up, clock::now_ms());
                     }
                     return if close { Err(End::Done) } else { Ok(None) };

@@ -38,7 +38,13 @@ impl<S: Transport> Conn<S> {
             self.urbuf = Vec::with_capacity(UPSTREAM_BUF_BYTES);
         }
         self.urbuf.clear();
-        let deadline = clock::deadline(group.response_header_timeout_ms);
+        let mut deadline = clock::deadline(group.response_header_timeout_ms);
+        // A gRPC call's own deadline, when sooner: its passing is the
+        // call's, not a failure of the server.
+        let call_deadline = up.deadline().filter(|&d| d < deadline);
+        if let Some(d) = call_deadline {
+            deadline = d;
+        }
         let snap = self.shard.snapshot();
         let close_anyway = self.closes_after(&snap, head);
         let hsts = self.hsts(&snap);
@@ -83,7 +89,7 @@ impl<S: Transport> Conn<S> {
                 Err(UpRead::Timeout) => {
                     return Err(Attempt::Fail {
                         status: ErrorStatus::GatewayTimeout,
-                        count_failure: true,
+                        count_failure: call_deadline.is_none(),
                     })
                 }
                 Err(UpRead::ClientGone) => return Err(Attempt::ClientGone),
