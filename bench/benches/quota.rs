@@ -145,6 +145,7 @@ fn main() {
             global: big(16_384),
             per_key: big(16_384),
         },
+        fleet: Default::default(),
     };
     let rate_slot = q.slots_mut().bind(42, open).unwrap();
     let run = |q: &mut Quota, source: u64, rate_key: u64, identity: Option<u64>, now: u64| {

@@ -96,8 +96,13 @@ fn check_connections(
     })
 }
 
-/// Checks `[quota]` for one of `shards` shards.
-pub(crate) fn check_quota(q: &RawQuota, shards: u32, e: &mut Errors<'_>) -> CheckedQuota {
+/// Checks `[quota]` for one of `shards` shards; `fleet`: the nodes
+/// `[fleet]` expects, when it is written (`scope = "fleet"` needs it).
+pub(crate) fn check_quota(
+    q: &RawQuota,
+    (shards, fleet): (u32, Option<u32>),
+    e: &mut Errors<'_>,
+) -> CheckedQuota {
     let sizes = check_sizes(q, e);
     let mode = choice(
         e,
@@ -110,16 +115,28 @@ pub(crate) fn check_quota(q: &RawQuota, shards: u32, e: &mut Errors<'_>) -> Chec
     let max_leases = sizes.max_leases;
     let mut limits = QuotaLimits::default();
     if let Some(g) = &q.global {
-        let scope = scope(e, &g.scope, "quota.global.scope");
+        let (scope, nodes) = fleet_scope(e, &g.scope, "quota.global.scope", fleet, true);
         let b = Fields::new("quota.global", &g.requests, &g.optional);
-        limits.global = b.budget(e).map(|b| b.for_shards(scope, shards));
+        let budget = b.budget(e);
+        limits.global = budget.map(|b| b.for_shards(scope, shards));
+        if let (Some(b), Some(nodes)) = (budget, nodes) {
+            // Each shard holds the whole budget against the fleet's count;
+            // alone, its share of the node's share.
+            limits.global = Some(b);
+            limits.fleet.global = Some(b.for_shards(Scope::Split, nodes.saturating_mul(shards)));
+        }
         let c = Fields::new("quota.global", &g.concurrent, &g.concurrent_optional);
         limits.leases.global = c
             .concurrency(e, max_leases)
             .map(|b| b.for_shards(scope, shards));
     }
     if let Some(s) = &q.source {
+        let (_, nodes) = fleet_scope(e, &s.scope, "quota.source.scope", fleet, false);
         limits.source = Fields::new("quota.source", &s.requests, &s.optional).budget(e);
+        if let (Some(b), Some(nodes)) = (limits.source, nodes) {
+            // A source is steered to one shard of each node.
+            limits.fleet.source = Some(b.for_shards(Scope::Split, nodes));
+        }
         limits.leases.per_key = Fields::new("quota.source", &s.concurrent, &s.concurrent_optional)
             .concurrency(e, max_leases);
     }
@@ -128,7 +145,7 @@ pub(crate) fn check_quota(q: &RawQuota, shards: u32, e: &mut Errors<'_>) -> Chec
     }
     let mut identity_header = None;
     if let Some(i) = &q.identity {
-        let scope = scope(e, &i.scope, "quota.identity.scope");
+        let (scope, nodes) = fleet_scope(e, &i.scope, "quota.identity.scope", fleet, true);
         let budget = Fields::new("quota.identity", &i.requests, &i.optional).budget(e);
         let header = i.header.as_ref().and_then(|h| {
             if is_token(h.get_ref()) {
@@ -164,6 +181,11 @@ pub(crate) fn check_quota(q: &RawQuota, shards: u32, e: &mut Errors<'_>) -> Chec
         }
         if let (Some(b), Some(h)) = (budget, header) {
             limits.identity = Some(b.for_shards(scope, shards));
+            if let Some(nodes) = nodes {
+                limits.identity = Some(b);
+                limits.fleet.identity =
+                    Some(b.for_shards(Scope::Split, nodes.saturating_mul(shards)));
+            }
             identity_header = Some(h.into_boxed_str());
         }
     }
@@ -332,6 +354,47 @@ pub(crate) fn scope(e: &mut Errors<'_>, v: &Opt<String>, path: &str) -> Scope {
         &[("split", Scope::Split), ("per_shard", Scope::PerShard)],
         Scope::Split,
     )
+}
+
+/// `scope` of a budget that may be shared across a fleet: `"split"` (the
+/// default) or `"per_shard"` where `split` is true (global, identity),
+/// `"per_shard"` alone otherwise (source: steered, exact on a node), or
+/// `"fleet"` with a `[fleet]` (whose `nodes_expected` is `fleet`): then
+/// returned as `split` (what a budget's concurrency keeps) with the node
+/// count (docs/fleet.md).
+fn fleet_scope(
+    e: &mut Errors<'_>,
+    v: &Opt<String>,
+    path: &str,
+    fleet: Option<u32>,
+    split: bool,
+) -> (Scope, Option<u32>) {
+    let local: &[(&str, Option<Scope>)] = if split {
+        &[
+            ("split", Some(Scope::Split)),
+            ("per_shard", Some(Scope::PerShard)),
+            ("fleet", None),
+        ]
+    } else {
+        &[("per_shard", Some(Scope::PerShard)), ("fleet", None)]
+    };
+    let default = if split { Scope::Split } else { Scope::PerShard };
+    match choice(e, v, path, "quota.scope.invalid", local, Some(default)) {
+        Some(s) => (s, None),
+        None => match fleet {
+            Some(nodes) => (Scope::Split, Some(nodes)),
+            None => {
+                e.push(
+                    "quota.scope.fleet",
+                    path,
+                    v.as_ref().map_or(0..0, |v| v.span()),
+                    "scope = \"fleet\" shares the budget through the engine [fleet] names: \
+                     add a [fleet] section, or use a scope of this node",
+                );
+                (default, None)
+            }
+        },
+    }
 }
 
 /// A full threshold and its optional-work threshold, under `base`:

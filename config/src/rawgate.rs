@@ -72,7 +72,8 @@ pub(crate) struct RawGlobalBudget {
     pub scope: Opt<String>,
 }
 
-/// `[quota.source]`: per source prefix (steered, so no scope).
+/// `[quota.source]`: per source prefix (steered, so exact on a node; its
+/// `scope` is `"per_shard"` or `"fleet"`).
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSourceBudget {
@@ -80,6 +81,7 @@ pub(crate) struct RawSourceBudget {
     pub optional: Opt<i64>,
     pub concurrent: Opt<i64>,
     pub concurrent_optional: Opt<i64>,
+    pub scope: Opt<String>,
 }
 
 /// `[quota.health]`: health-probe requests per source prefix. Probes may

@@ -79,14 +79,14 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
     };
     let defaults = check_limits(&raw.defaults.limits, "defaults.limits", errors);
     let upstreams = check_upstreams(&raw.upstream, env.resolver, env.certificates, errors);
-    let quota = check_quota(&raw.quota, shards, errors);
-    let udp = crate::udp::check_udp(&raw.udp, shards, env.resolver, errors);
-    runtime.udp_listen = udp.iter().flat_map(|u| u.listen.iter().copied()).collect();
     runtime.fleet = crate::fleet::check_fleet(raw.fleet.as_ref(), errors);
     let fleet = raw
         .fleet
         .as_ref()
         .map(|_| runtime.fleet.as_ref().map_or(1, |f| f.nodes_expected));
+    let quota = check_quota(&raw.quota, (shards, fleet), errors);
+    let udp = crate::udp::check_udp(&raw.udp, shards, env.resolver, errors);
+    runtime.udp_listen = udp.iter().flat_map(|u| u.listen.iter().copied()).collect();
     let rates = check_rate_limits(&raw.rate_limit, shards, fleet, errors);
     let client = check_client(&raw.client, proxy_listener.as_ref(), errors);
     let known = Known {

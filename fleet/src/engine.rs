@@ -40,6 +40,36 @@ redis.call('SET', KEYS[1], string.format('%.0f', e), 'PX', ttl)
 return string.format('%.0f', now - e)
 "#;
 
+/// The engine's side of a shared budget window, atomic per key: adds a
+/// node's count to the window's key and answers the fleet's count; the key
+/// expires two windows and a second after it was made (its window is over
+/// by then on every node whose clock is within a window of the others').
+/// KEYS[1]: the window's key; ARGV: count, expiry (ms).
+pub const WINDOW_SCRIPT: &str = r#"
+local n = redis.call('INCRBY', KEYS[1], ARGV[1])
+if redis.call('PTTL', KEYS[1]) < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return tostring(n)
+"#;
+
+/// One shared budget window's part of a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowFlush {
+    pub identity: u64,
+    pub key: u64,
+    /// The window's index (Unix ms / `window_ms`).
+    pub window: u64,
+    pub window_ms: u64,
+    pub count: u64,
+}
+
+/// The engine's name of a shared budget window: the level's identity and
+/// the key in a hash tag, then the window.
+pub fn window_name(identity: u64, key: u64, window: u64) -> String {
+    format!("gapura:w:{{{identity:016x}{key:016x}}}:{window}")
+}
+
 /// One shared key's part of a round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Flush {
@@ -106,37 +136,59 @@ impl Engine {
         }
     }
 
-    /// Loads the script (on every primary of a cluster).
+    /// Loads the scripts (on every primary of a cluster).
     pub fn load_script(&mut self) -> RedisResult<()> {
-        let _: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(SCRIPT)
-            .query(self.conn())?;
+        for script in [SCRIPT, WINDOW_SCRIPT] {
+            let _: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(script)
+                .query(self.conn())?;
+        }
         Ok(())
     }
 
-    /// One round: every key's count in, every key's fleet bucket age (µs)
-    /// back, in order (no key: a `PING`). Loads the script and sends again
-    /// once on `NOSCRIPT`. O(keys); one round trip (two after a restart).
+    /// One round of rate buckets alone: [`exchange`](Self::exchange)
+    /// without budget windows.
     pub fn flush(&mut self, keys: &[Flush]) -> RedisResult<Vec<i64>> {
-        if keys.is_empty() {
+        Ok(self.exchange(keys, &[])?.0)
+    }
+
+    /// One round: every key's count in, every rate key's fleet bucket age
+    /// (µs) and every window's fleet count back, in order (no key: a
+    /// `PING`). Loads the scripts and sends again once on `NOSCRIPT`.
+    /// O(keys); one round trip (two after a restart).
+    pub fn exchange(
+        &mut self,
+        keys: &[Flush],
+        windows: &[WindowFlush],
+    ) -> RedisResult<(Vec<i64>, Vec<u64>)> {
+        if keys.is_empty() && windows.is_empty() {
             // Nothing shared: one PING keeps what the view says of the
             // engine true (a round's only operation).
             let _: String = redis::cmd("PING").query(self.conn())?;
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
-        match self.send(keys) {
+        let answers = match self.send(keys, windows) {
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 self.load_script()?;
-                self.send(keys)
+                self.send(keys, windows)
             }
             r => r,
-        }
+        }?;
+        let mut answers = answers.iter();
+        let ages = answers
+            .by_ref()
+            .take(keys.len())
+            .map(|a| a.parse::<i64>().unwrap_or(0))
+            .collect();
+        let counts = answers.map(|a| a.parse::<u64>().unwrap_or(0)).collect();
+        Ok((ages, counts))
     }
 
-    fn send(&mut self, keys: &[Flush]) -> RedisResult<Vec<i64>> {
+    fn send(&mut self, keys: &[Flush], windows: &[WindowFlush]) -> RedisResult<Vec<String>> {
         let sha = redis::Script::new(SCRIPT).get_hash().to_string();
-        let commands = keys.iter().map(|k| {
+        let window_sha = redis::Script::new(WINDOW_SCRIPT).get_hash().to_string();
+        let rates = keys.iter().map(|k| {
             let mut c = redis::cmd("EVALSHA");
             c.arg(&sha)
                 .arg(1)
@@ -146,7 +198,17 @@ impl Engine {
                 .arg(k.burst);
             c
         });
-        let ages: Vec<String> = match self {
+        let budgets = windows.iter().map(|w| {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(&window_sha)
+                .arg(1)
+                .arg(window_name(w.identity, w.key, w.window))
+                .arg(w.count)
+                .arg(w.window_ms.saturating_mul(2).saturating_add(1_000));
+            c
+        });
+        let commands = rates.chain(budgets);
+        let answers: Vec<String> = match self {
             Engine::One(c) => {
                 let mut p = redis::pipe();
                 for cmd in commands {
@@ -162,7 +224,7 @@ impl Engine {
                 p.query(c)?
             }
         };
-        Ok(ages.iter().map(|a| a.parse::<i64>().unwrap_or(0)).collect())
+        Ok(answers)
     }
 }
 

@@ -16,7 +16,7 @@
 //! (their shared sets are bounded), and a key no batch has named for
 //! [`KEEP_ROUNDS`] rounds is forgotten.
 
-use crate::engine::{Engine, Flush, Target};
+use crate::engine::{Engine, Flush, Target, WindowFlush};
 use crate::{FleetStats, Published};
 use arc_swap::ArcSwap;
 use gapura_gate::quota::fleet::{FleetBatch, FleetView};
@@ -49,6 +49,9 @@ pub(crate) struct Reconciler {
     pub stats: Arc<FleetStats>,
     pub included: Vec<u64>,
     merged: HashMap<(u64, u64), Merged>,
+    /// Budget windows' counts merged from the batches, per (level
+    /// identity, key, window): count, window length, round last named.
+    windows: HashMap<(u64, u64, u64), (u64, u64, u64)>,
     round: u64,
     engine: Option<Engine>,
     /// Since when the engine has been away (None: it answers).
@@ -80,6 +83,7 @@ impl Reconciler {
             stats,
             included: vec![0; shards],
             merged: HashMap::new(),
+            windows: HashMap::new(),
             round: 0,
             engine: None,
             down_since: None,
@@ -128,6 +132,14 @@ impl Reconciler {
             m.burst = d.burst;
             m.seen_round = round;
         }
+        for w in b.windows {
+            let m = self
+                .windows
+                .entry((w.identity, w.key, w.window))
+                .or_insert((0, w.window_ms, round));
+            m.0 += u64::from(w.count);
+            m.2 = round;
+        }
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -154,22 +166,44 @@ impl Reconciler {
             })
             .collect();
         let flushes: Vec<Flush> = keys.iter().map(|(_, f)| *f).collect();
+        self.windows.retain(|_, m| m.2 + KEEP_ROUNDS >= round);
+        let windows: Vec<WindowFlush> = self
+            .windows
+            .iter()
+            .map(
+                |(&(identity, key, window), &(count, window_ms, _))| WindowFlush {
+                    identity,
+                    key,
+                    window,
+                    window_ms,
+                    count,
+                },
+            )
+            .collect();
         let started = Instant::now();
-        let result = self.exchange(&flushes);
+        let result = self.exchange(&flushes, &windows);
         let took = started.elapsed();
         for m in self.merged.values_mut() {
             m.count = 0;
         }
+        for m in self.windows.values_mut() {
+            m.0 = 0;
+        }
         let since_last = self.last_round.elapsed();
         self.last_round = Instant::now();
         let view = match result {
-            Ok(ages) => {
+            Ok((ages, counts)) => {
                 self.up(took);
                 FleetView {
                     round,
                     fallback: false,
                     included: self.included.clone(),
                     ages_us: keys.iter().map(|(k, _)| *k).zip(ages).collect(),
+                    counts: windows
+                        .iter()
+                        .map(|w| (w.identity, w.key, w.window))
+                        .zip(counts)
+                        .collect(),
                 }
             }
             Err(why) => {
@@ -179,13 +213,13 @@ impl Reconciler {
                     round,
                     fallback: true,
                     included: self.included.clone(),
-                    ages_us: HashMap::new(),
+                    ..FleetView::default()
                 }
             }
         };
         self.stats
             .shared_keys
-            .store(keys.len() as u64, Ordering::Relaxed);
+            .store((keys.len() + windows.len()) as u64, Ordering::Relaxed);
         self.cell.store(Arc::new(Published {
             view,
             read_at: Instant::now(),
@@ -193,7 +227,11 @@ impl Reconciler {
     }
 
     /// Connects when not connected, then flushes.
-    fn exchange(&mut self, keys: &[Flush]) -> Result<Vec<i64>, String> {
+    fn exchange(
+        &mut self,
+        keys: &[Flush],
+        windows: &[WindowFlush],
+    ) -> Result<(Vec<i64>, Vec<u64>), String> {
         if self.engine.is_none() {
             let mut e = Engine::connect(&self.target).map_err(|e| e.to_string())?;
             e.load_script().map_err(|e| e.to_string())?;
@@ -202,11 +240,15 @@ impl Reconciler {
         let Some(engine) = self.engine.as_mut() else {
             return Err("not connected".to_string());
         };
-        let ages = engine.flush(keys).map_err(|e| e.to_string())?;
-        if ages.len() != keys.len() {
-            return Err(format!("{} answers to {} keys", ages.len(), keys.len()));
+        let (ages, counts) = engine.exchange(keys, windows).map_err(|e| e.to_string())?;
+        if ages.len() != keys.len() || counts.len() != windows.len() {
+            return Err(format!(
+                "{} answers to {} keys",
+                ages.len() + counts.len(),
+                keys.len() + windows.len()
+            ));
         }
-        Ok(ages)
+        Ok((ages, counts))
     }
 
     fn up(&mut self, took: Duration) {

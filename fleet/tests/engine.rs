@@ -1,6 +1,6 @@
 //! The engine's script and round trip against a real `redis-server`.
 
-use gapura_fleet::engine::{bucket_name, check, Engine, Flush, Target};
+use gapura_fleet::engine::{bucket_name, check, window_name, Engine, Flush, Target, WindowFlush};
 use gapura_fleet::testing::{RedisCluster, RedisServer};
 use std::time::Duration;
 
@@ -61,6 +61,50 @@ fn counts_from_two_nodes_drain_one_bucket() {
         .parse()
         .unwrap();
     assert!(ttl > 0 && ttl <= 2 * FULL_US / 1000 + 1000, "{ttl}");
+}
+
+/// A budget window of 1 s.
+fn window(key: u64, window: u64, count: u64) -> WindowFlush {
+    WindowFlush {
+        identity: 9,
+        key,
+        window,
+        window_ms: 1_000,
+        count,
+    }
+}
+
+#[test]
+fn budget_windows_add_every_nodes_count_and_expire() {
+    let redis = RedisServer::start();
+    let mut a = Engine::connect(&target(vec![redis.url()], false)).unwrap();
+    let mut b = Engine::connect(&target(vec![redis.url()], false)).unwrap();
+    let (ages, counts) = a
+        .exchange(&[flush(1, 1)], &[window(1, 100, 40), window(2, 100, 3)])
+        .unwrap();
+    assert_eq!(
+        (ages.len(), counts),
+        (1, vec![40, 3]),
+        "rates, then windows"
+    );
+    let (_, counts) = b.exchange(&[], &[window(1, 100, 25)]).unwrap();
+    assert_eq!(counts, [65], "one window's count over two nodes");
+    // Another window is another key: it starts from nothing.
+    let (_, counts) = b.exchange(&[], &[window(1, 101, 0)]).unwrap();
+    assert_eq!(counts, [0]);
+    let ttl: i64 = redis
+        .cli(&["PTTL", &window_name(9, 1, 100)])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        ttl > 0 && ttl <= 3_000,
+        "expires two windows and a second on: {ttl}"
+    );
+    // A server that lost the script is given it again.
+    assert_eq!(redis.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
+    let (_, counts) = a.exchange(&[], &[window(1, 100, 1)]).unwrap();
+    assert_eq!(counts, [66]);
 }
 
 #[test]

@@ -43,6 +43,7 @@ fn quota_paths_allocate_nothing() {
             global: flat(1_000),
             per_key: flat(1_000),
         },
+        fleet: Default::default(),
     };
     let wide = RatePolicy::per_second(1_000_000, 1_000_000).unwrap();
     let narrow = RatePolicy::per_minute(1, 1).unwrap();

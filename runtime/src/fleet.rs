@@ -115,10 +115,14 @@ pub async fn sync_task(shard: Rc<Shard>, f: ShardFleet) {
             tx.try_send(b).is_ok()
         });
         let c = gate.fleet.counters;
+        let windows = &gate.fleet.windows;
+        let (shared_windows, unshared_windows) = (windows.shared() as u64, windows.unshared);
         drop(gate);
         let s = &f.stats;
-        s.shared_keys.store(c.shared_keys, Ordering::Relaxed);
-        s.unshared.store(c.unshared, Ordering::Relaxed);
+        s.shared_keys
+            .store(c.shared_keys + shared_windows, Ordering::Relaxed);
+        s.unshared
+            .store(c.unshared + unshared_windows, Ordering::Relaxed);
         s.fallback_decisions
             .store(c.fallback_decisions, Ordering::Relaxed);
         s.batches_refused

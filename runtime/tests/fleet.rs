@@ -29,17 +29,23 @@ fn fleet_profile(redis: &str, sync_ms: u64) -> String {
 }
 
 fn start_nodes(redis: &str, n: usize) -> Vec<Gapura> {
-    let nodes: Vec<Gapura> = (0..n)
-        .map(|_| Gapura::start(&fleet_profile(redis, 50)))
-        .collect();
-    for g in &nodes {
-        assert!(
-            g.wait_log("sharing fleet-scoped limits through", CEILING),
-            "{}",
-            g.log_text()
-        );
-    }
+    start_nodes_with(&fleet_profile(redis, 50), n)
+}
+
+/// `n` nodes of one profile, each once it has exchanged with Redis.
+fn start_nodes_with(profile: &str, n: usize) -> Vec<Gapura> {
+    let nodes: Vec<Gapura> = (0..n).map(|_| start_node(profile)).collect();
     nodes
+}
+
+fn start_node(profile: &str) -> Gapura {
+    let g = Gapura::start(profile);
+    assert!(
+        g.wait_log("sharing fleet-scoped limits through", CEILING),
+        "{}",
+        g.log_text()
+    );
+    g
 }
 
 fn rounds(g: &Gapura) -> u64 {
@@ -61,11 +67,18 @@ fn wait_rounds(nodes: &[Gapura], n: u64) {
 /// One request from `src`, answered within a second (the ceiling of the
 /// client's read): its status.
 fn status_from(src: &str, g: &Gapura) -> u16 {
+    status_with(src, g, "")
+}
+
+/// `status_from` with header lines (each ending in CRLF).
+fn status_with(src: &str, g: &Gapura, headers: &str) -> u16 {
     let mut c = Client::connect_from(src, g.addr);
     c.stream
         .set_read_timeout(Some(Duration::from_secs(1)))
         .unwrap();
-    c.send(b"GET / HTTP/1.1\r\nHost: f.test\r\nConnection: close\r\n\r\n");
+    c.send(
+        format!("GET / HTTP/1.1\r\nHost: f.test\r\n{headers}Connection: close\r\n\r\n").as_bytes(),
+    );
     c.try_response(false)
         .expect("an answer within a second")
         .status
@@ -76,9 +89,20 @@ fn status_from(src: &str, g: &Gapura) -> u16 {
 /// pace of a client whose requests are spread over the fleet); how many
 /// were admitted. Every answer is a 200 or a 429.
 fn spread(nodes: &[Gapura], src: &str, total: usize, batch: usize) -> usize {
+    spread_with(nodes, |_| (src.to_string(), String::new()), total, batch)
+}
+
+/// `spread` with each request's source and header lines from `client`.
+fn spread_with(
+    nodes: &[Gapura],
+    client: impl Fn(usize) -> (String, String),
+    total: usize,
+    batch: usize,
+) -> usize {
     let mut admitted = 0;
     for i in 0..total {
-        match status_from(src, &nodes[i % nodes.len()]) {
+        let (src, headers) = client(i);
+        match status_with(&src, &nodes[i % nodes.len()], &headers) {
             200 => admitted += 1,
             429 => {}
             s => panic!("answer {s}"),
@@ -168,4 +192,81 @@ fn a_three_node_redis_cluster_shares_as_one_server_does() {
     for g in &nodes {
         assert_eq!(g.metric("gapura_fleet_fallback"), 0, "{}", g.log_text());
     }
+}
+
+/// Budgets' window: an hour, so that a test's requests fall in one.
+const WINDOW_MS: u64 = 3_600_000;
+
+/// Three-node budgets over `redis` with `quota` (the `[quota.*]` tables).
+fn budget_profile(redis: &str, quota: &str) -> String {
+    profile(
+        "",
+        &format!(
+            "[fleet]\nredis = \"{redis}\"\nsync_ms = 50\nnodes_expected = 3\nnode = \"n\"\n\n\
+             [quota]\nwindow_ms = {WINDOW_MS}\n\n{quota}\n{}",
+            respond_host("f.test", "default = true")
+        ),
+    )
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Waits, when the budgets' window ends within two minutes, until the next
+/// one starts (windows are cut from Unix time, the same on every node), so
+/// that what follows counts in one window.
+fn away_from_a_boundary() {
+    let left_ms = WINDOW_MS - unix_ms() % WINDOW_MS;
+    if left_ms < 120_000 {
+        let next = unix_ms() / WINDOW_MS + 1;
+        assert!(wait_until(Duration::from_millis(left_ms + 10_000), || {
+            unix_ms() / WINDOW_MS >= next
+        }));
+    }
+}
+
+#[test]
+fn three_nodes_hold_a_global_budget_together() {
+    let redis = RedisServer::start();
+    let quota = "[quota.global]\nrequests = 300\nscope = \"fleet\"\n";
+    let nodes = start_nodes_with(&budget_profile(&redis.url(), quota), 3);
+    away_from_a_boundary();
+    // Each node alone would pass 300 of 600, three without sharing all.
+    let admitted = spread(&nodes, "127.0.0.2", 600, 30);
+    eprintln!("global budget over three nodes: {admitted} of 600 admitted");
+    // At most two batches beyond: a node may take a batch before it
+    // applies the last round's view.
+    assert!((300..=360).contains(&admitted), "{admitted} of 600");
+    for g in &nodes {
+        assert!(g.metric("gapura_fleet_shared_keys") >= 1);
+    }
+}
+
+#[test]
+fn three_nodes_hold_source_and_identity_budgets_together() {
+    let redis = RedisServer::start();
+    let quota = "[quota.source]\nrequests = 100\nscope = \"fleet\"\n\n\
+                 [quota.identity]\nheader = \"authorization\"\nrequests = 150\nscope = \"fleet\"\n";
+    let nodes = start_nodes_with(&budget_profile(&redis.url(), quota), 3);
+    away_from_a_boundary();
+    let admitted = spread(&nodes, "127.0.0.3", 300, 15);
+    eprintln!("source budget over three nodes: {admitted} of 300 admitted");
+    assert!((100..=130).contains(&admitted), "source: {admitted} of 300");
+    // One credential from ten networks (30 each, under their budget).
+    let credential = |i: usize| {
+        (
+            format!("127.0.{}.1", i % 10 + 10),
+            "Authorization: Bearer fleet\r\n".to_string(),
+        )
+    };
+    let admitted = spread_with(&nodes, credential, 300, 15);
+    eprintln!("identity budget over three nodes: {admitted} of 300 admitted");
+    assert!(
+        (150..=180).contains(&admitted),
+        "identity: {admitted} of 300"
+    );
 }

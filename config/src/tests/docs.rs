@@ -470,6 +470,7 @@ fn the_example_profile_shows_every_key_the_profile_reads() {
         "[[auth_provider]]\nname = \"p\"\nurl = \"http://127.0.0.1:1\"",
         "[[host]]\nnames = [\"h.test\"]",
         "[[udp]]\nname = \"g\"\nlisten = [\"127.0.0.1:1\"]\nservers = [\"127.0.0.1:2\"]",
+        "[fleet]\nredis = \"redis://127.0.0.1:1\"\nnodes_expected = 1",
     ];
     let mut missing = Vec::new();
     for t in tables {

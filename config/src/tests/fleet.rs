@@ -1,7 +1,7 @@
 //! `[fleet]` and `scope = "fleet"`.
 
 use super::*;
-use gapura_gate::quota::RatePolicy;
+use gapura_gate::quota::{Budget, RatePolicy};
 
 const FLEET: &str = "[fleet]\nredis = \"redis://127.0.0.1:6379\"\nnodes_expected = 3\n";
 
@@ -154,5 +154,53 @@ fn each_fleet_error_has_its_code_and_position() {
              requests = 1\nper = \"hour\"\nscope = \"fleet\"\n"
         ),
         at("rate_limit.rate.invalid", "rate_limit[0].scope", 8, 9)
+    );
+}
+
+#[test]
+fn fleet_scoped_budgets_hold_the_whole_budget_and_a_local_share() {
+    let c = ok_with(
+        &format!(
+            "{FLEET}[quota.global]\nrequests = 9000\nconcurrent = 400\nscope = \"fleet\"\n\n\
+             [quota.source]\nrequests = 300\nscope = \"fleet\"\n\n\
+             [quota.identity]\nheader = \"authorization\"\nrequests = 600\nscope = \"fleet\"\n"
+        ),
+        2,
+    );
+    let q = &c.snapshot.gate.quota;
+    let flat = |n| Some(Budget::flat(n).unwrap());
+    // Every shard holds the whole budget against the fleet's count.
+    assert_eq!(q.global, flat(9000));
+    assert_eq!(q.source, flat(300));
+    assert_eq!(q.identity, flat(600));
+    // Alone: the node's share (3 nodes), and a shard's of it where the
+    // key is not the steered source (2 shards).
+    assert_eq!(q.fleet.global, flat(1500));
+    assert_eq!(q.fleet.source, flat(100));
+    assert_eq!(q.fleet.identity, flat(100));
+    // Concurrency stays the node's, split among its shards.
+    assert_eq!(q.leases.global, flat(200));
+}
+
+#[test]
+fn budgets_without_a_fleet_scope_are_not_shared() {
+    let c = ok(&format!(
+        "{FLEET}[quota.global]\nrequests = 9000\n\n[quota.source]\nrequests = 300\n"
+    ));
+    assert_eq!(
+        c.snapshot.gate.quota.fleet,
+        gapura_gate::quota::fleetwindow::FleetBudgets::default()
+    );
+}
+
+#[test]
+fn a_fleet_scoped_budget_needs_a_fleet() {
+    assert_eq!(
+        one("[quota.global]\nrequests = 10\nscope = \"fleet\"\n"),
+        at("quota.scope.fleet", "quota.global.scope", 3, 9)
+    );
+    assert_eq!(
+        one("[quota.source]\nrequests = 10\nscope = \"split\"\n"),
+        at("quota.scope.invalid", "quota.source.scope", 3, 9)
     );
 }

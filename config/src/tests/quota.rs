@@ -221,6 +221,7 @@ fn budgets_compile_per_shard_split_over_two_and_four_shards() {
                     global: budget(leases.0, leases.1),
                     per_key: source_leases,
                 },
+                fleet: Default::default(),
             },
             "{cores} cores"
         );
@@ -316,10 +317,14 @@ fn budget_bounds_and_their_codes() {
 }
 
 #[test]
-fn source_and_health_budgets_have_no_scope_and_health_no_optional() {
+fn a_source_budget_is_not_split_and_health_has_no_scope_or_optional() {
     assert_eq!(
         one("[quota.source]\nrequests = 1\nscope = \"split\"\n"),
-        at("profile.unknown_key", "quota.source.scope", 3, 1)
+        at("quota.scope.invalid", "quota.source.scope", 3, 9)
+    );
+    assert_eq!(
+        one("[quota.health]\nrequests = 2\nscope = \"per_shard\"\n"),
+        at("profile.unknown_key", "quota.health.scope", 3, 1)
     );
     assert_eq!(
         one("[quota.health]\nrequests = 2\noptional = 1\n"),

@@ -56,21 +56,39 @@ impl Snapshot {
             trace_quota(trace, QuotaOutcome::Exempt, false);
             return Ok(None);
         }
-        let keyer = &state.keyer;
+        // A fleet-scoped level's keys are the same on every node.
+        let fleet = &gate.quota.fleet;
+        let keyer_for = |shared: bool| {
+            if shared {
+                &state.fleet_keyer
+            } else {
+                &state.keyer
+            }
+        };
         let identity = gate
             .identity_header
             .as_deref()
             .and_then(|h| req.headers.lines(h).last())
             .filter(|v| !v.is_empty())
-            .map(|v| keyer.identity(v));
+            .map(|v| keyer_for(fleet.identity.is_some()).identity(v));
         let request = QuotaRequest {
             class: policy.class,
-            source: keyer.source(Domain::SourceBudget, client, SourcePrefix::BUDGET),
+            source: keyer_for(fleet.source.is_some()).source(
+                Domain::SourceBudget,
+                client,
+                SourcePrefix::BUDGET,
+            ),
             operation: policy.operation,
             identity,
             rate: &[],
         };
-        let refusal = match state.quota.admit(&gate.quota, &request, now_ms) {
+        // Windows are cut from Unix time, so a fleet's nodes agree on them.
+        let window_now_ms = now_ms.saturating_add(state.unix_origin_ms);
+        let decision =
+            state
+                .quota
+                .admit_shared(&gate.quota, &request, &mut state.fleet, window_now_ms);
+        let refusal = match decision {
             QuotaDecision::Admit(ticket) => {
                 trace_quota(trace, QuotaOutcome::Admitted, false);
                 return Ok(Some(ticket));

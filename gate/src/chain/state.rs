@@ -213,8 +213,22 @@ impl GateState {
         send: impl FnOnce(crate::quota::fleet::FleetBatch) -> bool,
     ) {
         let rate = self.quota.rate_mut();
-        self.fleet
+        let new = self
+            .fleet
             .apply(view, shard as usize, rate, now_ms, view_age_ms);
+        let window_ms = self.quota.windows().window_ms();
+        if new && !view.fallback {
+            let global = crate::quota::fleetwindow::BudgetLevel::Global.identity(window_ms);
+            let quota = &mut self.quota;
+            self.fleet.windows.apply(
+                |identity, key, window| view.count(identity, key, window),
+                |identity, key, window, n| {
+                    quota.set_fleet_count(identity == global, key, window, n)
+                },
+            );
+        }
+        let window = now_ms.saturating_add(self.unix_origin_ms) / window_ms;
+        self.fleet.windows.roll(window);
         self.fleet.hand_off(shard, now_ms, send);
     }
 

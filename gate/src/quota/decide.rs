@@ -37,6 +37,8 @@
 //! back through [`Quota::release`] when the request ends in any way (see
 //! [`lease`](super::lease)). O(probe windows); no allocation.
 
+use super::fleet::FleetState;
+use super::fleetwindow::{BudgetLevel, FleetBudgets, FleetWindows, WindowChoice};
 use super::lease::{LeaseLimits, LeaseRefusal, LeaseTable, LeaseToken};
 use super::rate::{CapacityError, RateCheck, RateTable};
 use super::slots::PolicySlots;
@@ -140,6 +142,9 @@ pub struct QuotaLimits {
     pub operations: Box<[OperationLimits]>,
     /// Global and per-source concurrency.
     pub leases: LeaseLimits,
+    /// The budget levels shared across a fleet, with their local shares
+    /// ([`super::fleetwindow`]).
+    pub fleet: FleetBudgets,
 }
 
 /// One request's quota facts. Keys are computed by the caller with the
@@ -347,59 +352,41 @@ impl Quota {
 
     /// Levels 1 to 3: budgets, leases and the identity budget (the chain's
     /// first block, before any access check). `req.rate` is not read. The
-    /// caller holds the ticket for the request's life.
+    /// caller holds the ticket for the request's life. No level is shared
+    /// across a fleet here: see [`admit_shared`](Self::admit_shared).
     pub fn admit(
         &mut self,
         limits: &QuotaLimits,
         req: &QuotaRequest<'_>,
         now_ms: u64,
     ) -> QuotaDecision {
-        let class = req.class;
-        let window = self.windows.roll(now_ms);
-        // Only a refusal pays for the division.
-        let window_ms = self.windows.window_ms();
-        let boundary_ms = move || until_boundary_ms(now_ms, window_ms);
+        // Capacity 0: allocates nothing; every fleet-scoped level is held
+        // to its local share.
+        let mut alone = FleetState::default();
+        self.admit_shared(limits, req, &mut alone, now_ms)
+    }
 
+    /// [`admit`](Self::admit) with the shard's shared keys: a fleet-scoped
+    /// budget level ([`QuotaLimits::fleet`]) counts against the fleet's
+    /// count as last learned (see [`super::fleetwindow`]). `now_ms`: the
+    /// windows' clock, Unix milliseconds for a fleet's windows to agree.
+    pub fn admit_shared(
+        &mut self,
+        limits: &QuotaLimits,
+        req: &QuotaRequest<'_>,
+        fleet: &mut FleetState,
+        now_ms: u64,
+    ) -> QuotaDecision {
+        let class = req.class;
         // 1. Budgets: check all, then count all.
-        if let Some(b) = limits.global {
-            if !self.global.fits(window, b.threshold(class)) {
-                return self.refuse(Level::Global, false, boundary_ms());
-            }
-        }
-        let (level, budget, key) = match class {
-            Class::Health => (Level::Health, limits.health, req.source ^ HEALTH_TWEAK),
-            _ => (Level::Source, limits.source, req.source),
-        };
-        let source_pass = match budget {
-            Some(b) => match self.windows.check(key, b.threshold(class), class, now_ms) {
-                Ok(pass) => Some(pass),
-                Err(e) => {
-                    return self.refuse(level, e == WindowRefusal::Untracked, boundary_ms());
-                }
-            },
-            None => None,
-        };
-        let operation = req
-            .operation
-            .and_then(|i| Some((i, *limits.operations.get(i as usize)?)));
-        if let Some((i, ops)) = operation {
-            if let (Some(b), Some(w)) = (ops.requests, self.operations.get(i as usize)) {
-                if !w.fits(window, b.threshold(class)) {
-                    return self.refuse(Level::Operation, false, boundary_ms());
-                }
-            }
-        }
-        self.global.add(window);
-        if let Some(pass) = source_pass {
-            self.windows.commit(pass);
-        }
-        if let Some((i, _)) = operation {
-            if let Some(w) = self.operations.get_mut(i as usize) {
-                w.add(window);
-            }
+        if let Err(refused) = self.budgets(limits, req, fleet, now_ms) {
+            return refused;
         }
 
         // 2. Leases.
+        let operation = req
+            .operation
+            .and_then(|i| Some((i, *limits.operations.get(i as usize)?)));
         let lease_op = req
             .operation
             .map(|i| (i, operation.and_then(|(_, o)| o.concurrent)));
@@ -422,21 +409,121 @@ impl Quota {
 
         // 3. Identity.
         if let (Some(id), Some(b)) = (req.identity, limits.identity) {
+            let window = self.windows.window();
+            let (b, choice) = fleet_budget(
+                fleet,
+                limits.fleet.identity,
+                b,
+                (BudgetLevel::Identity, id),
+                (window, self.windows.window_ms()),
+                || self.windows.count(id),
+                class,
+            );
             if let Err(e) = self
                 .windows
                 .try_consume(id, b.threshold(class), class, now_ms)
             {
                 self.leases.release(lease);
-                return self.refuse(
-                    Level::Identity,
-                    e == WindowRefusal::Untracked,
-                    boundary_ms(),
-                );
+                let boundary = until_boundary_ms(now_ms, self.windows.window_ms());
+                return self.refuse(Level::Identity, e == WindowRefusal::Untracked, boundary);
             }
+            fleet.windows.record(choice);
         }
 
         self.counters.admitted += 1;
         QuotaDecision::Admit(QuotaTicket { lease })
+    }
+
+    /// Level 1: the global, source (or health) and operation budgets,
+    /// checked together and counted together.
+    #[inline]
+    fn budgets(
+        &mut self,
+        limits: &QuotaLimits,
+        req: &QuotaRequest<'_>,
+        fleet: &mut FleetState,
+        now_ms: u64,
+    ) -> Result<(), QuotaDecision> {
+        let class = req.class;
+        let window = self.windows.roll(now_ms);
+        // Only a refusal pays for the division.
+        let window_ms = self.windows.window_ms();
+        let boundary_ms = move || until_boundary_ms(now_ms, window_ms);
+        let w = (window, window_ms);
+
+        let mut global = WindowChoice::Local;
+        if let Some(b) = limits.global {
+            let count = self.global.count(window);
+            let fleet_share = limits.fleet.global;
+            let (b, choice) = fleet_budget(
+                fleet,
+                fleet_share,
+                b,
+                (BudgetLevel::Global, 0),
+                w,
+                || count,
+                class,
+            );
+            global = choice;
+            if !self.global.fits(window, b.threshold(class)) {
+                return Err(self.refuse(Level::Global, false, boundary_ms()));
+            }
+        }
+        let (level, budget, key) = match class {
+            Class::Health => (Level::Health, limits.health, req.source ^ HEALTH_TWEAK),
+            _ => (Level::Source, limits.source, req.source),
+        };
+        let mut source = WindowChoice::Local;
+        let source_pass = match budget {
+            Some(b) => {
+                let share = if level == Level::Source {
+                    limits.fleet.source
+                } else {
+                    None
+                };
+                let windows = &self.windows;
+                let (b, choice) = fleet_budget(
+                    fleet,
+                    share,
+                    b,
+                    (BudgetLevel::Source, key),
+                    w,
+                    || windows.count(key),
+                    class,
+                );
+                source = choice;
+                match self.windows.check(key, b.threshold(class), class, now_ms) {
+                    Ok(pass) => Some(pass),
+                    Err(e) => {
+                        let untracked = e == WindowRefusal::Untracked;
+                        return Err(self.refuse(level, untracked, boundary_ms()));
+                    }
+                }
+            }
+            None => None,
+        };
+        let operation = req
+            .operation
+            .and_then(|i| Some((i, *limits.operations.get(i as usize)?)));
+        if let Some((i, ops)) = operation {
+            if let (Some(b), Some(w)) = (ops.requests, self.operations.get(i as usize)) {
+                if !w.fits(window, b.threshold(class)) {
+                    return Err(self.refuse(Level::Operation, false, boundary_ms()));
+                }
+            }
+        }
+        self.global.add(window);
+        fleet.windows.record(global);
+        if let Some(pass) = source_pass {
+            self.windows.commit(pass);
+            fleet.windows.record(source);
+        }
+        if let Some((i, _)) = operation {
+            if let Some(w) = self.operations.get_mut(i as usize) {
+                w.add(window);
+            }
+        }
+        Ok(())
     }
 
     /// Level 4: the rate buckets (one, or the IPv6 tiers all together; none
@@ -515,6 +602,19 @@ impl Quota {
         &self.leases
     }
 
+    /// Sets a shared budget window's count to what a fleet's view says
+    /// (see [`super::fleetwindow`]): the global counter, or a source or
+    /// identity key's. O(probe).
+    pub fn set_fleet_count(&mut self, global: bool, key: u64, window: u64, count: u32) {
+        if global {
+            if window >= self.windows.window() {
+                self.global.set(window, count);
+            }
+        } else {
+            self.windows.set_count(key, window, count);
+        }
+    }
+
     /// Requests counted by the global budget in the current window.
     pub fn global_count(&self) -> u32 {
         self.global.count(self.windows.window())
@@ -526,6 +626,37 @@ impl Quota {
             .get(operation as usize)
             .map_or(0, |w| w.count(self.windows.window()))
     }
+}
+
+/// The budget a level holds a request to, and the fleet's choice for it:
+/// the whole budget when the level is not fleet-scoped (`share` None), or
+/// as [`FleetWindows::choose`] says. `count`: the shard's count of the key
+/// before the request (read only for a fleet-scoped level).
+#[inline]
+fn fleet_budget(
+    fleet: &mut FleetState,
+    share: Option<Budget>,
+    whole: Budget,
+    (level, key): (BudgetLevel, u64),
+    (window, window_ms): (u64, u64),
+    count: impl FnOnce() -> u32,
+    class: Class,
+) -> (Budget, WindowChoice) {
+    let Some(share) = share else {
+        return (whole, WindowChoice::Local);
+    };
+    let choice = fleet.windows.choose(
+        fleet.fallback,
+        (level.identity(window_ms), key),
+        (window, window_ms),
+        count(),
+        whole.limit(),
+        class.may_use_reserve(),
+    );
+    if fleet.fallback {
+        fleet.counters.fallback_decisions += 1;
+    }
+    (FleetWindows::budget(choice, whole, share), choice)
 }
 
 #[cfg(test)]

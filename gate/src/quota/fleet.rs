@@ -38,6 +38,7 @@
 //! path); [`FleetState::choose`] and [`FleetState::record`] are O(probe)
 //! and allocate nothing.
 
+use super::fleetwindow::{FleetWindows, WindowDelta};
 use super::rate::{RatePolicy, RateTable};
 use super::slots::Slot;
 use std::collections::HashMap;
@@ -87,6 +88,8 @@ pub struct FleetBatch {
     /// Counts up from 1 per shard; a view says up to which it accounts for.
     pub seq: u64,
     pub deltas: Vec<FleetDelta>,
+    /// Shared budget windows' counts ([`super::fleetwindow`]).
+    pub windows: Vec<WindowDelta>,
 }
 
 /// What the reconciler learned in one round, published to every shard.
@@ -103,12 +106,20 @@ pub struct FleetView {
     /// Per (identity, key): the fleet bucket's age in microseconds when it
     /// was read (negative: in debt).
     pub ages_us: HashMap<(u64, u64), i64>,
+    /// Per (level identity, key, window): the fleet's count of a shared
+    /// budget window when it was read.
+    pub counts: HashMap<(u64, u64, u64), u64>,
 }
 
 impl FleetView {
     /// The fleet bucket's age of a key, as read. O(1).
     pub fn age_us(&self, identity: u64, key: u64) -> Option<i64> {
         self.ages_us.get(&(identity, key)).copied()
+    }
+
+    /// The fleet's count of a budget window, as read. O(1).
+    pub fn count(&self, identity: u64, key: u64, window: u64) -> Option<u64> {
+        self.counts.get(&(identity, key, window)).copied()
     }
 }
 
@@ -195,6 +206,9 @@ pub struct FleetState {
     /// Whether the last view said the engine was away.
     pub fallback: bool,
     pub counters: FleetCounters,
+    /// The shared keys of fleet-scoped budgets; their counts travel in the
+    /// same batches and views.
+    pub windows: FleetWindows,
 }
 
 impl Default for FleetState {
@@ -223,6 +237,7 @@ impl FleetState {
             applied_round: 0,
             fallback: false,
             counters: FleetCounters::default(),
+            windows: FleetWindows::with_capacity(capacity),
         }
     }
 
@@ -377,7 +392,13 @@ impl FleetState {
             })
             .collect();
         let seq = self.next_seq;
-        if !send(FleetBatch { shard, seq, deltas }) {
+        let windows = self.windows.deltas();
+        if !send(FleetBatch {
+            shard,
+            seq,
+            deltas,
+            windows,
+        }) {
             self.counters.batches_refused += 1;
             return false;
         }
@@ -388,6 +409,7 @@ impl FleetState {
             s.inflight = s.pending;
             s.pending = 0;
         }
+        self.windows.begin_flight();
         true
     }
 
@@ -430,6 +452,7 @@ impl FleetState {
             for s in self.table.iter_mut().flatten() {
                 s.inflight = 0;
             }
+            self.windows.end_flight();
         }
         self.fallback = view.fallback;
         if view.fallback {

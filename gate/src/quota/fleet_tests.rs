@@ -85,6 +85,7 @@ impl Node {
             fallback: !reachable,
             included: vec![self.included],
             ages_us: HashMap::new(),
+            counts: HashMap::new(),
         };
         if reachable {
             let now_us = now_ms as f64 * 1000.0;

@@ -35,6 +35,7 @@
 pub mod bucket;
 pub mod decide;
 pub mod fleet;
+pub mod fleetwindow;
 pub mod key;
 pub mod lease;
 pub mod rate;

@@ -127,6 +127,14 @@ impl FixedWindow {
         self.count(window) < threshold
     }
 
+    /// Sets the count of `window` (a fleet's count, learned: see
+    /// [`super::fleetwindow`]).
+    #[inline]
+    pub fn set(&mut self, window: u64, count: u32) {
+        self.window = window;
+        self.count = count;
+    }
+
     /// Counts one in `window` (the caller checked [`fits`](Self::fits)).
     #[inline]
     pub fn add(&mut self, window: u64) {
@@ -287,6 +295,23 @@ impl WindowTable {
         let pass = self.check(key, threshold, class, now_ms)?;
         self.commit(pass);
         Ok(())
+    }
+
+    /// Sets `key`'s count in window `window` (a fleet's count, learned:
+    /// see [`super::fleetwindow`]), tracking it when there is room; a
+    /// count of another window than the current one is ignored. O(probe).
+    pub fn set_count(&mut self, key: u64, window: u64, count: u32) {
+        if window != self.window {
+            return;
+        }
+        match self.keys.spot(key, Class::Normal) {
+            Spot::Found(idx) => self.keys.set_count(idx, count),
+            Spot::Vacant(idx) => {
+                self.keys.insert(idx, key);
+                self.keys.set_count(idx, count);
+            }
+            Spot::Refused => {}
+        }
     }
 
     /// Requests `key` has counted in the current window.
