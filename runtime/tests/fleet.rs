@@ -270,3 +270,33 @@ fn three_nodes_hold_source_and_identity_budgets_together() {
         "identity: {admitted} of 300"
     );
 }
+
+#[test]
+fn a_restarted_node_learns_the_fleets_count_again() {
+    let redis = RedisServer::start();
+    let quota = "[quota.global]\nrequests = 300\nscope = \"fleet\"\n";
+    let profile = budget_profile(&redis.url(), quota);
+    let mut nodes = start_nodes_with(&profile, 3);
+    away_from_a_boundary();
+    let mut admitted = spread(&nodes, "127.0.0.4", 150, 15);
+    // A node is killed mid-run: the others keep sharing the budget.
+    drop(nodes.pop());
+    admitted += spread(&nodes, "127.0.0.4", 60, 15);
+    for g in &nodes {
+        assert_eq!(g.metric("gapura_fleet_fallback"), 0, "{}", g.log_text());
+    }
+    assert_eq!(admitted, 210, "all under the budget");
+    // Started again, it counts from nothing until its own count shares
+    // the key (300 / 16 = 18) and learns the fleet's 210 and more.
+    nodes.push(start_node(&profile));
+    admitted += spread(&nodes, "127.0.0.4", 300, 15);
+    eprintln!("node restarted: {admitted} of 510 admitted");
+    assert!((300..=348).contains(&admitted), "{admitted} of 510");
+    let last = &nodes[2];
+    assert!(last.metric("gapura_fleet_shared_keys") >= 1);
+    assert_eq!(
+        status_from("127.0.0.4", last),
+        429,
+        "it holds the fleet's count"
+    );
+}
