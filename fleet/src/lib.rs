@@ -23,8 +23,8 @@ use arc_swap::ArcSwap;
 pub use engine::Target;
 use gapura_gate::quota::fleet::{FleetBatch, FleetView};
 use sha2::{Digest, Sha256};
-use std::sync::atomic::AtomicU64;
-use std::sync::mpsc::SyncSender;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Sender, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,6 +69,15 @@ pub struct Config {
     pub shards: usize,
 }
 
+/// What a reload may change in a running reconciler: the engine, the
+/// round's period, the node's name in logs.
+#[derive(Clone, Debug)]
+pub struct Retarget {
+    pub target: Target,
+    pub sync_ms: u64,
+    pub node: String,
+}
+
 /// The running reconciler, as the runtime and its shards hold it.
 #[derive(Clone)]
 pub struct Fleet {
@@ -77,7 +86,27 @@ pub struct Fleet {
     /// The last view; round 0 until the first round.
     pub view: Arc<ArcSwap<Published>>,
     pub stats: Arc<FleetStats>,
-    pub sync_ms: u64,
+    /// The period of the rounds and of the shards' timers (a reload may
+    /// change it; shards read it once a period).
+    pub sync_ms: Arc<AtomicU64>,
+    /// Where a reload's changes go; the reconciler takes them before its
+    /// next round.
+    retarget: Sender<Retarget>,
+}
+
+impl Fleet {
+    /// The period shards sync at now.
+    pub fn sync_ms(&self) -> u64 {
+        self.sync_ms.load(Ordering::Relaxed)
+    }
+
+    /// Hands a reload's engine, period and name to the reconciler: it
+    /// connects to the new engine at its next round (falling back, logged
+    /// once, while it cannot). Never waits.
+    pub fn retarget(&self, r: Retarget) {
+        self.sync_ms.store(r.sync_ms, Ordering::Relaxed);
+        let _ = self.retarget.send(r);
+    }
 }
 
 /// Starts the reconciler's thread. Its first round runs one `sync_ms`
@@ -90,6 +119,7 @@ pub fn start(config: Config, log: fn(std::fmt::Arguments<'_>)) -> std::io::Resul
         read_at: Instant::now(),
     }));
     let stats = Arc::new(FleetStats::default());
+    let (retarget, retargets) = std::sync::mpsc::channel();
     let r = reconcile::Reconciler::new(
         config.target,
         config.sync_ms,
@@ -99,7 +129,8 @@ pub fn start(config: Config, log: fn(std::fmt::Arguments<'_>)) -> std::io::Resul
         view.clone(),
         stats.clone(),
         config.shards,
-    );
+    )
+    .with_retargets(retargets);
     std::thread::Builder::new()
         .name("gapura-fleet".into())
         .spawn(move || r.run())?;
@@ -107,7 +138,8 @@ pub fn start(config: Config, log: fn(std::fmt::Arguments<'_>)) -> std::io::Resul
         tx,
         view,
         stats,
-        sync_ms: config.sync_ms,
+        sync_ms: Arc::new(AtomicU64::new(config.sync_ms)),
+        retarget,
     })
 }
 

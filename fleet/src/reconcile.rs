@@ -17,7 +17,7 @@
 //! [`KEEP_ROUNDS`] rounds is forgotten.
 
 use crate::engine::{Engine, Flush, Target, WindowFlush};
-use crate::{FleetStats, Published};
+use crate::{FleetStats, Published, Retarget};
 use arc_swap::ArcSwap;
 use gapura_gate::quota::fleet::{FleetBatch, FleetView};
 use std::collections::HashMap;
@@ -59,6 +59,8 @@ pub(crate) struct Reconciler {
     last_round: Instant,
     /// Whether a round ever succeeded (the first success is logged).
     ever_up: bool,
+    /// A reload's changes, taken before each round.
+    retargets: Option<Receiver<Retarget>>,
 }
 
 impl Reconciler {
@@ -89,13 +91,50 @@ impl Reconciler {
             down_since: None,
             last_round: Instant::now(),
             ever_up: false,
+            retargets: None,
         }
+    }
+
+    pub(crate) fn with_retargets(mut self, rx: Receiver<Retarget>) -> Reconciler {
+        self.retargets = Some(rx);
+        self
+    }
+
+    /// Takes a reload's changes: a new engine is connected to at this
+    /// round (the old connection is dropped), a new period starts after
+    /// it. Logged once per reload.
+    fn take_retargets(&mut self) {
+        let Some(rx) = &self.retargets else {
+            return;
+        };
+        let Some(r) = rx.try_iter().last() else {
+            return;
+        };
+        let moved = r.target.addresses != self.target.addresses
+            || r.target.cluster != self.target.cluster
+            || r.target.password != self.target.password;
+        if moved {
+            self.engine = None;
+        }
+        self.target = r.target;
+        self.sync_ms = r.sync_ms;
+        self.node = r.node;
+        (self.log)(format_args!(
+            "fleet {}: reloaded: sharing through {} every {} ms{}",
+            self.node,
+            self.target.addresses.join(", "),
+            self.sync_ms,
+            if moved {
+                " (a new engine: connecting)"
+            } else {
+                ""
+            }
+        ));
     }
 
     /// Runs until every sender is gone (the process ends).
     pub(crate) fn run(mut self) {
-        let period = Duration::from_millis(self.sync_ms.max(1));
-        let mut next = Instant::now() + period;
+        let mut next = Instant::now() + Duration::from_millis(self.sync_ms.max(1));
         loop {
             loop {
                 let now = Instant::now();
@@ -108,9 +147,10 @@ impl Reconciler {
                     Err(RecvTimeoutError::Disconnected) => return,
                 }
             }
+            self.take_retargets();
             // A round that ran long is not caught up on: the next one
             // starts a period after this one.
-            next = Instant::now() + period;
+            next = Instant::now() + Duration::from_millis(self.sync_ms.max(1));
             self.exchange_round();
         }
     }

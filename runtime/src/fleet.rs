@@ -7,7 +7,7 @@
 //! non-blocking send, and copies the shard's fleet counters out for
 //! `/metrics`. Nothing here waits on the engine.
 
-use gapura_config::RuntimeSettings;
+use gapura_config::{FleetSettings, RuntimeSettings};
 use gapura_fleet::{Fleet, FleetStats};
 use gapura_http::server::Shard;
 use std::fmt::Write;
@@ -40,6 +40,99 @@ pub struct Started {
     pub shards: Vec<ShardFleet>,
     pub stats: Arc<FleetStats>,
     pub shard_stats: Vec<Arc<ShardFleetStats>>,
+    /// What a reload compares and changes.
+    pub running: Running,
+}
+
+/// The `[fleet]` a process runs with, as a reload sees it: the settings
+/// applied, the password read, the reconciler.
+#[derive(Default)]
+pub struct Running {
+    settings: Option<FleetSettings>,
+    password: Option<String>,
+    fleet: Option<Fleet>,
+}
+
+impl Running {
+    /// Why a reload to `new` cannot be applied; `None` when it can. A
+    /// reload may change `redis`, `node`, `sync_ms` and `nodes_expected`
+    /// (the last through the snapshot); not whether there is a `[fleet]`
+    /// (the reconciler and each shard's shared keys start with the
+    /// process), `shared_keys` (each shard sized its set at start), or the
+    /// password (the fleet's partition keys are derived from it at start:
+    /// a node with other keys would share nothing with the others).
+    pub fn refusal(&self, new: Option<&FleetSettings>) -> Option<String> {
+        let (old, new) = match (&self.settings, new) {
+            (None, None) => return None,
+            (None, Some(_)) => {
+                return Some(
+                    "[fleet] is added; the reconciler and each shard's shared keys start                      with the process: restart to share limits across the fleet"
+                        .into(),
+                )
+            }
+            (Some(_), None) => {
+                return Some(
+                    "[fleet] is removed; the reconciler and each shard's shared keys stop                      with the process: restart to stop sharing"
+                        .into(),
+                )
+            }
+            (Some(old), Some(new)) => (old, new),
+        };
+        if old.shared_keys != new.shared_keys {
+            return Some(format!(
+                "fleet.shared_keys changes from {} to {}; each shard sized its shared keys                  at start: restart to resize",
+                old.shared_keys, new.shared_keys
+            ));
+        }
+        let password = match read(new) {
+            Ok(p) => p,
+            Err(e) => return Some(e),
+        };
+        if old.password_file != new.password_file || password != self.password {
+            return Some(
+                "the fleet's password changes; the keys Redis sees are derived from it at                  start, and a node with other keys shares nothing with the others: restart                  every node with the new password"
+                    .into(),
+            );
+        }
+        None
+    }
+
+    /// Applies `new` (which [`refusal`](Self::refusal) let through): the
+    /// reconciler's engine, period and node name. Logs nothing when
+    /// nothing changes (the reconciler logs what it takes).
+    pub fn apply(&mut self, new: Option<&FleetSettings>) {
+        let (Some(old), Some(new), Some(fleet)) = (&self.settings, new, &self.fleet) else {
+            return;
+        };
+        let moved = old.redis != new.redis || old.node != new.node || old.sync_ms != new.sync_ms;
+        if moved {
+            fleet.retarget(gapura_fleet::Retarget {
+                target: target(new, self.password.clone()),
+                sync_ms: new.sync_ms,
+                node: new.node.clone().unwrap_or_else(host_name),
+            });
+        }
+        self.settings = Some(new.clone());
+    }
+}
+
+/// The password of `f`'s `password_file`, read now.
+fn read(f: &FleetSettings) -> Result<Option<String>, String> {
+    f.password_file
+        .as_deref()
+        .map(|p| {
+            gapura_fleet::read_password(p).map_err(|e| format!("[fleet] password_file {p}: {e}"))
+        })
+        .transpose()
+}
+
+fn target(f: &FleetSettings, password: Option<String>) -> gapura_fleet::Target {
+    gapura_fleet::Target {
+        addresses: f.redis.0.clone(),
+        cluster: f.redis.1,
+        password,
+        timeout: gapura_fleet::timeout_for(f.sync_ms),
+    }
 }
 
 /// Starts the reconciler when the profile has a `[fleet]`. The password
@@ -48,21 +141,10 @@ pub fn start(settings: &RuntimeSettings, shards: usize) -> Result<Option<Started
     let Some(f) = &settings.fleet else {
         return Ok(None);
     };
-    let password = f
-        .password_file
-        .as_deref()
-        .map(|p| {
-            gapura_fleet::read_password(p).map_err(|e| format!("[fleet] password_file {p}: {e}"))
-        })
-        .transpose()?;
+    let password = read(f)?;
     let node = f.node.clone().unwrap_or_else(host_name);
     let config = gapura_fleet::Config {
-        target: gapura_fleet::Target {
-            addresses: f.redis.0.clone(),
-            cluster: f.redis.1,
-            password: password.clone(),
-            timeout: gapura_fleet::timeout_for(f.sync_ms),
-        },
+        target: target(f, password.clone()),
         sync_ms: f.sync_ms,
         node,
         shards,
@@ -72,6 +154,11 @@ pub fn start(settings: &RuntimeSettings, shards: usize) -> Result<Option<Started
     let key_seed = gapura_fleet::key_seed(password.as_deref());
     let shard_stats: Vec<Arc<ShardFleetStats>> = (0..shards).map(|_| Arc::default()).collect();
     Ok(Some(Started {
+        running: Running {
+            settings: Some(f.clone()),
+            password: password.clone(),
+            fleet: Some(fleet.clone()),
+        },
         stats: fleet.stats.clone(),
         shards: shard_stats
             .iter()
@@ -102,9 +189,9 @@ fn host_name() -> String {
 /// A shard's sync timer: every `sync_ms`, the last view in, this shard's
 /// batch out. Runs for the shard's life.
 pub async fn sync_task(shard: Rc<Shard>, f: ShardFleet) {
-    let period = Duration::from_millis(f.fleet.sync_ms.max(1));
     let id = shard.id as u32;
     loop {
+        let period = Duration::from_millis(f.fleet.sync_ms().max(1));
         monoio::time::sleep(period).await;
         let published = f.fleet.view.load();
         let view_age_ms = published.read_at.elapsed().as_millis() as u64;

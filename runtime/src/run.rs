@@ -165,7 +165,11 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         crate::verify::Pool::start(cores.len()).map_err(|e| format!("verification pool: {e}"))?;
     let stats: Vec<Arc<ShardStats>> = (0..shard_count).map(|_| Arc::default()).collect();
     let (log_tx, log_writer) = start_log_writer(&cell, shard_count, &global)?;
-    let fleet = crate::fleet::start(&settings, shard_count)?;
+    let mut fleet = crate::fleet::start(&settings, shard_count)?;
+    let mut fleet_running = fleet
+        .as_mut()
+        .map(|f| std::mem::take(&mut f.running))
+        .unwrap_or_default();
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
     // `gapura explain --live` asks reach each shard through its own queue.
@@ -227,6 +231,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         &log_writer,
         &notify,
         handover.as_ref(),
+        &mut fleet_running,
     )?;
     stopped(handover, threads, log_writer);
     Ok(ExitCode::SUCCESS)
@@ -547,6 +552,7 @@ fn control_loop(
     log_writer: &crate::accesslog::LogWriter,
     notify: &crate::notify::Notifier,
     handover: Option<&crate::upgrade::Handover>,
+    fleet: &mut crate::fleet::Running,
 ) -> Result<(), String> {
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM, SIGINT, SIGUSR1])
         .map_err(|e| format!("signals: {e}"))?;
@@ -589,7 +595,7 @@ fn control_loop(
         if reload {
             notify.reloading();
             let failed_before = global.reloads_failed.load(Ordering::Relaxed);
-            do_reload(cell, global, settings, profile, slots);
+            do_reload(cell, global, (settings, fleet), profile, slots);
             let ok = global.reloads_failed.load(Ordering::Relaxed) == failed_before;
             notify.reloaded(cell.generation(), ok);
             let current = cell.load();
@@ -616,17 +622,25 @@ fn control_loop(
 fn do_reload(
     cell: &SnapshotCell,
     global: &Global,
-    settings: &RuntimeSettings,
+    (settings, fleet): (&RuntimeSettings, &mut crate::fleet::Running),
     profile: Option<&Path>,
     slots: &mut crate::health::Slots,
 ) {
     match compile(profile) {
         Ok(c) if refuse_resize(cell, &c.snapshot, global) => {}
+        Ok(c) if refuse_fleet(cell, fleet, c.runtime.fleet.as_ref(), global) => {}
         Ok(mut c) => {
             slots.assign(&mut c.snapshot);
-            if c.runtime != *settings {
+            let fleet_settings = c.runtime.fleet.take();
+            if c.runtime
+                != (RuntimeSettings {
+                    fleet: None,
+                    ..settings.clone()
+                })
+            {
                 log!("reload: listener, shard, driver and admin settings take effect only on restart; serving the rest");
             }
+            fleet.apply(fleet_settings.as_ref());
             let generation = cell.publish(c.snapshot);
             global.generation.store(generation, Ordering::Relaxed);
             global.reloads_ok.fetch_add(1, Ordering::Relaxed);
@@ -643,6 +657,26 @@ fn do_reload(
             );
         }
     }
+}
+
+/// Refuses a reload whose `[fleet]` cannot be applied to the running
+/// process (`Running::refusal` says which), logging why; true when refused.
+fn refuse_fleet(
+    cell: &SnapshotCell,
+    running: &crate::fleet::Running,
+    new: Option<&gapura_config::FleetSettings>,
+    global: &Global,
+) -> bool {
+    let Some(why) = running.refusal(new) else {
+        return false;
+    };
+    global.reloads_failed.fetch_add(1, Ordering::Relaxed);
+    log!("reload refused: {why}");
+    log!(
+        "reload failed; still serving generation {}",
+        cell.generation()
+    );
+    true
 }
 
 /// Refuses a reload that changes a table's size (each shard sized its

@@ -300,3 +300,51 @@ fn a_restarted_node_learns_the_fleets_count_again() {
         "it holds the fleet's count"
     );
 }
+
+/// Writes `text` as `g`'s profile, reloads, and waits for `line` in its log.
+fn reload_to(g: &Gapura, text: &str, line: &str) {
+    std::fs::write(&g.profile, text).unwrap();
+    g.signal(libc::SIGHUP);
+    assert!(g.wait_log(line, CEILING), "{}", g.log_text());
+}
+
+#[test]
+fn a_reload_moves_the_fleet_to_another_engine_and_refuses_what_needs_a_restart() {
+    let first = RedisServer::start();
+    let second = RedisServer::start();
+    let g = start_node(&fleet_profile(&format!("\"{}\"", first.url()), 50));
+    // A new engine and period, applied on SIGHUP.
+    reload_to(
+        &g,
+        &fleet_profile(&format!("\"{}\"", second.url()), 40),
+        &format!("reloaded: sharing through {} every 40 ms", second.url()),
+    );
+    assert!(g.wait_log("reloaded: generation 2", CEILING));
+    // A client past the share threshold (300 / 16) is shared through the
+    // new engine.
+    for _ in 0..30 {
+        assert_eq!(status_from("127.0.0.7", &g), 200);
+    }
+    assert!(
+        wait_until(CEILING, || second.cli(&["DBSIZE"]).trim() != "0"),
+        "nothing reached the new engine: {}",
+        g.log_text()
+    );
+    assert_eq!(g.metric("gapura_fleet_fallback"), 0);
+    // What cannot change under a running process is refused, with why.
+    let resized = fleet_profile(&format!("\"{}\"", second.url()), 40)
+        .replace("[fleet]\n", "[fleet]\nshared_keys = 128\n");
+    reload_to(
+        &g,
+        &resized,
+        "reload refused: fleet.shared_keys changes from 4096 to 128",
+    );
+    let alone = profile("", &respond_host("f.test", "default = true"));
+    reload_to(&g, &alone, "reload refused: [fleet] is removed");
+    assert_eq!(
+        g.log_text().matches("reloaded: generation").count(),
+        1,
+        "the refused reloads published nothing"
+    );
+    assert_eq!(g.metric("gapura_fleet_fallback"), 0, "still sharing");
+}
