@@ -278,6 +278,11 @@ fn live_explain(admin: &Admin, query: &[u8]) -> Result<String, String> {
                 "rate_limit": v.rate.map(|(name, tokens, wait)| serde_json::json!({
                     "name": name, "tokens": tokens, "retry_after_ms": wait,
                 })),
+                "fleet": v.fleet.iter().map(|f| serde_json::json!({
+                    "level": f.level, "name": f.name, "shared": f.shared,
+                    "local": f.local, "fleet": f.fleet, "pending": f.pending,
+                    "fallback": f.fallback,
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();

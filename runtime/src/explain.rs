@@ -648,7 +648,34 @@ fn live_line(s: &serde_json::Value) -> String {
             _ => {}
         }
     }
+    for f in s["fleet"].as_array().into_iter().flatten() {
+        line.push_str(&fleet_part(f));
+    }
     line
+}
+
+/// A fleet-scoped key's part of a live line: the shard's count and the
+/// fleet's as last learned (tokens for a rate limit, requests in the
+/// window for a budget).
+fn fleet_part(f: &serde_json::Value) -> String {
+    let name = f["name"].as_str().unwrap_or("-");
+    let unit = if f["level"] == "rate_limit" {
+        "token(s)"
+    } else {
+        "in the window"
+    };
+    let local = f["local"].as_u64().unwrap_or(0);
+    if f["fallback"] == true {
+        return format!("; fleet {name}: Redis away, local share, here {local} {unit}");
+    }
+    if f["shared"] != true {
+        return format!("; fleet {name}: not shared yet, here {local} {unit}");
+    }
+    let fleet = f["fleet"]
+        .as_u64()
+        .map_or("not learned yet".to_string(), |n| format!("{n} {unit}"));
+    let pending = f["pending"].as_u64().unwrap_or(0);
+    format!("; fleet {name}: here {local}, fleet {fleet}, {pending} not yet sent")
 }
 
 /// Asks the running server's admin listener for its live tables (read

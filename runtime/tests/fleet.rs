@@ -348,3 +348,55 @@ fn a_reload_moves_the_fleet_to_another_engine_and_refuses_what_needs_a_restart()
     );
     assert_eq!(g.metric("gapura_fleet_fallback"), 0, "still sharing");
 }
+
+#[test]
+fn explain_live_shows_a_shared_keys_local_and_fleet_counts() {
+    let redis = RedisServer::start();
+    let text = format!(
+        "{}\n[quota]\nwindow_ms = {WINDOW_MS}\n\n[quota.global]\nrequests = 300\nscope = \"fleet\"\n",
+        fleet_profile(&format!("\"{}\"", redis.url()), 50)
+    );
+    let nodes = start_nodes_with(&text, 2);
+    away_from_a_boundary();
+    // 20 a node: past both keys' share threshold (300 / 16).
+    assert_eq!(spread(&nodes, "127.0.0.8", 40, 40), 40);
+    let fleet_of = |g: &Gapura| {
+        let live = g.live_view("f.test", "/", "127.0.0.8");
+        live["shards"][0]["fleet"].clone()
+    };
+    for g in &nodes {
+        // Once the node's timer took the round's view: its own 20 and
+        // the other's.
+        assert!(
+            wait_until(CEILING, || {
+                let f = fleet_of(g);
+                f[0]["fleet"] == 40 && f[0]["local"] == 40 && f[0]["pending"] == 0
+            }),
+            "{}",
+            fleet_of(g)
+        );
+        let f = fleet_of(g);
+        assert_eq!(f[0]["level"], "global", "{f}");
+        assert_eq!(f[1]["level"], "rate_limit", "{f}");
+        assert_eq!(f[1]["name"], "client");
+        assert_eq!(f[1]["shared"], true);
+        // 300 less the fleet's 40, and the refill since (one per 200 ms).
+        let tokens = f[1]["fleet"].as_u64().unwrap_or(0);
+        assert!((260..=290).contains(&tokens), "{f}");
+    }
+    let out = std::process::Command::new(bin())
+        .args(["explain", "--live", "--admin"])
+        .arg(nodes[0].admin.to_string())
+        .arg("--profile")
+        .arg(&nodes[0].profile)
+        .args(["--peer", "127.0.0.8", "GET", "http://f.test/"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("fleet global: here 40, fleet 40 in the window, 0 not yet sent"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("fleet client: here "), "{said}");
+}

@@ -47,7 +47,7 @@ mod tests;
 mod trace;
 
 pub use decision::{Block, Decision, Request};
-pub use live::LiveView;
+pub use live::{FleetKeyLive, LiveView};
 pub use state::{
     AccessCounters, ChainCounters, ConnectionCounters, ConnectionRefusal, ConnectionToken,
     GateState, RateLimitCounters, Start, Suspended,

@@ -159,6 +159,8 @@ struct Shared {
     inflight: u32,
     /// The last time a request took from it.
     last_ms: u64,
+    /// The fleet bucket's age (µs) in the last view that had the key.
+    learned_age_us: Option<i64>,
 }
 
 /// Counters of the shared set, for metrics.
@@ -266,11 +268,16 @@ impl FleetState {
             .find(|&i| matches!(&self.table[i], Some(s) if s.identity == identity && s.key == key))
     }
 
-    /// Whether a key is shared, and its local and pending counts
-    /// (`explain --live`). O(probe).
-    pub fn pending(&self, identity: u64, key: u64) -> Option<(u32, u32)> {
+    /// Whether a key is shared: this shard's tokens taken and not yet in
+    /// a view (pending and in flight), and the fleet's tokens as the last
+    /// view had them (`explain --live`). O(probe).
+    pub fn live(&self, identity: u64, key: u64) -> Option<(u32, Option<u32>)> {
         let s = self.table[self.find(identity, key)?]?;
-        Some((s.pending, s.inflight))
+        let tokens = s.learned_age_us.map(|age_us| {
+            let t = age_us.max(0) as u128 * 1000 / u128::from(s.policy.interval_ns().max(1));
+            t.min(u128::from(s.policy.burst())) as u32
+        });
+        Some((s.pending.saturating_add(s.inflight), tokens))
     }
 
     /// How to decide a request of a fleet-scoped limit on `key`: looks the
@@ -346,6 +353,7 @@ impl FleetState {
             pending: lost,
             inflight: 0,
             last_ms: now_ms,
+            learned_age_us: None,
         });
         self.live += 1;
         self.counters.shared_keys = self.live as u64;
@@ -459,10 +467,11 @@ impl FleetState {
             return true;
         }
         let elapsed_ns = view_age_ms.saturating_mul(1_000_000) as i64;
-        for s in self.table.iter().flatten() {
+        for s in self.table.iter_mut().flatten() {
             let Some(age_us) = view.age_us(s.identity, s.key) else {
                 continue;
             };
+            s.learned_age_us = Some(age_us);
             let mine = u64::from(s.pending) + u64::from(s.inflight);
             let mine_ns = (mine.saturating_mul(s.policy.interval_ns())).min(i64::MAX as u64) as i64;
             let age_ns = age_us

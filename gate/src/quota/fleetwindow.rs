@@ -124,6 +124,8 @@ struct SharedWindow {
     pending: u32,
     /// Counted in the outstanding batch (not yet in a view).
     inflight: u32,
+    /// The fleet's count in the last view that had the key.
+    learned: Option<u64>,
 }
 
 /// One shard's shared window keys. Single-threaded; allocated once.
@@ -183,10 +185,11 @@ impl FleetWindows {
     }
 
     /// The shared entry of a key in `window`: this shard's counts not yet
-    /// in a view (pending, in flight). `explain --live`. O(probe).
-    pub fn pending(&self, identity: u64, key: u64, window: u64) -> Option<(u32, u32)> {
+    /// in a view (pending, in flight), and the fleet's count as the last
+    /// view had it. `explain --live`. O(probe).
+    pub fn pending(&self, identity: u64, key: u64, window: u64) -> Option<(u32, u32, Option<u64>)> {
         let s = self.table[self.find(identity, key)?]?;
-        (s.window == window).then_some((s.pending, s.inflight))
+        (s.window == window).then_some((s.pending, s.inflight, s.learned))
     }
 
     /// How to decide a request of a fleet-scoped budget: `count` is this
@@ -216,6 +219,7 @@ impl FleetWindows {
                     s.window_ms = window_ms;
                     s.pending = count;
                     s.inflight = 0;
+                    s.learned = None;
                 }
             }
             return WindowChoice::Shared(i);
@@ -247,6 +251,7 @@ impl FleetWindows {
             window_ms,
             pending: count,
             inflight: 0,
+            learned: None,
         });
         self.live += 1;
         WindowChoice::Shared(i)
@@ -318,14 +323,15 @@ impl FleetWindows {
     /// what this shard counted that the view does not include: `set(level
     /// identity, key, window, count)`. O(capacity); no allocation.
     pub fn apply(
-        &self,
+        &mut self,
         counts: impl Fn(u64, u64, u64) -> Option<u64>,
         mut set: impl FnMut(u64, u64, u64, u32),
     ) {
-        for s in self.table.iter().flatten() {
+        for s in self.table.iter_mut().flatten() {
             let Some(fleet) = counts(s.identity, s.key, s.window) else {
                 continue;
             };
+            s.learned = Some(fleet);
             let mine = u64::from(s.pending) + u64::from(s.inflight);
             let n = fleet.saturating_add(mine).min(u64::from(u32::MAX)) as u32;
             set(s.identity, s.key, s.window, n);

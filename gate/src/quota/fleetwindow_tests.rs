@@ -191,13 +191,13 @@ fn a_key_is_shared_once_it_reaches_a_sixteenth_of_its_limit() {
     w.record(c);
     assert_eq!(
         w.pending(id, 9, 3),
-        Some((10, 0)),
+        Some((10, 0, None)),
         "what it counted travels"
     );
     // The next window starts from this shard's count there.
     let c = w.choose(false, (id, 9), (4, WINDOW_MS), 0, 160, false);
     w.record(c);
-    assert_eq!(w.pending(id, 9, 4), Some((1, 0)));
+    assert_eq!(w.pending(id, 9, 4), Some((1, 0, None)));
     w.roll(5);
     assert_eq!(w.shared(), 0, "a window's entries end with it");
 }
