@@ -1,16 +1,21 @@
 //! Active health checks and the health board's slots.
 //!
 //! One thread probes every server of every group that has `[upstream.health]`:
-//! `GET path` over a fresh connection, within the check's timeout, expecting
-//! a status in its range. Results go to the shared [`HealthBoard`], which
+//! `GET path` over a fresh connection (HTTP/2 for a group of `protocol =
+//! "h2"`, else HTTP/1.1; over the group's TLS), within the check's timeout,
+//! expecting a status in its range. Results go to the shared [`HealthBoard`], which
 //! shards read with a relaxed load; a server that comes back is used again
 //! as soon as its next check passes. Slots on the board are assigned per
 //! server identity, so a reload keeps each server's state.
 
 use crate::log;
 use crate::publish::SnapshotCell;
-use gapura_gate::upstream::UpstreamTls;
+use gapura_gate::upstream::{UpstreamProtocol, UpstreamTls};
 use gapura_gate::Snapshot;
+use gapura_http::transport::h2call::{self, H2Live};
+use gapura_http::transport::plain::Plain;
+use gapura_http::transport::upstream::UpstreamConn;
+use gapura_http::transport::Transport;
 use gapura_http::upstream::health::BOARD_SLOTS;
 use gapura_http::upstream::HealthBoard;
 use rustls::pki_types::ServerName;
@@ -158,23 +163,99 @@ fn status_of(line: &[u8]) -> Result<u16, String> {
 /// settings (a reload's new settings build anew; old ones are dropped past
 /// a few).
 #[derive(Default)]
-struct Configs(Vec<(Arc<UpstreamTls>, Arc<rustls::ClientConfig>)>);
+struct Configs(
+    Vec<(
+        Arc<UpstreamTls>,
+        UpstreamProtocol,
+        Arc<rustls::ClientConfig>,
+    )>,
+);
 
 impl Configs {
-    fn get(&mut self, tls: &Arc<UpstreamTls>) -> Result<Arc<rustls::ClientConfig>, String> {
-        if let Some((_, c)) = self.0.iter().find(|(t, _)| Arc::ptr_eq(t, tls)) {
+    fn get(
+        &mut self,
+        tls: &Arc<UpstreamTls>,
+        protocol: UpstreamProtocol,
+    ) -> Result<Arc<rustls::ClientConfig>, String> {
+        if let Some((_, _, c)) = self
+            .0
+            .iter()
+            .find(|(t, p, _)| Arc::ptr_eq(t, tls) && *p == protocol)
+        {
             return Ok(c.clone());
         }
-        let c = gapura_http::transport::upstream::client_config(
-            tls,
-            gapura_gate::upstream::UpstreamProtocol::Http1,
-        )?;
+        let c = gapura_http::transport::upstream::client_config(tls, protocol)?;
         if self.0.len() >= 16 {
             self.0.clear();
         }
-        self.0.push((tls.clone(), c.clone()));
+        self.0.push((tls.clone(), protocol, c.clone()));
         Ok(c)
     }
+}
+
+/// The runtime the HTTP/2 checks run on (the checker's thread is
+/// otherwise blocking), made on first use.
+type H2Runtime = monoio::Runtime<monoio::time::TimeDriver<monoio::LegacyDriver>>;
+
+/// Probes `addr` once in HTTP/2 (`protocol = "h2"`: over TLS by ALPN, else
+/// h2c), as requests go: `GET path` on a new connection within `timeout`.
+fn probe_h2(
+    rt: &mut Option<H2Runtime>,
+    addr: SocketAddr,
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    host: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<u16, String> {
+    if rt.is_none() {
+        let built = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .map_err(|e| format!("no runtime for HTTP/2 checks: {e}"))?;
+        *rt = Some(built);
+    }
+    let Some(rt) = rt.as_mut() else {
+        return Err("no runtime for HTTP/2 checks".into());
+    };
+    let uri = format!(
+        "{}://{host}{path}",
+        if tls.is_some() { "https" } else { "http" }
+    );
+    rt.block_on(async move {
+        let deadline = monoio::time::Instant::now() + timeout;
+        let check = async {
+            let tcp = monoio::net::TcpStream::connect_addr(addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let conn = match tls {
+                None => UpstreamConn::Plain(Plain::new(tcp, None)),
+                Some((config, name)) => UpstreamConn::Tls(
+                    gapura_http::transport::tls::connect(tcp, config, name, deadline)
+                        .await
+                        .map_err(|why| format!("TLS: {}", why.label()))?,
+                ),
+            };
+            let live = H2Live::new(Default::default());
+            let (read, write) = conn.into_split();
+            let send = h2call::handshake(read, write, deadline, &live)
+                .await
+                .map_err(|e| e.to_string())?;
+            let request = http::Request::get(uri.as_str())
+                .header("user-agent", "gapura-health")
+                .body(())
+                .map_err(|e| e.to_string())?;
+            let mut send = send.ready().await.map_err(|e| e.to_string())?;
+            let (answer, _) = send
+                .send_request(request, true)
+                .map_err(|e| e.to_string())?;
+            let answer = answer.await.map_err(|e| e.to_string())?;
+            Ok(answer.status().as_u16())
+        };
+        match monoio::time::timeout_at(deadline, check).await {
+            Ok(r) => r,
+            Err(_) => Err("timed out".to_string()),
+        }
+    })
 }
 
 /// Runs the checker until `stop` is set.
@@ -185,6 +266,7 @@ pub fn spawn(cell: Arc<SnapshotCell>, board: Arc<HealthBoard>, stop: Arc<AtomicB
             let mut due: HashMap<u64, Instant> = HashMap::new();
             let mut down: HashMap<u64, bool> = HashMap::new();
             let mut configs = Configs::default();
+            let mut h2_runtime = None;
             let mut generation = 0;
             while !stop.load(Ordering::Relaxed) {
                 let snap = cell.load();
@@ -220,24 +302,32 @@ pub fn spawn(cell: Arc<SnapshotCell>, board: Arc<HealthBoard>, stop: Arc<AtomicB
                         // A TLS client that cannot start fails the check like
                         // any other failure (logged once, as the server goes
                         // down).
+                        // HTTP/2 only with `h2`: an `auto` group's servers
+                        // are checked in HTTP/1.1, which ALPN offers.
+                        let h2 = group.protocol == UpstreamProtocol::H2;
+                        let alpn = if h2 {
+                            UpstreamProtocol::H2
+                        } else {
+                            UpstreamProtocol::Http1
+                        };
                         let tls = match &group.tls {
                             None => Ok(None),
                             Some(t) => match (
-                                configs.get(t),
+                                configs.get(t, alpn),
                                 gapura_http::transport::upstream::server_name(t, server),
                             ) {
                                 (Ok(config), Ok(name)) => Ok(Some((config, name))),
                                 (Err(e), _) | (_, Err(e)) => Err(format!("TLS cannot start: {e}")),
                             },
                         };
+                        let timeout = Duration::from_millis(check.timeout_ms);
                         let result = tls.and_then(|tls| {
-                            probe(
-                                server.addr,
-                                tls,
-                                &host,
-                                &check.path,
-                                Duration::from_millis(check.timeout_ms),
-                            )
+                            if h2 {
+                                let rt = &mut h2_runtime;
+                                probe_h2(rt, server.addr, tls, &host, &check.path, timeout)
+                            } else {
+                                probe(server.addr, tls, &host, &check.path, timeout)
+                            }
                         });
                         let (ok, why) = match result {
                             Ok(s) if s >= check.expect_status.0 && s <= check.expect_status.1 => {

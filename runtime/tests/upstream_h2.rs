@@ -38,7 +38,8 @@ struct H2Upstream {
 /// `/grpc/ok` echoes the body with trailers `grpc-status: 0`;
 /// `/grpc/error` answers `grpc-status: 5` in trailers; `/grpc/stream`
 /// sends three messages then trailers; `/grpc/slow` never answers;
-/// `/hold` answers after 50 ms; `/goaway` answers and then shuts the
+/// `/hold` answers after 50 ms; `/status/NNN` answers with status NNN;
+/// `/goaway` answers and then shuts the
 /// connection down gracefully; anything else `200` with a body naming
 /// the path.
 fn h2_upstream(tls: Option<rustls::ServerConfig>) -> H2Upstream {
@@ -182,6 +183,9 @@ async fn handle(
             }
             let text = format!("h2 upstream saw {path}");
             let mut r = head(false);
+            if let Some(code) = path.strip_prefix("/status/") {
+                *r.status_mut() = http::StatusCode::from_bytes(code.as_bytes()).unwrap();
+            }
             r.headers_mut().insert("content-length", text.len().into());
             if let Ok(mut send) = respond.send_response(r, false) {
                 let _ = send.send_data(Bytes::from(text), true);
@@ -446,4 +450,35 @@ fn h2_over_tls_with_a_client_certificate_and_auto_by_alpn() {
     }
     // The HTTP/1.1 connection was pooled and used again.
     assert_eq!(h1.handshakes.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn health_checks_of_an_h2_group_speak_http2() {
+    let up = h2_upstream(None);
+    let sick = h2_upstream(None);
+    let health = "[upstream.health]\npath = \"/status/204\"\ninterval_ms = 100\ntimeout_ms = 90\nexpect_status = 204";
+    let g = Gapura::start(&h2_profile(
+        up.addr,
+        &format!("protocol = \"h2\"\n{health}"),
+    ));
+    assert!(wait_until(Duration::from_secs(10), || {
+        let seen = up.seen.lock().unwrap();
+        seen.len() >= 2 && seen.iter().all(|s| s.version == http::Version::HTTP_2)
+    }));
+    let seen = up.seen.lock().unwrap().clone();
+    assert_eq!(seen[0].uri, format!("http://{}/status/204", up.addr));
+    assert_eq!(seen[0].headers["user-agent"], "gapura-health");
+    assert_eq!(get(&g, "/x").status, 200);
+    assert!(!g.log_text().contains("unhealthy"), "{}", g.log_text());
+    // A server whose check answers another status is taken out.
+    let health = health.replace("/status/204", "/status/503");
+    let g = Gapura::start(&h2_profile(
+        sick.addr,
+        &format!("protocol = \"h2\"\n{health}"),
+    ));
+    assert!(
+        g.wait_log("unhealthy (status 503)", Duration::from_secs(10)),
+        "{}",
+        g.log_text()
+    );
 }
