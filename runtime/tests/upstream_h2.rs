@@ -32,12 +32,15 @@ struct H2Upstream {
     active: Arc<AtomicUsize>,
     most_active: Arc<AtomicUsize>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// Body bytes of `/big` answers the proxy's windows let through.
+    sent: Arc<AtomicUsize>,
 }
 
 /// An HTTP/2 server: h2c, or TLS with `tls` (ALPN `h2`). By path:
 /// `/grpc/ok` echoes the body with trailers `grpc-status: 0`;
 /// `/grpc/error` answers `grpc-status: 5` in trailers; `/grpc/stream`
 /// sends three messages then trailers; `/grpc/slow` never answers;
+/// `/big` sends 4 MiB as the proxy's windows allow (counted in `sent`);
 /// `/hold` answers after 50 ms; `/status/NNN` answers with status NNN;
 /// `/goaway` answers and then shuts the
 /// connection down gracefully; anything else `200` with a body naming
@@ -52,12 +55,14 @@ fn h2_upstream(tls: Option<rustls::ServerConfig>) -> H2Upstream {
         active: Arc::new(AtomicUsize::new(0)),
         most_active: Arc::new(AtomicUsize::new(0)),
         seen: Arc::new(Mutex::new(Vec::new())),
+        sent: Arc::new(AtomicUsize::new(0)),
     };
     let state = (
         up.connections.clone(),
         up.active.clone(),
         up.most_active.clone(),
         up.seen.clone(),
+        up.sent.clone(),
     );
     let tls = tls.map(|mut c| {
         c.alpn_protocols = vec![b"h2".to_vec()];
@@ -98,6 +103,7 @@ type State = (
     Arc<AtomicUsize>,
     Arc<AtomicUsize>,
     Arc<Mutex<Vec<Seen>>>,
+    Arc<AtomicUsize>,
 );
 
 async fn serve<T>(io: T, state: State)
@@ -121,7 +127,7 @@ where
 async fn handle(
     req: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
-    (_, active, most, seen): State,
+    (_, active, most, seen, sent): State,
 ) {
     let now = active.fetch_add(1, Ordering::SeqCst) + 1;
     most.fetch_max(now, Ordering::SeqCst);
@@ -172,6 +178,29 @@ async fn handle(
             };
             let _ = send.send_trailers(trailers);
         }
+        "/big" => {
+            // 4 MiB, sent only as the proxy's windows allow.
+            let Ok(mut send) = respond.send_response(head(false), false) else {
+                return;
+            };
+            let mut left = BIG;
+            while left > 0 {
+                send.reserve_capacity(left.min(64 * 1024));
+                let Some(Ok(n)) = std::future::poll_fn(|cx| send.poll_capacity(cx)).await else {
+                    break;
+                };
+                let n = n.min(left);
+                if n == 0
+                    || send
+                        .send_data(Bytes::from(vec![b'b'; n]), n == left)
+                        .is_err()
+                {
+                    break;
+                }
+                sent.fetch_add(n, Ordering::SeqCst);
+                left -= n;
+            }
+        }
         "/grpc/slow" => {
             // Never answers: the call's deadline ends it (the proxy resets
             // the stream, which ends this wait).
@@ -194,6 +223,9 @@ async fn handle(
     }
     active.fetch_sub(1, Ordering::SeqCst);
 }
+
+/// The body of `/big`.
+const BIG: usize = 4 << 20;
 
 /// One proxy host `app.test` routing everything to `addr`, the group
 /// ending with `extra` lines.
@@ -481,4 +513,69 @@ fn health_checks_of_an_h2_group_speak_http2() {
         "{}",
         g.log_text()
     );
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let n = payload.len() as u32;
+    let mut f = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// Clients that ask for large answers and never open their window: what
+/// the proxy takes from the h2 upstream, and holds, is bounded by its own
+/// windows, not by the answers' size.
+#[test]
+fn zero_window_clients_pin_no_more_than_the_upstream_windows() {
+    let up = h2_upstream(None);
+    let g = Gapura::start(&h2_profile(
+        up.addr,
+        "protocol = \"h2\"\nh2_connections_per_server = 1\nh2_streams_per_connection = 100\nread_timeout_ms = 60000",
+    ));
+    let before = rss(g.child.id());
+    // 64 streams on one h2c connection, each GET /big, the window shut
+    // (SETTINGS_INITIAL_WINDOW_SIZE = 0).
+    let mut s = std::net::TcpStream::connect(g.addr).unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend_from_slice(&frame(0x4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    let mut block = vec![0x82, 0x86, 0x04, 4];
+    block.extend_from_slice(b"/big");
+    block.extend_from_slice(&[0x01, 8]);
+    block.extend_from_slice(b"app.test");
+    for i in 0..64u32 {
+        out.extend_from_slice(&frame(0x1, 0x5, 1 + 2 * i, &block));
+    }
+    std::io::Write::write_all(&mut s, &out).unwrap();
+    // Every stream reached the upstream, and what the upstream could send
+    // stopped growing: the windows are full.
+    assert!(wait_until(Duration::from_secs(20), || up
+        .seen
+        .lock()
+        .unwrap()
+        .len()
+        == 64));
+    let mut last = usize::MAX;
+    let mut same = 0;
+    assert!(wait_until(Duration::from_secs(20), || {
+        let now = up.sent.load(Ordering::SeqCst);
+        same = if now == last { same + 1 } else { 0 };
+        last = now;
+        same >= 25
+    }));
+    let sent = up.sent.load(Ordering::SeqCst);
+    let grown = rss(g.child.id()).saturating_sub(before);
+    eprintln!("the upstream sent {sent} bytes; the proxy grew by {grown} bytes");
+    // 64 answers of 4 MiB asked for: 256 MiB. Taken: about the
+    // connection's window (1 MiB) and a frame per stream.
+    assert!(sent <= 4 << 20, "the upstream sent {sent} bytes");
+    assert!(grown < 24 << 20, "grew {grown} bytes");
+    drop(s);
 }
