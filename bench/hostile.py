@@ -51,8 +51,9 @@ kept being answered.
   h2-control-flood PING and empty SETTINGS floods never read: GOAWAY
                    ENHANCE_YOUR_CALM or a close, VmRSS growth <= 16 MiB
   h2-zero-window   4 connections x 128 streams of 1,000,000-byte answers with
-                   a zero initial window, built-in and proxied: VmRSS growth
-                   after 5 s <= 32 MiB
+                   a zero initial window, built-in, proxied, and proxied to an
+                   HTTP/2 upstream (nginx: grpc_pass; needs target/release/
+                   grpc-echo): VmRSS growth after 5 s <= 32 MiB
   h2-hpack-bomb    one 4 KiB dynamic-table entry referenced thousands of times
                    a block: refused, VmRSS growth <= 16 MiB, the legitimate
                    client answered

@@ -3,13 +3,15 @@ Gapura and nginx side by side: rapid reset, CONTINUATION flood, control
 frame floods, zero windows, an HPACK bomb and too many streams."""
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections import Counter
 
 from .attack import BIG, Legit, Origin, Watch, mib, report
 from .attack import http1_ask as _http1_ask
-from .common import figure, free_port, say
+from . import common
+from .common import ROOT, CouldNotRun, figure, free_port, pinned, port_accepts, say
 from .gapura import server_block, start_gapura
 from .nginx import ensure_nginx, h2_listen, http_conf, start_nginx
 
@@ -258,11 +260,12 @@ def gapura_profile(port, admin, hosts, server_extra=""):
     return server_block(port, admin, server_extra) + hosts + '\n[protection]\noff = ["all"]\n'
 
 
-def proxy_hosts(origin_port):
+def proxy_hosts(origin_port, protocol="http1"):
     return f"""
 [[upstream]]
 name = "origin"
 servers = ["127.0.0.1:{origin_port}"]
+protocol = "{protocol}"
 
 [[host]]
 names = ["a.test"]
@@ -555,16 +558,39 @@ def scenario_h2_zero_window(ctx):
                                           f"proxy_pass http://127.0.0.1:{origin.port};", b"/big")
     finally:
         origin.close()
+    say("  -- proxied to an HTTP/2 upstream (Gapura protocol = \"h2\", nginx grpc_pass; "
+        "grpc-echo answering 1,000,000 bytes over h2c)")
+    echo = os.path.join(ROOT, "target", "release", "grpc-echo")
+    if not os.path.exists(echo):
+        raise CouldNotRun("target/release/grpc-echo is missing (cargo build --release "
+                          "-p gapura-bench --bin grpc-echo)")
+    up_port = free_port()
+    upstream = subprocess.Popen(pinned(common.LOAD_CORE, [echo, str(up_port)]))
+    try:
+        deadline = time.time() + 10
+        while not port_accepts(up_port):
+            if time.time() > deadline:
+                raise CouldNotRun("grpc-echo did not start")
+            time.sleep(0.05)
+        h2up, s3 = zero_window_variant(ctx, "zero-window-h2-upstream",
+                                       proxy_hosts(up_port, "h2"),
+                                       f"grpc_pass grpc://127.0.0.1:{up_port};", b"/big")
+    finally:
+        upstream.terminate()
+        upstream.wait(timeout=15)
     limit = 32 * 1024
-    g_built, g_proxy = built["gapura"][0], proxied["gapura"][0]
-    ok = g_built <= limit and g_proxy <= limit and built["gapura"][2].all_ok and \
-        proxied["gapura"][2].all_ok
-    why = (f"built-in answer {mib(g_built)}, proxied {mib(g_proxy)} after 5 s (target <= 32 MiB); "
-           f"CPU {built['gapura'][1].cpu_s:.2f} / {proxied['gapura'][1].cpu_s:.2f} s; legit "
+    g_built, g_proxy, g_h2 = built["gapura"][0], proxied["gapura"][0], h2up["gapura"][0]
+    ok = g_built <= limit and g_proxy <= limit and g_h2 <= limit and \
+        all(v["gapura"][2].all_ok for v in (built, proxied, h2up))
+    why = (f"built-in answer {mib(g_built)}, proxied {mib(g_proxy)}, h2 upstream {mib(g_h2)} "
+           f"after 5 s (target <= 32 MiB); CPU {built['gapura'][1].cpu_s:.2f} / "
+           f"{proxied['gapura'][1].cpu_s:.2f} / {h2up['gapura'][1].cpu_s:.2f} s; legit "
            f"{built['gapura'][2].ok}/{built['gapura'][2].sent}, "
-           f"{proxied['gapura'][2].ok}/{proxied['gapura'][2].sent}")
-    if "nginx" in built and "nginx" in proxied:
-        why += f"; nginx static {mib(built['nginx'][0])}, proxied {mib(proxied['nginx'][0])}"
+           f"{proxied['gapura'][2].ok}/{proxied['gapura'][2].sent}, "
+           f"{h2up['gapura'][2].ok}/{h2up['gapura'][2].sent}")
+    if all("nginx" in v for v in (built, proxied, h2up)):
+        why += (f"; nginx static {mib(built['nginx'][0])}, proxied {mib(proxied['nginx'][0])}, "
+                f"grpc_pass {mib(h2up['nginx'][0])}")
     return ok, why
 
 

@@ -32,7 +32,7 @@ pub(crate) const DEFAULT_IDLE_TIMEOUT_MS: u64 = 30_000;
 pub(crate) const DEFAULT_FAIL_THRESHOLD: u32 = 3;
 pub(crate) const DEFAULT_FAIL_COOLDOWN_MS: u64 = 10_000;
 pub(crate) const DEFAULT_H2_STREAMS_PER_CONNECTION: u32 = 100;
-pub(crate) const DEFAULT_H2_CONNECTIONS_PER_SERVER: u32 = 2;
+pub(crate) const DEFAULT_H2_CONNECTIONS_PER_SERVER: u32 = 16;
 
 /// Defaults of an `[upstream.health]`.
 pub(crate) const DEFAULT_HEALTH_PATH: &str = "/";

@@ -237,7 +237,7 @@ fn probe_h2(
             };
             let live = H2Live::new(Default::default());
             let (read, write) = conn.into_split();
-            let send = h2call::handshake(read, write, deadline, &live)
+            let send = h2call::handshake(read, write, deadline, &live, 1)
                 .await
                 .map_err(|e| e.to_string())?;
             let request = http::Request::get(uri.as_str())

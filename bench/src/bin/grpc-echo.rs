@@ -1,7 +1,9 @@
 //! An HTTP/2 (h2c) server answering every call the way a gRPC unary
 //! method does: `200`, `content-type: application/grpc`, the request's
-//! message echoed as one DATA frame, then the trailers `grpc-status: 0`.
-//! The upstream of `bench/grpc.py`; one thread.
+//! message echoed as one DATA frame, then the trailers `grpc-status: 0`;
+//! `GET /big` gets 1,000,000 bytes instead (the h2 upstream of bench/
+//! hostile.py's h2-zero-window). The upstream of `bench/grpc.py`; one
+//! thread.
 //!
 //!     grpc-echo PORT
 
@@ -42,6 +44,16 @@ fn main() {
 }
 
 async fn answer(req: http::Request<h2::RecvStream>, mut respond: h2::server::SendResponse<Bytes>) {
+    if req.uri().path() == "/big" {
+        let head = http::Response::builder()
+            .status(200)
+            .body(())
+            .expect("a head");
+        if let Ok(mut send) = respond.send_response(head, false) {
+            let _ = send.send_data(Bytes::from(vec![b'x'; 1_000_000]), true);
+        }
+        return;
+    }
     let mut body = req.into_body();
     let mut message = Vec::new();
     while let Some(Ok(chunk)) = body.data().await {

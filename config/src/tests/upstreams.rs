@@ -102,7 +102,7 @@ fn an_upstream_with_only_name_and_servers_takes_every_default() {
             tls: None,
             protocol: UpstreamProtocol::Http1,
             h2_streams_per_connection: 100,
-            h2_connections_per_server: 2,
+            h2_connections_per_server: 16,
         }
     );
     let g = only_group(&format!("{U}host_header = \"pass\"\n[upstream.health]\n"));

@@ -30,10 +30,10 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-/// Receive window a stream opens with.
-pub const STREAM_WINDOW: u32 = 256 * 1024;
-/// Receive window of a whole connection.
-pub const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// Receive window a stream opens with: what a server may send on one
+/// stream beyond what its client has taken. Small, as a proxy's must be:
+/// a stream whose client never reads holds this much (and a frame).
+pub const STREAM_WINDOW: u32 = 32 * 1024;
 /// Request body bytes reserved per flow-control wait.
 const SEND_CHUNK: usize = 16 * 1024;
 /// Most bytes h2 buffers for one stream before the window opens.
@@ -150,17 +150,25 @@ impl Drop for StreamSlot {
 
 /// The HTTP/2 client handshake over a connection's two halves, within
 /// `deadline`; the connection then runs as a task of its own on the
-/// shard, and `live` is marked closed when it ends.
+/// shard, and `live` is marked closed when it ends. The connection's
+/// receive window is `streams` streams' windows, so streams whose clients
+/// stop reading cannot shut it for the others.
 pub async fn handshake<R: ReadSpare + Unpin + 'static, W: WriteAll + Unpin + 'static>(
     read: R,
     write: W,
     deadline: Instant,
     live: &Rc<H2Live>,
+    streams: u32,
 ) -> io::Result<SendRequest<Bytes>> {
     let io = Compat::new(read, write, Vec::new());
     let mut b = h2::client::Builder::new();
     b.initial_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
+        .initial_connection_window_size(
+            streams
+                .max(1)
+                .saturating_mul(STREAM_WINDOW)
+                .min(i32::MAX as u32),
+        )
         .max_send_buffer_size(SEND_BUFFER)
         .enable_push(false)
         .reset_stream_duration(Duration::from_secs(5));

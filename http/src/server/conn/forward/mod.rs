@@ -215,7 +215,8 @@ async fn upstream_for(
     }
     let live = pool.live_for(server.key);
     let (read, write) = conn.into_split();
-    match h2call::handshake(read, write, deadline, &live).await {
+    let streams = group.h2_streams_per_connection;
+    match h2call::handshake(read, write, deadline, &live, streams).await {
         Ok(send) => {
             let (c, slot) = pool.opened(server.key, send, live);
             Ok((
