@@ -33,7 +33,7 @@ use std::time::Duration;
 /// Receive window a stream opens with: what a server may send on one
 /// stream beyond what its client has taken. Small, as a proxy's must be:
 /// a stream whose client never reads holds this much (and a frame).
-pub const STREAM_WINDOW: u32 = 32 * 1024;
+pub const STREAM_WINDOW: u32 = 16 * 1024;
 /// Request body bytes reserved per flow-control wait.
 const SEND_CHUNK: usize = 16 * 1024;
 /// Most bytes h2 buffers for one stream before the window opens.
@@ -218,6 +218,11 @@ pub struct H2Call {
     /// Bytes for the proxy's next reads.
     out: Vec<u8>,
     opos: usize,
+    /// A DATA frame's bytes, read after `out` (as h2 holds them: never
+    /// copied but into the proxy's buffer).
+    data: Bytes,
+    /// What follows `data` (a chunk's CRLF).
+    after_data: &'static [u8],
     /// A gRPC call's `grpc-timeout`, from when the head was sent.
     deadline: Option<Instant>,
 }
@@ -256,6 +261,8 @@ impl H2Call {
             reading: Reading::Head,
             out: Vec::new(),
             opos: 0,
+            data: Bytes::new(),
+            after_data: b"",
             deadline: None,
         }
     }
@@ -377,7 +384,8 @@ impl H2Call {
         }
     }
 
-    /// Fills `out` with what the proxy reads next; `false` at the end.
+    /// Fills `out` (and `data`) with what the proxy reads next; `false` at
+    /// the end.
     async fn next_out(&mut self) -> io::Result<bool> {
         match self.reading {
             Reading::Head => {
@@ -405,11 +413,9 @@ impl H2Call {
                         }
                         if chunked {
                             let _ = write!(self.out, "{:x}\r\n", bytes.len());
-                            self.out.extend_from_slice(&bytes);
-                            self.out.extend_from_slice(b"\r\n");
-                        } else {
-                            self.out.extend_from_slice(&bytes);
+                            self.after_data = b"\r\n";
                         }
+                        self.data = bytes;
                         Ok(true)
                     }
                     Some(Err(e)) => Err(self.h2_error(e)),
@@ -576,10 +582,22 @@ impl ReadSpare for H2Call {
             buf.reserve(READ_BYTES);
         }
         loop {
+            let room = buf.capacity() - buf.len();
             if self.opos < self.out.len() {
-                let n = (buf.capacity() - buf.len()).min(self.out.len() - self.opos);
+                let n = room.min(self.out.len() - self.opos);
                 buf.extend_from_slice(&self.out[self.opos..self.opos + n]);
                 self.opos += n;
+                return (Ok(n), buf);
+            }
+            if !self.data.is_empty() {
+                let n = room.min(self.data.len());
+                buf.extend_from_slice(&self.data.split_to(n));
+                return (Ok(n), buf);
+            }
+            if !self.after_data.is_empty() {
+                let n = room.min(self.after_data.len());
+                buf.extend_from_slice(&self.after_data[..n]);
+                self.after_data = &self.after_data[n..];
                 return (Ok(n), buf);
             }
             self.out.clear();
