@@ -198,6 +198,41 @@ fn a_source_budget_refuses_past_its_requests_until_the_window_ends() {
 }
 
 #[test]
+fn a_nodes_own_budget_windows_start_with_its_clock_and_a_fleets_with_unix_time() {
+    let node = ok(
+        "[protection]\noff = [\"all\"]\n[quota]\nwindow_ms = 60000\n[quota.source]\nrequests = 1\n[[host]]\nnames = [\"a.test\"]\n",
+    );
+    let mut state = GateState::new(&node.snapshot.gate.quota_sizes, [7; 16]).unwrap();
+    // A Unix minute ends 1 ms after the shard's clock starts: a node's
+    // windows do not care.
+    state.unix_origin_ms = 60_000 * 29_000_000 - 1;
+    let s = &node.snapshot;
+    assert_eq!(
+        get(s, &mut state, "192.0.2.1", b"a.test", b"/", 0),
+        Got::Answer(200)
+    );
+    assert_eq!(
+        get(s, &mut state, "192.0.2.1", b"a.test", b"/", 10),
+        Got::Refused(ErrorStatus::TooManyRequests, 60)
+    );
+    // A fleet's windows are Unix minutes, the same on every node.
+    let fleet = ok(
+        "[protection]\noff = [\"all\"]\n[fleet]\nredis = \"redis://127.0.0.1:6379\"\nnodes_expected = 1\n[quota]\nwindow_ms = 60000\n[quota.source]\nrequests = 1\nscope = \"fleet\"\n[[host]]\nnames = [\"a.test\"]\n",
+    );
+    let mut state = GateState::new(&fleet.snapshot.gate.quota_sizes, [7; 16]).unwrap();
+    state.unix_origin_ms = 60_000 * 29_000_000 - 1;
+    let s = &fleet.snapshot;
+    assert_eq!(
+        get(s, &mut state, "192.0.2.1", b"a.test", b"/", 0),
+        Got::Answer(200)
+    );
+    assert_eq!(
+        get(s, &mut state, "192.0.2.1", b"a.test", b"/", 10),
+        Got::Answer(200)
+    );
+}
+
+#[test]
 fn requests_no_host_takes_count_in_their_own_operation() {
     let c = ok(r#"
 [quota]

@@ -82,8 +82,14 @@ impl Snapshot {
             identity,
             rate: &[],
         };
-        // Windows are cut from Unix time, so a fleet's nodes agree on them.
-        let window_now_ms = now_ms.saturating_add(state.unix_origin_ms);
+        // A fleet's windows are cut from Unix time, so its nodes agree on
+        // them; a node's own count from the shard's clock, so its first
+        // window starts with it.
+        let window_now_ms = if fleet.any() {
+            now_ms.saturating_add(state.unix_origin_ms)
+        } else {
+            now_ms
+        };
         let decision =
             state
                 .quota

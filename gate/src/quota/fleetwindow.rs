@@ -84,6 +84,9 @@ impl FleetBudgets {
         }
     }
 
+    /// Whether any level is fleet-scoped (the windows are then cut from
+    /// Unix time).
+    #[inline]
     pub fn any(&self) -> bool {
         self.global.is_some() || self.source.is_some() || self.identity.is_some()
     }
