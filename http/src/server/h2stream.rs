@@ -16,6 +16,7 @@ use super::client::READ_BUF_BYTES;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::fields::{fields_head, FieldsLayout};
 use crate::codec::head::{HeadBounds, HeaderBuf, Parse};
+use crate::transport::h2call::send_in_window;
 use crate::transport::{init_bytes, ReadSpare, Transport, WriteAll};
 use crate::upstream::response::{parse_response, resp_header_buf, RespFraming, RespParse};
 use bytes::Bytes;
@@ -28,9 +29,6 @@ use std::io::{self, Write};
 use std::ops::Range;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
-
-/// Response bytes reserved per flow-control wait.
-const SEND_CHUNK: usize = 16 * 1024;
 
 /// A stream's request head: its fields, and where the values its lines
 /// point to lie at the start of the stream's input.
@@ -449,9 +447,8 @@ impl<S> H2Stream<S> {
             .await
     }
 
-    /// Sends `len` bytes as DATA frames, `piece(at, n)` giving the frame
-    /// of bytes `at..at + n` once the window (and h2's send buffer) has
-    /// room for `n`: what is held for a peer is bounded by its window.
+    /// Sends `len` bytes as DATA frames as the client's window allows
+    /// ([`send_in_window`]).
     async fn frames(
         &mut self,
         len: usize,
@@ -461,33 +458,11 @@ impl<S> H2Stream<S> {
         let Some(send) = self.send.as_mut() else {
             return Err(io::ErrorKind::BrokenPipe.into());
         };
-        let mut sent_end = false;
-        let mut at = 0;
-        while at < len {
-            send.reserve_capacity((len - at).min(SEND_CHUNK));
-            let cap = std::future::poll_fn(|cx| send.poll_capacity(cx)).await;
-            let n = match cap {
-                Some(Ok(n)) => n.min(len - at),
-                Some(Err(e)) => return Err(self.h2_error(e)),
-                None => return Err(io::ErrorKind::BrokenPipe.into()),
-            };
-            if n == 0 {
-                continue;
-            }
-            let last = end && at + n == len;
-            if let Err(e) = send.send_data(piece(at, n), last) {
-                return Err(self.h2_error(e));
-            }
-            sent_end |= last;
-            at += n;
+        match send_in_window(send, len, end, piece).await {
+            Ok(()) => Ok(()),
+            Err(Some(e)) => Err(self.h2_error(e)),
+            Err(None) => Err(io::ErrorKind::BrokenPipe.into()),
         }
-        if end && !sent_end {
-            // The end after an empty piece.
-            if let Err(e) = send.send_data(Bytes::new(), true) {
-                return Err(self.h2_error(e));
-            }
-        }
-        Ok(())
     }
 }
 

@@ -34,7 +34,7 @@ use std::time::Duration;
 /// stream beyond what its client has taken. Small, as a proxy's must be:
 /// a stream whose client never reads holds this much (and a frame).
 pub const STREAM_WINDOW: u32 = 16 * 1024;
-/// Request body bytes reserved per flow-control wait.
+/// Body bytes reserved per flow-control wait.
 const SEND_CHUNK: usize = 16 * 1024;
 /// Most bytes h2 buffers for one stream before the window opens.
 const SEND_BUFFER: usize = 64 * 1024;
@@ -352,35 +352,11 @@ impl H2Call {
         let Some(send) = self.stream.as_mut() else {
             return Err(io::ErrorKind::BrokenPipe.into());
         };
-        let mut at = 0;
-        let mut failed = None;
-        while at < bytes.len() {
-            send.reserve_capacity((bytes.len() - at).min(SEND_CHUNK));
-            let n = match std::future::poll_fn(|cx| send.poll_capacity(cx)).await {
-                Some(Ok(n)) => n.min(bytes.len() - at),
-                Some(Err(e)) => {
-                    failed = Some(e);
-                    break;
-                }
-                None => return Err(io::ErrorKind::BrokenPipe.into()),
-            };
-            if n == 0 {
-                continue;
-            }
-            let last = end && at + n == bytes.len();
-            let piece = Bytes::copy_from_slice(&bytes[at..at + n]);
-            if let Err(e) = send.send_data(piece, last) {
-                failed = Some(e);
-                break;
-            }
-            at += n;
-        }
-        if failed.is_none() && end && bytes.is_empty() {
-            failed = send.send_data(Bytes::new(), true).err();
-        }
-        match failed {
-            Some(e) => Err(self.h2_error(e)),
-            None => Ok(()),
+        let piece = |at: usize, n: usize| Bytes::copy_from_slice(&bytes[at..at + n]);
+        match send_in_window(send, bytes.len(), end, piece).await {
+            Ok(()) => Ok(()),
+            Err(Some(e)) => Err(self.h2_error(e)),
+            Err(None) => Err(io::ErrorKind::BrokenPipe.into()),
         }
     }
 
@@ -438,6 +414,38 @@ impl H2Call {
             Reading::Done => Ok(false),
         }
     }
+}
+
+/// Sends `len` bytes on `send` as DATA frames, `piece(at, n)` giving the
+/// frame of bytes `at..at + n` once the peer's window (and h2's send
+/// buffer) has room for `n`: what is held for a peer is bounded by its
+/// window. `end` ends the stream with the last frame (an empty one when
+/// `len` is 0). `Err(None)`: the stream is gone.
+pub(crate) async fn send_in_window(
+    send: &mut SendStream<Bytes>,
+    len: usize,
+    end: bool,
+    piece: impl Fn(usize, usize) -> Bytes,
+) -> Result<(), Option<h2::Error>> {
+    let mut at = 0;
+    while at < len {
+        send.reserve_capacity((len - at).min(SEND_CHUNK));
+        let n = match std::future::poll_fn(|cx| send.poll_capacity(cx)).await {
+            Some(Ok(n)) => n.min(len - at),
+            Some(Err(e)) => return Err(Some(e)),
+            None => return Err(None),
+        };
+        if n == 0 {
+            continue;
+        }
+        send.send_data(piece(at, n), end && at + n == len)
+            .map_err(Some)?;
+        at += n;
+    }
+    if end && len == 0 {
+        send.send_data(Bytes::new(), true).map_err(Some)?;
+    }
+    Ok(())
 }
 
 fn push_field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
