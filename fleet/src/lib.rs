@@ -10,6 +10,9 @@
 //! their own timers. The model and its bounds are `gapura_gate::quota::fleet`'s
 //! and docs/fleet.md's.
 //!
+//! `testing` starts real `redis-server` processes and a Redis Cluster on
+//! loopback ports for the tests of this crate and the runtime's.
+//!
 //! It must never run on a shard, never be waited on by one (shards hand
 //! batches over with a non-blocking send and read the cell without
 //! waiting), never log a password, and never decide a request: deciding is
