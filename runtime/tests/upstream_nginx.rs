@@ -85,7 +85,10 @@ fn nginx(ca: &Authority, http2: bool) -> Nginx {
         .unwrap();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     assert!(
-        wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(addr).is_ok()),
+        wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(
+            addr
+        )
+        .is_ok()),
         "nginx did not start: {}",
         std::fs::read_to_string(dir.0.join("error.log")).unwrap_or_default()
     );
