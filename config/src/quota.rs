@@ -362,7 +362,7 @@ pub(crate) fn scope(e: &mut Errors<'_>, v: &Opt<String>, path: &str) -> Scope {
 /// `"fleet"` with a `[fleet]` (whose `nodes_expected` is `fleet`): then
 /// returned as `split` (what a budget's concurrency keeps) with the node
 /// count (docs/fleet.md).
-fn fleet_scope(
+pub(crate) fn fleet_scope(
     e: &mut Errors<'_>,
     v: &Opt<String>,
     path: &str,

@@ -1,7 +1,10 @@
 //! `[[udp]]`: UDP relays, checked and compiled into the gate's
 //! [`UdpPolicy`], their budgets divided for one of `shards` shards where
 //! their scope says so (the prefix budget is exact: datagrams are steered
-//! by source like connections).
+//! by source like connections). `scope = "fleet"` on `global` or `prefix`
+//! (with a `[fleet]`) shares the budget across nodes: each shard holds it
+//! whole against the fleet's count, and its local share alone
+//! (docs/fleet.md).
 //!
 //! The servers are written and resolved as an upstream group's (and share
 //! its `upstream.server.*` codes); the budgets' fields are `[quota]`'s
@@ -11,14 +14,15 @@
 use crate::env::Resolver;
 use crate::error::{key_path, Errors};
 use crate::names::BlockKind;
-use crate::quota::{ceiling, scope, Fields};
+use crate::quota::{ceiling, fleet_scope, scope, Fields};
 use crate::schema::{RawUdp, RawUdpBudget, RawUdpSession};
 use crate::upstream::{check_balance, check_servers};
 use crate::values::{as_u64, int_in};
 use gapura_gate::quota::{Budget, Ceiling, RatePolicy, Scope};
 use gapura_gate::udp::{
-    EnvelopePolicy, OperationField, SessionPolicy, UdpBudgetPolicy, UdpClass, UdpPolicy,
-    MAX_CLASSES, MAX_DATAGRAM_BYTES, MAX_ENVELOPE_KEYS, MAX_OPERATION_BYTES, REPLAY_WINDOW_BOUNDS,
+    EnvelopePolicy, OperationField, SessionPolicy, UdpBudgetPolicy, UdpClass, UdpFleetBudgets,
+    UdpPolicy, MAX_CLASSES, MAX_DATAGRAM_BYTES, MAX_ENVELOPE_KEYS, MAX_OPERATION_BYTES,
+    REPLAY_WINDOW_BOUNDS,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -66,10 +70,11 @@ pub const DEFAULT_GLOBAL_REQUESTS: u32 = 1_000_000;
 /// The largest table a relay may ask for, per shard.
 const MAX_SESSIONS: i64 = 1 << 20;
 
-/// Checks every relay for one of `shards` shards.
+/// Checks every relay for one of `shards` shards; `fleet`: the nodes
+/// `[fleet]` expects, when it is written (`scope = "fleet"` needs it).
 pub(crate) fn check_udp(
     raw: &[Spanned<RawUdp>],
-    shards: u32,
+    (shards, fleet): (u32, Option<u32>),
     resolver: &dyn Resolver,
     e: &mut Errors<'_>,
 ) -> Vec<Arc<UdpPolicy>> {
@@ -93,7 +98,7 @@ pub(crate) fn check_udp(
         let listen = check_listen(u, &base, r.span(), &mut bound, e);
         let servers = check_servers(&u.servers, &relay_name, &base, r.span(), resolver, e);
         let policy = UdpPolicy {
-            name: relay_name,
+            name: relay_name.clone(),
             listen,
             servers,
             balance: check_balance(&u.balance, &base, e),
@@ -105,7 +110,7 @@ pub(crate) fn check_udp(
                 (1, i64::from(MAX_DATAGRAM_BYTES)),
             )
             .map_or(DEFAULT_MAX_DATAGRAM_BYTES, |n| n as u32),
-            budgets: check_budgets(u, &base, shards, e),
+            budgets: check_budgets(u, (&base, &relay_name), (shards, fleet), e),
             operation: check_operation(u, &base, e),
             classes: Vec::new(),
             session: check_session(u, &base, e),
@@ -169,7 +174,12 @@ fn check_listen(
     out
 }
 
-fn check_budgets(u: &RawUdp, base: &str, shards: u32, e: &mut Errors<'_>) -> UdpBudgetPolicy {
+fn check_budgets(
+    u: &RawUdp,
+    (base, relay): (&str, &str),
+    (shards, fleet): (u32, Option<u32>),
+    e: &mut Errors<'_>,
+) -> UdpBudgetPolicy {
     let window_ms = int_in(
         e,
         &u.window_ms,
@@ -179,37 +189,78 @@ fn check_budgets(u: &RawUdp, base: &str, shards: u32, e: &mut Errors<'_>) -> Udp
     )
     .map_or(DEFAULT_WINDOW_MS, as_u64);
     let budget = |raw: &Option<RawUdpBudget>, key: &str, default: u32, e: &mut Errors<'_>| {
-        let path = format!("{base}.{key}");
         let Some(b) = raw else {
-            return (Budget::flat(default).ok(), Scope::Split);
+            return Budget::flat(default).ok();
         };
-        let s = scope(e, &b.scope, &key_path(&path, "scope"));
-        (Fields::new(&path, &b.requests, &b.optional).budget(e), s)
+        Fields::new(&format!("{base}.{key}"), &b.requests, &b.optional).budget(e)
     };
-    let (global, global_scope) = budget(&u.global, "global", DEFAULT_GLOBAL_REQUESTS, e);
-    let (prefix, prefix_scope) = budget(&u.prefix, "prefix", DEFAULT_PREFIX_REQUESTS, e);
-    if let Some(s) = u.prefix.as_ref().and_then(|p| p.scope.as_ref()) {
-        let _ = prefix_scope;
-        e.push(
-            "udp.prefix.scope.unexpected",
-            format!("{base}.prefix.scope"),
-            s.span(),
-            "a source prefix's datagrams all reach one shard: its budget is exact and takes \
-             no scope",
-        );
-    }
+    let (global_scope, global_nodes) = match &u.global {
+        Some(g) => {
+            let path = key_path(&format!("{base}.global"), "scope");
+            fleet_scope(e, &g.scope, &path, fleet, true)
+        }
+        None => (Scope::Split, None),
+    };
+    let global = budget(&u.global, "global", DEFAULT_GLOBAL_REQUESTS, e);
+    let prefix = budget(&u.prefix, "prefix", DEFAULT_PREFIX_REQUESTS, e);
+    let prefix_nodes = prefix_scope(u, base, fleet, e);
     let tracked = ceiling(
         e,
         (&format!("{base}.tracked_keys"), &u.tracked_keys),
         (&format!("{base}.tracked_reserve"), &u.tracked_reserve),
         Ceiling::new(DEFAULT_TRACKED_KEYS, DEFAULT_TRACKED_RESERVE).expect("in range"),
     );
+    // A fleet-scoped budget is held whole by each shard against the
+    // fleet's count; alone, the global budget's share is the node's share
+    // split among its shards (its one key is seen by all of them), a
+    // prefix's the node's share (a prefix is steered to one shard).
+    let fleet_budgets = UdpFleetBudgets::new(
+        relay,
+        window_ms,
+        global
+            .zip(global_nodes)
+            .map(|(b, n)| b.for_shards(Scope::Split, n.saturating_mul(shards))),
+        prefix
+            .zip(prefix_nodes)
+            .map(|(b, n)| b.for_shards(Scope::Split, n)),
+    );
     UdpBudgetPolicy {
         window_ms,
-        global: global.map(|b| b.for_shards(global_scope, shards)),
+        global: match global_nodes {
+            Some(_) => global,
+            None => global.map(|b| b.for_shards(global_scope, shards)),
+        },
         prefix,
         tracked,
+        fleet: fleet_budgets,
     }
+}
+
+/// `prefix.scope`: none (exact on a node: a prefix's datagrams reach one
+/// shard), or `"fleet"` with a `[fleet]`, then the nodes it expects.
+fn prefix_scope(u: &RawUdp, base: &str, fleet: Option<u32>, e: &mut Errors<'_>) -> Option<u32> {
+    let s = u.prefix.as_ref()?.scope.as_ref()?;
+    let path = format!("{base}.prefix.scope");
+    if s.get_ref() != "fleet" {
+        e.push(
+            "udp.prefix.scope.unexpected",
+            path,
+            s.span(),
+            "a source prefix's datagrams all reach one shard: its budget is exact on a node and \
+             takes no scope but \"fleet\" (shared by every node)",
+        );
+        return None;
+    }
+    if fleet.is_none() {
+        e.push(
+            "quota.scope.fleet",
+            path,
+            s.span(),
+            "scope = \"fleet\" shares the budget through the engine [fleet] names: add a \
+             [fleet] section, or leave the prefix's budget to this node",
+        );
+    }
+    fleet
 }
 
 fn check_operation(u: &RawUdp, base: &str, e: &mut Errors<'_>) -> Option<OperationField> {

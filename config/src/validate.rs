@@ -85,7 +85,7 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         .as_ref()
         .map(|_| runtime.fleet.as_ref().map_or(1, |f| f.nodes_expected));
     let quota = check_quota(&raw.quota, (shards, fleet), errors);
-    let udp = crate::udp::check_udp(&raw.udp, shards, env.resolver, errors);
+    let udp = crate::udp::check_udp(&raw.udp, (shards, fleet), env.resolver, errors);
     runtime.udp_listen = udp.iter().flat_map(|u| u.listen.iter().copied()).collect();
     let rates = check_rate_limits(&raw.rate_limit, shards, fleet, errors);
     let client = check_client(&raw.client, proxy_listener.as_ref(), errors);

@@ -3,9 +3,11 @@
 //!
 //! A shard's timer runs every `sync_ms` on the shard's own loop, off the
 //! request path: it takes the reconciler's last view (one `ArcSwap` load),
-//! lets the gate apply it and hand over the shard's batch with a
-//! non-blocking send, and copies the shard's fleet counters out for
-//! `/metrics`. Nothing here waits on the engine.
+//! lets the gate apply it to its tables and to the shard's UDP relays'
+//! and hand over one batch for them all with a non-blocking send, and
+//! copies the shard's fleet counters out for `/metrics`. Nothing here
+//! waits on the engine, and the datagram path never sees it: a relay's
+//! tables are the shard's, reached between datagram batches.
 
 use gapura_config::{FleetSettings, RuntimeSettings};
 use gapura_fleet::{Fleet, FleetStats};
@@ -187,8 +189,9 @@ fn host_name() -> String {
 }
 
 /// A shard's sync timer: every `sync_ms`, the last view in, this shard's
-/// batch out. Runs for the shard's life.
-pub async fn sync_task(shard: Rc<Shard>, f: ShardFleet) {
+/// batch out, for the gate's tables and the shard's `relays` alike. Runs
+/// for the shard's life.
+pub async fn sync_task(shard: Rc<Shard>, relays: Vec<Rc<gapura_udp::io::RelayIo>>, f: ShardFleet) {
     let id = shard.id as u32;
     loop {
         let period = Duration::from_millis(f.fleet.sync_ms().max(1));
@@ -197,21 +200,32 @@ pub async fn sync_task(shard: Rc<Shard>, f: ShardFleet) {
         let view_age_ms = published.read_at.elapsed().as_millis() as u64;
         let now_ms = shard.now_ms();
         let tx = &f.fleet.tx;
+        let mut held: Vec<_> = relays.iter().map(|r| r.relay_mut()).collect();
+        let mut peers: Vec<&mut dyn gapura_gate::quota::fleet::FleetPeer> =
+            held.iter_mut().map(|r| r.fleet_peer()).collect();
         let mut gate = shard.gate_mut();
-        gate.fleet_sync(&published.view, view_age_ms, id, now_ms, |b| {
-            tx.try_send(b).is_ok()
-        });
+        gate.fleet_sync_with(
+            &published.view,
+            view_age_ms,
+            (id, now_ms),
+            &mut peers,
+            |b| tx.try_send(b).is_ok(),
+        );
+        drop(peers);
         let c = gate.fleet.counters;
         let windows = &gate.fleet.windows;
-        let (shared_windows, unshared_windows) = (windows.shared() as u64, windows.unshared);
+        let mut shared = c.shared_keys + windows.shared() as u64;
+        let mut unshared = c.unshared + windows.unshared;
+        let mut fallback = c.fallback_decisions;
         drop(gate);
+        for r in held.drain(..) {
+            let (s, u, d) = r.fleet_counters();
+            (shared, unshared, fallback) = (shared + s, unshared + u, fallback + d);
+        }
         let s = &f.stats;
-        s.shared_keys
-            .store(c.shared_keys + shared_windows, Ordering::Relaxed);
-        s.unshared
-            .store(c.unshared + unshared_windows, Ordering::Relaxed);
-        s.fallback_decisions
-            .store(c.fallback_decisions, Ordering::Relaxed);
+        s.shared_keys.store(shared, Ordering::Relaxed);
+        s.unshared.store(unshared, Ordering::Relaxed);
+        s.fallback_decisions.store(fallback, Ordering::Relaxed);
         s.batches_refused
             .store(c.batches_refused, Ordering::Relaxed);
     }

@@ -144,6 +144,11 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
             return;
         }
     };
+    if let Some(f) = &spec.fleet {
+        for r in &relays {
+            r.enable_fleet(f.key_seed, f.shared_keys);
+        }
+    }
     let (ring, line) = client_ring(spec.ring, legacy, line);
     let shard = Rc::new(
         Shard::new(
@@ -179,7 +184,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
     let _ = started.send(Ok(line));
     monoio::spawn(tick(shard.clone(), relays.clone()));
     if let Some(f) = spec.fleet.clone() {
-        monoio::spawn(crate::fleet::sync_task(shard.clone(), f));
+        monoio::spawn(crate::fleet::sync_task(shard.clone(), relays.clone(), f));
     }
     let asked = shard.clone();
     let live = spec.live;

@@ -168,6 +168,24 @@ impl RelayIo {
         self.started.elapsed().as_millis() as u64
     }
 
+    /// Shares the relay's fleet-scoped budgets (see
+    /// [`Relay::enable_fleet`]); its clock's origin is taken now.
+    pub fn enable_fleet(&self, seed: [u8; 16], shared_keys: usize) {
+        let unix_now_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let origin = unix_now_ms.saturating_sub(self.now_ms());
+        self.relay
+            .borrow_mut()
+            .enable_fleet(seed, shared_keys, origin);
+    }
+
+    /// The relay's state, for the shard's sync timer (between datagram
+    /// batches: the shard runs one task at a time).
+    pub fn relay_mut(&self) -> std::cell::RefMut<'_, Relay> {
+        self.relay.borrow_mut()
+    }
+
     /// Starts the receive tasks; they end when the relay drains.
     pub fn spawn(self: &Rc<Self>, feed: Rc<dyn PolicyFeed>) {
         for i in 0..self.listeners.len() {

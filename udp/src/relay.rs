@@ -24,14 +24,19 @@
 //! beyond a blind spoofer), the bytes sent back stay within
 //! [`AMPLIFICATION_FACTOR`] times the bytes received.
 //!
+//! A relay whose budgets are fleet-scoped keeps its shared keys beside its
+//! budget counters ([`Relay::enable_fleet`]); the shard's sync timer
+//! reaches them through [`Relay::fleet_peer`], never the datagram path.
+//!
 //! Every call is O(1) plus the tables' bounded probes and the envelope's
 //! HMAC; nothing allocates after [`Relay::new`] (a reload that resizes a
 //! table allocates the new one).
 
 use crate::envelope::{self, ReplayWindow};
 use crate::session::{SessionRef, SessionTable, Spot};
+use gapura_gate::quota::fleet::FleetPeer;
 use gapura_gate::quota::{Domain, Keyer};
-use gapura_gate::udp::{UdpBudgets, UdpDrop, UdpPolicy, AMPLIFICATION_FACTOR};
+use gapura_gate::udp::{UdpBudgets, UdpDrop, UdpFleet, UdpPolicy, AMPLIFICATION_FACTOR};
 use gapura_gate::upstream::Balance;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -171,6 +176,31 @@ impl Relay {
         &self.keyer
     }
 
+    /// Shares the relay's fleet-scoped budgets under the fleet's key
+    /// `seed`, up to `shared_keys` keys at once; the relay's clock (the
+    /// `now_ms` of [`Relay::inbound`]) reads 0 at Unix time
+    /// `unix_origin_ms`. Allocates the shared set, once.
+    pub fn enable_fleet(&mut self, seed: [u8; 16], shared_keys: usize, unix_origin_ms: u64) {
+        self.budgets
+            .enable_fleet(UdpFleet::enable(seed, shared_keys, unix_origin_ms));
+    }
+
+    /// The relay's side of the fleet, for the shard's sync timer.
+    pub fn fleet_peer(&mut self) -> &mut dyn FleetPeer {
+        &mut self.budgets
+    }
+
+    /// The relay's shared keys, those that found no room, and the
+    /// datagrams decided under the local share while the engine was away.
+    pub fn fleet_counters(&self) -> (u64, u64, u64) {
+        let f = self.budgets.fleet();
+        (
+            f.windows.shared() as u64,
+            f.windows.unshared,
+            f.fallback_decisions,
+        )
+    }
+
     pub fn live_sessions(&self) -> u32 {
         self.sessions.live()
     }
@@ -186,7 +216,7 @@ impl Relay {
     pub fn set_policy(&mut self, policy: Arc<UdpPolicy>) -> Vec<SessionRef> {
         let mut ended = Vec::new();
         if !self.budgets.fits(&policy) {
-            self.budgets = UdpBudgets::new(&policy);
+            self.budgets.renew(&policy);
         }
         if !self.sessions.fits(policy.session.ceiling) {
             ended = self.sessions.refs().collect();

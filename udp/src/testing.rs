@@ -31,6 +31,7 @@ pub fn policy(servers: &[SocketAddr]) -> UdpPolicy {
             global: Some(Budget::flat(100_000).expect("in range")),
             prefix: Some(Budget::flat(1_000).expect("in range")),
             tracked: Ceiling::new(1_024, 64).expect("in range"),
+            fleet: Default::default(),
         },
         operation: None,
         classes: vec![UdpClass::other()],

@@ -204,3 +204,67 @@ fn a_fleet_scoped_budget_needs_a_fleet() {
         at("quota.scope.invalid", "quota.source.scope", 3, 9)
     );
 }
+
+const RELAY: &str =
+    "[[udp]]\nname = \"game\"\nlisten = [\"127.0.0.1:7000\"]\nservers = [\"127.0.0.1:7001\"]\n";
+
+#[test]
+fn a_relays_fleet_scoped_budgets_are_whole_per_shard_with_a_local_share() {
+    let c = ok_with(
+        &format!(
+            "{FLEET}{RELAY}global = {{ requests = 9000, scope = \"fleet\" }}\n\
+             prefix = {{ requests = 300, scope = \"fleet\" }}\n"
+        ),
+        2,
+    );
+    let b = &c.snapshot.udp[0].budgets;
+    let flat = |n| Some(Budget::flat(n).unwrap());
+    // Every shard holds the whole budget against the fleet's count.
+    assert_eq!(b.global, flat(9000));
+    assert_eq!(b.prefix, flat(300));
+    // Alone: the node's share (3 nodes), and for the global budget a
+    // shard's of it (2 shards); a prefix is steered to one shard.
+    assert_eq!(b.fleet.global, flat(1500));
+    assert_eq!(b.fleet.prefix, flat(100));
+    assert!(b.fleet.any());
+    assert_ne!(b.fleet.global_identity, b.fleet.prefix_identity);
+}
+
+#[test]
+fn a_relays_budgets_without_a_fleet_scope_are_not_shared() {
+    let c = ok_with(
+        &format!("{FLEET}{RELAY}global = {{ requests = 9000 }}\nprefix = {{ requests = 300 }}\n"),
+        2,
+    );
+    let b = &c.snapshot.udp[0].budgets;
+    assert_eq!(b.global, Some(Budget::flat(4500).unwrap()), "split");
+    assert!(!b.fleet.any());
+}
+
+#[test]
+fn each_relay_fleet_scope_error_has_its_code_and_position() {
+    assert_eq!(
+        one(&format!(
+            "{RELAY}global = {{ requests = 10, scope = \"fleet\" }}\n"
+        )),
+        at("quota.scope.fleet", "udp[0].global.scope", 5, 35)
+    );
+    assert_eq!(
+        one(&format!(
+            "{RELAY}prefix = {{ requests = 10, scope = \"fleet\" }}\n"
+        )),
+        at("quota.scope.fleet", "udp[0].prefix.scope", 5, 35)
+    );
+    assert_eq!(
+        one(&format!(
+            "{FLEET}{RELAY}prefix = {{ requests = 10, scope = \"per_shard\" }}\n"
+        )),
+        at("udp.prefix.scope.unexpected", "udp[0].prefix.scope", 8, 35)
+    );
+    assert_eq!(
+        one(&format!(
+            "{FLEET}{RELAY}global = {{ requests = 10, scope = \"fleets\" }}\n"
+        )),
+        at("quota.scope.invalid", "udp[0].global.scope", 8, 35)
+    );
+}

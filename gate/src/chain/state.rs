@@ -212,10 +212,35 @@ impl GateState {
         now_ms: u64,
         send: impl FnOnce(crate::quota::fleet::FleetBatch) -> bool,
     ) {
+        self.fleet_sync_with(view, view_age_ms, (shard, now_ms), &mut [], send);
+    }
+
+    /// [`fleet_sync`](Self::fleet_sync) with `peers`, the shard's other
+    /// tables whose budget windows are fleet-scoped (its UDP relays'): they
+    /// take the same view and their shared keys travel in the same batch.
+    pub fn fleet_sync_with(
+        &mut self,
+        view: &crate::quota::fleet::FleetView,
+        view_age_ms: u64,
+        (shard, now_ms): (u32, u64),
+        peers: &mut [&mut dyn crate::quota::fleet::FleetPeer],
+        send: impl FnOnce(crate::quota::fleet::FleetBatch) -> bool,
+    ) {
         let rate = self.quota.rate_mut();
+        let outstanding = self.fleet.outstanding();
         let new = self
             .fleet
             .apply(view, shard as usize, rate, now_ms, view_age_ms);
+        if outstanding.is_some() && self.fleet.outstanding().is_none() {
+            for p in peers.iter_mut() {
+                p.shared_windows().end_flight();
+            }
+        }
+        if new {
+            for p in peers.iter_mut() {
+                p.take_view(view);
+            }
+        }
         let window_ms = self.quota.windows().window_ms();
         if new && !view.fallback {
             let global = crate::quota::fleetwindow::BudgetLevel::Global.identity(window_ms);
@@ -227,9 +252,12 @@ impl GateState {
                 },
             );
         }
-        let window = now_ms.saturating_add(self.unix_origin_ms) / window_ms;
-        self.fleet.windows.roll(window);
-        self.fleet.hand_off(shard, now_ms, send);
+        let unix_ms = now_ms.saturating_add(self.unix_origin_ms);
+        self.fleet.windows.roll(unix_ms / window_ms);
+        for p in peers.iter_mut() {
+            p.roll(unix_ms);
+        }
+        self.fleet.hand_off_with(shard, now_ms, peers, send);
     }
 
     /// Unix seconds at the shard's `now_ms`.

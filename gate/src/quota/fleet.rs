@@ -180,6 +180,23 @@ pub struct FleetCounters {
     pub applied: u64,
 }
 
+/// Budget windows of another table on the shard (a UDP relay's) that
+/// travel in the shard's batches and take its views with the gate's own:
+/// the shard's sync timer brings each peer along
+/// ([`FleetState::hand_off_with`], `GateState::fleet_sync_with`), so one
+/// batch and one view per round carry every table of the shard. Called on
+/// the timer only, never on the request path.
+pub trait FleetPeer {
+    /// Its shared window keys.
+    fn shared_windows(&mut self) -> &mut FleetWindows;
+    /// Takes a view new this round: follows its fallback and, when the
+    /// engine answered, sets each shared key's count from the fleet's.
+    /// O(capacity); no allocation.
+    fn take_view(&mut self, view: &FleetView);
+    /// Forgets the shared keys of windows over at `unix_ms` (Unix time).
+    fn roll(&mut self, unix_ms: u64);
+}
+
 /// How a fleet-scoped request is decided: under the full policy (and
 /// counted for the fleet when shared), or under the local share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -383,6 +400,19 @@ impl FleetState {
         now_ms: u64,
         send: impl FnOnce(FleetBatch) -> bool,
     ) -> bool {
+        self.hand_off_with(shard, now_ms, &mut [], send)
+    }
+
+    /// [`hand_off`](Self::hand_off) with the shared windows of `peers`
+    /// (other tables of the shard) in the same batch: in flight with it,
+    /// done with it.
+    pub fn hand_off_with(
+        &mut self,
+        shard: u32,
+        now_ms: u64,
+        peers: &mut [&mut dyn FleetPeer],
+        send: impl FnOnce(FleetBatch) -> bool,
+    ) -> bool {
         if self.outstanding.is_some() || self.table.is_empty() {
             return false;
         }
@@ -400,7 +430,10 @@ impl FleetState {
             })
             .collect();
         let seq = self.next_seq;
-        let windows = self.windows.deltas();
+        let mut windows = self.windows.deltas();
+        for p in peers.iter_mut() {
+            windows.extend(p.shared_windows().deltas());
+        }
         if !send(FleetBatch {
             shard,
             seq,
@@ -418,7 +451,15 @@ impl FleetState {
             s.pending = 0;
         }
         self.windows.begin_flight();
+        for p in peers.iter_mut() {
+            p.shared_windows().begin_flight();
+        }
         true
+    }
+
+    /// The batch handed over and not yet in a view, by its sequence number.
+    pub fn outstanding(&self) -> Option<u64> {
+        self.outstanding
     }
 
     /// Drops keys with nothing pending or in flight whose bucket has had a

@@ -293,7 +293,7 @@ impl FleetWindows {
     }
 
     /// Every shared key's pending count, for a batch. Allocates.
-    pub(super) fn deltas(&self) -> Vec<WindowDelta> {
+    pub fn deltas(&self) -> Vec<WindowDelta> {
         self.table
             .iter()
             .flatten()
@@ -308,7 +308,7 @@ impl FleetWindows {
     }
 
     /// The batch was handed over: what was pending is in flight.
-    pub(super) fn begin_flight(&mut self) {
+    pub fn begin_flight(&mut self) {
         for s in self.table.iter_mut().flatten() {
             s.inflight = s.pending;
             s.pending = 0;
@@ -316,7 +316,7 @@ impl FleetWindows {
     }
 
     /// A view includes the batch in flight.
-    pub(super) fn end_flight(&mut self) {
+    pub fn end_flight(&mut self) {
         for s in self.table.iter_mut().flatten() {
             s.inflight = 0;
         }

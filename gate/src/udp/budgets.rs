@@ -12,11 +12,20 @@
 //! else). The source prefix is the budget partition of HTTP (IPv4 /24,
 //! IPv6 /56), keyed in a domain of its own ([`Domain::UdpPrefix`]).
 //!
+//! A fleet-scoped `global` or `prefix` budget (`scope = "fleet"`) is
+//! decided the same way against the fleet's count as this shard last
+//! learned it ([`super::fleet`]); the relay's windows are then cut from
+//! Unix time.
+//!
 //! One shard's state; O(1) plus the prefix table's bounded probe per
 //! datagram; no allocation after [`UdpBudgets::new`].
 
+use super::fleet::{UdpFleet, UdpFleetBudgets};
 use super::{UdpDrop, UdpPolicy, MAX_CLASSES, MAX_ENVELOPE_KEYS};
-use crate::quota::{Class, Domain, FixedWindow, Keyer, SourcePrefix, WindowRefusal, WindowTable};
+use crate::quota::fleetwindow::WindowChoice;
+use crate::quota::{
+    Class, Domain, FixedWindow, Keyer, SourcePrefix, WindowPass, WindowRefusal, WindowTable,
+};
 use std::net::IpAddr;
 
 /// What passed: the datagram's operation class.
@@ -31,11 +40,16 @@ pub struct Admitted {
 /// One relay's budget counters on one shard.
 #[derive(Debug)]
 pub struct UdpBudgets {
-    global: FixedWindow,
-    prefixes: WindowTable,
+    pub(super) global: FixedWindow,
+    pub(super) prefixes: WindowTable,
     classes: [FixedWindow; MAX_CLASSES + 1],
     /// Per key id (`auth.key_budget`).
     keys: [FixedWindow; MAX_ENVELOPE_KEYS],
+    /// The policy's fleet-scoped budgets, as these counters were built
+    /// for (with them, windows are cut from Unix time).
+    pub(super) identities: UdpFleetBudgets,
+    /// The relay's shared keys; kept across a rebuild ([`Self::renew`]).
+    pub(super) fleet: UdpFleet,
 }
 
 impl UdpBudgets {
@@ -50,14 +64,47 @@ impl UdpBudgets {
                 .expect("a compiled window length is in range"),
             classes: [FixedWindow::default(); MAX_CLASSES + 1],
             keys: [FixedWindow::default(); MAX_ENVELOPE_KEYS],
+            identities: b.fleet,
+            fleet: UdpFleet::default(),
         }
     }
 
-    /// Whether these counters can serve `policy` as they are (same window
-    /// and ceiling); otherwise a reload builds new ones.
+    /// Shares the fleet-scoped budgets through `fleet` (see
+    /// [`super::fleet`]).
+    pub fn enable_fleet(&mut self, fleet: UdpFleet) {
+        self.fleet = fleet;
+    }
+
+    pub fn fleet(&self) -> &UdpFleet {
+        &self.fleet
+    }
+
+    /// Whether these counters can serve `policy` as they are (same window,
+    /// ceiling and fleet-scoped budgets); otherwise a reload builds new
+    /// ones ([`Self::renew`]).
     pub fn fits(&self, policy: &UdpPolicy) -> bool {
         self.prefixes.window_ms() == policy.budgets.window_ms
             && self.prefixes.ceiling() == policy.budgets.tracked
+            && self.identities == policy.budgets.fleet
+    }
+
+    /// New counters for `policy`, keeping the relay's shared keys (what
+    /// they counted still reaches the fleet). Allocates the prefix table.
+    pub fn renew(&mut self, policy: &UdpPolicy) {
+        let fleet = std::mem::take(&mut self.fleet);
+        *self = UdpBudgets::new(policy);
+        self.fleet = fleet;
+    }
+
+    /// The budgets' clock: the relay's, or Unix time when a budget is
+    /// fleet-scoped (its windows are the fleet's). O(1).
+    #[inline]
+    fn clock(&self, now_ms: u64) -> u64 {
+        if self.identities.any() {
+            self.fleet.unix_ms(now_ms)
+        } else {
+            now_ms
+        }
     }
 
     /// Prefixes tracked in the current window.
@@ -80,27 +127,53 @@ impl UdpBudgets {
         }
         let admitted = classify(policy, datagram);
         let class = class_of(admitted.critical);
+        let now_ms = self.clock(now_ms);
         let window = self.prefixes.roll(now_ms);
-        self.global_fits(policy, class, window)?;
+        let global = self.global_fits(policy, class, window)?;
         let prefix = self.prefix_check(policy, keyer, src, class, now_ms)?;
         let class_budget = self.class_fits(policy, admitted, class, window)?;
-        if let Some(pass) = prefix {
-            self.prefixes.commit(pass);
-        }
-        self.count_global_and_class(policy, admitted, class_budget, window);
+        self.commit_prefix(prefix);
+        self.count_global_and_class(policy, (admitted, global), class_budget, window);
         Ok(admitted)
     }
 
-    /// Whether the global budget has room at `class`'s threshold.
-    fn global_fits(&self, policy: &UdpPolicy, class: Class, window: u64) -> Result<(), UdpDrop> {
-        match policy.budgets.global {
-            Some(g) if !self.global.fits(window, g.threshold(class)) => Err(UdpDrop::GlobalBudget),
-            _ => Ok(()),
+    /// Whether the global budget has room at `class`'s threshold (the
+    /// fleet's choice for it, to record when the datagram is counted).
+    fn global_fits(
+        &mut self,
+        policy: &UdpPolicy,
+        class: Class,
+        window: u64,
+    ) -> Result<WindowChoice, UdpDrop> {
+        let Some(g) = policy.budgets.global else {
+            return Ok(WindowChoice::Local);
+        };
+        let (b, choice) = self.fleet.budget(
+            policy.budgets.fleet.global,
+            g,
+            (self.identities.global_identity, 0),
+            (window, policy.budgets.window_ms),
+            self.global.count(window),
+            class,
+        );
+        if self.global.fits(window, b.threshold(class)) {
+            Ok(choice)
+        } else {
+            Err(UdpDrop::GlobalBudget)
         }
     }
 
-    /// The source prefix's check (its pass, to commit), when the relay
-    /// has a prefix budget.
+    /// Counts a prefix's pass, and for the fleet when its key is shared.
+    fn commit_prefix(&mut self, prefix: Option<(WindowPass, WindowChoice)>) {
+        if let Some((pass, choice)) = prefix {
+            self.prefixes.commit(pass);
+            self.fleet.windows.record(choice);
+        }
+    }
+
+    /// The source prefix's check (its pass, to commit, and the fleet's
+    /// choice for it), when the relay has a prefix budget. A fleet-scoped
+    /// prefix is keyed under the fleet's seed, the same on every node.
     fn prefix_check(
         &mut self,
         policy: &UdpPolicy,
@@ -108,16 +181,29 @@ impl UdpBudgets {
         src: IpAddr,
         class: Class,
         now_ms: u64,
-    ) -> Result<Option<crate::quota::WindowPass>, UdpDrop> {
-        let Some(budget) = policy.budgets.prefix else {
+    ) -> Result<Option<(WindowPass, WindowChoice)>, UdpDrop> {
+        let Some(whole) = policy.budgets.prefix else {
             return Ok(None);
         };
+        let share = policy.budgets.fleet.prefix;
+        let keyer = match (share, self.fleet.keyer()) {
+            (Some(_), Some(fleet)) => fleet,
+            _ => keyer,
+        };
         let key = keyer.source(Domain::UdpPrefix, src, SourcePrefix::BUDGET);
+        let (budget, choice) = self.fleet.budget(
+            share,
+            whole,
+            (self.identities.prefix_identity, key),
+            (self.prefixes.window(), policy.budgets.window_ms),
+            self.prefixes.count(key),
+            class,
+        );
         match self
             .prefixes
             .check(key, budget.threshold(class), class, now_ms)
         {
-            Ok(pass) => Ok(Some(pass)),
+            Ok(pass) => Ok(Some((pass, choice))),
             Err(WindowRefusal::Exhausted) => Err(UdpDrop::PrefixBudget),
             Err(WindowRefusal::Untracked) => Err(UdpDrop::TrackedKeys),
         }
@@ -146,12 +232,13 @@ impl UdpBudgets {
     fn count_global_and_class(
         &mut self,
         policy: &UdpPolicy,
-        admitted: Admitted,
+        (admitted, global): (Admitted, WindowChoice),
         class_budget: bool,
         window: u64,
     ) {
         if policy.budgets.global.is_some() {
             self.global.add(window);
+            self.fleet.windows.record(global);
         }
         if class_budget {
             self.classes[usize::from(admitted.class)].add(window);
@@ -177,10 +264,10 @@ impl UdpBudgets {
         if len > policy.max_datagram_bytes as usize {
             return Err(UdpDrop::Oversized);
         }
+        let now_ms = self.clock(now_ms);
         self.prefixes.roll(now_ms);
-        if let Some(pass) = self.prefix_check(policy, keyer, src, class_of(critical), now_ms)? {
-            self.prefixes.commit(pass);
-        }
+        let prefix = self.prefix_check(policy, keyer, src, class_of(critical), now_ms)?;
+        self.commit_prefix(prefix);
         Ok(())
     }
 
@@ -197,7 +284,7 @@ impl UdpBudgets {
         let Some(budget) = policy.envelope.as_ref().and_then(|e| e.key_budget) else {
             return Ok(());
         };
-        let window = self.prefixes.roll(now_ms);
+        let window = self.prefixes.roll(self.clock(now_ms));
         let Some(k) = self.keys.get_mut(usize::from(key_id)) else {
             return Err(UdpDrop::UnknownKey);
         };
@@ -218,10 +305,10 @@ impl UdpBudgets {
         now_ms: u64,
     ) -> Result<(), UdpDrop> {
         let class = class_of(admitted.critical);
-        let window = self.prefixes.roll(now_ms);
-        self.global_fits(policy, class, window)?;
+        let window = self.prefixes.roll(self.clock(now_ms));
+        let global = self.global_fits(policy, class, window)?;
         let class_budget = self.class_fits(policy, admitted, class, window)?;
-        self.count_global_and_class(policy, admitted, class_budget, window);
+        self.count_global_and_class(policy, (admitted, global), class_budget, window);
         Ok(())
     }
 }
@@ -278,6 +365,7 @@ mod tests {
                 global: Some(Budget::new(10, 8).unwrap()),
                 prefix: Some(Budget::flat(4).unwrap()),
                 tracked: Ceiling::new(4, 1).unwrap(),
+                fleet: Default::default(),
             },
             operation: Some(OperationField { offset: 0, len: 1 }),
             classes: vec![

@@ -1,6 +1,7 @@
 //! UDP relays' policy: what a `[[udp]]` relay compiles into, the reasons a
 //! datagram is dropped, and the budgets every datagram pays before anything
-//! reads it ([`budgets`]).
+//! reads it ([`budgets`]), and what `scope = "fleet"` adds to them
+//! ([`fleet`]: budgets shared across nodes).
 //!
 //! Every datagram is hostile until it has passed, in this order: its size
 //! bound, the global budget, its source prefix's budget, its operation
@@ -17,6 +18,7 @@
 //! Immutable; built once per snapshot. Nothing here allocates after that.
 
 pub mod budgets;
+pub mod fleet;
 
 use crate::quota::{Budget, Ceiling, RatePolicy};
 use crate::upstream::{Balance, UpstreamServer};
@@ -25,6 +27,7 @@ use sha2::Sha256;
 use std::net::SocketAddr;
 
 pub use budgets::{Admitted, UdpBudgets};
+pub use fleet::{UdpFleet, UdpFleetBudgets};
 
 /// The most operation classes a relay names (the unmatched class aside).
 pub const MAX_CLASSES: usize = 32;
@@ -73,6 +76,9 @@ pub struct UdpBudgetPolicy {
     pub prefix: Option<Budget>,
     /// The prefix table's ceiling on tracked prefixes and its reserve.
     pub tracked: Ceiling,
+    /// The budgets shared across the fleet (`scope = "fleet"`): their
+    /// local shares; with one, `global` and `prefix` are whole per shard.
+    pub fleet: UdpFleetBudgets,
 }
 
 /// A byte range of the raw datagram that names its operation class.
