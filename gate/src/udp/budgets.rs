@@ -80,12 +80,13 @@ impl UdpBudgets {
     }
 
     /// Whether these counters can serve `policy` as they are (same window,
-    /// ceiling and fleet-scoped budgets); otherwise a reload builds new
-    /// ones ([`Self::renew`]).
+    /// ceiling and clock: Unix time with a fleet-scoped budget); otherwise
+    /// a reload builds new ones ([`Self::renew`]). A changed share or
+    /// budget keeps the counts.
     pub fn fits(&self, policy: &UdpPolicy) -> bool {
         self.prefixes.window_ms() == policy.budgets.window_ms
             && self.prefixes.ceiling() == policy.budgets.tracked
-            && self.identities == policy.budgets.fleet
+            && self.identities.any() == policy.budgets.fleet.any()
     }
 
     /// New counters for `policy`, keeping the relay's shared keys (what

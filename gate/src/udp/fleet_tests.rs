@@ -198,6 +198,10 @@ fn a_reload_keeps_the_relays_shared_keys() {
     }
     let shared = a.shared_windows().shared();
     assert!(shared >= 1);
+    // Another share (nodes_expected) keeps the counts.
+    let mut shares = p.clone();
+    shares.budgets.fleet.global = Some(Budget::flat(20).unwrap());
+    assert!(a.fits(&shares));
     let mut q = p.clone();
     q.budgets.tracked = Ceiling::new(128, 8).unwrap();
     assert!(!a.fits(&q));
