@@ -17,12 +17,13 @@
 use crate::transport::h2call::{H2Live, StreamSlot, Waiters};
 use bytes::Bytes;
 use gapura_gate::hash::KeyHasher;
-use gapura_gate::upstream::UpstreamGroup;
+use gapura_gate::upstream::{UpstreamGroup, UpstreamProtocol, UpstreamTls};
 use h2::client::SendRequest;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::rc::Rc;
+use std::sync::Arc;
 
 type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
 
@@ -44,6 +45,8 @@ struct ServerConns {
     waiters: Rc<Waiters>,
     /// The group's `idle_timeout_ms`, as last seen.
     idle_ms: u64,
+    /// The group's TLS settings the connections were made with.
+    tls: Option<Arc<UpstreamTls>>,
 }
 
 /// What a request gets from [`H2Conns::take`].
@@ -74,7 +77,27 @@ impl H2Conns {
         let s = servers.entry(server).or_default();
         s.conns.retain(|c| !c.live.is_closed());
         s.idle_ms = group.idle_timeout_ms;
-        if s.http1 {
+        // A reload that changed the group's TLS: new requests go on new
+        // connections (the old ones end with their last stream), and an
+        // `auto` server's protocol is learned again.
+        let same = match (&s.tls, &group.tls) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            _ => false,
+        };
+        if !same
+            || s.tls
+                .as_ref()
+                .zip(group.tls.as_ref())
+                .is_some_and(|(a, b)| !Arc::ptr_eq(a, b))
+        {
+            if !same {
+                s.conns.clear();
+                s.http1 = false;
+            }
+            s.tls = group.tls.clone();
+        }
+        if s.http1 && group.protocol == UpstreamProtocol::Auto {
             return Take::Http1;
         }
         let best = s
