@@ -627,6 +627,19 @@ impl WriteAll for H2Call {
     async fn close_write(&mut self) {}
 }
 
+impl ReadSpare for Box<H2Call> {
+    async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        (**self).read_spare(buf).await
+    }
+}
+
+impl WriteAll for Box<H2Call> {
+    async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
+        (**self).write_all_of(buf).await
+    }
+    async fn close_write(&mut self) {}
+}
+
 /// A call cannot be split for a tunnel (HTTP/2 has no upgrade).
 pub struct NoHalf;
 

@@ -21,7 +21,8 @@ pub enum UpstreamConn {
     Tls(TlsStream<ClientConnection>),
     /// One request on an HTTP/2 connection: never pooled, never split
     /// (it has no tunnel; its halves read nothing and write nothing).
-    H2(H2Call),
+    /// Boxed: the other kinds, which are pooled and moved, stay small.
+    H2(Box<H2Call>),
 }
 
 /// The reading half of a split [`UpstreamConn`].

@@ -174,7 +174,7 @@ async fn upstream_for(
         match pool.take(group, server.key) {
             Take::Stream(c, slot) => {
                 return Ok((
-                    UpstreamConn::H2(H2Call::new(c.send, c.live, slot, https)),
+                    UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
                     true,
                 ))
             }
@@ -220,7 +220,7 @@ async fn upstream_for(
         Ok(send) => {
             let (c, slot) = pool.opened(server.key, send, live);
             Ok((
-                UpstreamConn::H2(H2Call::new(c.send, c.live, slot, https)),
+                UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
                 false,
             ))
         }
