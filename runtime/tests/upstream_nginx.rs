@@ -18,9 +18,18 @@ struct Nginx {
 }
 
 impl Drop for Nginx {
+    /// A fast shutdown (SIGTERM): the master ends its workers, then
+    /// itself; killed outright only if it has not within 10 s.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // SAFETY: a signal to the child this test started, by its pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let ended = wait_until(Duration::from_secs(10), || {
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        });
+        if !ended {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
