@@ -171,32 +171,8 @@ impl ChunkedDecoder {
                     }
                     self.state = State::Size { digits: 0 };
                 }
-                State::TrailerLineStart => match b {
-                    b'\r' => self.state = State::TrailerLf { empty: true },
-                    b'\n' => return Err(ChunkError::BadLineEnding),
-                    b' ' | b'\t' => return Err(ChunkError::BadTrailer),
-                    _ => {
-                        self.count_trailer()?;
-                        trailer_at.get_or_insert(i);
-                        self.state = State::TrailerLine;
-                    }
-                },
-                State::TrailerLine => match b {
-                    b'\r' => self.state = State::TrailerLf { empty: false },
-                    b'\n' => return Err(ChunkError::BadLineEnding),
-                    _ => {
-                        if b < 0x20 && b != b'\t' || b == 0x7f {
-                            return Err(ChunkError::BadTrailer);
-                        }
-                        self.count_trailer()?;
-                    }
-                },
-                State::TrailerLf { empty } => {
-                    if b != b'\n' {
-                        return Err(ChunkError::BadLineEnding);
-                    }
-                    if empty {
-                        self.state = State::Done;
+                State::TrailerLineStart | State::TrailerLine | State::TrailerLf { .. } => {
+                    if self.trailer_byte(b)? {
                         // The final empty line (CR, LF) is not a field line.
                         let end = i.saturating_sub(1);
                         return Ok(Step {
@@ -206,7 +182,9 @@ impl ChunkedDecoder {
                             done: true,
                         });
                     }
-                    self.state = State::TrailerLineStart;
+                    if self.state == State::TrailerLine {
+                        trailer_at.get_or_insert(i);
+                    }
                 }
                 State::Done => {
                     return Ok(Step {
@@ -231,6 +209,66 @@ impl ChunkedDecoder {
             trailer: trailer_at.map_or(end..end, |a| a.min(end)..end),
             done: self.state == State::Done,
         })
+    }
+
+    /// One byte of the trailer section; `true` once its final empty line
+    /// ended (the decoder is done).
+    fn trailer_byte(&mut self, b: u8) -> Result<bool, ChunkError> {
+        match self.state {
+            State::TrailerLineStart => match b {
+                b'\r' => self.state = State::TrailerLf { empty: true },
+                b'\n' => return Err(ChunkError::BadLineEnding),
+                b' ' | b'\t' => return Err(ChunkError::BadTrailer),
+                _ => {
+                    self.count_trailer()?;
+                    self.state = State::TrailerLine;
+                }
+            },
+            State::TrailerLine => match b {
+                b'\r' => self.state = State::TrailerLf { empty: false },
+                b'\n' => return Err(ChunkError::BadLineEnding),
+                _ => {
+                    if b < 0x20 && b != b'\t' || b == 0x7f {
+                        return Err(ChunkError::BadTrailer);
+                    }
+                    self.count_trailer()?;
+                }
+            },
+            State::TrailerLf { empty } => {
+                if b != b'\n' {
+                    return Err(ChunkError::BadLineEnding);
+                }
+                if empty {
+                    self.state = State::Done;
+                    return Ok(true);
+                }
+                self.state = State::TrailerLineStart;
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    /// Decodes `data` up to the body's end: the spans of body bytes
+    /// (relative to `data`) into `spans`, the trailer section's bytes
+    /// appended to `trailers`. Returns whether the body ended.
+    pub fn spans(
+        &mut self,
+        data: &[u8],
+        spans: &mut Vec<(usize, usize)>,
+        trailers: &mut Vec<u8>,
+    ) -> Result<bool, ChunkError> {
+        let mut at = 0;
+        while at < data.len() {
+            let step = self.step(&data[at..])?;
+            spans.push((at + step.data.start, at + step.data.end));
+            trailers.extend_from_slice(&data[at..][step.trailer]);
+            at += step.consumed;
+            if step.done {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn count_trailer(&mut self) -> Result<(), ChunkError> {

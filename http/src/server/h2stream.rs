@@ -365,24 +365,11 @@ impl<S> H2Stream<S> {
                 self.data(&data[..take], end).await
             }
             Left::Chunked(decoder) => {
-                let mut at = 0;
                 let mut spans = Vec::new();
-                let mut end = false;
-                while at < data.len() && !end {
-                    match decoder.step(&data[at..]) {
-                        Ok(step) => {
-                            spans.push((at + step.data.start, at + step.data.end));
-                            let t = &data[at..][step.trailer];
-                            self.trailers.extend_from_slice(t);
-                            at += step.consumed;
-                            end = step.done;
-                        }
-                        Err(_) => {
-                            self.reset_stream(Reason::INTERNAL_ERROR);
-                            return Err(io::ErrorKind::InvalidData.into());
-                        }
-                    }
-                }
+                let Ok(end) = decoder.spans(data, &mut spans, &mut self.trailers) else {
+                    self.reset_stream(Reason::INTERNAL_ERROR);
+                    return Err(io::ErrorKind::InvalidData.into());
+                };
                 if end {
                     self.left = Left::Done;
                 }
