@@ -10,7 +10,7 @@
 
 use crate::error::{key_path, Errors};
 use crate::names::valid_policy_name;
-use crate::rawgate::RawQuota;
+use crate::rawgate::{RawIdentityBudget, RawQuota};
 use crate::values::{choice, int_in, Opt};
 use gapura_gate::mode::Mode;
 use gapura_gate::policy::default_quota_sizes;
@@ -96,6 +96,59 @@ fn check_connections(
     })
 }
 
+/// `[quota.identity]`: its budget into `limits` (and its fleet share),
+/// and the credential header it is keyed by.
+fn check_identity(
+    i: &RawIdentityBudget,
+    (shards, fleet): (u32, Option<u32>),
+    limits: &mut QuotaLimits,
+    e: &mut Errors<'_>,
+) -> Option<Box<str>> {
+    let (scope, nodes) = fleet_scope(e, &i.scope, "quota.identity.scope", fleet, true);
+    let budget = Fields::new("quota.identity", &i.requests, &i.optional).budget(e);
+    let header = i.header.as_ref().and_then(|h| {
+        if is_token(h.get_ref()) {
+            Some(h.get_ref().to_ascii_lowercase())
+        } else {
+            e.push(
+                "quota.identity.header.invalid",
+                "quota.identity.header",
+                h.span(),
+                format!(
+                    "{:?} is not a header name: use letters, digits and !#$%&'*+-.^_`|~",
+                    h.get_ref()
+                ),
+            );
+            None
+        }
+    });
+    match (&i.header, &i.requests) {
+        (None, Some(r)) => e.push(
+            "quota.identity.header.required",
+            "quota.identity.header",
+            r.span(),
+            "an identity budget needs the credential header it is keyed by, \
+             such as header = \"authorization\"",
+        ),
+        (Some(h), None) => e.push(
+            "quota.identity.requests.required",
+            "quota.identity.requests",
+            h.span(),
+            "an identity header needs a budget: set requests (per window)",
+        ),
+        _ => {}
+    }
+    if let (Some(b), Some(h)) = (budget, header) {
+        limits.identity = Some(b.for_shards(scope, shards));
+        if let Some(nodes) = nodes {
+            limits.identity = Some(b);
+            limits.fleet.identity = Some(b.for_shards(Scope::Split, nodes.saturating_mul(shards)));
+        }
+        return Some(h.into_boxed_str());
+    }
+    None
+}
+
 /// Checks `[quota]` for one of `shards` shards; `fleet`: the nodes
 /// `[fleet]` expects, when it is written (`scope = "fleet"` needs it).
 pub(crate) fn check_quota(
@@ -143,52 +196,10 @@ pub(crate) fn check_quota(
     if let Some(h) = &q.health {
         limits.health = Fields::new("quota.health", &h.requests, &None).budget(e);
     }
-    let mut identity_header = None;
-    if let Some(i) = &q.identity {
-        let (scope, nodes) = fleet_scope(e, &i.scope, "quota.identity.scope", fleet, true);
-        let budget = Fields::new("quota.identity", &i.requests, &i.optional).budget(e);
-        let header = i.header.as_ref().and_then(|h| {
-            if is_token(h.get_ref()) {
-                Some(h.get_ref().to_ascii_lowercase())
-            } else {
-                e.push(
-                    "quota.identity.header.invalid",
-                    "quota.identity.header",
-                    h.span(),
-                    format!(
-                        "{:?} is not a header name: use letters, digits and !#$%&'*+-.^_`|~",
-                        h.get_ref()
-                    ),
-                );
-                None
-            }
-        });
-        match (&i.header, &i.requests) {
-            (None, Some(r)) => e.push(
-                "quota.identity.header.required",
-                "quota.identity.header",
-                r.span(),
-                "an identity budget needs the credential header it is keyed by, \
-                 such as header = \"authorization\"",
-            ),
-            (Some(h), None) => e.push(
-                "quota.identity.requests.required",
-                "quota.identity.requests",
-                h.span(),
-                "an identity header needs a budget: set requests (per window)",
-            ),
-            _ => {}
-        }
-        if let (Some(b), Some(h)) = (budget, header) {
-            limits.identity = Some(b.for_shards(scope, shards));
-            if let Some(nodes) = nodes {
-                limits.identity = Some(b);
-                limits.fleet.identity =
-                    Some(b.for_shards(Scope::Split, nodes.saturating_mul(shards)));
-            }
-            identity_header = Some(h.into_boxed_str());
-        }
-    }
+    let identity_header = q
+        .identity
+        .as_ref()
+        .and_then(|i| check_identity(i, (shards, fleet), &mut limits, e));
     let (operations, operation_ids, op_limits) = check_operations(q, shards, max_leases, e);
     // Operations that limit nothing leave the tables out of the chain.
     if op_limits.iter().any(|o| *o != OperationLimits::default()) {
