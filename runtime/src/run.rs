@@ -166,10 +166,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     let stats: Vec<Arc<ShardStats>> = (0..shard_count).map(|_| Arc::default()).collect();
     let (log_tx, log_writer) = start_log_writer(&cell, shard_count, &global)?;
     let mut fleet = crate::fleet::start(&settings, shard_count)?;
-    let mut fleet_running = fleet
-        .as_mut()
-        .map(|f| std::mem::take(&mut f.running))
-        .unwrap_or_default();
+    let mut fleet_running = take_fleet_running(&mut fleet);
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
     // `gapura explain --live` asks reach each shard through its own queue.
@@ -190,11 +187,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
             key_seed,
             verifier: verifier.clone(),
             access_log: log_tx.clone(),
-            live: {
-                let (live_tx, live_rx) = mpsc::sync_channel(4);
-                live_senders.push(live_tx);
-                live_rx
-            },
+            live: live_queue(&mut live_senders),
             udp: std::mem::take(&mut udp_sockets[id]),
             udp_stats: relay_board.of_shard(id),
             fleet: fleet.as_ref().map(|f| f.shards[id].clone()),
@@ -235,6 +228,22 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     )?;
     stopped(handover, threads, log_writer);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The reconciler's running state, kept by the control loop (reloads
+/// apply `[fleet]` to it); empty without a `[fleet]`.
+fn take_fleet_running(fleet: &mut Option<crate::fleet::Started>) -> crate::fleet::Running {
+    fleet
+        .as_mut()
+        .map(|f| std::mem::take(&mut f.running))
+        .unwrap_or_default()
+}
+
+/// A shard's queue of `explain --live` asks, its sender kept in `senders`.
+fn live_queue<T>(senders: &mut Vec<mpsc::SyncSender<T>>) -> mpsc::Receiver<T> {
+    let (tx, rx) = mpsc::sync_channel(4);
+    senders.push(tx);
+    rx
 }
 
 /// After the control loop: the handover socket removed, the shards
