@@ -112,9 +112,14 @@ fn main() {
         },
     );
 
-    // The full decision: global + source + operation budgets, global +
-    // source + operation leases, identity budget, one rate bucket; and the
-    // release at the request's end.
+    bench_decisions(n, &mut op, open, key, &keys);
+}
+
+/// The full decision: global + source + operation budgets, global +
+/// source + operation leases, identity budget, one rate bucket (`open`);
+/// and the release at the request's end: one client (`key`), and many
+/// (`keys`).
+fn bench_decisions(n: u64, op: &mut u64, open: RatePolicy, key: u64, keys: &[u64]) {
     let ceiling = Ceiling::new(1 << 16, 1 << 12).unwrap();
     let mut q = Quota::new(&QuotaSizes {
         rate_entries: 1 << 18,
@@ -168,21 +173,16 @@ fn main() {
             QuotaDecision::Refuse(r) => panic!("refused {r:?}"),
         }
     };
-    bench(
-        "decide: budgets + leases + rate, one client",
-        n,
-        &mut op,
-        |i| {
-            run(&mut q, black_box(key), key, None, now_ms(i));
-        },
-    );
-    bench("decide: + identity budget, one client", n, &mut op, |i| {
+    bench("decide: budgets + leases + rate, one client", n, op, |i| {
+        run(&mut q, black_box(key), key, None, now_ms(i));
+    });
+    bench("decide: + identity budget, one client", n, op, |i| {
         run(&mut q, black_box(key), key, Some(key ^ 1), now_ms(i));
     });
     bench(
         "decide: budgets + leases + rate, 64 Ki clients",
         n,
-        &mut op,
+        op,
         |i| {
             let k = keys[(i & 0xffff) as usize];
             // Sources by /24 (256 clients each), rate by client.
