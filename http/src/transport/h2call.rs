@@ -46,6 +46,9 @@ const MAX_HEAD_BYTES: usize = 256 * 1024;
 /// Read buffer growth for the proxy's reads.
 const READ_BYTES: usize = 16 * 1024;
 
+/// Most wakers a server's waiting list holds before it wakes them all.
+const WAITERS: usize = 1024;
+
 /// Requests waiting for a stream of one server.
 #[derive(Default)]
 pub struct Waiters(RefCell<Vec<Waker>>);
@@ -77,6 +80,13 @@ impl Waiters {
                 return Poll::Ready(());
             }
             registered = true;
+            // Wakers of requests that stopped waiting (past their
+            // deadline) stay until a wake: past WAITERS, every one is woken
+            // (those still waiting take again and wait anew), so the list
+            // stays bounded while no stream ends.
+            if self.0.borrow().len() >= WAITERS {
+                self.wake_all();
+            }
             self.0.borrow_mut().push(cx.waker().clone());
             Poll::Pending
         })
