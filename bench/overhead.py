@@ -15,6 +15,12 @@ rounds up, the ratio of each profile's lower quartile.
   bench/overhead.py --a PROFILE_A --b PROFILE_B [--upstream] [--rounds 3]
                     [--duration 5] [--connections 64] [--b-env KEY=VALUE]
                     [--a-bin GAPURA_A] [--b-bin GAPURA_B]
+                    [--generator gapura-loadtest|wrk] [--pipeline N]
+
+--generator wrk loads with `wrk -t1` instead (bench/peers/wrk-report.lua
+counts its responses; its requests carry only Host); --pipeline N writes
+N requests per batch on each connection (gapura-loadtest's --pipeline,
+or bench/peers/wrk-pipeline.lua).
 
 With --a-bin/--b-bin and one profile given as both A and B, it compares
 two builds instead (keep a copy of the old target/release/gapura).
@@ -121,22 +127,10 @@ def run_once(template, tmp, upstream_port, args, env=None, binary=GAPURA):
     try:
         if not wait_port(port):
             sys.exit(f"gapura did not start with {template}")
-        report = os.path.join(tmp, "lt.json")
-        load = subprocess.Popen(
-            ["taskset", "-c", "1", LOADTEST, "-t1", f"-c{args.connections}",
-             f"-d{args.duration}s", "--warmup", "1s", "--no-progress", "-q",
-             "--json", report, "-H", "Host: app.test",
-             "-H", "User-Agent: " + "Mozilla/5.0 (X11; Linux x86_64) Chrome/131.0.0.0",
-             "-H", "X-Forwarded-For: 203.0.113.7", *args.extra_headers,
-             f"http://127.0.0.1:{port}/products/item-42?x=1"])
-        time.sleep(1.0 + 0.02)
-        before = cpu_seconds(server.pid)
-        load.wait(timeout=args.duration + 30)
-        after = cpu_seconds(server.pid)
-        with open(report) as f:
-            r = json.load(f)
-        requests = r["summary"]["requests"]
-        statuses = r.get("status_counts", {})
+        if args.generator == "wrk":
+            requests, statuses, (before, after) = load_wrk(port, tmp, args, server.pid)
+        else:
+            requests, statuses, (before, after) = load_loadtest(port, tmp, args, server.pid)
         per = [(a - b) * 1e6 / max(requests, 1) for a, b in zip(after, before)]
         return sum(per), requests, statuses, per
     finally:
@@ -145,6 +139,53 @@ def run_once(template, tmp, upstream_port, args, env=None, binary=GAPURA):
             server.wait(timeout=10)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+def load_loadtest(port, tmp, args, pid):
+    """gapura-loadtest for the duration after a second's warm-up: the
+    responses it counted, their statuses, the server's CPU around them."""
+    report = os.path.join(tmp, "lt.json")
+    pipeline = ["--pipeline", str(args.pipeline)] if args.pipeline > 1 else []
+    load = subprocess.Popen(
+        ["taskset", "-c", "1", LOADTEST, "-t1", f"-c{args.connections}",
+         f"-d{args.duration}s", "--warmup", "1s", "--no-progress", "-q", *pipeline,
+         "--json", report, "-H", "Host: app.test",
+         "-H", "User-Agent: " + "Mozilla/5.0 (X11; Linux x86_64) Chrome/131.0.0.0",
+         "-H", "X-Forwarded-For: 203.0.113.7", *args.extra_headers,
+         f"http://127.0.0.1:{port}/products/item-42?x=1"])
+    time.sleep(1.0 + 0.02)
+    before = cpu_seconds(pid)
+    load.wait(timeout=args.duration + 30)
+    after = cpu_seconds(pid)
+    with open(report) as f:
+        r = json.load(f)
+    return r["summary"]["requests"], r.get("status_counts", {}), (before, after)
+
+
+def load_wrk(port, tmp, args, pid):
+    """wrk for the duration (no warm-up of its own: the server's CPU is
+    read around the whole run): the responses it counted (the report hook's
+    WRKSTAT line), its errors, the server's CPU around them."""
+    script = os.path.join(tmp, "wrk.lua")
+    with open(script, "w") as f:
+        if args.pipeline > 1:
+            f.write(open(os.path.join(ROOT, "bench/peers/wrk-pipeline.lua")).read())
+        f.write(open(os.path.join(ROOT, "bench/peers/wrk-report.lua")).read())
+    extra = ["--", str(args.pipeline)] if args.pipeline > 1 else []
+    before = cpu_seconds(pid)
+    out = subprocess.run(
+        ["taskset", "-c", "1", "wrk", "-t1", f"-c{args.connections}", f"-d{args.duration}s",
+         "-s", script, "-H", "Host: app.test", f"http://127.0.0.1:{port}/products/item-42?x=1",
+         *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=args.duration + 30)
+    after = cpu_seconds(pid)
+    stat = next((line for line in out.stdout.decode().splitlines()
+                 if line.startswith("WRKSTAT ")), None)
+    if stat is None:
+        sys.exit("wrk printed no WRKSTAT line")
+    fields = dict(kv.split("=", 1) for kv in stat.split()[1:])
+    errors = {k: int(fields[k]) for k in ("connect", "read", "write", "status", "timeout")
+              if int(fields[k])}
+    return int(fields["requests"]), errors, (before, after)
 
 
 def main():
@@ -161,9 +202,14 @@ def main():
     ap.add_argument("--b-env", action="append", default=[],
                     help="KEY=VALUE set in B's environment only (to compare a switch)")
     ap.add_argument("--pow-key", help="a proof-of-work key (64 hex digits): see above")
+    ap.add_argument("--generator", choices=("gapura-loadtest", "wrk"), default="gapura-loadtest")
+    ap.add_argument("--pipeline", type=int, default=1,
+                    help="requests written per batch on each connection")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="gapura-overhead-")
     args.extra_headers = []
+    if args.pow_key and args.generator == "wrk":
+        sys.exit("--pow-key sends its cookie with gapura-loadtest only")
     if args.pow_key:
         key = bytes.fromhex(args.pow_key)
         path = os.path.join(tmp, "pow.key")

@@ -61,6 +61,17 @@ enum BodyEnd {
     End(End),
 }
 
+/// How [`Conn::answer_now`] left a plan.
+enum Now {
+    /// Written whole; its leases are held until the flush that sends it.
+    Held,
+    /// Written whole; the buffer goes out before anything else (its leases
+    /// with it).
+    Flush(Option<Leases>),
+    /// Not an answer written without awaiting: nothing was written.
+    Later,
+}
+
 /// What the buffered bytes make of the next request.
 enum Step<'s> {
     /// No complete head yet.
@@ -238,6 +249,27 @@ impl<S: Transport> Conn<S> {
                     // to reach the cache).
                     ref plan => {
                         self.io.consume(head.head_len);
+                        // A local answer without a body is written here,
+                        // not through a future: a pipelined batch of them
+                        // is answered in this loop without awaiting.
+                        match self.answer_now(&snap, &head, plan) {
+                            Now::Held => {
+                                self.finish_log(&snap);
+                                self.record_latency();
+                                continue;
+                            }
+                            Now::Flush(leases) => {
+                                let done = self.after_local_answer(false, leases).await;
+                                self.woke_at = None;
+                                self.finish_log(&snap);
+                                self.record_latency();
+                                if let Err(end) = done {
+                                    return end;
+                                }
+                                continue;
+                            }
+                            Now::Later => {}
+                        }
                         // Polled where it is made (a future moved into a
                         // wrapper would be copied whole), noting whether it
                         // waited: one that did not took no time but the CPU's.
@@ -545,6 +577,42 @@ impl<S: Transport> Conn<S> {
             }
             other => other,
         }
+    }
+
+    /// A local answer that reads no body and keeps the connection open,
+    /// written whole without awaiting: its leases held for the flush that
+    /// sends it ([`Now::Held`]), or that flush first when the buffer is
+    /// full, a shared body must go out, or the connection holds as many
+    /// leases as it keeps ([`Now::Flush`]). Anything else is
+    /// [`Now::Later`], for [`Conn::execute`], with nothing written.
+    fn answer_now(&mut self, snap: &Snapshot, head: &ParsedHead, plan: &Plan<'_>) -> Now {
+        let Plan::Local(local) = plan else {
+            return Now::Later;
+        };
+        if head.framing != BodyFraming::None
+            || matches!(local.end, LocalEnd::PowVerify(..))
+            || local.close
+            || self.closes_after(snap, head)
+        {
+            return Now::Later;
+        }
+        if matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
+            let hsts = self.hsts(snap);
+            self.io.out().extend_from_slice(hsts);
+        }
+        self.end_local_answer(local.end, head, false);
+        self.shard.stats.response(local.status);
+        let leases = local.ticket.map(|t| Leases::new(self.shard.clone(), t));
+        if self.io.out_len() >= WRITE_FLUSH_BYTES
+            || self.io.has_shared()
+            || (leases.is_some() && self.held.is_full())
+        {
+            return Now::Flush(leases);
+        }
+        if let Some(l) = leases {
+            self.held.push(l);
+        }
+        Now::Held
     }
 
     /// A local answer: drains the body against the limits, writes the rest
