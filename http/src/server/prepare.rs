@@ -188,7 +188,7 @@ pub(super) fn prepare<'s>(
             return out.refused_after_check(snap, (list, busy), paid, log, &req);
         }
     };
-    let (decision, job, auth_job) = decide(shard, snap, &req, start);
+    let decision = decide(shard, snap, &req, start);
     // After a password check the budgets' leases were taken before it.
     let ticket = decision.ticket.or(paid);
     *host_out = decision.host;
@@ -209,18 +209,22 @@ pub(super) fn prepare<'s>(
         identity: identity.as_deref(),
     };
     // The checks made off the decision; without their job (the chain hands
-    // one on with each) they are answered locally.
-    match (decision.verdict, job, auth_job) {
-        (Verdict::Verify(list), Some(job), _) => {
-            return Plan::Verify {
-                job: Box::new(job),
-                list,
-                ticket,
-                suspended: decision.suspended,
-            };
+    // one on with each) they are answered locally. The jobs are taken only
+    // for their verdicts: a decision is not moved beside them.
+    match decision.verdict {
+        Verdict::Verify(list) => {
+            if let Some(job) = shard.gate_mut().take_job() {
+                return Plan::Verify {
+                    job: Box::new(job),
+                    list,
+                    ticket,
+                    suspended: decision.suspended,
+                };
+            }
         }
-        (Verdict::Authenticate(b), _, Some(job)) => {
-            if let Some(plan) = d.authenticate(ubuf, b, job) {
+        Verdict::Authenticate(b) => {
+            let job = shard.gate_mut().auth.take_job();
+            if let Some(plan) = job.and_then(|job| d.authenticate(ubuf, b, job)) {
                 return plan;
             }
         }
@@ -272,18 +276,15 @@ fn resumed(
 }
 
 /// Runs the chain for the head on the shard's gate state (its rate slots
-/// bound to the snapshot first); a `Verify` verdict's job comes with it.
+/// bound to the snapshot first). A `Verify` or `Authenticate` verdict's
+/// job stays in the gate state until the plan takes it.
 #[inline(always)]
 fn decide<'s, H: HeaderLines + ?Sized>(
     shard: &Shard,
     snap: &'s Snapshot,
     req: &Request<'_, H>,
     start: Start,
-) -> (
-    gapura_gate::chain::Decision<'s>,
-    Option<VerifyJob>,
-    Option<gapura_gate::auth::AuthJob>,
-) {
+) -> gapura_gate::chain::Decision<'s> {
     let mut gate = shard.gate_mut();
     let now_ms = if snap.gate.needs_clock() {
         shard.now_ms()
@@ -300,15 +301,7 @@ fn decide<'s, H: HeaderLines + ?Sized>(
     let d = snap.decide_from(req, &mut gate, now_ms, &mut scratch, &mut NoTrace, start);
     #[cfg(feature = "decide-timing")]
     super::timing::record(t0, super::timing::stamp());
-    let job = match d.verdict {
-        Verdict::Verify(_) => gate.take_job(),
-        _ => None,
-    };
-    let auth_job = match d.verdict {
-        Verdict::Authenticate(_) => gate.auth.take_job(),
-        _ => None,
-    };
-    (d, job, auth_job)
+    d
 }
 
 /// What a decision leaves behind besides its answer: the throttled warning
