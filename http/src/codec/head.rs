@@ -111,8 +111,11 @@ pub struct HeadBounds {
 }
 
 /// Outcome of one parse attempt. A complete head comes with its header
-/// lines, borrowed from the caller's array and buffer.
+/// lines, borrowed from the caller's array and buffer. An explicit
+/// one-byte tag: the caller reads it straight after the parser wrote it,
+/// as a load of the width it was stored with.
 #[derive(Debug)]
+#[repr(u8)]
 pub enum Parse<'h, 'b> {
     Complete(ParsedHead, &'h [httparse::Header<'b>]),
     /// Need more bytes; nothing is wrong so far.

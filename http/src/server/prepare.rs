@@ -52,7 +52,12 @@ pub(super) struct Prep<'a> {
 }
 
 /// What a request's head decided, to be carried out once the borrows of
-/// the head have ended.
+/// the head have ended. An explicit one-byte tag: the connection reads
+/// which plan it got straight after `prepare` wrote it, and a tag kept in
+/// a niche of the payload's fields is read as a wider load than the
+/// stores that wrote it (a load that must wait for them to reach the
+/// cache).
+#[repr(u8)]
 pub(super) enum Plan<'s> {
     /// A local answer (`LocalPlan`).
     Local(LocalPlan<'s>),

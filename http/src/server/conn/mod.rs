@@ -72,7 +72,9 @@ enum Now {
     Later,
 }
 
-/// What the buffered bytes make of the next request.
+/// What the buffered bytes make of the next request. An explicit
+/// one-byte tag, read as it was written (as [`Plan`]'s).
+#[repr(u8)]
 enum Step<'s> {
     /// No complete head yet.
     More,
@@ -80,6 +82,11 @@ enum Step<'s> {
     Refuse(HeadError),
     /// A complete head and what it decided.
     Plan(ParsedHead, Plan<'s>),
+    /// A local answer written whole ([`Now::Held`]).
+    Answered,
+    /// A local answer written whole; the buffer goes out first
+    /// ([`Now::Flush`]).
+    Flush(Option<Leases>),
 }
 
 pub(super) struct Conn<S> {
@@ -229,6 +236,19 @@ impl<S: Transport> Conn<S> {
                     }
                 }
                 Step::Refuse(e) => return self.refuse_unparsed(e).await,
+                Step::Answered => {
+                    self.finish_log(&snap);
+                    self.record_latency();
+                }
+                Step::Flush(leases) => {
+                    let done = self.after_local_answer(false, leases).await;
+                    self.woke_at = None;
+                    self.finish_log(&snap);
+                    self.record_latency();
+                    if let Err(end) = done {
+                        return end;
+                    }
+                }
                 Step::Plan(head, plan) => match plan {
                     Plan::Verify { .. } | Plan::Authenticate { .. } => {
                         // The head stays in the buffer, decided again
@@ -249,27 +269,6 @@ impl<S: Transport> Conn<S> {
                     // to reach the cache).
                     ref plan => {
                         self.io.consume(head.head_len);
-                        // A local answer without a body is written here,
-                        // not through a future: a pipelined batch of them
-                        // is answered in this loop without awaiting.
-                        match self.answer_now(&snap, &head, plan) {
-                            Now::Held => {
-                                self.finish_log(&snap);
-                                self.record_latency();
-                                continue;
-                            }
-                            Now::Flush(leases) => {
-                                let done = self.after_local_answer(false, leases).await;
-                                self.woke_at = None;
-                                self.finish_log(&snap);
-                                self.record_latency();
-                                if let Err(end) = done {
-                                    return end;
-                                }
-                                continue;
-                            }
-                            Now::Later => {}
-                        }
                         // Polled where it is made (a future moved into a
                         // wrapper would be copied whole), noting whether it
                         // waited: one that did not took no time but the CPU's.
@@ -360,7 +359,14 @@ impl<S: Transport> Conn<S> {
         if let Plan::Local(local) = &plan {
             self.log_status(local.status);
         }
-        Step::Plan(head, plan)
+        // A local answer without a body is written here, not through a
+        // future: a pipelined batch of them is answered without awaiting,
+        // and the plan is read where it was written, never moved.
+        match self.answer_now(snap, &head, &plan) {
+            Now::Held => Step::Answered,
+            Now::Flush(leases) => Step::Flush(leases),
+            Now::Later => Step::Plan(head, plan),
+        }
     }
 
     /// A head the parser refused (400, 414, 431): it pays its budgets all
@@ -580,7 +586,8 @@ impl<S: Transport> Conn<S> {
     }
 
     /// A local answer that reads no body and keeps the connection open,
-    /// written whole without awaiting: its leases held for the flush that
+    /// its head consumed and the answer written whole without awaiting:
+    /// its leases held for the flush that
     /// sends it ([`Now::Held`]), or that flush first when the buffer is
     /// full, a shared body must go out, or the connection holds as many
     /// leases as it keeps ([`Now::Flush`]). Anything else is
@@ -596,6 +603,7 @@ impl<S: Transport> Conn<S> {
         {
             return Now::Later;
         }
+        self.io.consume(head.head_len);
         if matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
             let hsts = self.hsts(snap);
             self.io.out().extend_from_slice(hsts);
