@@ -226,7 +226,15 @@ impl<S: Transport> Conn<S> {
     pub(super) async fn run(&mut self) -> End {
         loop {
             let snap = self.shard.snapshot();
-            match self.decide(&snap) {
+            let mut step = self.decide(&snap);
+            // The answers written at once of a pipelined batch share the
+            // snapshot the batch began with.
+            while let Step::Answered = step {
+                self.finish_log(&snap);
+                self.record_latency();
+                step = self.decide(&snap);
+            }
+            match step {
                 Step::More => {
                     // No snapshot held while the connection waits.
                     drop(snap);
@@ -236,10 +244,8 @@ impl<S: Transport> Conn<S> {
                     }
                 }
                 Step::Refuse(e) => return self.refuse_unparsed(e).await,
-                Step::Answered => {
-                    self.finish_log(&snap);
-                    self.record_latency();
-                }
+                // Taken by the loop above.
+                Step::Answered => {}
                 Step::Flush(leases) => {
                     let done = self.after_local_answer(false, leases).await;
                     self.woke_at = None;
