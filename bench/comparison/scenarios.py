@@ -39,7 +39,8 @@ SCENARIOS = {
 # work (bench/src/bin/floor-proxy.rs), on monoio's stream API like Gapura,
 # or on a ring driven directly (multishot receives, provided buffers,
 # registered files).
-KNOWN_SERVERS = ("gapura", "gapura-ring", "nginx", "haproxy", "floor-monoio", "floor-ring")
+KNOWN_SERVERS = ("gapura", "gapura-ring", "gapura-protected", "nginx", "haproxy",
+                 "floor-monoio", "floor-ring")
 KNOWN_GENERATORS = ("gapura-loadtest", "wrk")
 # Where a proxy scenario's upstream runs. `saturated`: on the load core, so
 # the server's core does only the server's work and is saturated by it, and

@@ -36,7 +36,7 @@ def show_log_tails(paths):
 
 
 def start_server(b, name, kind, directory, core, port, admin, upstream):
-    """Starts NAME (gapura|gapura-ring|nginx|haproxy|floor-*) in its KIND (respond|proxy)
+    """Starts NAME (gapura|gapura-ring|gapura-protected|nginx|haproxy|floor-*) in its KIND (respond|proxy)
     configuration, pinned to CORE, and waits until PORT accepts.
     Returns (process, None), or (None, reason) with nothing left running."""
     os.makedirs(directory, exist_ok=True)
@@ -58,7 +58,13 @@ def start_server(b, name, kind, directory, core, port, admin, upstream):
         cmd = [*pin, "haproxy", "-db", "-f", conf]
     else:
         conf = os.path.join(directory, "gapura.toml")
-        render(os.path.join(PEERS, f"gapura-{kind}.toml.in"), conf, values)
+        # gapura-protected: the embedded default's protections written out,
+        # sized so the load passes them (bench/peers/*-protected.toml.in).
+        variant = "-protected" if name == "gapura-protected" else ""
+        template = os.path.join(PEERS, f"gapura-{kind}{variant}.toml.in")
+        if not os.path.exists(template):
+            return None, f"skipped: no {kind} profile with the protections on"
+        render(template, conf, values)
         if name == "gapura-ring":
             # The same profile, receiving from the shard's own ring.
             with open(conf, encoding="utf-8") as f:
