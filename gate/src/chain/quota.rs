@@ -71,13 +71,15 @@ impl Snapshot {
             .and_then(|h| req.headers.lines(h).last())
             .filter(|v| !v.is_empty())
             .map(|v| keyer_for(fleet.identity.is_some()).identity(v));
+        let source = state.source_key(
+            fleet.source.is_some(),
+            Domain::SourceBudget,
+            client,
+            SourcePrefix::BUDGET,
+        );
         let request = QuotaRequest {
             class: policy.class,
-            source: keyer_for(fleet.source.is_some()).source(
-                Domain::SourceBudget,
-                client,
-                SourcePrefix::BUDGET,
-            ),
+            source,
             operation: policy.operation,
             identity,
             rate: &[],
@@ -146,17 +148,25 @@ impl Snapshot {
                 .map_err(|retry| (retry, def.name.as_str()));
         };
         let slot = &slot;
-        let keyer = if def.fleet.is_some() {
-            &state.fleet_keyer
-        } else {
-            &state.keyer
-        };
         let key = match &def.key {
-            RateKey::Ip => keyer.source(Domain::RateSource, client, SourcePrefix::RATE),
-            RateKey::IpPath => keyer.source_path(client, SourcePrefix::RATE, canonical),
+            RateKey::Ip => state.source_key(
+                def.fleet.is_some(),
+                Domain::RateSource,
+                client,
+                SourcePrefix::RATE,
+            ),
+            RateKey::IpPath => state.keyer_for(def.fleet.is_some()).source_path(
+                client,
+                SourcePrefix::RATE,
+                canonical,
+            ),
             RateKey::Header(name) => {
                 let value = req.headers.lines(name).last();
-                keyer.header_or_source(value, client, SourcePrefix::RATE)
+                state.keyer_for(def.fleet.is_some()).header_or_source(
+                    value,
+                    client,
+                    SourcePrefix::RATE,
+                )
             }
         };
         let identity = gate.rate_pairs[pair].identity;
@@ -188,7 +198,11 @@ impl Snapshot {
                 checks[n] = RateCheck {
                     policy: tier,
                     slot: *slot,
-                    key: keyer.source(Domain::RateSource, client, *prefix),
+                    key: state.keyer_for(def.fleet.is_some()).source(
+                        Domain::RateSource,
+                        client,
+                        *prefix,
+                    ),
                 };
                 n += 1;
             }

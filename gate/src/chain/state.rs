@@ -90,6 +90,8 @@ pub struct GateState {
     /// Keys of fleet-scoped limits: the same on every node of the fleet
     /// ([`GateState::enable_fleet`]); the process's own until then.
     pub(super) fleet_keyer: Keyer,
+    /// The last source keys derived (`source_key`).
+    source_keys: SourceKeys,
     /// The shared keys of fleet-scoped limits and this shard's side of
     /// their exchange (empty until [`GateState::enable_fleet`]).
     pub fleet: crate::quota::fleet::FleetState,
@@ -166,6 +168,7 @@ impl GateState {
             quota: Quota::new(sizes)?,
             keyer: Keyer::new(seed),
             fleet_keyer: Keyer::new(seed),
+            source_keys: SourceKeys::default(),
             fleet: crate::quota::fleet::FleetState::default(),
             pair_slots: Vec::new(),
             adopted: u64::MAX,
@@ -199,6 +202,7 @@ impl GateState {
     /// them are shared at once. Allocates the shared set, once, at start.
     pub fn enable_fleet(&mut self, fleet_seed: [u8; 16], shared_keys: usize) {
         self.fleet_keyer = Keyer::new(fleet_seed);
+        self.source_keys = SourceKeys::default();
         self.fleet = crate::quota::fleet::FleetState::with_capacity(shared_keys);
     }
 
@@ -498,5 +502,67 @@ impl GateState {
     /// Gives a ticket's leases back. A second release does nothing.
     pub fn release(&mut self, ticket: QuotaTicket) {
         let _ = self.quota.release(ticket);
+    }
+}
+
+/// The last key derived for a client address in each of the two source
+/// domains every protected request keys (its source budget, its rate
+/// limit): the requests of one connection come from one address, so each
+/// is one SipHash a client, not one a request. A different address, prefix
+/// or keyer replaces the entry; what it returns is always what the keyer
+/// derives.
+#[derive(Clone, Copy, Debug, Default)]
+struct SourceKeys {
+    entries: [Option<SourceKeyEntry>; 2],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SourceKeyEntry {
+    shared: bool,
+    addr: std::net::IpAddr,
+    prefix: crate::quota::SourcePrefix,
+    key: u64,
+}
+
+impl GateState {
+    /// The process's keyer or, `shared`, the fleet's.
+    pub(super) fn keyer_for(&self, shared: bool) -> &Keyer {
+        if shared {
+            &self.fleet_keyer
+        } else {
+            &self.keyer
+        }
+    }
+
+    /// `keyer.source(domain, addr, prefix)` under the process's keyer or,
+    /// `shared`, the fleet's; remembered for [`Domain::SourceBudget`] and
+    /// [`Domain::RateSource`] ([`SourceKeys`]).
+    pub(super) fn source_key(
+        &mut self,
+        shared: bool,
+        domain: crate::quota::Domain,
+        addr: std::net::IpAddr,
+        prefix: crate::quota::SourcePrefix,
+    ) -> u64 {
+        use crate::quota::Domain;
+        let keyer = *self.keyer_for(shared);
+        let slot = match domain {
+            Domain::SourceBudget => 0,
+            Domain::RateSource => 1,
+            _ => return keyer.source(domain, addr, prefix),
+        };
+        if let Some(e) = self.source_keys.entries[slot] {
+            if e.shared == shared && e.addr == addr && e.prefix == prefix {
+                return e.key;
+            }
+        }
+        let key = keyer.source(domain, addr, prefix);
+        self.source_keys.entries[slot] = Some(SourceKeyEntry {
+            shared,
+            addr,
+            prefix,
+            key,
+        });
+        key
     }
 }

@@ -142,3 +142,46 @@ fn head_limits_answer_414_and_431() {
         Verdict::Refuse(ErrorStatus::HeaderFieldsTooLarge)
     ));
 }
+
+#[test]
+fn remembered_source_keys_are_the_keyers_own() {
+    use crate::quota::{Domain, Keyer, SourcePrefix};
+    let mut s = state();
+    let own = Keyer::new([7; 16]);
+    let fleet = Keyer::new([9; 16]);
+    let a: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+    let b: std::net::IpAddr = "192.0.2.200".parse().unwrap();
+    let c: std::net::IpAddr = "2001:db8::1".parse().unwrap();
+    let cases = [
+        (false, Domain::SourceBudget, a, SourcePrefix::BUDGET),
+        (false, Domain::SourceBudget, a, SourcePrefix::BUDGET),
+        (false, Domain::RateSource, a, SourcePrefix::RATE),
+        (false, Domain::SourceBudget, b, SourcePrefix::BUDGET),
+        (false, Domain::RateSource, b, SourcePrefix::RATE),
+        (false, Domain::RateSource, c, SourcePrefix::RATE),
+        (false, Domain::RateSource, c, SourcePrefix::BUDGET),
+        (false, Domain::RateHeaderFallback, a, SourcePrefix::RATE),
+        (true, Domain::SourceBudget, b, SourcePrefix::BUDGET),
+        (false, Domain::SourceBudget, b, SourcePrefix::BUDGET),
+    ];
+    for (i, (shared, domain, addr, prefix)) in cases.into_iter().enumerate() {
+        // Before the fleet's seed, the fleet keyer is the process's.
+        let want = own.source(domain, addr, prefix);
+        assert_eq!(s.source_key(shared, domain, addr, prefix), want, "case {i}");
+    }
+    s.enable_fleet([9; 16], 16);
+    for (i, (shared, domain, addr, prefix)) in cases.into_iter().enumerate() {
+        let keyer = if shared { &fleet } else { &own };
+        let want = keyer.source(domain, addr, prefix);
+        assert_eq!(
+            s.source_key(shared, domain, addr, prefix),
+            want,
+            "case {i} after the fleet's seed"
+        );
+        assert_eq!(
+            s.source_key(!shared, domain, addr, prefix),
+            if shared { own } else { fleet }.source(domain, addr, prefix),
+            "case {i}, the other keyer"
+        );
+    }
+}
