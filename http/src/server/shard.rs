@@ -383,8 +383,10 @@ impl Shard {
     pub fn gate_mut(&self) -> RefMut<'_, GateState> {
         let mut gate = self.gate.borrow_mut();
         let mut deferred = self.deferred_releases.borrow_mut();
-        for r in deferred.drain(..) {
-            r.carry_out(&mut gate);
+        if !deferred.is_empty() {
+            for r in deferred.drain(..) {
+                r.carry_out(&mut gate);
+            }
         }
         gate
     }
