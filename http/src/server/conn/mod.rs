@@ -72,16 +72,17 @@ enum Now {
     Later,
 }
 
-/// What the buffered bytes make of the next request. An explicit
-/// one-byte tag, read as it was written (as [`Plan`]'s).
+/// What the buffered bytes make of the next request. Small, and an
+/// explicit one-byte tag read as it was written (as [`Plan`]'s): a head
+/// with a plan to carry out is handed over beside it.
 #[repr(u8)]
-enum Step<'s> {
+enum Step {
     /// No complete head yet.
     More,
     /// The parser refused the head.
     Refuse(HeadError),
-    /// A complete head and what it decided.
-    Plan(ParsedHead, Plan<'s>),
+    /// A complete head and what it decided, in the caller's place for them.
+    Planned,
     /// A local answer written whole ([`Now::Held`]).
     Answered,
     /// A local answer written whole; the buffer goes out first
@@ -226,13 +227,16 @@ impl<S: Transport> Conn<S> {
     pub(super) async fn run(&mut self) -> End {
         loop {
             let snap = self.shard.snapshot();
-            let mut step = self.decide(&snap);
+            // A head with a plan to carry out lands here, so that what the
+            // common steps move is small.
+            let mut planned = None;
+            let mut step = self.decide(&snap, &mut planned);
             // The answers written at once of a pipelined batch share the
             // snapshot the batch began with.
             while let Step::Answered = step {
                 self.finish_log(&snap);
                 self.record_latency();
-                step = self.decide(&snap);
+                step = self.decide(&snap, &mut planned);
             }
             match step {
                 Step::More => {
@@ -255,50 +259,55 @@ impl<S: Transport> Conn<S> {
                         return end;
                     }
                 }
-                Step::Plan(head, plan) => match plan {
-                    Plan::Verify { .. } | Plan::Authenticate { .. } => {
-                        // The head stays in the buffer, decided again
-                        // once the check is made.
-                        self.woke_at = None;
-                        if let Err(end) = Box::pin(self.defer(&snap, plan, &head)).await {
-                            return end;
-                        }
-                    }
-                    Plan::Drop => {
-                        self.shard.stats.gate_drops.inc();
-                        self.finish_log(&snap);
-                        return End::Done;
-                    }
-                    // By reference: each field is then read as it was
-                    // written, not copied whole straight after the
-                    // writes (a copy that straddles them waits for them
-                    // to reach the cache).
-                    ref plan => {
-                        self.io.consume(head.head_len);
-                        // Polled where it is made (a future moved into a
-                        // wrapper would be copied whole), noting whether it
-                        // waited: one that did not took no time but the CPU's.
-                        let (done, waited) = {
-                            let mut waited = false;
-                            let mut exec = std::pin::pin!(self.execute(&snap, &head, plan));
-                            let done = std::future::poll_fn(|cx| {
-                                let polled = std::future::Future::poll(exec.as_mut(), cx);
-                                waited |= polled.is_pending();
-                                polled
-                            })
-                            .await;
-                            (done, waited)
-                        };
-                        if waited {
+                Step::Planned => {
+                    let Some((head, plan)) = planned.take() else {
+                        return End::Error(ErrorKind::BadRequest);
+                    };
+                    match plan {
+                        Plan::Verify { .. } | Plan::Authenticate { .. } => {
+                            // The head stays in the buffer, decided again
+                            // once the check is made.
                             self.woke_at = None;
+                            if let Err(end) = Box::pin(self.defer(&snap, plan, &head)).await {
+                                return end;
+                            }
                         }
-                        self.finish_log(&snap);
-                        self.record_latency();
-                        if let Err(end) = done {
-                            return end;
+                        Plan::Drop => {
+                            self.shard.stats.gate_drops.inc();
+                            self.finish_log(&snap);
+                            return End::Done;
+                        }
+                        // By reference: each field is then read as it was
+                        // written, not copied whole straight after the
+                        // writes (a copy that straddles them waits for them
+                        // to reach the cache).
+                        ref plan => {
+                            self.io.consume(head.head_len);
+                            // Polled where it is made (a future moved into a
+                            // wrapper would be copied whole), noting whether it
+                            // waited: one that did not took no time but the CPU's.
+                            let (done, waited) = {
+                                let mut waited = false;
+                                let mut exec = std::pin::pin!(self.execute(&snap, &head, plan));
+                                let done = std::future::poll_fn(|cx| {
+                                    let polled = std::future::Future::poll(exec.as_mut(), cx);
+                                    waited |= polled.is_pending();
+                                    polled
+                                })
+                                .await;
+                                (done, waited)
+                            };
+                            if waited {
+                                self.woke_at = None;
+                            }
+                            self.finish_log(&snap);
+                            self.record_latency();
+                            if let Err(end) = done {
+                                return end;
+                            }
                         }
                     }
-                },
+                }
             }
         }
     }
@@ -306,7 +315,11 @@ impl<S: Transport> Conn<S> {
     /// Parses the buffered head and decides it. Not async: the header
     /// array (4 KiB) lives on this call's stack, not in the connection
     /// task's state across its awaits.
-    fn decide<'s>(&mut self, snap: &'s Snapshot) -> Step<'s> {
+    fn decide<'s>(
+        &mut self,
+        snap: &'s Snapshot,
+        planned: &mut Option<(ParsedHead, Plan<'s>)>,
+    ) -> Step {
         let mut headers = header_buf::<{ super::bounds::REQUEST_LINES }>();
         let before = self.io.bytes_out();
         // The head is read from the unread bytes while its answer may be
@@ -371,7 +384,10 @@ impl<S: Transport> Conn<S> {
         match self.answer_now(snap, &head, &plan) {
             Now::Held => Step::Answered,
             Now::Flush(leases) => Step::Flush(leases),
-            Now::Later => Step::Plan(head, plan),
+            Now::Later => {
+                *planned = Some((head, plan));
+                Step::Planned
+            }
         }
     }
 
