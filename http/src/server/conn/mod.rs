@@ -577,11 +577,16 @@ impl<S: Transport> Conn<S> {
         f: &ForwardPlan<'_>,
         held: Option<Leases>,
     ) -> Result<(), End> {
-        let started = std::time::Instant::now();
+        // The upstream's time is read only for a log line that writes it.
+        let started = self
+            .log
+            .as_deref()
+            .filter(|r| r.active())
+            .map(|_| std::time::Instant::now());
         let forwarded = self
             .forward(head, f.route, f.group, snap, f.limits, f.extras)
             .await;
-        if let Some(rec) = self.log.as_deref_mut() {
+        if let (Some(rec), Some(started)) = (self.log.as_deref_mut(), started) {
             rec.upstream_ms = Some(started.elapsed().as_millis() as u64);
         }
         match forwarded {
