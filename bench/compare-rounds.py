@@ -75,14 +75,26 @@ def main():
             sys.exit(f"no report in {d}")
         runs.append(parse_report(reports[-1]))
     print(f"# {args.rounds} rounds of: bench/compare.py {' '.join(rest)}\n")
+    summarise(runs)
+    print(f"Reports: {os.path.relpath(base, os.path.dirname(HERE))}/round-*/")
+
+
+def summarise(runs):
+    """One table per scenario: each server's rounds, median and lower
+    quartile, and their ratios to nginx, HAProxy and the floor."""
     print("Server CPU µs per request; each round runs every server once, in turn.\n")
     for sc in runs[0]:
         servers = list(runs[0][sc])
         print(f"## {sc}\n")
+        # The floor, when it ran: the minimal server doing only the
+        # essential work; each server's ratio to it in the same rounds.
+        floor = next((f for f in ("floor-monoio", "floor-ring") if f in servers), None)
+        floor_cols = (f" | median vs {floor} | lower quartile vs {floor} "
+                      f"| per-round median vs {floor}") if floor else ""
         print("| server | rounds (CPU µs/req) | median | lower quartile "
               "| median vs nginx | lower quartile vs nginx | median vs haproxy "
-              "| lower quartile vs haproxy | p99 per round |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+              f"| lower quartile vs haproxy{floor_cols} | p99 per round |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|" * 3 if floor else "") + "---|")
         stats = {}
         for srv in servers:
             vals = [r[sc][srv][0] for r in runs if srv in r.get(sc, {})]
@@ -95,11 +107,18 @@ def main():
                 p = stats.get(peer)
                 return f"{(med if i == 1 else q) / p[i]:.2f}×" if p else "—"
             p99 = ", ".join(r[sc][srv][1] for r in runs if srv in r.get(sc, {}))
+            cols = ""
+            if floor:
+                # Each round's own ratio cancels load that drifts slower
+                # than a round.
+                paired = [r[sc][srv][0] / r[sc][floor][0] for r in runs
+                          if srv in r.get(sc, {}) and r[sc].get(floor, (0,))[0] > 0]
+                per_round = f"{statistics.median(paired):.2f}×" if paired else "—"
+                cols = f" | {vs(floor, 1)} | {vs(floor, 2)} | {per_round}"
             print(f"| {srv} | {', '.join(f'{v:.2f}' for v in vals)} | {med:.2f} | {q:.2f} "
                   f"| {vs('nginx', 1)} | {vs('nginx', 2)} | {vs('haproxy', 1)} "
-                  f"| {vs('haproxy', 2)} | {p99} |")
+                  f"| {vs('haproxy', 2)}{cols} | {p99} |")
         print()
-    print(f"Reports: {os.path.relpath(base, os.path.dirname(HERE))}/round-*/")
 
 
 if __name__ == "__main__":
