@@ -5,6 +5,7 @@
 //! only when a test moves the clock: no test waits on the wall clock).
 //!
 //! Modules by what they drive: `keepalive` (keep-alive and pipelining),
+//! `counted` (a warm pipelined batch's allocations: none),
 //! `framing` (every framing refusal), `bodies` (bodies both ways,
 //! 100-continue), `upstream` (the proxy against a loopback upstream,
 //! upgrades), `timeouts` (the deadlines by the test clock), `closes` (the
@@ -13,6 +14,7 @@
 
 mod bodies;
 mod closes;
+mod counted;
 mod framing;
 mod h2;
 mod keepalive;

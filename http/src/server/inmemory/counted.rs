@@ -1,0 +1,101 @@
+//! Counted, not timed: what a pipelined batch of answers costs the
+//! connection loop in allocations. Once a connection's buffers are warm, a
+//! batch of 16 pipelined requests, each decided by the gate and answered
+//! at once, allocates nothing, with the protections off and with the
+//! embedded default's protections on (budgets, their leases, the
+//! per-client rate limit). A counting allocator notes the allocations of
+//! the test's thread while it is switched on; what the test's own
+//! scheduling allocates (the yields that let the connection run) is
+//! counted alone first and taken off.
+
+use super::*;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    // `try_with`: a thread being torn down has no counter left.
+    let _ = COUNTING.try_with(|on| {
+        if on.get() {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+        }
+    });
+}
+
+struct Counting;
+
+// SAFETY: every call is passed to the system allocator unchanged; the
+// counter is a thread-local cell, touched without allocating.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// The allocations of this thread while the ready tasks run ([`settle`]).
+async fn counted_settle() -> u64 {
+    COUNT.with(|c| c.set(0));
+    COUNTING.with(|on| on.set(true));
+    settle().await;
+    COUNTING.with(|on| on.set(false));
+    COUNT.with(|c| c.get())
+}
+
+/// Serves two warm-up batches of 16 pipelined GETs on one connection, then
+/// a third counted: the allocations the third costs beyond the test's own
+/// scheduling.
+async fn batch_allocations(rest: String) -> u64 {
+    let shard = shard("", &rest);
+    let c = open(&shard);
+    let batch: Vec<u8> = (0..16)
+        .flat_map(|i| get(&format!("/item-{i}?x=1"), &["Accept: */*"]))
+        .collect();
+    for _ in 0..2 {
+        c.send(&batch);
+        settle().await;
+        for _ in 0..16 {
+            assert_eq!(c.response(false).await.unwrap().status, 200);
+        }
+    }
+    let scheduling = counted_settle().await;
+    c.send(&batch);
+    let served = counted_settle().await;
+    for _ in 0..16 {
+        assert_eq!(c.response(false).await.unwrap().status, 200);
+    }
+    assert_eq!(c.pending(), 0);
+    assert_eq!(shard.stats.requests.get(), 48);
+    served.saturating_sub(scheduling)
+}
+
+#[test]
+fn a_warm_pipelined_batch_allocates_nothing() {
+    let n = run(batch_allocations(HELLO.to_string()));
+    assert_eq!(n, 0, "16 pipelined answers allocated {n} times");
+}
+
+#[test]
+fn a_warm_pipelined_batch_allocates_nothing_with_the_default_protections() {
+    let rest = format!("{HELLO}\n[protection]\noff = []\n");
+    let n = run(batch_allocations(rest));
+    assert_eq!(n, 0, "16 pipelined answers allocated {n} times");
+}
