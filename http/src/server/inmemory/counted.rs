@@ -99,3 +99,52 @@ fn a_warm_pipelined_batch_allocates_nothing_with_the_default_protections() {
     let n = run(batch_allocations(rest));
     assert_eq!(n, 0, "16 pipelined answers allocated {n} times");
 }
+
+/// The connection loop's own time per pipelined request, on the in-memory
+/// transport (no kernel, no load generator): batches of 16 GETs on 64
+/// connections, decided and answered; the time of the connections' turn
+/// (the test's scheduling of them included), seven rounds. A measurement, not a check: run it in a release build,
+/// `cargo test --release -p gapura-http --lib pipelined_loop_cost --
+/// --ignored --nocapture` (set `GAPURA_LOOP_PROTECTED=1` for the
+/// default's protections).
+#[test]
+#[ignore]
+fn pipelined_loop_cost() {
+    let protected = std::env::var_os("GAPURA_LOOP_PROTECTED").is_some();
+    let rest = if protected {
+        format!("{HELLO}\n[protection]\noff = []\n[quota.source]\nrequests = 100000000\nconcurrent = 8000\n[quota.global]\nrequests = 100000000\nconcurrent = 16000\n[[rate_limit]]\nname = \"client\"\nrequests = 1000000\nburst = 1000000\n[defaults]\nrate_limit = \"client\"\n")
+    } else {
+        HELLO.to_string()
+    };
+    run(async move {
+        let shard = shard("", &rest);
+        let conns: Vec<_> = (0..64).map(|_| open(&shard)).collect();
+        let batch: Vec<u8> = (0..16).flat_map(|_| get("/", &[])).collect();
+        let mut best = f64::MAX;
+        for _round in 0..7 {
+            // Only the connections' turn is timed: the test's client (its
+            // sends, its parse of the answers) is not.
+            let mut served = std::time::Duration::ZERO;
+            let mut answered = 0u64;
+            for _ in 0..200 {
+                for c in &conns {
+                    c.send(&batch);
+                }
+                let started = std::time::Instant::now();
+                settle().await;
+                served += started.elapsed();
+                for c in &conns {
+                    for _ in 0..16 {
+                        let r = c.response(false).await.unwrap();
+                        assert_eq!(r.status, 200);
+                        answered += 1;
+                    }
+                }
+            }
+            let ns = served.as_nanos() as f64 / answered as f64;
+            best = best.min(ns);
+            eprintln!("round: {ns:.1} ns per request");
+        }
+        eprintln!("best: {best:.1} ns per request");
+    });
+}
