@@ -1,0 +1,197 @@
+//! A local answer: the host's own answer, a redirect or a refusal written
+//! by the shard. One with no body to read that keeps the connection open
+//! is written whole where its plan is made, without awaiting
+//! (`answer_now`); the others read or drain their body first
+//! (`answer_local`). Either way the answer's leases are held until the
+//! flush that sends it.
+
+use super::{request_id, BodyEnd, Conn, Now, WRITE_FLUSH_BYTES};
+use crate::codec::head::{BodyFraming, Method, ParsedHead};
+use crate::server::end::End;
+use crate::server::leases::Leases;
+use crate::server::prepare::{LocalEnd, LocalPlan, Plan};
+use crate::server::stats::ErrorKind;
+use crate::transport::Transport;
+use gapura_gate::answer::{end_head, WriteCtx};
+use gapura_gate::{ErrorStatus, Snapshot};
+
+impl<S: Transport> Conn<S> {
+    /// A local answer that reads no body and keeps the connection open,
+    /// its head consumed and the answer written whole without awaiting:
+    /// its leases held for the flush that
+    /// sends it ([`Now::Held`]), or that flush first when the buffer is
+    /// full, a shared body must go out, or the connection holds as many
+    /// leases as it keeps ([`Now::Flush`]). Anything else is
+    /// [`Now::Later`], for [`Conn::execute`], with nothing written.
+    pub(super) fn answer_now(
+        &mut self,
+        snap: &Snapshot,
+        head: &ParsedHead,
+        plan: &Plan<'_>,
+    ) -> Now {
+        let Plan::Local(local) = plan else {
+            return Now::Later;
+        };
+        if head.framing != BodyFraming::None
+            || matches!(local.end, LocalEnd::PowVerify(..))
+            || local.close
+            || self.closes_after(snap, head)
+        {
+            return Now::Later;
+        }
+        self.io.consume(head.head_len);
+        if matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
+            let hsts = self.hsts(snap);
+            self.io.out().extend_from_slice(hsts);
+        }
+        self.end_local_answer(local.end, head, false);
+        self.shard.stats.response(local.status);
+        let leases = local.ticket.map(|t| Leases::new(self.shard.clone(), t));
+        if self.io.out_len() >= WRITE_FLUSH_BYTES
+            || self.io.has_shared()
+            || (leases.is_some() && self.held.is_full())
+        {
+            return Now::Flush(leases);
+        }
+        if let Some(l) = leases {
+            self.held.push(l);
+        }
+        Now::Held
+    }
+
+    /// A local answer: drains the body against the limits, writes the rest
+    /// of the answer, and keeps its leases until it is sent.
+    pub(super) async fn answer_local(
+        &mut self,
+        snap: &Snapshot,
+        head: &ParsedHead,
+        local: &LocalPlan<'_>,
+        leases: Option<Leases>,
+    ) -> Result<(), End> {
+        let head_only = head.method == Method::Head;
+        let resp_start = local.resp_start;
+        let body = match head.framing {
+            BodyFraming::None => BodyEnd::Ok,
+            // A refusal invites no body, and reads only a small one
+            // (`decided::keeps_refused_body`); else it closes unread.
+            _ if !local.admitted && local.close => BodyEnd::Unread,
+            BodyFraming::Length(n) if !local.admitted => {
+                self.drain_length(n, false, resp_start).await
+            }
+            BodyFraming::Length(n) => self.drain_length(n, head.expect_continue, resp_start).await,
+            BodyFraming::Chunked => {
+                self.drain_chunked(&local.limits, head.expect_continue, resp_start)
+                    .await
+            }
+        };
+        let unread = matches!(body, BodyEnd::Unread);
+        match body {
+            BodyEnd::Ok | BodyEnd::Unread => {}
+            BodyEnd::Refuse(s) => {
+                self.io.out().truncate(resp_start);
+                self.write_page(snap, s, head.wants_html, head_only);
+                let kind = if s == ErrorStatus::PayloadTooLarge {
+                    ErrorKind::Limit
+                } else {
+                    ErrorKind::BadRequest
+                };
+                return Err(self.close_after_refusal(kind).await);
+            }
+            BodyEnd::End(end) => return Err(end),
+        }
+        let close = local.close || self.closes_after(snap, head);
+        if matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
+            // The head so far ends with a whole header line.
+            let hsts = self.hsts(snap);
+            self.io.out().extend_from_slice(hsts);
+        }
+        self.end_local_answer(local.end, head, close);
+        self.shard.stats.response(local.status);
+        if unread {
+            // Held until the answer is sent.
+            let _leases = leases;
+            let _ = self.close_after_refusal(ErrorKind::Limit).await;
+            return Err(End::Done);
+        }
+        self.after_local_answer(close, leases).await
+    }
+
+    /// Whether the connection closes after this request's answer, decided
+    /// once its body is read (a drain that began meanwhile closes too).
+    pub(super) fn closes_after(&self, snap: &Snapshot, head: &ParsedHead) -> bool {
+        let server = &snap.server;
+        head.close
+            || self.shard.is_draining()
+            || (server.max_requests_per_connection != 0
+                && self.served >= server.max_requests_per_connection)
+    }
+
+    /// After a local answer is written: close, flush a full buffer, or
+    /// hold its leases until the flush that sends it.
+    pub(super) async fn after_local_answer(
+        &mut self,
+        close: bool,
+        leases: Option<Leases>,
+    ) -> Result<(), End> {
+        if close {
+            self.flush().await?;
+            self.io.close_write().await;
+            return Err(End::Done);
+        }
+        if self.io.out_len() >= WRITE_FLUSH_BYTES || self.io.has_shared() {
+            // A shared body goes out now: what a pipelined request writes
+            // next must follow it.
+            self.flush().await?;
+        } else {
+            self.hold_guard(leases).await?;
+        }
+        Ok(())
+    }
+
+    /// The `Strict-Transport-Security` line of the current request's host,
+    /// over TLS; empty otherwise.
+    pub(super) fn hsts<'s>(&self, snap: &'s Snapshot) -> &'s [u8] {
+        if !S::TLS {
+            return b"";
+        }
+        self.req_host
+            .and_then(|h| snap.entries.get(h as usize))
+            .map_or(b"", |e| &e.extras.https.hsts_line)
+    }
+
+    /// Writes what a local answer still lacks once its body is read: the
+    /// connection line, the blank line, the body, the request id.
+    fn end_local_answer(&mut self, end: LocalEnd<'_>, head: &ParsedHead, close: bool) {
+        let head_only = head.method == Method::Head;
+        let date = self.shard.date.line();
+        let ctx = WriteCtx {
+            date_line: &date,
+            head_only,
+            close,
+            keep_alive_10: head.keep_alive_10 && !close,
+        };
+        match end {
+            LocalEnd::Answer(a) => match a.shared_body().filter(|_| !head_only) {
+                // A large body: sent from the snapshot's bytes, not copied.
+                Some(body) => {
+                    end_head(self.io.out(), &ctx);
+                    self.io.follow_with(body.clone());
+                }
+                None => {
+                    a.write_end(self.io.out(), &ctx);
+                    a.stamp(self.io.out(), head_only, || {
+                        request_id(&self.log, &self.shard)
+                    });
+                }
+            },
+            LocalEnd::HeadOnly => end_head(self.io.out(), &ctx),
+            LocalEnd::RateLimited(page, retry_after_s) => {
+                page.write_into(self.io.out(), retry_after_s, &ctx);
+                page.stamp(self.io.out(), head_only, || {
+                    request_id(&self.log, &self.shard)
+                });
+            }
+            LocalEnd::Written | LocalEnd::PowVerify(..) => {}
+        }
+    }
+}
