@@ -57,3 +57,16 @@ pub fn allocations<R>(f: impl FnOnce() -> R) -> u64 {
 pub fn allocations_in(f: impl FnOnce()) -> u64 {
     allocations(f)
 }
+
+/// Starts counting this thread's allocations from zero (for work that
+/// runs across awaits: [`counted`] ends the count).
+pub fn count_from_zero() {
+    COUNT.with(|c| c.set(0));
+    COUNTING.with(|on| on.set(true));
+}
+
+/// Ends the count [`count_from_zero`] started: the allocations since.
+pub fn counted() -> u64 {
+    COUNTING.with(|on| on.set(false));
+    COUNT.with(|c| c.get())
+}

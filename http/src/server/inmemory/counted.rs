@@ -3,61 +3,23 @@
 //! batch of 16 pipelined requests, each decided by the gate and answered
 //! at once, allocates nothing, with the protections off and with the
 //! embedded default's protections on (budgets, their leases, the
-//! per-client rate limit). A counting allocator notes the allocations of
-//! the test's thread while it is switched on; what the test's own
-//! scheduling allocates (the yields that let the connection run) is
-//! counted alone first and taken off.
+//! per-client rate limit). The workspace's counting allocator notes the
+//! allocations of the test's thread while it is switched on; what the
+//! test's own scheduling allocates (the yields that let the connection
+//! run) is counted alone first and taken off.
 
 use super::*;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note() {
-    // `try_with`: a thread being torn down has no counter left.
-    let _ = COUNTING.try_with(|on| {
-        if on.get() {
-            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
-        }
-    });
-}
-
-struct Counting;
-
-// SAFETY: every call is passed to the system allocator unchanged; the
-// counter is a thread-local cell, touched without allocating.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
+// The workspace's counting allocator (gate's allocation tests and the
+// bench crate's use it too), installed for this test binary.
+#[path = "../../../../gate/tests/common/mod.rs"]
+mod counting;
 
 /// The allocations of this thread while the ready tasks run ([`settle`]).
 async fn counted_settle() -> u64 {
-    COUNT.with(|c| c.set(0));
-    COUNTING.with(|on| on.set(true));
+    counting::count_from_zero();
     settle().await;
-    COUNTING.with(|on| on.set(false));
-    COUNT.with(|c| c.get())
+    counting::counted()
 }
 
 /// Serves two warm-up batches of 16 pipelined GETs on one connection, then
