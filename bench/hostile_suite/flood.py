@@ -8,6 +8,7 @@ import time
 from . import common
 from .common import CouldNotRun, figure, free_port, mget, pinned, rss_kib
 from .gapura import respond_host, server_block, start_gapura
+from .idle import heap_bytes
 from .load import read_report
 
 
@@ -22,6 +23,7 @@ def scenario_flood(ctx):
     profile = _flood_profile(port, admin, rate, burst)
     _describe_flood(rate, burst, legit_rate, chunk, flood_conns)
     srv = start_gapura(ctx, "flood", profile, port, admin)
+    srv.rss_at_rest_kib = rss_kib(srv.pid)
     url = f"http://127.0.0.1:{port}/"
     legit_json = os.path.join(ctx.work, "flood-legit.json")
     flood = _Flood(ctx, srv, url, chunk, flood_conns)
@@ -36,12 +38,9 @@ def scenario_flood(ctx):
     success = lg["ok"] / lg["all"] if lg["all"] else 0.0
     figure("legitimate client", f"{lg['ok']} 2xx of {lg['all']} ({100 * success:.2f} %), "
            f"statuses {dict(sorted(lg['status'].items()))}, errors {lg['errors']}")
-    ref_kib, lo, hi = _rss_after_warmup(flood.samples, warm)
-    dev_lo, dev_hi = (lo - ref_kib) / ref_kib * 100, (hi - ref_kib) / ref_kib * 100
-    ok = alive and abs(dev_lo) <= 5 and abs(dev_hi) <= 5 and success >= 0.99
-    why = (f"VmRSS at the end of the {warm} s warm-up {ref_kib} KiB, after it min {lo} "
-           f"({dev_lo:+.1f} %) max {hi} KiB ({dev_hi:+.1f} %) (need within +-5 %); legitimate "
-           f"success {100 * success:.2f} % of {lg['all']} (need >= 99 %)")
+    mem = _memory_after_warmup(flood.samples, warm, srv.rss_at_rest_kib)
+    ok = alive and mem.heap_ok and mem.rss_ok and success >= 0.99
+    why = f"{mem.why}; legitimate success {100 * success:.2f} % of {lg['all']} (need >= 99 %)"
     if not alive:
         why += "; the server died"
     return ok, why
@@ -82,8 +81,8 @@ def _describe_flood(rate, burst, legit_rate, chunk, flood_conns):
 
 class _Flood:
     """The flood (runs of gapura-loadtest one after another, each from a
-    fresh /16) and the server's VmRSS sampled once a second, each run by a
-    thread until `stop` is set."""
+    fresh /16) and the server's VmRSS and heap in use sampled once a second,
+    each run by a thread until `stop` is set."""
 
     def __init__(self, ctx, srv, url, chunk, flood_conns):
         self.ctx, self.srv, self.url = ctx, srv, url
@@ -98,9 +97,11 @@ class _Flood:
     def rss_sampler(self, t0):
         while not self.stop.is_set():
             try:
-                self.samples.append((time.monotonic() - t0, rss_kib(self.srv.pid)))
+                rss = rss_kib(self.srv.pid)
             except OSError:
                 return
+            heap = heap_bytes(self.srv)
+            self.samples.append((time.monotonic() - t0, rss, heap))
             self.stop.wait(1.0)
 
     def flooder(self, t_end):
@@ -180,15 +181,33 @@ def _flood_figures(flood, m):
                f"{mget(m, 'gapura_quota_admitted_total')}")
 
 
-def _rss_after_warmup(samples, warm):
-    """The VmRSS samples printed; returns the one at the end of the warm-up
-    and the lowest and highest after it (KiB)."""
-    after = [(t, r) for t, r in samples if t >= warm]
-    ref = min((s for s in samples if s[0] >= warm), default=None, key=lambda s: s[0])
-    if not after or ref is None:
-        raise CouldNotRun(f"no VmRSS samples after the {warm} s warm-up")
-    ref_kib = ref[1]
-    lo, hi = min(r for _, r in after), max(r for _, r in after)
-    figure("VmRSS (KiB), one a second",
-           " ".join(f"{t:.0f}s:{r}" for t, r in samples))
-    return ref_kib, lo, hi
+class _Memory:
+    """The flood's memory verdict: the heap in use stays within +-5 % of its
+    value at the end of the warm-up (the flood's sources allocate nothing:
+    the rate and tracked-key tables are reserved whole at start), and
+    VmRSS never passes its value at rest plus that heap (the tables' pages
+    become resident as the flood's keys are first written into them,
+    never more than was reserved)."""
+
+    def __init__(self, ref_heap, heaps, rss_at_rest, hi_rss, warm):
+        lo, hi = min(heaps), max(heaps)
+        dev_lo, dev_hi = (lo - ref_heap) / ref_heap * 100, (hi - ref_heap) / ref_heap * 100
+        bound = rss_at_rest + ref_heap // 1024
+        self.heap_ok = abs(dev_lo) <= 5 and abs(dev_hi) <= 5
+        self.rss_ok = hi_rss <= bound
+        self.why = (f"heap in use at the end of the {warm} s warm-up {ref_heap} bytes, after "
+                    f"it min {lo} ({dev_lo:+.1f} %) max {hi} ({dev_hi:+.1f} %) (need within "
+                    f"+-5 %); VmRSS max {hi_rss} KiB (need <= {bound} KiB: {rss_at_rest} at "
+                    f"rest plus the heap)")
+
+
+def _memory_after_warmup(samples, warm, rss_at_rest):
+    """The VmRSS and heap samples printed, and the verdict on them."""
+    after = [s for s in samples if s[0] >= warm and s[2] is not None]
+    if not after:
+        raise CouldNotRun(f"no heap samples after the {warm} s warm-up (GET /heap)")
+    figure("VmRSS (KiB), one a second", " ".join(f"{t:.0f}s:{r}" for t, r, _ in samples))
+    figure("heap in use (KiB), one a second",
+           " ".join(f"{t:.0f}s:{h // 1024}" for t, _, h in samples if h is not None))
+    return _Memory(after[0][2], [h for _, _, h in after], rss_at_rest,
+                   max(r for _, r, _ in samples), warm)
