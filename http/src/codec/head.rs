@@ -186,7 +186,9 @@ pub fn parse_head<'h, 'b, const N: usize>(
 /// lines, whichever way they arrived (parsed text, or an HTTP/2 stream's
 /// fields in `fields`): the target's form, the lines the server reads, the
 /// body's framing. `raw_target` and the Host line's value lie in `buf`.
-#[inline]
+/// Inlined into its caller, so the head is written where the caller
+/// reads it rather than returned through a copy.
+#[inline(always)]
 pub(super) fn complete<'h, 'b>(
     buf: &'b [u8],
     method: &str,
