@@ -9,13 +9,11 @@
 
 mod common;
 
+use common::fleet::{start_node, wait_rounds, CEILING};
 use common::gate::respond_host;
 use common::*;
 use gapura_fleet::testing::{RedisCluster, RedisServer};
 use std::time::Duration;
-
-/// A generous ceiling for a node's rounds and transitions.
-const CEILING: Duration = Duration::from_secs(30);
 
 fn fleet_profile(redis: &str, sync_ms: u64) -> String {
     profile(
@@ -36,32 +34,6 @@ fn start_nodes(redis: &str, n: usize) -> Vec<Gapura> {
 fn start_nodes_with(profile: &str, n: usize) -> Vec<Gapura> {
     let nodes: Vec<Gapura> = (0..n).map(|_| start_node(profile)).collect();
     nodes
-}
-
-fn start_node(profile: &str) -> Gapura {
-    let g = Gapura::start(profile);
-    assert!(
-        g.wait_log("sharing fleet-scoped limits through", CEILING),
-        "{}",
-        g.log_text()
-    );
-    g
-}
-
-fn rounds(g: &Gapura) -> u64 {
-    g.metric("gapura_fleet_sync_rounds_total")
-}
-
-/// Waits until every node has run `n` more rounds than `before`.
-fn wait_rounds(nodes: &[Gapura], n: u64) {
-    let before: Vec<u64> = nodes.iter().map(rounds).collect();
-    for (g, b) in nodes.iter().zip(before) {
-        assert!(
-            wait_until(CEILING, || rounds(g) >= b + n),
-            "no sync rounds: {}",
-            g.log_text()
-        );
-    }
 }
 
 /// Sync rounds that failed on any of `nodes` so far.

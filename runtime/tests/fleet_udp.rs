@@ -9,50 +9,15 @@
 
 mod common;
 
+use common::fleet::{start_node, wait_rounds, CEILING};
 use common::gate::metric_sample;
+use common::udp::{relay_addr, Upstream};
 use common::{profile, wait_until, Gapura, HELLO_HOST};
 use gapura_fleet::testing::RedisServer;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
-/// A generous ceiling for a node's rounds, counters and transitions.
-const CEILING: Duration = Duration::from_secs(30);
 /// The relays' window: an hour, so a run stays inside one.
 const WINDOW_MS: u64 = 3_600_000;
-
-/// An upstream that answers every datagram with itself.
-struct Echo {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-}
-
-impl Echo {
-    fn start() -> Echo {
-        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-        sock.set_read_timeout(Some(Duration::from_millis(50)))
-            .unwrap();
-        let addr = sock.local_addr().unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 2048];
-            while !stopped.load(Ordering::Relaxed) {
-                if let Ok((n, from)) = sock.recv_from(&mut buf) {
-                    let _ = sock.send_to(&buf[..n], from);
-                }
-            }
-        });
-        Echo { addr, stop }
-    }
-}
-
-impl Drop for Echo {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
 
 /// Two relays: `wide` with a fleet-scoped global budget of 300, `near`
 /// with a fleet-scoped prefix budget of 100, both per hour.
@@ -74,26 +39,6 @@ fn node_profile(redis: &str, up: SocketAddr) -> String {
     )
 }
 
-fn start_node(profile: &str) -> Gapura {
-    let g = Gapura::start(profile);
-    assert!(
-        g.wait_log("sharing fleet-scoped limits through", CEILING),
-        "{}",
-        g.log_text()
-    );
-    g
-}
-
-fn relay_addr(g: &Gapura, name: &str) -> SocketAddr {
-    let lines = g.log.lock().unwrap().clone();
-    let line = lines
-        .iter()
-        .find(|l| l.contains("relaying udp://") && l.contains(&format!("({name},")))
-        .expect("the relay's address is logged");
-    let rest = &line[line.find("udp://").unwrap() + 6..];
-    rest.split_whitespace().next().unwrap().parse().unwrap()
-}
-
 fn sample(g: &Gapura, family: &str, relay: &str, reason: Option<&str>) -> u64 {
     let reason = reason.map_or(String::new(), |r| format!(",reason=\"{r}\""));
     metric_sample(
@@ -113,22 +58,6 @@ fn forwarded(g: &Gapura, relay: &str) -> u64 {
 fn decided(g: &Gapura, relay: &str) -> u64 {
     let dropped = |reason| sample(g, "gapura_udp_dropped_total", relay, Some(reason));
     forwarded(g, relay) + dropped("global_budget") + dropped("prefix_budget")
-}
-
-fn rounds(g: &Gapura) -> u64 {
-    g.metric("gapura_fleet_sync_rounds_total")
-}
-
-/// Waits until every node has run `n` more rounds than now.
-fn wait_rounds(nodes: &[Gapura], n: u64) {
-    let before: Vec<u64> = nodes.iter().map(rounds).collect();
-    for (g, b) in nodes.iter().zip(before) {
-        assert!(
-            wait_until(CEILING, || rounds(g) >= b + n),
-            "no sync rounds: {}",
-            g.log_text()
-        );
-    }
 }
 
 /// Sends `total` datagrams of `relay` from `src` over the nodes in turn,
@@ -165,7 +94,7 @@ fn spread(nodes: &[Gapura], relay: &str, src: &str, total: usize, batch: usize) 
 #[test]
 fn three_relaying_nodes_hold_a_global_and_a_prefix_budget_together() {
     let redis = RedisServer::start();
-    let up = Echo::start();
+    let up = Upstream::start(1);
     let profile = node_profile(&redis.url(), up.addr);
     let nodes: Vec<Gapura> = (0..3).map(|_| start_node(&profile)).collect();
     // Each node alone would relay all 150 it gets of 450 (its global
@@ -191,7 +120,7 @@ fn three_relaying_nodes_hold_a_global_and_a_prefix_budget_together() {
 #[test]
 fn without_redis_a_relaying_node_holds_its_share() {
     let mut redis = RedisServer::start();
-    let up = Echo::start();
+    let up = Upstream::start(1);
     let g = start_node(&node_profile(&redis.url(), up.addr));
     redis.kill();
     assert!(g.wait_log("cannot be used", CEILING), "{}", g.log_text());

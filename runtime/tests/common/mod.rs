@@ -3,9 +3,11 @@
 
 #![allow(dead_code)]
 
+pub mod fleet;
 pub mod gate;
 pub mod pki;
 pub mod tls;
+pub mod udp;
 pub mod upstream;
 
 use std::io::{BufRead, BufReader, Read, Write};
