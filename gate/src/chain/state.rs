@@ -545,18 +545,17 @@ impl GateState {
         prefix: crate::quota::SourcePrefix,
     ) -> u64 {
         use crate::quota::Domain;
-        let keyer = *self.keyer_for(shared);
         let slot = match domain {
             Domain::SourceBudget => 0,
             Domain::RateSource => 1,
-            _ => return keyer.source(domain, addr, prefix),
+            _ => return self.keyer_for(shared).source(domain, addr, prefix),
         };
         if let Some(e) = self.source_keys.entries[slot] {
             if e.shared == shared && e.addr == addr && e.prefix == prefix {
                 return e.key;
             }
         }
-        let key = keyer.source(domain, addr, prefix);
+        let key = self.keyer_for(shared).source(domain, addr, prefix);
         self.source_keys.entries[slot] = Some(SourceKeyEntry {
             shared,
             addr,
