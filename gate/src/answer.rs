@@ -2,8 +2,10 @@
 //!
 //! An [`Answer`] is the bytes of a complete response built when the snapshot is
 //! compiled: the status line and fixed headers, then the body. Writing it costs
-//! three or four `memcpy`s into the caller's buffer: the head, the shard's
-//! cached `Date` line, the connection line when one is needed, the body. The
+//! three `memcpy`s into the caller's buffer: the head, the shard's cached
+//! `Date` line, then the blank line and the body together (precomputed), or
+//! four or five when a connection line is needed or the answer is to a
+//! `HEAD`. The
 //! buffer is the connection's own and keeps its capacity between requests, so
 //! a warmed-up connection allocates nothing here.
 //!
@@ -37,6 +39,9 @@ pub struct Answer {
     pub status: u16,
     head: Box<[u8]>,
     body: Bytes,
+    /// The blank line and the body, one copy for a keep-alive answer with
+    /// its body; empty for a body sent as shared bytes.
+    rest: Box<[u8]>,
     /// Where the body holds [`REQUEST_ID_SLOT`] (built-in pages only).
     id_at: Option<u32>,
 }
@@ -78,10 +83,16 @@ impl Answer {
             head.extend_from_slice(body.len().to_string().as_bytes());
             head.extend_from_slice(b"\r\n");
         }
+        let rest = if body.len() < SHARED_BODY_BYTES {
+            [b"\r\n".as_slice(), body].concat().into_boxed_slice()
+        } else {
+            Box::default()
+        };
         Answer {
             status,
             head: head.into_boxed_slice(),
             body: Bytes::copy_from_slice(body),
+            rest,
             id_at: None,
         }
     }
@@ -146,6 +157,10 @@ impl Answer {
     /// The rest: the connection line, the blank line, the body.
     #[inline]
     pub fn write_end(&self, out: &mut Vec<u8>, ctx: &WriteCtx<'_>) {
+        if !(ctx.close || ctx.keep_alive_10 || ctx.head_only || self.rest.is_empty()) {
+            out.extend_from_slice(&self.rest);
+            return;
+        }
         end_head(out, ctx);
         if !ctx.head_only {
             out.extend_from_slice(&self.body);
@@ -237,6 +252,30 @@ mod tests {
             out,
             b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\nDate: Mon, 30 Nov 2026 05:00:00 GMT\r\nConnection: close\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn the_end_is_the_connection_line_the_blank_line_and_the_body_in_every_case() {
+        for len in [0, 5, SHARED_BODY_BYTES - 1, SHARED_BODY_BYTES] {
+            let body = vec![b'x'; len];
+            let a = Answer::new(200, &[], &body);
+            for bits in 0..8u8 {
+                let ctx = WriteCtx {
+                    date_line: DATE,
+                    head_only: bits & 1 != 0,
+                    close: bits & 2 != 0,
+                    keep_alive_10: bits & 4 != 0,
+                };
+                let mut want = b"head".to_vec();
+                end_head(&mut want, &ctx);
+                if !ctx.head_only {
+                    want.extend_from_slice(&body);
+                }
+                let mut out = b"head".to_vec();
+                a.write_end(&mut out, &ctx);
+                assert_eq!(out, want, "body of {len} bytes, case {bits}");
+            }
+        }
     }
 
     #[test]

@@ -131,7 +131,9 @@ impl Snapshot {
         let Some(entry) = entry else {
             return self.unknown_host(decision, req, state, now_ms, trace);
         };
-        let Some(canonical) = self.canonical_path(entry, req.path, scratch, trace) else {
+        // Asked once: the path and the budgets' step both read it.
+        let budgets = self.gate.has_budgets();
+        let Some(canonical) = self.canonical_path(entry, req.path, budgets, scratch, trace) else {
             decision.step = Block::Path;
             // Step 4 still: a path that cannot be made canonical pays too.
             if start != Start::Beginning
@@ -161,6 +163,7 @@ impl Snapshot {
             route,
             policy: route.map_or(&entry.policy, |r| &r.policy),
             robots: is_robots(req.method, canonical),
+            budgets,
             marked: None,
             decision: &mut decision,
         }
@@ -182,7 +185,17 @@ impl Snapshot {
         now_ms: u64,
         trace: &mut T,
     ) -> bool {
-        match self.budget_step(req, policy, decision.client, false, state, now_ms, trace) {
+        let budgets = self.gate.has_budgets();
+        match self.budget_step(
+            req,
+            policy,
+            decision.client,
+            false,
+            state,
+            now_ms,
+            trace,
+            budgets,
+        ) {
             Ok(ticket) => {
                 decision.ticket = ticket;
                 true
@@ -269,6 +282,7 @@ impl Snapshot {
             state,
             now_ms,
             &mut NoTrace,
+            true,
         )
         .ok()
         .flatten()
@@ -285,6 +299,7 @@ impl Snapshot {
         &self,
         entry: &HostEntry,
         path: &'p [u8],
+        budgets: bool,
         scratch: &'p mut PathScratch,
         trace: &mut T,
     ) -> Option<&'p [u8]> {
@@ -292,7 +307,7 @@ impl Snapshot {
             || entry.policy.rules.is_some()
             || entry.extras.robots.is_some()
             || entry.policy.rate_pair.is_some()
-            || self.gate.has_budgets();
+            || budgets;
         if !needs_path {
             return Some(b"");
         }

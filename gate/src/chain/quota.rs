@@ -34,7 +34,9 @@ impl Snapshot {
     /// The budgets' block: global, source prefix (or health), operation,
     /// their leases, and the identity budget. `exempt`: `GET`/`HEAD
     /// /robots.txt`, never limited. Runs for every request a host takes and
-    /// for those none takes (with the unknown-host policy).
+    /// for those none takes (with the unknown-host policy). `budgets`: the
+    /// snapshot's [`has_budgets`](crate::policy::GatePolicy::has_budgets),
+    /// asked once per decision by the caller.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn budget_step<H: HeaderLines + ?Sized, T: Trace>(
@@ -46,9 +48,10 @@ impl Snapshot {
         state: &mut GateState,
         now_ms: u64,
         trace: &mut T,
+        budgets: bool,
     ) -> Paid<'static> {
         let gate = &self.gate;
-        if !gate.has_budgets() {
+        if !budgets {
             trace_quota(trace, QuotaOutcome::NotApplied, false);
             return Ok(None);
         }

@@ -550,8 +550,9 @@ impl GateState {
             Domain::RateSource => 1,
             _ => return self.keyer_for(shared).source(domain, addr, prefix),
         };
-        if let Some(e) = self.source_keys.entries[slot] {
-            if e.shared == shared && e.addr == addr && e.prefix == prefix {
+        // Read in place: the entry is not copied out to be compared.
+        if let Some(e) = &self.source_keys.entries[slot] {
+            if e.addr == addr && e.shared == shared && e.prefix == prefix {
                 return e.key;
             }
         }

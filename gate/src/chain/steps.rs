@@ -52,6 +52,8 @@ pub(super) struct Flow<'s, 'a, H: HeaderLines + ?Sized, T: Trace> {
     pub policy: &'s RequestPolicy,
     /// `GET`/`HEAD /robots.txt`.
     pub robots: bool,
+    /// The snapshot has budgets (asked once per decision).
+    pub budgets: bool,
     /// The decision so far; its verdict is set from what the blocks answer.
     pub decision: &'a mut Decision<'s>,
     /// The rule set (its index) whose `challenge` rule matched the request
@@ -158,6 +160,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             self.state,
             self.now_ms,
             self.trace,
+            self.budgets,
         ) {
             Ok(ticket) => {
                 self.decision.ticket = ticket;
