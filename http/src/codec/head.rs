@@ -128,6 +128,42 @@ fn offset(buf: &[u8], part: &[u8]) -> Range<usize> {
     start..start + part.len()
 }
 
+/// Whether a header name is `lower` in any case, a word at a time:
+/// `lower` holds only lowercase letters and `-`, and `name` only token
+/// bytes (httparse and h2 refuse other names), so setting bit 5 of each
+/// byte of `name` gives `lower` exactly when the names are equal ignoring
+/// case (a token byte that bit 5 makes a lowercase letter is that letter,
+/// and the only one it makes `-` is `-`).
+#[inline(always)]
+fn name_is(name: &[u8], lower: &[u8]) -> bool {
+    let n = lower.len();
+    if name.len() != n {
+        return false;
+    }
+    if n < 4 {
+        return name.eq_ignore_ascii_case(lower);
+    }
+    if n < 8 {
+        let w = |s: &[u8], i: usize| u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]]);
+        const BIT5: u32 = 0x2020_2020;
+        return w(name, 0) | BIT5 == w(lower, 0) && w(name, n - 4) | BIT5 == w(lower, n - 4);
+    }
+    let w = |s: &[u8], i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&s[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    const BIT5: u64 = 0x2020_2020_2020_2020;
+    let mut i = 0;
+    while i + 8 < n {
+        if w(name, i) | BIT5 != w(lower, i) {
+            return false;
+        }
+        i += 8;
+    }
+    w(name, n - 8) | BIT5 == w(lower, n - 8)
+}
+
 fn has_token(value: &[u8], token: &[u8]) -> bool {
     value
         .split(|&b| b == b',')
@@ -305,8 +341,9 @@ struct HeaderFacts {
 }
 
 impl HeaderFacts {
-    /// Reads the lines: one pass, the name's length first.
-    #[inline]
+    /// Reads the lines: one pass, the name's length first. Inlined into
+    /// its one caller, so the facts are built where they are read.
+    #[inline(always)]
     fn read(buf: &[u8], headers: &[httparse::Header<'_>]) -> Result<HeaderFacts, HeadError> {
         let mut f = HeaderFacts::default();
         for h in headers {
@@ -314,7 +351,7 @@ impl HeaderFacts {
             let value = h.value;
             f.header_bytes += name.len() + value.len();
             match name.len() {
-                4 if name.eq_ignore_ascii_case(b"host") => {
+                4 if name_is(name, b"host") => {
                     if f.host.is_some() {
                         return Err(HeadError::Malformed("duplicate Host"));
                     }
@@ -324,7 +361,7 @@ impl HeaderFacts {
                     }
                     f.host = Some(offset(buf, host));
                 }
-                14 if name.eq_ignore_ascii_case(b"content-length") => {
+                14 if name_is(name, b"content-length") => {
                     let Some(n) = parse_length(value) else {
                         return Err(HeadError::Malformed("invalid Content-Length"));
                     };
@@ -333,7 +370,7 @@ impl HeaderFacts {
                     }
                     f.content_length = Some(n);
                 }
-                17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                17 if name_is(name, b"transfer-encoding") => {
                     f.te_seen = true;
                     for coding in value.split(|&b| b == b',') {
                         let coding = coding.trim_ascii();
@@ -348,15 +385,15 @@ impl HeaderFacts {
                         }
                     }
                 }
-                10 if name.eq_ignore_ascii_case(b"connection") => {
+                10 if name_is(name, b"connection") => {
                     f.close |= has_token(value, b"close");
                     f.keep_alive |= has_token(value, b"keep-alive");
                     f.upgrade |= has_token(value, b"upgrade");
                 }
-                6 if name.eq_ignore_ascii_case(b"expect") => {
+                6 if name_is(name, b"expect") => {
                     f.expect_continue |= value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
                 }
-                6 if name.eq_ignore_ascii_case(b"accept") => {
+                6 if name_is(name, b"accept") => {
                     f.wants_html |= accepts_html(value);
                 }
                 _ => {}
@@ -460,6 +497,41 @@ impl Parse<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A token byte (RFC 9110 `tchar`): what a header name may hold.
+    fn is_tchar(b: u8) -> bool {
+        b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    }
+
+    #[test]
+    fn a_name_compares_as_eq_ignore_ascii_case_for_every_token_byte() {
+        let names: [&[u8]; 6] = [
+            b"host",
+            b"content-length",
+            b"transfer-encoding",
+            b"connection",
+            b"expect",
+            b"accept",
+        ];
+        for lower in names {
+            let upper = lower.to_ascii_uppercase();
+            assert!(name_is(lower, lower) && name_is(&upper, lower));
+            assert!(!name_is(&lower[1..], lower));
+            for at in 0..lower.len() {
+                for b in (0..=255u8).filter(|&b| is_tchar(b)) {
+                    let mut name = upper.clone();
+                    name[at] = b;
+                    assert_eq!(
+                        name_is(&name, lower),
+                        name.eq_ignore_ascii_case(lower),
+                        "{:?} against {:?}",
+                        String::from_utf8_lossy(&name),
+                        String::from_utf8_lossy(lower)
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_host_byte_table_is_the_rule() {

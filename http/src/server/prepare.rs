@@ -49,6 +49,10 @@ pub(super) struct Prep<'a> {
     pub host_out: &'a mut Option<gapura_gate::HostId>,
     /// The connection is TLS.
     pub tls: bool,
+    /// The gate's clock for the answers a wake of the connection writes at
+    /// once on one snapshot: read on the first decision, then kept (the
+    /// coarse clock moves once a tick; a batch takes microseconds).
+    pub gate_ms: &'a mut Option<u64>,
 }
 
 /// What a request's head decided, to be carried out once the borrows of
@@ -159,6 +163,7 @@ pub(super) fn prepare<'s>(
         request_id,
         host_out,
         tls,
+        gate_ms,
     } = p;
     let headers = Lines(lines);
     let req = Request {
@@ -193,7 +198,7 @@ pub(super) fn prepare<'s>(
             return out.refused_after_check(snap, (list, busy), paid, log, &req);
         }
     };
-    let decision = decide(shard, snap, &req, start);
+    let decision = decide(shard, snap, &req, start, gate_ms);
     // After a password check the budgets' leases were taken before it.
     let ticket = decision.ticket.or(paid);
     *host_out = decision.host;
@@ -289,13 +294,16 @@ fn decide<'s, H: HeaderLines + ?Sized>(
     snap: &'s Snapshot,
     req: &Request<'_, H>,
     start: Start,
+    gate_ms: &mut Option<u64>,
 ) -> gapura_gate::chain::Decision<'s> {
     let mut gate = shard.gate_mut();
-    let now_ms = if snap.gate.needs_clock() {
-        shard.now_ms()
-    } else {
-        0
-    };
+    let now_ms = *gate_ms.get_or_insert_with(|| {
+        if snap.gate.needs_clock() {
+            shard.now_ms()
+        } else {
+            0
+        }
+    });
     let unbound = gate.adopt(snap, now_ms);
     if unbound > 0 {
         shard.warn_rate_unbound(unbound, snap.generation);

@@ -163,9 +163,10 @@ impl<S: Transport> Conn<S> {
     /// connection line, the blank line, the body, the request id.
     fn end_local_answer(&mut self, end: LocalEnd<'_>, head: &ParsedHead, close: bool) {
         let head_only = head.method == Method::Head;
-        let date = self.shard.date.line();
+        // The Date line is in the head already; only a page's own start
+        // (a rate-limited answer) writes one here.
         let ctx = WriteCtx {
-            date_line: &date,
+            date_line: b"",
             head_only,
             close,
             keep_alive_10: head.keep_alive_10 && !close,
@@ -186,6 +187,11 @@ impl<S: Transport> Conn<S> {
             },
             LocalEnd::HeadOnly => end_head(self.io.out(), &ctx),
             LocalEnd::RateLimited(page, retry_after_s) => {
+                let date = self.shard.date.line();
+                let ctx = WriteCtx {
+                    date_line: &date,
+                    ..ctx
+                };
                 page.write_into(self.io.out(), retry_after_s, &ctx);
                 page.stamp(self.io.out(), head_only, || {
                     request_id(&self.log, &self.shard)

@@ -232,13 +232,15 @@ impl<S: Transport> Conn<S> {
             // A head with a plan to carry out lands here, so that what the
             // common steps move is small.
             let mut planned = None;
-            let mut step = self.decide(&snap, &mut planned);
+            // The gate's clock, read once for the answers written at once.
+            let mut gate_ms = None;
+            let mut step = self.decide(&snap, &mut planned, &mut gate_ms);
             // The answers written at once of a pipelined batch share the
             // snapshot the batch began with.
             while let Step::Answered = step {
                 self.finish_log(&snap);
                 self.record_latency();
-                step = self.decide(&snap, &mut planned);
+                step = self.decide(&snap, &mut planned, &mut gate_ms);
             }
             match step {
                 Step::More => {
@@ -321,6 +323,7 @@ impl<S: Transport> Conn<S> {
         &mut self,
         snap: &'s Snapshot,
         planned: &mut Option<(ParsedHead, Plan<'s>)>,
+        gate_ms: &mut Option<u64>,
     ) -> Step {
         let mut headers = header_buf::<{ super::bounds::REQUEST_LINES }>();
         let before = self.io.bytes_out();
@@ -328,10 +331,11 @@ impl<S: Transport> Conn<S> {
         // written into the write buffer.
         let (stream, unread, wbuf) = self.io.head_view();
         let parsed = stream.head(unread, &mut headers, &super::bounds::HEAD_BOUNDS);
-        let (head, lines) = match parsed {
+        // The head is read where the parser wrote it, not moved out.
+        let (head, lines) = match &parsed {
             Parse::Partial => return Step::More,
-            Parse::Error(e) => return Step::Refuse(e),
-            Parse::Complete(head, lines) => (head, lines),
+            Parse::Error(e) => return Step::Refuse(*e),
+            Parse::Complete(head, lines) => (head, *lines),
         };
         let resume = self.resume.take();
         if resume.is_none() {
@@ -339,13 +343,16 @@ impl<S: Transport> Conn<S> {
             self.served += 1;
             // Not `self.now()`: the buffers are borrowed.
             self.req_start = *self.woke_at.get_or_insert_with(clock::precise_now);
-            begin_log(
-                &mut self.log,
-                &self.shard,
-                (before, self.serial),
-                snap,
-                (self.req_start.into_std(), stream.request_id()),
-            );
+            // Asked here: without an access log nothing of it is computed.
+            if snap.server.access_log.is_some() {
+                begin_log(
+                    &mut self.log,
+                    &self.shard,
+                    (before, self.serial),
+                    snap,
+                    (self.req_start.into_std(), stream.request_id()),
+                );
+            }
         }
         let request_id = self
             .log
@@ -370,9 +377,10 @@ impl<S: Transport> Conn<S> {
                 request_id,
                 host_out: &mut self.req_host,
                 tls: S::TLS,
+                gate_ms,
             },
             snap,
-            &head,
+            head,
             lines,
         );
         self.set_busy(true);
@@ -383,11 +391,11 @@ impl<S: Transport> Conn<S> {
         // A local answer without a body is written here, not through a
         // future: a pipelined batch of them is answered without awaiting,
         // and the plan is read where it was written, never moved.
-        match self.answer_now(snap, &head, &plan) {
+        match self.answer_now(snap, head, &plan) {
             Now::Held => Step::Answered,
             Now::Flush(leases) => Step::Flush(leases),
             Now::Later => {
-                *planned = Some((head, plan));
+                *planned = Some((head.clone(), plan));
                 Step::Planned
             }
         }
@@ -645,11 +653,15 @@ impl<S: Transport> Conn<S> {
     /// Counts the answered request in its host's latency histogram.
     fn record_latency(&mut self) {
         if let Some(host) = self.req_host.take() {
-            let us = self
-                .now()
-                .saturating_duration_since(self.req_start)
-                .as_micros() as u64;
-            self.shard.gate_mut().record_latency(host, us);
+            let now = self.now();
+            // Answered in the wake that read its head: no time the clock
+            // was read to tell (the histogram's first bucket is 1 ms).
+            let us = if now == self.req_start {
+                0
+            } else {
+                now.saturating_duration_since(self.req_start).as_micros() as u64
+            };
+            self.shard.record_latency(host, us);
         }
     }
 
