@@ -42,7 +42,7 @@ from comparison import run
 from comparison.common import BENCH, die, online_cores
 from comparison.ports import PORT_LAST
 from comparison.procs import Processes
-from comparison.scenarios import KNOWN_GENERATORS, KNOWN_SERVERS, LAYOUTS, SCENARIOS, Options
+from comparison.scenarios import KNOWN_GENERATORS, KNOWN_SERVERS, LAYOUTS, SCENARIOS, Options, floor_work
 
 # Defaults, as text: the options are read as text and checked afterwards.
 DEFAULTS = {
@@ -82,7 +82,8 @@ Compares Gapura, nginx and HAProxy on the same answer, each with one worker
 pinned to core {v['server_core']}, loaded by one generator thread pinned to core {v['load_core']}.
 
 Options:
-  --servers LIST     comma-separated subset of: {' '.join(KNOWN_SERVERS)} (default: {v['servers']})
+  --servers LIST     comma-separated subset of: {' '.join(KNOWN_SERVERS)} (default: {v['servers']}),
+                     and floors with work added to each request: floor-monoio+200ns
   --scenarios LIST   comma-separated subset of: {' '.join(SCENARIOS)}, or "all"
                      (default: {v['scenarios']})
   --layouts LIST     where the proxy scenarios' upstream runs, comma-separated subset of:
@@ -172,8 +173,9 @@ def parse_args(argv):
         for name in text.split(","):
             if not name:
                 continue
-            if name not in known:
-                die(f"unknown {what} '{name}' (known: {' '.join(known)})")
+            if name not in known and not (what == "server" and floor_work(name)):
+                die(f"unknown {what} '{name}' (known: {' '.join(known)}, "
+                    f"or a floor with work added, e.g. floor-monoio+200ns)")
             if name not in picked:
                 picked.append(name)
         if not picked:

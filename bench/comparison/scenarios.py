@@ -1,6 +1,7 @@
 """What is compared: the scenarios, the servers, the load generators, and the
 checked options that select among them."""
 import dataclasses
+import re
 from collections import namedtuple
 
 # kind `respond`: the server under test answers itself; kind `proxy`: it
@@ -42,6 +43,14 @@ SCENARIOS = {
 KNOWN_SERVERS = ("gapura", "gapura-ring", "gapura-protected", "nginx", "haproxy",
                  "floor-monoio", "floor-ring")
 KNOWN_GENERATORS = ("gapura-loadtest", "wrk")
+
+
+def floor_work(name):
+    """`floor-ENGINE+Nns`: (ENGINE, N), the floor with about N ns of work
+    added to every request (`floor-proxy --work-ns`), to read what a ratio
+    to the floor means in nanoseconds of a server's own work; else None."""
+    m = re.fullmatch(r"floor-(monoio|ring)\+([0-9]{1,5})ns", name)
+    return (m.group(1), int(m.group(2))) if m else None
 # Where a proxy scenario's upstream runs. `saturated`: on the load core, so
 # the server's core does only the server's work and is saturated by it, and
 # every send to a peer wakes a task on the other core. `shared`: on the

@@ -8,6 +8,7 @@ import sys
 
 from .common import PEERS, die, indented, read_text
 from .ports import wait_port
+from .scenarios import floor_work
 
 ANSWER_BODY = b"hello, world\n"
 
@@ -49,8 +50,10 @@ def start_server(b, name, kind, directory, core, port, admin, upstream):
                "-e", os.path.join(directory, "error.log")]
     elif name.startswith("floor-"):
         # The floor: the essential work only (bench/src/bin/floor-proxy.rs).
-        engine = name[len("floor-"):]
+        engine, work_ns = floor_work(name) or (name[len("floor-"):], 0)
         mode = ["--upstream", str(upstream)] if kind == "proxy" else ["--respond"]
+        if work_ns:
+            mode += ["--work-ns", str(work_ns)]
         cmd = [*pin, b.floor_bin, "--listen", str(port), "--engine", engine, *mode]
     elif name == "haproxy":
         conf = os.path.join(directory, "haproxy.cfg")

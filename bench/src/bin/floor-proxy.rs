@@ -23,6 +23,12 @@
 //! (the benchmarks send GETs); responses are framed by Content-Length.
 //!
 //!   floor-proxy --listen PORT (--upstream PORT | --respond) [--engine ring|monoio]
+//!               [--work-ns N]
+//!
+//! `--work-ns N` adds about N ns of user-space work to every request (a
+//! dependent chain of integer steps, its length calibrated at start): the
+//! floor with a known extra cost, to read what a ratio of CPU per request
+//! to the floor's means in nanoseconds of a server's own work.
 //!
 //! Loopback only; it runs until killed.
 
@@ -37,6 +43,35 @@ struct Args {
     listen: u16,
     upstream: Option<SocketAddr>,
     ring: bool,
+    work_ns: u64,
+}
+
+/// The steps of `--work-ns` per request (0: none), set once at start.
+static WORK_STEPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `steps` dependent integer steps the compiler cannot fold.
+#[inline(never)]
+fn work(steps: u64) -> u64 {
+    let mut x = std::hint::black_box(0x9e37_79b9_7f4a_7c15u64);
+    for _ in 0..steps {
+        x = std::hint::black_box(x.rotate_left(5) ^ 0x5851_f42d);
+    }
+    x
+}
+
+/// How many [`work`] steps take about `ns` nanoseconds here (the median of
+/// five timings of a million steps).
+fn calibrate(ns: u64) -> u64 {
+    const STEPS: u64 = 1_000_000;
+    let mut per_step: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            std::hint::black_box(work(STEPS));
+            t.elapsed().as_nanos() as f64 / STEPS as f64
+        })
+        .collect();
+    per_step.sort_by(f64::total_cmp);
+    (ns as f64 / per_step[2]).round() as u64
 }
 
 fn args() -> Args {
@@ -44,9 +79,10 @@ fn args() -> Args {
         listen: 0,
         upstream: None,
         ring: true,
+        work_ns: 0,
     };
     let mut it = std::env::args().skip(1);
-    let usage = "floor-proxy --listen PORT (--upstream PORT | --respond) [--engine ring|monoio]";
+    let usage = "floor-proxy --listen PORT (--upstream PORT | --respond) [--engine ring|monoio] [--work-ns N]";
     while let Some(x) = it.next() {
         match x.as_str() {
             "--listen" => a.listen = it.next().and_then(|v| v.parse().ok()).expect(usage),
@@ -56,6 +92,7 @@ fn args() -> Args {
             }
             "--respond" => a.upstream = None,
             "--engine" => a.ring = it.next().as_deref() == Some("ring"),
+            "--work-ns" => a.work_ns = it.next().and_then(|v| v.parse().ok()).expect(usage),
             _ => panic!("{usage}"),
         }
     }
@@ -89,6 +126,10 @@ fn request(buf: &[u8], out: &mut Vec<u8>, upstream: bool) -> Result<usize, ()> {
         Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Ok(0),
         _ => return Err(()),
     };
+    let steps = WORK_STEPS.load(std::sync::atomic::Ordering::Relaxed);
+    if steps > 0 {
+        work(steps);
+    }
     if !upstream {
         out.extend_from_slice(ANSWER);
         return Ok(n);
@@ -180,6 +221,9 @@ fn listener(port: u16) -> TcpListener {
 
 fn main() {
     let a = args();
+    if a.work_ns > 0 {
+        WORK_STEPS.store(calibrate(a.work_ns), std::sync::atomic::Ordering::Relaxed);
+    }
     let l = listener(a.listen);
     if a.ring {
         uring_engine::run(l, a.upstream);
