@@ -129,19 +129,28 @@ fn eq_lowered(name: &[u8], lower: &[u8]) -> bool {
     if name.len() != lower.len() {
         return false;
     }
-    let mut a = name.chunks_exact(8);
-    let mut b = lower.chunks_exact(8);
-    for (x, y) in (&mut a).zip(&mut b) {
-        let x = u64::from_le_bytes(x.try_into().expect("eight bytes"));
-        let y = u64::from_le_bytes(y.try_into().expect("eight bytes"));
-        if lower8(x) != y {
+    let n = name.len();
+    if n < 8 {
+        return name
+            .iter()
+            .zip(lower)
+            .all(|(x, y)| x.to_ascii_lowercase() == *y);
+    }
+    let word = |s: &[u8], i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&s[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    // Whole words, then the last eight bytes (overlapping the words
+    // before them: a byte compares the same in either).
+    let mut i = 0;
+    while i + 8 < n {
+        if lower8(word(name, i)) != word(lower, i) {
             return false;
         }
+        i += 8;
     }
-    a.remainder()
-        .iter()
-        .zip(b.remainder())
-        .all(|(x, y)| x.to_ascii_lowercase() == *y)
+    lower8(word(name, n - 8)) == word(lower, n - 8)
 }
 
 /// Eight bytes with each ASCII capital letter lowercased, every other byte

@@ -43,6 +43,23 @@ impl Method {
             _ => Method::Other,
         }
     }
+
+    /// The request line's method token, for a method named here (`None`:
+    /// another, read from the line).
+    #[inline]
+    pub fn token(self) -> Option<&'static [u8]> {
+        Some(match self {
+            Method::Get => b"GET",
+            Method::Head => b"HEAD",
+            Method::Post => b"POST",
+            Method::Put => b"PUT",
+            Method::Delete => b"DELETE",
+            Method::Options => b"OPTIONS",
+            Method::Patch => b"PATCH",
+            Method::Connect => b"CONNECT",
+            Method::Other => return None,
+        })
+    }
 }
 
 /// How the request body is delimited.
@@ -531,6 +548,17 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_named_method_token_is_the_one_it_was_read_from() {
+        for m in [
+            "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT",
+        ] {
+            assert_eq!(Method::from_bytes(m).token(), Some(m.as_bytes()));
+        }
+        assert_eq!(Method::from_bytes("get").token(), None);
+        assert_eq!(Method::from_bytes("PROPFIND").token(), None);
     }
 
     #[test]

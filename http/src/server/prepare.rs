@@ -168,7 +168,10 @@ pub(super) fn prepare<'s>(
     let headers = Lines(lines);
     let req = Request {
         peer,
-        method: &buf[..buf.iter().position(|&b| b == b' ').unwrap_or(0)],
+        method: head
+            .method
+            .token()
+            .unwrap_or_else(|| &buf[..buf.iter().position(|&b| b == b' ').unwrap_or(0)]),
         host: head.host.clone().map(|r| &buf[r]),
         target: &buf[head.target.clone()],
         path: &buf[head.path.clone()],
