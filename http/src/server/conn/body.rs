@@ -24,6 +24,24 @@ impl<S: Transport> Conn<S> {
         Ok(())
     }
 
+    /// A body refused while it was read (413 past the limit, else 400):
+    /// its page, then the connection closes.
+    pub(super) async fn refuse_body(
+        &mut self,
+        snap: &gapura_gate::Snapshot,
+        status: ErrorStatus,
+        wants_html: bool,
+        head_only: bool,
+    ) -> End {
+        self.write_page(snap, status, wants_html, head_only);
+        let kind = if status == ErrorStatus::PayloadTooLarge {
+            ErrorKind::Limit
+        } else {
+            ErrorKind::BadRequest
+        };
+        self.close_after_refusal(kind).await
+    }
+
     /// Makes room for body bytes: everything before `pos` is consumed.
     pub(super) fn recycle_for_body(&mut self) {
         self.io.rewind_if_drained();

@@ -13,7 +13,7 @@ use crate::server::prepare::{LocalEnd, LocalPlan, Plan};
 use crate::server::stats::ErrorKind;
 use crate::transport::Transport;
 use gapura_gate::answer::{end_head, WriteCtx};
-use gapura_gate::{ErrorStatus, Snapshot};
+use gapura_gate::Snapshot;
 
 impl<S: Transport> Conn<S> {
     /// A local answer that reads no body and keeps the connection open,
@@ -89,13 +89,7 @@ impl<S: Transport> Conn<S> {
             BodyEnd::Ok | BodyEnd::Unread => {}
             BodyEnd::Refuse(s) => {
                 self.io.out().truncate(resp_start);
-                self.write_page(snap, s, head.wants_html, head_only);
-                let kind = if s == ErrorStatus::PayloadTooLarge {
-                    ErrorKind::Limit
-                } else {
-                    ErrorKind::BadRequest
-                };
-                return Err(self.close_after_refusal(kind).await);
+                return Err(self.refuse_body(snap, s, head.wants_html, head_only).await);
             }
             BodyEnd::End(end) => return Err(end),
         }

@@ -625,6 +625,10 @@ impl<S: Transport> Conn<S> {
     /// Starts the access log record of a new request (when the profile
     /// logs): its start, its id, the bytes before it.
     fn begin_log(&mut self, snap: &Snapshot) {
+        // Without an access log, no clock read and no id.
+        if snap.server.access_log.is_none() {
+            return;
+        }
         let before = self.io.bytes_out();
         begin_log(
             &mut self.log,

@@ -9,7 +9,6 @@ use super::{Conn, End};
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
 use crate::server::leases::Leases;
-use crate::server::stats::ErrorKind;
 use crate::transport::Transport;
 use gapura_gate::answer::WriteCtx;
 use gapura_gate::pow::{
@@ -35,13 +34,7 @@ impl<S: Transport> Conn<S> {
         let n = match self.read_form(head, &mut form).await {
             Ok(n) => n,
             Err(BodyEnd::Refuse(s)) => {
-                self.write_page(snap, s, head.wants_html, false);
-                let kind = if s == ErrorStatus::PayloadTooLarge {
-                    ErrorKind::Limit
-                } else {
-                    ErrorKind::BadRequest
-                };
-                return Err(self.close_after_refusal(kind).await);
+                return Err(self.refuse_body(snap, s, head.wants_html, false).await);
             }
             Err(BodyEnd::End(end)) => return Err(end),
             Err(BodyEnd::Ok | BodyEnd::Unread) => 0,
