@@ -4,6 +4,7 @@
 
 use gapura_http::codec::chunked::ChunkedDecoder;
 use gapura_http::codec::head::{header_buf, parse_head, BodyFraming, Method, Parse};
+use gapura_http::codec::scan::scan;
 use gapura_http::server::{HEAD_BOUNDS, REQUEST_LINES};
 use gapura_http::upstream::response::{
     parse_response, resp_header_buf, write_client_head, RespFraming, RespParse,
@@ -20,9 +21,11 @@ fn summary(data: &[u8]) -> Result<Option<(usize, BodyFraming)>, ()> {
 }
 
 /// The request head parser: ranges inside the input, the head httparse's
-/// too, a strict prefix never complete, framing as the lines say, and every
-/// plain request (below) accepted.
+/// too, a strict prefix never complete, framing as the lines say, every
+/// plain request (below) accepted, and what the one-pass reader of plain
+/// heads takes read exactly as httparse reads it.
 pub fn request_head(data: &[u8]) {
+    scan_agrees(data);
     let mut headers = header_buf::<REQUEST_LINES>();
     let parsed = parse_head(data, &mut headers, &HEAD_BOUNDS);
     let complete = match &parsed {
@@ -84,6 +87,31 @@ pub fn request_head(data: &[u8]) {
             "a plain request was refused: {:?}",
             String::from_utf8_lossy(data)
         );
+    }
+}
+
+/// What `codec::scan` takes, httparse reads with the same method, target,
+/// version, lines and length, each part where it lies in the input.
+fn scan_agrees(data: &[u8]) {
+    let mut mine = header_buf::<REQUEST_LINES>();
+    let Some((plain, lines)) = scan(data, &mut mine) else {
+        return;
+    };
+    let mut theirs = [httparse::EMPTY_HEADER; REQUEST_LINES];
+    let mut req = httparse::Request::new(&mut theirs);
+    assert_eq!(
+        req.parse(data),
+        Ok(httparse::Status::Complete(plain.head_len))
+    );
+    let same = |a: &[u8], b: &[u8]| a.as_ptr() == b.as_ptr() && a.len() == b.len();
+    assert!(req
+        .method
+        .is_some_and(|m| same(m.as_bytes(), plain.method_token)));
+    assert!(req.path.is_some_and(|p| same(p.as_bytes(), plain.target)));
+    assert_eq!(req.version, Some(plain.version));
+    assert_eq!(req.headers.len(), lines.len());
+    for (t, m) in req.headers.iter().zip(lines) {
+        assert!(same(t.name.as_bytes(), m.name.as_bytes()) && same(t.value, m.value));
     }
 }
 

@@ -11,7 +11,7 @@
 //! the Host line's value, the cookies joined). The other lines point into
 //! the stream's own fields.
 
-use super::head::{complete, HeadBounds, HeadError, HeaderBuf, Parse};
+use super::head::{complete, HeadBounds, HeadError, HeaderBuf, Method, Parse};
 
 /// Bytes a request line adds around its method and target
 /// (` HTTP/1.1\r\n`): the head's size is judged as the same request's
@@ -51,9 +51,10 @@ pub fn fields_head<'h, 'b, const N: usize>(
     if target_end > layout.head_len {
         return Parse::Error(HeadError::Malformed("malformed request"));
     }
-    let Ok(method) = std::str::from_utf8(&buf[..layout.method_len]) else {
+    if std::str::from_utf8(&buf[..layout.method_len]).is_err() {
         return Parse::Error(HeadError::Malformed("invalid token"));
-    };
+    }
+    let method = Method::from_bytes(&buf[..layout.method_len]);
     let Some(lines) = fill_lines(headers, lines) else {
         return Parse::Error(HeadError::TooLarge);
     };

@@ -1,7 +1,8 @@
 //! Request head parsing and framing decisions.
 //!
-//! `parse_head` runs httparse over the buffer with the caller's fixed array
-//! of header lines, within the caller's [`HeadBounds`], then derives the facts the server needs in
+//! `parse_head` reads a plain head in one pass (`super::scan`), else runs
+//! httparse over the buffer, with the caller's fixed array of header
+//! lines, within the caller's [`HeadBounds`], then derives the facts the server needs in
 //! one pass: Host, the body framing, the connection tokens, `Expect`, whether
 //! the client wants HTML, and the header count and bytes the limits judge.
 //! Every ambiguity that could let two parsers disagree about where a request
@@ -13,6 +14,7 @@
 //! differently. O(head length), no allocation.
 
 use super::accept::accepts_html;
+use super::scan;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
@@ -30,16 +32,16 @@ pub enum Method {
 }
 
 impl Method {
-    pub(super) fn from_bytes(m: &str) -> Method {
+    pub(super) fn from_bytes(m: &[u8]) -> Method {
         match m {
-            "GET" => Method::Get,
-            "HEAD" => Method::Head,
-            "POST" => Method::Post,
-            "PUT" => Method::Put,
-            "DELETE" => Method::Delete,
-            "OPTIONS" => Method::Options,
-            "PATCH" => Method::Patch,
-            "CONNECT" => Method::Connect,
+            b"GET" => Method::Get,
+            b"HEAD" => Method::Head,
+            b"POST" => Method::Post,
+            b"PUT" => Method::Put,
+            b"DELETE" => Method::Delete,
+            b"OPTIONS" => Method::Options,
+            b"PATCH" => Method::Patch,
+            b"CONNECT" => Method::Connect,
             _ => Method::Other,
         }
     }
@@ -207,7 +209,8 @@ fn parse_length(value: &[u8]) -> Option<u64> {
 }
 
 /// Parses a request head at the start of `buf` into `headers`. O(n), no
-/// allocation. The steps: httparse reads the lines; the request line's
+/// allocation. The steps: the plain head is read in one pass
+/// (`scan::scan_into`), any other by httparse; the request line's
 /// target is split into its form (`request_target`); the header lines the
 /// server reads are gathered (`HeaderFacts::read`); the body's framing is
 /// decided (`HeaderFacts::framing`).
@@ -216,6 +219,21 @@ pub fn parse_head<'h, 'b, const N: usize>(
     headers: &'h mut HeaderBuf<'b, N>,
     bounds: &HeadBounds,
 ) -> Parse<'h, 'b> {
+    if let Some(plain) = scan::scan_into(buf, headers) {
+        if plain.head_len > bounds.max_head_bytes {
+            return Parse::Error(HeadError::TooLarge);
+        }
+        // SAFETY: `scan_into` wrote the first `line_count` lines.
+        let lines = unsafe { scan::written(headers, plain.line_count) };
+        return complete(
+            buf,
+            plain.method,
+            plain.target,
+            plain.version,
+            lines,
+            plain.head_len,
+        );
+    }
     let mut req = httparse::Request::new(&mut []);
     let head_len = match req.parse_with_uninit_headers(buf, headers) {
         Ok(httparse::Status::Complete(n)) => n,
@@ -232,6 +250,7 @@ pub fn parse_head<'h, 'b, const N: usize>(
         return Parse::Error(HeadError::Malformed("incomplete request line"));
     };
     let lines: &'h [httparse::Header<'b>] = req.headers;
+    let method = Method::from_bytes(method.as_bytes());
     complete(buf, method, path.as_bytes(), version, lines, head_len)
 }
 
@@ -244,13 +263,12 @@ pub fn parse_head<'h, 'b, const N: usize>(
 #[inline(always)]
 pub(super) fn complete<'h, 'b>(
     buf: &'b [u8],
-    method: &str,
+    method: Method,
     raw_target: &[u8],
     version: u8,
     lines: &'h [httparse::Header<'b>],
     head_len: usize,
 ) -> Parse<'h, 'b> {
-    let method = Method::from_bytes(method);
     if method == Method::Connect {
         return Parse::Error(HeadError::Malformed("CONNECT is not served"));
     }
@@ -555,10 +573,10 @@ mod tests {
         for m in [
             "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT",
         ] {
-            assert_eq!(Method::from_bytes(m).token(), Some(m.as_bytes()));
+            assert_eq!(Method::from_bytes(m.as_bytes()).token(), Some(m.as_bytes()));
         }
-        assert_eq!(Method::from_bytes("get").token(), None);
-        assert_eq!(Method::from_bytes("PROPFIND").token(), None);
+        assert_eq!(Method::from_bytes(b"get").token(), None);
+        assert_eq!(Method::from_bytes(b"PROPFIND").token(), None);
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! policy. Its bounds (header lines, head bytes, request line) are the
 //! caller's, passed in ([`HeadBounds`] and the header array's length).
 //!
-//! Modules: `head` (request heads and their framing), `fields` (a head
+//! Modules: `head` (request heads and their framing), `scan` (the plain
+//! head read in one pass, before httparse), `fields` (a head
 //! that arrived as an HTTP/2 stream's fields, read for the same facts), `chunked` (the
 //! chunked body decoder), `proxyproto` (the PROXY protocol header read at
 //! accept), `accept` (whether an `Accept` value asks for HTML), `websocket`
@@ -21,6 +22,7 @@ pub mod chunked;
 pub mod fields;
 pub mod head;
 pub mod proxyproto;
+pub mod scan;
 pub mod websocket;
 
 pub use chunked::{ChunkError, ChunkedDecoder, Step};

@@ -1,0 +1,228 @@
+//! The plain request head, read in one pass.
+//!
+//! Nearly every head a server reads has one plain shape: an upper-case
+//! method, one space, a target of visible ASCII, one space, `HTTP/1.1` or
+//! `HTTP/1.0`, lines ended by CRLF, token names followed at once by a
+//! colon, values of visible ASCII, spaces and tabs, and the blank line.
+//! [`scan`] reads exactly that shape, eight bytes at a time where it can,
+//! and declines (`None`) everything else: a head not complete yet, a bare
+//! LF, leading blank lines, a control byte, obs-text, more lines than the
+//! array holds. Its caller then runs httparse, which decides every head
+//! `scan` declined (accepting, waiting or refusing). What `scan` accepts,
+//! httparse accepts with the same parts, to the byte: the same method,
+//! target, version, lines (name and value, where they lie in the buffer)
+//! and length; a property test holds it over generated and mutated heads,
+//! and the fuzz target `request_head` checks it on every input.
+//!
+//! No allocation. The `unsafe` here: the lines written into the caller's
+//! array made a slice, and a name of token bytes (ASCII) made a `str`.
+
+use super::head::{HeaderBuf, Method};
+
+/// A plain head `scan` read: its parts; its lines are the first
+/// `line_count` of the caller's array.
+#[derive(Debug)]
+pub struct Plain<'b> {
+    pub method: Method,
+    /// The method as sent.
+    pub method_token: &'b [u8],
+    /// The target as sent (visible ASCII, at least one byte).
+    pub target: &'b [u8],
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub version: u8,
+    /// Lines written at the start of the caller's array.
+    pub line_count: usize,
+    /// Bytes of the head, the blank line included.
+    pub head_len: usize,
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// The eight bytes at `at`, little-endian (the first byte lowest).
+#[inline(always)]
+fn word(buf: &[u8], at: usize) -> Option<u64> {
+    let bytes: [u8; 8] = buf.get(at..at.checked_add(8)?)?.try_into().ok()?;
+    Some(u64::from_le_bytes(bytes))
+}
+
+/// The high bit of every byte of `x` below `low` (at most 0x80), equal to
+/// 0x7f, or 0x80 and above; exact for the lowest such byte (a borrow only
+/// runs upward, out of a byte already flagged), which is all the callers
+/// read.
+#[inline(always)]
+fn stops(x: u64, low: u8) -> u64 {
+    let below = x.wrapping_sub(ONES * u64::from(low)) & !x;
+    let del = x ^ (ONES * 0x7f);
+    let is_del = del.wrapping_sub(ONES) & !del;
+    (below | is_del | x) & HIGH
+}
+
+/// Index of the first byte at or after `at` that is not visible ASCII
+/// (0x21..=0x7e) for `low` 0x21, or not a space or visible ASCII for
+/// `low` 0x20; `None` when the buffer ends first.
+#[inline(always)]
+fn run_end(buf: &[u8], mut at: usize, low: u8) -> Option<usize> {
+    while let Some(x) = word(buf, at) {
+        let m = stops(x, low);
+        if m != 0 {
+            return Some(at + (m.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    while let Some(&b) = buf.get(at) {
+        if b < low || b >= 0x7f {
+            return Some(at);
+        }
+        at += 1;
+    }
+    None
+}
+
+/// A token byte (RFC 9110 `tchar`): what a header name holds.
+static TCHAR: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = (b as u8).is_ascii_alphanumeric();
+        b += 1;
+    }
+    let marks = b"!#$%&'*+-.^_`|~";
+    let mut i = 0;
+    while i < marks.len() {
+        t[marks[i] as usize] = true;
+        i += 1;
+    }
+    t
+};
+
+/// The method and the index just past its space: `GET ` in one compare,
+/// else upper-case letters up to a space (at most 16).
+#[inline(always)]
+fn method(buf: &[u8]) -> Option<(Method, &[u8], usize)> {
+    let first: [u8; 4] = buf.get(..4)?.try_into().ok()?;
+    if first == *b"GET " {
+        return Some((Method::Get, &buf[..3], 4));
+    }
+    let mut i = 0;
+    while let Some(&b) = buf.get(i) {
+        if b == b' ' {
+            if i == 0 {
+                return None;
+            }
+            return Some((Method::from_bytes(&buf[..i]), &buf[..i], i + 1));
+        }
+        if !b.is_ascii_uppercase() || i == 16 {
+            return None;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Reads a plain head at the start of `buf` into `headers` (module doc):
+/// its parts and its lines, or `None` (not a plain head, or not complete
+/// yet: httparse decides).
+pub fn scan<'h, 'b, const N: usize>(
+    buf: &'b [u8],
+    headers: &'h mut HeaderBuf<'b, N>,
+) -> Option<(Plain<'b>, &'h [httparse::Header<'b>])> {
+    let plain = scan_into(buf, headers)?;
+    // SAFETY: `scan_into` wrote the first `line_count` lines of `headers`.
+    let lines = unsafe { written(headers, plain.line_count) };
+    Some((plain, lines))
+}
+
+/// The first `n` lines of `headers` as a slice.
+///
+/// # Safety
+/// The first `n` elements of `headers` were written (by [`scan_into`]).
+#[inline(always)]
+pub(super) unsafe fn written<'h, 'b, const N: usize>(
+    headers: &'h HeaderBuf<'b, N>,
+    n: usize,
+) -> &'h [httparse::Header<'b>] {
+    debug_assert!(n <= N);
+    // SAFETY: the caller's promise; the array outlives the slice ('h).
+    unsafe { std::slice::from_raw_parts(headers.as_ptr().cast(), n) }
+}
+
+/// [`scan`], the lines' count for the slice: the array is borrowed only
+/// for the call, so a caller can hand it to httparse when this declines.
+#[inline(always)]
+pub(super) fn scan_into<'b, const N: usize>(
+    buf: &'b [u8],
+    headers: &mut HeaderBuf<'b, N>,
+) -> Option<Plain<'b>> {
+    let (method, method_token, target_start) = method(buf)?;
+    let target_end = run_end(buf, target_start, 0x21)?;
+    if target_end == target_start || buf[target_end] != b' ' {
+        return None;
+    }
+    let v = target_end + 1;
+    let version = match (word(buf, v)?, buf.get(v + 8..v + 10)?) {
+        (w, b"\r\n") if w == u64::from_le_bytes(*b"HTTP/1.1") => 1,
+        (w, b"\r\n") if w == u64::from_le_bytes(*b"HTTP/1.0") => 0,
+        _ => return None,
+    };
+    let mut at = v + 10;
+    let mut n = 0;
+    loop {
+        let first = *buf.get(at)?;
+        if first == b'\r' {
+            if *buf.get(at + 1)? != b'\n' {
+                return None;
+            }
+            break;
+        }
+        let name_start = at;
+        let mut b = first;
+        while b != b':' {
+            if !TCHAR[b as usize] {
+                return None;
+            }
+            at += 1;
+            b = *buf.get(at)?;
+        }
+        if at == name_start {
+            return None;
+        }
+        let name = &buf[name_start..at];
+        at += 1;
+        while matches!(*buf.get(at)?, b' ' | b'\t') {
+            at += 1;
+        }
+        let value_start = at;
+        let value_end = loop {
+            at = run_end(buf, at, 0x20)?;
+            match buf[at] {
+                b'\t' => at += 1,
+                b'\r' => break at,
+                _ => return None,
+            }
+        };
+        if *buf.get(value_end + 1)? != b'\n' {
+            return None;
+        }
+        let mut trimmed = value_end;
+        while trimmed > value_start && matches!(buf[trimmed - 1], b' ' | b'\t') {
+            trimmed -= 1;
+        }
+        let slot = headers.get_mut(n)?;
+        slot.write(httparse::Header {
+            // SAFETY: every byte of `name` passed `TCHAR`: ASCII, so UTF-8.
+            name: unsafe { std::str::from_utf8_unchecked(name) },
+            value: &buf[value_start..trimmed],
+        });
+        n += 1;
+        at = value_end + 2;
+    }
+    Some(Plain {
+        method,
+        method_token,
+        target: &buf[target_start..target_end],
+        version,
+        line_count: n,
+        head_len: at + 2,
+    })
+}
