@@ -186,7 +186,7 @@ fn strip(raw: &[u8]) -> Option<&[u8]> {
         let end = raw.iter().position(|&b| b == b']')?;
         &raw[..=end]
     } else {
-        match raw.iter().rposition(|&b| b == b':') {
+        match last_colon(raw) {
             Some(colon) => &raw[..colon],
             None => raw,
         }
@@ -196,6 +196,28 @@ fn strip(raw: &[u8]) -> Option<&[u8]> {
         return None;
     }
     Some(name)
+}
+
+/// Index of the last `:` in `s`, eight bytes a step from the end (a
+/// `Host` value is short; its port, when it has one, is at the end).
+#[inline]
+fn last_colon(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const LOW7: u64 = 0x7f * ONES;
+    let mut end = s.len();
+    while end >= 8 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[end - 8..end]);
+        let x = u64::from_le_bytes(w) ^ (u64::from(b':') * ONES);
+        // The high bit of each zero byte of `x` (a colon in `s`), exact for
+        // every byte: adding the low seven bits never carries out of a byte.
+        let colons = !(((x & LOW7) + LOW7) | x) & !LOW7;
+        if colons != 0 {
+            return Some(end - 8 + (63 - colons.leading_zeros() as usize) / 8);
+        }
+        end -= 8;
+    }
+    s[..end].iter().rposition(|&b| b == b':')
 }
 
 /// Whether `name` is a host name or address literal a profile may list.
@@ -307,6 +329,24 @@ pub enum HostAction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_colon_is_rpositions_for_every_byte_in_every_place() {
+        for len in 0..40 {
+            for at in 0..len {
+                for b in [b':', b';', b'9', 0x3a | 0x80, 0, b'a', 0xff] {
+                    for second in [None, Some(0), Some(len / 2), Some(len - 1)] {
+                        let mut s = vec![b'x'; len];
+                        s[at] = b;
+                        if let Some(j) = second {
+                            s[j] = b':';
+                        }
+                        assert_eq!(last_colon(&s), s.iter().rposition(|&c| c == b':'), "{s:?}");
+                    }
+                }
+            }
+        }
+    }
 
     fn table() -> HostTable {
         let mut t = HostTable::default();
