@@ -3,7 +3,7 @@
 //! order is the table's.
 
 use super::*;
-use gapura_gate::chain::{GateState, Request, Step, Trace};
+use gapura_gate::chain::{Block, GateState, Request, Step, Trace};
 use gapura_gate::client::Peer;
 use gapura_gate::path::MAX_PATH_BYTES;
 use gapura_gate::Verdict;
@@ -86,6 +86,25 @@ fn row_of(step: &Step<'_>) -> Option<(u32, &'static str)> {
         Step::ProofOfWork { .. } => (15, "proof of work"),
         // The verify endpoint is answered before the blocks.
         Step::PowEndpoint { .. } => return None,
+    })
+}
+
+/// The block of each row from 4 to 15.
+fn block_of_row(n: u32) -> Option<Block> {
+    Some(match n {
+        4 => Block::Budgets,
+        5 => Block::ConnectionRate,
+        6 => Block::AccessAddress,
+        7 => Block::RuleSet,
+        8 => Block::RequestLimits,
+        9 => Block::HttpsRedirect,
+        10 => Block::Robots,
+        11 => Block::Maintenance,
+        12 => Block::Access,
+        13 => Block::RateLimit,
+        14 => Block::ForwardAuth,
+        15 => Block::ProofOfWork,
+        _ => return None,
     })
 }
 
@@ -176,6 +195,9 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
         (2..=15).collect::<Vec<_>>(),
         "one step per block, in order"
     );
+    // The order a resumed request's steps are counted in is this one.
+    let blocks: Vec<Block> = rows.0.iter().filter_map(|r| block_of_row(r.0)).collect();
+    assert_eq!(blocks, gapura_gate::chain::ORDER);
     let doc = table_rows();
     for (n, words) in &rows.0 {
         let (_, step) = doc
@@ -191,7 +213,6 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
 
 #[test]
 fn every_step_name_is_distinct_and_below_the_count() {
-    use gapura_gate::chain::Block;
     let all = [
         Block::Host,
         Block::Path,

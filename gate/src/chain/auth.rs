@@ -1,5 +1,6 @@
 //! Step 14 of the chain, forward-auth, on [`Flow`].
 
+use super::decision::Block;
 use super::steps::{Flow, Next};
 use super::trace::{AuthOutcome, Step, Trace};
 use crate::auth::{AuthJob, KeyFacts, Remembered};
@@ -76,7 +77,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             host_key: keys.1,
         });
         self.auth_outcome(p, AuthOutcome::WouldCall);
-        self.decision.suspended = Some(self.suspend_here());
+        self.decision.suspended = Some(self.suspend_at(Block::ForwardAuth));
         ControlFlow::Break(Verdict::Authenticate(b))
     }
 

@@ -52,6 +52,7 @@ pub use state::{
     AccessCounters, ChainCounters, ConnectionCounters, ConnectionRefusal, ConnectionToken,
     GateState, RateLimitCounters, Start, Suspended,
 };
+pub use steps::ORDER;
 pub use trace::{AccessStepOutcome, AuthOutcome, NoTrace, PowOutcome, QuotaOutcome, Step, Trace};
 
 use crate::client::{HeaderLines, Peer};
@@ -156,7 +157,6 @@ impl Snapshot {
             trace,
             now_ms,
             start,
-            ordinal: 0,
             entry,
             country: resolved.country,
             canonical,

@@ -29,6 +29,39 @@ use std::ops::ControlFlow;
 /// What a block answers: go on, or the request's verdict.
 pub(super) type Next<'s> = ControlFlow<Verdict<'s>>;
 
+/// A block of the chain, run on the flow.
+type Run<'s, F> = fn(&mut F) -> Next<'s>;
+
+/// Steps 4 to 15 of the chain in the order [`Flow::blocks`] runs them (a
+/// test holds the two, and docs/gate.md's table, to each other).
+pub const ORDER: [Block; 12] = [
+    Block::Budgets,
+    Block::ConnectionRate,
+    Block::AccessAddress,
+    Block::RuleSet,
+    Block::RequestLimits,
+    Block::HttpsRedirect,
+    Block::Robots,
+    Block::Maintenance,
+    Block::Access,
+    Block::RateLimit,
+    Block::ForwardAuth,
+    Block::ProofOfWork,
+];
+
+/// The place of `block` in [`ORDER`] (the first is 1; 0 for a block that
+/// is not one of these steps).
+pub const fn ordinal(block: Block) -> u8 {
+    let mut i = 0;
+    while i < ORDER.len() {
+        if ORDER[i] as u8 == block as u8 {
+            return i as u8 + 1;
+        }
+        i += 1;
+    }
+    0
+}
+
 /// One request's way through a host's blocks: the facts the chain learned
 /// before them and the decision so far.
 pub(super) struct Flow<'s, 'a, H: HeaderLines + ?Sized, T: Trace> {
@@ -40,8 +73,6 @@ pub(super) struct Flow<'s, 'a, H: HeaderLines + ?Sized, T: Trace> {
     /// Where the chain starts: from the beginning, or resuming a request
     /// suspended for a check made off the decision.
     pub start: Start,
-    /// The place in the chain's order of the step running (the first is 1).
-    pub ordinal: u8,
     pub entry: &'s HostEntry,
     /// `CF-IPCountry` of a trusted Cloudflare peer.
     pub country: Option<Country>,
@@ -72,46 +103,68 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Steps 4 to 15 of docs/gate.md, in their order; step 16 (the
-    /// host's answer) follows when all let the request go on. This is the
-    /// chain's order: a test holds it to the table in docs/gate.md, and a
-    /// resumed request's steps behind it follow it (moving a line here is
-    /// the whole of reordering a step).
+    /// Steps 4 to 15 of docs/gate.md, in their order ([`ORDER`]); step 16
+    /// (the host's answer) follows when all let the request go on. A fresh
+    /// request runs each block as it comes; a resumed one through
+    /// [`Self::resumed_step`]: two copies of one list, so the fresh
+    /// request's steps check nothing about resuming. The block that ends
+    /// the request is noted as the decision's step (the one the access
+    /// log names).
     #[inline(always)]
     fn blocks(&mut self) -> Next<'s> {
-        self.step(Block::Budgets, Self::budgets)?;
-        self.step(Block::ConnectionRate, Self::connection_rate)?;
-        self.step(Block::AccessAddress, Self::access_address)?;
-        self.step(Block::RuleSet, Self::rule_set)?;
-        self.step(Block::RequestLimits, Self::request_limits)?;
-        self.step(Block::HttpsRedirect, Self::https_redirect)?;
-        self.step(Block::Robots, Self::robots)?;
-        self.step(Block::Maintenance, Self::maintenance)?;
-        self.step(Block::Access, Self::access_credentials)?;
-        self.step(Block::RateLimit, Self::rate_limit)?;
-        self.step(Block::ForwardAuth, Self::forward_auth)?;
-        self.step(Block::ProofOfWork, Self::proof_of_work)?;
-        self.decision.step = Block::Answer;
+        let next = match self.start {
+            Start::Beginning => self.each_block(|flow, _, run| run(flow)),
+            Start::Resume(s) => {
+                self.each_block(move |flow, block, run| flow.resumed_step(s, block, run))
+            }
+        };
+        if next.is_continue() {
+            self.decision.step = Block::Answer;
+        }
+        next
+    }
+
+    /// The chain's order: a test holds it to [`ORDER`] and to the table in
+    /// docs/gate.md, and a resumed request's steps behind it follow it
+    /// (moving a line here and in [`ORDER`] is the whole of reordering a
+    /// step).
+    #[inline(always)]
+    fn each_block(
+        &mut self,
+        step: impl Fn(&mut Self, Block, Run<'s, Self>) -> Next<'s>,
+    ) -> Next<'s> {
+        let run = |flow: &mut Self, block: Block, run: Run<'s, Self>| {
+            let next = step(flow, block, run);
+            if next.is_break() {
+                flow.decision.step = block;
+            }
+            next
+        };
+        run(self, Block::Budgets, Self::budgets)?;
+        run(self, Block::ConnectionRate, Self::connection_rate)?;
+        run(self, Block::AccessAddress, Self::access_address)?;
+        run(self, Block::RuleSet, Self::rule_set)?;
+        run(self, Block::RequestLimits, Self::request_limits)?;
+        run(self, Block::HttpsRedirect, Self::https_redirect)?;
+        run(self, Block::Robots, Self::robots)?;
+        run(self, Block::Maintenance, Self::maintenance)?;
+        run(self, Block::Access, Self::access_credentials)?;
+        run(self, Block::RateLimit, Self::rate_limit)?;
+        run(self, Block::ForwardAuth, Self::forward_auth)?;
+        run(self, Block::ProofOfWork, Self::proof_of_work)?;
         ControlFlow::Continue(())
     }
 
-    /// Runs one step, noted as the block about to decide (the one that
-    /// ends the request is the step the access log names). For a resumed
-    /// request, a step at or before the one that suspended it is behind the
-    /// request, and this is the one place that says what it does again:
-    /// the steps that paid or counted before the check (budgets, the
-    /// connection rate, the address list, the rule set, maintenance, the
-    /// rate limit) do nothing; the suspending steps restore what they
-    /// decided (the access list's credentials, the provider's allow); the
-    /// steps that only read the request run again.
-    #[inline(always)]
-    fn step(&mut self, block: Block, run: fn(&mut Self) -> Next<'s>) -> Next<'s> {
-        self.decision.step = block;
-        self.ordinal += 1;
-        let Start::Resume(s) = self.start else {
-            return run(self);
-        };
-        if self.ordinal > s.at {
+    /// One step of a resumed request. A step at or before the one that
+    /// suspended it is behind the request, and this is the one place that
+    /// says what it does again: the steps that paid or counted before the
+    /// check (budgets, the connection rate, the address list, the rule
+    /// set, maintenance, the rate limit) do nothing; the suspending steps
+    /// restore what they decided (the access list's credentials, the
+    /// provider's allow); the steps that only read the request run again.
+    #[inline(never)]
+    fn resumed_step(&mut self, s: Suspended, block: Block, run: Run<'s, Self>) -> Next<'s> {
+        if ordinal(block) > s.at {
             return run(self);
         }
         match block {
@@ -127,11 +180,11 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Where the request is suspended, at the step running now.
+    /// Where the request is suspended: at `block`, the step running now.
     #[inline(always)]
-    pub(super) fn suspend_here(&self) -> Suspended {
+    pub(super) fn suspend_at(&self, block: Block) -> Suspended {
         Suspended {
-            at: self.ordinal,
+            at: ordinal(block),
             strip_authorization: self.decision.strip_authorization,
         }
     }
@@ -405,7 +458,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
                     // Resumed from this step once verified; the
                     // credentials are the list's to strip.
                     self.decision.suspended = Some(Suspended {
-                        at: self.ordinal,
+                        at: ordinal(Block::Access),
                         strip_authorization: !list.pass_credentials(),
                     });
                 }
