@@ -494,8 +494,13 @@ impl GateState {
     /// O(buckets), no allocation.
     #[inline]
     pub fn record_latency(&mut self, host: crate::host::HostId, us: u64) {
+        self.record_latencies(host, us, 1);
+    }
+
+    /// Counts `n` requests to `host` answered in `us` microseconds each.
+    pub fn record_latencies(&mut self, host: crate::host::HostId, us: u64, n: u64) {
         if let Some(h) = self.latency.get_mut(host as usize) {
-            h.record(us);
+            h.record_n(us, n);
         }
     }
 

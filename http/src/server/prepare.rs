@@ -51,7 +51,9 @@ pub(super) struct Prep<'a> {
     pub tls: bool,
     /// The gate's clock for the answers a wake of the connection writes at
     /// once on one snapshot: read on the first decision, then kept (the
-    /// coarse clock moves once a tick; a batch takes microseconds).
+    /// coarse clock moves once a tick; a batch takes microseconds). The
+    /// gate state adopts the snapshot with that first decision: no other
+    /// decision runs between those of one wake.
     pub gate_ms: &'a mut Option<u64>,
 }
 
@@ -300,17 +302,22 @@ fn decide<'s, H: HeaderLines + ?Sized>(
     gate_ms: &mut Option<u64>,
 ) -> gapura_gate::chain::Decision<'s> {
     let mut gate = shard.gate_mut();
-    let now_ms = *gate_ms.get_or_insert_with(|| {
-        if snap.gate.needs_clock() {
-            shard.now_ms()
-        } else {
-            0
+    let now_ms = match *gate_ms {
+        Some(now_ms) => now_ms,
+        None => {
+            let now_ms = if snap.gate.needs_clock() {
+                shard.now_ms()
+            } else {
+                0
+            };
+            let unbound = gate.adopt(snap, now_ms);
+            if unbound > 0 {
+                shard.warn_rate_unbound(unbound, snap.generation);
+            }
+            *gate_ms = Some(now_ms);
+            now_ms
         }
-    });
-    let unbound = gate.adopt(snap, now_ms);
-    if unbound > 0 {
-        shard.warn_rate_unbound(unbound, snap.generation);
-    }
+    };
     let mut scratch = shard.scratch.borrow_mut();
     #[cfg(feature = "decide-timing")]
     let t0 = super::timing::stamp();

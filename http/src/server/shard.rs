@@ -397,6 +397,12 @@ impl Shard {
     pub fn record_latency(&self, host: gapura_gate::HostId, us: u64) {
         self.gate.borrow_mut().record_latency(host, us);
     }
+
+    /// Counts `answers` requests answered in `us` (one update).
+    #[inline]
+    pub fn record_latencies(&self, host: gapura_gate::HostId, us: u64, answers: u64) {
+        self.gate.borrow_mut().record_latencies(host, us, answers);
+    }
 }
 
 impl Shard {

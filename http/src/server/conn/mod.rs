@@ -134,6 +134,25 @@ pub(super) struct Conn<S> {
     page_vars: Option<Box<PageCopy>>,
 }
 
+/// Answers of one host written in the wake that read their heads, not
+/// counted yet in its latency histogram: their latency is 0 (no clock
+/// read in the wake could tell it; the first bucket is 1 ms).
+#[derive(Default)]
+struct Instant0 {
+    host: Option<gapura_gate::HostId>,
+    answers: u64,
+}
+
+impl Instant0 {
+    /// Counts them.
+    #[inline]
+    fn count(&mut self, shard: &Shard) {
+        if let Some(host) = self.host.take() {
+            shard.record_latencies(host, 0, std::mem::take(&mut self.answers));
+        }
+    }
+}
+
 impl<S: Transport> Conn<S> {
     pub(super) fn new(
         io: ClientIo<S>,
@@ -237,11 +256,13 @@ impl<S: Transport> Conn<S> {
             let mut step = self.decide(&snap, &mut planned, &mut gate_ms);
             // The answers written at once of a pipelined batch share the
             // snapshot the batch began with.
+            let mut instant = Instant0::default();
             while let Step::Answered = step {
                 self.finish_log(&snap);
-                self.record_latency();
+                self.record_latency_in_wake(&mut instant);
                 step = self.decide(&snap, &mut planned, &mut gate_ms);
             }
+            instant.count(&self.shard);
             match step {
                 Step::More => {
                     // No snapshot held while the connection waits.
@@ -666,6 +687,30 @@ impl<S: Transport> Conn<S> {
                 now.saturating_duration_since(self.req_start).as_micros() as u64
             };
             self.shard.record_latency(host, us);
+        }
+    }
+
+    /// [`Self::record_latency`] for an answer of the loop that writes a
+    /// wake's answers: one written in the wake that read its head is
+    /// counted with the others of its host when the loop ends.
+    #[inline]
+    fn record_latency_in_wake(&mut self, instant: &mut Instant0) {
+        let Some(host) = self.req_host else {
+            return;
+        };
+        if self.woke_at != Some(self.req_start) {
+            return self.record_latency();
+        }
+        self.req_host = None;
+        match instant.host {
+            Some(h) if h == host => instant.answers += 1,
+            _ => {
+                instant.count(&self.shard);
+                *instant = Instant0 {
+                    host: Some(host),
+                    answers: 1,
+                };
+            }
         }
     }
 

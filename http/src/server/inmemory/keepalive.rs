@@ -211,3 +211,41 @@ fn answers_made_without_waiting_are_timed_in_the_first_bucket() {
         assert_eq!((h.count, h.buckets[0], h.sum_us), (4, 4, 0), "{h:?}");
     })
 }
+
+#[test]
+fn answers_of_one_batch_are_timed_in_their_own_hosts() {
+    run(async {
+        let other = r#"
+[[host]]
+names = ["other.test"]
+kind = "respond"
+status = 200
+body = "other\n"
+content_type = "text/plain"
+"#;
+        let shard = shard("", &format!("{HELLO}{other}"));
+        let c = open(&shard);
+        let order = [
+            "hello.test",
+            "other.test",
+            "other.test",
+            "hello.test",
+            "other.test",
+        ];
+        let mut all = Vec::new();
+        for host in order {
+            all.extend(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes());
+        }
+        c.send(&all);
+        for _ in order {
+            assert_eq!(c.response(false).await.unwrap().status, 200);
+        }
+        let gate = shard.gate.borrow();
+        let counts: Vec<(u64, u64)> = gate
+            .latency
+            .iter()
+            .map(|h| (h.count, h.buckets[0]))
+            .collect();
+        assert_eq!(counts, [(2, 2), (3, 3)]);
+    })
+}
