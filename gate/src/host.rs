@@ -36,6 +36,58 @@ pub struct HostTable {
     default: Option<HostId>,
 }
 
+/// The last `Host` value looked up and the host it found, for the
+/// requests that follow with the same bytes (a connection's keep-alive
+/// requests, the clients of one site): one compare instead of the lookup.
+/// Kept with a table's identity (its snapshot's generation and its
+/// address): a reload's table is looked up afresh. Values longer than
+/// [`HostMemo::BYTES`] are looked up every time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostMemo {
+    table: usize,
+    generation: u64,
+    /// 0: nothing kept.
+    len: u8,
+    raw: [u8; HostMemo::BYTES],
+    found: Option<HostId>,
+}
+
+impl HostMemo {
+    /// The longest value kept.
+    pub const BYTES: usize = 32;
+
+    /// `table.lookup(host_header)`, from the memo when the value is the
+    /// one it keeps for this table.
+    #[inline]
+    pub fn lookup(
+        &mut self,
+        table: &HostTable,
+        generation: u64,
+        host_header: Option<&[u8]>,
+    ) -> Option<HostId> {
+        let Some(raw) = host_header else {
+            return table.lookup(None);
+        };
+        let at = table as *const HostTable as usize;
+        if usize::from(self.len) == raw.len()
+            && self.generation == generation
+            && self.table == at
+            && self.raw[..raw.len()] == *raw
+        {
+            return self.found;
+        }
+        let found = table.lookup(Some(raw));
+        if !raw.is_empty() && raw.len() <= Self::BYTES {
+            self.table = at;
+            self.generation = generation;
+            self.len = raw.len() as u8;
+            self.raw[..raw.len()].copy_from_slice(raw);
+            self.found = found;
+        }
+        found
+    }
+}
+
 /// Why a name could not be added.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HostNameError {
@@ -329,6 +381,42 @@ pub enum HostAction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_memo_answers_what_the_table_answers() {
+        let a = table();
+        let mut b = HostTable::default();
+        b.insert("other.test", 7).unwrap();
+        b.set_default(9);
+        let long = format!("{}.example.com", "x".repeat(40));
+        let values: [Option<&[u8]>; 10] = [
+            Some(b"example.com"),
+            Some(b"EXAMPLE.com:8080"),
+            Some(b"a.example.com"),
+            Some(b"a.api.example.com"),
+            Some(b"other.test"),
+            Some(b"[::1]:443"),
+            Some(b""),
+            Some(long.as_bytes()),
+            Some(b"nowhere.test"),
+            None,
+        ];
+        let mut memo = HostMemo::default();
+        // Every pair of values in turn, on either table and generation.
+        let mut seed = 0x2545_f491_u64;
+        for _ in 0..4000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let v = values[(seed % values.len() as u64) as usize];
+            let (t, generation) = match (seed >> 8) % 3 {
+                0 => (&a, 1),
+                1 => (&b, 1),
+                _ => (&b, 2),
+            };
+            assert_eq!(memo.lookup(t, generation, v), t.lookup(v), "{v:?}");
+        }
+    }
 
     #[test]
     fn the_last_colon_is_rpositions_for_every_byte_in_every_place() {

@@ -106,7 +106,9 @@ impl Snapshot {
             });
         }
         // Step 3: the host.
-        let host = self.hosts.lookup(req.host);
+        let host = state
+            .host_memo
+            .lookup(&self.hosts, self.generation, req.host);
         let entry = host.map(|id| &self.entries[id as usize]);
         if trace.enabled() {
             trace.step(Step::Host {

@@ -92,6 +92,8 @@ pub struct GateState {
     pub(super) fleet_keyer: Keyer,
     /// The last source keys derived (`source_key`).
     source_keys: SourceKeys,
+    /// The last `Host` value looked up (step 3).
+    pub(super) host_memo: crate::host::HostMemo,
     /// The shared keys of fleet-scoped limits and this shard's side of
     /// their exchange (empty until [`GateState::enable_fleet`]).
     pub fleet: crate::quota::fleet::FleetState,
@@ -169,6 +171,7 @@ impl GateState {
             keyer: Keyer::new(seed),
             fleet_keyer: Keyer::new(seed),
             source_keys: SourceKeys::default(),
+            host_memo: Default::default(),
             fleet: crate::quota::fleet::FleetState::default(),
             pair_slots: Vec::new(),
             adopted: u64::MAX,
