@@ -6,8 +6,9 @@
 //! is borrowed at that moment, queues the ticket for the shard's next
 //! decision ([`Shard::gate_mut`] settles the queue first). A release is
 //! never skipped. [`Held`] keeps the guards of answers written into the
-//! connection's buffer but not yet sent: a local answer holds its leases
-//! until the flush that sends it, not only until it is queued. A tunnel
+//! connection's buffer but not yet sent (their tickets, given back
+//! together): a local answer holds its leases until the flush that sends
+//! it, not only until it is queued. A tunnel
 //! holds the guard of its upgrade for its whole life.
 
 use super::shard::Shard;
@@ -58,33 +59,60 @@ impl Drop for Leases {
 }
 
 /// The leases of answers queued in a connection's write buffer, at most
-/// [`HELD_ANSWERS`]. Its room is allocated the first time a lease is held
-/// and kept: a connection that never holds one carries an empty vector.
+/// [`HELD_ANSWERS`]: their tickets, given back together when the answers
+/// are sent (one borrow of the gate state for the lot), or when the
+/// connection ends first. Its room is allocated the first time a lease is
+/// held and kept: a connection that never holds one carries an empty
+/// vector.
 #[derive(Default)]
 pub(super) struct Held {
-    guards: Vec<Leases>,
+    /// The shard the tickets go back to (kept with the first ticket).
+    shard: Option<Rc<Shard>>,
+    tickets: Vec<QuotaTicket>,
 }
 
 impl Held {
-    /// Whether one more guard fits (else flush, then [`Held::release_all`]).
+    /// Whether one more ticket fits (else flush, then [`Held::release_all`]).
     pub(super) fn is_full(&self) -> bool {
-        self.guards.len() == HELD_ANSWERS
+        self.tickets.len() == HELD_ANSWERS
     }
 
-    /// Keeps `guard` until the next [`Held::release_all`]. The caller makes
-    /// room first; a guard that finds none is released at once.
-    pub(super) fn push(&mut self, guard: Leases) {
-        if self.guards.len() < HELD_ANSWERS {
-            if self.guards.capacity() == 0 {
-                self.guards.reserve_exact(HELD_ANSWERS);
-            }
-            self.guards.push(guard);
+    /// Keeps `guard`'s leases until the next [`Held::release_all`]. The
+    /// caller makes room first; a guard that finds none is released at once.
+    pub(super) fn push(&mut self, mut guard: Leases) {
+        if let Some(ticket) = guard.ticket.take() {
+            self.push_ticket(&guard.shard, ticket);
         }
+    }
+
+    /// [`Held::push`] for a ticket not in a guard yet.
+    #[inline]
+    pub(super) fn push_ticket(&mut self, shard: &Rc<Shard>, ticket: QuotaTicket) {
+        if self.tickets.len() == HELD_ANSWERS {
+            shard.release_ticket(ticket);
+            return;
+        }
+        if self.tickets.capacity() == 0 {
+            self.tickets.reserve_exact(HELD_ANSWERS);
+            self.shard = Some(shard.clone());
+        }
+        self.tickets.push(ticket);
     }
 
     /// The answers were sent: every lease is given back.
     pub(super) fn release_all(&mut self) {
-        self.guards.clear();
+        if self.tickets.is_empty() {
+            return;
+        }
+        if let Some(shard) = &self.shard {
+            shard.release_tickets(&mut self.tickets);
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.release_all();
     }
 }
 
@@ -135,8 +163,8 @@ mod tests {
     fn limits() -> QuotaLimits {
         QuotaLimits {
             leases: LeaseLimits {
-                global: Budget::new(4, 4).ok(),
-                per_key: Budget::new(4, 4).ok(),
+                global: Budget::new(32, 32).ok(),
+                per_key: Budget::new(32, 32).ok(),
             },
             ..Default::default()
         }
@@ -196,6 +224,37 @@ mod tests {
         assert!(!held.is_full());
         held.release_all();
         assert_eq!(active(&shard), 0);
+    }
+
+    #[test]
+    fn held_tickets_go_back_when_the_connection_ends_or_the_gate_is_busy() {
+        let shard = shard();
+        // Full: one more is given back at once.
+        let mut held = Held::default();
+        for _ in 0..HELD_ANSWERS + 1 {
+            held.push(take(&shard));
+        }
+        assert!(held.is_full());
+        assert_eq!(active(&shard), HELD_ANSWERS as u32);
+        // A connection dropped with answers unsent gives their leases back.
+        drop(held);
+        assert_eq!(active(&shard), 0);
+        // Released while the gate state is borrowed: queued, never lost.
+        let mut held = Held::default();
+        let t = take(&shard).into_ticket().unwrap();
+        held.push_ticket(&shard, t);
+        held.push(take(&shard));
+        {
+            let _busy = shard.gate.borrow_mut();
+            held.release_all();
+        }
+        assert_eq!(shard.deferred_releases.borrow().len(), 2);
+        drop(shard.gate_mut());
+        assert_eq!(active(&shard), 0);
+        assert_eq!(
+            shard.gate.borrow().quota.counters.released,
+            HELD_ANSWERS as u64 + 3
+        );
     }
 
     #[test]

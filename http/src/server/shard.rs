@@ -366,6 +366,22 @@ impl Shard {
         self.release(Release::Ticket(ticket));
     }
 
+    /// Gives every ticket of `tickets` back (emptying it), as
+    /// [`Shard::release_ticket`] does each: one borrow of the gate state.
+    pub(crate) fn release_tickets(&self, tickets: &mut Vec<QuotaTicket>) {
+        match self.gate.try_borrow_mut() {
+            Ok(mut gate) => {
+                for t in tickets.drain(..) {
+                    gate.release(t);
+                }
+            }
+            Err(_) => {
+                let mut deferred = self.deferred_releases.borrow_mut();
+                deferred.extend(tickets.drain(..).map(Release::Ticket));
+            }
+        }
+    }
+
     /// Gives a connection's place back, as [`Shard::release_ticket`] does.
     pub(crate) fn release_connection(&self, token: ConnectionToken) {
         self.release(Release::Connection(token));

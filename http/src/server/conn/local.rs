@@ -46,15 +46,15 @@ impl<S: Transport> Conn<S> {
         }
         self.end_local_answer(local.end, head, false);
         self.shard.stats.response(local.status);
-        let leases = local.ticket.map(|t| Leases::new(self.shard.clone(), t));
         if self.io.out_len() >= WRITE_FLUSH_BYTES
             || self.io.has_shared()
-            || (leases.is_some() && self.held.is_full())
+            || (local.ticket.is_some() && self.held.is_full())
         {
+            let leases = local.ticket.map(|t| Leases::new(self.shard.clone(), t));
             return Now::Flush(leases);
         }
-        if let Some(l) = leases {
-            self.held.push(l);
+        if let Some(t) = local.ticket {
+            self.held.push_ticket(&self.shard, t);
         }
         Now::Held
     }
