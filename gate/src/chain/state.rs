@@ -545,6 +545,7 @@ impl GateState {
     /// `keyer.source(domain, addr, prefix)` under the process's keyer or,
     /// `shared`, the fleet's; remembered for [`Domain::SourceBudget`] and
     /// [`Domain::RateSource`] ([`SourceKeys`]).
+    #[inline]
     pub(super) fn source_key(
         &mut self,
         shared: bool,
@@ -564,6 +565,21 @@ impl GateState {
                 return e.key;
             }
         }
+        self.derive_source_key(slot, shared, domain, addr, prefix)
+    }
+
+    /// [`Self::source_key`] for an address it does not remember: derived
+    /// (one SipHash) and remembered. Out of line: a connection's requests
+    /// after its first find theirs remembered.
+    #[inline(never)]
+    fn derive_source_key(
+        &mut self,
+        slot: usize,
+        shared: bool,
+        domain: crate::quota::Domain,
+        addr: std::net::IpAddr,
+        prefix: crate::quota::SourcePrefix,
+    ) -> u64 {
         let key = self.keyer_for(shared).source(domain, addr, prefix);
         self.source_keys.entries[slot] = Some(SourceKeyEntry {
             shared,
