@@ -6,18 +6,28 @@
 //! heads real clients send, which it must take.
 
 use gapura_http::codec::head::{header_buf, parse_head, Method, Parse};
-use gapura_http::codec::scan::scan;
+use gapura_http::codec::scan::{scan, Declined};
 use gapura_http::server::{HEAD_BOUNDS, REQUEST_LINES};
 use proptest::prelude::*;
 
 /// Whether `scan` took `buf`; when it did, httparse read the same head.
 fn agrees(buf: &[u8]) -> bool {
     let mut mine = header_buf::<REQUEST_LINES>();
-    let Some((plain, lines)) = scan(buf, &mut mine) else {
-        return false;
-    };
     let mut theirs = [httparse::EMPTY_HEADER; REQUEST_LINES];
     let mut req = httparse::Request::new(&mut theirs);
+    let (plain, lines) = match scan(buf, &mut mine) {
+        Ok(taken) => taken,
+        Err(Declined::Partial) => {
+            assert_eq!(
+                req.parse(buf),
+                Ok(httparse::Status::Partial),
+                "{:?}",
+                String::from_utf8_lossy(buf)
+            );
+            return false;
+        }
+        Err(Declined::Other) => return false,
+    };
     assert_eq!(
         req.parse(buf),
         Ok(httparse::Status::Complete(plain.head_len)),
@@ -164,9 +174,14 @@ proptest! {
         if plain {
             prop_assert!(taken, "declined a plain head {:?}", String::from_utf8_lossy(&head));
         }
-        // A strict prefix of a head is never a head.
+        // A strict prefix of a head is never a head; of a plain one, it
+        // waits for the rest.
         for cut in 0..head.len() {
             agrees(&head[..cut]);
+            if plain {
+                let mut lines = header_buf::<REQUEST_LINES>();
+                prop_assert_eq!(scan(&head[..cut], &mut lines).err(), Some(Declined::Partial));
+            }
         }
     }
 
@@ -237,7 +252,7 @@ fn a_declined_head_is_decided_by_the_full_parser() {
     ];
     for (buf, want) in cases {
         let mut mine = header_buf::<REQUEST_LINES>();
-        assert!(scan(buf, &mut mine).is_none());
+        assert!(scan(buf, &mut mine).is_err());
         let mut lines = header_buf::<REQUEST_LINES>();
         let got = match parse_head(buf, &mut lines, &HEAD_BOUNDS) {
             Parse::Complete(..) => "complete",
@@ -257,7 +272,7 @@ fn more_lines_than_the_array_holds_are_declined() {
     }
     buf.extend_from_slice(b"\r\n");
     let mut mine = header_buf::<REQUEST_LINES>();
-    assert!(scan(&buf, &mut mine).is_none());
+    assert_eq!(scan(&buf, &mut mine).err(), Some(Declined::Other));
     let mut lines = header_buf::<REQUEST_LINES>();
     assert!(matches!(
         parse_head(&buf, &mut lines, &HEAD_BOUNDS),

@@ -210,7 +210,8 @@ fn parse_length(value: &[u8]) -> Option<u64> {
 
 /// Parses a request head at the start of `buf` into `headers`. O(n), no
 /// allocation. The steps: the plain head is read in one pass
-/// (`scan::scan_into`), any other by httparse; the request line's
+/// (`scan::scan_into`; a plain head not complete yet waits as httparse's
+/// would), any other by httparse; the request line's
 /// target is split into its form (`request_target`); the header lines the
 /// server reads are gathered (`HeaderFacts::read`); the body's framing is
 /// decided (`HeaderFacts::framing`).
@@ -219,20 +220,24 @@ pub fn parse_head<'h, 'b, const N: usize>(
     headers: &'h mut HeaderBuf<'b, N>,
     bounds: &HeadBounds,
 ) -> Parse<'h, 'b> {
-    if let Some(plain) = scan::scan_into(buf, headers) {
-        if plain.head_len > bounds.max_head_bytes {
-            return Parse::Error(HeadError::TooLarge);
+    match scan::scan_into(buf, headers) {
+        Ok(plain) => {
+            if plain.head_len > bounds.max_head_bytes {
+                return Parse::Error(HeadError::TooLarge);
+            }
+            // SAFETY: `scan_into` wrote the first `line_count` lines.
+            let lines = unsafe { scan::written(headers, plain.line_count) };
+            return complete(
+                buf,
+                plain.method,
+                plain.target,
+                plain.version,
+                lines,
+                plain.head_len,
+            );
         }
-        // SAFETY: `scan_into` wrote the first `line_count` lines.
-        let lines = unsafe { scan::written(headers, plain.line_count) };
-        return complete(
-            buf,
-            plain.method,
-            plain.target,
-            plain.version,
-            lines,
-            plain.head_len,
-        );
+        Err(scan::Declined::Partial) => return Parse::Partial.bounded(buf, bounds),
+        Err(scan::Declined::Other) => {}
     }
     let mut req = httparse::Request::new(&mut []);
     let head_len = match req.parse_with_uninit_headers(buf, headers) {

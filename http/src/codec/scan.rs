@@ -4,15 +4,18 @@
 //! method, one space, a target of visible ASCII, one space, `HTTP/1.1` or
 //! `HTTP/1.0`, lines ended by CRLF, token names followed at once by a
 //! colon, values of visible ASCII, spaces and tabs, and the blank line.
-//! [`scan`] reads exactly that shape, eight bytes at a time where it can,
-//! and declines (`None`) everything else: a head not complete yet, a bare
-//! LF, leading blank lines, a control byte, obs-text, more lines than the
-//! array holds. Its caller then runs httparse, which decides every head
-//! `scan` declined (accepting, waiting or refusing). What `scan` accepts,
-//! httparse accepts with the same parts, to the byte: the same method,
-//! target, version, lines (name and value, where they lie in the buffer)
-//! and length; a property test holds it over generated and mutated heads,
-//! and the fuzz target `request_head` checks it on every input.
+//! [`scan`] reads exactly that shape, eight bytes at a time where it can.
+//! A buffer that ends inside it is [`Declined::Partial`]: every byte so
+//! far is one httparse reads the same way, so it too would wait for more
+//! (the caller bounds the wait as it bounds httparse's). Anything else is
+//! [`Declined::Other`] (a bare LF, leading blank lines, a control byte,
+//! obs-text, more lines than the array holds), and the caller runs
+//! httparse, which decides the head (accepting, waiting or refusing).
+//! What `scan` accepts, httparse accepts with the same parts, to the byte:
+//! the same method, target, version, lines (name and value, where they lie
+//! in the buffer) and length; what it calls partial, httparse does too. A
+//! property test holds both over generated, mutated and cut heads, and the
+//! fuzz target `request_head` checks them on every input.
 //!
 //! No allocation. The `unsafe` here: the lines written into the caller's
 //! array made a slice, and a name of token bytes (ASCII) made a `str`.
@@ -99,38 +102,47 @@ static TCHAR: [bool; 256] = {
 /// The method and the index just past its space: `GET ` in one compare,
 /// else upper-case letters up to a space (at most 16).
 #[inline(always)]
-fn method(buf: &[u8]) -> Option<(Method, &[u8], usize)> {
-    let first: [u8; 4] = buf.get(..4)?.try_into().ok()?;
-    if first == *b"GET " {
-        return Some((Method::Get, &buf[..3], 4));
+fn method(buf: &[u8]) -> Result<(Method, &[u8], usize), Declined> {
+    if buf.get(..4) == Some(&b"GET "[..]) {
+        return Ok((Method::Get, &buf[..3], 4));
     }
     let mut i = 0;
     while let Some(&b) = buf.get(i) {
         if b == b' ' {
             if i == 0 {
-                return None;
+                return Err(Declined::Other);
             }
-            return Some((Method::from_bytes(&buf[..i]), &buf[..i], i + 1));
+            return Ok((Method::from_bytes(&buf[..i]), &buf[..i], i + 1));
         }
         if !b.is_ascii_uppercase() || i == 16 {
-            return None;
+            return Err(Declined::Other);
         }
         i += 1;
     }
-    None
+    Err(Declined::Partial)
+}
+
+/// Why [`scan`] declined a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Declined {
+    /// The buffer ends inside a plain head: every byte so far is one a
+    /// plain head has there, so httparse too waits for more.
+    Partial,
+    /// A byte a plain head does not have there (or more lines than the
+    /// array holds): httparse decides.
+    Other,
 }
 
 /// Reads a plain head at the start of `buf` into `headers` (module doc):
-/// its parts and its lines, or `None` (not a plain head, or not complete
-/// yet: httparse decides).
+/// its parts and its lines, or why not.
 pub fn scan<'h, 'b, const N: usize>(
     buf: &'b [u8],
     headers: &'h mut HeaderBuf<'b, N>,
-) -> Option<(Plain<'b>, &'h [httparse::Header<'b>])> {
+) -> Result<(Plain<'b>, &'h [httparse::Header<'b>]), Declined> {
     let plain = scan_into(buf, headers)?;
     // SAFETY: `scan_into` wrote the first `line_count` lines of `headers`.
     let lines = unsafe { written(headers, plain.line_count) };
-    Some((plain, lines))
+    Ok((plain, lines))
 }
 
 /// The first `n` lines of `headers` as a slice.
@@ -153,25 +165,45 @@ pub(super) unsafe fn written<'h, 'b, const N: usize>(
 pub(super) fn scan_into<'b, const N: usize>(
     buf: &'b [u8],
     headers: &mut HeaderBuf<'b, N>,
-) -> Option<Plain<'b>> {
+) -> Result<Plain<'b>, Declined> {
+    use Declined::{Other, Partial};
+    // A byte past the buffer's end: the head is not complete yet.
+    macro_rules! need {
+        ($e:expr) => {
+            match $e {
+                Some(v) => v,
+                None => return Err(Partial),
+            }
+        };
+    }
     let (method, method_token, target_start) = method(buf)?;
-    let target_end = run_end(buf, target_start, 0x21)?;
+    let target_end = need!(run_end(buf, target_start, 0x21));
     if target_end == target_start || buf[target_end] != b' ' {
-        return None;
+        return Err(Other);
     }
     let v = target_end + 1;
-    let version = match (word(buf, v)?, buf.get(v + 8..v + 10)?) {
-        (w, b"\r\n") if w == u64::from_le_bytes(*b"HTTP/1.1") => 1,
-        (w, b"\r\n") if w == u64::from_le_bytes(*b"HTTP/1.0") => 0,
-        _ => return None,
+    let version = match buf.get(v..v + 10) {
+        Some(line) if line == b"HTTP/1.1\r\n" => 1,
+        Some(line) if line == b"HTTP/1.0\r\n" => 0,
+        Some(_) => return Err(Other),
+        None => {
+            let part = &buf[v..];
+            return Err(
+                if b"HTTP/1.1\r\n".starts_with(part) || b"HTTP/1.0\r\n".starts_with(part) {
+                    Partial
+                } else {
+                    Other
+                },
+            );
+        }
     };
     let mut at = v + 10;
     let mut n = 0;
     loop {
-        let first = *buf.get(at)?;
+        let first = *need!(buf.get(at));
         if first == b'\r' {
-            if *buf.get(at + 1)? != b'\n' {
-                return None;
+            if *need!(buf.get(at + 1)) != b'\n' {
+                return Err(Other);
             }
             break;
         }
@@ -179,36 +211,38 @@ pub(super) fn scan_into<'b, const N: usize>(
         let mut b = first;
         while b != b':' {
             if !TCHAR[b as usize] {
-                return None;
+                return Err(Other);
             }
             at += 1;
-            b = *buf.get(at)?;
+            b = *need!(buf.get(at));
         }
         if at == name_start {
-            return None;
+            return Err(Other);
         }
         let name = &buf[name_start..at];
         at += 1;
-        while matches!(*buf.get(at)?, b' ' | b'\t') {
+        while matches!(*need!(buf.get(at)), b' ' | b'\t') {
             at += 1;
         }
         let value_start = at;
         let value_end = loop {
-            at = run_end(buf, at, 0x20)?;
+            at = need!(run_end(buf, at, 0x20));
             match buf[at] {
                 b'\t' => at += 1,
                 b'\r' => break at,
-                _ => return None,
+                _ => return Err(Other),
             }
         };
-        if *buf.get(value_end + 1)? != b'\n' {
-            return None;
+        if *need!(buf.get(value_end + 1)) != b'\n' {
+            return Err(Other);
         }
         let mut trimmed = value_end;
         while trimmed > value_start && matches!(buf[trimmed - 1], b' ' | b'\t') {
             trimmed -= 1;
         }
-        let slot = headers.get_mut(n)?;
+        let Some(slot) = headers.get_mut(n) else {
+            return Err(Other);
+        };
         slot.write(httparse::Header {
             // SAFETY: every byte of `name` passed `TCHAR`: ASCII, so UTF-8.
             name: unsafe { std::str::from_utf8_unchecked(name) },
@@ -217,7 +251,7 @@ pub(super) fn scan_into<'b, const N: usize>(
         n += 1;
         at = value_end + 2;
     }
-    Some(Plain {
+    Ok(Plain {
         method,
         method_token,
         target: &buf[target_start..target_end],
