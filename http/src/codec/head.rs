@@ -490,22 +490,23 @@ fn all_host_bytes(host: &[u8]) -> bool {
 }
 
 /// [`is_host_byte`] for every byte.
-static HOST_BYTES: [bool; 256] = {
+static HOST_BYTES: [bool; 256] = alphanumeric_and(b"-._~%!$&'()*+,;=:[]");
+
+/// A byte table: true for ASCII letters and digits and for `marks`.
+pub(super) const fn alphanumeric_and(marks: &[u8]) -> [bool; 256] {
     let mut t = [false; 256];
     let mut b = 0;
     while b < 256 {
-        let c = b as u8;
-        t[b] = c.is_ascii_alphanumeric();
+        t[b] = (b as u8).is_ascii_alphanumeric();
         b += 1;
     }
-    let marks = b"-._~%!$&'()*+,;=:[]";
     let mut i = 0;
     while i < marks.len() {
         t[marks[i] as usize] = true;
         i += 1;
     }
     t
-};
+}
 
 fn strip_scheme(target: &[u8]) -> Option<&[u8]> {
     let lower_eq = |p: &[u8]| target.len() >= p.len() && target[..p.len()].eq_ignore_ascii_case(p);

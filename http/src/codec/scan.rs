@@ -20,7 +20,7 @@
 //! No allocation. The `unsafe` here: the lines written into the caller's
 //! array made a slice, and a name of token bytes (ASCII) made a `str`.
 
-use super::head::{HeaderBuf, Method};
+use super::head::{alphanumeric_and, HeaderBuf, Method};
 
 /// A plain head `scan` read: its parts; its lines are the first
 /// `line_count` of the caller's array.
@@ -83,21 +83,7 @@ fn run_end(buf: &[u8], mut at: usize, low: u8) -> Option<usize> {
 }
 
 /// A token byte (RFC 9110 `tchar`): what a header name holds.
-static TCHAR: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut b = 0;
-    while b < 256 {
-        t[b] = (b as u8).is_ascii_alphanumeric();
-        b += 1;
-    }
-    let marks = b"!#$%&'*+-.^_`|~";
-    let mut i = 0;
-    while i < marks.len() {
-        t[marks[i] as usize] = true;
-        i += 1;
-    }
-    t
-};
+static TCHAR: [bool; 256] = alphanumeric_and(b"!#$%&'*+-.^_`|~");
 
 /// The method and the index just past its space: `GET ` in one compare,
 /// else upper-case letters up to a space (at most 16).
