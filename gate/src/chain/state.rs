@@ -493,14 +493,9 @@ impl GateState {
         let _ = self.quota.sweep(now_ms, budget);
     }
 
-    /// Counts an answered request of `host` that took `us` microseconds.
-    /// O(buckets), no allocation.
+    /// Counts `n` answered requests of `host` that took `us` microseconds
+    /// each. O(buckets), no allocation.
     #[inline]
-    pub fn record_latency(&mut self, host: crate::host::HostId, us: u64) {
-        self.record_latencies(host, us, 1);
-    }
-
-    /// Counts `n` requests to `host` answered in `us` microseconds each.
     pub fn record_latencies(&mut self, host: crate::host::HostId, us: u64, n: u64) {
         if let Some(h) = self.latency.get_mut(host as usize) {
             h.record_n(us, n);

@@ -407,14 +407,9 @@ impl Shard {
         gate
     }
 
-    /// Counts an answered request in its host's latency histogram (the
-    /// gate state alone: no release waits on a count).
-    #[inline]
-    pub fn record_latency(&self, host: gapura_gate::HostId, us: u64) {
-        self.gate.borrow_mut().record_latency(host, us);
-    }
-
-    /// Counts `answers` requests answered in `us` (one update).
+    /// Counts `answers` requests answered in `us` each in their host's
+    /// latency histogram, in one update (the gate state alone: no release
+    /// waits on a count).
     #[inline]
     pub fn record_latencies(&self, host: gapura_gate::HostId, us: u64, answers: u64) {
         self.gate.borrow_mut().record_latencies(host, us, answers);

@@ -686,7 +686,7 @@ impl<S: Transport> Conn<S> {
             } else {
                 now.saturating_duration_since(self.req_start).as_micros() as u64
             };
-            self.shard.record_latency(host, us);
+            self.shard.record_latencies(host, us, 1);
         }
     }
 
