@@ -4,7 +4,7 @@
 
 use gapura_http::codec::chunked::ChunkedDecoder;
 use gapura_http::codec::head::{header_buf, parse_head, BodyFraming, Method, Parse};
-use gapura_http::codec::scan::{scan, Declined};
+use gapura_http::codec::scan::check_against_httparse;
 use gapura_http::server::{HEAD_BOUNDS, REQUEST_LINES};
 use gapura_http::upstream::response::{
     parse_response, resp_header_buf, write_client_head, RespFraming, RespParse,
@@ -94,30 +94,8 @@ pub fn request_head(data: &[u8]) {
 /// version, lines and length, each part where it lies in the input; what
 /// it calls partial, httparse does too.
 fn scan_agrees(data: &[u8]) {
-    let mut mine = header_buf::<REQUEST_LINES>();
-    let mut theirs = [httparse::EMPTY_HEADER; REQUEST_LINES];
-    let mut req = httparse::Request::new(&mut theirs);
-    let (plain, lines) = match scan(data, &mut mine) {
-        Ok(taken) => taken,
-        Err(Declined::Partial) => {
-            assert_eq!(req.parse(data), Ok(httparse::Status::Partial));
-            return;
-        }
-        Err(Declined::Other) => return,
-    };
-    assert_eq!(
-        req.parse(data),
-        Ok(httparse::Status::Complete(plain.head_len))
-    );
-    let same = |a: &[u8], b: &[u8]| a.as_ptr() == b.as_ptr() && a.len() == b.len();
-    assert!(req
-        .method
-        .is_some_and(|m| same(m.as_bytes(), plain.method_token)));
-    assert!(req.path.is_some_and(|p| same(p.as_bytes(), plain.target)));
-    assert_eq!(req.version, Some(plain.version));
-    assert_eq!(req.headers.len(), lines.len());
-    for (t, m) in req.headers.iter().zip(lines) {
-        assert!(same(t.name.as_bytes(), m.name.as_bytes()) && same(t.value, m.value));
+    if let Err(why) = check_against_httparse::<REQUEST_LINES>(data) {
+        panic!("{why}: {:?}", String::from_utf8_lossy(data));
     }
 }
 

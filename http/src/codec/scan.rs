@@ -131,6 +131,64 @@ pub fn scan<'h, 'b, const N: usize>(
     Ok((plain, lines))
 }
 
+/// The contract with httparse, checked on `buf` with an array of `N`
+/// lines (for tests and the fuzz target): `Ok(true)` when [`scan`] took
+/// the head and httparse read the
+/// same method, target, version, lines (each where it lies in `buf`) and
+/// length; `Ok(false)` when it declined, httparse waiting too where it
+/// called the head partial; `Err` says how the two disagree.
+pub fn check_against_httparse<const N: usize>(buf: &[u8]) -> Result<bool, String> {
+    let mut mine = super::head::header_buf::<N>();
+    let mut theirs = [httparse::EMPTY_HEADER; N];
+    let mut req = httparse::Request::new(&mut theirs);
+    let (plain, lines) = match scan(buf, &mut mine) {
+        Ok(taken) => taken,
+        Err(Declined::Partial) => {
+            return match req.parse(buf) {
+                Ok(httparse::Status::Partial) => Ok(false),
+                other => Err(format!("partial, httparse {other:?}")),
+            };
+        }
+        Err(Declined::Other) => return Ok(false),
+    };
+    let parsed = req.parse(buf);
+    if parsed != Ok(httparse::Status::Complete(plain.head_len)) {
+        return Err(format!("{} bytes, httparse {parsed:?}", plain.head_len));
+    }
+    let same = |a: &[u8], b: &[u8]| a.as_ptr() == b.as_ptr() && a.len() == b.len();
+    if !req
+        .method
+        .is_some_and(|m| same(m.as_bytes(), plain.method_token))
+    {
+        return Err(format!("method, httparse {:?}", req.method));
+    }
+    if !req.path.is_some_and(|p| same(p.as_bytes(), plain.target)) {
+        return Err(format!("target, httparse {:?}", req.path));
+    }
+    if req.version != Some(plain.version) {
+        return Err(format!(
+            "version {}, httparse {:?}",
+            plain.version, req.version
+        ));
+    }
+    if req.headers.len() != lines.len() {
+        return Err(format!(
+            "{} lines, httparse {}",
+            lines.len(),
+            req.headers.len()
+        ));
+    }
+    for (t, m) in req.headers.iter().zip(lines) {
+        if !same(t.name.as_bytes(), m.name.as_bytes()) || !same(t.value, m.value) {
+            return Err(format!(
+                "line {:?}: {:?}, httparse {:?}",
+                m.name, m.value, t.value
+            ));
+        }
+    }
+    Ok(true)
+}
+
 /// The first `n` lines of `headers` as a slice.
 ///
 /// # Safety
