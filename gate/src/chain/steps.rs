@@ -32,22 +32,39 @@ pub(super) type Next<'s> = ControlFlow<Verdict<'s>>;
 /// A block of the chain, run on the flow.
 type Run<'s, F> = fn(&mut F) -> Next<'s>;
 
-/// Steps 4 to 15 of the chain in the order [`Flow::blocks`] runs them (a
-/// test holds the two, and docs/gate.md's table, to each other).
-pub const ORDER: [Block; 12] = [
-    Block::Budgets,
-    Block::ConnectionRate,
-    Block::AccessAddress,
-    Block::RuleSet,
-    Block::RequestLimits,
-    Block::HttpsRedirect,
-    Block::Robots,
-    Block::Maintenance,
-    Block::Access,
-    Block::RateLimit,
-    Block::ForwardAuth,
-    Block::ProofOfWork,
-];
+/// Steps 4 to 15 of the chain, in their order: the one list, handed to
+/// `$then!` (with `$args` first) as `Block => method` pairs. It makes
+/// [`ORDER`] and the calls of [`Flow::each_block`], so the two cannot
+/// differ; moving a line here is the whole of reordering a step (the
+/// chain-order test holds the order to docs/gate.md's table).
+macro_rules! chain_order {
+    ($then:ident $(, $args:tt)*) => {
+        $then!($($args,)* [
+            Budgets => budgets,
+            ConnectionRate => connection_rate,
+            AccessAddress => access_address,
+            RuleSet => rule_set,
+            RequestLimits => request_limits,
+            HttpsRedirect => https_redirect,
+            Robots => robots,
+            Maintenance => maintenance,
+            Access => access_credentials,
+            RateLimit => rate_limit,
+            ForwardAuth => forward_auth,
+            ProofOfWork => proof_of_work,
+        ])
+    };
+}
+
+/// The blocks of a list.
+macro_rules! blocks_of {
+    ([$($block:ident => $run:ident,)*]) => {
+        [$(Block::$block),*]
+    };
+}
+
+/// Steps 4 to 15 of the chain in the order [`Flow::blocks`] runs them.
+pub const ORDER: [Block; 12] = chain_order!(blocks_of);
 
 /// The place of `block` in [`ORDER`] (the first is 1; 0 for a block that
 /// is not one of these steps).
@@ -124,10 +141,8 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         next
     }
 
-    /// The chain's order: a test holds it to [`ORDER`] and to the table in
-    /// docs/gate.md, and a resumed request's steps behind it follow it
-    /// (moving a line here and in [`ORDER`] is the whole of reordering a
-    /// step).
+    /// Every block in the chain's order (`chain_order!`), until one
+    /// ends the request.
     #[inline(always)]
     fn each_block(
         &mut self,
@@ -140,18 +155,12 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             }
             next
         };
-        run(self, Block::Budgets, Self::budgets)?;
-        run(self, Block::ConnectionRate, Self::connection_rate)?;
-        run(self, Block::AccessAddress, Self::access_address)?;
-        run(self, Block::RuleSet, Self::rule_set)?;
-        run(self, Block::RequestLimits, Self::request_limits)?;
-        run(self, Block::HttpsRedirect, Self::https_redirect)?;
-        run(self, Block::Robots, Self::robots)?;
-        run(self, Block::Maintenance, Self::maintenance)?;
-        run(self, Block::Access, Self::access_credentials)?;
-        run(self, Block::RateLimit, Self::rate_limit)?;
-        run(self, Block::ForwardAuth, Self::forward_auth)?;
-        run(self, Block::ProofOfWork, Self::proof_of_work)?;
+        macro_rules! calls {
+            ($flow:ident, $call:ident, [$($block:ident => $method:ident,)*]) => {
+                $($call($flow, Block::$block, Self::$method)?;)*
+            };
+        }
+        chain_order!(calls, self, run);
         ControlFlow::Continue(())
     }
 
