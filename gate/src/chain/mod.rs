@@ -17,9 +17,10 @@
 //!   way through the host's blocks, each documented with when it runs and
 //!   what its result means, each recording its own trace step. A block
 //!   either lets the request go on or ends it with a verdict
-//!   (`ControlFlow::Break`). `Flow::blocks` calls them in order: that
-//!   function is the chain's order, and moving a line there reorders it
-//!   (a test holds it to docs/gate.md's table).
+//!   (`ControlFlow::Break`). `Flow::blocks` calls them in the order of
+//!   the one list in `steps.rs` (`chain_order!`, which also makes
+//!   [`ORDER`]): moving a line there reorders the chain (a test holds it
+//!   to docs/gate.md's table).
 //!
 //! Shadow mode is carried out by [`Mode::apply`] in every block that has
 //! one.
