@@ -154,6 +154,15 @@ impl Answer {
         out.extend_from_slice(date_line);
     }
 
+    /// What [`Answer::write_end`] writes for an HTTP/1.1 keep-alive answer
+    /// to a request other than `HEAD`, when that is one copy (its body is
+    /// not sent as shared bytes) and nothing is stamped on it afterwards
+    /// (no request-id slot). O(1).
+    #[inline]
+    pub fn keep_alive_rest(&self) -> Option<&[u8]> {
+        (!self.rest.is_empty() && self.id_at.is_none()).then_some(&self.rest)
+    }
+
     /// The rest: the connection line, the blank line, the body.
     #[inline]
     pub fn write_end(&self, out: &mut Vec<u8>, ctx: &WriteCtx<'_>) {
@@ -274,6 +283,38 @@ mod tests {
                 let mut out = b"head".to_vec();
                 a.write_end(&mut out, &ctx);
                 assert_eq!(out, want, "body of {len} bytes, case {bits}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_keep_alive_rest_is_what_the_end_writes_when_offered() {
+        let ctx = WriteCtx {
+            date_line: DATE,
+            head_only: false,
+            close: false,
+            keep_alive_10: false,
+        };
+        for len in [0, 5, SHARED_BODY_BYTES - 1, SHARED_BODY_BYTES] {
+            for stamped in [false, true] {
+                let mut body = vec![b'x'; len];
+                let a = if stamped {
+                    body.extend_from_slice(REQUEST_ID_SLOT.as_bytes());
+                    Answer::new(200, &[], &body).with_request_id_slot()
+                } else {
+                    Answer::new(200, &[], &body)
+                };
+                let mut end = Vec::new();
+                a.write_end(&mut end, &ctx);
+                match a.keep_alive_rest() {
+                    // One copy, nothing stamped after it, the same bytes.
+                    Some(rest) => {
+                        assert!(!stamped && a.shared_body().is_none(), "{len}");
+                        assert_eq!(rest, &end[..], "{len}");
+                    }
+                    // A shared body or a request-id slot: the general path.
+                    None => assert!(stamped || a.shared_body().is_some(), "{len}"),
+                }
             }
         }
     }

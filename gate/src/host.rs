@@ -72,7 +72,7 @@ impl HostMemo {
         if usize::from(self.len) == raw.len()
             && self.generation == generation
             && self.table == at
-            && self.raw[..raw.len()] == *raw
+            && same_bytes(&self.raw, raw)
         {
             return self.found;
         }
@@ -86,6 +86,19 @@ impl HostMemo {
         }
         found
     }
+}
+
+/// Whether `raw` is the first `raw.len()` bytes of `kept` (`raw.len()` at
+/// most [`HostMemo::BYTES`]): two word compares for a value of 8 to 16
+/// bytes (most `Host` values), where a slice compare calls `memcmp`.
+#[inline(always)]
+fn same_bytes(kept: &[u8; HostMemo::BYTES], raw: &[u8]) -> bool {
+    let n = raw.len();
+    let word = |b: &[u8], at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
+    if (8..=16).contains(&n) {
+        return word(kept, 0) == word(raw, 0) && word(kept, n - 8) == word(raw, n - 8);
+    }
+    kept.get(..n) == Some(raw)
 }
 
 /// Why a name could not be added.
@@ -381,6 +394,23 @@ pub enum HostAction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_bytes_compare_as_a_slice_compare_does() {
+        // Every length a memo keeps, equal and differing at each place,
+        // with a kept tail past the length that must not count.
+        for n in 0..=HostMemo::BYTES {
+            let raw: Vec<u8> = (0..n as u8).map(|i| b'a' + i % 26).collect();
+            let mut kept = [b'#'; HostMemo::BYTES];
+            kept[..n].copy_from_slice(&raw);
+            assert!(same_bytes(&kept, &raw), "{n}");
+            for at in 0..n {
+                let mut other = kept;
+                other[at] ^= 0x20;
+                assert!(!same_bytes(&other, &raw), "{n} at {at}");
+            }
+        }
+    }
 
     #[test]
     fn the_memo_answers_what_the_table_answers() {

@@ -69,6 +69,9 @@ pub struct Shard {
     /// Lease releases that found `gate` borrowed (`leases`): carried out by
     /// the next `gate_mut`. At most one per running request.
     pub(super) deferred_releases: RefCell<Vec<Release>>,
+    /// `deferred_releases` holds one (checked on every borrow of the gate
+    /// state without borrowing the list).
+    deferred_any: Cell<bool>,
     /// This shard's access log buffer (`accesslog`).
     pub access_log: RefCell<ShardLog>,
     /// Where refusal warnings go (the runtime's log); `None`: nowhere.
@@ -150,6 +153,7 @@ impl Shard {
             scratch: RefCell::new(Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES])),
             gate: RefCell::new(gate),
             deferred_releases: RefCell::new(Vec::new()),
+            deferred_any: Cell::new(false),
             access_log: RefCell::new(ShardLog::default()),
             warn: None,
             warned: Default::default(),
@@ -375,10 +379,7 @@ impl Shard {
                     gate.release(t);
                 }
             }
-            Err(_) => {
-                let mut deferred = self.deferred_releases.borrow_mut();
-                deferred.extend(tickets.drain(..).map(Release::Ticket));
-            }
+            Err(_) => self.defer(tickets.drain(..).map(Release::Ticket)),
         }
     }
 
@@ -390,21 +391,36 @@ impl Shard {
     fn release(&self, r: Release) {
         match self.gate.try_borrow_mut() {
             Ok(mut gate) => r.carry_out(&mut gate),
-            Err(_) => self.deferred_releases.borrow_mut().push(r),
+            Err(_) => self.defer([r]),
         }
     }
 
     /// The gate state for a decision, with the releases that found it
     /// borrowed carried out first.
+    /// Inlined: a decision's borrow is a flag and a check; the releases
+    /// deferred meanwhile, rare, are carried out of line.
+    #[inline]
     pub fn gate_mut(&self) -> RefMut<'_, GateState> {
         let mut gate = self.gate.borrow_mut();
-        let mut deferred = self.deferred_releases.borrow_mut();
-        if !deferred.is_empty() {
-            for r in deferred.drain(..) {
-                r.carry_out(&mut gate);
-            }
+        if self.deferred_any.get() {
+            self.carry_out_deferred(&mut gate);
         }
         gate
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn carry_out_deferred(&self, gate: &mut GateState) {
+        self.deferred_any.set(false);
+        for r in self.deferred_releases.borrow_mut().drain(..) {
+            r.carry_out(gate);
+        }
+    }
+
+    /// Keeps a release for the next borrow of the gate state.
+    fn defer(&self, releases: impl IntoIterator<Item = Release>) {
+        self.deferred_releases.borrow_mut().extend(releases);
+        self.deferred_any.set(true);
     }
 
     /// Counts `answers` requests answered in `us` each in their host's

@@ -44,7 +44,18 @@ impl<S: Transport> Conn<S> {
             let hsts = self.hsts(snap);
             self.io.out().extend_from_slice(hsts);
         }
-        self.end_local_answer(local.end, head, false);
+        // The host's own keep-alive answer is one copy; the rest have their
+        // end written by the general path.
+        let rest = match local.end {
+            LocalEnd::Answer(a) if !head.keep_alive_10 && head.method != Method::Head => {
+                a.keep_alive_rest()
+            }
+            _ => None,
+        };
+        match rest {
+            Some(rest) => self.io.out().extend_from_slice(rest),
+            None => self.end_local_answer(local.end, head, false),
+        }
         self.shard.stats.response(local.status);
         if self.io.out_len() >= WRITE_FLUSH_BYTES
             || self.io.has_shared()
