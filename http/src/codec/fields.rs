@@ -75,6 +75,7 @@ pub fn fields_head<'h, 'b, const N: usize>(
         1,
         lines,
         layout.head_len,
+        &mut super::KnownHost::default(),
     )
 }
 

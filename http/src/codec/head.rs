@@ -14,6 +14,7 @@
 //! differently. O(head length), no allocation.
 
 use super::accept::accepts_html;
+use super::bytes::KnownHost;
 use super::scan;
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -220,6 +221,17 @@ pub fn parse_head<'h, 'b, const N: usize>(
     headers: &'h mut HeaderBuf<'b, N>,
     bounds: &HeadBounds,
 ) -> Parse<'h, 'b> {
+    parse_head_known(buf, headers, bounds, &mut KnownHost::default())
+}
+
+/// [`parse_head`] for a connection's next head: a `Host` value byte for
+/// byte the one `known` last found valid is not checked again.
+pub fn parse_head_known<'h, 'b, const N: usize>(
+    buf: &'b [u8],
+    headers: &'h mut HeaderBuf<'b, N>,
+    bounds: &HeadBounds,
+    known: &mut KnownHost,
+) -> Parse<'h, 'b> {
     match scan::scan_into(buf, headers) {
         Ok(plain) => {
             if plain.head_len > bounds.max_head_bytes {
@@ -234,6 +246,7 @@ pub fn parse_head<'h, 'b, const N: usize>(
                 plain.version,
                 lines,
                 plain.head_len,
+                known,
             );
         }
         Err(scan::Declined::Partial) => return Parse::Partial.bounded(buf, bounds),
@@ -256,7 +269,15 @@ pub fn parse_head<'h, 'b, const N: usize>(
     };
     let lines: &'h [httparse::Header<'b>] = req.headers;
     let method = Method::from_bytes(method.as_bytes());
-    complete(buf, method, path.as_bytes(), version, lines, head_len)
+    complete(
+        buf,
+        method,
+        path.as_bytes(),
+        version,
+        lines,
+        head_len,
+        known,
+    )
 }
 
 /// The facts of a complete head from its request line's parts and its
@@ -273,6 +294,7 @@ pub(super) fn complete<'h, 'b>(
     version: u8,
     lines: &'h [httparse::Header<'b>],
     head_len: usize,
+    known: &mut KnownHost,
 ) -> Parse<'h, 'b> {
     if method == Method::Connect {
         return Parse::Error(HeadError::Malformed("CONNECT is not served"));
@@ -281,7 +303,7 @@ pub(super) fn complete<'h, 'b>(
         Ok(t) => t,
         Err(e) => return Parse::Error(e),
     };
-    let facts = match HeaderFacts::read(buf, lines) {
+    let facts = match HeaderFacts::read(buf, lines, known) {
         Ok(f) => f,
         Err(e) => return Parse::Error(e),
     };
@@ -384,7 +406,11 @@ impl HeaderFacts {
     /// Reads the lines: one pass, the name's length first. Inlined into
     /// its one caller, so the facts are built where they are read.
     #[inline(always)]
-    fn read(buf: &[u8], headers: &[httparse::Header<'_>]) -> Result<HeaderFacts, HeadError> {
+    fn read(
+        buf: &[u8],
+        headers: &[httparse::Header<'_>],
+        known: &mut KnownHost,
+    ) -> Result<HeaderFacts, HeadError> {
         let mut f = HeaderFacts::default();
         for h in headers {
             let name = h.name.as_bytes();
@@ -396,7 +422,7 @@ impl HeaderFacts {
                         return Err(HeadError::Malformed("duplicate Host"));
                     }
                     let host = value.trim_ascii();
-                    if !all_host_bytes(host) {
+                    if !known.valid(host) {
                         return Err(HeadError::Malformed("invalid Host"));
                     }
                     f.host = Some(offset(buf, host));
@@ -467,45 +493,6 @@ impl HeaderFacts {
         }
         Ok(BodyFraming::Chunked)
     }
-}
-
-/// A byte a `Host` value may hold (RFC 3986 reg-name, IP literal, port):
-/// letters, digits, `-._~%!$&'()*+,;=:[]`. Anything else is a 400. One
-/// table load a byte.
-#[inline(always)]
-fn is_host_byte(b: u8) -> bool {
-    HOST_BYTES[b as usize]
-}
-
-/// Whether every byte of `host` is a [`is_host_byte`]: one table load a
-/// byte and no branch until the end (a Host value is short, and nearly
-/// always valid).
-#[inline]
-fn all_host_bytes(host: &[u8]) -> bool {
-    let mut ok = true;
-    for &b in host {
-        ok &= is_host_byte(b);
-    }
-    ok
-}
-
-/// [`is_host_byte`] for every byte.
-static HOST_BYTES: [bool; 256] = alphanumeric_and(b"-._~%!$&'()*+,;=:[]");
-
-/// A byte table: true for ASCII letters and digits and for `marks`.
-pub(super) const fn alphanumeric_and(marks: &[u8]) -> [bool; 256] {
-    let mut t = [false; 256];
-    let mut b = 0;
-    while b < 256 {
-        t[b] = (b as u8).is_ascii_alphanumeric();
-        b += 1;
-    }
-    let mut i = 0;
-    while i < marks.len() {
-        t[marks[i] as usize] = true;
-        i += 1;
-    }
-    t
 }
 
 fn strip_scheme(target: &[u8]) -> Option<&[u8]> {
@@ -583,14 +570,6 @@ mod tests {
         }
         assert_eq!(Method::from_bytes(b"get").token(), None);
         assert_eq!(Method::from_bytes(b"PROPFIND").token(), None);
-    }
-
-    #[test]
-    fn the_host_byte_table_is_the_rule() {
-        for b in 0..=255u8 {
-            let rule = b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(&b);
-            assert_eq!(is_host_byte(b), rule, "byte {b:#04x}");
-        }
     }
 
     /// The bounds the tests parse within: 128 lines, a 64 KiB head, a

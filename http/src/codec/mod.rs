@@ -18,6 +18,7 @@
 //! (the frames a client sends through a tunnel, read from their headers).
 
 pub mod accept;
+pub mod bytes;
 pub mod chunked;
 pub mod fields;
 pub mod head;
@@ -25,8 +26,10 @@ pub mod proxyproto;
 pub mod scan;
 pub mod websocket;
 
+pub use bytes::KnownHost;
 pub use chunked::{ChunkError, ChunkedDecoder, Step};
 pub use fields::{fields_head, FieldsLayout};
 pub use head::{
-    header_buf, parse_head, BodyFraming, HeadBounds, HeadError, HeaderBuf, Method, ParsedHead,
+    header_buf, parse_head, parse_head_known, BodyFraming, HeadBounds, HeadError, HeaderBuf,
+    Method, ParsedHead,
 };

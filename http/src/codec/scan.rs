@@ -20,7 +20,8 @@
 //! No allocation. The `unsafe` here: the lines written into the caller's
 //! array made a slice, and a name of token bytes (ASCII) made a `str`.
 
-use super::head::{alphanumeric_and, HeaderBuf, Method};
+use super::bytes::alphanumeric_and;
+use super::head::{HeaderBuf, Method};
 
 /// A plain head `scan` read: its parts; its lines are the first
 /// `line_count` of the caller's array.

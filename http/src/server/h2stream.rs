@@ -607,6 +607,7 @@ impl<S: Transport> Transport for H2Stream<S> {
         unread: &'b [u8],
         headers: &'h mut HeaderBuf<'b, N>,
         bounds: &HeadBounds,
+        _known: &mut crate::codec::KnownHost,
     ) -> Parse<'h, 'b> {
         self.head.head(unread, headers, bounds)
     }

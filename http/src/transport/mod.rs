@@ -14,7 +14,8 @@
 //! the proxy watches it for the client going away while an upstream answer
 //! is awaited.
 
-use crate::codec::head::{parse_head, HeadBounds, HeaderBuf, Parse};
+use crate::codec::head::{parse_head_known, HeadBounds, HeaderBuf, Parse};
+use crate::codec::KnownHost;
 
 /// Reading and writing on a stream that is one of several kinds (an enum
 /// whose variants each hold a stream): the same call on the variant.
@@ -153,13 +154,16 @@ pub trait Transport: ReadSpare + WriteAll + 'static {
     /// the request's fields by a transport that carries them (an HTTP/2
     /// stream), never written and parsed as text.
     #[inline(always)]
+    /// `known`: the connection's last valid `Host` value (a byte stream's
+    /// parser checks a new one only).
     fn head<'h, 'b, const N: usize>(
         &'b self,
         unread: &'b [u8],
         headers: &'h mut HeaderBuf<'b, N>,
         bounds: &HeadBounds,
+        known: &mut KnownHost,
     ) -> Parse<'h, 'b> {
-        parse_head(unread, headers, bounds)
+        parse_head_known(unread, headers, bounds, known)
     }
 }
 

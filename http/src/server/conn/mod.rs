@@ -36,6 +36,7 @@ use super::shard::{Shard, SHRINK_ABOVE_BYTES};
 use super::stats::ErrorKind;
 use crate::clock;
 use crate::codec::head::{header_buf, HeadError, Parse, ParsedHead};
+use crate::codec::KnownHost;
 use crate::transport::Transport;
 use gapura_gate::answer::WriteCtx;
 use gapura_gate::client::Peer;
@@ -102,6 +103,8 @@ pub(super) struct Conn<S> {
     urbuf: Vec<u8>,
     busy: bool,
     served: u64,
+    /// The last `Host` value the parser found valid on this connection.
+    known_host: KnownHost,
     /// The head in the buffer, suspended for a check made off the
     /// decision, and how it resumes.
     resume: Option<Resumption>,
@@ -180,6 +183,7 @@ impl<S: Transport> Conn<S> {
             client_peer,
             place,
             page_vars: None,
+            known_host: KnownHost::default(),
         }
     }
 
@@ -351,7 +355,12 @@ impl<S: Transport> Conn<S> {
         // The head is read from the unread bytes while its answer may be
         // written into the write buffer.
         let (stream, unread, wbuf) = self.io.head_view();
-        let parsed = stream.head(unread, &mut headers, &super::bounds::HEAD_BOUNDS);
+        let parsed = stream.head(
+            unread,
+            &mut headers,
+            &super::bounds::HEAD_BOUNDS,
+            &mut self.known_host,
+        );
         // The head is read where the parser wrote it, not moved out.
         let (head, lines) = match &parsed {
             Parse::Partial => return Step::More,
