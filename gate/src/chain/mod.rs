@@ -62,7 +62,7 @@ use crate::pages::ErrorStatus;
 use crate::path::PathScratch;
 use crate::policy::RequestPolicy;
 use crate::quota::QuotaTicket;
-use crate::snapshot::{HostEntry, Snapshot, Verdict};
+use crate::snapshot::{limit_status, HostEntry, Snapshot, Verdict};
 use crate::upstream::Route;
 use steps::Flow;
 
@@ -132,9 +132,14 @@ impl Snapshot {
             relay: None,
             suspended: None,
         };
-        let Some(entry) = entry else {
+        let (Some(id), Some(entry)) = (host, entry) else {
             return self.unknown_host(decision, req, state, now_ms, trace);
         };
+        // A host with every block off: the request limits, then its answer
+        // (what the whole chain decides for it, without the blocks' checks).
+        if start == Start::Beginning && !trace.enabled() && state.quiet(self, id) {
+            return quiet_decision(self, decision, entry, req);
+        }
         // Asked once: the path and the budgets' step both read it.
         let budgets = self.gate.has_budgets();
         let Some(canonical) = self.canonical_path(entry, req.path, budgets, scratch, trace) else {
@@ -358,4 +363,54 @@ impl Snapshot {
         }
         route
     }
+}
+
+/// Whether every block of `entry` is off in `snap`: no budgets anywhere
+/// (step 4 pays nothing, no path is made canonical), no connection rate,
+/// access list, rule set, HTTPS redirect, robots.txt, maintenance, rate
+/// limit, forward-auth or proof of work, and not a proxying host (whose
+/// route picks its policy). Such a host's chain is the request limits,
+/// then its answer (`quiet_decision`); read once a snapshot
+/// (`GateState::adopt`).
+pub(crate) fn quiet_host(snap: &Snapshot, entry: &HostEntry) -> bool {
+    let (p, x) = (&entry.policy, &entry.extras);
+    !snap.gate.has_budgets()
+        && !matches!(entry.action, HostAction::Proxy(_))
+        && x.connection_rate.is_none()
+        && p.access.is_none()
+        && p.rules.is_none()
+        && x.https.redirect_port.is_none()
+        && x.robots.is_none()
+        && x.maintenance.is_none()
+        && p.rate_pair.is_none()
+        && p.auth.is_none()
+        && p.pow.is_none()
+        && x.pow.is_none()
+}
+
+/// The decision of a quiet host (`quiet_host`): step 8's request limits,
+/// else step 16's answer.
+#[inline(always)]
+fn quiet_decision<'s, H: HeaderLines + ?Sized>(
+    snap: &'s Snapshot,
+    mut decision: Decision<'s>,
+    entry: &'s HostEntry,
+    req: &Request<'_, H>,
+) -> Decision<'s> {
+    match snap.limit_refusal(&decision.limits, req, &mut NoTrace) {
+        Some(r) => {
+            decision.verdict = Verdict::Refuse(limit_status(r));
+            decision.step = Block::RequestLimits;
+        }
+        None => {
+            decision.verdict = match &entry.action {
+                HostAction::Respond(a) => Verdict::Respond(a),
+                HostAction::Redirect(r) => Verdict::Redirect(r),
+                // Not quiet (`quiet_host`).
+                HostAction::Proxy(_) => Verdict::Refuse(ErrorStatus::NotFound),
+            };
+            decision.step = Block::Answer;
+        }
+    }
+    decision
 }

@@ -82,6 +82,16 @@ pub struct Suspended {
     pub(super) strip_authorization: bool,
 }
 
+/// Which hosts of the adopted snapshot have all their blocks off.
+#[derive(Debug, Default)]
+struct Quiet {
+    /// The snapshot's host list they were read from: its address and
+    /// length.
+    entries: (usize, usize),
+    /// Per host; empty when none is quiet.
+    hosts: Vec<bool>,
+}
+
 /// A shard's mutable gate state: the quota tables, their keyer, the rate
 /// slots bound for the snapshot it serves, and counters.
 pub struct GateState {
@@ -100,6 +110,10 @@ pub struct GateState {
     /// Slot per rate pair of the adopted snapshot.
     pub(super) pair_slots: Vec<Option<Slot>>,
     adopted: u64,
+    /// Per host of the adopted snapshot: its blocks are all off
+    /// (`super::quiet_host`), and with the address and length of the
+    /// snapshot's host list they were read from.
+    quiet: Quiet,
     pub counters: ChainCounters,
     /// Per rule set of the adopted snapshot: regex caches and counters.
     pub(super) regex_caches: Vec<RegexCaches>,
@@ -175,6 +189,7 @@ impl GateState {
             fleet: crate::quota::fleet::FleetState::default(),
             pair_slots: Vec::new(),
             adopted: u64::MAX,
+            quiet: Quiet::default(),
             counters: ChainCounters::default(),
             regex_caches: Vec::new(),
             rule_counters: Vec::new(),
@@ -362,8 +377,36 @@ impl GateState {
             carry(&self.host_names, &self.maintenance_counters, &host_names);
         self.latency = carry(&self.host_names, &self.latency, &host_names);
         self.host_names = host_names.iter().map(|s| s.to_string()).collect();
+        let mut hosts: Vec<bool> = snap
+            .entries
+            .iter()
+            .map(|e| super::quiet_host(snap, e))
+            .collect();
+        if !hosts.contains(&true) {
+            hosts = Vec::new();
+        }
+        self.quiet = Quiet {
+            entries: (snap.entries.as_ptr() as usize, snap.entries.len()),
+            hosts,
+        };
         self.auth.adopt(&gate.auth_providers);
         unbound
+    }
+
+    /// Whether `host`'s blocks are all off in `snap` (the chain then runs
+    /// only the request limits before the host's answer): known only for
+    /// the adopted snapshot, else `false` (the whole chain runs).
+    #[inline(always)]
+    pub(super) fn quiet(&self, snap: &Snapshot, host: crate::HostId) -> bool {
+        // The host's flag first: a snapshot with no quiet host (budgets
+        // on, as by default) keeps none, and is answered by one compare.
+        self.quiet
+            .hosts
+            .get(host as usize)
+            .copied()
+            .unwrap_or(false)
+            && self.adopted == snap.generation
+            && self.quiet.entries == (snap.entries.as_ptr() as usize, snap.entries.len())
     }
 
     /// Binds the pairs left unbound once slots freed up (retired ones

@@ -713,7 +713,7 @@ impl Snapshot {
     /// Step 8's check: the target and header limits, then the declared
     /// body.
     #[inline(always)]
-    fn limit_refusal<H: HeaderLines + ?Sized, T: Trace>(
+    pub(super) fn limit_refusal<H: HeaderLines + ?Sized, T: Trace>(
         &self,
         limits: &RequestLimits,
         req: &Request<'_, H>,

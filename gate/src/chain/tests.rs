@@ -185,3 +185,70 @@ fn remembered_source_keys_are_the_keyers_own() {
         );
     }
 }
+
+/// The quiet lane (a host with every block off, once its snapshot is
+/// adopted) decides what the whole chain decides: the same verdict, step
+/// and limits for answers, redirects and every request-limit refusal.
+#[test]
+fn a_quiet_host_is_decided_as_the_whole_chain_decides_it() {
+    use crate::host::{KeepTarget, Redirect};
+    let mut s = snapshot();
+    s.hosts.insert("r.test", 1).unwrap();
+    let mut redirect = s.entries[0].clone();
+    redirect.label = "r.test".into();
+    redirect.action =
+        HostAction::Redirect(Redirect::new(301, "https://x.test", KeepTarget::Path, &[]));
+    s.entries.push(redirect);
+    assert!(s.entries.iter().all(|e| super::quiet_host(&s, e)));
+    let long: &'static [u8] = Box::leak(vec![b'/'; 8193].into_boxed_slice());
+    let mut adopted = state();
+    adopted.adopt(&s, 0);
+    assert!(adopted.quiet(&s, 0) && adopted.quiet(&s, 1));
+    let mut scratch = Box::new([0u8; crate::path::MAX_PATH_BYTES]);
+    let headers: [(&str, &[u8]); 0] = [];
+    for host in [&b"a.test"[..], b"r.test", b"b.test"] {
+        for target in [&b"/"[..], b"/x?y", long] {
+            for header_count in [0, 100, 101] {
+                for content_length in [None, Some(0), Some(10), Some(11)] {
+                    let req = Request {
+                        peer: Peer::tcp("127.0.0.1".parse().unwrap()),
+                        method: b"GET",
+                        host: Some(host),
+                        target,
+                        path: target,
+                        header_count,
+                        header_bytes: 0,
+                        content_length,
+                        headers: &headers[..],
+                        connection: None,
+                        tls: false,
+                    };
+                    let quiet = s.decide(&req, &mut adopted, 0, &mut scratch, &mut NoTrace);
+                    let whole = s.decide(&req, &mut state(), 0, &mut scratch, &mut NoTrace);
+                    assert_eq!(
+                        format!("{quiet:?}"),
+                        format!("{whole:?}"),
+                        "{host:?} {} bytes, {header_count} lines, {content_length:?}",
+                        target.len()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A snapshot the state did not adopt (another host list, or another
+/// generation) is never decided by the quiet lane.
+#[test]
+fn the_quiet_lane_is_only_for_the_adopted_snapshot() {
+    let s = snapshot();
+    let mut st = state();
+    st.adopt(&s, 0);
+    assert!(st.quiet(&s, 0));
+    let copy = s.clone();
+    assert!(!st.quiet(&copy, 0), "another host list");
+    let mut next = s.clone();
+    next.generation += 1;
+    assert!(!st.quiet(&next, 0), "another generation");
+    assert!(!st.quiet(&s, 1), "a host the snapshot does not have");
+}
