@@ -194,9 +194,12 @@ impl Snapshot {
             slot: *slot,
             key,
         };
-        let mut checks = [first; MAX_RATE_CHECKS];
-        let mut n = 1;
-        if client.is_ipv6() && def.key == RateKey::Ip {
+        // One bucket unless an IPv6 client's tiers add theirs (the array
+        // of checks is built only then).
+        let tiers = client.is_ipv6() && def.key == RateKey::Ip && !def.ipv6_tiers.is_empty();
+        let outcome = if tiers {
+            let mut checks = [first; MAX_RATE_CHECKS];
+            let mut n = 1;
             for (prefix, tier) in def.ipv6_tiers.iter().take(MAX_RATE_CHECKS - 1) {
                 checks[n] = RateCheck {
                     policy: tier,
@@ -209,8 +212,11 @@ impl Snapshot {
                 };
                 n += 1;
             }
-        }
-        let refusal = match state.quota.rate_limit(&checks[..n], now_ms) {
+            state.quota.rate_limit(&checks[..n], now_ms)
+        } else {
+            state.quota.rate_limit(std::slice::from_ref(&first), now_ms)
+        };
+        let refusal = match outcome {
             Ok(()) => {
                 if let Some((choice, _)) = fleet {
                     state.fleet.record(choice, main, now_ms);
