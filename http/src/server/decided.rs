@@ -310,7 +310,8 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
         let html = out.head.wants_html;
         Ok(match d.verdict {
             Verdict::Respond(a) => {
-                a.write_start(out.wbuf, out.date);
+                // `Answer::write_start`, with one capacity check.
+                super::put::extend_two(out.wbuf, a.head(), out.date);
                 (LocalEnd::Answer(a), a.status)
             }
             Verdict::Redirect(r) => {

@@ -54,6 +54,7 @@ pub mod live;
 mod opening;
 mod place;
 mod prepare;
+mod put;
 mod shard;
 mod slots;
 pub mod stats;

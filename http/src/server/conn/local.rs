@@ -40,7 +40,7 @@ impl<S: Transport> Conn<S> {
             return Now::Later;
         }
         self.io.consume(head.head_len);
-        if matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
+        if S::TLS && matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
             let hsts = self.hsts(snap);
             self.io.out().extend_from_slice(hsts);
         }
@@ -53,7 +53,7 @@ impl<S: Transport> Conn<S> {
             _ => None,
         };
         match rest {
-            Some(rest) => self.io.out().extend_from_slice(rest),
+            Some(rest) => crate::server::put::extend_one(self.io.out(), rest),
             None => self.end_local_answer(local.end, head, false),
         }
         self.shard.stats.response(local.status);
@@ -105,7 +105,7 @@ impl<S: Transport> Conn<S> {
             BodyEnd::End(end) => return Err(end),
         }
         let close = local.close || self.closes_after(snap, head);
-        if matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
+        if S::TLS && matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
             // The head so far ends with a whole header line.
             let hsts = self.hsts(snap);
             self.io.out().extend_from_slice(hsts);
@@ -154,7 +154,7 @@ impl<S: Transport> Conn<S> {
     }
 
     /// The `Strict-Transport-Security` line of the current request's host,
-    /// over TLS; empty otherwise.
+    /// over TLS; empty otherwise (the callers ask only over TLS).
     pub(super) fn hsts<'s>(&self, snap: &'s Snapshot) -> &'s [u8] {
         if !S::TLS {
             return b"";
