@@ -36,7 +36,7 @@ pub(super) struct Prep<'a> {
     pub ubuf: &'a mut Vec<u8>,
     pub peer: Peer,
     /// A head decided again after a check made off the decision.
-    pub resume: Option<Resumption>,
+    pub resume: Option<Box<Resumption>>,
     /// Made on first use (a host that replaces upstream errors).
     pub page_vars: &'a mut Option<Box<PageCopy>>,
     /// The connection's request bucket (step 5).
@@ -268,11 +268,12 @@ pub(super) fn prepare<'s>(
 fn resumed(
     shard: &Shard,
     snap: &Snapshot,
-    resume: Option<Resumption>,
+    resume: Option<Box<Resumption>>,
 ) -> Result<(Start, Option<QuotaTicket>, Option<Arc<[u8]>>), (u32, bool, Option<QuotaTicket>)> {
     let Some(r) = resume else {
         return Ok((Start::Beginning, None, None));
     };
+    let r = *r;
     let mut paid = r.leases.and_then(Leases::into_ticket);
     let current = r.generation == snap.generation;
     match r.outcome {

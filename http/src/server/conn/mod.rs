@@ -106,8 +106,10 @@ pub(super) struct Conn<S> {
     /// The last `Host` value the parser found valid on this connection.
     known_host: KnownHost,
     /// The head in the buffer, suspended for a check made off the
-    /// decision, and how it resumes.
-    resume: Option<Resumption>,
+    /// decision, and how it resumes. Boxed: rare (after a password check
+    /// or a provider's answer), and every head moves this field into its
+    /// decision.
+    resume: Option<Box<Resumption>>,
     /// The leases of answers written into `wbuf` and not yet sent.
     held: Held,
     /// The connection's request bucket (a host's `connection_rate`),

@@ -71,11 +71,13 @@ impl<S: Transport> Conn<S> {
         };
         // A check without its place in the chain (never made) decides the
         // head from the beginning.
-        self.resume = outcome.map(|outcome| Resumption {
-            outcome,
-            generation: snap.generation,
-            leases,
-            identity,
+        self.resume = outcome.map(|outcome| {
+            Box::new(Resumption {
+                outcome,
+                generation: snap.generation,
+                leases,
+                identity,
+            })
         });
         Ok(())
     }
