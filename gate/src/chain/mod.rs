@@ -21,7 +21,7 @@
 //!   the one list in `steps.rs` (`chain_order!`, which also makes
 //!   [`ORDER`]): moving a line there reorders the chain (a test holds it
 //!   to docs/gate.md's table). A host whose blocks are all off
-//!   ([`quiet_host`], learned once a snapshot by `GateState::adopt`) is
+//!   (`quiet_host`, learned once a snapshot by `GateState::adopt`) is
 //!   decided by its request limits and its answer alone, as the blocks
 //!   would decide it (the quiet lane; never under a recording trace).
 //!
