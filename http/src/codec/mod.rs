@@ -11,7 +11,9 @@
 //! caller's, passed in ([`HeadBounds`] and the header array's length).
 //!
 //! Modules: `head` (request heads and their framing), `scan` (the plain
-//! head read in one pass, before httparse), `fields` (a head
+//! head read in one pass, before httparse), `bytes` (the byte rules of a
+//! head's parts: a `Host` value's, and the connection's last valid one),
+//! `fields` (a head
 //! that arrived as an HTTP/2 stream's fields, read for the same facts), `chunked` (the
 //! chunked body decoder), `proxyproto` (the PROXY protocol header read at
 //! accept), `accept` (whether an `Accept` value asks for HTML), `websocket`

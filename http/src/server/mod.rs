@@ -20,6 +20,7 @@
 //! proxying, password checks, forward-auth's answers, proof of work's
 //! verify endpoint), `prepare` (a head's decision),
 //! `decided` (what the decision makes of it, written before its body),
+//! `put` (answer bytes appended with one capacity check a part),
 //! `verify` (the process's password-check pool), `authcalls` (a shard's
 //! forward-auth calls to providers), `tunnel` (upgraded connections),
 //! `leases`, `accesslog`, `warn`, `live`, `stats`, `date`, `timing`;
