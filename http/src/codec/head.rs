@@ -225,7 +225,10 @@ pub fn parse_head<'h, 'b, const N: usize>(
 }
 
 /// [`parse_head`] for a connection's next head: a `Host` value byte for
-/// byte the one `known` last found valid is not checked again.
+/// byte the one `known` last found valid is not checked again. Inlined
+/// into the connection's decision, so the head is written where it is
+/// read rather than returned through memory.
+#[inline(always)]
 pub fn parse_head_known<'h, 'b, const N: usize>(
     buf: &'b [u8],
     headers: &'h mut HeaderBuf<'b, N>,
