@@ -529,6 +529,7 @@ impl Quota {
     /// Level 4: the rate buckets (one, or the IPv6 tiers all together; none
     /// passes). A refusal is counted at [`Level::Rate`]; leases are the
     /// caller's to give back.
+    #[inline(always)]
     pub fn rate_limit(&mut self, rate: &[RateCheck<'_>], now_ms: u64) -> Result<(), Refusal> {
         let d = match rate {
             [] => return Ok(()),

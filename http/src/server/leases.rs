@@ -86,7 +86,7 @@ impl Held {
     }
 
     /// [`Held::push`] for a ticket not in a guard yet.
-    #[inline]
+    #[inline(always)]
     pub(super) fn push_ticket(&mut self, shard: &Rc<Shard>, ticket: QuotaTicket) {
         if self.tickets.len() == HELD_ANSWERS {
             shard.release_ticket(ticket);
