@@ -88,14 +88,15 @@ impl HostMemo {
     }
 }
 
-/// Whether `raw` is the first `raw.len()` bytes of `kept` (`raw.len()` at
-/// most [`HostMemo::BYTES`]): two word compares for a value of 8 to 16
-/// bytes (most `Host` values), where a slice compare calls `memcmp`.
+/// Whether `raw` is the first `raw.len()` bytes of `kept` (false when
+/// longer): two word compares for a value of 8 to 16 bytes (most `Host`
+/// values), where a slice compare calls `memcmp`. For the memories of a
+/// last `Host` value (this module's [`HostMemo`], the parser's).
 #[inline(always)]
-fn same_bytes(kept: &[u8; HostMemo::BYTES], raw: &[u8]) -> bool {
+pub fn same_bytes<const N: usize>(kept: &[u8; N], raw: &[u8]) -> bool {
     let n = raw.len();
     let word = |b: &[u8], at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
-    if (8..=16).contains(&n) {
+    if (8..=16).contains(&n) && n <= N {
         return word(kept, 0) == word(raw, 0) && word(kept, n - 8) == word(raw, n - 8);
     }
     kept.get(..n) == Some(raw)

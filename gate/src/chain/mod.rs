@@ -65,7 +65,7 @@ use crate::pages::ErrorStatus;
 use crate::path::PathScratch;
 use crate::policy::RequestPolicy;
 use crate::quota::QuotaTicket;
-use crate::snapshot::{limit_status, HostEntry, Snapshot, Verdict};
+use crate::snapshot::{HostEntry, Snapshot, Verdict};
 use crate::upstream::Route;
 use steps::Flow;
 
@@ -400,20 +400,10 @@ fn quiet_decision<'s, H: HeaderLines + ?Sized>(
     entry: &'s HostEntry,
     req: &Request<'_, H>,
 ) -> Decision<'s> {
-    match snap.limit_refusal(&decision.limits, req, &mut NoTrace) {
-        Some(r) => {
-            decision.verdict = Verdict::Refuse(limit_status(r));
-            decision.step = Block::RequestLimits;
-        }
-        None => {
-            decision.verdict = match &entry.action {
-                HostAction::Respond(a) => Verdict::Respond(a),
-                HostAction::Redirect(r) => Verdict::Redirect(r),
-                // Not quiet (`quiet_host`).
-                HostAction::Proxy(_) => Verdict::Refuse(ErrorStatus::NotFound),
-            };
-            decision.step = Block::Answer;
-        }
+    if !snap.refuses_limits(&mut decision, req, &mut NoTrace) {
+        // Not a proxying host (`quiet_host`): no route.
+        decision.verdict = snap.host_answer(entry, None);
+        decision.step = Block::Answer;
     }
     decision
 }

@@ -675,18 +675,47 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     /// route's upstream (404 when no route takes the path).
     #[inline(always)]
     fn answer(&self) -> Verdict<'s> {
-        match &self.entry.action {
-            HostAction::Respond(a) => Verdict::Respond(a),
-            HostAction::Redirect(r) => Verdict::Redirect(r),
-            HostAction::Proxy(_) => match self.route {
-                Some(r) => Verdict::Forward(r, &self.snap.upstreams[r.upstream as usize]),
-                None => Verdict::Refuse(ErrorStatus::NotFound),
-            },
-        }
+        self.snap.host_answer(self.entry, self.route)
     }
 }
 
 impl Snapshot {
+    /// Step 16 for `entry` with `route` (a proxying host's; `None` for
+    /// others and for a path no route takes, answered 404).
+    #[inline(always)]
+    pub(super) fn host_answer<'s>(
+        &'s self,
+        entry: &'s HostEntry,
+        route: Option<&'s Route>,
+    ) -> Verdict<'s> {
+        match &entry.action {
+            HostAction::Respond(a) => Verdict::Respond(a),
+            HostAction::Redirect(r) => Verdict::Redirect(r),
+            HostAction::Proxy(_) => match route {
+                Some(r) => Verdict::Forward(r, &self.upstreams[r.upstream as usize]),
+                None => Verdict::Refuse(ErrorStatus::NotFound),
+            },
+        }
+    }
+
+    /// Step 8 on a decision made outside a host's blocks (an unknown host,
+    /// a quiet host): refused with its status when over `decision.limits`;
+    /// true when refused.
+    #[inline(always)]
+    pub(super) fn refuses_limits<H: HeaderLines + ?Sized, T: Trace>(
+        &self,
+        decision: &mut Decision<'_>,
+        req: &Request<'_, H>,
+        trace: &mut T,
+    ) -> bool {
+        let Some(r) = self.limit_refusal(&decision.limits, req, trace) else {
+            return false;
+        };
+        decision.verdict = Verdict::Refuse(limit_status(r));
+        decision.step = Block::RequestLimits;
+        true
+    }
+
     /// The end of the chain for a request no host takes: step 4 under the
     /// unknown-host policy (its own operation, when the profile names
     /// one), step 8 with the default limits, else the unknown-host answer
@@ -703,17 +732,14 @@ impl Snapshot {
         if !self.pays(&mut decision, req, policy, state, now_ms, trace) {
             return decision;
         }
-        if let Some(r) = self.limit_refusal(&decision.limits, req, trace) {
-            decision.verdict = Verdict::Refuse(limit_status(r));
-            decision.step = Block::RequestLimits;
-        }
+        self.refuses_limits(&mut decision, req, trace);
         decision
     }
 
     /// Step 8's check: the target and header limits, then the declared
     /// body.
     #[inline(always)]
-    pub(super) fn limit_refusal<H: HeaderLines + ?Sized, T: Trace>(
+    fn limit_refusal<H: HeaderLines + ?Sized, T: Trace>(
         &self,
         limits: &RequestLimits,
         req: &Request<'_, H>,

@@ -48,18 +48,10 @@ impl KnownHost {
         self.check(host)
     }
 
-    /// `host` (as long as the kept value) is the kept value: two word
-    /// compares for 8 to 16 bytes, where a slice compare calls `memcmp`.
+    /// `host` (as long as the kept value) is the kept value.
     #[inline(always)]
     fn is_kept(&self, host: &[u8]) -> bool {
-        let n = host.len();
-        let word =
-            |b: &[u8], at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
-        if (8..=16).contains(&n) {
-            return word(&self.bytes, 0) == word(host, 0)
-                && word(&self.bytes, n - 8) == word(host, n - 8);
-        }
-        self.bytes.get(..n) == Some(host)
+        gapura_gate::host::same_bytes(&self.bytes, host)
     }
 
     #[inline(never)]
