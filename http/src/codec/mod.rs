@@ -13,11 +13,11 @@
 //! Modules: `head` (request heads and their framing), `scan` (the plain
 //! head read in one pass, before httparse), `bytes` (the byte rules of a
 //! head's parts: a `Host` value's, and the connection's last valid one),
-//! `fields` (a head
-//! that arrived as an HTTP/2 stream's fields, read for the same facts), `chunked` (the
-//! chunked body decoder), `proxyproto` (the PROXY protocol header read at
-//! accept), `accept` (whether an `Accept` value asks for HTML), `websocket`
-//! (the frames a client sends through a tunnel, read from their headers).
+//! `fields` (a head that arrived as an HTTP/2 stream's fields, read for
+//! the same facts), `chunked` (the chunked body decoder), `proxyproto`
+//! (the PROXY protocol header read at accept), `accept` (whether an
+//! `Accept` value asks for HTML), `websocket` (the frames a client sends
+//! through a tunnel, read from their headers).
 
 pub mod accept;
 pub mod bytes;

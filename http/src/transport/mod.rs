@@ -152,10 +152,10 @@ pub trait Transport: ReadSpare + WriteAll + 'static {
     /// The next request's head at the start of `unread`, its lines written
     /// into `headers`: parsed from the bytes on a byte stream; built from
     /// the request's fields by a transport that carries them (an HTTP/2
-    /// stream), never written and parsed as text.
+    /// stream), never written and parsed as text. `known`: the
+    /// connection's last valid `Host` value (a byte stream's parser checks
+    /// a new one only).
     #[inline(always)]
-    /// `known`: the connection's last valid `Host` value (a byte stream's
-    /// parser checks a new one only).
     fn head<'h, 'b, const N: usize>(
         &'b self,
         unread: &'b [u8],
