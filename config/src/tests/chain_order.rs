@@ -514,3 +514,59 @@ robots = "passthrough"
         ("refuse", 429)
     );
 }
+
+/// The quiet lane (`gapura_gate::chain::quiet_host`) reads each block's
+/// setting apart from the block: a respond host is quiet with every
+/// protection off, and turning any one block on takes it off the lane.
+#[test]
+fn any_block_turned_on_takes_a_host_off_the_quiet_lane() {
+    const BASE: &str = r#"
+[protection]
+off = ["all"]
+
+[[access_list]]
+name = "office"
+allow = ["192.0.2.0/24"]
+
+[[rule_set]]
+name = "edge"
+
+[[rule_set.rule]]
+path.prefix = "/admin"
+action = "deny"
+
+[[rate_limit]]
+name = "site"
+requests = 100
+
+[[host]]
+names = ["a.test"]
+kind = "respond"
+status = 200
+body = "a"
+"#;
+    let quiet = |src: &str| {
+        let c = ok(src);
+        gapura_gate::chain::quiet_host(&c.snapshot, &c.snapshot.entries[0])
+    };
+    assert!(quiet(BASE), "every block off");
+    let on = [
+        ("budgets", "\n[quota.global]\nrequests = 1000\n"),
+        ("connection rate", "connection_rate = { requests = 10 }\n"),
+        ("access list", "access_list = \"office\"\n"),
+        ("rule set", "rule_set = \"edge\"\n"),
+        ("robots.txt", "robots = \"disallow_all\"\n"),
+        ("rate limit", "rate_limit = \"site\"\n"),
+        ("maintenance", "\n[host.maintenance]\nenabled = true\n"),
+    ];
+    for (block, toml) in on {
+        assert!(!quiet(&format!("{BASE}{toml}")), "{block} on");
+    }
+    // Proof of work challenges proxy routes only (docs/profile.md): on a
+    // respond host its block does nothing, and the host stays quiet.
+    let pow = "proof_of_work = { enabled = true, difficulty = 8 }\n";
+    assert!(
+        quiet(&format!("{BASE}{pow}")),
+        "proof of work on a respond host"
+    );
+}

@@ -375,7 +375,7 @@ impl Snapshot {
 /// route picks its policy). Such a host's chain is the request limits,
 /// then its answer (`quiet_decision`); read once a snapshot
 /// (`GateState::adopt`).
-pub(crate) fn quiet_host(snap: &Snapshot, entry: &HostEntry) -> bool {
+pub fn quiet_host(snap: &Snapshot, entry: &HostEntry) -> bool {
     let (p, x) = (&entry.policy, &entry.extras);
     !snap.gate.has_budgets()
         && !matches!(entry.action, HostAction::Proxy(_))
