@@ -91,10 +91,16 @@ def summarise(runs):
         floor = next((f for f in ("floor-monoio", "floor-ring") if f in servers), None)
         floor_cols = (f" | median vs {floor} | lower quartile vs {floor} "
                       f"| per-round median vs {floor}") if floor else ""
+        # The floor that also answers with a Date line and keeps a timer
+        # pending (floor-proxy --dated), when it ran: the per-round ratio.
+        dated = "floor-monoio-dated" if "floor-monoio-dated" in servers else None
+        if dated:
+            floor_cols += f" | per-round median vs {dated}"
         print("| server | rounds (CPU µs/req) | median | lower quartile "
               "| median vs nginx | lower quartile vs nginx | median vs haproxy "
               f"| lower quartile vs haproxy{floor_cols} | p99 per round |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|" * 3 if floor else "") + "---|")
+        print("|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|" * 3 if floor else "")
+              + ("---:|" if dated else "") + "---|")
         stats = {}
         for srv in servers:
             vals = [r[sc][srv][0] for r in runs if srv in r.get(sc, {})]
@@ -102,6 +108,13 @@ def summarise(runs):
                 continue
             q = statistics.quantiles(vals, n=4)[0] if len(vals) >= 2 else vals[0]
             stats[srv] = (vals, statistics.median(vals), q)
+        def per_round(srv, base):
+            # Each round's own ratio cancels load that drifts slower than
+            # a round.
+            paired = [r[sc][srv][0] / r[sc][base][0] for r in runs
+                      if srv in r.get(sc, {}) and r[sc].get(base, (0,))[0] > 0]
+            return f"{statistics.median(paired):.2f}×" if paired else "—"
+
         for srv, (vals, med, q) in stats.items():
             def vs(peer, i):
                 p = stats.get(peer)
@@ -109,12 +122,9 @@ def summarise(runs):
             p99 = ", ".join(r[sc][srv][1] for r in runs if srv in r.get(sc, {}))
             cols = ""
             if floor:
-                # Each round's own ratio cancels load that drifts slower
-                # than a round.
-                paired = [r[sc][srv][0] / r[sc][floor][0] for r in runs
-                          if srv in r.get(sc, {}) and r[sc].get(floor, (0,))[0] > 0]
-                per_round = f"{statistics.median(paired):.2f}×" if paired else "—"
-                cols = f" | {vs(floor, 1)} | {vs(floor, 2)} | {per_round}"
+                cols = f" | {vs(floor, 1)} | {vs(floor, 2)} | {per_round(srv, floor)}"
+            if dated:
+                cols += f" | {per_round(srv, dated)}"
             print(f"| {srv} | {', '.join(f'{v:.2f}' for v in vals)} | {med:.2f} | {q:.2f} "
                   f"| {vs('nginx', 1)} | {vs('nginx', 2)} | {vs('haproxy', 1)} "
                   f"| {vs('haproxy', 2)}{cols} | {p99} |")

@@ -39,9 +39,10 @@ SCENARIOS = {
 # The floors are opt-in: a minimal proxy/responder doing only the essential
 # work (bench/src/bin/floor-proxy.rs), on monoio's stream API like Gapura,
 # or on a ring driven directly (multishot receives, provided buffers,
-# registered files).
+# registered files). floor-monoio-dated answers with a Date line and keeps
+# a timer pending, as any server does (respond scenarios only).
 KNOWN_SERVERS = ("gapura", "gapura-ring", "gapura-protected", "nginx", "haproxy",
-                 "floor-monoio", "floor-ring")
+                 "floor-monoio", "floor-ring", "floor-monoio-dated")
 KNOWN_GENERATORS = ("gapura-loadtest", "wrk")
 
 

@@ -51,9 +51,18 @@ def start_server(b, name, kind, directory, core, port, admin, upstream):
     elif name.startswith("floor-"):
         # The floor: the essential work only (bench/src/bin/floor-proxy.rs).
         engine, work_ns = floor_work(name) or (name[len("floor-"):], 0)
+        # floor-monoio-dated: the fixed 200 with a Date line formatted once
+        # a second (`floor-proxy --dated`); it has no proxy form.
+        dated = engine.endswith("-dated")
+        if dated:
+            if kind == "proxy":
+                return None, "skipped: the dated floor only answers"
+            engine = engine[:-len("-dated")]
         mode = ["--upstream", str(upstream)] if kind == "proxy" else ["--respond"]
         if work_ns:
             mode += ["--work-ns", str(work_ns)]
+        if dated:
+            mode += ["--dated"]
         cmd = [*pin, b.floor_bin, "--listen", str(port), "--engine", engine, *mode]
     elif name == "haproxy":
         conf = os.path.join(directory, "haproxy.cfg")

@@ -23,12 +23,19 @@
 //! (the benchmarks send GETs); responses are framed by Content-Length.
 //!
 //!   floor-proxy --listen PORT (--upstream PORT | --respond) [--engine ring|monoio]
-//!               [--work-ns N]
+//!               [--work-ns N] [--dated]
 //!
 //! `--work-ns N` adds about N ns of user-space work to every request (a
 //! dependent chain of integer steps, its length calibrated at start): the
 //! floor with a known extra cost, to read what a ratio of CPU per request
 //! to the floor's means in nanoseconds of a server's own work.
+//!
+//! `--dated` (with `--respond --engine monoio`) answers what a server must
+//! answer beyond the floor's minimum: a `Date` line in the fixed 200 (RFC
+//! 9110, 6.6.1: an origin server with a clock sends one), formatted once a
+//! second by a task, so the runtime always has a timer pending, as a
+//! server with read and write timeouts does, and its ring waits with a
+//! timeout.
 //!
 //! Loopback only; it runs until killed.
 
@@ -37,6 +44,35 @@ use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 
 const ANSWER: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nhello, world\n";
+/// The fixed answer's head up to where `--dated` puts its `Date` line.
+const STATUS_LINE: &[u8] = b"HTTP/1.1 200 OK\r\n";
+const DATE_LINE_LEN: usize = gapura_http::server::date::DATE_LINE_LEN;
+const DATED_LEN: usize = ANSWER.len() + DATE_LINE_LEN;
+
+/// `--dated` (respond, monoio engine): the answer carries a `Date` line.
+static DATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+thread_local! {
+    /// The dated answer, formatted again once a second by a task of the
+    /// runtime (`monoio_engine::run`).
+    static DATED_ANSWER: std::cell::Cell<[u8; DATED_LEN]> =
+        const { std::cell::Cell::new([0; DATED_LEN]) };
+}
+
+/// Formats the dated answer for the wall clock's second.
+fn date_answer() {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut a = [0u8; DATED_LEN];
+    let (status, rest) = a.split_at_mut(STATUS_LINE.len());
+    status.copy_from_slice(STATUS_LINE);
+    let (date, rest) = rest.split_at_mut(DATE_LINE_LEN);
+    date.copy_from_slice(&gapura_http::server::date::format_date_line(secs));
+    rest.copy_from_slice(&ANSWER[STATUS_LINE.len()..]);
+    DATED_ANSWER.with(|c| c.set(a));
+}
+
 const MAX_HEAD: usize = 16 * 1024;
 
 struct Args {
@@ -44,6 +80,7 @@ struct Args {
     upstream: Option<SocketAddr>,
     ring: bool,
     work_ns: u64,
+    dated: bool,
 }
 
 /// The steps of `--work-ns` per request (0: none), set once at start.
@@ -80,9 +117,10 @@ fn args() -> Args {
         upstream: None,
         ring: true,
         work_ns: 0,
+        dated: false,
     };
     let mut it = std::env::args().skip(1);
-    let usage = "floor-proxy --listen PORT (--upstream PORT | --respond) [--engine ring|monoio] [--work-ns N]";
+    let usage = "floor-proxy --listen PORT (--upstream PORT | --respond) [--engine ring|monoio] [--work-ns N] [--dated]";
     while let Some(x) = it.next() {
         match x.as_str() {
             "--listen" => a.listen = it.next().and_then(|v| v.parse().ok()).expect(usage),
@@ -93,10 +131,15 @@ fn args() -> Args {
             "--respond" => a.upstream = None,
             "--engine" => a.ring = it.next().as_deref() == Some("ring"),
             "--work-ns" => a.work_ns = it.next().and_then(|v| v.parse().ok()).expect(usage),
+            "--dated" => a.dated = true,
             _ => panic!("{usage}"),
         }
     }
     assert!(a.listen != 0, "{usage}");
+    assert!(
+        !a.dated || (!a.ring && a.upstream.is_none()),
+        "--dated answers with --respond on --engine monoio"
+    );
     a
 }
 
@@ -131,7 +174,11 @@ fn request(buf: &[u8], out: &mut Vec<u8>, upstream: bool) -> Result<usize, ()> {
         work(steps);
     }
     if !upstream {
-        out.extend_from_slice(ANSWER);
+        if DATED.load(std::sync::atomic::Ordering::Relaxed) {
+            out.extend_from_slice(&DATED_ANSWER.with(std::cell::Cell::get));
+        } else {
+            out.extend_from_slice(ANSWER);
+        }
         return Ok(n);
     }
     out.extend_from_slice(req.method.unwrap_or("GET").as_bytes());
@@ -224,6 +271,7 @@ fn main() {
     if a.work_ns > 0 {
         WORK_STEPS.store(calibrate(a.work_ns), std::sync::atomic::Ordering::Relaxed);
     }
+    DATED.store(a.dated, std::sync::atomic::Ordering::Relaxed);
     let l = listener(a.listen);
     if a.ring {
         uring_engine::run(l, a.upstream);
@@ -241,6 +289,17 @@ mod monoio_engine {
         gapura_http::driver::block_on(driver, 4096, |_| async move {
             l.set_nonblocking(true).unwrap();
             let l = monoio::net::TcpListener::from_std(l).unwrap();
+            if DATED.load(std::sync::atomic::Ordering::Relaxed) {
+                // Like a server's ticker: the runtime always has a timer
+                // pending, as it does with any timeout armed.
+                date_answer();
+                monoio::spawn(async {
+                    loop {
+                        monoio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        date_answer();
+                    }
+                });
+            }
             loop {
                 let Ok((c, _)) = l.accept().await else {
                     continue;
