@@ -3,10 +3,10 @@
 //! the current second, 115 bytes in all, as Gapura's respond answer in the
 //! benchmarks is; the plain floor answers the same 200 without one.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The floor's answer body and the head lines both floors send.
 const BODY: &[u8] = b"hello, world\n";
@@ -20,40 +20,25 @@ impl Drop for Floor {
     }
 }
 
-/// Starts the floor with `extra` flags on a free loopback port and returns
-/// it with a connection to it (waiting for it to listen, at most 10 s).
+/// Starts the floor with `extra` flags on a free loopback port (it prints
+/// the port once it listens) and returns it with a connection to it.
 fn start(extra: &[&str]) -> (Floor, TcpStream) {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(env!("CARGO_BIN_EXE_floor-proxy"))
-        .args([
-            "--listen",
-            &port.to_string(),
-            "--respond",
-            "--engine",
-            "monoio",
-        ])
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floor-proxy"))
+        .args(["--listen", "0", "--respond", "--engine", "monoio"])
         .args(extra)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .expect("the floor starts");
-    let mut floor = Floor(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(c) = TcpStream::connect(("127.0.0.1", port)) {
-            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            return (floor, c);
-        }
-        if let Some(status) = floor.0.try_wait().unwrap() {
-            panic!("the floor exited before listening: {status}");
-        }
-        assert!(Instant::now() < deadline, "the floor never listened");
-        std::thread::yield_now();
-    }
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let floor = Floor(child);
+    let port: u16 = line.trim().parse().expect("the floor prints its port");
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    (floor, c)
 }
 
 /// Sends one GET and reads its whole answer (framed by its length).

@@ -37,6 +37,8 @@
 //! server with read and write timeouts does, and its ring waits with a
 //! timeout.
 //!
+//! `--listen 0` takes a free port and prints it on standard output.
+//!
 //! Loopback only; it runs until killed.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -76,7 +78,8 @@ fn date_answer() {
 const MAX_HEAD: usize = 16 * 1024;
 
 struct Args {
-    listen: u16,
+    /// 0: a free port, printed on standard output once listening.
+    listen: Option<u16>,
     upstream: Option<SocketAddr>,
     ring: bool,
     work_ns: u64,
@@ -113,7 +116,7 @@ fn calibrate(ns: u64) -> u64 {
 
 fn args() -> Args {
     let mut a = Args {
-        listen: 0,
+        listen: None,
         upstream: None,
         ring: true,
         work_ns: 0,
@@ -123,7 +126,7 @@ fn args() -> Args {
     let usage = "floor-proxy --listen PORT (--upstream PORT | --respond) [--engine ring|monoio] [--work-ns N] [--dated]";
     while let Some(x) = it.next() {
         match x.as_str() {
-            "--listen" => a.listen = it.next().and_then(|v| v.parse().ok()).expect(usage),
+            "--listen" => a.listen = Some(it.next().and_then(|v| v.parse().ok()).expect(usage)),
             "--upstream" => {
                 let p: u16 = it.next().and_then(|v| v.parse().ok()).expect(usage);
                 a.upstream = Some(SocketAddr::from(([127, 0, 0, 1], p)));
@@ -135,7 +138,7 @@ fn args() -> Args {
             _ => panic!("{usage}"),
         }
     }
-    assert!(a.listen != 0, "{usage}");
+    assert!(a.listen.is_some(), "{usage}");
     assert!(
         !a.dated || (!a.ring && a.upstream.is_none()),
         "--dated answers with --respond on --engine monoio"
@@ -272,7 +275,11 @@ fn main() {
         WORK_STEPS.store(calibrate(a.work_ns), std::sync::atomic::Ordering::Relaxed);
     }
     DATED.store(a.dated, std::sync::atomic::Ordering::Relaxed);
-    let l = listener(a.listen);
+    let port = a.listen.unwrap_or_default();
+    let l = listener(port);
+    if port == 0 {
+        println!("{}", l.local_addr().unwrap().port());
+    }
     if a.ring {
         uring_engine::run(l, a.upstream);
     } else {
