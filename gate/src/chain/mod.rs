@@ -407,3 +407,37 @@ fn quiet_decision<'s, H: HeaderLines + ?Sized>(
     }
     decision
 }
+
+impl Snapshot {
+    /// The answer of a request the quiet lane answers with its host's own
+    /// fixed answer, found without the chain: the `Host` value names a
+    /// quiet host (`quiet_host`, of the snapshot `state` adopted) whose
+    /// action is an answer, and a request without a body is within the
+    /// host's head limits (target bytes, header lines and bytes). For such
+    /// a request [`Snapshot::decide`] decides `Verdict::Respond` of the
+    /// same answer for the same host, with no ticket, not closing, and
+    /// changes nothing in `state` but its `Host` memo (a test holds the
+    /// two to it). `None`: decide the request. The client's address is not
+    /// resolved: the decision of a quiet host's answer does not read it.
+    #[inline]
+    pub fn quiet_answer<'s>(
+        &'s self,
+        state: &mut GateState,
+        host: Option<&[u8]>,
+        (target_bytes, header_count, header_bytes): (usize, usize, usize),
+    ) -> Option<(crate::HostId, &'s crate::answer::Answer)> {
+        let id = state.host_memo.lookup(&self.hosts, self.generation, host)?;
+        if !state.quiet(self, id) {
+            return None;
+        }
+        let entry = self.entries.get(id as usize)?;
+        let HostAction::Respond(answer) = &entry.action else {
+            return None;
+        };
+        entry
+            .limits
+            .check_head(target_bytes, header_count, header_bytes)
+            .ok()?;
+        Some((id, answer))
+    }
+}

@@ -252,3 +252,86 @@ fn the_quiet_lane_is_only_for_the_adopted_snapshot() {
     assert!(!st.quiet(&next, 0), "another generation");
     assert!(!st.quiet(&s, 1), "a host the snapshot does not have");
 }
+
+/// `quiet_answer` finds the host's own answer exactly when the chain
+/// decides it for a request without a body: the same answer and host, no
+/// ticket, not closing; for a redirect, an unknown host, a request over a
+/// head limit or a snapshot not adopted it finds none.
+#[test]
+fn the_quiet_answer_is_the_answer_the_chain_decides() {
+    use crate::host::{KeepTarget, Redirect};
+    let mut s = snapshot();
+    s.entries[0].limits.max_header_bytes = 64;
+    s.hosts.insert("r.test", 1).unwrap();
+    let mut redirect = s.entries[0].clone();
+    redirect.label = "r.test".into();
+    redirect.action =
+        HostAction::Redirect(Redirect::new(301, "https://x.test", KeepTarget::Path, &[]));
+    s.entries.push(redirect);
+    let long: &'static [u8] = Box::leak(vec![b'/'; 8193].into_boxed_slice());
+    let mut adopted = state();
+    adopted.adopt(&s, 0);
+    let mut scratch = Box::new([0u8; crate::path::MAX_PATH_BYTES]);
+    let headers: [(&str, &[u8]); 0] = [];
+    let mut answered = 0;
+    for host in [Some(&b"a.test"[..]), Some(b"r.test"), Some(b"b.test"), None] {
+        for target in [&b"/"[..], b"/x?y", long] {
+            for header_count in [0, 100, 101] {
+                for header_bytes in [0, 64, 65] {
+                    let req = Request {
+                        peer: Peer::tcp("127.0.0.1".parse().unwrap()),
+                        method: b"GET",
+                        host,
+                        target,
+                        path: target,
+                        header_count,
+                        header_bytes,
+                        content_length: None,
+                        headers: &headers[..],
+                        connection: None,
+                        tls: false,
+                    };
+                    let whole = s.decide(&req, &mut state(), 0, &mut scratch, &mut NoTrace);
+                    let facts = (target.len(), header_count, header_bytes);
+                    let case = format!("{host:?} {facts:?}");
+                    match s.quiet_answer(&mut adopted, host, facts) {
+                        Some((id, a)) => {
+                            answered += 1;
+                            assert!(
+                                matches!(whole.verdict, Verdict::Respond(w) if std::ptr::eq(w, a)),
+                                "{case}: {whole:?}"
+                            );
+                            assert_eq!(whole.host, Some(id), "{case}");
+                            assert!(whole.ticket.is_none() && !whole.close, "{case}");
+                        }
+                        None => assert!(
+                            !matches!(whole.verdict, Verdict::Respond(_)),
+                            "{case}: the chain answers {whole:?}"
+                        ),
+                    }
+                }
+            }
+        }
+    }
+    // a.test within its limits: one target of two short ones, two line
+    // counts, two byte counts.
+    assert_eq!(answered, 2 * 2 * 2);
+    // Not for a snapshot the state did not adopt.
+    let mut other = s.clone();
+    other.generation += 1;
+    assert!(other
+        .quiet_answer(&mut adopted, Some(b"a.test"), (1, 0, 0))
+        .is_none());
+    // Nor for a host with a block on.
+    let mut ruled = s.clone();
+    ruled.generation += 1;
+    ruled.entries[0].policy.rules = Some(crate::policy::BlockRef {
+        index: 0,
+        mode: crate::mode::Mode::Enforce,
+    });
+    let mut st = state();
+    st.adopt(&ruled, 0);
+    assert!(ruled
+        .quiet_answer(&mut st, Some(b"a.test"), (1, 0, 0))
+        .is_none());
+}

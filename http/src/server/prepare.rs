@@ -302,6 +302,25 @@ fn decide<'s, H: HeaderLines + ?Sized>(
     start: Start,
     gate_ms: &mut Option<u64>,
 ) -> gapura_gate::chain::Decision<'s> {
+    let (mut gate, now_ms) = adopted_gate(shard, snap, gate_ms);
+    let mut scratch = shard.scratch.borrow_mut();
+    #[cfg(feature = "decide-timing")]
+    let t0 = super::timing::stamp();
+    let d = snap.decide_from(req, &mut gate, now_ms, &mut scratch, &mut NoTrace, start);
+    #[cfg(feature = "decide-timing")]
+    super::timing::record(t0, super::timing::stamp());
+    d
+}
+
+/// The shard's gate state with `snap` adopted (its rate slots bound, its
+/// quiet hosts learned), and the gate's clock: both once a wake, on the
+/// first decision (`gate_ms` then keeps the clock for the others).
+#[inline(always)]
+pub(super) fn adopted_gate<'a>(
+    shard: &'a Shard,
+    snap: &Snapshot,
+    gate_ms: &mut Option<u64>,
+) -> (std::cell::RefMut<'a, gapura_gate::chain::GateState>, u64) {
     let mut gate = shard.gate_mut();
     let now_ms = match *gate_ms {
         Some(now_ms) => now_ms,
@@ -319,13 +338,7 @@ fn decide<'s, H: HeaderLines + ?Sized>(
             now_ms
         }
     };
-    let mut scratch = shard.scratch.borrow_mut();
-    #[cfg(feature = "decide-timing")]
-    let t0 = super::timing::stamp();
-    let d = snap.decide_from(req, &mut gate, now_ms, &mut scratch, &mut NoTrace, start);
-    #[cfg(feature = "decide-timing")]
-    super::timing::record(t0, super::timing::stamp());
-    d
+    (gate, now_ms)
 }
 
 /// What a decision leaves behind besides its answer: the throttled warning

@@ -43,6 +43,10 @@ pub struct Shard {
     pub id: usize,
     feed: Box<dyn SnapshotFeed>,
     current: RefCell<Rc<Arc<Snapshot>>>,
+    /// The current snapshot may have a quiet host (it has no budgets):
+    /// a hint for the connections' quiet lane (`conn::quiet`), which checks
+    /// the snapshot itself before it answers.
+    quiet_lane: Cell<bool>,
     pub stats: Arc<ShardStats>,
     pub date: DateCache,
     draining: Cell<bool>,
@@ -138,6 +142,7 @@ impl Shard {
         Shard {
             id,
             feed,
+            quiet_lane: Cell::new(!first.gate.has_budgets()),
             current: RefCell::new(Rc::new(first)),
             stats,
             date: DateCache::default(),
@@ -337,9 +342,16 @@ impl Shard {
         let generation = self.current.borrow().generation;
         if let Some(newer) = self.feed.newer_than(generation) {
             self.stats.snapshot_generation.set(newer.generation);
+            self.quiet_lane.set(!newer.gate.has_budgets());
             *self.current.borrow_mut() = Rc::new(newer);
         }
         self.current.borrow().clone()
+    }
+
+    /// Whether the current snapshot may have a quiet host (see the field).
+    #[inline(always)]
+    pub(super) fn quiet_lane(&self) -> bool {
+        self.quiet_lane.get()
     }
 
     pub fn start_draining(&self) {

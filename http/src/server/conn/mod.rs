@@ -17,14 +17,16 @@
 //! modules, `body` (a body read locally), `forward` (proxying), `local`
 //! (a local answer written), `verify`
 //! (waiting for a password check), `forwardauth` (what a provider's answer
-//! does), `powverify` (proof of work's verify endpoint), and nothing else
-//! reads or writes a connection's fields.
+//! does), `powverify` (proof of work's verify endpoint), `quiet` (a quiet
+//! host's answer written where its head is parsed), and nothing else reads
+//! or writes a connection's fields.
 
 mod body;
 mod forward;
 mod forwardauth;
 mod local;
 mod powverify;
+pub(super) mod quiet;
 mod verify;
 
 use super::accesslog::LogRecord;
@@ -369,6 +371,15 @@ impl<S: Transport> Conn<S> {
             Parse::Error(e) => return Step::Refuse(*e),
             Parse::Complete(head, lines) => (head, *lines),
         };
+        if self.resume.is_none() {
+            let conn = (&*self.shard, self.served);
+            if let Some((id, a, rest)) = quiet::quiet_answer::<S>(conn, snap, head, unread, gate_ms)
+            {
+                super::put::extend_three(wbuf, a.head(), &self.shard.date.line(), rest);
+                self.quiet_answered(id, head.head_len, a.status);
+                return self.answered_at_once();
+            }
+        }
         let resume = self.resume.take();
         if resume.is_none() {
             self.shard.stats.requests.inc();

@@ -10,7 +10,8 @@
 //! 100-continue), `upstream` (the proxy against a loopback upstream,
 //! upgrades), `timeouts` (the deadlines by the test clock), `closes` (the
 //! client gone at each stage), `h2` (HTTP/2 streams, windows, resets and
-//! GOAWAY over the in-memory duplex).
+//! GOAWAY over the in-memory duplex), `quiet` (the quiet lane's answer
+//! against the whole path).
 
 mod bodies;
 mod closes;
@@ -19,6 +20,7 @@ mod framing;
 mod h2;
 mod keepalive;
 pub(crate) mod memio;
+mod quiet;
 mod timeouts;
 mod upstream;
 
