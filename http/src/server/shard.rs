@@ -43,9 +43,9 @@ pub struct Shard {
     pub id: usize,
     feed: Box<dyn SnapshotFeed>,
     current: RefCell<Rc<Arc<Snapshot>>>,
-    /// The current snapshot may have a quiet host (it has no budgets):
-    /// a hint for the connections' quiet lane (`conn::quiet`), which checks
-    /// the snapshot itself before it answers.
+    /// The current snapshot has a quiet host whose action is a fixed
+    /// answer (`quiet_answers`): a hint for the connections' quiet lane
+    /// (`conn::quiet`), which checks the snapshot itself before it answers.
     quiet_lane: Cell<bool>,
     pub stats: Arc<ShardStats>,
     pub date: DateCache,
@@ -122,6 +122,16 @@ const UPSTREAM_TLS_CONFIGS: usize = 64;
 /// Most spare buffers a shard keeps for its connections.
 const SPARE_BUFFERS: usize = 256;
 
+/// Whether a host of `snap` may be answered by the quiet lane: quiet
+/// (`gapura_gate::chain::quiet_host`), with a fixed answer. O(hosts), once
+/// a snapshot.
+fn quiet_answers(snap: &Snapshot) -> bool {
+    snap.entries.iter().any(|e| {
+        matches!(e.action, gapura_gate::HostAction::Respond(_))
+            && gapura_gate::chain::quiet_host(snap, e)
+    })
+}
+
 impl Shard {
     pub fn new(
         id: usize,
@@ -142,7 +152,7 @@ impl Shard {
         Shard {
             id,
             feed,
-            quiet_lane: Cell::new(!first.gate.has_budgets()),
+            quiet_lane: Cell::new(quiet_answers(&first)),
             current: RefCell::new(Rc::new(first)),
             stats,
             date: DateCache::default(),
@@ -342,7 +352,7 @@ impl Shard {
         let generation = self.current.borrow().generation;
         if let Some(newer) = self.feed.newer_than(generation) {
             self.stats.snapshot_generation.set(newer.generation);
-            self.quiet_lane.set(!newer.gate.has_budgets());
+            self.quiet_lane.set(quiet_answers(&newer));
             *self.current.borrow_mut() = Rc::new(newer);
         }
         self.current.borrow().clone()

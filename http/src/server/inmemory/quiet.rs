@@ -196,3 +196,30 @@ fn the_quiet_answer_writes_and_counts_what_the_whole_path_does() {
         assert_eq!(lane_counts, whole_counts, "{server:?}");
     }
 }
+
+/// The shard looks for a quiet host with a fixed answer once a snapshot:
+/// a respond host with the protections off has one; the same host under
+/// the default's protections (budgets) has none, nor has a proxying host.
+#[test]
+fn the_shard_knows_once_a_snapshot_whether_the_lane_can_answer() {
+    run(async {
+        assert!(shard("", HELLO).quiet_lane());
+        let protected = format!("{HELLO}\n[protection]\n");
+        assert!(!shard("", &protected).quiet_lane());
+        let proxy = r#"
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9"]
+
+[[host]]
+names = ["p.test"]
+default = true
+kind = "proxy"
+
+[[host.route]]
+path = "/"
+upstream = "app"
+"#;
+        assert!(!shard("", proxy).quiet_lane());
+    })
+}
