@@ -419,7 +419,8 @@ impl Snapshot {
     /// changes nothing in `state` but its `Host` memo (a test holds the
     /// two to it). `None`: decide the request. The client's address is not
     /// resolved: the decision of a quiet host's answer does not read it.
-    #[inline]
+    /// Inlined: it is the whole decision of each request it answers.
+    #[inline(always)]
     pub fn quiet_answer<'s>(
         &'s self,
         state: &mut GateState,
