@@ -186,19 +186,24 @@ fn remembered_source_keys_are_the_keyers_own() {
     }
 }
 
-/// The quiet lane (a host with every block off, once its snapshot is
-/// adopted) decides what the whole chain decides: the same verdict, step
-/// and limits for answers, redirects and every request-limit refusal.
-#[test]
-fn a_quiet_host_is_decided_as_the_whole_chain_decides_it() {
+/// `s` with a second host, `r.test`: a redirect with the first's limits.
+fn with_redirect(mut s: Snapshot) -> Snapshot {
     use crate::host::{KeepTarget, Redirect};
-    let mut s = snapshot();
     s.hosts.insert("r.test", 1).unwrap();
     let mut redirect = s.entries[0].clone();
     redirect.label = "r.test".into();
     redirect.action =
         HostAction::Redirect(Redirect::new(301, "https://x.test", KeepTarget::Path, &[]));
     s.entries.push(redirect);
+    s
+}
+
+/// The quiet lane (a host with every block off, once its snapshot is
+/// adopted) decides what the whole chain decides: the same verdict, step
+/// and limits for answers, redirects and every request-limit refusal.
+#[test]
+fn a_quiet_host_is_decided_as_the_whole_chain_decides_it() {
+    let s = with_redirect(snapshot());
     assert!(s.entries.iter().all(|e| super::quiet_host(&s, e)));
     let long: &'static [u8] = Box::leak(vec![b'/'; 8193].into_boxed_slice());
     let mut adopted = state();
@@ -259,15 +264,9 @@ fn the_quiet_lane_is_only_for_the_adopted_snapshot() {
 /// head limit or a snapshot not adopted it finds none.
 #[test]
 fn the_quiet_answer_is_the_answer_the_chain_decides() {
-    use crate::host::{KeepTarget, Redirect};
     let mut s = snapshot();
     s.entries[0].limits.max_header_bytes = 64;
-    s.hosts.insert("r.test", 1).unwrap();
-    let mut redirect = s.entries[0].clone();
-    redirect.label = "r.test".into();
-    redirect.action =
-        HostAction::Redirect(Redirect::new(301, "https://x.test", KeepTarget::Path, &[]));
-    s.entries.push(redirect);
+    let s = with_redirect(s);
     let long: &'static [u8] = Box::leak(vec![b'/'; 8193].into_boxed_slice());
     let mut adopted = state();
     adopted.adopt(&s, 0);

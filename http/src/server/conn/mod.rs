@@ -18,12 +18,14 @@
 //! (a local answer written), `verify`
 //! (waiting for a password check), `forwardauth` (what a provider's answer
 //! does), `powverify` (proof of work's verify endpoint), `quiet` (a quiet
-//! host's answer written where its head is parsed), and nothing else reads
+//! host's answer written where its head is parsed), `latency` (an answered
+//! request counted in its host's latency histogram), and nothing else reads
 //! or writes a connection's fields.
 
 mod body;
 mod forward;
 mod forwardauth;
+mod latency;
 mod local;
 mod powverify;
 pub(super) mod quiet;
@@ -141,25 +143,6 @@ pub(super) struct Conn<S> {
     page_vars: Option<Box<PageCopy>>,
 }
 
-/// Answers of one host written in the wake that read their heads, not
-/// counted yet in its latency histogram: their latency is 0 (no clock
-/// read in the wake could tell it; the first bucket is 1 ms).
-#[derive(Default)]
-struct Instant0 {
-    host: Option<gapura_gate::HostId>,
-    answers: u64,
-}
-
-impl Instant0 {
-    /// Counts them.
-    #[inline]
-    fn count(&mut self, shard: &Shard) {
-        if let Some(host) = self.host.take() {
-            shard.record_latencies(host, 0, std::mem::take(&mut self.answers));
-        }
-    }
-}
-
 impl<S: Transport> Conn<S> {
     pub(super) fn new(
         io: ClientIo<S>,
@@ -264,7 +247,7 @@ impl<S: Transport> Conn<S> {
             let mut step = self.decide(&snap, &mut planned, &mut gate_ms);
             // The answers written at once of a pipelined batch share the
             // snapshot the batch began with.
-            let mut instant = Instant0::default();
+            let mut instant = latency::Instant0::default();
             while let Step::Answered = step {
                 self.finish_log(&snap);
                 self.record_latency_in_wake(&mut instant);
@@ -695,52 +678,6 @@ impl<S: Transport> Conn<S> {
         if let Some(rec) = self.log.as_deref_mut() {
             rec.end();
         }
-    }
-
-    /// Counts the answered request in its host's latency histogram.
-    fn record_latency(&mut self) {
-        if let Some(host) = self.req_host.take() {
-            let now = self.now();
-            // Answered in the wake that read its head: no time the clock
-            // was read to tell (the histogram's first bucket is 1 ms).
-            let us = if now == self.req_start {
-                0
-            } else {
-                now.saturating_duration_since(self.req_start).as_micros() as u64
-            };
-            self.shard.record_latencies(host, us, 1);
-        }
-    }
-
-    /// [`Self::record_latency`] for an answer of the loop that writes a
-    /// wake's answers: one written in the wake that read its head is
-    /// counted with the others of its host when the loop ends.
-    #[inline]
-    fn record_latency_in_wake(&mut self, instant: &mut Instant0) {
-        let Some(host) = self.req_host else {
-            return;
-        };
-        if self.woke_at != Some(self.req_start) {
-            return self.record_latency();
-        }
-        self.req_host = None;
-        match instant.host {
-            Some(h) if h == host => instant.answers += 1,
-            _ => {
-                instant.count(&self.shard);
-                *instant = Instant0 {
-                    host: Some(host),
-                    answers: 1,
-                };
-            }
-        }
-    }
-
-    /// Now, as of this wake of the task: the clock is read once a wake
-    /// (what a request does without waiting takes a few microseconds, far
-    /// below the latency histogram's first bucket).
-    fn now(&mut self) -> Instant {
-        *self.woke_at.get_or_insert_with(clock::precise_now)
     }
 
     /// The status of the current request's answer, for its log line.
