@@ -311,7 +311,7 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
         Ok(match d.verdict {
             Verdict::Respond(a) => {
                 // `Answer::write_start`, with one capacity check.
-                super::put::extend_two(out.wbuf, a.head(), out.date);
+                super::put::extend(out.wbuf, [a.head(), out.date]);
                 (LocalEnd::Answer(a), a.status)
             }
             Verdict::Redirect(r) => {

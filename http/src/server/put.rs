@@ -3,58 +3,30 @@
 //! (its capacity check, then `memcpy`), and the host's own answer is two
 //! or three of them a request.
 
-/// Appends `a` then `b` to `out`.
+/// Appends `parts` to `out` in order, with one capacity check. Inlined
+/// with its count known, so the copies are unrolled.
 #[inline(always)]
-pub(super) fn extend_two(out: &mut Vec<u8>, a: &[u8], b: &[u8]) {
+pub(super) fn extend<const N: usize>(out: &mut Vec<u8>, parts: [&[u8]; N]) {
     let n = out.len();
-    let total = a.len() + b.len();
+    let total: usize = parts.iter().map(|p| p.len()).sum();
     out.reserve(total);
-    let spare = &mut out.spare_capacity_mut()[..total];
-    let (first, second) = spare.split_at_mut(a.len());
-    // SAFETY: `MaybeUninit<u8>` and `u8` have one layout; the copies
-    // initialise the first `total` spare bytes, which `set_len` then
-    // takes in (`reserve` made them exist).
+    let mut at = out.spare_capacity_mut()[..total].as_mut_ptr().cast::<u8>();
+    // SAFETY: `MaybeUninit<u8>` and `u8` have one layout; `reserve` made
+    // `total` spare bytes exist, the copies initialise them in order (each
+    // part after the last, `at` never past the `total` bytes checked by
+    // the slice above), and `set_len` then takes them in.
     unsafe {
-        std::ptr::copy_nonoverlapping(a.as_ptr(), first.as_mut_ptr().cast::<u8>(), a.len());
-        std::ptr::copy_nonoverlapping(b.as_ptr(), second.as_mut_ptr().cast::<u8>(), b.len());
+        for p in parts {
+            std::ptr::copy_nonoverlapping(p.as_ptr(), at, p.len());
+            at = at.add(p.len());
+        }
         out.set_len(n + total);
-    }
-}
-
-/// Appends `a`, `b` then `c` to `out`.
-#[inline(always)]
-pub(super) fn extend_three(out: &mut Vec<u8>, a: &[u8], b: &[u8], c: &[u8]) {
-    let n = out.len();
-    let total = a.len() + b.len() + c.len();
-    out.reserve(total);
-    let spare = &mut out.spare_capacity_mut()[..total];
-    let (first, rest) = spare.split_at_mut(a.len());
-    let (second, third) = rest.split_at_mut(b.len());
-    // SAFETY: as in `extend_two`, for three parts.
-    unsafe {
-        std::ptr::copy_nonoverlapping(a.as_ptr(), first.as_mut_ptr().cast::<u8>(), a.len());
-        std::ptr::copy_nonoverlapping(b.as_ptr(), second.as_mut_ptr().cast::<u8>(), b.len());
-        std::ptr::copy_nonoverlapping(c.as_ptr(), third.as_mut_ptr().cast::<u8>(), c.len());
-        out.set_len(n + total);
-    }
-}
-
-/// Appends `a` to `out`.
-#[inline(always)]
-pub(super) fn extend_one(out: &mut Vec<u8>, a: &[u8]) {
-    let n = out.len();
-    out.reserve(a.len());
-    let spare = &mut out.spare_capacity_mut()[..a.len()];
-    // SAFETY: as in `extend_two`, for one part.
-    unsafe {
-        std::ptr::copy_nonoverlapping(a.as_ptr(), spare.as_mut_ptr().cast::<u8>(), a.len());
-        out.set_len(n + a.len());
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{extend_one, extend_three, extend_two};
+    use super::extend;
 
     #[test]
     fn parts_are_appended_in_order_whatever_the_room() {
@@ -68,17 +40,17 @@ mod tests {
             for (a, b) in parts {
                 let mut out = Vec::with_capacity(room);
                 out.extend_from_slice(b"before");
-                extend_two(&mut out, a, b);
+                extend(&mut out, [a, b]);
                 assert_eq!(out, [&b"before"[..], a, b].concat(), "room {room}");
                 let mut out = Vec::with_capacity(room);
                 out.extend_from_slice(b"before");
-                extend_one(&mut out, a);
-                extend_one(&mut out, b);
+                extend(&mut out, [a]);
+                extend(&mut out, [b]);
                 assert_eq!(out, [&b"before"[..], a, b].concat(), "room {room}");
                 for c in [&b""[..], b"\r\nbody"] {
                     let mut out = Vec::with_capacity(room);
                     out.extend_from_slice(b"before");
-                    extend_three(&mut out, a, b, c);
+                    extend(&mut out, [a, b, c]);
                     assert_eq!(out, [&b"before"[..], a, b, c].concat(), "room {room}");
                 }
             }

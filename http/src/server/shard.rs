@@ -418,8 +418,9 @@ impl Shard {
     }
 
     /// The gate state for a decision, with the releases that found it
-    /// borrowed carried out first. Inlined: a decision's borrow is a flag and a check; the releases
-    /// deferred meanwhile, rare, are carried out of line.
+    /// borrowed carried out first. Inlined: a decision's borrow is a flag
+    /// and a check; the releases deferred meanwhile, rare, are carried out
+    /// of line.
     #[inline]
     pub fn gate_mut(&self) -> RefMut<'_, GateState> {
         let mut gate = self.gate.borrow_mut();

@@ -53,7 +53,7 @@ impl<S: Transport> Conn<S> {
             _ => None,
         };
         match rest {
-            Some(rest) => crate::server::put::extend_one(self.io.out(), rest),
+            Some(rest) => crate::server::put::extend(self.io.out(), [rest]),
             None => self.end_local_answer(local.end, head, false),
         }
         self.shard.stats.response(local.status);

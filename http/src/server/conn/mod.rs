@@ -358,7 +358,7 @@ impl<S: Transport> Conn<S> {
             let conn = (&*self.shard, self.served);
             if let Some((id, a, rest)) = quiet::quiet_answer::<S>(conn, snap, head, unread, gate_ms)
             {
-                super::put::extend_three(wbuf, a.head(), &self.shard.date.line(), rest);
+                super::put::extend(wbuf, [a.head(), &self.shard.date.line(), rest]);
                 self.quiet_answered(id, head.head_len, a.status);
                 return self.answered_at_once();
             }
