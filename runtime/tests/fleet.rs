@@ -217,12 +217,14 @@ fn unix_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// Waits, when the budgets' window ends within two minutes, until the next
-/// one starts (windows are cut from Unix time, the same on every node), so
-/// that what follows counts in one window.
+/// Waits, when the budgets' window ends within five minutes, until the
+/// next one starts (windows are cut from Unix time, the same on every
+/// node), so that what follows counts in one window. Five: on a loaded
+/// machine the suite's tests ran for two and a half minutes, and one that
+/// began with two minutes left saw its window end under it.
 fn away_from_a_boundary() {
     let left_ms = WINDOW_MS - unix_ms() % WINDOW_MS;
-    if left_ms < 120_000 {
+    if left_ms < 300_000 {
         let next = unix_ms() / WINDOW_MS + 1;
         assert!(wait_until(Duration::from_millis(left_ms + 10_000), || {
             unix_ms() / WINDOW_MS >= next
