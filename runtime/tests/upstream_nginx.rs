@@ -39,6 +39,14 @@ impl Nginx {
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.0.join("access.log")).unwrap_or_default()
     }
+
+    /// Its access log once `ready` holds of it, or as it is after 10 s:
+    /// nginx writes a request's line after it has sent the response, so
+    /// the client can have its answer before the line is there.
+    fn log_when(&self, ready: impl Fn(&str) -> bool) -> String {
+        wait_until(Duration::from_secs(10), || ready(&self.log()));
+        self.log()
+    }
 }
 
 fn nginx_bin() -> &'static str {
@@ -147,7 +155,7 @@ fn nginx_demanding_a_client_certificate_answers_only_with_it() {
     let g = Gapura::start(&proxy_to(up.addr, "http1", &without));
     let r = get(&g, "/no-cert");
     assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
-    let log = up.log();
+    let log = up.log_when(|l| l.contains("/mtls") && l.contains("/no-cert"));
     assert!(log.contains("HTTP/1.1 SUCCESS /mtls"), "{log}");
     assert!(log.contains("NONE /no-cert"), "{log}");
     // An authority that did not sign nginx's certificate: 502, nothing
@@ -187,6 +195,6 @@ fn nginx_listening_ssl_http2_is_spoken_to_in_http2() {
             );
         }
     }
-    let log = up.log();
+    let log = up.log_when(|l| l.lines().count() >= 6);
     assert_eq!(log.matches("HTTP/2.0 SUCCESS").count(), 6, "{log}");
 }
