@@ -25,11 +25,16 @@
 //!   decided by its request limits and its answer alone, as the blocks
 //!   would decide it (the quiet lane; never under a recording trace).
 //!
+//! [`Snapshot::lane_answer`] decides a request to a quiet host, or to a
+//! fixed answer whose only blocks are the budgets and the rate limit
+//! (`paying_host`), where its head is parsed, as the chain would.
+//!
 //! Shadow mode is carried out by [`Mode::apply`] in every block that has
 //! one.
 //!
 //! Modules: `decision` (what the chain is given and what it answers:
-//! [`Request`], [`Decision`] and the deciding [`Block`]), `steps` (the
+//! [`Request`], [`Decision`] and the deciding [`Block`]), `lane` (the
+//! quiet and paying hosts' lanes), `steps` (the
 //! blocks of steps 4 to 15; forward-auth's step in `auth`, proof of work's
 //! in `pow`), `quota` (the work of steps 4 and 9: budgets, leases and the
 //! rate limit), `state` (the shard's mutable gate state and counters),
@@ -41,6 +46,7 @@
 
 mod auth;
 mod decision;
+mod lane;
 mod live;
 mod pow;
 mod quota;
@@ -51,6 +57,7 @@ mod tests;
 mod trace;
 
 pub use decision::{Block, Decision, Request};
+pub use lane::{paying_host, quiet_host, Lane, LaneHead};
 pub use live::{FleetKeyLive, LiveView};
 pub use state::{
     AccessCounters, ChainCounters, ConnectionCounters, ConnectionRefusal, ConnectionToken,
@@ -141,7 +148,7 @@ impl Snapshot {
         // A host with every block off: the request limits, then its answer
         // (what the whole chain decides for it, without the blocks' checks).
         if start == Start::Beginning && !trace.enabled() && state.quiet(self, id) {
-            return quiet_decision(self, decision, entry, req);
+            return lane::quiet_decision(self, decision, entry, req);
         }
         // Asked once: the path and the budgets' step both read it.
         let budgets = self.gate.has_budgets();
@@ -198,7 +205,7 @@ impl Snapshot {
     ) -> bool {
         let budgets = self.gate.has_budgets();
         match self.budget_step(
-            req,
+            req.headers,
             policy,
             decision.client,
             false,
@@ -272,21 +279,8 @@ impl Snapshot {
             return None;
         }
         let no_headers: [(&str, &[u8]); 0] = [];
-        let req = Request {
-            peer,
-            method: b"",
-            host: None,
-            target: b"",
-            path: b"",
-            header_count: 0,
-            header_bytes: 0,
-            content_length: None,
-            headers: &no_headers[..],
-            connection: None,
-            tls: false,
-        };
         self.budget_step(
-            &req,
+            &no_headers[..],
             &self.gate.unknown_host_policy,
             peer.addr(),
             false,
@@ -365,80 +359,5 @@ impl Snapshot {
             });
         }
         route
-    }
-}
-
-/// Whether every block of `entry` is off in `snap`: no budgets anywhere
-/// (step 4 pays nothing, no path is made canonical), no connection rate,
-/// access list, rule set, HTTPS redirect, robots.txt, maintenance, rate
-/// limit, forward-auth or proof of work, and not a proxying host (whose
-/// route picks its policy). Such a host's chain is the request limits,
-/// then its answer (`quiet_decision`); read once a snapshot
-/// (`GateState::adopt`).
-pub fn quiet_host(snap: &Snapshot, entry: &HostEntry) -> bool {
-    let (p, x) = (&entry.policy, &entry.extras);
-    !snap.gate.has_budgets()
-        && !matches!(entry.action, HostAction::Proxy(_))
-        && x.connection_rate.is_none()
-        && p.access.is_none()
-        && p.rules.is_none()
-        && x.https.redirect_port.is_none()
-        && x.robots.is_none()
-        && x.maintenance.is_none()
-        && p.rate_pair.is_none()
-        && p.auth.is_none()
-        && p.pow.is_none()
-        && x.pow.is_none()
-}
-
-/// The decision of a quiet host (`quiet_host`): step 8's request limits,
-/// else step 16's answer.
-#[inline(always)]
-fn quiet_decision<'s, H: HeaderLines + ?Sized>(
-    snap: &'s Snapshot,
-    mut decision: Decision<'s>,
-    entry: &'s HostEntry,
-    req: &Request<'_, H>,
-) -> Decision<'s> {
-    if !snap.refuses_limits(&mut decision, req, &mut NoTrace) {
-        // Not a proxying host (`quiet_host`): no route.
-        decision.verdict = snap.host_answer(entry, None);
-        decision.step = Block::Answer;
-    }
-    decision
-}
-
-impl Snapshot {
-    /// The answer of a request the quiet lane answers with its host's own
-    /// fixed answer, found without the chain: the `Host` value names a
-    /// quiet host (`quiet_host`, of the snapshot `state` adopted) whose
-    /// action is an answer, and a request without a body is within the
-    /// host's head limits (target bytes, header lines and bytes). For such
-    /// a request [`Snapshot::decide`] decides `Verdict::Respond` of the
-    /// same answer for the same host, with no ticket, not closing, and
-    /// changes nothing in `state` but its `Host` memo (a test holds the
-    /// two to it). `None`: decide the request. The client's address is not
-    /// resolved: the decision of a quiet host's answer does not read it.
-    /// Inlined: it is the whole decision of each request it answers.
-    #[inline(always)]
-    pub fn quiet_answer<'s>(
-        &'s self,
-        state: &mut GateState,
-        host: Option<&[u8]>,
-        (target_bytes, header_count, header_bytes): (usize, usize, usize),
-    ) -> Option<(crate::HostId, &'s crate::answer::Answer)> {
-        let id = state.host_memo.lookup(&self.hosts, self.generation, host)?;
-        if !state.quiet(self, id) {
-            return None;
-        }
-        let entry = self.entries.get(id as usize)?;
-        let HostAction::Respond(answer) = &entry.action else {
-            return None;
-        };
-        entry
-            .limits
-            .check_head(target_bytes, header_count, header_bytes)
-            .ok()?;
-        Some((id, answer))
     }
 }

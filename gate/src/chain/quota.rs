@@ -9,7 +9,6 @@
 //! the mode of the level that refused, through [`Mode::apply`]. O(1) table
 //! probes, no allocation.
 
-use super::decision::Request;
 use super::state::GateState;
 use super::trace::{QuotaOutcome, Step, Trace};
 use crate::client::HeaderLines;
@@ -31,7 +30,8 @@ const MAX_RATE_CHECKS: usize = 3;
 pub(super) type Paid<'n> = Result<Option<QuotaTicket>, (u32, &'n str)>;
 
 impl Snapshot {
-    /// The budgets' block: global, source prefix (or health), operation,
+    /// The budgets' block (`headers`: the request's, for the identity
+    /// budget): global, source prefix (or health), operation,
     /// their leases, and the identity budget. `exempt`: `GET`/`HEAD
     /// /robots.txt`, never limited. Runs for every request a host takes and
     /// for those none takes (with the unknown-host policy). `budgets`: the
@@ -41,7 +41,7 @@ impl Snapshot {
     #[inline(always)]
     pub(super) fn budget_step<H: HeaderLines + ?Sized, T: Trace>(
         &self,
-        req: &Request<'_, H>,
+        headers: &H,
         policy: &RequestPolicy,
         client: IpAddr,
         exempt: bool,
@@ -71,7 +71,7 @@ impl Snapshot {
         let identity = gate
             .identity_header
             .as_deref()
-            .and_then(|h| req.headers.lines(h).last())
+            .and_then(|h| headers.lines(h).last())
             .filter(|v| !v.is_empty())
             .map(|v| keyer_for(fleet.identity.is_some()).identity(v));
         let source = state.source_key(
@@ -117,7 +117,7 @@ impl Snapshot {
     #[inline(always)]
     pub(super) fn rate_step<H: HeaderLines + ?Sized, T: Trace>(
         &self,
-        req: &Request<'_, H>,
+        headers: &H,
         policy: &RequestPolicy,
         client: IpAddr,
         canonical: &[u8],
@@ -164,7 +164,7 @@ impl Snapshot {
                 canonical,
             ),
             RateKey::Header(name) => {
-                let value = req.headers.lines(name).last();
+                let value = headers.lines(name).last();
                 state.keyer_for(def.fleet.is_some()).header_or_source(
                     value,
                     client,

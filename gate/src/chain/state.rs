@@ -4,6 +4,7 @@
 //! tables, and the per-block counters that follow their blocks by name
 //! across reloads. Owned by one shard: no atomics, no locks.
 
+use super::lane::HostLane;
 use crate::access::cache::{CacheKeyer, VerifyCache};
 use crate::maintenance::MaintenanceCounters;
 use crate::mode::Mode;
@@ -82,14 +83,14 @@ pub struct Suspended {
     pub(super) strip_authorization: bool,
 }
 
-/// Which hosts of the adopted snapshot have all their blocks off.
+/// Which lane each host of the adopted snapshot takes (`super::lane`).
 #[derive(Debug, Default)]
-struct Quiet {
+struct Lanes {
     /// The snapshot's host list they were read from: its address and
     /// length.
     entries: (usize, usize),
-    /// Per host; empty when none is quiet.
-    hosts: Vec<bool>,
+    /// Per host; empty when every host takes the whole chain.
+    hosts: Vec<HostLane>,
 }
 
 /// A shard's mutable gate state: the quota tables, their keyer, the rate
@@ -110,10 +111,10 @@ pub struct GateState {
     /// Slot per rate pair of the adopted snapshot.
     pub(super) pair_slots: Vec<Option<Slot>>,
     adopted: u64,
-    /// Per host of the adopted snapshot: its blocks are all off
-    /// (`super::quiet_host`), and with the address and length of the
-    /// snapshot's host list they were read from.
-    quiet: Quiet,
+    /// Per host of the adopted snapshot: its lane (`super::lane`), with
+    /// the address and length of the snapshot's host list they were read
+    /// from.
+    lanes: Lanes,
     pub counters: ChainCounters,
     /// Per rule set of the adopted snapshot: regex caches and counters.
     pub(super) regex_caches: Vec<RegexCaches>,
@@ -189,7 +190,7 @@ impl GateState {
             fleet: crate::quota::fleet::FleetState::default(),
             pair_slots: Vec::new(),
             adopted: u64::MAX,
-            quiet: Quiet::default(),
+            lanes: Lanes::default(),
             counters: ChainCounters::default(),
             regex_caches: Vec::new(),
             rule_counters: Vec::new(),
@@ -377,15 +378,11 @@ impl GateState {
             carry(&self.host_names, &self.maintenance_counters, &host_names);
         self.latency = carry(&self.host_names, &self.latency, &host_names);
         self.host_names = host_names.iter().map(|s| s.to_string()).collect();
-        let mut hosts: Vec<bool> = snap
-            .entries
-            .iter()
-            .map(|e| super::quiet_host(snap, e))
-            .collect();
-        if !hosts.contains(&true) {
+        let mut hosts: Vec<HostLane> = snap.entries.iter().map(|e| HostLane::of(snap, e)).collect();
+        if hosts.iter().all(|&l| l == HostLane::Chain) {
             hosts = Vec::new();
         }
-        self.quiet = Quiet {
+        self.lanes = Lanes {
             entries: (snap.entries.as_ptr() as usize, snap.entries.len()),
             hosts,
         };
@@ -398,15 +395,29 @@ impl GateState {
     /// the adopted snapshot, else `false` (the whole chain runs).
     #[inline(always)]
     pub(super) fn quiet(&self, snap: &Snapshot, host: crate::HostId) -> bool {
-        // The host's flag first: a snapshot with no quiet host (budgets
-        // on, as by default) keeps none, and is answered by one compare.
-        self.quiet
+        self.lane(snap, host) == HostLane::Quiet
+    }
+
+    /// The lane `host` takes in `snap`: known only for the adopted
+    /// snapshot, else the whole chain.
+    #[inline(always)]
+    pub(super) fn lane(&self, snap: &Snapshot, host: crate::HostId) -> HostLane {
+        // The host's lane first: a snapshot whose hosts all take the chain
+        // keeps none, and is answered by one compare.
+        let lane = self
+            .lanes
             .hosts
             .get(host as usize)
             .copied()
-            .unwrap_or(false)
+            .unwrap_or(HostLane::Chain);
+        if lane != HostLane::Chain
             && self.adopted == snap.generation
-            && self.quiet.entries == (snap.entries.as_ptr() as usize, snap.entries.len())
+            && self.lanes.entries == (snap.entries.as_ptr() as usize, snap.entries.len())
+        {
+            lane
+        } else {
+            HostLane::Chain
+        }
     }
 
     /// Binds the pairs left unbound once slots freed up (retired ones

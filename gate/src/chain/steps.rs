@@ -215,7 +215,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
     #[inline(always)]
     fn budgets(&mut self) -> Next<'s> {
         match self.snap.budget_step(
-            self.req,
+            self.req.headers,
             self.policy,
             self.decision.client,
             false,
@@ -535,7 +535,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
             self.state.counters.quota_exempt += 1;
         }
         match self.snap.rate_step(
-            self.req,
+            self.req.headers,
             self.policy,
             self.decision.client,
             self.canonical,

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 /// What `prepare` may touch: the connection's buffers, split so the
 /// request's header lines (borrowed from `buf`) can be read meanwhile.
-pub(super) struct Prep<'a> {
+pub(super) struct Prep<'a, 's> {
     pub shard: &'a Shard,
     /// The buffer from the head's first byte.
     pub buf: &'a [u8],
@@ -55,6 +55,9 @@ pub(super) struct Prep<'a> {
     /// gate state adopts the snapshot with that first decision: no other
     /// decision runs between those of one wake.
     pub gate_ms: &'a mut Option<u64>,
+    /// The head's decision when a lane made it (a paying host's refusal):
+    /// the chain does not run again.
+    pub decided: Option<gapura_gate::chain::Decision<'s>>,
 }
 
 /// What a request's head decided, to be carried out once the borrows of
@@ -147,7 +150,7 @@ pub(super) enum LocalEnd<'s> {
 /// then the plan: forwarding, a deferred check, or a local answer
 /// (`Decided`).
 pub(super) fn prepare<'s>(
-    p: Prep<'_>,
+    p: Prep<'_, 's>,
     snap: &'s Snapshot,
     head: &ParsedHead,
     lines: &[httparse::Header<'_>],
@@ -166,6 +169,7 @@ pub(super) fn prepare<'s>(
         host_out,
         tls,
         gate_ms,
+        decided,
     } = p;
     let headers = Lines(lines);
     let req = Request {
@@ -203,7 +207,10 @@ pub(super) fn prepare<'s>(
             return out.refused_after_check(snap, (list, busy), paid, log, &req);
         }
     };
-    let decision = decide(shard, snap, &req, start, gate_ms);
+    let decision = match decided {
+        Some(d) => d,
+        None => decide(shard, snap, &req, start, gate_ms),
+    };
     // After a password check the budgets' leases were taken before it.
     let ticket = decision.ticket.or(paid);
     *host_out = decision.host;

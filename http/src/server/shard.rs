@@ -43,10 +43,10 @@ pub struct Shard {
     pub id: usize,
     feed: Box<dyn SnapshotFeed>,
     current: RefCell<Rc<Arc<Snapshot>>>,
-    /// The current snapshot has a quiet host whose action is a fixed
-    /// answer (`quiet_answers`): a hint for the connections' quiet lane
-    /// (`conn::quiet`), which checks the snapshot itself before it answers.
-    quiet_lane: Cell<bool>,
+    /// The current snapshot has a host with a fixed answer on a lane
+    /// (`lane_answers`): a hint for the connections' lanes (`conn::quiet`),
+    /// which check the snapshot itself before they answer.
+    lane_hint: Cell<bool>,
     pub stats: Arc<ShardStats>,
     pub date: DateCache,
     draining: Cell<bool>,
@@ -122,13 +122,14 @@ const UPSTREAM_TLS_CONFIGS: usize = 64;
 /// Most spare buffers a shard keeps for its connections.
 const SPARE_BUFFERS: usize = 256;
 
-/// Whether a host of `snap` may be answered by the quiet lane: quiet
-/// (`gapura_gate::chain::quiet_host`), with a fixed answer. O(hosts), once
-/// a snapshot.
-fn quiet_answers(snap: &Snapshot) -> bool {
+/// Whether a host of `snap` may be answered by a lane: a fixed answer,
+/// on a quiet host (`gapura_gate::chain::quiet_host`) or a paying one
+/// (`paying_host`). O(hosts), once a snapshot.
+fn lane_answers(snap: &Snapshot) -> bool {
+    use gapura_gate::chain::{paying_host, quiet_host};
     snap.entries.iter().any(|e| {
         matches!(e.action, gapura_gate::HostAction::Respond(_))
-            && gapura_gate::chain::quiet_host(snap, e)
+            && (quiet_host(snap, e) || paying_host(e))
     })
 }
 
@@ -152,7 +153,7 @@ impl Shard {
         Shard {
             id,
             feed,
-            quiet_lane: Cell::new(quiet_answers(&first)),
+            lane_hint: Cell::new(lane_answers(&first)),
             current: RefCell::new(Rc::new(first)),
             stats,
             date: DateCache::default(),
@@ -352,16 +353,17 @@ impl Shard {
         let generation = self.current.borrow().generation;
         if let Some(newer) = self.feed.newer_than(generation) {
             self.stats.snapshot_generation.set(newer.generation);
-            self.quiet_lane.set(quiet_answers(&newer));
+            self.lane_hint.set(lane_answers(&newer));
             *self.current.borrow_mut() = Rc::new(newer);
         }
         self.current.borrow().clone()
     }
 
-    /// Whether the current snapshot may have a quiet host (see the field).
+    /// Whether the current snapshot may have a host a lane answers (see
+    /// the field).
     #[inline(always)]
-    pub(super) fn quiet_lane(&self) -> bool {
-        self.quiet_lane.get()
+    pub(super) fn lane_hint(&self) -> bool {
+        self.lane_hint.get()
     }
 
     pub fn start_draining(&self) {

@@ -43,6 +43,7 @@ use crate::codec::head::{header_buf, HeadError, Parse, ParsedHead};
 use crate::codec::KnownHost;
 use crate::transport::Transport;
 use gapura_gate::answer::WriteCtx;
+use gapura_gate::chain::Lane;
 use gapura_gate::client::Peer;
 use gapura_gate::limits::OUTER_MAX_HEAD_BYTES;
 use gapura_gate::quota::QuotaTicket;
@@ -354,13 +355,22 @@ impl<S: Transport> Conn<S> {
             Parse::Error(e) => return Step::Refuse(*e),
             Parse::Complete(head, lines) => (head, *lines),
         };
+        let mut decided = None;
         if self.resume.is_none() {
-            let conn = (&*self.shard, self.served);
-            if let Some((id, a, rest)) = quiet::quiet_answer::<S>(conn, snap, head, unread, gate_ms)
-            {
-                super::put::extend(wbuf, [a.head(), &self.shard.date.line(), rest]);
-                self.quiet_answered(id, head.head_len, a.status);
-                return self.answered_at_once();
+            let conn = (&*self.shard, self.served, self.client_peer);
+            match quiet::lane_answer::<S>(conn, snap, (head, unread, lines), gate_ms) {
+                Some(Lane::Answer {
+                    host,
+                    answer,
+                    rest,
+                    ticket,
+                }) => {
+                    super::put::extend(wbuf, [answer.head(), &self.shard.date.line(), rest]);
+                    self.quiet_answered(host, head.head_len, answer.status);
+                    return self.answered_at_once(ticket);
+                }
+                Some(Lane::Decided(d)) => decided = Some(d),
+                None => {}
             }
         }
         let resume = self.resume.take();
@@ -404,6 +414,7 @@ impl<S: Transport> Conn<S> {
                 host_out: &mut self.req_host,
                 tls: S::TLS,
                 gate_ms,
+                decided,
             },
             snap,
             head,

@@ -1,23 +1,30 @@
-//! The quiet lane's answer, written where the head is parsed.
+//! The lanes' answers, written where the head is parsed.
 //!
-//! A plaintext HTTP/1.1 keep-alive request without a body, to a quiet host
-//! (every protection off, `gapura_gate::chain::quiet_host`) whose action is
-//! a fixed answer, within the host's head limits, is answered by its
+//! A plaintext HTTP/1.1 keep-alive request without a body, to a host on a
+//! lane (`gapura_gate::chain::Snapshot::lane_answer`: every protection off,
+//! or a fixed answer behind only the budgets and the rate limit) whose
+//! answer is one copy, within the host's head limits, is answered by its
 //! answer's bytes as they are: the head, the shard's Date line, the
-//! keep-alive rest. That is what the whole path (`prepare`, the chain's
-//! quiet decision, `Conn::answer_now`) writes and counts for it, without
-//! building the request, the decision and the plan (a test holds the
-//! bytes and the counters of both paths to each other). Anything else,
-//! or a head with an access log to fill, a resumed head, a connection
-//! that closes after this answer, an answer with a request-id slot or a
-//! shared body, takes the whole path.
+//! keep-alive rest; its leases are held as the whole path holds them. That
+//! is what the whole path (`prepare`, the chain, `Conn::answer_now`) writes
+//! and counts for it, without building the request, the decision and the
+//! plan (a test holds the bytes and the counters of both paths to each
+//! other). A paying host's refusal is the chain's decision, carried out by
+//! the whole path. Anything else, or a head with an access log to fill, a
+//! resumed head, a connection that closes after this answer, takes the
+//! whole path.
 
 use super::{Conn, Step, WRITE_FLUSH_BYTES};
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
+use crate::server::bounds::Lines;
+use crate::server::leases::Leases;
 use crate::server::prepare::adopted_gate;
 use crate::server::shard::Shard;
 use crate::transport::Transport;
-use gapura_gate::{Answer, HostId, Snapshot};
+use gapura_gate::chain::{Lane, LaneHead};
+use gapura_gate::client::Peer;
+use gapura_gate::quota::QuotaTicket;
+use gapura_gate::{HostId, Snapshot};
 
 #[cfg(test)]
 thread_local! {
@@ -26,28 +33,27 @@ thread_local! {
     pub(crate) static OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// A quiet host's answer for the head at the front of `buf`: its host,
-/// the answer and the keep-alive rest to write after its head and the
-/// Date line. `None`: the head takes the whole path, nothing changed but
-/// the gate state's adoption of `snap` (which the whole path makes too).
+/// The lane's decision for the head at the front of `buf` (its header
+/// lines `lines`), of a connection of `shard` from `peer` that has served
+/// `served` requests. `None`: the head takes the whole path, nothing
+/// changed but the gate state's adoption of `snap` (which the whole path
+/// makes too).
 #[inline(always)]
-pub(super) fn quiet_answer<'s, S: Transport>(
-    conn: (&Shard, u64),
+pub(super) fn lane_answer<'s, S: Transport>(
+    (shard, served, peer): (&Shard, u64, Peer),
     snap: &'s Snapshot,
-    head: &ParsedHead,
-    buf: &[u8],
+    (head, buf, lines): (&ParsedHead, &[u8], &[httparse::Header<'_>]),
     gate_ms: &mut Option<u64>,
-) -> Option<(HostId, &'s Answer, &'s [u8])> {
+) -> Option<Lane<'s>> {
     #[cfg(test)]
     if OFF.with(std::cell::Cell::get) {
         return None;
     }
-    let (shard, served) = conn;
     let server = &snap.server;
     // Over TLS the answer carries the host's HSTS line; with an access log
     // the record is filled by the whole path.
     if S::TLS
-        || !shard.quiet_lane()
+        || !shard.lane_hint()
         || server.access_log.is_some()
         || head.framing != BodyFraming::None
         || head.method == Method::Head
@@ -59,18 +65,20 @@ pub(super) fn quiet_answer<'s, S: Transport>(
     {
         return None;
     }
-    let host = head.host.clone().map(|r| &buf[r]);
-    let facts = (head.target.len(), head.header_count, head.header_bytes);
-    let (id, answer) = {
-        let (mut gate, _) = adopted_gate(shard, snap, gate_ms);
-        snap.quiet_answer(&mut gate, host, facts)?
+    let lane = LaneHead {
+        peer,
+        host: head.host.clone().map(|r| &buf[r]),
+        path: &buf[head.path.clone()],
+        facts: (head.target.len(), head.header_count, head.header_bytes),
+        headers: &Lines(lines),
     };
-    let rest = answer.keep_alive_rest()?;
-    Some((id, answer, rest))
+    let (mut gate, now_ms) = adopted_gate(shard, snap, gate_ms);
+    let mut scratch = shard.scratch.borrow_mut();
+    snap.lane_answer(&mut gate, now_ms, &mut scratch, &lane)
 }
 
 impl<S: Transport> Conn<S> {
-    /// What the whole path counts for a quiet answer written at once (see
+    /// What the whole path counts for a lane's answer written at once (see
     /// `Conn::decide` and `Conn::answer_now`): the request, its start and
     /// host, the head consumed, the answer's status.
     #[inline(always)]
@@ -87,15 +95,22 @@ impl<S: Transport> Conn<S> {
 }
 
 impl<S: Transport> Conn<S> {
-    /// After an answer written at once with no leases: the next head, or
-    /// the buffer out first when it is full or a shared body waits (as
-    /// `Conn::answer_now` decides it).
+    /// After an answer written at once, with the leases of `ticket`: the
+    /// next head, the leases held until the answer is sent; or the buffer
+    /// out first when it is full, a shared body waits, or the connection
+    /// holds as many leases as it keeps (as `Conn::answer_now` decides
+    /// it).
     #[inline(always)]
-    pub(super) fn answered_at_once(&self) -> Step {
-        if self.io.out_len() >= WRITE_FLUSH_BYTES || self.io.has_shared() {
-            Step::Flush(None)
-        } else {
-            Step::Answered
+    pub(super) fn answered_at_once(&mut self, ticket: Option<QuotaTicket>) -> Step {
+        if self.io.out_len() >= WRITE_FLUSH_BYTES
+            || self.io.has_shared()
+            || (ticket.is_some() && self.held.is_full())
+        {
+            return Step::Flush(ticket.map(|t| Leases::new(self.shard.clone(), t)));
         }
+        if let Some(t) = ticket {
+            self.held.push_ticket(&self.shard, t);
+        }
+        Step::Answered
     }
 }

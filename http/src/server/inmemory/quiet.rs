@@ -1,6 +1,8 @@
-//! The quiet lane's answer written where the head is parsed
-//! (`conn::quiet`) against the whole path: the same bytes on the wire and
-//! the same counters for every kind of head, pipelined in one write.
+//! The lanes' answers written where the head is parsed (`conn::quiet`)
+//! against the whole path: the same bytes on the wire and the same
+//! counters for every kind of head, pipelined in one write, with the
+//! protections off (the quiet lane) and with budgets and a rate limit
+//! that refuse a share of them (the paying lane).
 
 use super::*;
 use crate::server::conn::quiet::OFF;
@@ -113,14 +115,40 @@ fn cases() -> Vec<Vec<u8>> {
     cases
 }
 
+/// The default's protections with budgets and a rate limit small enough
+/// to refuse some of the cases' requests, in a window longer than a run
+/// (an hour), a token a host an hour: the same requests meet the same
+/// counts on every run.
+const PAYING: &str = r#"
+[protection]
+
+[quota]
+window_ms = 3600000
+
+[quota.source]
+requests = 100
+concurrent = 5
+
+[[rate_limit]]
+name = "tight"
+requests = 1
+per = "hour"
+burst = 25
+
+[defaults]
+rate_limit = "tight"
+"#;
+
 /// What each case's connection sent back, its Date lines blanked, and the
-/// shard's counters, with the lane on or off.
-fn served(lane: bool, server: &str) -> (Vec<Vec<u8>>, Vec<u64>) {
+/// shard's and its gate's counters, with the lane on or off, with
+/// `protection` added to the profile.
+fn served(lane: bool, server: &str, protection: &str) -> (Vec<Vec<u8>>, Vec<u64>, String) {
     OFF.with(|off| off.set(!lane));
     let got = run({
         let server = server.to_string();
+        let rest = format!("{}{protection}", profile());
         async move {
-            let shard = shard(&server, &profile());
+            let shard = shard(&server, &rest);
             let mut got = Vec::new();
             for case in cases() {
                 let c = open(&shard);
@@ -132,7 +160,12 @@ fn served(lane: bool, server: &str) -> (Vec<Vec<u8>>, Vec<u64>) {
             let mut counters = vec![s.requests.get(), s.writes.get()];
             counters.extend(s.responses.iter().map(|r| r.get()));
             counters.extend(s.errors.iter().map(|e| e.get()));
-            (got, counters)
+            let gate = shard.gate_mut();
+            let gate = format!(
+                "{:?} {:?} {:?}",
+                gate.counters, gate.quota.counters, gate.rate_counters
+            );
+            (got, counters, gate)
         }
     });
     OFF.with(|off| off.set(false));
@@ -174,10 +207,15 @@ fn blank_dates(bytes: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn the_quiet_answer_writes_and_counts_what_the_whole_path_does() {
-    for server in ["", "max_requests_per_connection = 7"] {
-        let (lane, lane_counts) = served(true, server);
-        let (whole, whole_counts) = served(false, server);
+fn the_lanes_write_and_count_what_the_whole_path_does() {
+    let runs = [
+        ("", ""),
+        ("max_requests_per_connection = 7", ""),
+        ("", PAYING),
+    ];
+    for (server, protection) in runs {
+        let (lane, lane_counts, lane_gate) = served(true, server, protection);
+        let (whole, whole_counts, whole_gate) = served(false, server, protection);
         let answers: Vec<usize> = lane
             .iter()
             .map(|b| b.windows(9).filter(|w| w == b"HTTP/1.1 ").count())
@@ -194,18 +232,37 @@ fn the_quiet_answer_writes_and_counts_what_the_whole_path_does() {
             );
         }
         assert_eq!(lane_counts, whole_counts, "{server:?}");
+        assert_eq!(lane_gate, whole_gate, "{server:?}");
+        if !protection.is_empty() {
+            // The budgets and the rate limit refused some of them.
+            let refused = |b: &Vec<u8>| b.windows(12).any(|w| w == b"HTTP/1.1 429");
+            assert!(
+                lane.iter().filter(|b| refused(b)).count() > 5,
+                "{lane_gate}"
+            );
+            assert!(
+                !lane_gate.contains("RateLimitCounters { refused: 0,"),
+                "{lane_gate}"
+            );
+        }
     }
 }
 
-/// The shard looks for a quiet host with a fixed answer once a snapshot:
-/// a respond host with the protections off has one; the same host under
-/// the default's protections (budgets) has none, nor has a proxying host.
+/// The shard looks for a host with a fixed answer on a lane once a
+/// snapshot: a respond host with the protections off has one, and so has
+/// the same host under the default's protections (budgets); a host behind
+/// an access list has none, nor has a proxying host.
 #[test]
 fn the_shard_knows_once_a_snapshot_whether_the_lane_can_answer() {
     run(async {
-        assert!(shard("", HELLO).quiet_lane());
+        assert!(shard("", HELLO).lane_hint());
         let protected = format!("{HELLO}\n[protection]\n");
-        assert!(!shard("", &protected).quiet_lane());
+        assert!(shard("", &protected).lane_hint());
+        let listed = format!(
+            "{}\n[[access_list]]\nname = \"office\"\nallow = [\"192.0.2.0/24\"]\n",
+            HELLO.replace("default = true", "default = true\naccess_list = \"office\"")
+        );
+        assert!(!shard("", &listed).lane_hint());
         let proxy = r#"
 [[upstream]]
 name = "app"
@@ -220,6 +277,6 @@ kind = "proxy"
 path = "/"
 upstream = "app"
 "#;
-        assert!(!shard("", proxy).quiet_lane());
+        assert!(!shard("", proxy).lane_hint());
     })
 }

@@ -1,0 +1,361 @@
+//! The paying lane (`gapura_gate::chain::paying_host`,
+//! `Snapshot::lane_answer`) against the whole chain: which hosts take it,
+//! and for a long run of varied requests the same verdicts, leases,
+//! refusals and counters from both.
+
+use super::*;
+use gapura_gate::chain::{paying_host, GateState, Lane, LaneHead, NoTrace, Request};
+use gapura_gate::client::Peer;
+use gapura_gate::path::MAX_PATH_BYTES;
+use gapura_gate::quota::QuotaTicket;
+use gapura_gate::Verdict;
+use std::collections::VecDeque;
+
+/// A respond host with the budgets and a rate limit, and the blocks that
+/// may be turned on beside them.
+const PAYING: &str = r#"
+[[access_list]]
+name = "office"
+allow = ["192.0.2.0/24"]
+
+[[rule_set]]
+name = "edge"
+
+[[rule_set.rule]]
+path.prefix = "/admin"
+action = "deny"
+
+[[rate_limit]]
+name = "site"
+requests = 100
+
+[[host]]
+names = ["a.test"]
+kind = "respond"
+status = 200
+body = "a"
+rate_limit = "site"
+"#;
+
+/// The budgets and a rate limit keep a respond host on the paying lane;
+/// any other block takes it off, as does an action that is not a fixed
+/// answer.
+#[test]
+fn any_block_but_the_budgets_and_the_rate_limit_takes_a_host_off_the_paying_lane() {
+    let paying = |src: &str| {
+        let c = ok(src);
+        paying_host(&c.snapshot.entries[0])
+    };
+    assert!(paying(PAYING), "budgets (the default's) and a rate limit");
+    let on = [
+        ("connection rate", "connection_rate = { requests = 10 }\n"),
+        ("access list", "access_list = \"office\"\n"),
+        ("rule set", "rule_set = \"edge\"\n"),
+        ("robots.txt", "robots = \"disallow_all\"\n"),
+        ("maintenance", "\n[host.maintenance]\nenabled = true\n"),
+    ];
+    for (block, toml) in on {
+        assert!(!paying(&format!("{PAYING}{toml}")), "{block} on");
+    }
+    let redirect = PAYING.replace(
+        "kind = \"respond\"\nstatus = 200\nbody = \"a\"",
+        "kind = \"redirect\"\nstatus = 301\ntarget = \"https://example.com\"",
+    );
+    assert!(!paying(&redirect), "a redirect");
+}
+
+/// Budgets small enough to refuse within the run, every level the lane
+/// pays (global, source, identity, their concurrency), and hosts with a
+/// rate limit of each key, in shadow, and with IPv6 tiers.
+fn profile(client: &str) -> String {
+    format!(
+        r#"{client}
+[quota]
+window_ms = 1000
+
+[quota.global]
+requests = 60
+concurrent = 64
+
+[quota.source]
+requests = 12
+concurrent = 2
+
+[quota.identity]
+header = "authorization"
+requests = 7
+
+[[rate_limit]]
+name = "ip"
+requests = 20
+per = "minute"
+burst = 5
+ipv6_tiers = [{{ prefix = 56, requests = 30, burst = 8 }}]
+
+[[rate_limit]]
+name = "path"
+requests = 30
+per = "minute"
+burst = 3
+key = "ip_path"
+
+[[rate_limit]]
+name = "user"
+requests = 30
+per = "minute"
+burst = 4
+key = "header"
+header = "x-user"
+
+[[rate_limit]]
+name = "quiet"
+requests = 1
+per = "hour"
+mode = "shadow"
+
+[[host]]
+names = ["ip.test"]
+kind = "respond"
+status = 200
+body = "ip"
+rate_limit = "ip"
+limits = {{ max_url_bytes = 256, max_header_count = 8 }}
+
+[[host]]
+names = ["path.test"]
+kind = "respond"
+status = 201
+body = "path"
+rate_limit = "path"
+
+[[host]]
+names = ["user.test"]
+kind = "respond"
+status = 202
+body = "user"
+rate_limit = "user"
+
+[[host]]
+names = ["shadow.test"]
+kind = "respond"
+status = 203
+body = "shadow"
+rate_limit = "quiet"
+
+[[host]]
+names = ["budgets.test"]
+kind = "respond"
+status = 200
+body = "budgets"
+default = true
+
+[[host]]
+names = ["ruled.test"]
+kind = "respond"
+status = 206
+body = "ruled"
+rate_limit = "ip"
+connection_rate = {{ requests = 10 }}
+"#
+    )
+}
+
+/// What a decision comes to, as far as a lane and the chain can both
+/// say it: the verdict and its status, the host, the leases, the
+/// Retry-After, the deciding step and what refused.
+type Outcome = (
+    &'static str,
+    u16,
+    Option<u32>,
+    Option<QuotaTicket>,
+    u32,
+    &'static str,
+    Option<String>,
+);
+
+fn outcome(d: &gapura_gate::chain::Decision<'_>) -> Outcome {
+    let status = match d.verdict {
+        Verdict::Respond(a) => a.status,
+        Verdict::Refuse(s) => s.code(),
+        _ => 1,
+    };
+    (
+        d.verdict.kind(),
+        status,
+        d.host,
+        d.ticket,
+        d.retry_after_s,
+        d.step.name(),
+        d.policy.map(str::to_string),
+    )
+}
+
+/// One state's run: each request decided by the lane where it answers,
+/// else by the chain (`lane`), or always by the chain; the leases of the
+/// last few requests held, then given back in order. Returns each
+/// request's outcome and what the lane answered (answers, refusals).
+fn run(src: &str, lane: bool) -> (Vec<Outcome>, GateState, (u32, u32)) {
+    let c = ok(src);
+    let s = &c.snapshot;
+    let mut state = GateState::small();
+    state.adopt(s, 0);
+    let mut scratch = Box::new([0u8; MAX_PATH_BYTES]);
+    let peers: [Peer; 6] = [
+        "192.0.2.1",
+        "192.0.2.9",
+        "198.51.100.3",
+        "2001:db8::1",
+        "2001:db8:0:1::5",
+        "127.0.0.1",
+    ]
+    .map(|a| Peer::tcp(a.parse().unwrap()));
+    let hosts: [&[u8]; 7] = [
+        b"ip.test",
+        b"path.test",
+        b"user.test",
+        b"shadow.test",
+        b"budgets.test",
+        b"ruled.test",
+        b"nobody.test",
+    ];
+    // Over ip.test's 256 bytes of target.
+    let long = [b'/'; 300];
+    let paths: [&[u8]; 6] = [
+        b"/",
+        b"/a/../b?q",
+        b"/robots.txt",
+        b"/%2e%2e/..",
+        &long,
+        b"/a",
+    ];
+    let auth: (&str, &[u8]) = ("authorization", b"Bearer t1");
+    let user: (&str, &[u8]) = ("x-user", b"u1");
+    let xff: (&str, &[u8]) = ("x-forwarded-for", b"203.0.113.7");
+    // The last over ip.test's 8 lines.
+    let many = [auth, user, xff, xff, user, user, auth, user, auth];
+    let header_sets: [&[(&str, &[u8])]; 5] = [&[], &[auth], &[user], &[xff], &many];
+    let mut held: VecDeque<QuotaTicket> = VecDeque::new();
+    let mut outcomes = Vec::new();
+    let mut by_lane = (0, 0);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..3000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let pick = |n: usize, shift: u32| (x >> shift) as usize % n;
+        let peer = peers[pick(peers.len(), 0)];
+        let host = hosts[pick(hosts.len(), 8)];
+        let path = paths[pick(paths.len(), 16)];
+        let headers = header_sets[pick(header_sets.len(), 24)];
+        let now_ms = i * 23;
+        let header_bytes = headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+        let req = Request {
+            peer,
+            method: b"GET",
+            host: Some(host),
+            target: path,
+            path,
+            header_count: headers.len(),
+            header_bytes,
+            content_length: None,
+            headers,
+            connection: None,
+            tls: false,
+        };
+        let head = LaneHead {
+            peer,
+            host: Some(host),
+            path,
+            facts: (path.len(), headers.len(), header_bytes),
+            headers,
+        };
+        let found = if lane {
+            s.lane_answer(&mut state, now_ms, &mut scratch, &head)
+        } else {
+            None
+        };
+        let got = match found {
+            Some(Lane::Answer {
+                host,
+                answer,
+                ticket,
+                ..
+            }) => {
+                by_lane.0 += 1;
+                (
+                    "respond",
+                    answer.status,
+                    Some(host),
+                    ticket,
+                    0,
+                    "answer",
+                    None,
+                )
+            }
+            Some(Lane::Decided(d)) => {
+                by_lane.1 += 1;
+                outcome(&d)
+            }
+            None => outcome(&s.decide(&req, &mut state, now_ms, &mut scratch, &mut NoTrace)),
+        };
+        if let Some(t) = got.3 {
+            held.push_back(t);
+        }
+        while held.len() > 2 {
+            state.release(held.pop_front().unwrap());
+        }
+        outcomes.push(got);
+    }
+    (outcomes, state, by_lane)
+}
+
+/// The same 3,000 requests through the lane (where it answers) and
+/// through the chain alone, on two states: every outcome is the same,
+/// and so are the chain's, the budgets' and the rate limits' counters.
+/// Of those the lane decides, hundreds are answered and hundreds refused,
+/// by each level of the budgets and by the rate limits alike; the shadow
+/// limit's hits are counted.
+#[test]
+fn the_paying_lane_decides_and_pays_what_the_chain_does() {
+    let clients = [
+        "",
+        "[client]\nmode = \"x_forwarded_for\"\ntrusted_proxies = [\"127.0.0.0/16\"]\n",
+    ];
+    for client in clients {
+        let src = profile(client);
+        let (lane, lane_state, (answered, refused)) = run(&src, true);
+        let (whole, whole_state, none) = run(&src, false);
+        assert_eq!(none, (0, 0));
+        for (i, (l, w)) in lane.iter().zip(&whole).enumerate() {
+            assert_eq!(l, w, "{client:?}: request {i}");
+        }
+        assert_eq!(lane_state.counters, whole_state.counters, "{client:?}");
+        assert_eq!(
+            lane_state.quota.counters, whole_state.quota.counters,
+            "{client:?}"
+        );
+        assert_eq!(
+            lane_state.rate_counters, whole_state.rate_counters,
+            "{client:?}"
+        );
+        assert!(answered > 300 && refused > 300, "{answered} {refused}");
+        // Each level refused some: every budget the lane pays, the
+        // concurrency, two of the rate limits.
+        for (step, level) in [
+            ("budgets", "global"),
+            ("budgets", "source"),
+            ("budgets", "identity"),
+            ("budgets", "concurrent_source"),
+            ("rate_limit", "ip"),
+            ("rate_limit", "user"),
+        ] {
+            assert!(
+                whole
+                    .iter()
+                    .any(|o| o.0 == "refuse" && o.5 == step && o.6.as_deref() == Some(level)),
+                "{client:?}: {step} {level}"
+            );
+        }
+        assert!(whole_state.counters.quota_shadow > 0, "{client:?}");
+    }
+}
