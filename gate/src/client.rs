@@ -247,6 +247,28 @@ impl ClientPolicy {
         })
     }
 
+    /// The client's address of one request and how it was learned, as
+    /// [`Self::resolve`] finds them: the peer's, with no header read, when
+    /// the peer is the client (`direct`). Inlined: the lanes of
+    /// `chain::lane` ask only this.
+    #[inline(always)]
+    pub fn resolve_addr<H: HeaderLines + ?Sized>(
+        &self,
+        peer: Peer,
+        headers: &H,
+    ) -> (IpAddr, Arrival) {
+        if self.mode == ClientMode::Direct {
+            let via = if peer.via_proxy_protocol {
+                Arrival::ProxyProtocol
+            } else {
+                Arrival::Direct
+            };
+            return (peer.addr, via);
+        }
+        let r = self.resolve(peer, headers);
+        (r.addr, r.via)
+    }
+
     /// Resolves the client of one request. O(header bytes read + log n), no
     /// allocation.
     pub fn resolve<'h, H: HeaderLines + ?Sized>(

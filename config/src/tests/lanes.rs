@@ -270,7 +270,7 @@ fn run(src: &str, lane: bool) -> (Vec<Outcome>, GateState, (u32, u32)) {
             headers,
         };
         let found = if lane {
-            s.lane_answer(&mut state, now_ms, &mut scratch, &head)
+            s.lane_answer(&mut state, now_ms, || &mut *scratch, head)
         } else {
             None
         };

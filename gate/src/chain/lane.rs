@@ -21,6 +21,7 @@ use crate::pages::ErrorStatus;
 use crate::path::PathScratch;
 use crate::quota::QuotaTicket;
 use crate::snapshot::{HostEntry, Snapshot, Verdict};
+use std::ops::DerefMut;
 
 /// Which lane a host of the adopted snapshot takes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -135,18 +136,19 @@ impl Snapshot {
     /// such a request [`Snapshot::decide`] decides the same: the same
     /// answer for the same host with the same leases, or the same 429,
     /// and changes `state` the same way (tests hold the two to it).
-    /// `None`, with nothing paid: decide the request (another host, a
+    /// `scratch` is asked for the path's canonical form only on a paying
+    /// host. `None`, with nothing paid: decide the request (another host, a
     /// head over a limit, a path that cannot be made canonical, a
     /// `robots.txt`, an answer written in more than one copy). A quiet
     /// host's client is not resolved: its decision does not read it.
     /// Inlined: it is the whole decision of each request it answers.
     #[inline(always)]
-    pub fn lane_answer<'s, H: HeaderLines + ?Sized>(
+    pub fn lane_answer<'s, H: HeaderLines + ?Sized, P: DerefMut<Target = PathScratch>>(
         &'s self,
         state: &mut GateState,
         now_ms: u64,
-        scratch: &mut PathScratch,
-        head: &LaneHead<'_, H>,
+        scratch: impl FnOnce() -> P,
+        head: LaneHead<'_, H>,
     ) -> Option<Lane<'s>> {
         let id = state
             .host_memo
@@ -168,7 +170,7 @@ impl Snapshot {
             .ok()?;
         let rest = answer.keep_alive_rest()?;
         let ticket = if lane == HostLane::Paying {
-            match self.pay_lane(state, now_ms, scratch, head, id, entry)? {
+            match self.pay_lane(state, now_ms, &mut scratch(), &head, id, entry)? {
                 Ok(ticket) => ticket,
                 Err(refused) => return Some(Lane::Decided(refused)),
             }
@@ -202,8 +204,7 @@ impl Snapshot {
         if canonical == b"/robots.txt" {
             return None;
         }
-        let resolved = self.gate.client.resolve(head.peer, head.headers);
-        let client = resolved.addr;
+        let (client, via) = self.gate.client.resolve_addr(head.peer, head.headers);
         let policy = &entry.policy;
         let budgets = self.gate.has_budgets();
         let paid = self.budget_step(
@@ -244,7 +245,7 @@ impl Snapshot {
             ticket,
             retry_after_s,
             strip_authorization: false,
-            via: resolved.via,
+            via,
             close: false,
             step,
             policy: Some(name),

@@ -593,8 +593,9 @@ impl GateState {
 
     /// `keyer.source(domain, addr, prefix)` under the process's keyer or,
     /// `shared`, the fleet's; remembered for [`Domain::SourceBudget`] and
-    /// [`Domain::RateSource`] ([`SourceKeys`]).
-    #[inline]
+    /// [`Domain::RateSource`] ([`SourceKeys`]). Inlined: a request asks it
+    /// once or twice.
+    #[inline(always)]
     pub(super) fn source_key(
         &mut self,
         shared: bool,

@@ -276,7 +276,7 @@ fn quiet_answer<'s>(
         headers: &headers[..],
     };
     let mut scratch = Box::new([0u8; crate::path::MAX_PATH_BYTES]);
-    match s.lane_answer(state, 0, &mut scratch, &head)? {
+    match s.lane_answer(state, 0, || &mut *scratch, head)? {
         super::Lane::Answer {
             host,
             answer,

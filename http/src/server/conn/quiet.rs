@@ -73,8 +73,8 @@ pub(super) fn lane_answer<'s, S: Transport>(
         headers: &Lines(lines),
     };
     let (mut gate, now_ms) = adopted_gate(shard, snap, gate_ms);
-    let mut scratch = shard.scratch.borrow_mut();
-    snap.lane_answer(&mut gate, now_ms, &mut scratch, &lane)
+    let scratch = || std::cell::RefMut::map(shard.scratch.borrow_mut(), |b| &mut **b);
+    snap.lane_answer(&mut gate, now_ms, scratch, lane)
 }
 
 impl<S: Transport> Conn<S> {
