@@ -39,7 +39,7 @@ rate_limit = "site"
 
 /// The budgets and a rate limit keep a respond host on the paying lane;
 /// any other block takes it off, as does an action that is not a fixed
-/// answer.
+/// answer. The embedded default profile's host is a paying host.
 #[test]
 fn any_block_but_the_budgets_and_the_rate_limit_takes_a_host_off_the_paying_lane() {
     let paying = |src: &str| {
@@ -62,6 +62,10 @@ fn any_block_but_the_budgets_and_the_rate_limit_takes_a_host_off_the_paying_lane
         "kind = \"redirect\"\nstatus = 301\ntarget = \"https://example.com\"",
     );
     assert!(!paying(&redirect), "a redirect");
+    // The embedded default's host, under its protections, is one.
+    assert!(paying(crate::DEFAULT_PROFILE), "the embedded default");
+    let c = ok(crate::DEFAULT_PROFILE);
+    assert!(c.snapshot.gate.has_budgets());
 }
 
 /// Budgets small enough to refuse within the run, every level the lane
