@@ -1,19 +1,19 @@
-//! The paying lane (`gapura_gate::chain::paying_host`,
-//! `Snapshot::lane_answer`) against the whole chain: which hosts take it,
-//! and for a long run of varied requests the same verdicts, leases,
-//! refusals and counters from both.
+//! The lanes (`gapura_gate::chain::quiet_host`, `paying_host`,
+//! `Snapshot::lane_answer`): which hosts take them, and for a long run of
+//! varied requests the paying lane's verdicts, leases, refusals and
+//! counters against the whole chain's.
 
 use super::*;
-use gapura_gate::chain::{paying_host, GateState, Lane, LaneHead, NoTrace, Request};
+use gapura_gate::chain::{paying_host, quiet_host, GateState, Lane, LaneHead, NoTrace, Request};
 use gapura_gate::client::Peer;
 use gapura_gate::path::MAX_PATH_BYTES;
 use gapura_gate::quota::QuotaTicket;
 use gapura_gate::Verdict;
 use std::collections::VecDeque;
 
-/// A respond host with the budgets and a rate limit, and the blocks that
-/// may be turned on beside them.
-const PAYING: &str = r#"
+/// A respond host with no block of its own, and the lists and the rate
+/// limit a block may name.
+const BASE: &str = r#"
 [[access_list]]
 name = "office"
 allow = ["192.0.2.0/24"]
@@ -34,30 +34,59 @@ names = ["a.test"]
 kind = "respond"
 status = 200
 body = "a"
-rate_limit = "site"
 "#;
+
+/// The blocks other than the budgets and the rate limit, each turned on
+/// by a line of the host's.
+const BLOCKS: [(&str, &str); 5] = [
+    ("connection rate", "connection_rate = { requests = 10 }\n"),
+    ("access list", "access_list = \"office\"\n"),
+    ("rule set", "rule_set = \"edge\"\n"),
+    ("robots.txt", "robots = \"disallow_all\"\n"),
+    ("maintenance", "\n[host.maintenance]\nenabled = true\n"),
+];
+
+/// The host's lanes in a profile: quiet, paying.
+fn lanes(src: &str) -> (bool, bool) {
+    let c = ok(src);
+    let entry = &c.snapshot.entries[0];
+    (quiet_host(&c.snapshot, entry), paying_host(entry))
+}
+
+/// The quiet lane (`quiet_host`) reads each block's setting apart from
+/// the block: a respond host is quiet with every protection off, and
+/// turning any one block on takes it off the lane.
+#[test]
+fn any_block_turned_on_takes_a_host_off_the_quiet_lane() {
+    // The host's line first, then every protection off.
+    let off = |toml: &str| format!("{BASE}{toml}\n[protection]\noff = [\"all\"]\n");
+    let quiet = |src: &str| lanes(src).0;
+    assert!(quiet(&off("")), "every block off");
+    let budgets = ("budgets", "\n[quota.global]\nrequests = 1000\n");
+    let rate = ("rate limit", "rate_limit = \"site\"\n");
+    for (block, toml) in BLOCKS.into_iter().chain([budgets, rate]) {
+        assert!(!quiet(&off(toml)), "{block} on");
+    }
+    // Proof of work challenges proxy routes only (docs/profile.md): on a
+    // respond host its block does nothing, and the host stays quiet.
+    let pow = "proof_of_work = { enabled = true, difficulty = 8 }\n";
+    assert!(quiet(&off(pow)), "proof of work on a respond host");
+}
 
 /// The budgets and a rate limit keep a respond host on the paying lane;
 /// any other block takes it off, as does an action that is not a fixed
 /// answer. The embedded default profile's host is a paying host.
 #[test]
 fn any_block_but_the_budgets_and_the_rate_limit_takes_a_host_off_the_paying_lane() {
-    let paying = |src: &str| {
-        let c = ok(src);
-        paying_host(&c.snapshot.entries[0])
-    };
-    assert!(paying(PAYING), "budgets (the default's) and a rate limit");
-    let on = [
-        ("connection rate", "connection_rate = { requests = 10 }\n"),
-        ("access list", "access_list = \"office\"\n"),
-        ("rule set", "rule_set = \"edge\"\n"),
-        ("robots.txt", "robots = \"disallow_all\"\n"),
-        ("maintenance", "\n[host.maintenance]\nenabled = true\n"),
-    ];
-    for (block, toml) in on {
-        assert!(!paying(&format!("{PAYING}{toml}")), "{block} on");
+    // The default's budgets, and a rate limit.
+    let paying_src = format!("{BASE}rate_limit = \"site\"\n");
+    let paying = |src: &str| lanes(src).1;
+    assert!(paying(&paying_src), "budgets and a rate limit");
+    assert!(!lanes(&paying_src).0, "not quiet");
+    for (block, toml) in BLOCKS {
+        assert!(!paying(&format!("{paying_src}{toml}")), "{block} on");
     }
-    let redirect = PAYING.replace(
+    let redirect = paying_src.replace(
         "kind = \"respond\"\nstatus = 200\nbody = \"a\"",
         "kind = \"redirect\"\nstatus = 301\ntarget = \"https://example.com\"",
     );
