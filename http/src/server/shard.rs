@@ -44,7 +44,7 @@ pub struct Shard {
     feed: Box<dyn SnapshotFeed>,
     current: RefCell<Rc<Arc<Snapshot>>>,
     /// The current snapshot has a host with a fixed answer on a lane
-    /// (`lane_answers`): a hint for the connections' lanes (`conn::quiet`),
+    /// (`lane_answers`): a hint for the connections' lanes (`conn::lane`),
     /// which check the snapshot itself before they answer.
     lane_hint: Cell<bool>,
     pub stats: Arc<ShardStats>,

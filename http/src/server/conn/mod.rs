@@ -17,18 +17,18 @@
 //! modules, `body` (a body read locally), `forward` (proxying), `local`
 //! (a local answer written), `verify`
 //! (waiting for a password check), `forwardauth` (what a provider's answer
-//! does), `powverify` (proof of work's verify endpoint), `quiet` (a quiet
-//! host's answer written where its head is parsed), `latency` (an answered
+//! does), `powverify` (proof of work's verify endpoint), `lane` (a quiet or
+//! paying host's answer written where its head is parsed), `latency` (an answered
 //! request counted in its host's latency histogram), and nothing else reads
 //! or writes a connection's fields.
 
 mod body;
 mod forward;
 mod forwardauth;
+pub(super) mod lane;
 mod latency;
 mod local;
 mod powverify;
-pub(super) mod quiet;
 mod verify;
 
 use super::accesslog::LogRecord;
@@ -358,7 +358,7 @@ impl<S: Transport> Conn<S> {
         let mut decided = None;
         if self.resume.is_none() {
             let conn = (&*self.shard, self.served, self.client_peer);
-            match quiet::lane_answer::<S>(conn, snap, (head, unread, lines), gate_ms) {
+            match lane::lane_answer::<S>(conn, snap, (head, unread, lines), gate_ms) {
                 Some(Lane::Answer {
                     host,
                     answer,

@@ -10,8 +10,8 @@
 //! 100-continue), `upstream` (the proxy against a loopback upstream,
 //! upgrades), `timeouts` (the deadlines by the test clock), `closes` (the
 //! client gone at each stage), `h2` (HTTP/2 streams, windows, resets and
-//! GOAWAY over the in-memory duplex), `quiet` (the quiet lane's answer
-//! against the whole path).
+//! GOAWAY over the in-memory duplex), `lanes` (the quiet and paying
+//! lanes' answers against the whole path).
 
 mod bodies;
 mod closes;
@@ -19,8 +19,8 @@ mod counted;
 mod framing;
 mod h2;
 mod keepalive;
+mod lanes;
 pub(crate) mod memio;
-mod quiet;
 mod timeouts;
 mod upstream;
 

@@ -1,11 +1,11 @@
-//! The lanes' answers written where the head is parsed (`conn::quiet`)
+//! The lanes' answers written where the head is parsed (`conn::lane`)
 //! against the whole path: the same bytes on the wire and the same
 //! counters for every kind of head, pipelined in one write, with the
 //! protections off (the quiet lane) and with budgets and a rate limit
 //! that refuse a share of them (the paying lane).
 
 use super::*;
-use crate::server::conn::quiet::OFF;
+use crate::server::conn::lane::OFF;
 
 /// Quiet hosts of every kind: a fixed answer, one with tight head limits,
 /// one whose body is sent as shared bytes, a redirect; the default host

@@ -29,7 +29,7 @@ use gapura_gate::{HostId, Snapshot};
 #[cfg(test)]
 thread_local! {
     /// Set by a test to serve every head by the whole path, to compare the
-    /// two (`inmemory::quiet`).
+    /// two (`inmemory::lanes`).
     pub(crate) static OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
