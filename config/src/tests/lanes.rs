@@ -62,6 +62,10 @@ fn any_block_turned_on_takes_a_host_off_the_quiet_lane() {
     let off = |toml: &str| format!("{BASE}{toml}\n[protection]\noff = [\"all\"]\n");
     let quiet = |src: &str| lanes(src).0;
     assert!(quiet(&off("")), "every block off");
+    assert!(
+        lanes(&off("")).1,
+        "a quiet fixed answer is a paying host too"
+    );
     let budgets = ("budgets", "\n[quota.global]\nrequests = 1000\n");
     let rate = ("rate limit", "rate_limit = \"site\"\n");
     for (block, toml) in BLOCKS.into_iter().chain([budgets, rate]) {

@@ -67,6 +67,37 @@ pub struct Decision<'s> {
     pub suspended: Option<super::Suspended>,
 }
 
+impl<'s> Decision<'s> {
+    /// A decision of `verdict` by `step` for a request to `host` from
+    /// `client` (learned `via`), under `limits`: no leases, no Retry-After,
+    /// nothing carried on. The chain starts from one and each step sets
+    /// what it decides.
+    #[inline(always)]
+    pub(super) fn new(
+        (verdict, step): (Verdict<'s>, Block),
+        host: Option<HostId>,
+        limits: RequestLimits,
+        (client, via): (IpAddr, Arrival),
+    ) -> Decision<'s> {
+        Decision {
+            verdict,
+            host,
+            limits,
+            client,
+            ticket: None,
+            retry_after_s: 0,
+            strip_authorization: false,
+            via,
+            close: false,
+            step,
+            policy: None,
+            identity: None,
+            relay: None,
+            suspended: None,
+        }
+    }
+}
+
 /// The chain's steps by name, for what the access log says decided a
 /// request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

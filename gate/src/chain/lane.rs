@@ -62,10 +62,11 @@ pub fn quiet_host(snap: &Snapshot, entry: &HostEntry) -> bool {
         && no_checks(entry)
 }
 
-/// Whether `entry` answers with a fixed answer and its only blocks are the
-/// budgets (step 4) and the rate limit (step 13): none of the blocks
-/// [`no_checks`] names. Its chain is the budgets, the request limits, the
-/// rate limit, then its answer.
+/// Whether `entry` answers with a fixed answer and its only blocks, if
+/// any, are the budgets (step 4) and the rate limit (step 13): none of the
+/// blocks [`no_checks`] names (a quiet host with a fixed answer is one).
+/// Its chain is the budgets, the request limits, the rate limit, then its
+/// answer.
 pub fn paying_host(entry: &HostEntry) -> bool {
     matches!(entry.action, HostAction::Respond(_)) && no_checks(entry)
 }
@@ -237,21 +238,11 @@ impl Snapshot {
             Err(r) => (None, (Block::Budgets, r)),
         };
         let (step, (retry_after_s, name)) = refused;
-        Some(Err(Decision {
-            verdict: Verdict::Refuse(ErrorStatus::TooManyRequests),
-            host: Some(id),
-            limits: entry.limits,
-            client,
-            ticket,
-            retry_after_s,
-            strip_authorization: false,
-            via,
-            close: false,
-            step,
-            policy: Some(name),
-            identity: None,
-            relay: None,
-            suspended: None,
-        }))
+        let verdict = Verdict::Refuse(ErrorStatus::TooManyRequests);
+        let mut d = Decision::new((verdict, step), Some(id), entry.limits, (client, via));
+        d.ticket = ticket;
+        d.retry_after_s = retry_after_s;
+        d.policy = Some(name);
+        Some(Err(d))
     }
 }

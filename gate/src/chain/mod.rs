@@ -126,22 +126,12 @@ impl Snapshot {
                 label: entry.map(|e| e.label.as_str()),
             });
         }
-        let mut decision = Decision {
-            verdict: Verdict::Refuse(self.server.unknown_host),
+        let mut decision = Decision::new(
+            (Verdict::Refuse(self.server.unknown_host), Block::Host),
             host,
-            limits: entry.map_or(self.default_limits, |e| e.limits),
-            client: resolved.addr,
-            ticket: None,
-            retry_after_s: 0,
-            strip_authorization: false,
-            via: resolved.via,
-            close: false,
-            step: Block::Host,
-            policy: None,
-            identity: None,
-            relay: None,
-            suspended: None,
-        };
+            entry.map_or(self.default_limits, |e| e.limits),
+            (resolved.addr, resolved.via),
+        );
         let (Some(id), Some(entry)) = (host, entry) else {
             return self.unknown_host(decision, req, state, now_ms, trace);
         };

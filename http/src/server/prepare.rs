@@ -320,7 +320,7 @@ fn decide<'s, H: HeaderLines + ?Sized>(
 }
 
 /// The shard's gate state with `snap` adopted (its rate slots bound, its
-/// quiet hosts learned), and the gate's clock: both once a wake, on the
+/// hosts' lanes learned), and the gate's clock: both once a wake, on the
 /// first decision (`gate_ms` then keeps the clock for the others).
 #[inline(always)]
 pub(super) fn adopted_gate<'a>(

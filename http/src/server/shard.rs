@@ -122,15 +122,12 @@ const UPSTREAM_TLS_CONFIGS: usize = 64;
 /// Most spare buffers a shard keeps for its connections.
 const SPARE_BUFFERS: usize = 256;
 
-/// Whether a host of `snap` may be answered by a lane: a fixed answer,
-/// on a quiet host (`gapura_gate::chain::quiet_host`) or a paying one
-/// (`paying_host`). O(hosts), once a snapshot.
+/// Whether a host of `snap` may be answered by a lane: a fixed answer
+/// whose only blocks are the budgets and the rate limit, if any
+/// (`gapura_gate::chain::paying_host`; a quiet host with a fixed answer is
+/// one). O(hosts), once a snapshot.
 fn lane_answers(snap: &Snapshot) -> bool {
-    use gapura_gate::chain::{paying_host, quiet_host};
-    snap.entries.iter().any(|e| {
-        matches!(e.action, gapura_gate::HostAction::Respond(_))
-            && (quiet_host(snap, e) || paying_host(e))
-    })
+    snap.entries.iter().any(gapura_gate::chain::paying_host)
 }
 
 impl Shard {

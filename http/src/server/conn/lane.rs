@@ -14,16 +14,14 @@
 //! resumed head, a connection that closes after this answer, takes the
 //! whole path.
 
-use super::{Conn, Step, WRITE_FLUSH_BYTES};
+use super::Conn;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
 use crate::server::bounds::Lines;
-use crate::server::leases::Leases;
 use crate::server::prepare::adopted_gate;
 use crate::server::shard::Shard;
 use crate::transport::Transport;
 use gapura_gate::chain::{Lane, LaneHead};
 use gapura_gate::client::Peer;
-use gapura_gate::quota::QuotaTicket;
 use gapura_gate::{HostId, Snapshot};
 
 #[cfg(test)]
@@ -82,7 +80,7 @@ impl<S: Transport> Conn<S> {
     /// `Conn::decide` and `Conn::answer_now`): the request, its start and
     /// host, the head consumed, the answer's status.
     #[inline(always)]
-    pub(super) fn quiet_answered(&mut self, id: HostId, head_len: usize, status: u16) {
+    pub(super) fn lane_answered(&mut self, id: HostId, head_len: usize, status: u16) {
         self.shard.stats.requests.inc();
         self.served += 1;
         self.req_start = *self.woke_at.get_or_insert_with(crate::clock::precise_now);
@@ -91,26 +89,5 @@ impl<S: Transport> Conn<S> {
         self.io.head_done();
         self.io.consume(head_len);
         self.shard.stats.response(status);
-    }
-}
-
-impl<S: Transport> Conn<S> {
-    /// After an answer written at once, with the leases of `ticket`: the
-    /// next head, the leases held until the answer is sent; or the buffer
-    /// out first when it is full, a shared body waits, or the connection
-    /// holds as many leases as it keeps (as `Conn::answer_now` decides
-    /// it).
-    #[inline(always)]
-    pub(super) fn answered_at_once(&mut self, ticket: Option<QuotaTicket>) -> Step {
-        if self.io.out_len() >= WRITE_FLUSH_BYTES
-            || self.io.has_shared()
-            || (ticket.is_some() && self.held.is_full())
-        {
-            return Step::Flush(ticket.map(|t| Leases::new(self.shard.clone(), t)));
-        }
-        if let Some(t) = ticket {
-            self.held.push_ticket(&self.shard, t);
-        }
-        Step::Answered
     }
 }

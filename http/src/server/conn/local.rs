@@ -5,7 +5,7 @@
 //! (`answer_local`). Either way the answer's leases are held until the
 //! flush that sends it.
 
-use super::{request_id, BodyEnd, Conn, Now, WRITE_FLUSH_BYTES};
+use super::{request_id, BodyEnd, Conn, Step, WRITE_FLUSH_BYTES};
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
 use crate::server::end::End;
 use crate::server::leases::Leases;
@@ -13,31 +13,29 @@ use crate::server::prepare::{LocalEnd, LocalPlan, Plan};
 use crate::server::stats::ErrorKind;
 use crate::transport::Transport;
 use gapura_gate::answer::{end_head, WriteCtx};
+use gapura_gate::quota::QuotaTicket;
 use gapura_gate::Snapshot;
 
 impl<S: Transport> Conn<S> {
     /// A local answer that reads no body and keeps the connection open,
-    /// its head consumed and the answer written whole without awaiting:
-    /// its leases held for the flush that
-    /// sends it ([`Now::Held`]), or that flush first when the buffer is
-    /// full, a shared body must go out, or the connection holds as many
-    /// leases as it keeps ([`Now::Flush`]). Anything else is
-    /// [`Now::Later`], for [`Conn::execute`], with nothing written.
+    /// its head consumed and the answer written whole without awaiting,
+    /// then held or flushed ([`Self::answered_at_once`]). Anything else is
+    /// `None`, for [`Conn::execute`], with nothing written.
     pub(super) fn answer_now(
         &mut self,
         snap: &Snapshot,
         head: &ParsedHead,
         plan: &Plan<'_>,
-    ) -> Now {
+    ) -> Option<Step> {
         let Plan::Local(local) = plan else {
-            return Now::Later;
+            return None;
         };
         if head.framing != BodyFraming::None
             || matches!(local.end, LocalEnd::PowVerify(..))
             || local.close
             || self.closes_after(snap, head)
         {
-            return Now::Later;
+            return None;
         }
         self.io.consume(head.head_len);
         if S::TLS && matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
@@ -57,17 +55,26 @@ impl<S: Transport> Conn<S> {
             None => self.end_local_answer(local.end, head, false),
         }
         self.shard.stats.response(local.status);
+        Some(self.answered_at_once(local.ticket))
+    }
+
+    /// After an answer written at once, with the leases of `ticket`: the
+    /// next head, the leases held until the flush that sends the answer
+    /// ([`Step::Answered`]); or that flush first when the buffer is full, a
+    /// shared body must go out, or the connection holds as many leases as
+    /// it keeps ([`Step::Flush`]).
+    #[inline(always)]
+    pub(super) fn answered_at_once(&mut self, ticket: Option<QuotaTicket>) -> Step {
         if self.io.out_len() >= WRITE_FLUSH_BYTES
             || self.io.has_shared()
-            || (local.ticket.is_some() && self.held.is_full())
+            || (ticket.is_some() && self.held.is_full())
         {
-            let leases = local.ticket.map(|t| Leases::new(self.shard.clone(), t));
-            return Now::Flush(leases);
+            return Step::Flush(ticket.map(|t| Leases::new(self.shard.clone(), t)));
         }
-        if let Some(t) = local.ticket {
+        if let Some(t) = ticket {
             self.held.push_ticket(&self.shard, t);
         }
-        Now::Held
+        Step::Answered
     }
 
     /// A local answer: drains the body against the limits, writes the rest

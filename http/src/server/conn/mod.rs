@@ -69,17 +69,6 @@ enum BodyEnd {
     End(End),
 }
 
-/// How [`Conn::answer_now`] left a plan.
-enum Now {
-    /// Written whole; its leases are held until the flush that sends it.
-    Held,
-    /// Written whole; the buffer goes out before anything else (its leases
-    /// with it).
-    Flush(Option<Leases>),
-    /// Not an answer written without awaiting: nothing was written.
-    Later,
-}
-
 /// What the buffered bytes make of the next request. Small, and an
 /// explicit one-byte tag read as it was written (as [`Plan`]'s): a head
 /// with a plan to carry out is handed over beside it.
@@ -91,10 +80,11 @@ enum Step {
     Refuse(HeadError),
     /// A complete head and what it decided, in the caller's place for them.
     Planned,
-    /// A local answer written whole ([`Now::Held`]).
+    /// A local answer written whole; its leases are held until the flush
+    /// that sends it ([`Conn::answered_at_once`]).
     Answered,
-    /// A local answer written whole; the buffer goes out first
-    /// ([`Now::Flush`]).
+    /// A local answer written whole; the buffer goes out first, its
+    /// leases with it ([`Conn::answered_at_once`]).
     Flush(Option<Leases>),
 }
 
@@ -366,7 +356,7 @@ impl<S: Transport> Conn<S> {
                     ticket,
                 }) => {
                     super::put::extend(wbuf, [answer.head(), &self.shard.date.line(), rest]);
-                    self.quiet_answered(host, head.head_len, answer.status);
+                    self.lane_answered(host, head.head_len, answer.status);
                     return self.answered_at_once(ticket);
                 }
                 Some(Lane::Decided(d)) => decided = Some(d),
@@ -429,9 +419,8 @@ impl<S: Transport> Conn<S> {
         // future: a pipelined batch of them is answered without awaiting,
         // and the plan is read where it was written, never moved.
         match self.answer_now(snap, head, &plan) {
-            Now::Held => Step::Answered,
-            Now::Flush(leases) => Step::Flush(leases),
-            Now::Later => {
+            Some(step) => step,
+            None => {
                 *planned = Some((head.clone(), plan));
                 Step::Planned
             }
