@@ -27,7 +27,8 @@ use toml::Spanned;
 pub(crate) const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 pub(crate) const DEFAULT_RESPONSE_HEADER_TIMEOUT_MS: u64 = 60_000;
 pub(crate) const DEFAULT_READ_TIMEOUT_MS: u64 = 60_000;
-pub(crate) const DEFAULT_MAX_IDLE_PER_SERVER: u32 = 64;
+pub(crate) const DEFAULT_MAX_CONNECTIONS_PER_SERVER: u32 = 1_024;
+pub(crate) const DEFAULT_MAX_QUEUED_PER_SERVER: u32 = 1_024;
 pub(crate) const DEFAULT_IDLE_TIMEOUT_MS: u64 = 30_000;
 pub(crate) const DEFAULT_FAIL_THRESHOLD: u32 = 3;
 pub(crate) const DEFAULT_FAIL_COOLDOWN_MS: u64 = 10_000;
@@ -159,12 +160,37 @@ fn check_group(
         (1, 3_600_000),
         DEFAULT_FAIL_COOLDOWN_MS,
     );
+    let max_connections_per_server = ms(
+        &u.max_connections_per_server,
+        "max_connections_per_server",
+        "upstream.max_connections_per_server.range",
+        (1, 65_536),
+        u64::from(DEFAULT_MAX_CONNECTIONS_PER_SERVER),
+    );
+    // Unset: every connection stays pooled while it is idle for less than
+    // `idle_timeout_ms`, however many a burst opened.
     let max_idle_per_server = ms(
         &u.max_idle_per_server,
         "max_idle_per_server",
         "upstream.max_idle_per_server.range",
         (0, 65_536),
-        u64::from(DEFAULT_MAX_IDLE_PER_SERVER),
+        max_connections_per_server,
+    );
+    let max_queued_per_server = ms(
+        &u.max_queued_per_server,
+        "max_queued_per_server",
+        "upstream.max_queued_per_server.range",
+        (0, 65_536),
+        u64::from(DEFAULT_MAX_QUEUED_PER_SERVER),
+    );
+    // Unset: the connect timeout, as a request waiting for a connection
+    // waits for one to be made.
+    let queue_timeout_ms = ms(
+        &u.queue_timeout_ms,
+        "queue_timeout_ms",
+        "upstream.queue_timeout_ms.range",
+        TIMEOUT_BOUNDS,
+        connect_timeout_ms,
     );
     let fail_threshold = ms(
         &u.fail_threshold,
@@ -213,6 +239,9 @@ fn check_group(
         read_timeout_ms,
         max_idle_per_server: narrow(max_idle_per_server),
         idle_timeout_ms,
+        max_connections_per_server: narrow(max_connections_per_server),
+        max_queued_per_server: narrow(max_queued_per_server),
+        queue_timeout_ms,
         fail_threshold: narrow(fail_threshold),
         fail_cooldown_ms,
         active_health,

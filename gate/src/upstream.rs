@@ -64,8 +64,19 @@ pub struct UpstreamGroup {
     pub connect_timeout_ms: u64,
     pub response_header_timeout_ms: u64,
     pub read_timeout_ms: u64,
+    /// Idle HTTP/1.1 connections kept per server on a shard (0: none are
+    /// pooled); unset in the profile, as many as `max_connections_per_server`.
     pub max_idle_per_server: u32,
     pub idle_timeout_ms: u64,
+    /// Most HTTP/1.1 connections a shard holds to one server at once
+    /// (connecting, busy and idle together).
+    pub max_connections_per_server: u32,
+    /// Most requests a shard keeps waiting for a connection to one server
+    /// when every connection is busy and no more may be opened (0: none
+    /// wait, the request is answered 503 at once).
+    pub max_queued_per_server: u32,
+    /// Longest a request waits in that queue before it is answered 503.
+    pub queue_timeout_ms: u64,
     /// Consecutive failures that take a server out on a shard (0: never).
     pub fail_threshold: u32,
     pub fail_cooldown_ms: u64,

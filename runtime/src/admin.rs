@@ -4,6 +4,8 @@
 //! a time, and reads the shards' counters with relaxed loads: the request
 //! path never waits for it. Labels carry shard numbers and fixed names only.
 
+mod pools;
+
 use gapura_http::server::{ErrorKind, ShardStats};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -263,10 +265,11 @@ fn live_explain(admin: &Admin, query: &[u8]) -> Result<String, String> {
             Err(_) => break,
         }
     }
-    views.sort_by_key(|(id, _)| *id);
+    views.sort_by_key(|a| a.shard);
     let shards: Vec<serde_json::Value> = views
         .into_iter()
-        .map(|(id, v)| {
+        .map(|a| {
+            let (id, v) = (a.shard, a.view);
             serde_json::json!({
                 "shard": id,
                 "client": v.client.to_string(),
@@ -282,6 +285,11 @@ fn live_explain(admin: &Admin, query: &[u8]) -> Result<String, String> {
                     "level": f.level, "name": f.name, "shared": f.shared,
                     "local": f.local, "fleet": f.fleet, "pending": f.pending,
                     "fallback": f.fallback,
+                })).collect::<Vec<_>>(),
+                "upstreams": a.upstreams.iter().map(|(name, c)| serde_json::json!({
+                    "name": name, "connections": c.open, "idle": c.idle,
+                    "queued": c.queued, "queue_timeouts": c.queue_timeouts,
+                    "queue_full": c.queue_full,
                 })).collect::<Vec<_>>(),
             })
         })
@@ -355,6 +363,7 @@ pub fn render_metrics(admin: &Admin) -> String {
     render_refusals(&mut out, admin);
     render_tls_failures(&mut out, admin);
     render_upstream_tls_failures(&mut out, admin);
+    pools::render_pools(&mut out, admin);
     render_process(&mut out, admin);
     crate::fleet::render_metrics(&mut out, admin.fleet.as_ref());
     out

@@ -651,6 +651,16 @@ fn live_line(s: &serde_json::Value) -> String {
     for f in s["fleet"].as_array().into_iter().flatten() {
         line.push_str(&fleet_part(f));
     }
+    for u in s["upstreams"].as_array().into_iter().flatten() {
+        let n = |k: &str| u[k].as_u64().unwrap_or(0);
+        line.push_str(&format!(
+            "; upstream {}: {} connection(s), {} idle, {} request(s) queued",
+            u["name"].as_str().unwrap_or("-"),
+            n("connections"),
+            n("idle"),
+            n("queued"),
+        ));
+    }
     line
 }
 

@@ -251,8 +251,7 @@ async fn tick(shard: Rc<Shard>, relays: Vec<Rc<gapura_udp::io::RelayIo>>) {
         // second, so gapura_snapshot_generation says what it would serve.
         drop(shard.snapshot());
         shard.date.refresh();
-        shard.upstreams.sweep(gapura_http::clock::now_ms());
-        shard.h2_upstreams.sweep(gapura_http::clock::now_ms());
+        shard.sweep_upstreams(gapura_http::clock::now_ms());
         let now_ms = shard.now_ms();
         shard.gate.borrow_mut().sweep(now_ms, 4096);
         shard.publish_gate_counters();

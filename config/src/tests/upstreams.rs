@@ -38,6 +38,9 @@ response_header_timeout_ms = 600000
 read_timeout_ms = 2500
 max_idle_per_server = 0
 idle_timeout_ms = 45000
+max_connections_per_server = 7
+max_queued_per_server = 0
+queue_timeout_ms = 250
 fail_threshold = 0
 fail_cooldown_ms = 3600000
 protocol = "h2"
@@ -66,6 +69,9 @@ expect_status = "204"
             read_timeout_ms: 2500,
             max_idle_per_server: 0,
             idle_timeout_ms: 45_000,
+            max_connections_per_server: 7,
+            max_queued_per_server: 0,
+            queue_timeout_ms: 250,
             fail_threshold: 0,
             fail_cooldown_ms: 3_600_000,
             active_health: Some(ActiveHealth {
@@ -94,8 +100,11 @@ fn an_upstream_with_only_name_and_servers_takes_every_default() {
             connect_timeout_ms: 5000,
             response_header_timeout_ms: 60_000,
             read_timeout_ms: 60_000,
-            max_idle_per_server: 64,
+            max_idle_per_server: 1024,
             idle_timeout_ms: 30_000,
+            max_connections_per_server: 1024,
+            max_queued_per_server: 1024,
+            queue_timeout_ms: 5000,
             fail_threshold: 3,
             fail_cooldown_ms: 10_000,
             active_health: None,
@@ -340,7 +349,7 @@ fn server_tables_are_closed_and_need_an_address() {
 
 #[test]
 fn each_numeric_upstream_field_has_its_range_code() {
-    let cases: [(&str, &str, &str); 12] = [
+    let cases: [(&str, &str, &str); 17] = [
         (
             "connect_timeout_ms",
             "0",
@@ -381,6 +390,27 @@ fn each_numeric_upstream_field_has_its_range_code() {
             "upstream.fail_cooldown_ms.range",
         ),
         ("read_timeout_ms", "-5", "upstream.read_timeout_ms.range"),
+        (
+            "max_connections_per_server",
+            "0",
+            "upstream.max_connections_per_server.range",
+        ),
+        (
+            "max_connections_per_server",
+            "65537",
+            "upstream.max_connections_per_server.range",
+        ),
+        (
+            "max_queued_per_server",
+            "-1",
+            "upstream.max_queued_per_server.range",
+        ),
+        (
+            "max_queued_per_server",
+            "65537",
+            "upstream.max_queued_per_server.range",
+        ),
+        ("queue_timeout_ms", "0", "upstream.queue_timeout_ms.range"),
     ];
     for (field, value, code) in cases {
         let src = format!("{U}{field} = {value}\n");
@@ -398,6 +428,28 @@ fn each_numeric_upstream_field_has_its_range_code() {
         (g.max_idle_per_server, g.fail_threshold, g.read_timeout_ms),
         (65_536, 1000, 600_000)
     );
+}
+
+#[test]
+fn the_idle_pool_and_the_queue_timeout_follow_their_bounds_when_unset() {
+    // Unset, every connection a burst opened stays pooled (up to the
+    // connection bound), and a request waits for one as long as it would
+    // wait for a new one to be made.
+    let g = only_group(&format!(
+        "{U}max_connections_per_server = 300\nconnect_timeout_ms = 1500\n"
+    ));
+    assert_eq!(
+        (
+            g.max_connections_per_server,
+            g.max_idle_per_server,
+            g.queue_timeout_ms
+        ),
+        (300, 300, 1500)
+    );
+    let g = only_group(&format!(
+        "{U}max_connections_per_server = 300\nmax_idle_per_server = 8\nqueue_timeout_ms = 20\n"
+    ));
+    assert_eq!((g.max_idle_per_server, g.queue_timeout_ms), (8, 20));
 }
 
 #[test]

@@ -44,6 +44,9 @@ pub(super) struct LogRecord {
     pub verdict: &'static str,
     pub step: &'static str,
     pub upstream_ms: Option<u64>,
+    /// Milliseconds the request waited for an upstream connection (`None`:
+    /// it did not wait).
+    pub queue_ms: Option<u64>,
     pub request_id: [u8; 24],
     /// The connection's serial on its shard.
     pub connection: u64,
@@ -68,6 +71,7 @@ impl Default for LogRecord {
             verdict: "",
             step: "",
             upstream_ms: None,
+            queue_ms: None,
             request_id: [b'-'; 24],
             connection: 0,
             sent_before: 0,
@@ -95,6 +99,7 @@ impl LogRecord {
         self.verdict = "";
         self.step = "";
         self.upstream_ms = None;
+        self.queue_ms = None;
         self.request_id = request_id;
         self.sent_before = sent_before;
         self.active = true;
@@ -471,6 +476,10 @@ impl Line<'_> {
         match r.upstream_ms {
             Some(ms) => push_u64(out, ms),
             None => out.extend_from_slice(b"null"),
+        }
+        if let Some(ms) = r.queue_ms {
+            out.extend_from_slice(b",\"queue_ms\":");
+            push_u64(out, ms);
         }
         out.extend_from_slice(b",\"total_ms\":");
         push_u64(out, self.total_ms);

@@ -15,8 +15,16 @@ pub struct LiveAsk {
     pub peer: IpAddr,
     /// Header lines, the `Host` among them.
     pub headers: Vec<(String, String)>,
-    /// The shard's id and its view.
-    pub reply: SyncSender<(usize, LiveView)>,
+    /// The shard's id, its view and its HTTP/1.1 upstream pools (each
+    /// group's figures: connections, idle ones, requests queued).
+    pub reply: SyncSender<LiveAnswer>,
+}
+
+/// One shard's answer to a [`LiveAsk`].
+pub struct LiveAnswer {
+    pub shard: usize,
+    pub view: LiveView,
+    pub upstreams: Vec<(String, crate::upstream::pool::PoolCounts)>,
 }
 
 impl Shard {
@@ -55,6 +63,10 @@ impl Shard {
             .gate
             .borrow()
             .live_view(&snap, &req, now_ms, &mut scratch);
-        let _ = ask.reply.try_send((self.id, view));
+        let _ = ask.reply.try_send(LiveAnswer {
+            shard: self.id,
+            view,
+            upstreams: self.upstream_pools(),
+        });
     }
 }

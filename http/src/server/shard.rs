@@ -7,6 +7,7 @@ use super::authcalls::AuthCalls;
 use super::date::DateCache;
 use super::stats::{self, ShardStats};
 use super::{deadline, slots, tls, verify};
+use crate::upstream::pool::PoolCounts;
 use crate::upstream::{HealthBoard, Upstreams};
 use gapura_gate::chain::{Block, ConnectionToken, GateState};
 use gapura_gate::quota::QuotaTicket;
@@ -277,6 +278,37 @@ impl Shard {
             .as_millis() as u64
     }
 
+    /// The upstream pools' once-a-second work: expired idle connections
+    /// closed, entries of servers no longer in the profile that hold
+    /// nothing forgotten (HTTP/2 connections idle too long ended).
+    pub fn sweep_upstreams(&self, now_ms: u64) {
+        let snap = self.snapshot();
+        let live = |key: u64| {
+            snap.upstreams
+                .iter()
+                .any(|g| g.servers.iter().any(|s| s.key == key))
+        };
+        self.upstreams.sweep(now_ms, live);
+        self.h2_upstreams.sweep(now_ms);
+    }
+
+    /// Each upstream group's HTTP/1.1 pool figures on this shard, summed
+    /// over its servers, in profile order. Allocates; the ticker's and
+    /// the admin's path.
+    pub fn upstream_pools(&self) -> Vec<(String, PoolCounts)> {
+        let snap = self.snapshot();
+        snap.upstreams
+            .iter()
+            .map(|g| {
+                let mut sum = PoolCounts::default();
+                for s in &g.servers {
+                    sum.add(&self.upstreams.pool_counts(s.key));
+                }
+                (g.name.clone(), sum)
+            })
+            .collect()
+    }
+
     /// Copies the gate's counters to the shared stats (the ticker calls it).
     pub fn publish_gate_counters(&self) {
         let gate = self.gate.borrow();
@@ -330,6 +362,7 @@ impl Shard {
                 .zip(gate.latency.iter().copied())
                 .filter(|(_, h)| h.count > 0)
                 .collect(),
+            upstreams: self.upstream_pools(),
         };
         if let Ok(mut b) = self.stats.blocks.lock() {
             *b = blocks;

@@ -227,4 +227,6 @@ pub struct BlockStats {
     pub auth: Vec<(String, gapura_gate::auth::AuthCounters)>,
     /// Answer latency by host label (hosts with answers only).
     pub latency: Vec<(String, gapura_gate::latency::Histogram)>,
+    /// HTTP/1.1 upstream pools by group name (`upstream::pool`).
+    pub upstreams: Vec<(String, crate::upstream::pool::PoolCounts)>,
 }

@@ -1,5 +1,6 @@
-//! The upstream side of the proxy: per-shard connection pools (HTTP/2
-//! connections in `h2conns`), balancing,
+//! The upstream side of the proxy: per-shard connection pools (HTTP/1.1
+//! connections, their bound and queue in `pool`, HTTP/2 connections in
+//! `h2conns`), balancing,
 //! passive health, the process-wide health board, and the codec for the
 //! request heads Gapura writes and the response heads it reads.
 //!
@@ -11,6 +12,7 @@
 pub mod authcall;
 pub mod h2conns;
 pub mod health;
+pub mod pool;
 pub mod request;
 pub mod response;
 pub mod state;

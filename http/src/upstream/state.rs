@@ -1,15 +1,18 @@
-//! Per-shard upstream state: idle connection pools, balancer state,
-//! requests in flight and passive health, keyed by server identity.
+//! Per-shard upstream state: each server's HTTP/1.1 connection pool
+//! (`pool`: the bound on connections, the idle ones, the queue), balancer
+//! state, requests in flight and passive health, keyed by server identity.
 //!
 //! Single-threaded (the shard's), so plain `RefCell`s; every borrow is
-//! short and never held across an await. Capacities: each server keeps at
-//! most its group's `max_idle_per_server` idle connections, and entries of
-//! servers no longer used are removed by the sweeper.
+//! short and never held across an await. Capacities: each server's pool is
+//! bounded by its group's settings (`pool`), and entries of servers no
+//! longer used are removed by the sweeper (a pool's once it holds nothing
+//! and its server has left the profile).
 //!
 //! Time is passed in (`now_ms`, the shard's monotonic milliseconds), and
 //! the pooled connection is a type parameter, so the balancer, the idle
 //! pool and passive health are tested without sockets or clocks.
 
+use super::pool::{Checkout, PoolCounts, PoolLimits, ServerPool};
 use super::HealthBoard;
 use gapura_gate::hash::KeyHasher;
 use gapura_gate::upstream::{Balance, UpstreamGroup, UpstreamServer};
@@ -17,38 +20,21 @@ use monoio::net::TcpStream;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
+use std::rc::Rc;
 
 type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
 
-struct Idle<C> {
-    conn: C,
-    expires_ms: u64,
-}
-
-struct ServerState<C> {
-    idle: Vec<Idle<C>>,
+#[derive(Default)]
+struct ServerState {
     outstanding: u32,
     failures: u32,
     down_until_ms: Option<u64>,
     current_weight: i64,
 }
 
-impl<C> Default for ServerState<C> {
-    fn default() -> Self {
-        ServerState {
-            idle: Vec::new(),
-            outstanding: 0,
-            failures: 0,
-            down_until_ms: None,
-            current_weight: 0,
-        }
-    }
-}
-
-impl<C> ServerState<C> {
+impl ServerState {
     fn is_empty(&self) -> bool {
-        self.idle.is_empty()
-            && self.outstanding == 0
+        self.outstanding == 0
             && self.failures == 0
             && self.down_until_ms.is_none()
             && self.current_weight == 0
@@ -57,7 +43,8 @@ impl<C> ServerState<C> {
 
 /// A shard's upstream state; `C` is the pooled connection.
 pub struct Upstreams<C = TcpStream> {
-    servers: RefCell<KeyMap<ServerState<C>>>,
+    servers: RefCell<KeyMap<ServerState>>,
+    pools: RefCell<KeyMap<Rc<ServerPool<C>>>>,
     rotation: RefCell<KeyMap<u64>>,
 }
 
@@ -65,6 +52,7 @@ impl<C> Default for Upstreams<C> {
     fn default() -> Self {
         Upstreams {
             servers: RefCell::default(),
+            pools: RefCell::default(),
             rotation: RefCell::default(),
         }
     }
@@ -79,7 +67,7 @@ impl<C> Upstreams<C> {
         server: &UpstreamServer,
         board: &HealthBoard,
         now_ms: u64,
-        states: &mut KeyMap<ServerState<C>>,
+        states: &mut KeyMap<ServerState>,
     ) -> bool {
         if board.is_down(server.health_slot) {
             return false;
@@ -188,33 +176,30 @@ impl<C> Upstreams<C> {
         }
     }
 
-    /// An idle pooled connection to `server`, if one has not expired: the
-    /// most recently returned first (its socket is the warmest).
-    pub fn take_idle(&self, server: &UpstreamServer, now_ms: u64) -> Option<C> {
-        let mut states = self.servers.borrow_mut();
-        let st = states.get_mut(&server.key)?;
-        while let Some(idle) = st.idle.pop() {
-            if idle.expires_ms > now_ms {
-                return Some(idle.conn);
-            }
-        }
-        None
+    /// `server`'s pool on this shard, made on first use.
+    fn pool(
+        &self,
+        group: &UpstreamGroup,
+        server: &UpstreamServer,
+        now_ms: u64,
+    ) -> Rc<ServerPool<C>> {
+        self.pools
+            .borrow_mut()
+            .entry(server.key)
+            .or_insert_with(|| ServerPool::new(PoolLimits::of(group), now_ms))
+            .clone()
     }
 
-    /// Returns a connection whose exchange completed cleanly.
-    /// At most `max_idle_per_server`; past it the connection is dropped.
-    pub fn put_idle(&self, group: &UpstreamGroup, server: &UpstreamServer, conn: C, now_ms: u64) {
-        if group.max_idle_per_server == 0 {
-            return;
-        }
-        let mut states = self.servers.borrow_mut();
-        let st = states.entry(server.key).or_default();
-        if st.idle.len() < group.max_idle_per_server as usize {
-            st.idle.push(Idle {
-                conn,
-                expires_ms: now_ms.saturating_add(group.idle_timeout_ms),
-            });
-        }
+    /// A connection to `server` for one request: a pooled one, a slot to
+    /// open one, a place in the server's queue, or `Full` (`pool`).
+    pub fn checkout(
+        &self,
+        group: &UpstreamGroup,
+        server: &UpstreamServer,
+        now_ms: u64,
+    ) -> Checkout<C> {
+        self.pool(group, server, now_ms)
+            .checkout(PoolLimits::of(group), now_ms)
     }
 
     pub fn begin(&self, server: &UpstreamServer) {
@@ -238,8 +223,14 @@ impl<C> Upstreams<C> {
         let mut states = self.servers.borrow_mut();
         let st = states.entry(server.key).or_default();
         st.failures += 1;
+        drop(states);
         // Pooled connections to a failing server are suspect.
-        st.idle.clear();
+        let pool = self.pools.borrow().get(&server.key).cloned();
+        if let Some(p) = pool {
+            p.discard_idle();
+        }
+        let mut states = self.servers.borrow_mut();
+        let st = states.entry(server.key).or_default();
         if group.fail_threshold > 0
             && group.servers.len() > 1
             && st.failures >= group.fail_threshold
@@ -260,26 +251,43 @@ impl<C> Upstreams<C> {
         }
     }
 
-    /// Closes expired idle connections and forgets empty entries, and the
-    /// least-outstanding rotation counters (they only spread ties, so
-    /// starting them over costs nothing, and groups gone with a reload
-    /// leave none behind). Called by the shard's sweeper once a second;
-    /// O(servers + idle connections).
-    pub fn sweep(&self, now_ms: u64) {
+    /// Closes expired idle connections and forgets empty entries (a pool
+    /// once it holds nothing and `live` says its server has left the
+    /// profile: its counters go with it), and the least-outstanding
+    /// rotation counters (they only spread ties, so starting them over
+    /// costs nothing, and groups gone with a reload leave none behind).
+    /// Called by the shard's sweeper once a second; O(servers + idle
+    /// connections).
+    pub fn sweep(&self, now_ms: u64, live: impl Fn(u64) -> bool) {
         self.rotation.borrow_mut().clear();
-        let mut states = self.servers.borrow_mut();
-        states.retain(|_, st| {
-            st.idle.retain(|i| i.expires_ms > now_ms);
+        self.servers.borrow_mut().retain(|_, st| {
             if matches!(st.down_until_ms, Some(t) if t <= now_ms) {
                 st.down_until_ms = None;
             }
             !st.is_empty()
         });
+        let pools: Vec<Rc<ServerPool<C>>> = self.pools.borrow().values().cloned().collect();
+        for p in &pools {
+            p.sweep(now_ms);
+        }
+        drop(pools);
+        self.pools
+            .borrow_mut()
+            .retain(|key, p| live(*key) || !p.is_unused());
     }
 
     /// Idle connections held, for metrics.
     pub fn idle_connections(&self) -> usize {
-        self.servers.borrow().values().map(|s| s.idle.len()).sum()
+        self.pools.borrow().values().map(|p| p.idle_len()).sum()
+    }
+
+    /// `server`'s pool figures on this shard (zero before its first use).
+    pub fn pool_counts(&self, server: u64) -> PoolCounts {
+        self.pools
+            .borrow()
+            .get(&server)
+            .map(|p| p.counts())
+            .unwrap_or_default()
     }
 }
 

@@ -2,6 +2,7 @@
 //! numbers in place of connections.
 
 use super::*;
+use crate::upstream::pool::Permit;
 use gapura_gate::upstream::HostHeader;
 
 fn group(weights: &[u32], balance: Balance) -> UpstreamGroup {
@@ -25,6 +26,9 @@ fn group(weights: &[u32], balance: Balance) -> UpstreamGroup {
         read_timeout_ms: 1000,
         max_idle_per_server: 2,
         idle_timeout_ms: 5_000,
+        max_connections_per_server: 8,
+        max_queued_per_server: 8,
+        queue_timeout_ms: 1000,
         fail_threshold: 2,
         fail_cooldown_ms: 10_000,
         active_health: None,
@@ -123,27 +127,40 @@ fn a_lone_server_is_never_taken_out_and_the_health_board_is_obeyed() {
     assert_eq!(u.pick(&g, 0, &board, 0), Some(0));
 }
 
+/// A connection made under a fresh slot of `s`'s pool.
+fn opened(u: &Upstreams<u32>, g: &UpstreamGroup, s: &UpstreamServer, at: u64) -> Permit<u32> {
+    match u.checkout(g, s, at) {
+        Checkout::Open(mut p) => {
+            p.connected();
+            p
+        }
+        _ => panic!("a slot to open a connection"),
+    }
+}
+
 #[test]
-fn the_idle_pool_is_bounded_newest_first_and_expires() {
+fn a_failure_empties_the_server_pool_and_its_counts_stay() {
     let u = Upstreams::<u32>::default();
     let g = group(&[1], Balance::RoundRobin);
     let s = &g.servers[0];
-    for (conn, at) in [(1, 0), (2, 1_000), (3, 2_000)] {
-        u.put_idle(&g, s, conn, at);
+    let permits: Vec<_> = (0..3).map(|_| opened(&u, &g, s, 0)).collect();
+    for (n, p) in permits.into_iter().enumerate() {
+        p.pool().clone().put(n as u32, p, 1_000);
     }
     assert_eq!(u.idle_connections(), 2, "max_idle_per_server");
-    assert_eq!(u.take_idle(s, 3_000), Some(2), "the newest first");
-    u.put_idle(&g, s, 4, 3_000);
-    // Connection 1 expires at 5000, connection 4 at 8000.
-    assert_eq!(u.take_idle(s, 6_000), Some(4));
-    assert_eq!(u.take_idle(s, 6_000), None, "1 expired and was dropped");
-    u.put_idle(&g, s, 5, 6_000);
-    u.put_idle(&g, s, 6, 9_000);
-    u.sweep(11_000);
-    assert_eq!(u.idle_connections(), 1, "the sweeper closes expired ones");
-    // A failure empties the server's pool.
-    u.failure(&g, s, 11_000);
-    assert_eq!(u.take_idle(s, 11_000), None);
+    match u.checkout(&g, s, 2_000) {
+        Checkout::Idle(1, p) => drop(p),
+        _ => panic!("the newest first"),
+    }
+    u.failure(&g, s, 3_000);
+    assert!(matches!(u.checkout(&g, s, 3_000), Checkout::Open(_)));
+    let c = u.pool_counts(s.key);
+    assert_eq!((c.open, c.idle, c.opened), (0, 0, 3));
+    assert_eq!(
+        c.closed.map(|n| n as u32),
+        [0, 1, 0, 1, 1, 0],
+        "pool full, the error, discarded"
+    );
 }
 
 #[test]
@@ -154,21 +171,36 @@ fn the_sweeper_forgets_servers_with_nothing_to_remember() {
     u.end(&g.servers[0]);
     u.failure(&g, &g.servers[1], 0);
     u.failure(&g, &g.servers[1], 0);
-    u.sweep(1);
+    let live = |_: u64| false;
+    u.sweep(1, live);
     assert_eq!(
         u.servers.borrow().len(),
         1,
         "the failed server is remembered"
     );
-    u.sweep(10_000);
+    u.sweep(10_000, live);
     assert!(u.servers.borrow().is_empty(), "its cooldown is over");
-    u.put_idle(&g, &g.servers[0], 7, 0);
-    u.sweep(1);
-    assert_eq!(u.servers.borrow().len(), 1);
+    let p = opened(&u, &g, &g.servers[0], 0);
+    p.pool().clone().put(7, p, 0);
+    u.sweep(1, live);
+    assert_eq!(
+        u.pools.borrow().len(),
+        1,
+        "a pool holding a connection stays"
+    );
+    u.sweep(10_000, |k| k == g.servers[0].key);
+    assert_eq!(u.idle_connections(), 0, "expired");
+    assert_eq!(
+        u.pools.borrow().len(),
+        1,
+        "a server in the profile keeps its counts"
+    );
+    u.sweep(10_001, live);
+    assert!(u.pools.borrow().is_empty(), "gone with its server");
     // The rotation counters of least outstanding go too.
     let board = HealthBoard::default();
     u.pick(&g, 0, &board, 1);
     assert_eq!(u.rotation.borrow().len(), 1);
-    u.sweep(2);
+    u.sweep(2, live);
     assert!(u.rotation.borrow().is_empty());
 }

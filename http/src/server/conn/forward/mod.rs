@@ -34,11 +34,13 @@ use crate::transport::upstream::{server_name, UpstreamConn};
 use crate::transport::Transport;
 use crate::transport::WriteAll;
 use crate::upstream::h2conns::Take;
+use crate::upstream::pool::{Checkout, CloseReason, Got, Permit};
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::policy::HostExtras;
 use gapura_gate::upstream::{Route, UpstreamGroup, UpstreamProtocol, UpstreamServer};
 use gapura_gate::{ErrorStatus, Snapshot};
 use response::Replace;
+use std::os::fd::AsRawFd;
 
 /// Most servers tried for one request.
 const MAX_ATTEMPTS: u32 = 4;
@@ -151,21 +153,53 @@ async fn connect(
     }
 }
 
-/// What carries one request to `server`, and whether it was made before
-/// (a pooled connection, or a stream on a running HTTP/2 connection).
+/// A pooled HTTP/1.1 connection's place in its server's count.
+pub(super) type Slot = Permit<UpstreamConn>;
+
+/// What carries one request to a server.
+pub(super) struct Carrier {
+    pub conn: UpstreamConn,
+    /// Made before: a pooled connection, or a stream on a running HTTP/2
+    /// connection.
+    pub reused: bool,
+    /// The HTTP/1.1 connection's slot in its server's pool (`None` for
+    /// an HTTP/2 stream).
+    pub slot: Option<Slot>,
+}
+
+/// Why no connection to a server could be had.
+enum NoConn {
+    /// The server failed (connect refused or timed out, a handshake):
+    /// counted against its passive health.
+    Failed(ErrorStatus),
+    /// Every connection busy and the queue full: another server may
+    /// take the request, else 503.
+    QueueFull,
+    /// Waited in the queue past `queue_timeout_ms`: 503.
+    QueueTimeout,
+    /// The client went away while the request waited.
+    ClientGone,
+}
+
+/// What carries one request to `server`.
 ///
 /// HTTP/1.1: a pooled connection of the group's kind (one of the other
 /// kind, left by a reload that turned TLS on or off, is closed), else a
-/// new one. HTTP/2 (`h2`, `auto`): a stream on one of the shard's
-/// connections to the server, else a new connection (its streams limited
-/// as the group says; a request waits for a stream within the connect
-/// timeout); with `auto`, a server whose ALPN agrees only to HTTP/1.1 is
-/// spoken to in HTTP/1.1 from then on.
+/// new one while the server has fewer than `max_connections_per_server`
+/// on this shard, else a place in its queue until a connection comes back
+/// or a slot frees (at most `queue_timeout_ms`; `pool`). HTTP/2 (`h2`,
+/// `auto`): a stream on one of the shard's connections to the server,
+/// else a new connection (its streams limited as the group says; a
+/// request waits for a stream within the connect timeout); with `auto`, a
+/// server whose ALPN agrees only to HTTP/1.1 is spoken to in HTTP/1.1
+/// from then on. `gone` ends when the client has gone away.
 async fn upstream_for(
     group: &UpstreamGroup,
     server: &UpstreamServer,
     shard: &Shard,
-) -> Result<(UpstreamConn, bool), ErrorStatus> {
+    gone: impl std::future::Future<Output = ()>,
+    waited: &mut Option<u64>,
+) -> Result<Carrier, NoConn> {
     let https = group.tls.is_some();
     let deadline = clock::deadline(group.connect_timeout_ms);
     let pool = &shard.h2_upstreams;
@@ -173,17 +207,18 @@ async fn upstream_for(
     while h2 {
         match pool.take(group, server.key) {
             Take::Stream(c, slot) => {
-                return Ok((
-                    UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
-                    true,
-                ))
+                return Ok(Carrier {
+                    conn: UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
+                    reused: true,
+                    slot: None,
+                })
             }
             Take::Wait => {
                 if monoio::time::timeout_at(deadline, pool.wait(server.key))
                     .await
                     .is_err()
                 {
-                    return Err(ErrorStatus::GatewayTimeout);
+                    return Err(NoConn::Failed(ErrorStatus::GatewayTimeout));
                 }
             }
             Take::Open => break,
@@ -191,26 +226,33 @@ async fn upstream_for(
         }
     }
     if !h2 {
-        let idle = shard
-            .upstreams
-            .take_idle(server, clock::now_ms())
-            .filter(|c| matches!(c, UpstreamConn::Tls(_)) == https);
-        if let Some(c) = idle {
-            return Ok((c, true));
-        }
-        return connect(group, server, shard).await.map(|c| (c, false));
+        return http1_for(group, server, shard, gone, waited).await;
     }
     let conn = match connect(group, server, shard).await {
         Ok(c) => c,
         Err(status) => {
             pool.failed(server.key, false);
-            return Err(status);
+            return Err(NoConn::Failed(status));
         }
     };
     if let (UpstreamProtocol::Auto, UpstreamConn::Tls(t)) = (group.protocol, &conn) {
         if t.alpn().as_deref() != Some(b"h2") {
             pool.failed(server.key, true);
-            return Ok((conn, false));
+            // Counted in the server's HTTP/1.1 pool from here on: its slot
+            // is taken when one is free, else the connection is closed
+            // and the request takes the pool's way.
+            if let Checkout::Open(mut slot) =
+                shard.upstreams.checkout(group, server, clock::now_ms())
+            {
+                slot.connected();
+                return Ok(Carrier {
+                    conn,
+                    reused: false,
+                    slot: Some(slot),
+                });
+            }
+            drop(conn);
+            return http1_for(group, server, shard, gone, waited).await;
         }
     }
     let live = pool.live_for(server.key);
@@ -219,15 +261,98 @@ async fn upstream_for(
     match h2call::handshake(read, write, deadline, &live, streams).await {
         Ok(send) => {
             let (c, slot) = pool.opened(server.key, send, live);
-            Ok((
-                UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
-                false,
-            ))
+            Ok(Carrier {
+                conn: UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
+                reused: false,
+                slot: None,
+            })
         }
         Err(e) => {
             pool.failed(server.key, false);
-            Err(connect_error(&e))
+            Err(NoConn::Failed(connect_error(&e)))
         }
+    }
+}
+
+/// An HTTP/1.1 connection from `server`'s pool: an idle one, a new one
+/// under a free slot, or one handed over after waiting in the queue
+/// (`waited`: the milliseconds spent there).
+async fn http1_for(
+    group: &UpstreamGroup,
+    server: &UpstreamServer,
+    shard: &Shard,
+    gone: impl std::future::Future<Output = ()>,
+    waited: &mut Option<u64>,
+) -> Result<Carrier, NoConn> {
+    let https = group.tls.is_some();
+    let mut gone = std::pin::pin!(gone);
+    loop {
+        let got = match shard.upstreams.checkout(group, server, clock::now_ms()) {
+            Checkout::Idle(c, slot) => Got::Idle(c, slot),
+            Checkout::Open(slot) => Got::Open(slot),
+            Checkout::Full => return Err(NoConn::QueueFull),
+            Checkout::Wait(mut wait) => {
+                let since = clock::now_ms();
+                let deadline = clock::deadline(group.queue_timeout_ms);
+                let got = monoio::select! {
+                    r = monoio::time::timeout_at(deadline, &mut wait) => r.ok(),
+                    _ = &mut gone => {
+                        *waited = Some(clock::now_ms().saturating_sub(since));
+                        return Err(NoConn::ClientGone);
+                    }
+                };
+                *waited = Some(waited.unwrap_or(0) + clock::now_ms().saturating_sub(since));
+                match got {
+                    Some(g) => g,
+                    None => {
+                        wait.timed_out();
+                        return Err(NoConn::QueueTimeout);
+                    }
+                }
+            }
+        };
+        match got {
+            Got::Idle(c, slot) if matches!(c, UpstreamConn::Tls(_)) == https => {
+                return Ok(Carrier {
+                    conn: c,
+                    reused: true,
+                    slot: Some(slot),
+                })
+            }
+            Got::Idle(c, mut slot) => {
+                // Made before a reload turned TLS on or off.
+                slot.closing(CloseReason::Discarded);
+                drop((c, slot));
+            }
+            Got::Open(mut slot) => {
+                let conn = connect(group, server, shard)
+                    .await
+                    .map_err(NoConn::Failed)?;
+                slot.connected();
+                return Ok(Carrier {
+                    conn,
+                    reused: false,
+                    slot: Some(slot),
+                });
+            }
+        }
+    }
+}
+
+/// Ends when the client has gone away: an HTTP/2 stream it reset, or a
+/// connection it closed (bytes it pipelined end the watch: they wait in
+/// the socket for the next request).
+async fn client_gone<S: Transport>(stream: &mut S) {
+    if let Some(socket) = stream.socket() {
+        if socket.readable(false).await.is_ok()
+            && peer_closed(socket.as_raw_fd())
+            && !stream.buffered()
+        {
+            return;
+        }
+        std::future::pending::<()>().await
+    } else {
+        stream.until_abandoned().await
     }
 }
 
@@ -336,20 +461,54 @@ impl<S: Transport> Conn<S> {
                 tried |= 1 << idx;
             }
             let server = &group.servers[idx];
-            let (mut up, reused) = match upstream_for(group, server, &shard).await {
-                Ok(u) => u,
-                Err(status) => {
+            let mut waited = None;
+            let got = {
+                let gone = client_gone(self.io.stream_mut());
+                upstream_for(group, server, &shard, gone, &mut waited).await
+            };
+            if let (Some(ms), Some(rec)) = (waited, self.log.as_deref_mut()) {
+                rec.queue_ms = Some(rec.queue_ms.unwrap_or(0) + ms);
+            }
+            let Carrier {
+                conn: mut up,
+                reused,
+                mut slot,
+            } = match got {
+                Ok(c) => c,
+                Err(NoConn::Failed(status)) => {
                     shard.upstreams.failure(group, server, clock::now_ms());
                     shard.stats.upstream_failures.inc();
                     failed.last = status;
                     continue;
                 }
+                // Not the server's fault: its passive health is left alone.
+                Err(NoConn::QueueFull) => {
+                    failed.last = ErrorStatus::ServiceUnavailable;
+                    continue;
+                }
+                Err(NoConn::QueueTimeout) => {
+                    failed.last = ErrorStatus::ServiceUnavailable;
+                    break;
+                }
+                Err(NoConn::ClientGone) => return Err(End::Error(ErrorKind::Io)),
             };
             shard.upstreams.begin(server);
             let outcome = self
                 .attempt(&mut up, reused, head, group, body, limits, upgrade, replace)
                 .await;
             shard.upstreams.end(server);
+            // What closes the connection unless it is pooled again
+            // (`Error` unless said here).
+            let closing = match &outcome {
+                Attempt::Done { .. } | Attempt::ClientGone | Attempt::BadBody(_) => {
+                    CloseReason::NotReusable
+                }
+                Attempt::Upgrade(_) => CloseReason::Upgrade,
+                _ => CloseReason::Error,
+            };
+            if let Some(s) = slot.as_mut() {
+                s.closing(closing);
+            }
             let count = |c: bool| {
                 if c {
                     shard.upstreams.failure(group, server, clock::now_ms());
@@ -361,8 +520,8 @@ impl<S: Transport> Conn<S> {
                     shard.upstreams.success(server);
                     // An HTTP/2 call's connection stays with the shard's
                     // HTTP/2 connections; the call itself ends here.
-                    if reusable && !matches!(up, UpstreamConn::H2(_)) {
-                        shard.upstreams.put_idle(group, server, up, clock::now_ms());
+                    if let (true, Some(slot)) = (reusable, slot) {
+                        slot.pool().clone().put(up, slot, clock::now_ms());
                     }
                     return if close { Err(End::Done) } else { Ok(None) };
                 }
