@@ -28,7 +28,10 @@ pub(crate) const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 pub(crate) const DEFAULT_RESPONSE_HEADER_TIMEOUT_MS: u64 = 60_000;
 pub(crate) const DEFAULT_READ_TIMEOUT_MS: u64 = 60_000;
 pub(crate) const DEFAULT_MAX_CONNECTIONS_PER_SERVER: u32 = 1_024;
-pub(crate) const DEFAULT_MAX_QUEUED_PER_SERVER: u32 = 1_024;
+/// A queued request's connection or stream exists already (bounded by the
+/// server's connection limits): the queue adds a few dozen bytes each, so
+/// its default bound is as wide as a shard's connections.
+pub(crate) const DEFAULT_MAX_QUEUED_PER_SERVER: u32 = 16_384;
 pub(crate) const DEFAULT_IDLE_TIMEOUT_MS: u64 = 30_000;
 pub(crate) const DEFAULT_FAIL_THRESHOLD: u32 = 3;
 pub(crate) const DEFAULT_FAIL_COOLDOWN_MS: u64 = 10_000;

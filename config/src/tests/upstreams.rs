@@ -103,7 +103,7 @@ fn an_upstream_with_only_name_and_servers_takes_every_default() {
             max_idle_per_server: 1024,
             idle_timeout_ms: 30_000,
             max_connections_per_server: 1024,
-            max_queued_per_server: 1024,
+            max_queued_per_server: 16_384,
             queue_timeout_ms: 5000,
             fail_threshold: 3,
             fail_cooldown_ms: 10_000,
