@@ -8,9 +8,13 @@
 # kernel's share is not in it): it is how a change to the per-request
 # path is judged before a timed comparison.
 #
-# Usage: bench/instructions.sh [--seconds S] SERVER...
+# Usage: bench/instructions.sh [--seconds S] [--proxy] SERVER...
 #   SERVER: gapura | gapura-protected | floor | a path to a gapura binary,
 #   optionally with :protected (e.g. /tmp/gapura-old:protected)
+#   --proxy: the proxy path instead (gapura builds only): every request
+#   forwarded to an upstream nginx on core 1 over pooled connections
+#   (peers/gapura-proxy.toml.in), wrk with 64 keep-alive connections and
+#   no pipelining; the figure is per proxied response
 #
 # Prints one line per server: responses, instructions, instructions per
 # response. Needs valgrind (callgrind_control) and wrk; builds nothing
@@ -22,10 +26,13 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 SECONDS_RUN=6
 SERVERS=()
+PROXY=
+UP_PID=
 while [[ $# -gt 0 ]]; do
     case $1 in
         --seconds) SECONDS_RUN=$2; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --proxy) PROXY=1; shift ;;
+        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) SERVERS+=("$1"); shift ;;
     esac
 done
@@ -39,6 +46,7 @@ WORK=$(mktemp -d)
 VG_PID=
 cleanup() {
     [[ -n $VG_PID ]] && kill -9 "$VG_PID" 2>/dev/null || true
+    [[ -n $UP_PID ]] && kill "$UP_PID" 2>/dev/null || true
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -54,6 +62,21 @@ wait_port() {
     done
     echo "instructions.sh: nothing listens on $1" >&2
     return 1
+}
+
+# The proxy path's upstream: nginx, one worker on core 1, keep-alive.
+UP_PORT=
+start_upstream() {
+    command -v nginx >/dev/null || { echo "instructions.sh: nginx is missing" >&2; exit 2; }
+    UP_PORT=$(free_port)
+    printf '%s\n' 'worker_processes 1;' 'daemon off;' "pid $WORK/upstream.pid;" \
+        "error_log $WORK/upstream-error.log;" 'events { worker_connections 4096; }' \
+        'http { access_log off; keepalive_requests 1000000;' \
+        "  server { listen 127.0.0.1:$UP_PORT; location / { return 200 \"hello\\n\"; } } }" \
+        > "$WORK/upstream.conf"
+    taskset -c 1 nginx -c "$WORK/upstream.conf" -p "$WORK" > /dev/null 2>&1 &
+    UP_PID=$!
+    wait_port "$UP_PORT"
 }
 
 run_one() {
@@ -72,7 +95,8 @@ run_one() {
                 *:protected) bin=${name%:protected}; profile=gapura-respond-protected ;;
                 *) bin=$name ;;
             esac
-            sed -e "s/@PORT@/$port/; s/@ADMIN_PORT@/$admin/" \
+            [[ -n $PROXY ]] && profile=gapura-proxy
+            sed -e "s/@PORT@/$port/; s/@ADMIN_PORT@/$admin/; s/@UPSTREAM_PORT@/$UP_PORT/" \
                 "$SCRIPT_DIR/peers/$profile.toml.in" > "$WORK/profile.toml"
             cmd=("$bin" run --allow-root --profile "$WORK/profile.toml") ;;
     esac
@@ -83,9 +107,11 @@ run_one() {
     VG_PID=$!
     wait_port "$port"
     local url=http://127.0.0.1:$port/ lua=$SCRIPT_DIR/peers/wrk-pipeline.lua
-    taskset -c 1 wrk -t1 -c64 -d2s -s "$lua" "$url" -- 16 > /dev/null
+    local shape=(-s "$lua" "$url" -- 16)
+    [[ -n $PROXY ]] && shape=("$url")
+    taskset -c 1 wrk -t1 -c64 -d2s "${shape[@]}" > /dev/null
     callgrind_control -z "$VG_PID" > /dev/null 2>&1
-    taskset -c 1 wrk -t1 -c64 -d"${SECONDS_RUN}s" -s "$lua" "$url" -- 16 > "$WORK/wrk.txt"
+    taskset -c 1 wrk -t1 -c64 -d"${SECONDS_RUN}s" "${shape[@]}" > "$WORK/wrk.txt"
     callgrind_control -d "$VG_PID" > /dev/null 2>&1
     sleep 1
     kill -9 "$VG_PID" 2>/dev/null || true
@@ -99,6 +125,12 @@ run_one() {
         "$name" "$responses" "$total"
 }
 
+if [[ -n $PROXY ]]; then
+    for s in "${SERVERS[@]}"; do
+        [[ $s == floor ]] && { echo "instructions.sh: --proxy measures gapura builds only" >&2; exit 2; }
+    done
+    start_upstream
+fi
 for s in "${SERVERS[@]}"; do
     run_one "$s"
 done

@@ -181,7 +181,47 @@ enum NoConn {
     ClientGone,
 }
 
-/// What carries one request to `server`.
+/// What the pools give a request at once, before anything waits.
+pub(super) enum First {
+    H1(Checkout<UpstreamConn>),
+    H2(Take),
+}
+
+/// A connection to `server` that can be had without waiting: a pooled
+/// HTTP/1.1 connection of the group's kind, or a stream on a running
+/// HTTP/2 connection (the common case, kept out of the async path so the
+/// connection task's future stays small); else what the pool said, for
+/// [`upstream_for`].
+fn at_once(
+    group: &UpstreamGroup,
+    server: &UpstreamServer,
+    shard: &Shard,
+) -> Result<Carrier, First> {
+    let https = group.tls.is_some();
+    if group.protocol == UpstreamProtocol::Http1 {
+        return match shard.upstreams.checkout(group, server, clock::now_ms()) {
+            Checkout::Idle(conn, slot) if matches!(conn, UpstreamConn::Tls(_)) == https => {
+                Ok(Carrier {
+                    conn,
+                    reused: true,
+                    slot: Some(slot),
+                })
+            }
+            other => Err(First::H1(other)),
+        };
+    }
+    match shard.h2_upstreams.take(group, server.key) {
+        Take::Stream(c, slot) => Ok(Carrier {
+            conn: UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
+            reused: true,
+            slot: None,
+        }),
+        other => Err(First::H2(other)),
+    }
+}
+
+/// What carries one request to `server`, given what the pools said at
+/// first (`first`, from [`at_once`]).
 ///
 /// HTTP/1.1: a pooled connection of the group's kind (one of the other
 /// kind, left by a reload that turned TLS on or off, is closed), else a
@@ -194,6 +234,7 @@ enum NoConn {
 /// server whose ALPN agrees only to HTTP/1.1 is spoken to in HTTP/1.1
 /// from then on. `gone` ends when the client has gone away.
 async fn upstream_for(
+    first: First,
     group: &UpstreamGroup,
     server: &UpstreamServer,
     shard: &Shard,
@@ -203,9 +244,12 @@ async fn upstream_for(
     let https = group.tls.is_some();
     let deadline = clock::deadline(group.connect_timeout_ms);
     let pool = &shard.h2_upstreams;
-    let mut h2 = group.protocol != UpstreamProtocol::Http1;
-    while h2 {
-        match pool.take(group, server.key) {
+    let mut take = match first {
+        First::H1(c) => return http1_for(Some(c), group, server, shard, gone, waited).await,
+        First::H2(t) => t,
+    };
+    loop {
+        match take {
             Take::Stream(c, slot) => {
                 return Ok(Carrier {
                     conn: UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
@@ -222,11 +266,9 @@ async fn upstream_for(
                 }
             }
             Take::Open => break,
-            Take::Http1 => h2 = false,
+            Take::Http1 => return http1_for(None, group, server, shard, gone, waited).await,
         }
-    }
-    if !h2 {
-        return http1_for(group, server, shard, gone, waited).await;
+        take = pool.take(group, server.key);
     }
     let conn = match connect(group, server, shard).await {
         Ok(c) => c,
@@ -252,7 +294,7 @@ async fn upstream_for(
                 });
             }
             drop(conn);
-            return http1_for(group, server, shard, gone, waited).await;
+            return http1_for(None, group, server, shard, gone, waited).await;
         }
     }
     let live = pool.live_for(server.key);
@@ -274,10 +316,11 @@ async fn upstream_for(
     }
 }
 
-/// An HTTP/1.1 connection from `server`'s pool: an idle one, a new one
-/// under a free slot, or one handed over after waiting in the queue
-/// (`waited`: the milliseconds spent there).
+/// An HTTP/1.1 connection from `server`'s pool (`first`: what it said
+/// already): an idle one, a new one under a free slot, or one handed over
+/// after waiting in the queue (`waited`: the milliseconds spent there).
 async fn http1_for(
+    mut first: Option<Checkout<UpstreamConn>>,
     group: &UpstreamGroup,
     server: &UpstreamServer,
     shard: &Shard,
@@ -287,7 +330,10 @@ async fn http1_for(
     let https = group.tls.is_some();
     let mut gone = std::pin::pin!(gone);
     loop {
-        let got = match shard.upstreams.checkout(group, server, clock::now_ms()) {
+        let checkout = first
+            .take()
+            .unwrap_or_else(|| shard.upstreams.checkout(group, server, clock::now_ms()));
+        let got = match checkout {
             Checkout::Idle(c, slot) => Got::Idle(c, slot),
             Checkout::Open(slot) => Got::Open(slot),
             Checkout::Full => return Err(NoConn::QueueFull),
@@ -462,9 +508,22 @@ impl<S: Transport> Conn<S> {
             }
             let server = &group.servers[idx];
             let mut waited = None;
-            let got = {
-                let gone = client_gone(self.io.stream_mut());
-                upstream_for(group, server, &shard, gone, &mut waited).await
+            let got = match at_once(group, server, &shard) {
+                Ok(c) => Ok(c),
+                // Boxed: the rarer path (a new connection, a wait) keeps
+                // its state out of the connection task's future.
+                Err(first) => {
+                    let gone = client_gone(self.io.stream_mut());
+                    Box::pin(upstream_for(
+                        first,
+                        group,
+                        server,
+                        &shard,
+                        gone,
+                        &mut waited,
+                    ))
+                    .await
+                }
             };
             if let (Some(ms), Some(rec)) = (waited, self.log.as_deref_mut()) {
                 rec.queue_ms = Some(rec.queue_ms.unwrap_or(0) + ms);
