@@ -30,14 +30,18 @@ Reported per scenario and server: CPU µs per 2xx answer (utime + stime
 of the server's process tree, from /proc, over the measured window), 2xx
 answers a second, the share of answers that were not 2xx, upstream connections opened during the measured window (the
 warm-up before it opens the pool) and their share of requests, and
-sockets left in TIME_WAIT toward the upstream at the end. Every process
+sockets that entered TIME_WAIT toward the upstream (as `ss` sees them; a
+socket closed by a reset leaves none), and for Gapura its queue's
+counters over the window (requests that waited for a connection, timed
+out, found the queue full). Every process
 started here is stopped by its pid; all traffic goes to 127.0.0.1.
 Python 3.11, standard library only.
 
   cargo build --release -p gapura
   bench/h2-upstream-reuse.py [--rounds N] [--duration S] [--warmup S]
       [--scenarios h2-m10,h2-m100,...] [--servers gapura,haproxy,nginx]
-      [--gapura PATH] [--base PATH]
+      [--layout saturated|shared] [--gapura PATH] [--base PATH]
+      [--base-upstream 'max_idle_per_server = 64']
 """
 import argparse
 import os
@@ -97,10 +101,12 @@ def accepts(status_port):
     # "server accepts handled requests\n A H R"; the status request itself
     # is one accepted connection, taken off.
     nums = re.search(r"\n\s*(\d+)\s+(\d+)\s+(\d+)", text)
+    if not nums:
+        raise SystemExit(f"the upstream's stub_status said: {text[:200]!r}")
     return int(nums.group(1))
 
 
-def start_gapura(binary, work, port, core, upstream):
+def start_gapura(binary, work, port, core, upstream, extra=""):
     admin = free_port()
     profile = os.path.join(work, "gapura.toml")
     with open(profile, "w") as f:
@@ -113,6 +119,7 @@ max_requests_per_connection = 0
 [[upstream]]
 name = "origin"
 servers = ["127.0.0.1:{upstream}"]
+{extra}
 
 [[host]]
 names = ["localhost"]
@@ -127,7 +134,27 @@ off = ["all"]
 """)
     log = open(os.path.join(work, "gapura.log"), "w")
     return subprocess.Popen(["taskset", "-c", str(core), binary, "run", "--allow-root",
-                             "--profile", profile], stdout=log, stderr=log)
+                             "--profile", profile], stdout=log, stderr=log), admin
+
+
+def queue_counts(admin):
+    """Gapura's queue counters for the group: waited, timed out, found full
+    (None where the build has no such counters)."""
+    if admin is None:
+        return None
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics",
+                                      timeout=5).read().decode()
+    except OSError:
+        return None
+    out = []
+    for name in ("gapura_upstream_queued_total", "gapura_upstream_queue_timeouts_total",
+                 "gapura_upstream_queue_full_total"):
+        m = re.search(rf"^{name}{{upstream=\"origin\"}} (\d+)$", text, re.M)
+        if not m:
+            return None
+        out.append(int(m.group(1)))
+    return out
 
 
 def start_haproxy(work, port, core, upstream):
@@ -229,31 +256,56 @@ def time_wait(upstream):
     return len(out.splitlines())
 
 
+def start_server(server, args, work, upstream):
+    """The server on fresh ports: (process, port, admin port or None). A
+    start that fails (a port taken meanwhile) is tried again, twice."""
+    for attempt in range(3):
+        port = free_port()
+        admin = None
+        if server in ("gapura", "gapura-base"):
+            binary = args.gapura if server == "gapura" else args.base
+            extra = args.base_upstream if server == "gapura-base" else ""
+            proc, admin = start_gapura(binary, work, port, args.server_core, upstream, extra)
+        elif server == "haproxy":
+            proc = start_haproxy(work, port, args.server_core, upstream)
+        else:
+            proc = start_nginx(work, port, args.server_core, upstream)
+        try:
+            wait_port(port, proc)
+            return proc, port, admin
+        except SystemExit as e:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if attempt == 2:
+                raise
+            say(f"{server} did not start ({e}); trying again")
+            time.sleep(2)
+
+
 def run_one(server, scenario, args, work, upstream, status_port):
-    port = free_port()
-    if server in ("gapura", "gapura-base"):
-        binary = args.gapura if server == "gapura" else args.base
-        proc = start_gapura(binary, work, port, args.server_core, upstream)
-    elif server == "haproxy":
-        proc = start_haproxy(work, port, args.server_core, upstream)
-    else:
-        proc = start_nginx(work, port, args.server_core, upstream)
+    proc, port, admin = start_server(server, args, work, upstream)
     try:
-        wait_port(port, proc)
         # Gapura serves h2c and HTTP/1.1 on one port; the peers on two.
         target = port if server.startswith("gapura") or scenario.startswith("h2") else port + 1
         if args.warmup > 0:
             load(scenario, target, args.warmup, args.load_core)
+        # Gapura's counters reach /metrics once a second.
+        time.sleep(1.1 if admin else 0)
+        q0 = queue_counts(admin)
         a0, c0, tw0 = accepts(status_port), cpu_ticks(proc.pid), time_wait(upstream)
         t0 = time.time()
         n_all, n = load(scenario, target, args.duration, args.load_core)
         wall = time.time() - t0
         c1, a1 = cpu_ticks(proc.pid), accepts(status_port)
         tw1 = time_wait(upstream)
+        time.sleep(1.1 if admin else 0)
+        q1 = queue_counts(admin)
+        queue = [b - a for a, b in zip(q0, q1)] if q0 and q1 else None
         opened = max(0, a1 - a0 - 1)
         cpu_us = (c1 - c0) / TICKS * 1e6 / n if n else float("nan")
         return {"cpu": cpu_us, "rps": n / wall if wall else 0, "opened": opened,
-                "failed": (n_all - n) / n_all if n_all else 0.0,
+                "failed": (n_all - n) / n_all if n_all else 0.0, "queue": queue,
                 "share": opened / n if n else float("nan"), "tw": max(0, tw1 - tw0)}
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -275,6 +327,9 @@ def main():
     ap.add_argument("--servers", default="gapura,haproxy,nginx")
     ap.add_argument("--gapura", default=os.path.join(ROOT, "target/release/gapura"))
     ap.add_argument("--base", default=None, help="another gapura build, as gapura-base")
+    ap.add_argument("--base-upstream", default="",
+                    help="TOML lines added to gapura-base's [[upstream]], e.g. "
+                         "'max_idle_per_server = 64'")
     ap.add_argument("--server-core", type=int, default=0)
     ap.add_argument("--load-core", type=int, default=1)
     ap.add_argument("--layout", default="saturated", choices=("saturated", "shared"),
@@ -301,14 +356,19 @@ def main():
         up = start_upstream(work, upstream, status_port, up_core)
         try:
             wait_port(upstream, up)
+            wait_port(status_port, up)
             for r in range(args.rounds):
                 for scenario in scenarios:
                     for server in servers:
                         res = run_one(server, scenario, args, work, upstream, status_port)
                         rows.setdefault((scenario, server), []).append(res)
+                        queue = ""
+                        if res["queue"]:
+                            queue = (f", queue: {res['queue'][0]} waited, {res['queue'][1]} "
+                                     f"timed out, {res['queue'][2]} found it full")
                         say(f"round {r + 1} {scenario} {server}: {res['cpu']:.2f} µs, "
                             f"{res['rps']:.0f} req/s, {res['opened']} opened, "
-                            f"{res['tw']} TIME_WAIT")
+                            f"{res['tw']} TIME_WAIT{queue}")
         finally:
             up.send_signal(signal.SIGTERM)
             up.wait(10)
@@ -323,7 +383,9 @@ def main():
         med = {}
         for server in servers:
             rs = rows[(scenario, server)]
-            med[server] = {k: statistics.median(x[k] for x in rs) for k in rs[0]}
+            med[server] = {k: statistics.median(x[k] for x in rs) for k in rs[0] if k != "queue"}
+            qs = [x["queue"] for x in rs if x["queue"]]
+            med[server]["queue"] = [statistics.median(q[i] for q in qs) for i in range(3)] if qs else None
         for server in servers:
             m = med[server]
             ratio = lambda peer: (f"{m['cpu'] / med[peer]['cpu']:.2f}x"
@@ -331,6 +393,11 @@ def main():
             print(f"| {server} | {m['cpu']:.2f} | {ratio('haproxy')} | {ratio('nginx')} | "
                   f"{m['rps']:.0f} | {m['failed'] * 100:.1f} % | {m['opened']:.0f} | {m['share'] * 100:.3f} % | "
                   f"{m['tw']:.0f} |")
+        for server in servers:
+            q = med[server].get("queue")
+            if q:
+                print(f"\n{server}'s queue (median per round): {q[0]:.0f} requests waited for a "
+                      f"connection, {q[1]:.0f} past queue_timeout_ms, {q[2]:.0f} found it full")
 
 
 if __name__ == "__main__":

@@ -192,31 +192,38 @@ pub(super) enum First {
 /// HTTP/2 connection (the common case, kept out of the async path so the
 /// connection task's future stays small); else what the pool said, for
 /// [`upstream_for`].
+// The `Ok` side (a carrier holds its connection) is as large as the `Err`
+// side: boxing either would only add an allocation to the fast path.
+#[allow(clippy::result_large_err)]
 fn at_once(
     group: &UpstreamGroup,
     server: &UpstreamServer,
     shard: &Shard,
 ) -> Result<Carrier, First> {
     let https = group.tls.is_some();
-    if group.protocol == UpstreamProtocol::Http1 {
-        return match shard.upstreams.checkout(group, server, clock::now_ms()) {
-            Checkout::Idle(conn, slot) if matches!(conn, UpstreamConn::Tls(_)) == https => {
-                Ok(Carrier {
-                    conn,
+    if group.protocol != UpstreamProtocol::Http1 {
+        match shard.h2_upstreams.take(group, server.key) {
+            Take::Stream(c, slot) => {
+                return Ok(Carrier {
+                    conn: UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
                     reused: true,
-                    slot: Some(slot),
+                    slot: None,
                 })
             }
-            other => Err(First::H1(other)),
-        };
+            // An `auto` server that agreed to HTTP/1.1 only: its pool.
+            Take::Http1 => {}
+            other => return Err(First::H2(other)),
+        }
     }
-    match shard.h2_upstreams.take(group, server.key) {
-        Take::Stream(c, slot) => Ok(Carrier {
-            conn: UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
-            reused: true,
-            slot: None,
-        }),
-        other => Err(First::H2(other)),
+    match shard.upstreams.checkout(group, server, clock::now_ms()) {
+        Checkout::Idle(conn, slot) if matches!(conn, UpstreamConn::Tls(_)) == https => {
+            Ok(Carrier {
+                conn,
+                reused: true,
+                slot: Some(slot),
+            })
+        }
+        other => Err(First::H1(other)),
     }
 }
 
