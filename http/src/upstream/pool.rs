@@ -146,6 +146,17 @@ struct Waiter<C> {
     waker: RefCell<Option<Waker>>,
 }
 
+impl<C> Waiter<C> {
+    /// Hands `h` over (the waiter is out of the queue) and wakes it.
+    fn hand(&self, h: Handoff<C>) {
+        *self.got.borrow_mut() = Some(h);
+        let k = self.waker.borrow_mut().take();
+        if let Some(k) = k {
+            k.wake();
+        }
+    }
+}
+
 /// One server's connections on a shard.
 pub struct ServerPool<C> {
     idle: RefCell<Vec<Idle<C>>>,
@@ -262,11 +273,7 @@ impl<C> ServerPool<C> {
     /// waiter, else into the idle pool, else closed.
     fn give(&self, conn: C) {
         if let Some(w) = self.next_waiter() {
-            *w.got.borrow_mut() = Some(Handoff::Conn(conn));
-            let k = w.waker.borrow_mut().take();
-            if let Some(k) = k {
-                k.wake();
-            }
+            w.hand(Handoff::Conn(conn));
             return;
         }
         let limits = self.limits.get();
@@ -288,18 +295,14 @@ impl<C> ServerPool<C> {
         }
     }
 
-    /// `n` connections (or reserved slots, `counted` false) gone: their
-    /// slots go to waiters first.
+    /// `n` slots free (connections closed, or openings that failed): they
+    /// go to waiters first.
     fn free_slots(&self, n: u32) {
         self.open.set(self.open.get().saturating_sub(n));
         for _ in 0..n {
             let Some(w) = self.next_waiter() else { break };
             self.open.set(self.open.get() + 1);
-            *w.got.borrow_mut() = Some(Handoff::Open);
-            let k = w.waker.borrow_mut().take();
-            if let Some(k) = k {
-                k.wake();
-            }
+            w.hand(Handoff::Open);
         }
     }
 

@@ -27,13 +27,14 @@ use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::head::{BodyFraming, Method, ParsedHead};
 use crate::server::shard::Shard;
 use crate::server::stats::ErrorKind;
+use crate::transport::h2call::StreamSlot;
 use crate::transport::h2call::{self, H2Call};
 use crate::transport::plain::Plain;
 use crate::transport::tls::{self, HandshakeFail};
 use crate::transport::upstream::{server_name, UpstreamConn};
 use crate::transport::Transport;
 use crate::transport::WriteAll;
-use crate::upstream::h2conns::Take;
+use crate::upstream::h2conns::{H2Conn, Take};
 use crate::upstream::pool::{Checkout, CloseReason, Got, Permit};
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::policy::HostExtras;
@@ -167,6 +168,17 @@ pub(super) struct Carrier {
     pub slot: Option<Slot>,
 }
 
+impl Carrier {
+    /// A stream on an HTTP/2 connection (`reused`: a running one).
+    fn h2(c: H2Conn, slot: StreamSlot, https: bool, reused: bool) -> Carrier {
+        Carrier {
+            conn: UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
+            reused,
+            slot: None,
+        }
+    }
+}
+
 /// Why no connection to a server could be had.
 enum NoConn {
     /// The server failed (connect refused or timed out, a handshake):
@@ -203,13 +215,7 @@ fn at_once(
     let https = group.tls.is_some();
     if group.protocol != UpstreamProtocol::Http1 {
         match shard.h2_upstreams.take(group, server.key) {
-            Take::Stream(c, slot) => {
-                return Ok(Carrier {
-                    conn: UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
-                    reused: true,
-                    slot: None,
-                })
-            }
+            Take::Stream(c, slot) => return Ok(Carrier::h2(c, slot, https, true)),
             // An `auto` server that agreed to HTTP/1.1 only: its pool.
             Take::Http1 => {}
             other => return Err(First::H2(other)),
@@ -257,13 +263,7 @@ async fn upstream_for(
     };
     loop {
         match take {
-            Take::Stream(c, slot) => {
-                return Ok(Carrier {
-                    conn: UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
-                    reused: true,
-                    slot: None,
-                })
-            }
+            Take::Stream(c, slot) => return Ok(Carrier::h2(c, slot, https, true)),
             Take::Wait => {
                 if monoio::time::timeout_at(deadline, pool.wait(server.key))
                     .await
@@ -310,11 +310,7 @@ async fn upstream_for(
     match h2call::handshake(read, write, deadline, &live, streams).await {
         Ok(send) => {
             let (c, slot) = pool.opened(server.key, send, live);
-            Ok(Carrier {
-                conn: UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
-                reused: false,
-                slot: None,
-            })
+            Ok(Carrier::h2(c, slot, https, false))
         }
         Err(e) => {
             pool.failed(server.key, false);
