@@ -59,6 +59,15 @@ kept being answered.
                    client answered
   h2-streams       1,000 streams at once per connection, past
                    http2_max_streams: the excess refused, VmRSS <= 16 MiB
+  h2-upstream-queue
+                   8 connections from one address open 100 GET streams each
+                   every 0.5 s for 6 s at an origin that answers in 0.5 s,
+                   while another /24 asks through the same upstream server:
+                   Gapura with max_connections_per_server = 32 alone, and
+                   with [quota.source] concurrent = 16 too: the origin never
+                   sees more than 32 at once, VmRSS growth <= 32 MiB, and
+                   with the lease the other client is always answered
+                   (nginx: its origin concurrency and the other client)
   tls-silent       1,000 connections to the TLS port that never send a byte:
                    VmRSS growth <= 4 MiB
   tls-slow         200 ClientHellos a byte per 200 ms against a 2 s handshake
@@ -106,13 +115,15 @@ from hostile_suite.h2 import (scenario_h2_continuation, scenario_h2_control_floo
                               scenario_h2_hpack_bomb, scenario_h2_rapid_reset,
                               scenario_h2_streams, scenario_h2_zero_window)
 from hostile_suite.idle import scenario_idle
+from hostile_suite.queue import scenario_h2_upstream_queue
 from hostile_suite.slow import scenario_slow_body, scenario_slow_headers
 from hostile_suite.tls import scenario_tls_silent, scenario_tls_slow
 from hostile_suite.udp import scenario_udp_invalid, scenario_udp_replay, scenario_udp_spoof
 
 SCENARIOS = ("slow-headers", "slow-body", "flood", "reloads", "upstream-kill", "idle",
              "fd-limit", "aborts", "h2-rapid-reset", "h2-continuation", "h2-control-flood",
-             "h2-zero-window", "h2-hpack-bomb", "h2-streams", "tls-silent", "tls-slow",
+             "h2-zero-window", "h2-hpack-bomb", "h2-streams", "h2-upstream-queue", "tls-silent",
+             "tls-slow",
              "udp-spoof", "udp-replay", "udp-invalid")
 
 RUNNERS = {
@@ -130,6 +141,7 @@ RUNNERS = {
     "h2-zero-window": scenario_h2_zero_window,
     "h2-hpack-bomb": scenario_h2_hpack_bomb,
     "h2-streams": scenario_h2_streams,
+    "h2-upstream-queue": scenario_h2_upstream_queue,
     "tls-silent": scenario_tls_silent,
     "tls-slow": scenario_tls_slow,
     "udp-spoof": scenario_udp_spoof,
