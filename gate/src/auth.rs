@@ -124,7 +124,7 @@ pub struct AuthProvider {
     /// TLS to the endpoint (an `https://` url, with the `tls` table of an
     /// upstream; its `server_name` is the url's host unless written);
     /// `None`: plaintext.
-    pub tls: Option<Arc<crate::upstream::UpstreamTls>>,
+    pub tls: Option<Arc<crate::upstreamtls::UpstreamTls>>,
     /// A hash of everything above but the name: the cache and the idle
     /// connections survive a reload that keeps it.
     pub identity: u64,

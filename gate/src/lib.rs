@@ -21,6 +21,8 @@
 //! - `hash`: the unkeyed hashers (stable identities, the host table,
 //!   pre-hashed keys).
 //! - `upstream`: upstream groups and proxy routes as compiled.
+//! - `upstreamtls`: TLS to a server Gapura calls (upstreams and forward-auth
+//!   providers alike).
 //! - `udp`: UDP relays' policy, drop reasons and the budgets a datagram
 //!   pays before it is decoded.
 //! - `client`: who the client is (trusted proxies, Cloudflare, PROXY
@@ -82,6 +84,7 @@ pub mod tls;
 pub mod token;
 pub mod udp;
 pub mod upstream;
+pub mod upstreamtls;
 
 pub use answer::{Answer, WriteCtx};
 pub use host::{HostAction, HostId, HostTable, Redirect};

@@ -15,8 +15,9 @@
 use std::sync::Arc;
 
 use crate::cli::Config;
+use crate::ctx::Outcome;
 use crate::report::fmt_ns;
-use crate::shard::{execute, Outcome};
+use crate::shard::execute;
 
 /// One step of the search.
 #[derive(Clone, Debug)]

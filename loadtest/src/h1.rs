@@ -14,10 +14,10 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use crate::ctx::{publish_loop, sleep_until, ShardCtx};
 use crate::net::{connect_tcp, server_name, Conn};
 use crate::pacer::{pace, Pacer};
 use crate::response::ResponseParser;
-use crate::shard::ShardCtx;
 use crate::stats::{ErrorKind, ShardStats};
 use crate::target::RequestSet;
 
@@ -48,23 +48,6 @@ pub async fn shard_main(ctx: ShardCtx) -> ShardStats {
         .ok()
         .expect("all tasks ended")
         .into_inner()
-}
-
-/// Copies live counters for the progress line every 200 ms until `done`.
-pub async fn publish_loop(ctx: Rc<ShardCtx>, stats: Rc<RefCell<ShardStats>>, done: Rc<Cell<bool>>) {
-    while !done.get() {
-        monoio::time::sleep(Duration::from_millis(200)).await;
-        stats.borrow().publish(&ctx.shared.live[ctx.index]);
-    }
-}
-
-/// Sleeps until `t` (monoio's timer has millisecond resolution: used only
-/// where that is enough, such as the start of a run).
-pub async fn sleep_until(t: Instant) {
-    let now = Instant::now();
-    if t > now {
-        monoio::time::sleep(t - now).await;
-    }
 }
 
 enum Step {

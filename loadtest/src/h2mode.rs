@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::shard::ShardCtx;
+use crate::ctx::ShardCtx;
 use crate::stats::{ErrorKind, ShardStats};
 
 pub fn run_shard(ctx: ShardCtx) -> Result<ShardStats, String> {

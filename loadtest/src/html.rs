@@ -6,9 +6,9 @@
 use plotters::prelude::*;
 
 use crate::cli::Config;
+use crate::ctx::Outcome;
 use crate::findmax::Curve;
 use crate::report::{fmt_ns, text};
-use crate::shard::Outcome;
 
 const W: u32 = 860;
 const H: u32 = 340;

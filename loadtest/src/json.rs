@@ -7,9 +7,9 @@
 use serde_json::{json, Map, Value};
 
 use crate::cli::Config;
+use crate::ctx::Outcome;
 use crate::findmax::Curve;
 use crate::report::{cpu_per_request_us, mode, protocol, within_stdev, PERCENTILES};
-use crate::shard::Outcome;
 
 /// The schema identifier written in every document.
 pub const SCHEMA: &str = "gapura-loadtest/v1";

@@ -14,8 +14,10 @@
 //!
 //! - `cli`: the command line into a validated `Config`; `target`: URLs and
 //!   the request bytes built once.
-//! - `shard`: pinned shards and the runtime they run on; `pacer`: the open
-//!   loop's waits; `findmax`: the search for the highest rate under an SLO.
+//! - `shard`: pinned shards and the runtime they run on; `ctx`: what a
+//!   shard's driver is given and gives back (below the drivers, which never
+//!   import `shard`); `pacer`: the open loop's waits; `findmax`: the search
+//!   for the highest rate under an SLO.
 //! - Protocols: `h1` (HTTP/1.1 over monoio, plain or TLS), `uring` (plain
 //!   HTTP/1.1 on a ring driven directly), `h2mode` (HTTP/2), `udp`;
 //!   `response`: HTTP/1.1 response framing over a socket's reads (the glue
@@ -25,6 +27,7 @@
 //!   `json`, `html`.
 
 pub mod cli;
+pub mod ctx;
 pub mod findmax;
 pub mod h1;
 pub mod h2mode;
@@ -113,7 +116,7 @@ fn print_all(bytes: &[u8]) -> i32 {
 /// Writes `--json` and `--report` files when asked.
 pub fn write_outputs(
     cfg: &cli::Config,
-    o: &shard::Outcome,
+    o: &ctx::Outcome,
     fm: Option<&findmax::Curve>,
 ) -> Result<(), String> {
     if let Some(p) = &cfg.json {

@@ -106,6 +106,6 @@ pub async fn pace(pacer: &mut Option<Pacer>, t: Instant) {
         None => false,
     };
     if !ok {
-        crate::h1::sleep_until(t).await;
+        crate::ctx::sleep_until(t).await;
     }
 }

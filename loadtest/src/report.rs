@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use crate::cli::Config;
-use crate::shard::Outcome;
+use crate::ctx::Outcome;
 use crate::stats::Shared;
 use crate::target::Scheme;
 

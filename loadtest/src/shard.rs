@@ -12,70 +12,14 @@
 //! left behind and the summary says so.
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use crate::cli::{Config, Driver, Engine};
+use crate::ctx::{Outcome, ShardCtx};
 use crate::stats::{cpu_time, ShardStats, Shared};
 use crate::target::Scheme;
-
-/// What one shard needs to run.
-pub struct ShardCtx {
-    pub cfg: Arc<Config>,
-    pub shared: Arc<Shared>,
-    pub index: usize,
-    pub addr: SocketAddr,
-    pub conns: Range<usize>,
-    pub total_conns: usize,
-    pub start: Instant,
-    pub measure_start: Instant,
-    pub deadline: Option<Instant>,
-    pub rate: Option<f64>,
-    pub tls: Option<Arc<rustls::ClientConfig>>,
-    pub progress: bool,
-}
-
-impl ShardCtx {
-    /// The intended send time of the `k`-th request of global slot `g` in the
-    /// open loop, or None when the schedule is over (`-n` spent or past the deadline).
-    #[inline]
-    pub fn intended(&self, g: usize, k: u64) -> Option<Instant> {
-        let rate = self.rate?;
-        let j = g as u64 + k * self.total_conns as u64;
-        if let Some(n) = self.cfg.requests {
-            if j >= n {
-                return None;
-            }
-        }
-        let t = self.start + Duration::from_secs_f64(j as f64 / rate);
-        match self.deadline {
-            Some(d) if t >= d => None,
-            _ => Some(t),
-        }
-    }
-
-    /// True once the closed loop must stop issuing requests.
-    #[inline]
-    pub fn over(&self, now: Instant) -> bool {
-        self.shared.stopped() || self.deadline.is_some_and(|d| now >= d)
-    }
-
-    /// The source address global connection `g` binds to.
-    pub fn source(&self, g: usize) -> Option<std::net::IpAddr> {
-        self.cfg.source_ips.as_ref().map(|s| s.get(g as u64))
-    }
-
-    pub fn new_stats(&self) -> ShardStats {
-        let len = self
-            .deadline
-            .map(|d| d - self.measure_start)
-            .unwrap_or(Duration::from_secs(3600));
-        ShardStats::new(self.measure_start, len)
-    }
-}
 
 static FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
 
@@ -114,17 +58,6 @@ where
         StartError::RingRequired(e) => format!("io_uring ring setup failed: {e}"),
         StartError::NoDriver(e) => format!("epoll runtime setup failed: {e}"),
     })
-}
-
-/// What a run produced.
-pub struct Outcome {
-    pub stats: ShardStats,
-    /// Measured window: from its start to the deadline, or to the last report in `-n` runs.
-    pub elapsed: Duration,
-    pub cpu_user: Duration,
-    pub cpu_sys: Duration,
-    pub missing_shards: usize,
-    pub failures: Vec<String>,
 }
 
 fn run_shard(ctx: ShardCtx) -> Result<ShardStats, String> {

@@ -12,10 +12,9 @@ use std::time::{Duration, Instant};
 
 use monoio::net::udp::UdpSocket;
 
-use crate::h1::{publish_loop, sleep_until};
+use crate::ctx::{publish_loop, sleep_until, ShardCtx};
 use crate::net::start_connect;
 use crate::pacer::pace;
-use crate::shard::ShardCtx;
 use crate::stats::{ErrorKind, ShardStats};
 
 pub async fn shard_main(ctx: ShardCtx) -> ShardStats {

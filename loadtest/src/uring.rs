@@ -29,8 +29,8 @@ use bytes::Bytes;
 use gapura_http::uring::{BufRing, RingUse};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
+use crate::ctx::ShardCtx;
 use crate::response::ResponseParser;
-use crate::shard::ShardCtx;
 use crate::stats::{ErrorKind, ShardStats};
 use crate::target::RequestSet;
 

@@ -1,0 +1,98 @@
+//! What a shard's driver is given and gives back: its share of the run
+//! ([`ShardCtx`]: the connections it owns, the open loop's schedule, the
+//! deadline), what the run produced ([`Outcome`]), and the two helpers
+//! every driver runs beside its connections. A leaf under the drivers:
+//! `shard` starts them, they import this, never `shard`.
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cli::Config;
+use crate::stats::{ShardStats, Shared};
+
+/// What one shard needs to run.
+pub struct ShardCtx {
+    pub cfg: Arc<Config>,
+    pub shared: Arc<Shared>,
+    pub index: usize,
+    pub addr: SocketAddr,
+    pub conns: Range<usize>,
+    pub total_conns: usize,
+    pub start: Instant,
+    pub measure_start: Instant,
+    pub deadline: Option<Instant>,
+    pub rate: Option<f64>,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub progress: bool,
+}
+
+impl ShardCtx {
+    /// The intended send time of the `k`-th request of global slot `g` in the
+    /// open loop, or None when the schedule is over (`-n` spent or past the deadline).
+    #[inline]
+    pub fn intended(&self, g: usize, k: u64) -> Option<Instant> {
+        let rate = self.rate?;
+        let j = g as u64 + k * self.total_conns as u64;
+        if let Some(n) = self.cfg.requests {
+            if j >= n {
+                return None;
+            }
+        }
+        let t = self.start + Duration::from_secs_f64(j as f64 / rate);
+        match self.deadline {
+            Some(d) if t >= d => None,
+            _ => Some(t),
+        }
+    }
+
+    /// True once the closed loop must stop issuing requests.
+    #[inline]
+    pub fn over(&self, now: Instant) -> bool {
+        self.shared.stopped() || self.deadline.is_some_and(|d| now >= d)
+    }
+
+    /// The source address global connection `g` binds to.
+    pub fn source(&self, g: usize) -> Option<std::net::IpAddr> {
+        self.cfg.source_ips.as_ref().map(|s| s.get(g as u64))
+    }
+
+    pub fn new_stats(&self) -> ShardStats {
+        let len = self
+            .deadline
+            .map(|d| d - self.measure_start)
+            .unwrap_or(Duration::from_secs(3600));
+        ShardStats::new(self.measure_start, len)
+    }
+}
+
+/// What a run produced.
+pub struct Outcome {
+    pub stats: ShardStats,
+    /// Measured window: from its start to the deadline, or to the last report in `-n` runs.
+    pub elapsed: Duration,
+    pub cpu_user: Duration,
+    pub cpu_sys: Duration,
+    pub missing_shards: usize,
+    pub failures: Vec<String>,
+}
+
+/// Copies live counters for the progress line every 200 ms until `done`.
+pub async fn publish_loop(ctx: Rc<ShardCtx>, stats: Rc<RefCell<ShardStats>>, done: Rc<Cell<bool>>) {
+    while !done.get() {
+        monoio::time::sleep(Duration::from_millis(200)).await;
+        stats.borrow().publish(&ctx.shared.live[ctx.index]);
+    }
+}
+
+/// Sleeps until `t` (monoio's timer has millisecond resolution: used only
+/// where that is enough, such as the start of a run).
+pub async fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        monoio::time::sleep(t - now).await;
+    }
+}
