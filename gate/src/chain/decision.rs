@@ -64,7 +64,7 @@ pub struct Decision<'s> {
     pub relay: Option<crate::auth::Relay>,
     /// Where a `Verify` or `Authenticate` verdict suspended the request:
     /// the chain resumes from it (`Start::Resume`) once the check passed.
-    pub suspended: Option<super::Suspended>,
+    pub suspended: Option<Suspended>,
 }
 
 impl<'s> Decision<'s> {
@@ -146,4 +146,19 @@ impl Block {
             Block::Answer => "answer",
         }
     }
+}
+
+/// Where the chain suspended a request: the step that asked for a check
+/// made off the decision, and what the steps before it decided. Made by
+/// the chain with its `Verify` or `Authenticate` verdict
+/// ([`Decision::suspended`]) and handed back as
+/// [`Start::Resume`](super::Start::Resume); the steps up to it are then behind the request
+/// (`Flow::step` decides, in one place, what each of them does again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Suspended {
+    /// The step's place in the chain's order (the first step is 1).
+    pub(super) at: u8,
+    /// Remove `Authorization` before the upstream (the access list took
+    /// the credentials).
+    pub(super) strip_authorization: bool,
 }

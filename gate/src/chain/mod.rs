@@ -56,12 +56,12 @@ mod steps;
 mod tests;
 mod trace;
 
-pub use decision::{Block, Decision, Request};
+pub use decision::{Block, Decision, Request, Suspended};
 pub use lane::{paying_host, quiet_host, Lane, LaneHead};
 pub use live::{FleetKeyLive, LiveView};
 pub use state::{
     AccessCounters, ChainCounters, ConnectionCounters, ConnectionRefusal, ConnectionToken,
-    GateState, RateLimitCounters, Start, Suspended,
+    GateState, RateLimitCounters, Start,
 };
 pub use steps::ORDER;
 pub use trace::{AccessStepOutcome, AuthOutcome, NoTrace, PowOutcome, QuotaOutcome, Step, Trace};

@@ -4,6 +4,7 @@
 //! tables, and the per-block counters that follow their blocks by name
 //! across reloads. Owned by one shard: no atomics, no locks.
 
+use super::decision::Suspended;
 use super::lane::HostLane;
 use crate::access::cache::{CacheKeyer, VerifyCache};
 use crate::maintenance::MaintenanceCounters;
@@ -66,21 +67,6 @@ pub enum Start {
     /// password on the verification pool, a forward-auth call), resumed
     /// once the check passed, on the snapshot that suspended it.
     Resume(Suspended),
-}
-
-/// Where the chain suspended a request: the step that asked for a check
-/// made off the decision, and what the steps before it decided. Made by
-/// the chain with its `Verify` or `Authenticate` verdict
-/// ([`Decision::suspended`](super::Decision::suspended)) and handed back
-/// as [`Start::Resume`]; the steps up to it are then behind the request
-/// (`Flow::step` decides, in one place, what each of them does again).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Suspended {
-    /// The step's place in the chain's order (the first step is 1).
-    pub(super) at: u8,
-    /// Remove `Authorization` before the upstream (the access list took
-    /// the credentials).
-    pub(super) strip_authorization: bool,
 }
 
 /// Which lane each host of the adopted snapshot takes (`super::lane`).

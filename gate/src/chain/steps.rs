@@ -9,8 +9,9 @@
 //! [`Mode::apply`]. Cost: what each block costs; the steps are inlined into
 //! one function, so naming them costs nothing. No allocation.
 
+use super::decision::Suspended;
 use super::decision::{Block, Decision, Request};
-use super::state::{GateState, Start, Suspended};
+use super::state::{GateState, Start};
 use super::trace::{AccessStepOutcome, Step, Trace};
 use crate::access::{AccessDecision, AddressRefusal, CredentialsFact};
 use crate::client::HeaderLines;
