@@ -163,38 +163,6 @@ fn check_group(
         (1, 3_600_000),
         DEFAULT_FAIL_COOLDOWN_MS,
     );
-    let max_connections_per_server = ms(
-        &u.max_connections_per_server,
-        "max_connections_per_server",
-        "upstream.max_connections_per_server.range",
-        (1, 65_536),
-        u64::from(DEFAULT_MAX_CONNECTIONS_PER_SERVER),
-    );
-    // Unset: every connection stays pooled while it is idle for less than
-    // `idle_timeout_ms`, however many a burst opened.
-    let max_idle_per_server = ms(
-        &u.max_idle_per_server,
-        "max_idle_per_server",
-        "upstream.max_idle_per_server.range",
-        (0, 65_536),
-        max_connections_per_server,
-    );
-    let max_queued_per_server = ms(
-        &u.max_queued_per_server,
-        "max_queued_per_server",
-        "upstream.max_queued_per_server.range",
-        (0, 65_536),
-        u64::from(DEFAULT_MAX_QUEUED_PER_SERVER),
-    );
-    // Unset: the connect timeout, as a request waiting for a connection
-    // waits for one to be made.
-    let queue_timeout_ms = ms(
-        &u.queue_timeout_ms,
-        "queue_timeout_ms",
-        "upstream.queue_timeout_ms.range",
-        TIMEOUT_BOUNDS,
-        connect_timeout_ms,
-    );
     let fail_threshold = ms(
         &u.fail_threshold,
         "fail_threshold",
@@ -216,6 +184,7 @@ fn check_group(
         (1, 1_000),
         u64::from(DEFAULT_H2_CONNECTIONS_PER_SERVER),
     );
+    let pool = check_pool(u, base, connect_timeout_ms, e);
     let protocol = choice(
         e,
         &u.protocol,
@@ -240,11 +209,11 @@ fn check_group(
         connect_timeout_ms,
         response_header_timeout_ms,
         read_timeout_ms,
-        max_idle_per_server: narrow(max_idle_per_server),
+        max_idle_per_server: pool.max_idle,
         idle_timeout_ms,
-        max_connections_per_server: narrow(max_connections_per_server),
-        max_queued_per_server: narrow(max_queued_per_server),
-        queue_timeout_ms,
+        max_connections_per_server: pool.max_connections,
+        max_queued_per_server: pool.max_queued,
+        queue_timeout_ms: pool.queue_timeout_ms,
         fail_threshold: narrow(fail_threshold),
         fail_cooldown_ms,
         active_health,
@@ -252,6 +221,58 @@ fn check_group(
         protocol,
         h2_streams_per_connection: narrow(h2_streams_per_connection),
         h2_connections_per_server: narrow(h2_connections_per_server),
+    }
+}
+
+/// A group's HTTP/1.1 pool settings (docs/profile.md, "The connection
+/// pool").
+struct Pool {
+    max_connections: u32,
+    max_idle: u32,
+    max_queued: u32,
+    queue_timeout_ms: u64,
+}
+
+/// The pool settings of the group under `base`: each unset one takes its
+/// default, two of them from the group's other settings.
+fn check_pool(u: &RawUpstream, base: &str, connect_timeout_ms: u64, e: &mut Errors<'_>) -> Pool {
+    let mut ms = |v: &Opt<i64>, field: &str, code, bounds, default: u64| {
+        int_in(e, v, &format!("{base}.{field}"), code, bounds).map_or(default, as_u64)
+    };
+    let max_connections = ms(
+        &u.max_connections_per_server,
+        "max_connections_per_server",
+        "upstream.max_connections_per_server.range",
+        (1, 65_536),
+        u64::from(DEFAULT_MAX_CONNECTIONS_PER_SERVER),
+    );
+    Pool {
+        max_connections: narrow(max_connections),
+        // Unset: every connection stays pooled while it is idle for less
+        // than `idle_timeout_ms`, however many a burst opened.
+        max_idle: narrow(ms(
+            &u.max_idle_per_server,
+            "max_idle_per_server",
+            "upstream.max_idle_per_server.range",
+            (0, 65_536),
+            max_connections,
+        )),
+        max_queued: narrow(ms(
+            &u.max_queued_per_server,
+            "max_queued_per_server",
+            "upstream.max_queued_per_server.range",
+            (0, 65_536),
+            u64::from(DEFAULT_MAX_QUEUED_PER_SERVER),
+        )),
+        // Unset: the connect timeout, as a request waiting for a
+        // connection waits for one to be made.
+        queue_timeout_ms: ms(
+            &u.queue_timeout_ms,
+            "queue_timeout_ms",
+            "upstream.queue_timeout_ms.range",
+            TIMEOUT_BOUNDS,
+            connect_timeout_ms,
+        ),
     }
 }
 

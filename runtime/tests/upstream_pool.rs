@@ -76,6 +76,13 @@ async fn h2_get(
     (status, grpc_status, got)
 }
 
+/// The requests waiting in the first group's queue on shard 0, as the
+/// admin listener's live view tells (`explain --live`).
+fn queued_now(admin: std::net::SocketAddr) -> Option<u64> {
+    live_view_at(admin, "app.test", "/", "127.0.0.1")["shards"][0]["upstreams"][0]["queued"]
+        .as_u64()
+}
+
 const OPENED: &str = "gapura_upstream_connections_opened_total{upstream=\"app\"}";
 const QUEUED: &str = "gapura_upstream_queued_total{upstream=\"app\"}";
 const TIMEOUTS: &str = "gapura_upstream_queue_timeouts_total{upstream=\"app\"}";
@@ -198,13 +205,26 @@ fn a_request_that_waits_past_the_queue_timeout_gets_503_and_is_counted() {
     // A gRPC call in the same place gets UNAVAILABLE; beside it, with the
     // queue (of one) taken, another is refused at once.
     let rt = runtime();
+    let admin = g.admin;
     rt.block_on(async {
         let tcp = tokio::net::TcpStream::connect(g.addr).await.unwrap();
         let (client, conn) = h2::client::handshake(tcp).await.unwrap();
         tokio::spawn(conn);
         let c = client.clone();
         let first = tokio::spawn(async move { h2_get(&c, "/grpc", true).await });
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Asked off the runtime's thread, so the call goes on meanwhile;
+        // each ask is a round trip to the admin listener.
+        let mut queued = false;
+        for _ in 0..500 {
+            let q = tokio::task::spawn_blocking(move || queued_now(admin))
+                .await
+                .unwrap();
+            if q == Some(1) {
+                queued = true;
+                break;
+            }
+        }
+        assert!(queued, "the gRPC call waits in the queue");
         let (status, grpc, _) = h2_get(&client, "/full", false).await;
         assert_eq!((status, grpc), (503, None), "the queue is full");
         let (status, grpc, body) = first.await.unwrap();

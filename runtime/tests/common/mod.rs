@@ -447,16 +447,7 @@ impl Gapura {
     /// would meet them now, read without changing them (its `rate_limit`
     /// tells the whole tokens in the client's bucket).
     pub fn live_view(&self, host: &str, path: &str, peer: &str) -> serde_json::Value {
-        let mut s = TcpStream::connect(self.admin).unwrap();
-        write!(
-            s,
-            "GET /explain?method=GET&path={path}&peer={peer}&h=Host:%20{host} HTTP/1.1\r\nHost: admin\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        let body = out.split_once("\r\n\r\n").map_or("", |(_, body)| body);
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"))
+        live_view_at(self.admin, host, path, peer)
     }
 
     /// The whole tokens in `peer`'s bucket of the rate limit that a `GET
@@ -467,4 +458,19 @@ impl Gapura {
             .as_u64()
             .unwrap_or_else(|| panic!("no rate limit in {view}"))
     }
+}
+
+/// [`Gapura::live_view`] of the server whose admin listener is `admin`
+/// (for a thread that cannot borrow the server).
+pub fn live_view_at(admin: SocketAddr, host: &str, path: &str, peer: &str) -> serde_json::Value {
+    let mut s = TcpStream::connect(admin).unwrap();
+    write!(
+        s,
+        "GET /explain?method=GET&path={path}&peer={peer}&h=Host:%20{host} HTTP/1.1\r\nHost: admin\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let body = out.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
