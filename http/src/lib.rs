@@ -16,6 +16,9 @@
 //!   answers, forwarding, tunnels, deferred password verification,
 //!   forward-auth calls, proof of work's verify endpoint, request bodies
 //!   read locally, per-shard stats).
+//! - `exchange`: a request and its answer as typed parts (a head, body
+//!   pieces, trailers): an HTTP/2 upstream's request head written field by
+//!   field, a client's HTTP/2 stream answered as frames.
 //! - `upstream`: upstream pools, balancing and health, the request head sent
 //!   upstream, the response parser, and forward-auth's call and answer.
 //! - `transport`: the streams a client connection runs over (plain TCP,
@@ -46,6 +49,7 @@
 pub mod clock;
 pub mod codec;
 pub mod driver;
+pub mod exchange;
 pub mod server;
 pub mod transport;
 pub mod upstream;

@@ -12,7 +12,7 @@ use crate::log;
 use crate::publish::SnapshotCell;
 use gapura_gate::upstream::{UpstreamProtocol, UpstreamTls};
 use gapura_gate::Snapshot;
-use gapura_http::transport::h2call::{self, H2Live};
+use gapura_http::transport::h2client::{self, H2Live};
 use gapura_http::transport::plain::Plain;
 use gapura_http::transport::upstream::UpstreamConn;
 use gapura_http::transport::Transport;
@@ -237,7 +237,7 @@ fn probe_h2(
             };
             let live = H2Live::new(Default::default());
             let (read, write) = conn.into_split();
-            let send = h2call::handshake(read, write, deadline, &live, 1)
+            let send = h2client::handshake(read, write, deadline, &live, 1)
                 .await
                 .map_err(|e| e.to_string())?;
             let request = http::Request::get(uri.as_str())

@@ -200,6 +200,12 @@ impl<S> ClientIo<S> {
         self.shared.is_some()
     }
 
+    /// Counts bytes of an answer sent as parts, not through the buffer.
+    #[inline]
+    pub(super) fn count_sent(&mut self, n: u64) {
+        self.sent += n;
+    }
+
     /// Bytes of answers handed to the stream or waiting to be: where the
     /// next answer's bytes begin in the connection's count.
     #[inline]

@@ -12,6 +12,7 @@ use super::prepare::{
 use super::shard::Shard;
 use super::stats::ErrorKind;
 use crate::codec::head::{Method, ParsedHead};
+use crate::exchange::uphead::UpHead;
 use crate::upstream::request::{write_request_head, Forwarding};
 use gapura_gate::answer::WriteCtx;
 use gapura_gate::chain::Request;
@@ -20,7 +21,7 @@ use gapura_gate::custom_pages::PageVars;
 use gapura_gate::pow::{write_challenge_page, write_non_browser_page, Mint};
 use gapura_gate::quota::QuotaTicket;
 use gapura_gate::snapshot::{PowAsk, Verdict};
-use gapura_gate::upstream::{Route, UpstreamGroup};
+use gapura_gate::upstream::{Route, UpstreamGroup, UpstreamProtocol};
 use gapura_gate::Answer;
 use gapura_gate::{ErrorStatus, Snapshot};
 
@@ -187,12 +188,14 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
         }
     }
 
-    /// Forwarding: the upstream head written into `ubuf` (a head it cannot
-    /// be written for is 400 and closes).
+    /// Forwarding: the upstream head written into `ubuf` as HTTP/1.1
+    /// text for a group that speaks HTTP/1.1, into `uhead` as an HTTP/2
+    /// request's fields for one that speaks HTTP/2, both for `auto` (a
+    /// head it cannot be written for is 400 and closes).
     pub(super) fn forward(
         &self,
         out: &mut Out<'_>,
-        ubuf: &mut Vec<u8>,
+        (ubuf, uhead): (&mut Vec<u8>, &mut Option<Box<UpHead>>),
         page_vars: &mut Option<Box<PageCopy>>,
         (route, group): (&'s Route, &'s UpstreamGroup),
         log: Option<&mut LogRecord>,
@@ -212,11 +215,20 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
             identity: d.identity.as_deref().or(self.identity).unwrap_or(b""),
         };
         let raw = &self.buf[..head.head_len];
-        let (known_id, shard) = (out.known_id, out.shard);
-        if write_request_head(raw, self.lines, &fwd, ubuf, &mut |o| match known_id {
-            Some(id) => o.extend_from_slice(&id),
-            None => shard.write_request_id(o),
-        }) {
+        // One id for both heads (`auto`).
+        let (mut id, shard) = (out.known_id, out.shard);
+        let mut new_id =
+            |o: &mut Vec<u8>| o.extend_from_slice(id.get_or_insert_with(|| shard.request_id()));
+        let mut written = true;
+        if group.protocol != UpstreamProtocol::H2 {
+            written = write_request_head(raw, self.lines, &fwd, ubuf, &mut new_id);
+        }
+        if written && group.protocol != UpstreamProtocol::Http1 {
+            let h = uhead.get_or_insert_with(Box::default);
+            h.clear();
+            written = write_request_head(raw, self.lines, &fwd, &mut **h, &mut new_id);
+        }
+        if written {
             // The host's pages name the host: for an upstream error they
             // replace, or for Gapura's own 502, 503 and 504.
             if entry.is_some_and(|e| {

@@ -7,28 +7,30 @@
 //! RFC 9113 §8.2.3 asks of a gateway to HTTP/1.1) are laid side by side at
 //! the start of the stream's input, the body's bytes after them (DATA
 //! frames; chunked when no length was given, as an HTTP/1.1 upstream
-//! needs it). What the pipeline writes (an HTTP/1.1 answer: a local one, a
-//! page, or an upstream's relayed one) is read back into the response
-//! HEADERS and DATA frames, with flow control. A gRPC call's refusal is
-//! sent as a trailers-only answer instead (`grpc`).
+//! needs it). An upstream's answer is sent as parts, straight to the
+//! stream's frames (`crate::exchange::stream`, by the proxy); what the
+//! pipeline still writes as bytes (a local answer, a page) is read back
+//! into the response HEADERS and DATA frames, with flow control. A gRPC
+//! call's refusal is sent as a trailers-only answer instead (`grpc`).
 
 use super::client::READ_BUF_BYTES;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::fields::{fields_head, FieldsLayout};
 use crate::codec::head::{HeadBounds, HeaderBuf, Parse};
-use crate::transport::h2call::send_in_window;
+use crate::exchange::connection_specific;
+use crate::exchange::stream::ClientStream;
 use crate::transport::{init_bytes, ReadSpare, Transport, WriteAll};
 use crate::upstream::response::{parse_response, resp_header_buf, RespFraming, RespParse};
 use bytes::Bytes;
 use h2::server::SendResponse;
-use h2::{Reason, RecvStream, SendStream};
+use h2::{Reason, RecvStream};
 use monoio::buf::IoBuf;
 use monoio::net::TcpStream;
 use std::cell::Cell;
-use std::io::{self, Write};
+use std::io;
 use std::ops::Range;
 use std::rc::Rc;
-use std::task::{Poll, Waker};
+use std::task::Waker;
 
 /// A stream's request head: its fields, and where the values its lines
 /// point to lie at the start of the stream's input.
@@ -173,21 +175,15 @@ enum Left {
 pub(super) struct H2Stream<S> {
     /// The request's head.
     head: StreamHead,
-    /// Input not yet read: the head's values, then body pieces.
-    pending: Vec<u8>,
-    ppos: usize,
-    body: Option<RecvStream>,
-    chunked: bool,
-    respond: Option<SendResponse<Bytes>>,
-    send: Option<SendStream<Bytes>>,
+    /// The stream's handles and its request body (its input: the head's
+    /// values, then body pieces).
+    x: ClientStream,
     resp_head: Vec<u8>,
     /// A chunked answer's trailer section as read so far (bounded by the
     /// decoder's limit), sent as the stream's trailers.
     trailers: Vec<u8>,
     left: Left,
     head_only: bool,
-    /// The client reset the stream, or it ended in a stream error.
-    reset: Rc<Cell<bool>>,
     /// A gRPC call's request id (the access log's, its upstream's
     /// `X-Request-Id`, and what its refusal's `grpc-message` names);
     /// `None` for any other request.
@@ -210,63 +206,22 @@ impl<S> H2Stream<S> {
         let head_only = parts.method == http::Method::HEAD;
         let body = (!body.is_end_stream()).then_some(body);
         let chunked = body.is_some() && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
-        let mut pending = Vec::with_capacity(256);
-        let head = StreamHead::lay_out(parts, chunked, &mut pending);
+        let mut x = ClientStream::new(body, chunked, respond, reset);
+        let head = StreamHead::lay_out(parts, chunked, &mut x.pending);
         H2Stream {
             head,
-            pending,
-            ppos: 0,
-            body,
-            chunked,
-            respond: Some(respond),
-            send: None,
+            x,
             resp_head: Vec::new(),
             trailers: Vec::new(),
             left: Left::Head,
             head_only,
-            reset,
             grpc,
             _transport: std::marker::PhantomData,
         }
     }
 
-    fn h2_error(&self, e: h2::Error) -> io::Error {
-        if e.is_reset() || e.is_remote() {
-            self.reset.set(true);
-        }
-        io::Error::other(e)
-    }
-
-    /// Ready once the client reset the stream (or the connection ended).
-    fn poll_abandoned(&mut self, cx: &mut std::task::Context<'_>) -> Poll<()> {
-        let polled = if let Some(r) = self.respond.as_mut() {
-            r.poll_reset(cx)
-        } else if let Some(s) = self.send.as_mut() {
-            s.poll_reset(cx)
-        } else {
-            return Poll::Pending;
-        };
-        match polled {
-            Poll::Ready(Ok(_)) => {
-                self.reset.set(true);
-                Poll::Ready(())
-            }
-            Poll::Ready(Err(e)) => {
-                if e.is_reset() || e.is_remote() {
-                    self.reset.set(true);
-                }
-                Poll::Ready(())
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
     fn reset_stream(&mut self, reason: Reason) {
-        if let Some(s) = self.send.as_mut() {
-            s.send_reset(reason);
-        } else if let Some(r) = self.respond.as_mut() {
-            r.send_reset(reason);
-        }
+        self.x.reset_stream(reason);
         self.left = Left::Done;
     }
 
@@ -285,7 +240,7 @@ impl<S> H2Stream<S> {
                     RespParse::Complete(r, _, lines) => {
                         let mut headers = http::HeaderMap::with_capacity(lines.len());
                         for h in lines.iter() {
-                            if hop_by_hop(h.name) {
+                            if connection_specific(h.name.as_bytes()) {
                                 continue;
                             }
                             let (Ok(n), Ok(v)) = (
@@ -322,13 +277,7 @@ impl<S> H2Stream<S> {
                 http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY);
             *response.headers_mut() = headers;
             let end = matches!(self.left, Left::Done);
-            let Some(mut respond) = self.respond.take() else {
-                return Err(io::ErrorKind::BrokenPipe.into());
-            };
-            let send = respond
-                .send_response(response, end)
-                .map_err(|e| self.h2_error(e))?;
-            self.send = Some(send);
+            self.x.send_head(response, end)?;
             let rest = self.resp_head.split_off(head_len);
             self.resp_head = Vec::new();
             return Ok(Some(rest));
@@ -340,13 +289,7 @@ impl<S> H2Stream<S> {
     fn send_only_head(&mut self, response: http::Response<()>) -> io::Result<Option<Vec<u8>>> {
         self.left = Left::Done;
         self.resp_head = Vec::new();
-        let Some(mut respond) = self.respond.take() else {
-            return Err(io::ErrorKind::BrokenPipe.into());
-        };
-        let send = respond
-            .send_response(response, true)
-            .map_err(|e| self.h2_error(e))?;
-        self.send = Some(send);
+        self.x.send_head(response, true)?;
         Ok(Some(Vec::new()))
     }
 
@@ -404,67 +347,22 @@ impl<S> H2Stream<S> {
             ) else {
                 continue;
             };
-            if !hop_by_hop(n.as_str()) {
+            if !connection_specific(n.as_str().as_bytes()) {
                 fields.append(n, v);
             }
         }
-        let Some(send) = self.send.as_mut() else {
-            return Err(io::ErrorKind::BrokenPipe.into());
-        };
-        match send.send_trailers(fields) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.h2_error(e)),
-        }
+        self.x.send_trailers(fields)
     }
 
     /// DATA frames as the peer's window allows, each a copy of what the
     /// window takes of `bytes` (never more).
     async fn data(&mut self, bytes: &[u8], end: bool) -> io::Result<()> {
-        self.frames(bytes.len(), end, |at, n| {
-            Bytes::copy_from_slice(&bytes[at..at + n])
-        })
-        .await
-    }
-
-    /// DATA frames of shared bytes as the peer's window allows: each a
-    /// slice of `bytes`, nothing copied. A stream whose window stays shut
-    /// holds only the reference.
-    async fn data_shared(&mut self, bytes: Bytes, end: bool) -> io::Result<()> {
-        self.frames(bytes.len(), end, |at, n| Bytes::slice(&bytes, at..at + n))
+        self.x
+            .send_frames(bytes.len(), end, |at, n| {
+                Bytes::copy_from_slice(&bytes[at..at + n])
+            })
             .await
     }
-
-    /// Sends `len` bytes as DATA frames as the client's window allows
-    /// ([`send_in_window`]).
-    async fn frames(
-        &mut self,
-        len: usize,
-        end: bool,
-        piece: impl Fn(usize, usize) -> Bytes,
-    ) -> io::Result<()> {
-        let Some(send) = self.send.as_mut() else {
-            return Err(io::ErrorKind::BrokenPipe.into());
-        };
-        match send_in_window(send, len, end, piece).await {
-            Ok(()) => Ok(()),
-            Err(Some(e)) => Err(self.h2_error(e)),
-            Err(None) => Err(io::ErrorKind::BrokenPipe.into()),
-        }
-    }
-}
-
-/// Connection-specific fields HTTP/2 forbids.
-fn hop_by_hop(name: &str) -> bool {
-    [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "transfer-encoding",
-        "upgrade",
-        "te",
-    ]
-    .iter()
-    .any(|h| name.eq_ignore_ascii_case(h))
 }
 
 impl<S> ReadSpare for H2Stream<S> {
@@ -473,46 +371,22 @@ impl<S> ReadSpare for H2Stream<S> {
             buf.reserve(READ_BUF_BYTES);
         }
         loop {
-            if self.ppos < self.pending.len() {
-                let n = (buf.capacity() - buf.len()).min(self.pending.len() - self.ppos);
-                buf.extend_from_slice(&self.pending[self.ppos..self.ppos + n]);
-                self.ppos += n;
-                if self.ppos == self.pending.len() {
-                    self.pending.clear();
-                    self.ppos = 0;
+            let x = &mut self.x;
+            if x.ppos < x.pending.len() {
+                let n = (buf.capacity() - buf.len()).min(x.pending.len() - x.ppos);
+                buf.extend_from_slice(&x.pending[x.ppos..x.ppos + n]);
+                x.ppos += n;
+                if x.ppos == x.pending.len() {
+                    x.pending.clear();
+                    x.ppos = 0;
                 }
                 return (Ok(n), buf);
             }
-            let Some(body) = self.body.as_mut() else {
+            match x.read_body().await {
+                Ok(true) => {}
                 // The request ends the stream's input.
-                return (Ok(0), buf);
-            };
-            match body.data().await {
-                Some(Ok(bytes)) => {
-                    let _ = body.flow_control().release_capacity(bytes.len());
-                    if bytes.is_empty() {
-                        continue;
-                    }
-                    if self.chunked {
-                        // The chunk's size line, written in place.
-                        let _ = write!(self.pending, "{:x}\r\n", bytes.len());
-                        self.pending.extend_from_slice(&bytes);
-                        self.pending.extend_from_slice(b"\r\n");
-                    } else {
-                        self.pending.extend_from_slice(&bytes);
-                    }
-                }
-                None => {
-                    self.body = None;
-                    if self.chunked {
-                        self.pending.extend_from_slice(b"0\r\n\r\n");
-                    }
-                }
-                Some(Err(e)) => {
-                    self.body = None;
-                    let e = self.h2_error(e);
-                    return (Err(e), buf);
-                }
+                Ok(false) => return (Ok(0), buf),
+                Err(e) => return (Err(e), buf),
             }
         }
     }
@@ -539,7 +413,7 @@ impl<S> WriteAll for H2Stream<S> {
             // No head yet: the bytes go through the parser.
             Left::Head | Left::Chunked(_) => self.write_all_of(body).await.0,
             Left::Done => Ok(()),
-            Left::Close => self.data_shared(body, false).await,
+            Left::Close => self.x.send_bytes(body, false).await,
             Left::Length(n) => {
                 let take = (*n).min(body.len() as u64) as usize;
                 *n -= take as u64;
@@ -547,7 +421,7 @@ impl<S> WriteAll for H2Stream<S> {
                 if end {
                     self.left = Left::Done;
                 }
-                self.data_shared(Bytes::slice(&body, ..take), end).await
+                self.x.send_bytes(Bytes::slice(&body, ..take), end).await
             }
         }
     }
@@ -555,6 +429,8 @@ impl<S> WriteAll for H2Stream<S> {
     async fn close_write(&mut self) {
         match self.left {
             Left::Done => {}
+            // Answered as parts (an upstream's answer relayed).
+            Left::Head if self.x.answered() => {}
             // The body ends where the answer's writer stopped.
             Left::Close => {
                 let _ = self.data(&[], true).await;
@@ -596,10 +472,14 @@ impl<S: Transport> Transport for H2Stream<S> {
     }
     fn abandoned(&mut self) -> bool {
         let mut cx = std::task::Context::from_waker(Waker::noop());
-        self.poll_abandoned(&mut cx).is_ready()
+        self.x.poll_abandoned(&mut cx).is_ready()
     }
     async fn until_abandoned(&mut self) {
-        std::future::poll_fn(|cx| self.poll_abandoned(cx)).await
+        self.x.until_abandoned().await
+    }
+    #[inline]
+    fn exchange(&mut self) -> Option<&mut ClientStream> {
+        Some(&mut self.x)
     }
     #[inline]
     fn head<'h, 'b, const N: usize>(

@@ -34,6 +34,8 @@ pub(super) struct Prep<'a, 's> {
     pub buf: &'a [u8],
     pub wbuf: &'a mut Vec<u8>,
     pub ubuf: &'a mut Vec<u8>,
+    /// An HTTP/2 upstream's request head (`auto` and `h2` groups).
+    pub uhead: &'a mut Option<Box<crate::exchange::uphead::UpHead>>,
     pub peer: Peer,
     /// A head decided again after a check made off the decision.
     pub resume: Option<Box<Resumption>>,
@@ -118,7 +120,7 @@ pub(super) struct LocalPlan<'s> {
     pub admitted: bool,
 }
 
-/// Forwarding: the upstream head is in `ubuf`.
+/// Forwarding: the upstream head is in `ubuf` (HTTP/1.1) or `uhead` (HTTP/2).
 pub(super) struct ForwardPlan<'s> {
     pub route: &'s Route,
     pub group: &'s UpstreamGroup,
@@ -160,6 +162,7 @@ pub(super) fn prepare<'s>(
         buf,
         wbuf,
         ubuf,
+        uhead,
         peer,
         resume,
         page_vars,
@@ -253,7 +256,9 @@ pub(super) fn prepare<'s>(
         _ => {}
     }
     match decision.verdict {
-        Verdict::Forward(route, group) => d.forward(&mut out, ubuf, page_vars, (route, group), log),
+        Verdict::Forward(route, group) => {
+            d.forward(&mut out, (ubuf, uhead), page_vars, (route, group), log)
+        }
         Verdict::Drop => {
             // A plan that does not carry the ticket gives its leases back now.
             if let Some(t) = ticket {

@@ -1,9 +1,9 @@
 //! The byte streams a client connection runs over: plain TCP (`plain`:
 //! the runtime's stream, receiving from the shard's own ring or not), or
-//! TLS over TCP (`tls`); an upstream connection is either, or a request
-//! on a stream of an HTTP/2 connection to the upstream (`h2call`)
-//! (`upstream`, which also builds the rustls client configuration an
-//! upstream's `tls` asks for); `certs` reads certificates and keys, `tickets` keeps the
+//! TLS over TCP (`tls`); an upstream connection is either (`upstream`,
+//! which also builds the rustls client configuration an upstream's `tls`
+//! asks for), and an HTTP/2 connection to an upstream runs over one
+//! (`h2client`: its handshake, its streams in flight); `certs` reads certificates and keys, `tickets` keeps the
 //! session-ticket keys, `compat` adapts a stream to the h2 codec. The
 //! connection loop, the proxy and the tunnel are written once against
 //! [`Transport`] and its halves.
@@ -52,7 +52,7 @@ macro_rules! either_stream {
 
 pub mod certs;
 pub mod compat;
-pub mod h2call;
+pub mod h2client;
 pub mod plain;
 pub mod tickets;
 pub mod tls;
@@ -139,6 +139,13 @@ pub trait Transport: ReadSpare + WriteAll + 'static {
     /// [`Transport::abandoned`] cannot tell.
     async fn until_abandoned(&mut self) {
         std::future::pending::<()>().await
+    }
+    /// The stream's handles when it answers as parts (an HTTP/2 stream:
+    /// an upstream's answer is sent as frames, its request body read as
+    /// frames); `None` for a byte stream, whose answers are bytes.
+    #[inline(always)]
+    fn exchange(&mut self) -> Option<&mut crate::exchange::stream::ClientStream> {
+        None
     }
     /// The id the transport gave its request, when it names the request
     /// outside the answer's bytes (a gRPC call on an HTTP/2 stream: its

@@ -1,10 +1,9 @@
 //! An upstream connection's stream: plaintext ([`Plain`], on the shard's
-//! ring where it has one), TLS ([`TlsStream`] over rustls' client), or one
-//! request on a stream of an HTTP/2 connection ([`H2Call`]), one type so
-//! the proxy, its pool and the tunnel exist once; and the rustls client
-//! configuration an upstream group's `tls` asks for.
+//! ring where it has one) or TLS ([`TlsStream`] over rustls' client), one
+//! type so the proxy, its pool, the tunnel and an HTTP/2 connection's
+//! codec exist once; and the rustls client configuration an upstream
+//! group's `tls` asks for.
 
-use super::h2call::{H2Call, NoHalf};
 use super::plain::{Plain, PlainRead, PlainWrite};
 use super::tls::{TlsReadHalf, TlsStream, TlsWriteHalf};
 use super::Transport;
@@ -19,35 +18,18 @@ use std::sync::Arc;
 pub enum UpstreamConn {
     Plain(Plain),
     Tls(TlsStream<ClientConnection>),
-    /// One request on an HTTP/2 connection: never pooled, never split
-    /// (it has no tunnel; its halves read nothing and write nothing).
-    /// Boxed: the other kinds, which are pooled and moved, stay small.
-    H2(Box<H2Call>),
 }
 
 /// The reading half of a split [`UpstreamConn`].
 pub enum UpstreamRead {
     Plain(PlainRead),
     Tls(TlsReadHalf<ClientConnection>),
-    H2(NoHalf),
 }
 
 /// The writing half of a split [`UpstreamConn`].
 pub enum UpstreamWrite {
     Plain(PlainWrite),
     Tls(TlsWriteHalf<ClientConnection>),
-    H2(NoHalf),
-}
-
-impl UpstreamConn {
-    /// The latest the answer's head may come, when the request set one
-    /// (a gRPC call's `grpc-timeout` over HTTP/2).
-    pub fn deadline(&self) -> Option<monoio::time::Instant> {
-        match self {
-            UpstreamConn::H2(c) => c.deadline(),
-            _ => None,
-        }
-    }
 }
 
 impl std::fmt::Debug for UpstreamConn {
@@ -55,15 +37,14 @@ impl std::fmt::Debug for UpstreamConn {
         match self {
             UpstreamConn::Plain(p) => f.debug_tuple("Plain").field(p).finish(),
             UpstreamConn::Tls(_) => f.write_str("Tls"),
-            UpstreamConn::H2(c) => c.fmt(f),
         }
     }
 }
 
-either_stream!(read Plain Tls H2: UpstreamConn);
-either_stream!(read Plain Tls H2: UpstreamRead);
-either_stream!(write Plain Tls H2: UpstreamConn);
-either_stream!(write Plain Tls H2: UpstreamWrite);
+either_stream!(read Plain Tls: UpstreamConn);
+either_stream!(read Plain Tls: UpstreamRead);
+either_stream!(write Plain Tls: UpstreamConn);
+either_stream!(write Plain Tls: UpstreamWrite);
 
 impl Transport for UpstreamConn {
     type ReadHalf = UpstreamRead;
@@ -74,7 +55,7 @@ impl Transport for UpstreamConn {
     fn buffered(&self) -> bool {
         match self {
             UpstreamConn::Plain(p) => p.buffered(),
-            UpstreamConn::Tls(_) | UpstreamConn::H2(_) => false,
+            UpstreamConn::Tls(_) => false,
         }
     }
     #[inline]
@@ -82,7 +63,6 @@ impl Transport for UpstreamConn {
         match self {
             UpstreamConn::Plain(p) => p.socket(),
             UpstreamConn::Tls(t) => t.socket(),
-            UpstreamConn::H2(_) => None,
         }
     }
     fn into_split(self) -> (UpstreamRead, UpstreamWrite) {
@@ -95,7 +75,6 @@ impl Transport for UpstreamConn {
                 let (r, w) = t.into_split();
                 (UpstreamRead::Tls(r), UpstreamWrite::Tls(w))
             }
-            UpstreamConn::H2(_) => (UpstreamRead::H2(NoHalf), UpstreamWrite::H2(NoHalf)),
         }
     }
 }

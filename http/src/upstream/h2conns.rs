@@ -14,7 +14,7 @@
 //! Single-threaded (the shard's): `RefCell`s and `Cell`s, no borrow held
 //! across an await.
 
-use crate::transport::h2call::{H2Live, StreamSlot, Waiters};
+use crate::transport::h2client::{H2Live, StreamSlot, Waiters};
 use bytes::Bytes;
 use gapura_gate::hash::KeyHasher;
 use gapura_gate::upstream::{UpstreamGroup, UpstreamProtocol, UpstreamTls};

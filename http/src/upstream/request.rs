@@ -7,8 +7,10 @@
 //! The forwarding headers are then set: `X-Forwarded-For` (the client's
 //! list with the client appended), `X-Forwarded-Proto`, `X-Forwarded-Host`,
 //! `X-Request-Id`, and `Host` passed through or rewritten. O(head), no
-//! allocation once `out` has capacity.
+//! allocation once `out` has capacity. The same writer makes an HTTP/2
+//! upstream's fields (`crate::exchange::uphead`).
 
+use crate::exchange::uphead::HeadOut;
 use gapura_gate::upstream::{HostHeader, RequestId};
 use std::io::Write as _;
 use std::net::IpAddr;
@@ -61,14 +63,15 @@ fn is_hop_by_hop(name: &[u8]) -> bool {
         || (name.len() >= 6 && name[..6].eq_ignore_ascii_case(b"proxy-"))
 }
 
-/// Writes the upstream request head into `out` for a client head `raw`
-/// (its request line gives the method) whose parsed lines are `headers`.
-/// `new_id` writes a fresh request id when one is needed.
-pub fn write_request_head(
+/// Writes the upstream request head into `out` (HTTP/1.1 text, or an
+/// HTTP/2 request's fields) for a client head `raw` (its request line
+/// gives the method) whose parsed lines are `headers`. `new_id` writes a
+/// fresh request id when one is needed.
+pub fn write_request_head<O: HeadOut>(
     raw: &[u8],
     headers: &[httparse::Header<'_>],
     fwd: &Forwarding<'_>,
-    out: &mut Vec<u8>,
+    out: &mut O,
     new_id: &mut dyn FnMut(&mut Vec<u8>),
 ) -> bool {
     let Some(space) = raw.iter().position(|&b| b == b' ') else {
@@ -91,15 +94,13 @@ pub fn write_request_head(
     }
     let listed = &listed[..n_listed];
 
-    out.extend_from_slice(method);
-    out.push(b' ');
-    out.extend_from_slice(fwd.path);
-    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    out.request_line(method, fwd.path);
+    let host = out.field(b"Host");
     match fwd.host_header {
-        HostHeader::PassThrough => out.extend_from_slice(fwd.host.unwrap_or(b"")),
-        HostHeader::Rewrite(h) => out.extend_from_slice(h.as_bytes()),
+        HostHeader::PassThrough => host.extend_from_slice(fwd.host.unwrap_or(b"")),
+        HostHeader::Rewrite(h) => host.extend_from_slice(h.as_bytes()),
     }
-    out.extend_from_slice(b"\r\n");
+    out.end_field();
 
     let mut id_seen = false;
     let mut upgrade_value: Option<&[u8]> = None;
@@ -133,44 +134,42 @@ pub fn write_request_head(
             }
             id_seen = true;
         }
-        out.extend_from_slice(name);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(h.value);
-        out.extend_from_slice(b"\r\n");
+        out.field_named(name).extend_from_slice(h.value);
+        out.end_field();
     }
-    out.extend_from_slice(b"X-Forwarded-For: ");
+    let xff = out.field(b"X-Forwarded-For");
     for h in headers.iter() {
         if h.name.eq_ignore_ascii_case("x-forwarded-for") {
             let v = h.value.trim_ascii();
             if !v.is_empty() {
-                out.extend_from_slice(v);
-                out.extend_from_slice(b", ");
+                xff.extend_from_slice(v);
+                xff.extend_from_slice(b", ");
             }
         }
     }
-    write_addr(out, fwd.client);
-    out.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
-    out.extend_from_slice(fwd.proto.as_bytes());
-    out.extend_from_slice(b"\r\n");
+    write_addr(xff, fwd.client);
+    out.end_field();
+    out.field(b"X-Forwarded-Proto")
+        .extend_from_slice(fwd.proto.as_bytes());
+    out.end_field();
     if let Some(host) = fwd.host {
-        out.extend_from_slice(b"X-Forwarded-Host: ");
-        out.extend_from_slice(host);
-        out.extend_from_slice(b"\r\n");
+        out.field(b"X-Forwarded-Host").extend_from_slice(host);
+        out.end_field();
     }
-    out.extend_from_slice(fwd.identity);
+    out.lines(fwd.identity);
     if fwd.request_id != RequestId::Off && !id_seen {
-        out.extend_from_slice(b"X-Request-Id: ");
-        new_id(out);
-        out.extend_from_slice(b"\r\n");
+        new_id(out.field(b"X-Request-Id"));
+        out.end_field();
     }
     if fwd.upgrade {
         if let Some(v) = upgrade_value {
-            out.extend_from_slice(b"Connection: upgrade\r\nUpgrade: ");
-            out.extend_from_slice(v);
-            out.extend_from_slice(b"\r\n");
+            out.field(b"Connection").extend_from_slice(b"upgrade");
+            out.end_field();
+            out.field(b"Upgrade").extend_from_slice(v);
+            out.end_field();
         }
     }
-    out.extend_from_slice(b"\r\n");
+    out.end();
     true
 }
 

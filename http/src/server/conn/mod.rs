@@ -96,6 +96,8 @@ pub(super) struct Conn<S> {
     ubuf: Vec<u8>,
     /// Upstream response bytes (proxying only; allocated on first use).
     urbuf: Vec<u8>,
+    /// An HTTP/2 upstream's request head (allocated on first use).
+    uhead: Option<Box<crate::exchange::uphead::UpHead>>,
     busy: bool,
     served: u64,
     /// The last `Host` value the parser found valid on this connection.
@@ -147,6 +149,7 @@ impl<S: Transport> Conn<S> {
             io,
             shard,
             ubuf: Vec::new(),
+            uhead: None,
             urbuf: Vec::new(),
             busy: false,
             served: 0,
@@ -391,6 +394,7 @@ impl<S: Transport> Conn<S> {
                 buf: unread,
                 wbuf,
                 ubuf: &mut self.ubuf,
+                uhead: &mut self.uhead,
                 peer: self.client_peer,
                 resume,
                 page_vars: &mut self.page_vars,

@@ -9,7 +9,7 @@ use super::peer_closed;
 use crate::clock;
 use crate::server::conn::Conn;
 use crate::server::shard::Shard;
-use crate::transport::h2call::{self, H2Call, StreamSlot};
+use crate::transport::h2client::{self, StreamSlot};
 use crate::transport::plain::Plain;
 use crate::transport::tls::{self, HandshakeFail};
 use crate::transport::upstream::{server_name, UpstreamConn};
@@ -73,7 +73,7 @@ pub(super) type Slot = Permit<UpstreamConn>;
 
 /// What carries one request to a server.
 pub(super) struct Carrier {
-    pub conn: UpstreamConn,
+    pub link: Link,
     /// Made before: a pooled connection, or a stream on a running HTTP/2
     /// connection.
     pub reused: bool,
@@ -82,13 +82,43 @@ pub(super) struct Carrier {
     pub slot: Option<Slot>,
 }
 
+/// The connection a request goes on.
+pub(super) enum Link {
+    /// An HTTP/1.1 connection, the request written as bytes.
+    H1(UpstreamConn),
+    /// A stream on an HTTP/2 connection, the request sent as parts.
+    H2(H2Call),
+}
+
+/// A stream on a server's HTTP/2 connection, held for one request.
+pub(super) struct H2Call {
+    pub conn: H2Conn,
+    /// The stream's place in the connection's count.
+    pub _slot: StreamSlot,
+    /// The request's scheme is `https`.
+    pub https: bool,
+}
+
 impl Carrier {
     /// A stream on an HTTP/2 connection (`reused`: a running one).
     fn h2(c: H2Conn, slot: StreamSlot, https: bool, reused: bool) -> Carrier {
         Carrier {
-            conn: UpstreamConn::H2(Box::new(H2Call::new(c.send, c.live, slot, https))),
+            link: Link::H2(H2Call {
+                conn: c,
+                _slot: slot,
+                https,
+            }),
             reused,
             slot: None,
+        }
+    }
+
+    /// A connection from (or for) a server's HTTP/1.1 pool.
+    fn h1(conn: UpstreamConn, reused: bool, slot: Slot) -> Carrier {
+        Carrier {
+            link: Link::H1(conn),
+            reused,
+            slot: Some(slot),
         }
     }
 }
@@ -147,11 +177,7 @@ fn at_once(d: Dest<'_>) -> Result<Carrier, First> {
     }
     match shard.upstreams.checkout(group, server, clock::now_ms()) {
         Checkout::Idle(conn, slot) if matches!(conn, UpstreamConn::Tls(_)) == https => {
-            Ok(Carrier {
-                conn,
-                reused: true,
-                slot: Some(slot),
-            })
+            Ok(Carrier::h1(conn, true, slot))
         }
         other => Err(First::H1(other)),
     }
@@ -221,11 +247,7 @@ async fn upstream_for(
                 shard.upstreams.checkout(group, server, clock::now_ms())
             {
                 slot.connected();
-                return Ok(Carrier {
-                    conn,
-                    reused: false,
-                    slot: Some(slot),
-                });
+                return Ok(Carrier::h1(conn, false, slot));
             }
             drop(conn);
             return http1_for(None, d, gone, waited).await;
@@ -234,7 +256,7 @@ async fn upstream_for(
     let live = pool.live_for(server.key);
     let (read, write) = conn.into_split();
     let streams = group.h2_streams_per_connection;
-    match h2call::handshake(read, write, deadline, &live, streams).await {
+    match h2client::handshake(read, write, deadline, &live, streams).await {
         Ok(send) => {
             let (c, slot) = pool.opened(server.key, send, live);
             Ok(Carrier::h2(c, slot, https, false))
@@ -292,11 +314,7 @@ async fn http1_for(
         };
         match got {
             Got::Idle(c, slot) if matches!(c, UpstreamConn::Tls(_)) == https => {
-                return Ok(Carrier {
-                    conn: c,
-                    reused: true,
-                    slot: Some(slot),
-                })
+                return Ok(Carrier::h1(c, true, slot))
             }
             Got::Idle(c, mut slot) => {
                 // Made before a reload turned TLS on or off.
@@ -308,11 +326,7 @@ async fn http1_for(
                     .await
                     .map_err(NoConn::Failed)?;
                 slot.connected();
-                return Ok(Carrier {
-                    conn,
-                    reused: false,
-                    slot: Some(slot),
-                });
+                return Ok(Carrier::h1(conn, false, slot));
             }
         }
     }

@@ -17,9 +17,13 @@
 //!
 //! Modules: this one picks servers and sends the request; `carrier` gets
 //! the connection to a server (the pools, the queue, a new connection);
-//! `response` reads the response head; `relay` relays the body.
+//! `response` reads the response head; `relay` relays the body; `h2` is
+//! an attempt on an HTTP/2 upstream's stream, the request and its answer
+//! as parts (`h2body`: the request's body as DATA frames).
 
 mod carrier;
+mod h2;
+mod h2body;
 mod relay;
 mod response;
 
@@ -32,7 +36,7 @@ use crate::transport::upstream::UpstreamConn;
 use crate::transport::Transport;
 use crate::transport::WriteAll;
 use crate::upstream::pool::CloseReason;
-use carrier::{Carrier, Dest, NoConn};
+use carrier::{Carrier, Dest, Link, NoConn};
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::policy::HostExtras;
 use gapura_gate::upstream::{Route, UpstreamGroup};
@@ -172,7 +176,9 @@ impl<S: Transport> Conn<S> {
             done: head.framing == BodyFraming::None,
             streamed: false,
         };
-        // Body bytes already buffered travel with the head in one write.
+        // Body bytes already buffered travel with the head in one write
+        // (after the HTTP/1.1 head, when one was written).
+        let body_at = self.ubuf.len();
         if let Err(status) = self.take_buffered_body(&mut body, &limits) {
             self.write_error(snap, replace.custom(), status, head, true);
             return Err(self.close_after_refusal(ErrorKind::Limit).await);
@@ -182,7 +188,7 @@ impl<S: Transport> Conn<S> {
                 head,
                 group,
                 snap,
-                &mut body,
+                (&mut body, body_at),
                 &limits,
                 (upgrade, idempotent),
                 &replace,
@@ -211,7 +217,7 @@ impl<S: Transport> Conn<S> {
         head: &ParsedHead,
         group: &UpstreamGroup,
         snap: &Snapshot,
-        body: &mut Body,
+        (body, body_at): (&mut Body, usize),
         limits: &RequestLimits,
         (upgrade, idempotent): (bool, bool),
         replace: &Replace<'_>,
@@ -246,7 +252,7 @@ impl<S: Transport> Conn<S> {
             };
             let got = self.carrier(dest).await;
             let Carrier {
-                conn: mut up,
+                mut link,
                 reused,
                 mut slot,
             } = match got {
@@ -268,9 +274,17 @@ impl<S: Transport> Conn<S> {
                 Err(NoConn::ClientGone) => return Err(End::Error(ErrorKind::Io)),
             };
             shard.upstreams.begin(server);
-            let outcome = self
-                .attempt(&mut up, reused, head, group, body, limits, upgrade, replace)
-                .await;
+            let outcome = match &mut link {
+                Link::H1(up) => {
+                    self.attempt(up, reused, head, group, body, limits, upgrade, replace)
+                        .await
+                }
+                Link::H2(call) => {
+                    let body = (&mut *body, body_at);
+                    self.attempt_h2(call, reused, head, group, body, limits, replace)
+                        .await
+                }
+            };
             shard.upstreams.end(server);
             if let Some(s) = slot.as_mut() {
                 s.closing(outcome.closes_as());
@@ -280,7 +294,7 @@ impl<S: Transport> Conn<S> {
                     shard.upstreams.success(server);
                     // An HTTP/2 call's connection stays with the shard's
                     // HTTP/2 connections; the call itself ends here.
-                    if let (true, Some(slot)) = (reusable, slot) {
+                    if let (true, Some(slot), Link::H1(up)) = (reusable, slot, link) {
                         slot.pool().clone().put(up, slot, clock::now_ms());
                     }
                     return if close { Err(End::Done) } else { Ok(None) };
@@ -319,6 +333,9 @@ impl<S: Transport> Conn<S> {
                 }
                 Attempt::Upgrade(pending) => {
                     shard.upstreams.success(server);
+                    let Link::H1(up) = link else {
+                        return Err(End::Error(ErrorKind::Io));
+                    };
                     return Err(upgraded(up, pending));
                 }
             }

@@ -38,13 +38,7 @@ impl<S: Transport> Conn<S> {
             self.urbuf = Vec::with_capacity(UPSTREAM_BUF_BYTES);
         }
         self.urbuf.clear();
-        let mut deadline = clock::deadline(group.response_header_timeout_ms);
-        // A gRPC call's own deadline, when sooner: its passing is the
-        // call's, not a failure of the server.
-        let call_deadline = up.deadline().filter(|&d| d < deadline);
-        if let Some(d) = call_deadline {
-            deadline = d;
-        }
+        let deadline = clock::deadline(group.response_header_timeout_ms);
         let snap = self.shard.snapshot();
         let close_anyway = self.closes_after(&snap, head);
         let hsts = self.hsts(&snap);
@@ -89,7 +83,7 @@ impl<S: Transport> Conn<S> {
                 Err(UpRead::Timeout) => {
                     return Err(Attempt::Fail {
                         status: ErrorStatus::GatewayTimeout,
-                        count_failure: call_deadline.is_none(),
+                        count_failure: true,
                     })
                 }
                 Err(UpRead::ClientGone) => return Err(Attempt::ClientGone),
@@ -142,7 +136,7 @@ impl<S: Transport> Conn<S> {
 
     /// The host's page in place of an upstream error (`replace_upstream`):
     /// its body is dropped unread, so the connection is not pooled.
-    async fn replace_answer(
+    pub(super) async fn replace_answer(
         &mut self,
         head: &ParsedHead,
         replace: &Replace<'_>,
@@ -199,23 +193,35 @@ impl<S: Transport> Conn<S> {
             self.urbuf.reserve(self.urbuf.len());
         }
         let buf = std::mem::take(&mut self.urbuf);
-        let read = up.read_spare(buf);
-        let mut read = std::pin::pin!(read);
+        let (res, buf) = self.watched(up.read_spare(buf), deadline).await?;
+        self.urbuf = buf;
+        res.map_err(|_| UpRead::Io)
+    }
+
+    /// Waits for `wait` (an upstream's answer) under `deadline`, watching
+    /// the client for an abort once it takes a while (a closed connection,
+    /// or an HTTP/2 stream's reset).
+    pub(super) async fn watched<F: std::future::Future>(
+        &mut self,
+        wait: F,
+        deadline: Instant,
+    ) -> Result<F::Output, UpRead> {
+        let mut wait = std::pin::pin!(wait);
         let quick = clock::deadline(WATCH_AFTER_MS);
         let first = self
             .io
             .deadline()
-            .within(quick.min(deadline), &mut read)
+            .within(quick.min(deadline), &mut wait)
             .await;
-        let (res, buf) = match first {
-            Ok(r) => r,
-            Err(_) if quick >= deadline => return Err(UpRead::Timeout),
+        match first {
+            Ok(r) => Ok(r),
+            Err(_) if quick >= deadline => Err(UpRead::Timeout),
             Err(_) => {
                 let (stream, conn_deadline) = self.io.stream_and_deadline();
                 let watch = async {
                     if let Some(socket) = stream.socket() {
                         monoio::select! {
-                            r = &mut read => return Ok(r),
+                            r = &mut wait => return Ok(r),
                             _ = socket.readable(false) => {
                                 // Bytes the ring received are pipelined
                                 // requests, not an end.
@@ -229,21 +235,18 @@ impl<S: Transport> Conn<S> {
                         // An HTTP/2 stream has no socket of its own: its
                         // reset is the client going away.
                         monoio::select! {
-                            r = &mut read => return Ok(r),
+                            r = &mut wait => return Ok(r),
                             _ = stream.until_abandoned() => return Err(UpRead::ClientGone),
                         }
                     }
-                    Ok(read.await)
+                    Ok(wait.await)
                 };
                 match conn_deadline.within(deadline, watch).await {
-                    Ok(Ok(r)) => r,
-                    Ok(Err(gone)) => return Err(gone),
-                    Err(_) => return Err(UpRead::Timeout),
+                    Ok(r) => r,
+                    Err(_) => Err(UpRead::Timeout),
                 }
             }
-        };
-        self.urbuf = buf;
-        res.map_err(|_| UpRead::Io)
+        }
     }
 }
 
@@ -290,18 +293,31 @@ impl<'a> Replace<'a> {
         lines: &[httparse::Header<'_>],
         upgrade: bool,
     ) -> Option<ErrorStatus> {
-        let x = self.extras?;
-        if r.status < 400 {
+        if self.extras.is_none() || r.status < 400 {
             return None;
         }
         let content_type = lines
             .iter()
             .find(|h| h.name.eq_ignore_ascii_case("content-type"))
             .map(|h| h.value);
+        self.status_of(r.status, content_type, upgrade)
+    }
+
+    /// The page that replaces an answer of `status` with `content_type`.
+    pub(super) fn status_of(
+        &self,
+        status: u16,
+        content_type: Option<&[u8]>,
+        upgrade: bool,
+    ) -> Option<ErrorStatus> {
+        let x = self.extras?;
+        if status < 400 {
+            return None;
+        }
         replace_upstream(
             x.replace_upstream,
             &UpstreamHead {
-                status: r.status,
+                status,
                 content_type,
                 is_upgrade: upgrade,
             },
