@@ -107,3 +107,52 @@ fn a_grpc_client_reaches_a_grpc_server_through_gapura() {
         "{details}"
     );
 }
+
+/// One bidirectional call through `addr` (over TLS when `tls` names the
+/// CA file and server name): each message sent only once the reply to
+/// the one before came back.
+fn ping_pong(addr: std::net::SocketAddr, rounds: u32, tls: Option<(&std::path::Path, &str)>) {
+    let mut c = Command::new("python3");
+    c.arg(peer_script())
+        .arg("pingpong")
+        .arg(addr.to_string())
+        .arg(rounds.to_string());
+    if let Some((ca, name)) = tls {
+        c.arg(ca).arg(name);
+    }
+    let out = c.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(
+        (&said["code"], &said["rounds"]),
+        (&"OK".into(), &rounds.into()),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_bidirectional_call_ping_pongs_500_rounds_over_h2c_and_tls() {
+    let server = grpc_server();
+    let dir = TempDir::new();
+    let (cert, key, _) = common::tls::write_cert(&dir.0, "grpc", &["grpc.test"]);
+    let rest = format!(
+        "[[upstream]]\nname = \"grpc\"\nservers = [\"127.0.0.1:{}\"]\nprotocol = \"h2\"\n\n\
+         [[certificate]]\nnames = [\"grpc.test\"]\ncert = {cert:?}\nkey = {key:?}\n\n\
+         [[host]]\nnames = [\"grpc.test\"]\ndefault = true\nkind = \"proxy\"\n\
+         [[host.route]]\npath = \"/\"\nupstream = \"grpc\"\n",
+        server.port
+    );
+    let text = profile("", &rest).replace(
+        "listen = [\"127.0.0.1:0\"]",
+        "listen = [\"127.0.0.1:0\", { addr = \"127.0.0.1:0\", tls = true }]",
+    );
+    let g = Gapura::start(&text);
+    // Each reply reaches the client while its request is still open.
+    ping_pong(g.addr, 500, None);
+    ping_pong(g.tls_addr.unwrap(), 500, Some((&cert, "grpc.test")));
+}

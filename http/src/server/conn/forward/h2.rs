@@ -217,17 +217,15 @@ impl<S: Transport> Conn<S> {
             let mut pumping = std::pin::pin!(pumping);
             let answer = self.answer_h2(response, head, group, x, replace, call_deadline);
             let mut answer = std::pin::pin!(answer);
-            let refused = loop {
-                monoio::select! {
-                    a = &mut answer => return a,
-                    p = &mut pumping => match p {
-                        // Sent whole, or the upstream's stream failed: its
-                        // answer (or its failure) still comes.
-                        Ok(()) | Err(Fail::Upstream) => break None,
-                        Err(Fail::Client(status)) => break Some(status),
-                        Err(Fail::ClientGone) => return Attempt::ClientGone,
-                    },
-                }
+            let refused = monoio::select! {
+                a = &mut answer => return a,
+                p = &mut pumping => match p {
+                    // Sent whole, or the upstream's stream failed: its
+                    // answer (or its failure) still comes.
+                    Ok(()) | Err(Fail::Upstream) => None,
+                    Err(Fail::Client(status)) => Some(status),
+                    Err(Fail::ClientGone) => return Attempt::ClientGone,
+                },
             };
             match refused {
                 None => return answer.await,
