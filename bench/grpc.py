@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""gRPC unary calls through Gapura and through nginx's `grpc_pass`, side by
-side: server CPU per call and h2load's latency, each server's ratio taken
-within the same round.
+"""gRPC unary calls through Gapura, HAProxy (`proto h2` both sides) and
+nginx's `grpc_pass`, side by side: server CPU per call and h2load's
+latency, each server's ratio taken within the same round.
 
 The upstream is `grpc-echo` (bench/src/bin/grpc-echo.rs: h2c, answers each
 call with its message and the trailers `grpc-status: 0`), pinned to the
 load core. Each round, each server in turn starts fresh pinned to the
 server core with one worker (nginx: `worker_processes 1`, `listen ...
 http2`, `grpc_pass` to an upstream block with `keepalive`; Gapura: `shards
-= 1`, an `[[upstream]]` with `protocol = "h2"`) and takes:
+= 1`, an `[[upstream]]` with `protocol = "h2"`; HAProxy: `nbthread 1`,
+`bind ... proto h2`, `server ... proto h2` with `http-reuse always`) and
+takes:
 
   grpc-unary   h2load over h2c, 64 connections, 10 streams each, every
                request a gRPC unary call (POST, `content-type:
@@ -19,7 +21,7 @@ after the load. Every process started here is stopped by its pid; all
 traffic goes to 127.0.0.1. Python 3.11, standard library only.
 
   cargo build --release -p gapura -p gapura-bench --bin gapura --bin grpc-echo
-  bench/grpc.py [--rounds N] [--duration S] [--gapura PATH] [--only gapura|nginx]
+  bench/grpc.py [--rounds N] [--duration S] [--gapura PATH] [--only gapura|haproxy|nginx]
 """
 import argparse
 import os
@@ -34,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tls import TICKS, cpu_ticks, free_port, wait_port  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SERVERS = ("gapura", "nginx")
+SERVERS = ("gapura", "haproxy", "nginx")
 
 
 def say(msg):
@@ -104,6 +106,32 @@ http {{
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def start_haproxy(work, port, core, upstream):
+    conf = os.path.join(work, "haproxy.cfg")
+    with open(conf, "w") as f:
+        f.write(f"""global
+    nbthread 1
+    maxconn 10000
+
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    option http-keep-alive
+
+frontend grpc
+    bind 127.0.0.1:{port} proto h2
+    default_backend echo
+
+backend echo
+    http-reuse always
+    server echo 127.0.0.1:{upstream} proto h2
+""")
+    return subprocess.Popen(["taskset", "-c", str(core), "haproxy", "-db", "-f", conf],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def h2load(port, secs, core, message):
     cmd = ["taskset", "-c", str(core), "h2load", "-c64", "-m10", "-t1", "-D", str(secs),
            "-d", message, "-H", "content-type: application/grpc", "-H", "te: trailers",
@@ -123,6 +151,8 @@ def run_server(name, args, work, upstream, message):
     port = free_port()
     if name == "gapura":
         proc = start_gapura(args.gapura, work, port, args.server_core, upstream)
+    elif name == "haproxy":
+        proc = start_haproxy(work, port, args.server_core, upstream)
     else:
         proc = start_nginx(work, port, args.server_core, upstream)
     try:
@@ -173,9 +203,11 @@ def main():
     for s in servers:
         cells = ", ".join(f"{us:.2f} µs ({n} calls, mean {mean})" for us, n, mean in rows[s])
         print(f"{s:7} {cells}")
-    if len(servers) == 2:
-        ratios = [g[0] / n[0] for g, n in zip(rows["gapura"], rows["nginx"])]
-        print("gapura / nginx per round: " + ", ".join(f"{r:.2f}" for r in ratios)
+    if "gapura" not in rows:
+        return
+    for other in (s for s in servers if s != "gapura"):
+        ratios = [g[0] / n[0] for g, n in zip(rows["gapura"], rows[other])]
+        print(f"gapura / {other} per round: " + ", ".join(f"{r:.2f}" for r in ratios)
               + f"; median {statistics.median(ratios):.2f}")
 
 

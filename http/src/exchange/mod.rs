@@ -77,3 +77,132 @@ pub fn connection_specific(name: &[u8]) -> bool {
     ];
     NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
+
+/// A compiled `Name: value\r\n` line (a host's HSTS line) as a field.
+pub fn field_of_line(line: &[u8]) -> Option<(http::HeaderName, http::HeaderValue)> {
+    let line = line.strip_suffix(b"\r\n").unwrap_or(line);
+    let colon = line.iter().position(|&b| b == b':')?;
+    let name = http::HeaderName::from_bytes(&line[..colon]).ok()?;
+    let value = http::HeaderValue::from_bytes(line[colon + 1..].trim_ascii()).ok()?;
+    Some((name, value))
+}
+
+/// An HTTP/1.1 answer's fields as an HTTP/2 answer's: those HTTP/2
+/// forbids left out, with `Trailer` and every name the `Connection` field
+/// lists (hop-by-hop), and any that is not a valid field.
+pub fn fields_of(lines: &[httparse::Header<'_>]) -> http::HeaderMap {
+    let mut listed: [&[u8]; 16] = [b""; 16];
+    let mut n = 0;
+    for h in lines.iter() {
+        if h.name.eq_ignore_ascii_case("connection") {
+            for t in h.value.split(|&b| b == b',') {
+                let t = t.trim_ascii();
+                if !t.is_empty() && n < listed.len() {
+                    listed[n] = t;
+                    n += 1;
+                }
+            }
+        }
+    }
+    let listed = &listed[..n];
+    let mut fields = http::HeaderMap::with_capacity(lines.len());
+    for h in lines.iter() {
+        let name = h.name.as_bytes();
+        if connection_specific(name)
+            || name.eq_ignore_ascii_case(b"trailer")
+            || listed.iter().any(|t| t.eq_ignore_ascii_case(name))
+        {
+            continue;
+        }
+        let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(name),
+            http::HeaderValue::from_bytes(h.value),
+        ) else {
+            continue;
+        };
+        fields.append(n, v);
+    }
+    fields
+}
+
+/// A chunked body's trailer section (its `name: value` lines, as an
+/// upstream sent them) as trailers: the valid fields HTTP/2 allows.
+pub fn trailers_of(section: &[u8]) -> http::HeaderMap {
+    let mut fields = http::HeaderMap::new();
+    for line in section.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let value = line[colon + 1..].trim_ascii();
+        let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(&line[..colon]),
+            http::HeaderValue::from_bytes(value),
+        ) else {
+            continue;
+        };
+        if !connection_specific(n.as_str().as_bytes()) {
+            fields.append(n, v);
+        }
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_http1_answers_fields_lose_what_http2_forbids() {
+        let lines = [
+            httparse::Header {
+                name: "Content-Type",
+                value: b"text/plain",
+            },
+            httparse::Header {
+                name: "Connection",
+                value: b"keep-alive, X-Hop",
+            },
+            httparse::Header {
+                name: "X-Hop",
+                value: b"1",
+            },
+            httparse::Header {
+                name: "Transfer-Encoding",
+                value: b"chunked",
+            },
+            httparse::Header {
+                name: "Trailer",
+                value: b"grpc-status",
+            },
+            httparse::Header {
+                name: "Set-Cookie",
+                value: b"a=1",
+            },
+            httparse::Header {
+                name: "Set-Cookie",
+                value: b"b=2",
+            },
+            httparse::Header {
+                name: "X-Bad",
+                value: b"a\x01",
+            },
+        ];
+        let f = fields_of(&lines);
+        let names: Vec<&str> = f.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["content-type", "set-cookie"]);
+        assert_eq!(f.get_all("set-cookie").iter().count(), 2);
+        let t =
+            trailers_of(b"grpc-status: 0\r\ngrpc-message: fine \r\nconnection: x\r\nbroken\r\n");
+        assert_eq!(t.len(), 2);
+        assert_eq!(t["grpc-message"], "fine");
+    }
+
+    #[test]
+    fn the_hsts_line_becomes_a_field() {
+        let (n, v) = field_of_line(b"Strict-Transport-Security: max-age=31536000\r\n").unwrap();
+        assert_eq!(n, "strict-transport-security");
+        assert_eq!(v, "max-age=31536000");
+        assert!(field_of_line(b"").is_none());
+    }
+}

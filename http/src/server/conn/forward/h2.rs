@@ -19,7 +19,7 @@ use super::response::{Replace, UpRead};
 use super::{Attempt, Body, Exchange};
 use crate::clock;
 use crate::codec::head::{Method, ParsedHead};
-use crate::exchange::connection_specific;
+use crate::exchange::{connection_specific, field_of_line};
 use crate::server::conn::Conn;
 use crate::transport::Transport;
 use bytes::Bytes;
@@ -308,7 +308,7 @@ impl<S: Transport> Conn<S> {
                     };
                 }
             }
-            if let Some((n, v)) = split_line(hsts) {
+            if let Some((n, v)) = field_of_line(hsts) {
                 parts.headers.insert(n, v);
             }
             let answer = http::Response::from_parts(parts, ());
@@ -504,15 +504,6 @@ impl ConnectionFree for http::HeaderMap {
     }
 }
 
-/// A compiled `Name: value\r\n` line (the host's HSTS line) as a field.
-fn split_line(line: &[u8]) -> Option<(http::HeaderName, http::HeaderValue)> {
-    let line = line.strip_suffix(b"\r\n").unwrap_or(line);
-    let colon = line.iter().position(|&b| b == b':')?;
-    let name = http::HeaderName::from_bytes(&line[..colon]).ok()?;
-    let value = http::HeaderValue::from_bytes(line[colon + 1..].trim_ascii()).ok()?;
-    Some((name, value))
-}
-
 fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
@@ -596,13 +587,5 @@ mod tests {
         assert!(text.ends_with("content-length: 0\r\n\r\n"), "{text}");
         let (_, text) = head_of(204, &[], true, false);
         assert_eq!(text, "HTTP/1.1 204 No Content\r\n\r\n");
-    }
-
-    #[test]
-    fn the_hsts_line_becomes_a_field() {
-        let (n, v) = split_line(b"Strict-Transport-Security: max-age=31536000\r\n").unwrap();
-        assert_eq!(n, "strict-transport-security");
-        assert_eq!(v, "max-age=31536000");
-        assert!(split_line(b"").is_none());
     }
 }

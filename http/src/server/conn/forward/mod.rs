@@ -17,7 +17,8 @@
 //!
 //! Modules: this one picks servers and sends the request; `carrier` gets
 //! the connection to a server (the pools, the queue, a new connection);
-//! `response` reads the response head; `relay` relays the body; `h2` is
+//! `response` reads the response head; `relay` relays the body (to an
+//! HTTP/2 client as frames: `tostream`); `h2` is
 //! an attempt on an HTTP/2 upstream's stream, the request and its answer
 //! as parts (`h2body`: the request's body as DATA frames).
 
@@ -26,6 +27,7 @@ mod h2;
 mod h2body;
 mod relay;
 mod response;
+mod tostream;
 
 use super::{Conn, End};
 use crate::clock;
@@ -386,6 +388,11 @@ impl<S: Transport> Conn<S> {
             return Attempt::Upgrade(pending);
         }
         let reusable = resp.keep_alive && body.done;
+        if self.io.stream_mut().exchange().is_some() {
+            return self
+                .relay_to_stream(up, &resp, reusable, close, group.read_timeout_ms)
+                .await;
+        }
         self.relay_body(up, &resp, reusable, close, group.read_timeout_ms)
             .await
     }

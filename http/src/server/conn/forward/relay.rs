@@ -202,7 +202,7 @@ impl<S: Transport> Conn<S> {
     }
 
     /// Reads a body chunk from the upstream into the empty `urbuf`.
-    async fn read_upstream_plain(
+    pub(super) async fn read_upstream_plain(
         &mut self,
         up: &mut UpstreamConn,
         timeout_ms: u64,

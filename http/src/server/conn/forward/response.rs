@@ -5,6 +5,8 @@
 use super::{peer_closed, Attempt, Exchange, UPSTREAM_BUF_BYTES, WATCH_AFTER_MS};
 use crate::clock;
 use crate::codec::head::{Method, ParsedHead};
+use crate::exchange::stream::ClientStream;
+use crate::exchange::{field_of_line, fields_of};
 use crate::server::conn::Conn;
 use crate::transport::upstream::UpstreamConn;
 use crate::transport::ReadSpare;
@@ -49,6 +51,14 @@ impl<S: Transport> Conn<S> {
                 HeadStep::Replace(status, upstream_status, close) => {
                     let a = self.replace_answer(head, replace, status, upstream_status, close);
                     return Err(a.await);
+                }
+                HeadStep::Answered(status, close) => {
+                    self.shard.stats.response(status);
+                    self.log_status(status);
+                    return Err(Attempt::Done {
+                        reusable: false,
+                        close,
+                    });
                 }
                 HeadStep::Head(r, close, interim) => {
                     self.shard.stats.response(r.status);
@@ -115,6 +125,10 @@ impl<S: Transport> Conn<S> {
                 }
                 if let Some(status) = replace.status(&r, lines, x.upgrade) {
                     return HeadStep::Replace(status, r.status, close);
+                }
+                let grpc = self.io.stream().request_id();
+                if let Some(client) = self.io.stream_mut().exchange() {
+                    return answer_head(client, r, lines, (hsts, grpc), (close, interim));
                 }
                 let wbuf = self.io.out();
                 write_client_head(r.status, reason, lines, wbuf, close && !interim);
@@ -250,10 +264,59 @@ impl<S: Transport> Conn<S> {
     }
 }
 
+/// An upstream's answer head to an HTTP/2 client, sent as its HEADERS
+/// (ending the stream when no body follows): its fields without those
+/// HTTP/2 forbids, the host's HSTS field over TLS. A gRPC call's refusal
+/// (400 or more without `grpc-status`) is the trailers-only answer
+/// instead, and its body is not relayed. An interim answer is not passed
+/// on.
+fn answer_head(
+    client: &mut ClientStream,
+    r: RespHead,
+    lines: &[httparse::Header<'_>],
+    (hsts, grpc): (&[u8], Option<[u8; 24]>),
+    (close, interim): (bool, bool),
+) -> HeadStep {
+    if interim {
+        return HeadStep::Head(r, close, true);
+    }
+    let mut fields = fields_of(lines);
+    if let Some(id) = grpc.filter(|_| r.status >= 400) {
+        if !fields.contains_key("grpc-status") {
+            let retry = fields.get(http::header::RETRY_AFTER);
+            let refusal = crate::server::grpc::trailers_only(r.status, &id, retry);
+            return match client.send_head(refusal, true) {
+                Ok(()) => HeadStep::Answered(r.status, close),
+                Err(_) => HeadStep::Fail(Attempt::ClientGone),
+            };
+        }
+    }
+    if let Some((n, v)) = field_of_line(hsts) {
+        fields.insert(n, v);
+    }
+    let Ok(status) = http::StatusCode::from_u16(r.status) else {
+        return HeadStep::Fail(Attempt::Fail {
+            status: ErrorStatus::BadGateway,
+            count_failure: true,
+        });
+    };
+    let mut answer = http::Response::new(());
+    *answer.status_mut() = status;
+    *answer.headers_mut() = fields;
+    let end = matches!(r.framing, RespFraming::None | RespFraming::Length(0));
+    match client.send_head(answer, end) {
+        Ok(()) => HeadStep::Head(r, close, false),
+        Err(_) => HeadStep::Fail(Attempt::ClientGone),
+    }
+}
+
 /// What the buffered response bytes make of its head.
 enum HeadStep {
     Partial,
     Fail(Attempt),
+    /// The whole answer went out with its head (a gRPC call's refusal):
+    /// (the upstream's status, close).
+    Answered(u16, bool),
     /// The host's page instead: (its status, the upstream's, close).
     Replace(ErrorStatus, u16, bool),
     /// The head, written for the client: (head, close, interim).
