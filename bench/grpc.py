@@ -111,7 +111,7 @@ def start_haproxy(work, port, core, upstream):
     with open(conf, "w") as f:
         f.write(f"""global
     nbthread 1
-    maxconn 10000
+    maxconn 4096
 
 defaults
     mode http

@@ -11,11 +11,13 @@ use std::time::Duration;
 
 /// Where a request head is written.
 pub trait HeadOut {
-    /// The request line: the method and the origin-form target.
-    fn request_line(&mut self, method: &[u8], target: &[u8]);
-    /// Begins a field named `name`; its value is appended to what this
-    /// returns, and [`HeadOut::end_field`] ends it.
-    fn field(&mut self, name: &'static [u8]) -> &mut Vec<u8>;
+    /// The request line (the method and the origin-form target), and the
+    /// `Host` field begun: its value is appended to what this returns.
+    fn request_line(&mut self, method: &[u8], target: &[u8]) -> &mut Vec<u8>;
+    /// Begins a field: `name_colon` is its name and `": "`, as HTTP/1.1
+    /// writes it; its value is appended to what this returns, and
+    /// [`HeadOut::end_field`] ends it.
+    fn field(&mut self, name_colon: &'static [u8]) -> &mut Vec<u8>;
     /// Begins a field whose name came with the request.
     fn field_named(&mut self, name: &[u8]) -> &mut Vec<u8>;
     fn end_field(&mut self);
@@ -29,15 +31,17 @@ pub trait HeadOut {
 /// HTTP/1.1 text.
 impl HeadOut for Vec<u8> {
     #[inline]
-    fn request_line(&mut self, method: &[u8], target: &[u8]) {
+    fn request_line(&mut self, method: &[u8], target: &[u8]) -> &mut Vec<u8> {
         self.extend_from_slice(method);
         self.push(b' ');
         self.extend_from_slice(target);
-        self.extend_from_slice(b" HTTP/1.1\r\n");
+        self.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        self
     }
     #[inline]
-    fn field(&mut self, name: &'static [u8]) -> &mut Vec<u8> {
-        self.field_named(name)
+    fn field(&mut self, name_colon: &'static [u8]) -> &mut Vec<u8> {
+        self.extend_from_slice(name_colon);
+        self
     }
     #[inline]
     fn field_named(&mut self, name: &[u8]) -> &mut Vec<u8> {
@@ -142,15 +146,16 @@ impl UpHead {
 }
 
 impl HeadOut for UpHead {
-    fn request_line(&mut self, method: &[u8], target: &[u8]) {
+    fn request_line(&mut self, method: &[u8], target: &[u8]) -> &mut Vec<u8> {
         match http::Method::from_bytes(method) {
             Ok(m) => self.method = m,
             Err(_) => self.bad = true,
         }
         self.target.extend_from_slice(target);
+        self.field_named(b"host")
     }
-    fn field(&mut self, name: &'static [u8]) -> &mut Vec<u8> {
-        self.field_named(name)
+    fn field(&mut self, name_colon: &'static [u8]) -> &mut Vec<u8> {
+        self.field_named(name_colon.strip_suffix(b": ").unwrap_or(name_colon))
     }
     fn field_named(&mut self, name: &[u8]) -> &mut Vec<u8> {
         self.current = if name.eq_ignore_ascii_case(b"host") {
@@ -247,10 +252,11 @@ mod tests {
     }
 
     fn write(out: &mut impl HeadOut) {
-        out.request_line(b"POST", b"/pkg.Svc/Call");
+        out.request_line(b"POST", b"/pkg.Svc/Call")
+            .extend_from_slice(b"api.internal:8443");
+        out.end_field();
         for (n, v) in [
-            (&b"Host"[..], &b"api.internal:8443"[..]),
-            (b"connection", b"keep-alive"),
+            (&b"connection"[..], &b"keep-alive"[..]),
             (b"content-type", b"application/grpc"),
             (b"grpc-timeout", b"2S"),
             (b"transfer-encoding", b"chunked"),
@@ -259,7 +265,7 @@ mod tests {
             out.end_field();
         }
         out.lines(b"Remote-User: ana\r\n");
-        out.field(b"X-Request-Id").extend_from_slice(b"abc");
+        out.field(b"X-Request-Id: ").extend_from_slice(b"abc");
         out.end_field();
         out.end();
     }
@@ -294,8 +300,7 @@ mod tests {
         );
         assert_eq!(r.headers()["te"], "trailers");
         head.clear();
-        head.request_line(b"GET", b"/x?y");
-        head.field(b"Host").extend_from_slice(b"a");
+        head.request_line(b"GET", b"/x?y").extend_from_slice(b"a");
         head.end_field();
         let get = head.request(false).unwrap();
         assert_eq!(get.uri().to_string(), "http://a/x?y");
@@ -303,8 +308,9 @@ mod tests {
         // No authority, or a value HTTP/2 refuses: nothing to send.
         head.clear();
         head.request_line(b"GET", b"/");
+        head.end_field();
         assert!(head.request(false).is_none());
-        head.field(b"Host").extend_from_slice(b"a");
+        head.field(b"Host: ").extend_from_slice(b"a");
         head.end_field();
         head.field_named(b"x").extend_from_slice(b"a\x01b");
         head.end_field();

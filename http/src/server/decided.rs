@@ -178,6 +178,21 @@ pub(super) struct Decided<'d, 's, H: HeaderLines + ?Sized> {
     pub identity: Option<&'d [u8]>,
 }
 
+/// An HTTP/2 upstream's request head, into `uhead` (made on first use).
+/// Not inlined: the HTTP/1.1 path's forwarding stays as small as it was.
+#[inline(never)]
+fn write_fields(
+    raw: &[u8],
+    lines: &[httparse::Header<'_>],
+    fwd: &Forwarding<'_>,
+    uhead: &mut Option<Box<UpHead>>,
+    new_id: &mut dyn FnMut(&mut Vec<u8>),
+) -> bool {
+    let h = uhead.get_or_insert_with(Box::default);
+    h.clear();
+    write_request_head(raw, lines, fwd, &mut **h, new_id)
+}
+
 impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
     /// A page's `{requestId}`, `{host}` and `{cfRay}`.
     fn vars<'x>(&'x self, id: &'x [u8; 24]) -> PageVars<'x> {
@@ -224,9 +239,7 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
             written = write_request_head(raw, self.lines, &fwd, ubuf, &mut new_id);
         }
         if written && group.protocol != UpstreamProtocol::Http1 {
-            let h = uhead.get_or_insert_with(Box::default);
-            h.clear();
-            written = write_request_head(raw, self.lines, &fwd, &mut **h, &mut new_id);
+            written = write_fields(raw, self.lines, &fwd, uhead, &mut new_id);
         }
         if written {
             // The host's pages name the host: for an upstream error they

@@ -94,8 +94,7 @@ pub fn write_request_head<O: HeadOut>(
     }
     let listed = &listed[..n_listed];
 
-    out.request_line(method, fwd.path);
-    let host = out.field(b"Host");
+    let host = out.request_line(method, fwd.path);
     match fwd.host_header {
         HostHeader::PassThrough => host.extend_from_slice(fwd.host.unwrap_or(b"")),
         HostHeader::Rewrite(h) => host.extend_from_slice(h.as_bytes()),
@@ -137,7 +136,7 @@ pub fn write_request_head<O: HeadOut>(
         out.field_named(name).extend_from_slice(h.value);
         out.end_field();
     }
-    let xff = out.field(b"X-Forwarded-For");
+    let xff = out.field(b"X-Forwarded-For: ");
     for h in headers.iter() {
         if h.name.eq_ignore_ascii_case("x-forwarded-for") {
             let v = h.value.trim_ascii();
@@ -149,23 +148,23 @@ pub fn write_request_head<O: HeadOut>(
     }
     write_addr(xff, fwd.client);
     out.end_field();
-    out.field(b"X-Forwarded-Proto")
+    out.field(b"X-Forwarded-Proto: ")
         .extend_from_slice(fwd.proto.as_bytes());
     out.end_field();
     if let Some(host) = fwd.host {
-        out.field(b"X-Forwarded-Host").extend_from_slice(host);
+        out.field(b"X-Forwarded-Host: ").extend_from_slice(host);
         out.end_field();
     }
     out.lines(fwd.identity);
     if fwd.request_id != RequestId::Off && !id_seen {
-        new_id(out.field(b"X-Request-Id"));
+        new_id(out.field(b"X-Request-Id: "));
         out.end_field();
     }
     if fwd.upgrade {
         if let Some(v) = upgrade_value {
-            out.field(b"Connection").extend_from_slice(b"upgrade");
+            out.field(b"Connection: ").extend_from_slice(b"upgrade");
             out.end_field();
-            out.field(b"Upgrade").extend_from_slice(v);
+            out.field(b"Upgrade: ").extend_from_slice(v);
             out.end_field();
         }
     }

@@ -258,7 +258,7 @@ impl<S: Transport> Conn<S> {
         if let Some(d) = call_deadline {
             deadline = d;
         }
-        let response = match self.watched(response, deadline).await {
+        let response = match self.watched(std::pin::pin!(response), deadline).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return stream_failed(&e, x),
             Err(UpRead::Timeout) => {
@@ -343,7 +343,10 @@ impl<S: Transport> Conn<S> {
     async fn relay_frames(&mut self, mut recv: RecvStream, read_ms: u64, close: bool) -> Attempt {
         let write_ms = self.shard.snapshot().server.write_timeout_ms;
         loop {
-            let next = match self.watched(recv.data(), clock::deadline(read_ms)).await {
+            let next = match self
+                .watched(std::pin::pin!(recv.data()), clock::deadline(read_ms))
+                .await
+            {
                 Ok(n) => n,
                 Err(UpRead::ClientGone) => return Attempt::ClientGone,
                 Err(_) => return self.broken_h2(),
@@ -374,7 +377,7 @@ impl<S: Transport> Conn<S> {
             }
         }
         let trailers = match self
-            .watched(recv.trailers(), clock::deadline(read_ms))
+            .watched(std::pin::pin!(recv.trailers()), clock::deadline(read_ms))
             .await
         {
             Ok(Ok(t)) => t,
@@ -420,7 +423,10 @@ impl<S: Transport> Conn<S> {
         close: bool,
     ) -> Attempt {
         loop {
-            let next = match self.watched(recv.data(), clock::deadline(read_ms)).await {
+            let next = match self
+                .watched(std::pin::pin!(recv.data()), clock::deadline(read_ms))
+                .await
+            {
                 Ok(n) => n,
                 Err(UpRead::ClientGone) => return Attempt::ClientGone,
                 Err(_) => {
@@ -454,7 +460,7 @@ impl<S: Transport> Conn<S> {
         }
         if framing == H1Body::Chunked {
             let trailers = match self
-                .watched(recv.trailers(), clock::deadline(read_ms))
+                .watched(std::pin::pin!(recv.trailers()), clock::deadline(read_ms))
                 .await
             {
                 Ok(Ok(t)) => t,

@@ -281,9 +281,11 @@ impl<S: Transport> Conn<S> {
                     self.attempt(up, reused, head, group, body, limits, upgrade, replace)
                         .await
                 }
+                // Boxed: its state (two HTTP/2 streams, the body's pump)
+                // stays out of the HTTP/1.1 path's future.
                 Link::H2(call) => {
                     let body = (&mut *body, body_at);
-                    self.attempt_h2(call, reused, head, group, body, limits, replace)
+                    Box::pin(self.attempt_h2(call, reused, head, group, body, limits, replace))
                         .await
                 }
             };

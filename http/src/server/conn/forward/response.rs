@@ -207,20 +207,21 @@ impl<S: Transport> Conn<S> {
             self.urbuf.reserve(self.urbuf.len());
         }
         let buf = std::mem::take(&mut self.urbuf);
-        let (res, buf) = self.watched(up.read_spare(buf), deadline).await?;
+        let read = std::pin::pin!(up.read_spare(buf));
+        let (res, buf) = self.watched(read, deadline).await?;
         self.urbuf = buf;
         res.map_err(|_| UpRead::Io)
     }
 
     /// Waits for `wait` (an upstream's answer) under `deadline`, watching
     /// the client for an abort once it takes a while (a closed connection,
-    /// or an HTTP/2 stream's reset).
+    /// or an HTTP/2 stream's reset). Pinned where the caller made it (not
+    /// moved into this wait's state).
     pub(super) async fn watched<F: std::future::Future>(
         &mut self,
-        wait: F,
+        mut wait: std::pin::Pin<&mut F>,
         deadline: Instant,
     ) -> Result<F::Output, UpRead> {
-        let mut wait = std::pin::pin!(wait);
         let quick = clock::deadline(WATCH_AFTER_MS);
         let first = self
             .io
