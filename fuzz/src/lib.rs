@@ -17,6 +17,8 @@
 //!   with the production configuration and certificate choice).
 //! - `gate`: the gate's parsers of peer bytes: the canonical path, the
 //!   PROXY protocol header and Basic credentials.
+//! - `lanes`: the gate's lanes against its whole chain, for profiles and
+//!   requests made from the input.
 //! - `profile`: the profile compiler, TOML text to a snapshot or placed
 //!   errors.
 //! - `udp`: the UDP relay's decision on each datagram, envelope included.
@@ -24,6 +26,7 @@
 pub mod framing;
 pub mod front;
 pub mod gate;
+pub mod lanes;
 pub mod profile;
 pub mod udp;
 
@@ -42,4 +45,5 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("udp_envelope", udp::udp_envelope),
     ("h2_front", front::h2_front),
     ("tls_front", front::tls_front),
+    ("lanes", lanes::lanes),
 ];

@@ -4,7 +4,10 @@
 //! counters against the whole chain's.
 
 use super::*;
-use gapura_gate::chain::{paying_host, quiet_host, GateState, Lane, LaneHead, NoTrace, Request};
+use gapura_gate::chain::{
+    applies, paying_host, quiet_host, Block, GateState, Lane, LaneHead, NoTrace, Request, ORDER,
+    PAYING_RUNS, QUIET_RUNS,
+};
 use gapura_gate::client::Peer;
 use gapura_gate::path::MAX_PATH_BYTES;
 use gapura_gate::quota::QuotaTicket;
@@ -50,7 +53,10 @@ const BLOCKS: [(&str, &str); 5] = [
 fn lanes(src: &str) -> (bool, bool) {
     let c = ok(src);
     let entry = &c.snapshot.entries[0];
-    (quiet_host(&c.snapshot, entry), paying_host(entry))
+    (
+        quiet_host(&c.snapshot, entry),
+        paying_host(&c.snapshot, entry),
+    )
 }
 
 /// The quiet lane (`quiet_host`) reads each block's setting apart from
@@ -75,6 +81,66 @@ fn any_block_turned_on_takes_a_host_off_the_quiet_lane() {
     // respond host its block does nothing, and the host stays quiet.
     let pow = "proof_of_work = { enabled = true, difficulty = 8 }\n";
     assert!(quiet(&off(pow)), "proof of work on a respond host");
+}
+
+/// What turns `block` on for BASE's respond host (a line of the host's,
+/// or a section after it), or why a respond host cannot have it on. One
+/// exhaustive match: a block added to the chain must be named here, and
+/// the test below then holds the lanes to it.
+fn turn_on(block: Block) -> Result<&'static str, &'static str> {
+    match block {
+        Block::Budgets => Ok("\n[quota.global]\nrequests = 1000\n"),
+        Block::ConnectionRate => Ok("connection_rate = { requests = 10 }\n"),
+        Block::AccessAddress | Block::Access => Ok("access_list = \"office\"\n"),
+        Block::RuleSet => Ok("rule_set = \"edge\"\n"),
+        Block::HttpsRedirect => Ok("https_redirect = true\n"),
+        Block::Robots => Ok("robots = \"disallow_all\"\n"),
+        Block::Maintenance => Ok("\n[host.maintenance]\nenabled = true\n"),
+        Block::RateLimit => Ok("rate_limit = \"site\"\n"),
+        Block::RequestLimits => Err("every request is held to its limits"),
+        Block::ForwardAuth => Err("forward-auth checks proxy routes only"),
+        Block::ProofOfWork => Err("proof of work challenges proxy routes only"),
+        Block::Host | Block::Path | Block::Answer => Err("not a host's block"),
+    }
+}
+
+/// Every block of the chain's order, turned on alone on a respond host
+/// with every protection off: it applies (`applies`), and the host keeps
+/// a lane only where the lane runs that block itself.
+#[test]
+fn every_block_of_the_chain_takes_a_host_off_the_lanes_that_do_not_run_it() {
+    let off = |toml: &str| format!("{BASE}{toml}\n[protection]\noff = [\"all\"]\n");
+    let mut turned = 0;
+    for block in ORDER {
+        let Ok(toml) = turn_on(block) else {
+            continue;
+        };
+        let c = ok(&off(toml));
+        let (s, entry) = (&c.snapshot, &c.snapshot.entries[0]);
+        assert!(applies(s, entry, block), "{block:?} applies once on");
+        assert_eq!(
+            quiet_host(s, entry),
+            QUIET_RUNS.contains(&block),
+            "{block:?}: the quiet lane"
+        );
+        assert_eq!(
+            paying_host(s, entry),
+            PAYING_RUNS.contains(&block),
+            "{block:?}: the paying lane"
+        );
+        turned += 1;
+    }
+    assert_eq!(turned, 9, "the blocks a respond host can turn on");
+    // With every block off, only the request limits apply.
+    let c = ok(&off(""));
+    let (s, entry) = (&c.snapshot, &c.snapshot.entries[0]);
+    for block in ORDER {
+        assert_eq!(
+            applies(s, entry, block),
+            block == Block::RequestLimits,
+            "{block:?}"
+        );
+    }
 }
 
 /// The budgets and a rate limit keep a respond host on the paying lane;

@@ -7,12 +7,18 @@
 //! - A paying host ([`paying_host`]: a fixed answer whose only blocks are
 //!   the budgets and the rate limit) pays them and is answered.
 //!
+//! Which host may take a lane is derived from the chain's own blocks:
+//! each says when it applies to a host ([`applies`], one exhaustive match),
+//! and a lane is for a host to which no block of the chain's order applies
+//! but the ones the lane runs itself.
+//!
 //! [`Snapshot::lane_answer`] finds a request's answer by either lane where
 //! its head is parsed. Which hosts take which lane is learned once a
 //! snapshot (`GateState::adopt`). No allocation.
 
 use super::decision::{Block, Decision, Request};
 use super::state::GateState;
+use super::steps::ORDER;
 use super::trace::NoTrace;
 use crate::answer::Answer;
 use crate::client::{HeaderLines, Peer};
@@ -41,7 +47,7 @@ impl HostLane {
     pub(super) fn of(snap: &Snapshot, entry: &HostEntry) -> HostLane {
         if quiet_host(snap, entry) {
             HostLane::Quiet
-        } else if paying_host(entry) {
+        } else if paying_host(snap, entry) {
             HostLane::Paying
         } else {
             HostLane::Chain
@@ -49,41 +55,59 @@ impl HostLane {
     }
 }
 
-/// Whether every block of `entry` is off in `snap`: no budgets anywhere
-/// (step 4 pays nothing, no path is made canonical), no rate limit, and
-/// none of the blocks [`no_checks`] names, and not a proxying host (whose
-/// route picks its policy). Such a host's chain is the request limits,
-/// then its answer (`quiet_decision`); read once a snapshot
+/// Whether `block` can do anything for a request to `entry` in `snap`:
+/// what each block of the chain says of a host, read from the settings
+/// its step reads. Every block is named here (no wildcard), so a block
+/// added to the chain must say when it applies, and the lanes, which are
+/// derived from this and nothing else, can never skip it silently.
+pub fn applies(snap: &Snapshot, entry: &HostEntry, block: Block) -> bool {
+    let (p, x) = (&entry.policy, &entry.extras);
+    match block {
+        Block::Budgets => snap.gate.has_budgets(),
+        Block::ConnectionRate => x.connection_rate.is_some(),
+        Block::AccessAddress | Block::Access => p.access.is_some(),
+        Block::RuleSet => p.rules.is_some(),
+        Block::RequestLimits => true,
+        Block::HttpsRedirect => x.https.redirect_port.is_some(),
+        Block::Robots => x.robots.is_some(),
+        Block::Maintenance => x.maintenance.is_some(),
+        Block::RateLimit => p.rate_pair.is_some(),
+        Block::ForwardAuth => p.auth.is_some(),
+        Block::ProofOfWork => p.pow.is_some() || x.pow.is_some(),
+        // Not blocks a host turns on or off: every request meets them.
+        Block::Host | Block::Path | Block::Answer => true,
+    }
+}
+
+/// The blocks the quiet lane runs itself (`quiet_decision`).
+pub const QUIET_RUNS: [Block; 1] = [Block::RequestLimits];
+/// The blocks the paying lane runs itself ([`Snapshot::lane_answer`]).
+pub const PAYING_RUNS: [Block; 3] = [Block::Budgets, Block::RequestLimits, Block::RateLimit];
+
+/// Whether no block of the chain ([`ORDER`]) applies to `entry` in `snap`
+/// but those in `runs`.
+fn only(snap: &Snapshot, entry: &HostEntry, runs: &[Block]) -> bool {
+    ORDER
+        .iter()
+        .all(|&b| runs.contains(&b) || !applies(snap, entry, b))
+}
+
+/// Whether every block of `entry` but the request limits is off in
+/// `snap` ([`applies`], [`QUIET_RUNS`]), and it is not a proxying host
+/// (whose route picks its policy). Such a host's chain is the request
+/// limits, then its answer (`quiet_decision`); read once a snapshot
 /// (`GateState::adopt`).
 pub fn quiet_host(snap: &Snapshot, entry: &HostEntry) -> bool {
-    !snap.gate.has_budgets()
-        && !matches!(entry.action, HostAction::Proxy(_))
-        && entry.policy.rate_pair.is_none()
-        && no_checks(entry)
+    !matches!(entry.action, HostAction::Proxy(_)) && only(snap, entry, &QUIET_RUNS)
 }
 
-/// Whether `entry` answers with a fixed answer and its only blocks, if
-/// any, are the budgets (step 4) and the rate limit (step 13): none of the
-/// blocks [`no_checks`] names (a quiet host with a fixed answer is one).
-/// Its chain is the budgets, the request limits, the rate limit, then its
-/// answer.
-pub fn paying_host(entry: &HostEntry) -> bool {
-    matches!(entry.action, HostAction::Respond(_)) && no_checks(entry)
-}
-
-/// No connection rate, access list, rule set, HTTPS redirect, robots.txt,
-/// maintenance, forward-auth or proof of work.
-fn no_checks(entry: &HostEntry) -> bool {
-    let (p, x) = (&entry.policy, &entry.extras);
-    x.connection_rate.is_none()
-        && p.access.is_none()
-        && p.rules.is_none()
-        && x.https.redirect_port.is_none()
-        && x.robots.is_none()
-        && x.maintenance.is_none()
-        && p.auth.is_none()
-        && p.pow.is_none()
-        && x.pow.is_none()
+/// Whether `entry` answers with a fixed answer and the only blocks that
+/// apply to it are the budgets (step 4), the request limits and the rate
+/// limit (step 13) ([`applies`], [`PAYING_RUNS`]; a quiet host with a
+/// fixed answer is one). Its chain is the budgets, the request limits,
+/// the rate limit, then its answer.
+pub fn paying_host(snap: &Snapshot, entry: &HostEntry) -> bool {
+    matches!(entry.action, HostAction::Respond(_)) && only(snap, entry, &PAYING_RUNS)
 }
 
 /// The decision of a quiet host (`quiet_host`): step 8's request limits,

@@ -57,7 +57,7 @@ mod tests;
 mod trace;
 
 pub use decision::{Block, Decision, Request, Suspended};
-pub use lane::{paying_host, quiet_host, Lane, LaneHead};
+pub use lane::{applies, paying_host, quiet_host, Lane, LaneHead, PAYING_RUNS, QUIET_RUNS};
 pub use live::{FleetKeyLive, LiveView};
 pub use state::{
     AccessCounters, ChainCounters, ConnectionCounters, ConnectionRefusal, ConnectionToken,
