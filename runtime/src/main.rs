@@ -32,12 +32,6 @@
 //!   `random`: the kernel's randomness; `powkey`: proof of work's key
 //!   file.
 
-/// mimalloc: a request's short-lived allocations (the HTTP/2 codec's
-/// frames, fields and stream state) come from a shard-local free list,
-/// not glibc's arenas.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod accesslog;
 mod admin;
 mod cli;
