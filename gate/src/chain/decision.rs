@@ -162,3 +162,52 @@ pub struct Suspended {
     /// the credentials).
     pub(super) strip_authorization: bool,
 }
+
+/// Steps 4 to 15 of the chain, in their order: the one list, handed to
+/// `$then!` (with `$args` first) as `Block => method` pairs. It makes
+/// [`ORDER`] and the calls of `Flow::each_block`, so the two cannot
+/// differ; moving a line here is the whole of reordering a step (the
+/// chain-order test holds the order to docs/gate.md's table).
+macro_rules! chain_order {
+    ($then:ident $(, $args:tt)*) => {
+        $then!($($args,)* [
+            Budgets => budgets,
+            ConnectionRate => connection_rate,
+            AccessAddress => access_address,
+            RuleSet => rule_set,
+            RequestLimits => request_limits,
+            HttpsRedirect => https_redirect,
+            Robots => robots,
+            Maintenance => maintenance,
+            Access => access_credentials,
+            RateLimit => rate_limit,
+            ForwardAuth => forward_auth,
+            ProofOfWork => proof_of_work,
+        ])
+    };
+}
+
+pub(super) use chain_order;
+
+/// The blocks of a list.
+macro_rules! blocks_of {
+    ([$($block:ident => $run:ident,)*]) => {
+        [$(Block::$block),*]
+    };
+}
+
+/// Steps 4 to 15 of the chain in the order `Flow::blocks` (`steps`) runs them.
+pub const ORDER: [Block; 12] = chain_order!(blocks_of);
+
+/// The place of `block` in [`ORDER`] (the first is 1; 0 for a block that
+/// is not one of these steps).
+pub const fn ordinal(block: Block) -> u8 {
+    let mut i = 0;
+    while i < ORDER.len() {
+        if ORDER[i] as u8 == block as u8 {
+            return i as u8 + 1;
+        }
+        i += 1;
+    }
+    0
+}

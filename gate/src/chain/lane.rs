@@ -16,9 +16,8 @@
 //! its head is parsed. Which hosts take which lane is learned once a
 //! snapshot (`GateState::adopt`). No allocation.
 
-use super::decision::{Block, Decision, Request};
+use super::decision::{Block, Decision, Request, ORDER};
 use super::state::GateState;
-use super::steps::ORDER;
 use super::trace::NoTrace;
 use crate::answer::Answer;
 use crate::client::{HeaderLines, Peer};

@@ -56,6 +56,7 @@ mod steps;
 mod tests;
 mod trace;
 
+pub use decision::ORDER;
 pub use decision::{Block, Decision, Request, Suspended};
 pub use lane::{applies, paying_host, quiet_host, Lane, LaneHead, PAYING_RUNS, QUIET_RUNS};
 pub use live::{FleetKeyLive, LiveView};
@@ -63,7 +64,6 @@ pub use state::{
     AccessCounters, ChainCounters, ConnectionCounters, ConnectionRefusal, ConnectionToken,
     GateState, RateLimitCounters, Start,
 };
-pub use steps::ORDER;
 pub use trace::{AccessStepOutcome, AuthOutcome, NoTrace, PowOutcome, QuotaOutcome, Step, Trace};
 
 use crate::client::{HeaderLines, Peer};

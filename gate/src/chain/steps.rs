@@ -10,7 +10,7 @@
 //! one function, so naming them costs nothing. No allocation.
 
 use super::decision::Suspended;
-use super::decision::{Block, Decision, Request};
+use super::decision::{chain_order, ordinal, Block, Decision, Request};
 use super::state::{GateState, Start};
 use super::trace::{AccessStepOutcome, Step, Trace};
 use crate::access::{AccessDecision, AddressRefusal, CredentialsFact};
@@ -32,53 +32,6 @@ pub(super) type Next<'s> = ControlFlow<Verdict<'s>>;
 
 /// A block of the chain, run on the flow.
 type Run<'s, F> = fn(&mut F) -> Next<'s>;
-
-/// Steps 4 to 15 of the chain, in their order: the one list, handed to
-/// `$then!` (with `$args` first) as `Block => method` pairs. It makes
-/// [`ORDER`] and the calls of [`Flow::each_block`], so the two cannot
-/// differ; moving a line here is the whole of reordering a step (the
-/// chain-order test holds the order to docs/gate.md's table).
-macro_rules! chain_order {
-    ($then:ident $(, $args:tt)*) => {
-        $then!($($args,)* [
-            Budgets => budgets,
-            ConnectionRate => connection_rate,
-            AccessAddress => access_address,
-            RuleSet => rule_set,
-            RequestLimits => request_limits,
-            HttpsRedirect => https_redirect,
-            Robots => robots,
-            Maintenance => maintenance,
-            Access => access_credentials,
-            RateLimit => rate_limit,
-            ForwardAuth => forward_auth,
-            ProofOfWork => proof_of_work,
-        ])
-    };
-}
-
-/// The blocks of a list.
-macro_rules! blocks_of {
-    ([$($block:ident => $run:ident,)*]) => {
-        [$(Block::$block),*]
-    };
-}
-
-/// Steps 4 to 15 of the chain in the order [`Flow::blocks`] runs them.
-pub const ORDER: [Block; 12] = chain_order!(blocks_of);
-
-/// The place of `block` in [`ORDER`] (the first is 1; 0 for a block that
-/// is not one of these steps).
-pub const fn ordinal(block: Block) -> u8 {
-    let mut i = 0;
-    while i < ORDER.len() {
-        if ORDER[i] as u8 == block as u8 {
-            return i as u8 + 1;
-        }
-        i += 1;
-    }
-    0
-}
 
 /// One request's way through a host's blocks: the facts the chain learned
 /// before them and the decision so far.
