@@ -39,7 +39,8 @@
 //! - `limits`: request limits (body, header lines and bytes, target).
 //! - `mode`: enforce or shadow, carried out in one place.
 //! - `token`: the HTTP token-character table.
-//! - `testing`: the deterministic generator of tests and benchmarks.
+//! - `testing`: the deterministic generator of tests and benchmarks (feature
+//!   `test-support`, never in a release build of the server).
 //! - `auth`: forward-auth providers and their remembered allows.
 //! - `pow`: proof of work's challenge and cookie (stateless, HMAC-bound to
 //!   the host and the client).
@@ -79,6 +80,7 @@ pub mod quota;
 pub mod robots;
 pub mod ruleset;
 pub mod snapshot;
+#[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod tls;
 pub mod token;

@@ -42,7 +42,7 @@ pub mod date;
 mod deadline;
 mod decided;
 mod end;
-#[doc(hidden)]
+#[cfg(feature = "test-support")]
 pub mod fuzzing;
 mod grpc;
 mod h2;
