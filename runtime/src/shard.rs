@@ -259,7 +259,7 @@ async fn tick(shard: Rc<Shard>, relays: Vec<Rc<gapura_udp::io::RelayIo>>) {
         shard
             .stats
             .upstream_idle
-            .set(shard.upstreams.idle_connections() as u64);
+            .set(shard.upstream.pools.idle_connections() as u64);
         if let Some(ring) = shard.ring() {
             let c = ring.counts();
             shard.stats.ring_arms.set(c.arms);

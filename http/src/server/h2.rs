@@ -365,7 +365,7 @@ async fn serve_stream<S: Transport>(
         pipe,
         Vec::with_capacity(READ_BUF_BYTES),
         0,
-        shard.deadlines.register(),
+        shard.conns.deadlines.register(),
     );
     let end = Conn::new(
         io,

@@ -46,13 +46,13 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
     let io = if listener.tls && !listener.proxy_protocol {
         // Nothing is read before the handshake: no buffer until the
         // client speaks.
-        ClientIo::bare(stream, shard.deadlines.register())
+        ClientIo::bare(stream, shard.conns.deadlines.register())
     } else {
         ClientIo::new(
             stream,
             Vec::with_capacity(READ_BUF_BYTES),
             0,
-            shard.deadlines.register(),
+            shard.conns.deadlines.register(),
         )
     };
     // The opening steps in a call of their own: what they hold across
@@ -79,7 +79,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
         let h2 = super::h2::serve(stream, early, shard, client_peer, place);
         return Box::pin(h2).await;
     }
-    let io = io.map_stream(|tcp| Plain::new(tcp, shard.ring.as_ref()));
+    let io = io.map_stream(|tcp| Plain::new(tcp, shard.conns.ring.as_ref()));
     serve_http1(io, shard, client_peer, place).await;
 }
 
@@ -187,7 +187,7 @@ impl Shard {
         let config = match build_config(settings, self.stats.clone()) {
             Ok(config) => Some(config),
             Err(e) => {
-                if let Some(warn) = self.warn {
+                if let Some(warn) = self.logs.warn {
                     warn(format_args!("shard {}: TLS cannot start: {e}", self.id));
                 }
                 None

@@ -22,7 +22,7 @@ impl Place {
     /// Counts an accepted connection open.
     pub(super) fn open(shard: &Rc<Shard>) -> Place {
         shard.stats.connections_accepted.inc();
-        shard.open.set(shard.open.get() + 1);
+        shard.conns.open.set(shard.conns.open.get() + 1);
         Place {
             shard: shard.clone(),
             token: None,
@@ -51,7 +51,7 @@ impl Drop for Place {
         if let Some(t) = self.token.take() {
             self.shard.release_connection(t);
         }
-        self.shard.open.set(self.shard.open.get() - 1);
+        self.shard.conns.open.set(self.shard.conns.open.get() - 1);
         self.shard.stats.connections_closed.inc();
     }
 }

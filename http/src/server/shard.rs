@@ -42,30 +42,18 @@ pub trait SnapshotFeed {
 #[allow(clippy::redundant_allocation)]
 pub struct Shard {
     pub id: usize,
-    feed: Box<dyn SnapshotFeed>,
-    current: RefCell<Rc<Arc<Snapshot>>>,
-    /// The current snapshot has a host with a fixed answer on a lane
-    /// (`lane_answers`): a hint for the connections' lanes (`conn::lane`),
-    /// which check the snapshot itself before they answer.
-    lane_hint: Cell<bool>,
+    /// The snapshot it serves, and where newer ones come from.
+    served: Served,
     pub stats: Arc<ShardStats>,
     pub date: DateCache,
-    draining: Cell<bool>,
-    /// Connections with a request in progress (bytes of a head read, or a
-    /// response not yet written).
-    pub(super) busy: Cell<u32>,
-    pub(super) open: Cell<u32>,
-    /// Pools, balancer state and passive health of this shard's upstreams.
-    pub upstreams: Upstreams<crate::transport::upstream::UpstreamConn>,
-    /// HTTP/2 connections to upstream servers (`protocol = "h2"`/`"auto"`).
-    pub h2_upstreams: crate::upstream::h2conns::H2Conns,
-    /// Active health results, shared by every shard.
-    pub board: Arc<HealthBoard>,
-    /// Request ids: a per-process prefix, the shard, a counter.
-    id_prefix: u32,
-    id_counter: Cell<u64>,
-    /// Connections accepted, for the access log's `connection` serial.
-    connection_serial: Cell<u64>,
+    /// Its connections: their counts, the drain, spare buffers, deadlines
+    /// and the shard's own ring.
+    pub(crate) conns: ShardConns,
+    /// Its side toward upstreams: pools, HTTP/2 connections, health,
+    /// forward-auth calls, TLS client configurations.
+    pub upstream: ShardUpstreams,
+    /// Request ids and connection serials.
+    serials: Serials,
     /// Room for a rewritten canonical path (16 KiB, allocated once).
     pub scratch: RefCell<Box<gapura_gate::path::PathScratch>>,
     /// The gate's tables (quotas, rate buckets) and counters of this shard.
@@ -77,35 +65,80 @@ pub struct Shard {
     /// `deferred_releases` holds one (checked on every borrow of the gate
     /// state without borrowing the list).
     deferred_any: Cell<bool>,
-    /// This shard's access log buffer (`accesslog`).
-    pub access_log: RefCell<ShardLog>,
-    /// Where refusal warnings go (the runtime's log); `None`: nowhere.
-    pub(super) warn: Option<fn(std::fmt::Arguments<'_>)>,
-    /// The second each refusal kind last warned in, plus one (`warn`).
-    pub(super) warned: [Cell<u64>; WARN_KINDS],
-    started: monoio::time::Instant,
+    /// What it writes: the access log, refusal warnings.
+    pub(crate) logs: ShardLogs,
     /// Where password checks run (none: every check answers 429).
     pub verifier: Option<Arc<dyn verify::VerifyPool>>,
-    /// Forward-auth: idle connections and calls running, per provider.
-    pub(crate) auth: AuthCalls,
     /// The TLS configuration built for the current snapshot (`tls`).
     pub(super) tls: RefCell<tls::Built>,
-    /// The rustls client configurations built for upstream groups' `tls`
-    /// (by the settings' identity; `None`: it could not be built).
-    upstream_tls: RefCell<UpstreamTlsConfigs>,
+}
+
+/// The snapshot a shard serves.
+#[allow(clippy::redundant_allocation)]
+struct Served {
+    feed: Box<dyn SnapshotFeed>,
+    current: RefCell<Rc<Arc<Snapshot>>>,
+    /// The current snapshot has a host with a fixed answer on a lane
+    /// (`lane_answers`): a hint for the connections' lanes (`conn::lane`),
+    /// which check the snapshot itself before they answer.
+    lane_hint: Cell<bool>,
+}
+
+/// A shard's connections.
+pub(crate) struct ShardConns {
+    draining: Cell<bool>,
+    /// Connections with a request in progress (bytes of a head read, or a
+    /// response not yet written).
+    pub(super) busy: Cell<u32>,
+    pub(super) open: Cell<u32>,
     /// Buffers given back by connections waiting idle for their next
     /// request (the write buffer at once, the read buffer once parked),
     /// lent to the next one that reads a request: an idle connection holds
     /// no write buffer, a parked one no buffer at all. At most
     /// [`SPARE_BUFFERS`].
     spare_buffers: RefCell<Vec<Vec<u8>>>,
-    /// Allocations of finished upstream exchanges, for the next ones.
-    pub(crate) slots: Rc<slots::Slots>,
     /// The connections' deadlines and the one timer that watches them.
     pub(crate) deadlines: Rc<deadline::Deadlines>,
     /// The shard's own ring under its plain HTTP/1.1 connections, when it
     /// has one (`with_ring`).
     pub(crate) ring: Option<Rc<crate::uring::ShardRing>>,
+    started: monoio::time::Instant,
+}
+
+/// A shard's side toward its upstreams.
+pub struct ShardUpstreams {
+    /// Pools, balancer state and passive health of this shard's upstreams.
+    pub pools: Upstreams<crate::transport::upstream::UpstreamConn>,
+    /// HTTP/2 connections to upstream servers (`protocol = "h2"`/`"auto"`).
+    pub h2: crate::upstream::h2conns::H2Conns,
+    /// Active health results, shared by every shard.
+    pub board: Arc<HealthBoard>,
+    /// Forward-auth: idle connections and calls running, per provider.
+    pub(crate) auth: AuthCalls,
+    /// Allocations of finished upstream exchanges, for the next ones.
+    pub(crate) slots: Rc<slots::Slots>,
+    /// The rustls client configurations built for upstream groups' `tls`
+    /// (by the settings' identity; `None`: it could not be built).
+    tls: RefCell<UpstreamTlsConfigs>,
+}
+
+/// Request ids: a per-process prefix, the shard, a counter; and the
+/// connections' serials.
+struct Serials {
+    id_prefix: u32,
+    id_counter: Cell<u64>,
+    /// Connections accepted, for the access log's `connection` serial.
+    connection: Cell<u64>,
+}
+
+/// What a shard writes.
+pub(crate) struct ShardLogs {
+    /// This shard's access log buffer (`accesslog`).
+    pub(crate) access: RefCell<ShardLog>,
+    /// Where refusal warnings go (the runtime's log); `None`: nowhere.
+    pub(super) warn: Option<fn(std::fmt::Arguments<'_>)>,
+    /// The second each refusal kind last warned in, plus one (`warn`).
+    pub(super) warned: [Cell<u64>; WARN_KINDS],
 }
 
 /// Upstream groups' TLS settings and the client configuration built for
@@ -152,49 +185,59 @@ impl Shard {
             .map_or(0, |d| d.as_millis() as u64);
         Shard {
             id,
-            feed,
-            lane_hint: Cell::new(lane_answers(&first)),
-            current: RefCell::new(Rc::new(first)),
+            served: Served {
+                feed,
+                lane_hint: Cell::new(lane_answers(&first)),
+                current: RefCell::new(Rc::new(first)),
+            },
             stats,
             date: DateCache::default(),
-            draining: Cell::new(false),
-            busy: Cell::new(0),
-            open: Cell::new(0),
-            upstreams: Upstreams::default(),
-            h2_upstreams: Default::default(),
-            board,
-            id_prefix,
-            id_counter: Cell::new(0),
-            connection_serial: Cell::new(0),
+            conns: ShardConns {
+                draining: Cell::new(false),
+                busy: Cell::new(0),
+                open: Cell::new(0),
+                spare_buffers: RefCell::new(Vec::new()),
+                deadlines: Rc::default(),
+                ring: None,
+                started,
+            },
+            upstream: ShardUpstreams {
+                pools: Upstreams::default(),
+                h2: Default::default(),
+                board,
+                auth: AuthCalls::default(),
+                slots: Rc::default(),
+                tls: RefCell::new(Vec::new()),
+            },
+            serials: Serials {
+                id_prefix,
+                id_counter: Cell::new(0),
+                connection: Cell::new(0),
+            },
             scratch: RefCell::new(Box::new([0u8; gapura_gate::path::MAX_PATH_BYTES])),
             gate: RefCell::new(gate),
             deferred_releases: RefCell::new(Vec::new()),
             deferred_any: Cell::new(false),
-            access_log: RefCell::new(ShardLog::default()),
-            warn: None,
-            warned: Default::default(),
-            started,
+            logs: ShardLogs {
+                access: RefCell::new(ShardLog::default()),
+                warn: None,
+                warned: Default::default(),
+            },
             verifier: None,
-            auth: AuthCalls::default(),
             tls: RefCell::new(None),
-            upstream_tls: RefCell::new(Vec::new()),
-            spare_buffers: RefCell::new(Vec::new()),
-            slots: Rc::default(),
-            deadlines: Rc::default(),
-            ring: None,
         }
     }
 
     /// Sends a throttled line per refusal kind to `warn` (at most one per
     /// kind per second on this shard; `warn`).
     pub fn with_warnings(mut self, warn: fn(std::fmt::Arguments<'_>)) -> Shard {
-        self.warn = Some(warn);
+        self.logs.warn = Some(warn);
         self
     }
 
     /// Sends the access log's buffers to `tx` (the runtime's writer).
     pub fn with_access_log(self, tx: std::sync::mpsc::SyncSender<Vec<u8>>) -> Shard {
-        *self.access_log.borrow_mut() = ShardLog::new(tx);
+        *self.logs.access.borrow_mut() = ShardLog::new(tx);
         self
     }
 
@@ -202,13 +245,13 @@ impl Shard {
     /// Runs the plain HTTP/1.1 connections on `ring` (its driver spawned
     /// by the caller: [`crate::uring::ShardRing::drive`]).
     pub fn with_ring(mut self, ring: Option<Rc<crate::uring::ShardRing>>) -> Shard {
-        self.ring = ring;
+        self.conns.ring = ring;
         self
     }
 
     /// The shard's own ring, when it has one.
     pub fn ring(&self) -> Option<&Rc<crate::uring::ShardRing>> {
-        self.ring.as_ref()
+        self.conns.ring.as_ref()
     }
 
     pub fn with_verifier(mut self, pool: Arc<dyn verify::VerifyPool>) -> Shard {
@@ -220,8 +263,8 @@ impl Shard {
     /// `connection`: the shard and this number name one connection, and
     /// every stream of an HTTP/2 connection shares it).
     pub(crate) fn next_connection(&self) -> u64 {
-        let n = self.connection_serial.get() + 1;
-        self.connection_serial.set(n);
+        let n = self.serials.connection.get() + 1;
+        self.serials.connection.set(n);
         n
     }
 
@@ -229,10 +272,10 @@ impl Shard {
     pub fn request_id(&self) -> [u8; 24] {
         let mut out = [0u8; 24];
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let n = self.id_counter.get().wrapping_add(1);
-        self.id_counter.set(n);
+        let n = self.serials.id_counter.get().wrapping_add(1);
+        self.serials.id_counter.set(n);
         let parts = [
-            (u64::from(self.id_prefix), 8usize),
+            (u64::from(self.serials.id_prefix), 8usize),
             (self.id as u64 & 0xffff, 4),
             (n & 0xffff_ffff_ffff, 12),
         ];
@@ -249,7 +292,8 @@ impl Shard {
     /// A buffer for a connection that reads a request: a spare one, or a
     /// new one of 4 KiB.
     pub(crate) fn lend_buf(&self) -> Vec<u8> {
-        self.spare_buffers
+        self.conns
+            .spare_buffers
             .borrow_mut()
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(WRITE_BUF_BYTES))
@@ -259,7 +303,7 @@ impl Shard {
     /// 16 KiB (a buffer an idle connection would shrink), or one past the
     /// pool's bound, is freed.
     pub(crate) fn return_buf(&self, mut buf: Vec<u8>) {
-        let mut spare = self.spare_buffers.borrow_mut();
+        let mut spare = self.conns.spare_buffers.borrow_mut();
         if buf.capacity() == 0
             || buf.capacity() > SHRINK_ABOVE_BYTES
             || spare.len() >= SPARE_BUFFERS
@@ -276,7 +320,7 @@ impl Shard {
     #[inline]
     pub fn now_ms(&self) -> u64 {
         crate::clock::now()
-            .saturating_duration_since(self.started)
+            .saturating_duration_since(self.conns.started)
             .as_millis() as u64
     }
 
@@ -290,8 +334,8 @@ impl Shard {
                 .iter()
                 .any(|g| g.servers.iter().any(|s| s.key == key))
         };
-        self.upstreams.sweep(now_ms, live);
-        self.h2_upstreams.sweep(now_ms);
+        self.upstream.pools.sweep(now_ms, live);
+        self.upstream.h2.sweep(now_ms);
     }
 
     /// Each upstream group's HTTP/1.1 pool figures on this shard, summed
@@ -304,7 +348,7 @@ impl Shard {
             .map(|g| {
                 let mut sum = PoolCounts::default();
                 for s in &g.servers {
-                    sum.add(&self.upstreams.pool_counts(s.key));
+                    sum.add(&self.upstream.pools.pool_counts(s.key));
                 }
                 (g.name.clone(), sum)
             })
@@ -382,40 +426,42 @@ impl Shard {
     #[inline]
     #[allow(clippy::redundant_allocation)]
     pub fn snapshot(&self) -> Rc<Arc<Snapshot>> {
-        let generation = self.current.borrow().generation;
-        if let Some(newer) = self.feed.newer_than(generation) {
+        let generation = self.served.current.borrow().generation;
+        if let Some(newer) = self.served.feed.newer_than(generation) {
             self.stats.snapshot_generation.set(newer.generation);
-            self.lane_hint.set(lane_answers(&newer));
-            *self.current.borrow_mut() = Rc::new(newer);
+            self.served.lane_hint.set(lane_answers(&newer));
+            *self.served.current.borrow_mut() = Rc::new(newer);
         }
-        self.current.borrow().clone()
+        self.served.current.borrow().clone()
     }
 
     /// Whether the current snapshot may have a host a lane answers (see
     /// the field).
     #[inline(always)]
     pub(super) fn lane_hint(&self) -> bool {
-        self.lane_hint.get()
+        self.served.lane_hint.get()
     }
 
     pub fn start_draining(&self) {
-        self.draining.set(true);
+        self.conns.draining.set(true);
     }
 
     pub fn is_draining(&self) -> bool {
-        self.draining.get()
+        self.conns.draining.get()
     }
 
     pub fn busy_connections(&self) -> u32 {
-        self.busy.get()
+        self.conns.busy.get()
     }
 
     pub fn open_connections(&self) -> u32 {
-        self.open.get()
+        self.conns.open.get()
     }
 
     pub(super) fn add_busy(&self, delta: i32) {
-        self.busy.set(self.busy.get().wrapping_add_signed(delta));
+        self.conns
+            .busy
+            .set(self.conns.busy.get().wrapping_add_signed(delta));
     }
 }
 
@@ -492,7 +538,7 @@ impl Shard {
     /// Writes one request's access-log line (when the snapshot logs):
     /// `bytes` are the response's, head included.
     pub(super) fn log_request(&self, settings: &AccessLogSettings, rec: &LogRecord, bytes: u64) {
-        if let Ok(mut log) = self.access_log.try_borrow_mut() {
+        if let Ok(mut log) = self.logs.access.try_borrow_mut() {
             log.write(settings, rec, bytes, self.id, &self.stats, |ip| {
                 self.gate.try_borrow().ok().map(|g| g.address_hash(ip))
             });
@@ -502,7 +548,7 @@ impl Shard {
     /// Hands the buffered access-log lines to the writer (the ticker calls
     /// this once a second). Never waits: a full queue drops them, counted.
     pub fn flush_access_log(&self) {
-        if let Ok(mut log) = self.access_log.try_borrow_mut() {
+        if let Ok(mut log) = self.logs.access.try_borrow_mut() {
             log.tick(&self.stats);
         }
     }
@@ -536,7 +582,8 @@ impl Shard {
         protocol: UpstreamProtocol,
     ) -> Option<Arc<rustls::ClientConfig>> {
         if let Some((_, _, config)) = self
-            .upstream_tls
+            .upstream
+            .tls
             .borrow()
             .iter()
             .find(|(t, p, _)| Arc::ptr_eq(t, tls) && *p == protocol)
@@ -546,7 +593,7 @@ impl Shard {
         let config = match crate::transport::upstream::client_config(tls, protocol) {
             Ok(c) => Some(c),
             Err(e) => {
-                if let Some(warn) = self.warn {
+                if let Some(warn) = self.logs.warn {
                     warn(format_args!(
                         "shard {}: TLS to an upstream or provider cannot start ({}): {e}",
                         self.id, tls.label
@@ -555,7 +602,7 @@ impl Shard {
                 None
             }
         };
-        let mut built = self.upstream_tls.borrow_mut();
+        let mut built = self.upstream.tls.borrow_mut();
         if built.len() >= UPSTREAM_TLS_CONFIGS {
             built.clear();
         }

@@ -16,8 +16,8 @@ impl Shard {
     /// The warning sink and the client's prefix hash, when kind `kind` has
     /// not warned yet this second (it is then marked as having warned).
     fn throttled(&self, kind: usize, client: IpAddr) -> Option<(fn(std::fmt::Arguments<'_>), u64)> {
-        let warn = self.warn?;
-        let last = self.warned.get(kind)?;
+        let warn = self.logs.warn?;
+        let last = self.logs.warned.get(kind)?;
         let second = self.now_ms() / 1000 + 1;
         if last.get() == second {
             return None;
@@ -89,7 +89,7 @@ impl Shard {
     /// they refuse every request (fail closed) until a slot frees up.
     #[cold]
     pub(crate) fn warn_rate_unbound(&self, unbound: u32, generation: u64) {
-        if let Some(warn) = self.warn {
+        if let Some(warn) = self.logs.warn {
             warn(format_args!(
                 "shard {}: generation {generation}: {unbound} rate limit(s) found no bucket slot \
                  (quota.policy_slots is taken by limits a reload retired, until their grace \

@@ -50,7 +50,7 @@ impl<S: Transport> Conn<S> {
                 c.shadow_hits += 1;
             }
         };
-        let Some(_place) = shard.auth.begin(p.identity) else {
+        let Some(_place) = shard.upstream.auth.begin(p.identity) else {
             count(|c| c.busy += 1);
             if shadow {
                 shadowed();
@@ -63,7 +63,8 @@ impl<S: Transport> Conn<S> {
         count(|c| c.calls += 1);
         let request = std::mem::take(&mut self.ubuf);
         let wait = Duration::from_millis(p.timeout_ms);
-        let result = monoio::time::timeout(wait, shard.auth.call(&shard, p, &request)).await;
+        let result =
+            monoio::time::timeout(wait, shard.upstream.auth.call(&shard, p, &request)).await;
         self.ubuf = request;
         log_failure(&shard, p, &result);
         match result {
@@ -217,8 +218,8 @@ fn log_failure(
         Ok(Ok(Answer::Fail)) => "an answer that is not a usable allow, refusal or redirect",
         Ok(Ok(_)) => return,
     };
-    if let Some(warn) = shard.warn {
-        if shard.auth.should_warn(p.identity) {
+    if let Some(warn) = shard.logs.warn {
+        if shard.upstream.auth.should_warn(p.identity) {
             warn(format_args!(
                 "forward-auth: shard {}: provider {} failed ({why}); its requests get 502/504 \
                  (at most one line a minute per provider)",

@@ -595,7 +595,7 @@ impl<S: Transport> Conn<S> {
                 let held = leases(f.ticket);
                 // The exchange's state in one of the shard's reused
                 // allocations: an idle connection's task does not carry it.
-                let slots = self.shard.slots.clone();
+                let slots = self.shard.upstream.slots.clone();
                 slots.place(self.forward_plan(snap, head, f, held)).await
             }
             Plan::Local(local) => {

@@ -8,7 +8,7 @@ use crate::server::stats::ErrorKind;
 async fn gone(shard: &Shard) {
     settle().await;
     assert_eq!(open_count(shard), 0, "the connection's place is released");
-    assert_eq!(shard.busy.get(), 0, "no request left busy");
+    assert_eq!(shard.conns.busy.get(), 0, "no request left busy");
     assert_eq!(shard.stats.connections_closed.get(), 1);
 }
 
@@ -116,7 +116,7 @@ fn open_limited(shard: &Rc<Shard>) -> Option<memio::Client> {
         mem,
         Vec::with_capacity(READ_BUF_BYTES),
         0,
-        shard.deadlines.register(),
+        shard.conns.deadlines.register(),
     );
     let peer = Peer::tcp(addr);
     monoio::spawn(crate::server::opening::serve_http1(

@@ -81,7 +81,7 @@ pub(crate) fn shard_of(snapshot: Snapshot) -> Rc<Shard> {
         1,
         gate,
     );
-    shard.deadlines.set_manual();
+    shard.conns.deadlines.set_manual();
     Rc::new(shard)
 }
 
@@ -130,7 +130,7 @@ pub(crate) fn open_from(shard: &Rc<Shard>, addr: [u8; 4]) -> Client {
         mem,
         Vec::with_capacity(READ_BUF_BYTES),
         0,
-        shard.deadlines.register(),
+        shard.conns.deadlines.register(),
     );
     let peer = Peer::tcp(std::net::IpAddr::from(addr));
     monoio::spawn(super::opening::serve_http1(io, shard.clone(), peer, place));
@@ -185,7 +185,7 @@ pub(crate) async fn until(mut event: impl FnMut() -> bool) -> bool {
 /// and the tasks it wakes run.
 pub(crate) async fn advance(shard: &Shard, by: Duration) {
     settle().await;
-    shard.deadlines.advance(by);
+    shard.conns.deadlines.advance(by);
     settle().await;
 }
 
@@ -202,5 +202,5 @@ pub(crate) fn get(path: &str, extra: &[&str]) -> Vec<u8> {
 
 /// Connections the shard counts open.
 pub(crate) fn open_count(shard: &Shard) -> u32 {
-    shard.open.get()
+    shard.conns.open.get()
 }

@@ -168,14 +168,18 @@ fn at_once(d: Dest<'_>) -> Result<Carrier, First> {
     } = d;
     let https = group.tls.is_some();
     if group.protocol != UpstreamProtocol::Http1 {
-        match shard.h2_upstreams.take(group, server.key) {
+        match shard.upstream.h2.take(group, server.key) {
             Take::Stream(c, slot) => return Ok(Carrier::h2(c, slot, https, true)),
             // An `auto` server that agreed to HTTP/1.1 only: its pool.
             Take::Http1 => {}
             other => return Err(First::H2(other)),
         }
     }
-    match shard.upstreams.checkout(group, server, clock::now_ms()) {
+    match shard
+        .upstream
+        .pools
+        .checkout(group, server, clock::now_ms())
+    {
         Checkout::Idle(conn, slot) if matches!(conn, UpstreamConn::Tls(_)) == https => {
             Ok(Carrier::h1(conn, true, slot))
         }
@@ -209,7 +213,7 @@ async fn upstream_for(
     } = d;
     let https = group.tls.is_some();
     let deadline = clock::deadline(group.connect_timeout_ms);
-    let pool = &shard.h2_upstreams;
+    let pool = &shard.upstream.h2;
     let mut take = match first {
         First::H1(c) => return http1_for(Some(c), d, gone, waited).await,
         First::H2(t) => t,
@@ -244,7 +248,10 @@ async fn upstream_for(
             // is taken when one is free, else the connection is closed
             // and the request takes the pool's way.
             if let Checkout::Open(mut slot) =
-                shard.upstreams.checkout(group, server, clock::now_ms())
+                shard
+                    .upstream
+                    .pools
+                    .checkout(group, server, clock::now_ms())
             {
                 slot.connected();
                 return Ok(Carrier::h1(conn, false, slot));
@@ -285,9 +292,12 @@ async fn http1_for(
     let https = group.tls.is_some();
     let mut gone = std::pin::pin!(gone);
     loop {
-        let checkout = first
-            .take()
-            .unwrap_or_else(|| shard.upstreams.checkout(group, server, clock::now_ms()));
+        let checkout = first.take().unwrap_or_else(|| {
+            shard
+                .upstream
+                .pools
+                .checkout(group, server, clock::now_ms())
+        });
         let got = match checkout {
             Checkout::Idle(c, slot) => Got::Idle(c, slot),
             Checkout::Open(slot) => Got::Open(slot),

@@ -233,7 +233,11 @@ impl<S: Transport> Conn<S> {
             replay_broken: false,
         };
         while attempts < MAX_ATTEMPTS {
-            let Some(idx) = shard.upstreams.pick(group, tried, &shard.board, now_ms) else {
+            let Some(idx) = shard
+                .upstream
+                .pools
+                .pick(group, tried, &shard.upstream.board, now_ms)
+            else {
                 break;
             };
             attempts += 1;
@@ -248,7 +252,7 @@ impl<S: Transport> Conn<S> {
             };
             let count = |c: bool| {
                 if c {
-                    shard.upstreams.failure(group, server, clock::now_ms());
+                    shard.upstream.pools.failure(group, server, clock::now_ms());
                     shard.stats.upstream_failures.inc();
                 }
             };
@@ -275,7 +279,7 @@ impl<S: Transport> Conn<S> {
                 }
                 Err(NoConn::ClientGone) => return Err(End::Error(ErrorKind::Io)),
             };
-            shard.upstreams.begin(server);
+            shard.upstream.pools.begin(server);
             let outcome = match &mut link {
                 Link::H1(up) => {
                     self.attempt(up, reused, head, group, body, limits, upgrade, replace)
@@ -289,13 +293,13 @@ impl<S: Transport> Conn<S> {
                         .await
                 }
             };
-            shard.upstreams.end(server);
+            shard.upstream.pools.end(server);
             if let Some(s) = slot.as_mut() {
                 s.closing(outcome.closes_as());
             }
             match outcome {
                 Attempt::Done { reusable, close } => {
-                    shard.upstreams.success(server);
+                    shard.upstream.pools.success(server);
                     // An HTTP/2 call's connection stays with the shard's
                     // HTTP/2 connections; the call itself ends here.
                     if let (true, Some(slot), Link::H1(up)) = (reusable, slot, link) {
@@ -336,7 +340,7 @@ impl<S: Transport> Conn<S> {
                     return Err(self.close_after_refusal(ErrorKind::Limit).await);
                 }
                 Attempt::Upgrade(pending) => {
-                    shard.upstreams.success(server);
+                    shard.upstream.pools.success(server);
                     let Link::H1(up) = link else {
                         return Err(End::Error(ErrorKind::Io));
                     };
