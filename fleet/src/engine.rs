@@ -96,6 +96,49 @@ pub struct Target {
     pub timeout: Duration,
 }
 
+/// What the reconciler asks of the engine it shares counts through: one
+/// round's exchange (every key's count in, every rate key's fleet bucket
+/// age in µs and every window's fleet count back, in order). Redis is one
+/// ([`Engine`]); the reconciler's tests use one in memory.
+pub trait Exchange {
+    fn exchange(
+        &mut self,
+        keys: &[Flush],
+        windows: &[WindowFlush],
+    ) -> Result<(Vec<i64>, Vec<u64>), String>;
+}
+
+/// How the reconciler gets an engine: at its first round, and again after
+/// a failed round or a reload that moved the engine.
+pub trait Connect {
+    type Engine: Exchange;
+    fn connect(&mut self, target: &Target) -> Result<Self::Engine, String>;
+}
+
+/// Redis (or Valkey, or a Redis Cluster): connected and its scripts
+/// loaded within the target's timeout.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Redis;
+
+impl Connect for Redis {
+    type Engine = Engine;
+    fn connect(&mut self, target: &Target) -> Result<Engine, String> {
+        let mut e = Engine::connect(target).map_err(|e| e.to_string())?;
+        e.load_script().map_err(|e| e.to_string())?;
+        Ok(e)
+    }
+}
+
+impl Exchange for Engine {
+    fn exchange(
+        &mut self,
+        keys: &[Flush],
+        windows: &[WindowFlush],
+    ) -> Result<(Vec<i64>, Vec<u64>), String> {
+        Engine::exchange(self, keys, windows).map_err(|e| e.to_string())
+    }
+}
+
 /// A connection to the engine.
 pub enum Engine {
     One(redis::Connection),

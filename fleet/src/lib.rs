@@ -8,7 +8,10 @@
 //! script per key), and publishes what it learned as an immutable
 //! [`FleetView`] in an `ArcSwap` cell ([`Fleet::view`]) that shards read on
 //! their own timers. The model and its bounds are `gapura_gate::quota::fleet`'s
-//! and docs/fleet.md's.
+//! and docs/fleet.md's. The reconciler asks its engine for one thing, a
+//! round's exchange (`engine::Exchange`, reached through
+//! `engine::Connect`): Redis in the server, one in memory in its tests,
+//! which run without a Redis.
 //!
 //! `testing` starts real `redis-server` processes and a Redis Cluster on
 //! loopback ports for the tests of this crate and the runtime's.

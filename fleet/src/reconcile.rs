@@ -16,7 +16,7 @@
 //! (their shared sets are bounded), and a key no batch has named for
 //! [`KEEP_ROUNDS`] rounds is forgotten.
 
-use crate::engine::{Engine, Flush, Target, WindowFlush};
+use crate::engine::{Connect, Exchange, Flush, Redis, Target, WindowFlush};
 use crate::{FleetStats, Published, Retarget};
 use arc_swap::ArcSwap;
 use gapura_gate::quota::fleet::{FleetBatch, FleetView};
@@ -39,7 +39,9 @@ struct Merged {
     seen_round: u64,
 }
 
-pub(crate) struct Reconciler {
+/// The reconciler's state, over an engine `C` connects to (Redis in the
+/// server, one in memory in the tests).
+pub(crate) struct Reconciler<C: Connect = Redis> {
     pub target: Target,
     pub sync_ms: u64,
     pub node: String,
@@ -53,7 +55,8 @@ pub(crate) struct Reconciler {
     /// identity, key, window): count, window length, round last named.
     windows: HashMap<(u64, u64, u64), (u64, u64, u64)>,
     round: u64,
-    engine: Option<Engine>,
+    connector: C,
+    engine: Option<C::Engine>,
     /// Since when the engine has been away (None: it answers).
     down_since: Option<Instant>,
     last_round: Instant,
@@ -64,6 +67,7 @@ pub(crate) struct Reconciler {
 }
 
 impl Reconciler {
+    /// A reconciler sharing through Redis.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         target: Target,
@@ -75,6 +79,24 @@ impl Reconciler {
         stats: Arc<FleetStats>,
         shards: usize,
     ) -> Reconciler {
+        Reconciler::with_engine(Redis, target, sync_ms, node, log, rx, cell, stats, shards)
+    }
+}
+
+impl<C: Connect> Reconciler<C> {
+    /// A reconciler sharing through what `connector` connects to.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn with_engine(
+        connector: C,
+        target: Target,
+        sync_ms: u64,
+        node: String,
+        log: fn(std::fmt::Arguments<'_>),
+        rx: Receiver<FleetBatch>,
+        cell: Arc<ArcSwap<Published>>,
+        stats: Arc<FleetStats>,
+        shards: usize,
+    ) -> Reconciler<C> {
         Reconciler {
             target,
             sync_ms,
@@ -87,6 +109,7 @@ impl Reconciler {
             merged: HashMap::new(),
             windows: HashMap::new(),
             round: 0,
+            connector,
             engine: None,
             down_since: None,
             last_round: Instant::now(),
@@ -95,7 +118,7 @@ impl Reconciler {
         }
     }
 
-    pub(crate) fn with_retargets(mut self, rx: Receiver<Retarget>) -> Reconciler {
+    pub(crate) fn with_retargets(mut self, rx: Receiver<Retarget>) -> Reconciler<C> {
         self.retargets = Some(rx);
         self
     }
@@ -273,14 +296,12 @@ impl Reconciler {
         windows: &[WindowFlush],
     ) -> Result<(Vec<i64>, Vec<u64>), String> {
         if self.engine.is_none() {
-            let mut e = Engine::connect(&self.target).map_err(|e| e.to_string())?;
-            e.load_script().map_err(|e| e.to_string())?;
-            self.engine = Some(e);
+            self.engine = Some(self.connector.connect(&self.target)?);
         }
         let Some(engine) = self.engine.as_mut() else {
             return Err("not connected".to_string());
         };
-        let (ages, counts) = engine.exchange(keys, windows).map_err(|e| e.to_string())?;
+        let (ages, counts) = engine.exchange(keys, windows)?;
         if ages.len() != keys.len() || counts.len() != windows.len() {
             return Err(format!(
                 "{} answers to {} keys",
@@ -333,3 +354,6 @@ impl Reconciler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
