@@ -165,7 +165,11 @@ pub struct ErrorPages {
 pub struct RetryPage {
     head: Box<[u8]>,
     body_pre: Box<[u8]>,
+    /// What follows the number: " seconds." and the rest of the page.
     body_post: Box<[u8]>,
+    /// The same after 1: " second." and the rest (the request-id slot
+    /// lies as far from the page's end in both).
+    body_post_one: Box<[u8]>,
     /// Where `body_post` holds the request-id slot.
     id_at: Option<usize>,
 }
@@ -208,6 +212,10 @@ impl RetryPage {
             head: head.into_bytes().into_boxed_slice(),
             body_pre: body_pre.as_bytes().into(),
             body_post: body_post.as_bytes().into(),
+            body_post_one: body_post
+                .replacen(" seconds.", " second.", 1)
+                .as_bytes()
+                .into(),
             id_at: body_post.find(REQUEST_ID_SLOT),
         }
     }
@@ -232,9 +240,14 @@ impl RetryPage {
         ctx: &crate::answer::WriteCtx<'_>,
     ) {
         let n = u64::from(retry_after_s);
+        let post = if n == 1 {
+            &self.body_post_one
+        } else {
+            &self.body_post
+        };
         out.extend_from_slice(&self.head);
         out.extend_from_slice(b"Content-Length: ");
-        let len = self.body_pre.len() as u64 + decimal_len(n) + self.body_post.len() as u64;
+        let len = self.body_pre.len() as u64 + decimal_len(n) + post.len() as u64;
         push_decimal(out, len);
         out.extend_from_slice(b"\r\nRetry-After: ");
         push_decimal(out, n);
@@ -244,7 +257,7 @@ impl RetryPage {
         if !ctx.head_only {
             out.extend_from_slice(&self.body_pre);
             push_decimal(out, n);
-            out.extend_from_slice(&self.body_post);
+            out.extend_from_slice(post);
         }
     }
 }
@@ -383,6 +396,19 @@ mod tests {
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
         assert!(body.contains("Retry after 3600 seconds.</p>"));
+        // One second is one, and the request id still lands in its slot.
+        for wants_html in [false, true] {
+            let page = pages.rate_limited(wants_html);
+            let mut out = Vec::new();
+            page.write_into(&mut out, 1, &ctx);
+            page.stamp(&mut out, false, || *b"abcdefghijklmnopqrstuvwx");
+            let text = String::from_utf8(out).unwrap();
+            let (head, body) = text.split_once("\r\n\r\n").unwrap();
+            assert!(body.contains("Retry after 1 second."), "{body}");
+            assert!(!body.contains("1 seconds"), "{body}");
+            assert!(body.contains("abcdefghijklmnopqrstuvwx"), "{body}");
+            assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
+        }
     }
 
     #[test]

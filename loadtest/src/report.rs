@@ -109,14 +109,14 @@ fn run_header(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
         None => "closed loop".to_string(),
     };
     let streams = if cfg.http2 {
-        format!(", {} streams each", cfg.streams)
+        format!(", {} each", counted(cfg.streams as u64, "stream"))
     } else {
         String::new()
     };
     format!(
-        "Running {span} test @ {target}{more}\n  {} shards and {} connections{streams}, {loop_kind}, {} {} driver, {} engine\n",
-        cfg.shards,
-        cfg.connections,
+        "Running {span} test @ {target}{more}\n  {} and {}{streams}, {loop_kind}, {} {} driver, {} engine\n",
+        counted(cfg.shards as u64, "shard"),
+        counted(cfg.connections as u64, "connection"),
         protocol(cfg),
         st.driver,
         st.engine
@@ -212,7 +212,59 @@ fn volume_section(cfg: &Config, o: &Outcome) -> String {
     if non_2xx > 0 {
         s += &format!("  Non-2xx or 3xx responses: {non_2xx}\n");
     }
+    s += &refused_warning(&st.statuses, st.requests, non_2xx);
     s
+}
+
+/// `n` and `what`, plural unless `n` is 1.
+fn counted(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// Answers outside 2xx and 3xx over this share of all are a warning: the
+/// run measured the server's refusals (a rate limit, a budget) as much as
+/// its answers.
+pub const REFUSED_WARN_SHARE: f64 = 0.01;
+
+/// The warning line for a run whose answers outside 2xx and 3xx exceed
+/// [`REFUSED_WARN_SHARE`], naming the most frequent such status; empty
+/// otherwise.
+fn refused_warning(statuses: &[u64], requests: u64, non_2xx: u64) -> String {
+    if requests == 0 || (non_2xx as f64) <= REFUSED_WARN_SHARE * requests as f64 {
+        return String::new();
+    }
+    let share = |n: u64| {
+        let pct = 100.0 * n as f64 / requests as f64;
+        if pct >= 10.0 {
+            format!("{pct:.0} %")
+        } else {
+            format!("{pct:.1} %")
+        }
+    };
+    let (code, n) = statuses
+        .iter()
+        .enumerate()
+        .filter(|(c, _)| !(200..400).contains(c))
+        .max_by_key(|&(c, &n)| (n, std::cmp::Reverse(c)))
+        .map_or((0, 0), |(c, &n)| (c, n));
+    let reason = gapura_gate::answer::reason_phrase(code as u16);
+    let others = if non_2xx > n {
+        format!(
+            " (and {} other answers outside 2xx and 3xx)",
+            share(non_2xx - n)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "  Warning: {} of answers were {code} {reason}{others}: the server refused them, \
+         so this run measured its refusals; see docs/loadtest.md, \"When the server refuses\"\n",
+        share(n)
+    )
 }
 
 /// Errors by kind, unmeasured warmup, shards that did not report, and the
@@ -386,7 +438,7 @@ mod tests {
         let cfg = config(&["-c", "4", "-d", "2s", "http://127.0.0.1:9/"]);
         let want = "\
 Running 2s test @ http://127.0.0.1:9/
-  1 shards and 4 connections, closed loop, http1 io_uring driver, monoio engine
+  1 shard and 4 connections, closed loop, http1 io_uring driver, monoio engine
   Latency     Avg        Stdev      Max        +/- Stdev
             874.93us   426.83us   1.50ms     66.67%
   Latency Distribution
@@ -401,6 +453,7 @@ Running 2s test @ http://127.0.0.1:9/
   6 requests in 2.00s, 120.56KB read
   Status codes: 200: 3, 301: 1, 404: 1, 503: 1
   Non-2xx or 3xx responses: 2
+  Warning: 17 % of answers were 404 Not Found (and 17 % other answers outside 2xx and 3xx): the server refused them, so this run measured its refusals; see docs/loadtest.md, \"When the server refuses\"
   Errors: connect 0, read 0, write 0, timeout 1, parse 1
   Warmup: 7 requests not measured
   1 shard(s) did not report in time; their counts are missing
@@ -414,6 +467,32 @@ CPU/request:  30769.23us (0.30s user, 0.10s sys)
         let clean = text(&cfg, &outcome(false), None);
         assert!(!clean.contains("Errors:") && !clean.contains("Warmup:"));
         assert!(clean.contains("  6 requests in 2.00s, 120.56KB read\n"));
+    }
+
+    #[test]
+    fn a_run_mostly_refused_says_it_measured_the_refusals() {
+        let mut statuses = vec![0u64; 600];
+        statuses[200] = 52;
+        statuses[429] = 48;
+        assert_eq!(
+            refused_warning(&statuses, 100, 48),
+            "  Warning: 48 % of answers were 429 Too Many Requests: the server refused them, \
+             so this run measured its refusals; see docs/loadtest.md, \"When the server refuses\"\n"
+        );
+        // At 1 % or under: nothing.
+        statuses[429] = 1;
+        statuses[200] = 99;
+        assert_eq!(refused_warning(&statuses, 100, 1), "");
+        statuses[429] = 2;
+        statuses[503] = 1;
+        let s = refused_warning(&statuses, 100, 3);
+        assert!(
+            s.starts_with(
+                "  Warning: 2.0 % of answers were 429 Too Many Requests (and 1.0 % other"
+            ),
+            "{s}"
+        );
+        assert_eq!(refused_warning(&statuses, 0, 0), "");
     }
 
     #[test]
@@ -431,14 +510,14 @@ CPU/request:  30769.23us (0.30s user, 0.10s sys)
         ]);
         let s = text(&cfg, &outcome(false), None);
         assert!(s.starts_with(
-            "Running 100 requests test @ http://127.0.0.1:9/ (+1 more)\n  1 shards and 4 connections, closed loop, pipeline 3, http1"
+            "Running 100 requests test @ http://127.0.0.1:9/ (+1 more)\n  1 shard and 4 connections, closed loop, pipeline 3, http1"
         ));
         assert!(s.contains("  Detailed Percentile spectrum:\n"));
         assert!(s.contains("  (values in ms)\n  6 requests in"));
         let cfg = config(&["-c", "4", "-d", "1.5s", "--http2", "http://127.0.0.1:9/"]);
         let s = text(&cfg, &outcome(false), Some(1000.0));
         assert!(s.starts_with(
-            "Running 1.5s test @ http://127.0.0.1:9/\n  1 shards and 4 connections, 1 streams each, open loop at 1000 req/s, http2"
+            "Running 1.5s test @ http://127.0.0.1:9/\n  1 shard and 4 connections, 1 stream each, open loop at 1000 req/s, http2"
         ));
         let cfg = config(&["-c", "4", "-d", "2s", "udp://127.0.0.1:9"]);
         let s = text(&cfg, &outcome(true), None);

@@ -130,10 +130,13 @@ fn check(file: &str) -> ExitCode {
                 gapura_config::Shards::Auto => "auto".to_string(),
                 gapura_config::Shards::Count(n) => n.to_string(),
             };
+            let counted = |n: usize, one: &str, many: &str| {
+                format!("{n} {}", if n == 1 { one } else { many })
+            };
             println!(
-                "{file}: ok ({} hosts, {} listen addresses, shards {shards})",
-                c.snapshot.entries.len(),
-                c.runtime.listen.len(),
+                "{file}: ok ({}, {}, shards {shards})",
+                counted(c.snapshot.entries.len(), "host", "hosts"),
+                counted(c.runtime.listen.len(), "listen address", "listen addresses"),
             );
             if c.protection_off.is_empty() {
                 println!("{file}: protection: every dimension on (written or default)");

@@ -234,7 +234,7 @@ fn check_reports_every_error_with_code_and_position() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ok (1 hosts"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok (1 host, 1 listen address,"));
 }
 
 #[test]

@@ -167,6 +167,24 @@ fn load_file_compiles_the_shipped_profiles() {
     }
 }
 
+/// The profile the README's load command runs: every protection off, so
+/// a load tester on one machine is answered, never refused, and no lane
+/// step stands between it and the answer.
+#[test]
+fn the_measuring_profile_has_no_limit_a_load_tester_meets() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("profiles");
+    let c = match load_file(&root.join("measure.toml")) {
+        Ok(c) => c,
+        Err(e) => panic!("measure.toml: {e:#?}"),
+    };
+    let s = &c.snapshot;
+    assert!(!s.gate.has_budgets());
+    let entry = &s.entries[0];
+    assert!(gapura_gate::chain::quiet_host(s, entry), "every block off");
+}
+
 #[test]
 fn truncated_and_mangled_profiles_give_errors_not_panics() {
     for (i, _) in EXAMPLE.char_indices().step_by(5) {
