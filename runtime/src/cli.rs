@@ -198,7 +198,7 @@ pub struct ExplainArgs {
     pub json: bool,
     /// Also ask the running server (its admin listener, from the profile)
     /// what its live tables hold for this request: tokens left, window
-    /// counts, leases, the verification cache; nothing is changed
+    /// counts, leases, upstream pools; nothing is changed
     #[arg(long)]
     pub live: bool,
     /// The admin listener --live asks [default: the profile's `admin`]
