@@ -577,13 +577,43 @@ pub fn write_error_page(
     extra_head: &[u8],
     ctx: &WriteCtx<'_>,
 ) {
+    let page = builtin.get(status, wants_html);
+    write_page_or_custom(out, page, custom, status, wants_html, vars, extra_head, ctx);
+}
+
+/// Gapura's own 502, 503 or 504 for an upstream that did not answer, in
+/// the words of `why` ([`ErrorPages::upstream`]), or the host's own page
+/// for its status when it has one.
+pub fn write_upstream_error_page(
+    out: &mut Vec<u8>,
+    builtin: &ErrorPages,
+    custom: Option<&CustomPages>,
+    why: crate::pages::UpstreamWhy,
+    wants_html: bool,
+    vars: &PageVars<'_>,
+    ctx: &WriteCtx<'_>,
+) {
+    let page = builtin.upstream(why, wants_html);
+    write_page_or_custom(out, page, custom, why.status(), wants_html, vars, b"", ctx);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_page_or_custom(
+    out: &mut Vec<u8>,
+    answer: &crate::answer::Answer,
+    custom: Option<&CustomPages>,
+    status: ErrorStatus,
+    wants_html: bool,
+    vars: &PageVars<'_>,
+    extra_head: &[u8],
+    ctx: &WriteCtx<'_>,
+) {
     if wants_html {
         if let Some(page) = custom.and_then(|c| c.get(status)) {
             page.write_into(out, vars, extra_head, ctx);
             return;
         }
     }
-    let answer = builtin.get(status, wants_html);
     out.extend_from_slice(answer.head());
     out.extend_from_slice(extra_head);
     out.extend_from_slice(ctx.date_line);

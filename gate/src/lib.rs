@@ -91,6 +91,6 @@ pub mod upstreamtls;
 pub use answer::{Answer, WriteCtx};
 pub use host::{HostAction, HostId, HostTable, Redirect};
 pub use limits::{LimitRefusal, RequestLimits};
-pub use pages::{ErrorPages, ErrorStatus};
+pub use pages::{ErrorPages, ErrorStatus, UpstreamWhy};
 pub use snapshot::{ServerSettings, Snapshot, Verdict};
 pub use upstream::{ProxyHost, Route, UpstreamGroup, UpstreamServer};

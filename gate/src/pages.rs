@@ -82,6 +82,87 @@ impl ErrorStatus {
     }
 }
 
+/// Why no upstream answer reached the client: each gets its own words on
+/// Gapura's 502, 503 or 504 page ([`ErrorPages::upstream`]) and in the
+/// log line that names the upstream and server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum UpstreamWhy {
+    /// The server refused the TCP connection.
+    Refused = 0,
+    /// No connection within `connect_timeout_ms` (TCP or the TLS handshake).
+    ConnectTimeout,
+    /// The server's certificate did not verify.
+    Certificate,
+    /// The TLS handshake failed otherwise (the server refused it, no
+    /// version or suite in common, a client certificate it wanted).
+    Handshake,
+    /// The server closed or reset the connection before its answer.
+    Reset,
+    /// No answer (or not all of the request taken) within the group's
+    /// timeouts.
+    AnswerTimeout,
+    /// The answer was not valid HTTP.
+    Malformed,
+    /// Every server of the group was out (health) or failed.
+    NoServer,
+    /// Every connection to the server stayed busy past `queue_timeout_ms`.
+    QueueTimeout,
+}
+
+impl UpstreamWhy {
+    pub const ALL: [UpstreamWhy; 9] = [
+        UpstreamWhy::Refused,
+        UpstreamWhy::ConnectTimeout,
+        UpstreamWhy::Certificate,
+        UpstreamWhy::Handshake,
+        UpstreamWhy::Reset,
+        UpstreamWhy::AnswerTimeout,
+        UpstreamWhy::Malformed,
+        UpstreamWhy::NoServer,
+        UpstreamWhy::QueueTimeout,
+    ];
+
+    /// The status Gapura answers with.
+    pub fn status(self) -> ErrorStatus {
+        match self {
+            UpstreamWhy::ConnectTimeout | UpstreamWhy::AnswerTimeout => ErrorStatus::GatewayTimeout,
+            UpstreamWhy::NoServer | UpstreamWhy::QueueTimeout => ErrorStatus::ServiceUnavailable,
+            _ => ErrorStatus::BadGateway,
+        }
+    }
+
+    /// What the page says.
+    pub fn sentence(self) -> &'static str {
+        match self {
+            UpstreamWhy::Refused => "The upstream server refused the connection.",
+            UpstreamWhy::ConnectTimeout => "The upstream server could not be reached in time.",
+            UpstreamWhy::Certificate => "The upstream server's certificate was not accepted.",
+            UpstreamWhy::Handshake => "The secure connection to the upstream server failed.",
+            UpstreamWhy::Reset => "The upstream server closed the connection without an answer.",
+            UpstreamWhy::AnswerTimeout => "The upstream server did not answer in time.",
+            UpstreamWhy::Malformed => "The upstream server sent an answer that is not valid HTTP.",
+            UpstreamWhy::NoServer => "No upstream server is available right now.",
+            UpstreamWhy::QueueTimeout => "The upstream servers stayed busy; try again shortly.",
+        }
+    }
+
+    /// The log line's words.
+    pub fn words(self) -> &'static str {
+        match self {
+            UpstreamWhy::Refused => "connection refused",
+            UpstreamWhy::ConnectTimeout => "no connection within connect_timeout_ms",
+            UpstreamWhy::Certificate => "certificate not valid",
+            UpstreamWhy::Handshake => "TLS handshake failed",
+            UpstreamWhy::Reset => "connection closed before the answer",
+            UpstreamWhy::AnswerTimeout => "no answer within the group's timeouts",
+            UpstreamWhy::Malformed => "the answer is not valid HTTP",
+            UpstreamWhy::NoServer => "every server out",
+            UpstreamWhy::QueueTimeout => "queued past queue_timeout_ms",
+        }
+    }
+}
+
 pub(crate) const STYLE: &str = "body{margin:0;font:16px/1.5 system-ui,sans-serif;background:#f4f1ea;color:#2b2620;display:flex;min-height:100vh;align-items:center;justify-content:center}main{background:#fff;border:1px solid #ddd3c0;border-radius:8px;padding:2rem 2.5rem;max-width:32rem}p.s{color:#8a7f6d;margin:0}h1{margin:.25rem 0 1rem;font-size:1.6rem}footer{margin-top:1.5rem;color:#8a7f6d;font-size:.8rem}";
 
 /// The CSP of a built-in page: nothing loads, only the one hashed style applies.
@@ -155,6 +236,8 @@ impl Page {
 #[derive(Clone, Debug)]
 pub struct ErrorPages {
     pages: Vec<Page>,
+    /// Gapura's 502, 503 and 504 in their own words, by [`UpstreamWhy`].
+    upstream: Vec<Page>,
     /// The 429 with its `Retry-After` value in header and body: text, html.
     rate_limited: [RetryPage; 2],
 }
@@ -316,10 +399,26 @@ impl ErrorPages {
             ),
             RetryPage::new(&html_headers, &html_pre, &html_post),
         ];
+        let upstream = UpstreamWhy::ALL
+            .iter()
+            .map(|&w| {
+                let code = w.status().code();
+                let text = format!("{code} {}\n{}\n", reason_phrase(code), w.sentence());
+                builtin_page(code, w.sentence(), &text, &[])
+            })
+            .collect();
         ErrorPages {
             pages,
+            upstream,
             rate_limited,
         }
+    }
+
+    /// Gapura's own page for an upstream that did not answer, saying why,
+    /// in the client's form. O(1).
+    #[inline]
+    pub fn upstream(&self, why: UpstreamWhy, wants_html: bool) -> &Answer {
+        self.upstream[why as usize].for_client(wants_html)
     }
 
     /// The 429 page with a `Retry-After` value, in the client's form. O(1).
@@ -409,6 +508,26 @@ mod tests {
             assert!(body.contains("abcdefghijklmnopqrstuvwx"), "{body}");
             assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
         }
+    }
+
+    #[test]
+    fn each_upstream_failure_has_its_own_words_and_status() {
+        let pages = ErrorPages::builtin();
+        let mut seen = std::collections::HashSet::new();
+        for w in UpstreamWhy::ALL {
+            let text = pages.upstream(w, false);
+            assert_eq!(text.status, w.status().code());
+            let body = String::from_utf8(text.body().to_vec()).unwrap();
+            assert!(body.contains(w.sentence()), "{body}");
+            assert!(seen.insert(w.sentence()), "{w:?} shares its words");
+            let html = String::from_utf8(pages.upstream(w, true).body().to_vec()).unwrap();
+            assert!(html.contains(w.sentence()), "{html}");
+        }
+        assert_eq!(UpstreamWhy::Certificate.status(), ErrorStatus::BadGateway);
+        assert_eq!(
+            UpstreamWhy::AnswerTimeout.status(),
+            ErrorStatus::GatewayTimeout
+        );
     }
 
     #[test]

@@ -342,13 +342,39 @@ fn a_client_that_stops_reading_is_closed_at_the_write_timeout() {
 
 #[test]
 fn upstream_failures_get_their_statuses() {
+    // Each failure: its status, its own words on the page, and a log line
+    // naming the upstream, the server and the reason.
+    let said = |g: &Gapura, status: u16, words: &str, line: &str| {
+        let r = get(g, "/");
+        assert_eq!(r.status, status, "{line}");
+        let body = String::from_utf8_lossy(&r.body).to_string();
+        assert!(body.contains(words), "{line}: {body}");
+        assert!(
+            g.wait_log(line, Duration::from_secs(5)),
+            "{line}:\n{}",
+            g.log_text()
+        );
+    };
     let dead = upstream::dead_addr();
     let g = Gapura::start(&proxy_profile(&[dead], "fail_threshold = 0", ""));
-    assert_eq!(get(&g, "/").status, 502, "refused");
+    said(
+        &g,
+        502,
+        "The upstream server refused the connection.",
+        &format!("upstream app server {dead}: connection refused (502;"),
+    );
 
     let reset = upstream::start(Arc::new(|_: &UpRequest| Reply::Drop));
     let g = Gapura::start(&proxy_profile(&[reset.addr], "fail_threshold = 0", ""));
-    assert_eq!(get(&g, "/").status, 502, "reset");
+    said(
+        &g,
+        502,
+        "closed the connection without an answer",
+        &format!(
+            "upstream app server {}: connection closed before the answer",
+            reset.addr
+        ),
+    );
 
     let slow = upstream::start(Arc::new(|_: &UpRequest| {
         std::thread::sleep(Duration::from_millis(1800));
@@ -356,13 +382,26 @@ fn upstream_failures_get_their_statuses() {
     }));
     let g = Gapura::start(&proxy_profile(&[slow.addr], "fail_threshold = 0", ""));
     // Answered by the timeout (1 s), not by the late answer (1.8 s).
-    assert_eq!(get(&g, "/").status, 504, "timeout");
+    said(
+        &g,
+        504,
+        "The upstream server did not answer in time.",
+        &format!("upstream app server {}: no answer within", slow.addr),
+    );
 
     let garbage = upstream::start(Arc::new(|_: &UpRequest| {
         Reply::Bytes(b"SURPRISE\r\n\r\n".to_vec())
     }));
     let g = Gapura::start(&proxy_profile(&[garbage.addr], "fail_threshold = 0", ""));
-    assert_eq!(get(&g, "/").status, 502, "malformed");
+    said(
+        &g,
+        502,
+        "an answer that is not valid HTTP",
+        &format!(
+            "upstream app server {}: the answer is not valid HTTP",
+            garbage.addr
+        ),
+    );
 
     // A response that breaks after it started: the client connection closes.
     let broken = upstream::start(Arc::new(|_: &UpRequest| {

@@ -122,6 +122,23 @@ fn an_upstream_no_configured_authority_vouches_for_gets_502_and_nothing_is_relay
     ));
     let r = get(&g, "/");
     assert_eq!(r.status, 502);
+    // Its own words, and a log line naming the name it was checked for.
+    let body = String::from_utf8_lossy(&r.body);
+    assert!(
+        body.contains("The upstream server's certificate was not accepted."),
+        "{body}"
+    );
+    assert!(
+        g.wait_log(
+            &format!(
+                "server {}: certificate not valid for name upstream.test",
+                up.addr
+            ),
+            Duration::from_secs(5)
+        ),
+        "{}",
+        g.log_text()
+    );
     assert_eq!(tls_failures(&g, "tls_verify", 1), 1);
     assert_eq!(up.requests.load(Ordering::SeqCst), 0);
     // verify = false takes it (a lab), with the profile's warning.

@@ -139,7 +139,14 @@ pub(crate) struct ShardLogs {
     pub(super) warn: Option<fn(std::fmt::Arguments<'_>)>,
     /// The second each refusal kind last warned in, plus one (`warn`).
     pub(super) warned: [Cell<u64>; WARN_KINDS],
+    /// The second each (upstream, server, reason) last warned in, plus one
+    /// (`warn::warn_upstream`); at most [`UPSTREAM_WARN_KEYS`] kept.
+    pub(super) upstream_warned: RefCell<std::collections::HashMap<u64, u64>>,
 }
+
+/// Most (upstream, server, reason) triples a shard paces warnings for;
+/// past it the table starts over.
+pub(super) const UPSTREAM_WARN_KEYS: usize = 1024;
 
 /// Upstream groups' TLS settings and the client configuration built for
 /// each.
@@ -222,6 +229,7 @@ impl Shard {
                 access: RefCell::new(ShardLog::default()),
                 warn: None,
                 warned: Default::default(),
+                upstream_warned: RefCell::default(),
             },
             verifier: None,
             tls: RefCell::new(None),

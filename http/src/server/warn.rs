@@ -31,6 +31,44 @@ impl Shard {
         Some((warn, prefix))
     }
 
+    /// Warns that upstream `group`'s server `addr` gave no answer, and why:
+    /// at most one line a second per upstream, server and reason on this
+    /// shard. Allocates only when it writes.
+    pub(crate) fn warn_upstream(
+        &self,
+        group: &str,
+        addr: std::net::SocketAddr,
+        why: gapura_gate::UpstreamWhy,
+        name: Option<&str>,
+    ) {
+        let Some(warn) = self.logs.warn else {
+            return;
+        };
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&(group, addr, why as u8), &mut h);
+        let key = std::hash::Hasher::finish(&h);
+        let second = self.now_ms() / 1000 + 1;
+        {
+            let mut seen = self.logs.upstream_warned.borrow_mut();
+            if seen.get(&key) == Some(&second) {
+                return;
+            }
+            if seen.len() >= super::shard::UPSTREAM_WARN_KEYS {
+                seen.clear();
+            }
+            seen.insert(key, second);
+        }
+        let for_name = match (why, name) {
+            (gapura_gate::UpstreamWhy::Certificate, Some(n)) => format!(" for name {n}"),
+            _ => String::new(),
+        };
+        warn(format_args!(
+            "upstream {group} server {addr}: {}{for_name} ({}; at most one line a second per upstream, server and reason)",
+            why.words(),
+            why.status().code()
+        ));
+    }
+
     /// Warns of a refusal by chain step `step`: what refused (the rule set,
     /// list, rate limit or budget level), the host and the status.
     pub(crate) fn warn_refusal(

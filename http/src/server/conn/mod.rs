@@ -98,6 +98,9 @@ pub(super) struct Conn<S> {
     urbuf: Vec<u8>,
     /// An HTTP/2 upstream's request head (allocated on first use).
     uhead: Option<Box<crate::exchange::uphead::UpHead>>,
+    /// Why the current attempt at an upstream got no answer, where its
+    /// phases could tell (`forward`: the page's words and the log line).
+    upstream_why: Option<gapura_gate::UpstreamWhy>,
     busy: bool,
     served: u64,
     /// The last `Host` value the parser found valid on this connection.
@@ -150,6 +153,7 @@ impl<S: Transport> Conn<S> {
             shard,
             ubuf: Vec::new(),
             uhead: None,
+            upstream_why: None,
             urbuf: Vec::new(),
             busy: false,
             served: 0,

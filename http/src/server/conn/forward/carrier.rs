@@ -17,14 +17,14 @@ use crate::transport::Transport;
 use crate::upstream::h2conns::{H2Conn, Take};
 use crate::upstream::pool::{Checkout, CloseReason, Got, Permit};
 use gapura_gate::upstream::{UpstreamGroup, UpstreamProtocol, UpstreamServer};
-use gapura_gate::ErrorStatus;
+use gapura_gate::UpstreamWhy;
 use std::os::fd::AsRawFd;
 
-fn connect_error(e: &std::io::Error) -> ErrorStatus {
-    if e.kind() == std::io::ErrorKind::TimedOut {
-        ErrorStatus::GatewayTimeout
-    } else {
-        ErrorStatus::BadGateway
+fn connect_error(e: &std::io::Error) -> UpstreamWhy {
+    match e.kind() {
+        std::io::ErrorKind::TimedOut => UpstreamWhy::ConnectTimeout,
+        std::io::ErrorKind::ConnectionRefused => UpstreamWhy::Refused,
+        _ => UpstreamWhy::Reset,
     }
 }
 
@@ -36,7 +36,7 @@ async fn connect(
     group: &UpstreamGroup,
     server: &UpstreamServer,
     shard: &Shard,
-) -> Result<UpstreamConn, ErrorStatus> {
+) -> Result<UpstreamConn, UpstreamWhy> {
     let deadline = clock::deadline(group.connect_timeout_ms);
     let tcp =
         match monoio::time::timeout_at(deadline, monoio::net::TcpStream::connect_addr(server.addr))
@@ -44,7 +44,7 @@ async fn connect(
         {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(connect_error(&e)),
-            Err(_) => return Err(ErrorStatus::GatewayTimeout),
+            Err(_) => return Err(UpstreamWhy::ConnectTimeout),
         };
     let _ = tcp.set_nodelay(true);
     let Some(tls) = &group.tls else {
@@ -52,10 +52,10 @@ async fn connect(
     };
     let fail = |why: HandshakeFail| {
         shard.stats.upstream_tls_failures[why as usize].inc();
-        if why == HandshakeFail::Timeout {
-            ErrorStatus::GatewayTimeout
-        } else {
-            ErrorStatus::BadGateway
+        match why {
+            HandshakeFail::Timeout => UpstreamWhy::ConnectTimeout,
+            HandshakeFail::Verify => UpstreamWhy::Certificate,
+            _ => UpstreamWhy::Handshake,
         }
     };
     let config = shard.upstream_tls(tls, group.protocol);
@@ -136,7 +136,7 @@ pub(super) struct Dest<'a> {
 pub(super) enum NoConn {
     /// The server failed (connect refused or timed out, a handshake):
     /// counted against its passive health.
-    Failed(ErrorStatus),
+    Failed(UpstreamWhy),
     /// Every connection busy and the queue full: another server may
     /// take the request, else 503.
     QueueFull,
@@ -226,7 +226,7 @@ async fn upstream_for(
                     .await
                     .is_err()
                 {
-                    return Err(NoConn::Failed(ErrorStatus::GatewayTimeout));
+                    return Err(NoConn::Failed(UpstreamWhy::ConnectTimeout));
                 }
             }
             Take::Open => break,

@@ -25,7 +25,7 @@ use crate::transport::Transport;
 use bytes::Bytes;
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::upstream::UpstreamGroup;
-use gapura_gate::ErrorStatus;
+use gapura_gate::{ErrorStatus, UpstreamWhy};
 use h2::client::ResponseFuture;
 use h2::{Reason, RecvStream};
 use std::io::Write as _;
@@ -115,13 +115,15 @@ impl<S: Transport> Conn<S> {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 conn.live.close();
+                self.upstream_why = Some(UpstreamWhy::Reset);
                 return stream_failed(&e, &x);
             }
             Err(_) => {
+                self.upstream_why = Some(UpstreamWhy::AnswerTimeout);
                 return Attempt::Retry {
                     status: ErrorStatus::GatewayTimeout,
                     count_failure: true,
-                }
+                };
             }
         }
         let buffered = self.ubuf.len() > body_at;
@@ -132,6 +134,7 @@ impl<S: Transport> Conn<S> {
                 if e.is_go_away() || e.is_io() {
                     conn.live.close();
                 }
+                self.upstream_why = Some(UpstreamWhy::Reset);
                 return stream_failed(&e, &x);
             }
         };
@@ -260,19 +263,24 @@ impl<S: Transport> Conn<S> {
         }
         let response = match self.watched(std::pin::pin!(response), deadline).await {
             Ok(Ok(r)) => r,
-            Ok(Err(e)) => return stream_failed(&e, x),
+            Ok(Err(e)) => {
+                self.upstream_why = Some(UpstreamWhy::Reset);
+                return stream_failed(&e, x);
+            }
             Err(UpRead::Timeout) => {
+                self.upstream_why = Some(UpstreamWhy::AnswerTimeout);
                 return Attempt::Fail {
                     status: ErrorStatus::GatewayTimeout,
                     count_failure: call_deadline.is_none(),
-                }
+                };
             }
             Err(UpRead::ClientGone) => return Attempt::ClientGone,
             Err(UpRead::Io) => {
+                self.upstream_why = Some(UpstreamWhy::Reset);
                 return Attempt::Fail {
                     status: ErrorStatus::BadGateway,
                     count_failure: true,
-                }
+                };
             }
         };
         let (mut parts, recv) = response.into_parts();

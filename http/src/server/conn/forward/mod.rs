@@ -42,7 +42,7 @@ use carrier::{Carrier, Dest, Link, NoConn};
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::policy::HostExtras;
 use gapura_gate::upstream::{Route, UpstreamGroup};
-use gapura_gate::{ErrorStatus, Snapshot};
+use gapura_gate::{ErrorStatus, Snapshot, UpstreamWhy};
 use response::Replace;
 
 /// Most servers tried for one request.
@@ -107,6 +107,8 @@ impl Attempt {
 /// request can no longer be sent whole (the connection closes then).
 struct NoAnswer {
     last: ErrorStatus,
+    /// Why, when the last failure could tell.
+    why: Option<UpstreamWhy>,
     replay_broken: bool,
 }
 
@@ -132,6 +134,16 @@ struct Body {
     done: bool,
     /// Bytes of the body taken from the client beyond what `ubuf` holds.
     streamed: bool,
+}
+
+/// The name a server's certificate must hold, for the log: the group's
+/// `server_name`, else the name the server was written with.
+fn tls_name<'g>(
+    group: &'g UpstreamGroup,
+    server: &'g gapura_gate::upstream::UpstreamServer,
+) -> Option<&'g str> {
+    let tls = group.tls.as_ref()?;
+    tls.server_name.as_deref().or(server.name.as_deref())
 }
 
 /// Whether the peer closed `fd` (EOF waiting), without consuming data.
@@ -202,7 +214,13 @@ impl<S: Transport> Conn<S> {
         };
         // No attempt produced a response.
         let close = !body.done || failed.replay_broken || head.close || self.shard.is_draining();
-        self.write_error(snap, replace.custom(), failed.last, head, close);
+        let why = match failed.why {
+            Some(w) if w.status() == failed.last => Some(w),
+            // No server could be tried at all.
+            None if failed.last == ErrorStatus::ServiceUnavailable => Some(UpstreamWhy::NoServer),
+            _ => None,
+        };
+        self.write_upstream_error(snap, replace.custom(), (failed.last, why), head, close);
         if close {
             let _ = self.flush().await;
             return Err(End::Done);
@@ -230,6 +248,7 @@ impl<S: Transport> Conn<S> {
         let now_ms = clock::now_ms();
         let mut failed = NoAnswer {
             last: ErrorStatus::ServiceUnavailable,
+            why: None,
             replay_broken: false,
         };
         while attempts < MAX_ATTEMPTS {
@@ -263,23 +282,28 @@ impl<S: Transport> Conn<S> {
                 mut slot,
             } = match got {
                 Ok(c) => c,
-                Err(NoConn::Failed(status)) => {
+                Err(NoConn::Failed(why)) => {
                     count(true);
-                    failed.last = status;
+                    failed.last = why.status();
+                    failed.why = Some(why);
+                    shard.warn_upstream(&group.name, server.addr, why, tls_name(group, server));
                     continue;
                 }
                 // Not the server's fault: its passive health is left alone.
                 Err(NoConn::QueueFull) => {
                     failed.last = ErrorStatus::ServiceUnavailable;
+                    failed.why = Some(UpstreamWhy::QueueTimeout);
                     continue;
                 }
                 Err(NoConn::QueueTimeout) => {
                     failed.last = ErrorStatus::ServiceUnavailable;
+                    failed.why = Some(UpstreamWhy::QueueTimeout);
                     break;
                 }
                 Err(NoConn::ClientGone) => return Err(End::Error(ErrorKind::Io)),
             };
             shard.upstream.pools.begin(server);
+            self.upstream_why = None;
             let outcome = match &mut link {
                 Link::H1(up) => {
                     self.attempt(up, reused, head, group, body, limits, upgrade, replace)
@@ -313,6 +337,7 @@ impl<S: Transport> Conn<S> {
                 } => {
                     count(count_failure);
                     failed.last = status;
+                    self.note_why(&mut failed, status, group, server);
                     if !(idempotent || reused) {
                         break;
                     }
@@ -327,6 +352,7 @@ impl<S: Transport> Conn<S> {
                 } => {
                     count(count_failure);
                     failed.last = status;
+                    self.note_why(&mut failed, status, group, server);
                     failed.replay_broken = true;
                     break;
                 }
@@ -435,14 +461,16 @@ impl<S: Transport> Conn<S> {
         {
             Ok(r) => r,
             Err(_) => {
+                self.upstream_why = Some(UpstreamWhy::AnswerTimeout);
                 return Err(Attempt::Retry {
                     status: ErrorStatus::GatewayTimeout,
                     count_failure: true,
-                })
+                });
             }
         };
         self.ubuf = out;
         if res.is_err() {
+            self.upstream_why = Some(UpstreamWhy::Reset);
             return Err(Attempt::Retry {
                 status: ErrorStatus::BadGateway,
                 count_failure: !reused,
@@ -463,6 +491,63 @@ impl<S: Transport> Conn<S> {
             }
         }
         Ok(())
+    }
+
+    /// The reason an attempt recorded (`upstream_why`) for the failure it
+    /// ended with, noted for the page and logged (at most a line a second
+    /// per upstream, server and reason).
+    fn note_why(
+        &mut self,
+        failed: &mut NoAnswer,
+        status: ErrorStatus,
+        group: &UpstreamGroup,
+        server: &gapura_gate::upstream::UpstreamServer,
+    ) {
+        failed.why = self.upstream_why.take().filter(|w| w.status() == status);
+        if let Some(why) = failed.why {
+            self.shard
+                .warn_upstream(&group.name, server.addr, why, tls_name(group, server));
+        }
+    }
+
+    /// Gapura's own answer to a request no upstream answered, in the words
+    /// of why (`UpstreamWhy`) when it is known, else as [`Self::write_error`].
+    fn write_upstream_error(
+        &mut self,
+        snap: &Snapshot,
+        custom: Option<&gapura_gate::custom_pages::CustomPages>,
+        (status, why): (ErrorStatus, Option<UpstreamWhy>),
+        head: &ParsedHead,
+        close: bool,
+    ) {
+        let Some(why) = why else {
+            return self.write_error(snap, custom, status, head, close);
+        };
+        let date = self.shard.date.line();
+        let ctx = gapura_gate::WriteCtx {
+            date_line: &date,
+            head_only: head.method == Method::Head,
+            close,
+            keep_alive_10: head.keep_alive_10 && !close,
+        };
+        let id = super::request_id(&self.log, &self.shard);
+        let copy = self.page_vars.as_deref().copied().unwrap_or_default();
+        let vars = gapura_gate::custom_pages::PageVars {
+            request_id: &id,
+            host: copy.host(),
+            cf_ray: copy.ray(),
+        };
+        gapura_gate::custom_pages::write_upstream_error_page(
+            self.io.out(),
+            &snap.pages,
+            custom,
+            why,
+            head.wants_html,
+            &vars,
+            &ctx,
+        );
+        self.shard.stats.response(status.code());
+        self.log_status(status.code());
     }
 
     /// Gapura's own answer to a request no upstream answered (502, 503,
@@ -571,16 +656,18 @@ impl<S: Transport> Conn<S> {
             {
                 Ok((Ok(_), out)) => self.ubuf = out,
                 Ok((Err(_), _)) => {
+                    self.upstream_why = Some(UpstreamWhy::Reset);
                     return Some(Attempt::Fail {
                         status: ErrorStatus::BadGateway,
                         count_failure: true,
-                    })
+                    });
                 }
                 Err(_) => {
+                    self.upstream_why = Some(UpstreamWhy::AnswerTimeout);
                     return Some(Attempt::Fail {
                         status: ErrorStatus::GatewayTimeout,
                         count_failure: true,
-                    })
+                    });
                 }
             }
         }

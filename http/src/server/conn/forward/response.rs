@@ -11,6 +11,7 @@ use crate::server::conn::Conn;
 use crate::transport::upstream::UpstreamConn;
 use crate::transport::ReadSpare;
 use crate::transport::Transport;
+use crate::upstream::response::MAX_RESPONSE_HEAD_BYTES;
 use crate::upstream::response::{
     parse_response, resp_header_buf, write_client_head, RespFraming, RespHead, RespParse,
 };
@@ -19,7 +20,7 @@ use gapura_gate::custom_pages::{
 };
 use gapura_gate::policy::HostExtras;
 use gapura_gate::upstream::UpstreamGroup;
-use gapura_gate::ErrorStatus;
+use gapura_gate::{ErrorStatus, UpstreamWhy};
 use monoio::time::Instant;
 use std::os::fd::AsRawFd;
 
@@ -77,6 +78,11 @@ impl<S: Transport> Conn<S> {
             let got_nothing = self.urbuf.is_empty();
             match self.read_upstream(up, deadline).await {
                 Ok(0) | Err(UpRead::Io) => {
+                    self.upstream_why = Some(if self.urbuf.len() >= MAX_RESPONSE_HEAD_BYTES {
+                        UpstreamWhy::Malformed
+                    } else {
+                        UpstreamWhy::Reset
+                    });
                     return Err(if got_nothing && !x.body_streamed {
                         Attempt::Retry {
                             status: ErrorStatus::BadGateway,
@@ -91,10 +97,11 @@ impl<S: Transport> Conn<S> {
                 }
                 Ok(_) => {}
                 Err(UpRead::Timeout) => {
+                    self.upstream_why = Some(UpstreamWhy::AnswerTimeout);
                     return Err(Attempt::Fail {
                         status: ErrorStatus::GatewayTimeout,
                         count_failure: true,
-                    })
+                    });
                 }
                 Err(UpRead::ClientGone) => return Err(Attempt::ClientGone),
             }
@@ -118,6 +125,7 @@ impl<S: Transport> Conn<S> {
                 let close = close_anyway || r.framing == RespFraming::Close;
                 let interim = r.status / 100 == 1 && r.status != 101;
                 if r.status == 101 && !x.upgrade {
+                    self.upstream_why = Some(UpstreamWhy::Malformed);
                     return HeadStep::Fail(Attempt::Fail {
                         status: ErrorStatus::BadGateway,
                         count_failure: true,
@@ -140,10 +148,13 @@ impl<S: Transport> Conn<S> {
                 }
                 HeadStep::Head(r, close, interim)
             }
-            RespParse::Malformed => HeadStep::Fail(Attempt::Fail {
-                status: ErrorStatus::BadGateway,
-                count_failure: true,
-            }),
+            RespParse::Malformed => {
+                self.upstream_why = Some(UpstreamWhy::Malformed);
+                HeadStep::Fail(Attempt::Fail {
+                    status: ErrorStatus::BadGateway,
+                    count_failure: true,
+                })
+            }
             RespParse::Partial => HeadStep::Partial,
         }
     }
