@@ -100,9 +100,13 @@ fn fleet_finding(f: &gapura_config::FleetSettings) -> Finding {
         timeout: gapura_fleet::timeout_for(f.sync_ms),
     };
     match gapura_fleet::engine::check(&target) {
-        Err(e) => Finding::new(id, Level::Fail, format!("{to}: {e}"))
-            .why("fleet-scoped limits hold each node to limit / nodes_expected without it")
-            .fix("start Redis there, or correct [fleet] redis and password_file"),
+        Err(e) => Finding::new(
+            id,
+            Level::Fail,
+            format!("{to}: {}", gapura_fleet::engine::words(&e)),
+        )
+        .why("fleet-scoped limits hold each node to limit / nodes_expected without it")
+        .fix("start Redis there, or correct [fleet] redis and password_file"),
         Ok(h) => {
             let rtt_us = h.rtt.as_micros();
             let mut found = format!("{to}: version {}, round trip {rtt_us} µs", h.version);

@@ -123,9 +123,25 @@ pub struct Redis;
 impl Connect for Redis {
     type Engine = Engine;
     fn connect(&mut self, target: &Target) -> Result<Engine, String> {
-        let mut e = Engine::connect(target).map_err(|e| e.to_string())?;
-        e.load_script().map_err(|e| e.to_string())?;
+        let mut e = Engine::connect(target).map_err(|e| words(&e))?;
+        e.load_script().map_err(|e| words(&e))?;
         Ok(e)
+    }
+}
+
+/// A Redis error in words an operator reads: what went wrong and, for a
+/// password, where it is set; anything else as Redis said it.
+pub fn words(e: &redis::RedisError) -> String {
+    match (e.kind(), e.code()) {
+        (redis::ErrorKind::AuthenticationFailed, _) | (_, Some("WRONGPASS")) => {
+            "it refused the password (the [fleet] password_file)".to_string()
+        }
+        (_, Some("NOAUTH")) => {
+            "it asks for a password and none is set (the [fleet] password_file)".to_string()
+        }
+        _ if e.is_connection_refusal() => "connection refused".to_string(),
+        _ if e.is_timeout() => "no answer within the timeout".to_string(),
+        _ => e.to_string(),
     }
 }
 
@@ -135,7 +151,7 @@ impl Exchange for Engine {
         keys: &[Flush],
         windows: &[WindowFlush],
     ) -> Result<(Vec<i64>, Vec<u64>), String> {
-        Engine::exchange(self, keys, windows).map_err(|e| e.to_string())
+        Engine::exchange(self, keys, windows).map_err(|e| words(&e))
     }
 }
 
@@ -331,4 +347,31 @@ fn field(text: &str, names: &[&str]) -> String {
                 .map(|v| v.trim().to_string())
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::words;
+
+    #[test]
+    fn a_password_redis_refuses_is_said_in_words_with_where_it_is_set() {
+        let refused = redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert_eq!(
+            words(&refused),
+            "it refused the password (the [fleet] password_file)"
+        );
+        let wrong = redis::make_extension_error(
+            "WRONGPASS".into(),
+            Some("invalid username-password pair".into()),
+        );
+        assert_eq!(words(&wrong), words(&refused));
+        let none = redis::make_extension_error("NOAUTH".into(), Some("required".into()));
+        assert!(words(&none).starts_with("it asks for a password"));
+        // Anything else as Redis said it.
+        let other = redis::make_extension_error("BUSY".into(), Some("script running".into()));
+        assert!(words(&other).contains("BUSY"), "{}", words(&other));
+    }
 }

@@ -642,10 +642,17 @@ fn live_line(s: &serde_json::Value) -> String {
     let r = &s["rate_limit"];
     if let Some(name) = r["name"].as_str() {
         let tokens = r["tokens"].as_u64().unwrap_or(0);
-        line.push_str(&format!(", rate limit {name}: {tokens} token(s)"));
-        match r["retry_after_ms"].as_u64() {
-            Some(ms) if tokens == 0 => line.push_str(&format!(", one in {ms} ms")),
-            _ => {}
+        let word = if tokens == 1 { "token" } else { "tokens" };
+        line.push_str(&format!(", rate limit {name}: {tokens} {word}"));
+        // The live tables' own verdict, which the chain's steps above (run
+        // on empty tables) cannot give.
+        if tokens == 0 {
+            line.push_str(": this client's next request now gets 429");
+            if let Some(ms) = r["retry_after_ms"].as_u64() {
+                line.push_str(&format!(" (a token in {ms} ms)"));
+            }
+        } else {
+            line.push_str(": this client's next request is within it");
         }
     }
     for f in s["fleet"].as_array().into_iter().flatten() {

@@ -264,7 +264,28 @@ fn stopped(
     log!("stopped");
 }
 
-/// Every shard serves: the log line, the old process told after a
+/// What the server listens on, said once it is ready (`announce_ready`):
+/// a start that fails after binding never says it listened.
+static LISTENING: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn listening(line: String) {
+    LISTENING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(line);
+}
+
+/// "1 shard", "4 shards".
+fn shards_word(n: usize) -> String {
+    if n == 1 {
+        "1 shard".to_string()
+    } else {
+        format!("{n} shards")
+    }
+}
+
+/// Every shard serves: what it listens on, the ready line with the
+/// process's id (what `kill -HUP` is given), the old process told after a
 /// take-over, systemd told.
 fn announce_ready(
     profile: Option<&Path>,
@@ -276,7 +297,14 @@ fn announce_ready(
         || "the embedded default profile".into(),
         |p| p.display().to_string(),
     );
-    log!("ready: generation {generation} from {from}");
+    let said = std::mem::take(&mut *LISTENING.lock().unwrap_or_else(|e| e.into_inner()));
+    for line in said {
+        log!("{line}");
+    }
+    log!(
+        "ready: generation {generation} from {from} (pid {})",
+        std::process::id()
+    );
     if let Some(got) = inherited {
         got.ready();
         log!("upgrade: took over the listeners; the old process drains");
@@ -327,17 +355,17 @@ fn bind_listeners(
         for (i, sock) in group.sockets.into_iter().enumerate() {
             per_shard[i].push((group.addr, sock, kind));
         }
-        log!(
-            "listening on {}://{} ({} shards, steering {})",
+        listening(format!(
+            "listening on {}://{} ({}, steering {})",
             if kind.tls { "https" } else { "http" },
             group.addr,
-            shard_count,
+            shards_word(shard_count),
             match steer {
                 listeners::Steer::Source => "source",
                 listeners::Steer::Prefix => "prefix",
                 listeners::Steer::Kernel => "kernel",
             }
-        );
+        ));
     }
     Ok(per_shard)
 }
@@ -401,12 +429,12 @@ fn inherit_listeners(
             let bound = sock.local_addr().map_err(|e| e.to_string())?;
             list.push((bound, sock, kind));
         }
-        log!(
-            "listening on {}://{} ({} shards, taken over)",
+        listening(format!(
+            "listening on {}://{} ({}, taken over)",
             if kind.tls { "https" } else { "http" },
             per_shard[0].last().map_or(*addr, |b| b.0),
-            shard_count
-        );
+            shards_word(shard_count)
+        ));
     }
     if let Some((addr, _, _)) = got.tcp.first() {
         return Err(format!(
@@ -507,7 +535,7 @@ fn spawn_shard(
 fn start_admin(listener: std::net::TcpListener, admin: Admin) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     admin::spawn(listener, admin).map_err(|e| e.to_string())?;
-    log!("admin on http://{addr} (/healthz, /metrics)");
+    listening(format!("admin on http://{addr} (/healthz, /metrics)"));
     Ok(())
 }
 

@@ -339,3 +339,29 @@ fn the_admin_listener_tells_the_heap_in_use_apart_from_the_metrics() {
     assert!(bytes > 0);
     assert!(!g.metrics().contains("heap"));
 }
+
+/// The ready line names the process's id (what `kill -HUP` is given), and
+/// the listeners are said once the server is ready: a start that fails
+/// after binding them (its admin address taken) never says it listened.
+#[test]
+fn the_ready_line_names_the_pid_and_a_failed_start_never_says_it_listened() {
+    let g = Gapura::start(&profile("", HELLO_HOST));
+    let text = g.log_text();
+    let ready = text.lines().find(|l| l.contains(" ready: ")).unwrap();
+    assert!(
+        ready.ends_with(&format!("(pid {})", g.child.id())),
+        "{ready}"
+    );
+    let listening = text.find("listening on http://").unwrap();
+    assert!(listening < text.find(" ready: ").unwrap(), "{text}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin = taken.local_addr().unwrap();
+    let p =
+        profile("", HELLO_HOST).replace("admin = \"127.0.0.1:0\"", &format!("admin = \"{admin}\""));
+    let Err(said) = Gapura::try_start(&p, &[]) else {
+        panic!("started with its admin address taken");
+    };
+    assert!(said.contains("cannot start"), "{said}");
+    assert!(!said.contains("listening on"), "{said}");
+}

@@ -82,12 +82,14 @@ impl Shard {
         let Some((warn, prefix)) = self.throttled(step as usize, client) else {
             return;
         };
+        let none = (step == Block::Host && host.is_empty()).then_some("no host takes it");
         warn(format_args!(
-            "refused: shard {} step {} policy {} host {} status {} source {:016x} (at most one line per step a second)",
+            "refused: shard {} step {}{}{}{} status {} source {:016x} (at most one line per step a second)",
             self.id,
             step.name(),
-            policy.unwrap_or("-"),
-            or_dash(host),
+            Part(" policy ", policy),
+            Part(" host ", (!host.is_empty()).then_some(host)),
+            Part(": ", none),
             status,
             prefix
         ));
@@ -105,6 +107,19 @@ impl Shard {
             or_dash(host),
             prefix
         ));
+    }
+}
+
+/// A part of a line written only when it is there (`label` then the
+/// value), without allocating.
+struct Part<'a>(&'static str, Option<&'a str>);
+
+impl std::fmt::Display for Part<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.1 {
+            Some(v) => write!(f, "{}{v}", self.0),
+            None => Ok(()),
+        }
     }
 }
 
