@@ -104,6 +104,9 @@ fn check(file: &str) -> ExitCode {
             }
             // What `run` refuses, `check` reports.
             let mut refused = Vec::new();
+            if let Some(Err(e)) = c.runtime.user.as_deref().map(privileges::check_user) {
+                refused.push(e);
+            }
             if let Some(Err(e)) = c.runtime.admin_token_file.as_deref().map(admin::read_token) {
                 refused.push(e);
             }

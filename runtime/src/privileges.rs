@@ -56,6 +56,12 @@ fn decide(
     }
 }
 
+/// Whether `[server] user` names a user `run` can become: what `check`
+/// reports, in `run`'s words.
+pub fn check_user(name: &str) -> Result<(), String> {
+    lookup(name).map(|_| ())
+}
+
 /// The user's ids from the system's user database.
 fn lookup(name: &str) -> Result<Target, String> {
     let c_name = CString::new(name).map_err(|_| format!("bad user name {name:?}"))?;
@@ -80,7 +86,12 @@ fn lookup(name: &str) -> Result<Target, String> {
         ));
     }
     if result.is_null() {
-        return Err(format!("[server] user = \"{name}\": no such user"));
+        return Err(format!(
+            "[server] user = \"{name}\": no such user; create it with \
+             `systemd-sysusers contrib/systemd/gapura.sysusers.conf` or \
+             `useradd --system --home /var/lib/gapura --shell /usr/sbin/nologin {name}` \
+             (docs/systemd.md)"
+        ));
     }
     // SAFETY: pw_name points into `buf`, NUL-terminated by getpwnam_r.
     let found = unsafe { CStr::from_ptr(pw.pw_name) }
@@ -172,8 +183,13 @@ mod tests {
     #[test]
     fn the_user_database_is_read() {
         assert_eq!(lookup("root").unwrap().uid, 0);
-        assert!(lookup("no-such-user-gapura-test")
-            .unwrap_err()
-            .ends_with("no such user"));
+        let e = lookup("no-such-user-gapura-test").unwrap_err();
+        assert!(
+            e.contains("no such user; create it with `systemd-sysusers contrib/systemd/gapura.sysusers.conf`"),
+            "{e}"
+        );
+        // `check` says the same.
+        assert_eq!(check_user("no-such-user-gapura-test"), Err(e));
+        assert_eq!(check_user("root"), Ok(()));
     }
 }

@@ -365,3 +365,30 @@ fn the_ready_line_names_the_pid_and_a_failed_start_never_says_it_listened() {
     assert!(said.contains("cannot start"), "{said}");
     assert!(!said.contains("listening on"), "{said}");
 }
+
+/// A profile naming a user the machine does not have: `check` refuses it
+/// in the words `run` would use, with how to create the user.
+#[test]
+fn check_reports_a_missing_user_as_run_would() {
+    let dir = TempDir::new();
+    let p = dir.0.join("p.toml");
+    std::fs::write(
+        &p,
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nuser = \"no-such-user-gapura-cli\"\n\n[[host]]\nnames = [\"a.test\"]\nkind = \"respond\"\nstatus = 200\nbody = \"a\"\n",
+    )
+    .unwrap();
+    let check = Command::new(bin()).arg("check").arg(&p).output().unwrap();
+    assert!(!check.status.success());
+    let said = String::from_utf8_lossy(&check.stderr).to_string();
+    let words = "[server] user = \"no-such-user-gapura-cli\": no such user; create it with";
+    assert!(said.contains(words), "{said}");
+    assert!(said.contains("`gapura run` would not start"), "{said}");
+    let run = Command::new(bin())
+        .args(["run", "--profile"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(said.contains(&format!("cannot start: {words}")), "{said}");
+}
