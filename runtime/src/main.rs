@@ -84,26 +84,24 @@ fn check(file: &str) -> ExitCode {
             for w in &c.warnings {
                 eprintln!("{file}:{}", w.as_warning());
             }
-            // Read only: `check` creates no key; a missing one whose
-            // directory exists is created at first start.
-            let creatable = c.runtime.pow_key_file.as_deref().is_some_and(|p| {
-                let p = std::path::Path::new(p);
-                !p.exists()
-                    && p.parent()
-                        .is_none_or(|d| d.as_os_str().is_empty() || d.is_dir())
-            });
-            if creatable {
-                println!("{file}: the proof-of-work key file is created at first start");
-            } else if let Err(e) = powkey::load_into(&mut c, false) {
-                if c.snapshot.gate.pow_in_use {
-                    eprintln!(
-                        "{file}: warning: proof of work has no usable key ({e}); its routes \
-                         answer 503 until `gapura run` can open or create it"
-                    );
-                }
-            }
             // What `run` refuses, `check` reports.
             let mut refused = Vec::new();
+            let creatable =
+                c.runtime.pow_key_file.as_deref().is_some_and(|p| {
+                    !std::path::Path::new(p).exists() && creatable_file(p).is_ok()
+                });
+            match pow_key(&mut c, false) {
+                Ok(()) if creatable => {
+                    println!("{file}: the proof-of-work key file is created at first start")
+                }
+                Ok(()) => {}
+                Err(e) if c.snapshot.gate.pow_in_use => {
+                    refused.push(format!("proof of work has no key: {e}"));
+                }
+                Err(e) => eprintln!(
+                    "{file}: warning: proof of work's key: {e} (no route uses proof of work)"
+                ),
+            }
             if let Some(Err(e)) = c.runtime.user.as_deref().map(privileges::check_user) {
                 refused.push(e);
             }
@@ -156,6 +154,22 @@ fn check(file: &str) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Proof of work's key (`[server] pow_key_file`) into the snapshot: read,
+/// or created when missing and `create` is set (`run`); a missing file is
+/// first checked as the access log is (its directory exists and is
+/// writable), so `check` (which creates nothing) and `run` say the same.
+fn pow_key(c: &mut gapura_config::Compiled, create: bool) -> Result<(), String> {
+    if let Some(p) = c.runtime.pow_key_file.as_deref() {
+        if !std::path::Path::new(p).exists() {
+            creatable_file(p)?;
+            if !create {
+                return Ok(());
+            }
+        }
+    }
+    powkey::load_into(c, create)
 }
 
 /// Whether `path` can be opened for appending (it exists and is

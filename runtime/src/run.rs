@@ -26,15 +26,6 @@ fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
     let name = profile
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "<embedded default>".into());
-    let mut result = result;
-    if let Ok(c) = &mut result {
-        for w in &c.warnings {
-            log!("{name}:{}", w.as_warning());
-        }
-        if let Err(e) = crate::powkey::load_into(c, true) {
-            log!("error: proof of work has no key ({e}): its routes answer 503");
-        }
-    }
     let mut c = result.map_err(|errors| {
         errors
             .iter()
@@ -42,6 +33,17 @@ fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
             .collect::<Vec<_>>()
             .join("\n")
     })?;
+    for w in &c.warnings {
+        log!("{name}:{}", w.as_warning());
+    }
+    // A key that cannot be had: no start (no reload) while a route uses
+    // proof of work, as `check` says; a warning otherwise.
+    if let Err(e) = crate::pow_key(&mut c, true) {
+        if c.snapshot.gate.pow_in_use {
+            return Err(format!("{name}: proof of work has no key: {e}"));
+        }
+        log!("{name}: warning: proof of work's key: {e} (no route uses proof of work)");
+    }
     crate::udp::load_keys(&mut c.snapshot, true).map_err(|e| format!("{name}: {e}"))?;
     Ok(c)
 }
