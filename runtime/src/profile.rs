@@ -174,7 +174,45 @@ pub fn load(profile: Option<&Path>) -> Result<Compiled, Vec<ProfileError>> {
         certificates: &files,
     };
     match profile {
-        Some(p) => gapura_config::load_file_with(p, &env),
+        Some(p) => {
+            let mut c = gapura_config::load_file_with(p, &env)?;
+            from_profile_dir(&mut c, &files.base);
+            Ok(c)
+        }
         None => gapura_config::compile_with(gapura_config::DEFAULT_PROFILE, &env),
+    }
+}
+
+/// One rule for every path a profile names: a relative one is relative to
+/// the profile's directory (`base`), whatever directory the command runs
+/// from. Certificates and `ca_file` are read that way by
+/// [`CertificateFiles`]; the files the runtime opens itself are made
+/// absolute here: `pow_key_file`, `admin_token_file`, the access log, the
+/// fleet's `password_file`, the UDP relays' envelope keys.
+pub fn from_profile_dir(c: &mut Compiled, base: &Path) {
+    let absolute = |p: &mut String| {
+        if Path::new(p.as_str()).is_relative() {
+            *p = base.join(p.as_str()).display().to_string();
+        }
+    };
+    let r = &mut c.runtime;
+    r.pow_key_file.iter_mut().for_each(absolute);
+    r.admin_token_file.iter_mut().for_each(absolute);
+    if let Some(f) = r.fleet.as_mut() {
+        f.password_file.iter_mut().for_each(absolute);
+    }
+    if let Some(a) = c.snapshot.server.access_log.as_mut() {
+        absolute(&mut a.path);
+    }
+    // Just compiled: each relay's policy has no other owner yet.
+    for relay in c
+        .snapshot
+        .udp
+        .iter_mut()
+        .filter_map(std::sync::Arc::get_mut)
+    {
+        for e in relay.envelope.iter_mut() {
+            e.key_files.iter_mut().for_each(absolute);
+        }
     }
 }

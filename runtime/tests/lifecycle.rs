@@ -396,3 +396,59 @@ fn check_reports_a_missing_user_as_run_would() {
     let said = String::from_utf8_lossy(&run.stderr);
     assert!(said.contains(&format!("cannot start: {words}")), "{said}");
 }
+
+/// Every path a profile names is relative to the profile's directory,
+/// whatever directory Gapura runs from (here the test's, not the
+/// profile's): the proof-of-work key it creates, the access log it
+/// writes, the admin token it reads.
+#[test]
+fn relative_paths_in_a_profile_are_relative_to_its_directory() {
+    let text = profile(
+        "pow_key_file = \"pow.key\"\nadmin_token_file = \"admin.token\"\naccess_log = { path = \"access.log\" }",
+        HELLO_HOST,
+    );
+    // A profile file in a directory of its own, Gapura started from
+    // another.
+    let home = TempDir::new();
+    std::fs::write(home.0.join("admin.token"), "s3cret-token-for-the-test\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        home.0.join("admin.token"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let p = home.0.join("gapura.toml");
+    std::fs::write(&p, &text).unwrap();
+    let elsewhere = TempDir::new();
+    let out = Command::new(bin())
+        .arg("check")
+        .arg(&p)
+        .current_dir(&elsewhere.0)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("created at first start"), "{said}");
+    let mut child = Command::new(bin())
+        .args(["run", "--allow-root", "--profile"])
+        .arg(&p)
+        .current_dir(&elsewhere.0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let made = wait_until(Duration::from_secs(10), || home.0.join("pow.key").exists());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(made, "the key beside the profile");
+    assert!(
+        home.0.join("access.log").exists(),
+        "the log beside the profile"
+    );
+    assert!(!elsewhere.0.join("pow.key").exists());
+    assert!(!elsewhere.0.join("access.log").exists());
+}
