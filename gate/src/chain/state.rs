@@ -503,17 +503,19 @@ impl GateState {
 
     /// A client address as the access log writes it with `log_addresses =
     /// "hash"`: its keyed hash (the whole address, keyed by the process's
-    /// seed, so it is stable for the process's life and useless elsewhere).
+    /// seed, so it is stable for the process's life and useless elsewhere;
+    /// in a fleet by the fleet's seed, so one client has one id on every
+    /// node).
     pub fn address_hash(&self, addr: IpAddr) -> u64 {
         let whole = SourcePrefix::new(32, 128).unwrap_or(SourcePrefix::RATE);
-        self.keyer
+        self.fleet_keyer
             .source(crate::quota::Domain::LogAddress, addr, whole)
     }
 
     /// A client's source prefix (IPv4 /24, IPv6 /56) as refusal warnings
-    /// name it: its keyed hash.
+    /// name it: its keyed hash (keyed as [`Self::address_hash`]).
     pub fn prefix_hash(&self, addr: IpAddr) -> u64 {
-        self.keyer
+        self.fleet_keyer
             .source(crate::quota::Domain::LogAddress, addr, SourcePrefix::BUDGET)
     }
 

@@ -359,3 +359,22 @@ fn the_quiet_answer_is_the_answer_the_chain_decides() {
     st.adopt(&ruled, 0);
     assert!(quiet_answer(&ruled, &mut st, Some(b"a.test"), (1, 0, 0)).is_none());
 }
+
+/// A client's hashed id in the access log and the refusal warnings: the
+/// same on every node of a fleet (the fleet's seed keys it), different
+/// under different seeds.
+#[test]
+fn a_clients_hashed_id_is_the_same_on_every_node_of_a_fleet() {
+    let a: std::net::IpAddr = "203.0.113.9".parse().unwrap();
+    let node = |fleet_seed: u8| {
+        let mut s = GateState::small();
+        s.enable_fleet([fleet_seed; 16], 16);
+        s
+    };
+    let (one, two) = (node(7), node(7));
+    assert_eq!(one.address_hash(a), two.address_hash(a));
+    assert_eq!(one.prefix_hash(a), two.prefix_hash(a));
+    assert_ne!(one.address_hash(a), one.prefix_hash(a));
+    let elsewhere = node(8);
+    assert_ne!(one.address_hash(a), elsewhere.address_hash(a));
+}
