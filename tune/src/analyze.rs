@@ -45,6 +45,9 @@ pub struct Settings<'p> {
 pub struct GroupStats {
     pub name: GroupName,
     pub requests: u64,
+    /// Of `requests`, those the limits in force refused (status 429): the
+    /// figures count what the clients sent, refused or not.
+    pub refused: u64,
     /// Client entries closed (an evicted client that comes back is counted
     /// again).
     pub clients: u64,
@@ -94,6 +97,10 @@ pub struct Analysis {
     pub lines: u64,
     /// Lines used.
     pub requests: u64,
+    /// The first and the last used line's time (ms since the Unix epoch):
+    /// the span the figures rest on.
+    pub first_ms: u64,
+    pub last_ms: u64,
     pub malformed: u64,
     pub blank: u64,
     /// Lines more than [`LATENESS_MS`] older than the newest before them.
@@ -107,6 +114,17 @@ pub struct Analysis {
     /// The most client entries held at once.
     pub peak_clients: usize,
     pub peak_prefixes: usize,
+}
+
+impl Analysis {
+    /// The log's span, first to last used line, in whole seconds (at
+    /// least 1 once a line was used).
+    pub fn span_seconds(&self) -> u64 {
+        if self.requests == 0 {
+            return 0;
+        }
+        (self.last_ms - self.first_ms) / 1000 + 1
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -136,6 +154,7 @@ impl<'p> Pass<'p> {
             self.groups.push(GroupStats {
                 name,
                 requests: 0,
+                refused: 0,
                 clients: 0,
                 per_second: Histogram::default(),
                 per_window: Histogram::default(),
@@ -216,10 +235,18 @@ impl<'p> Pass<'p> {
         let Some(client) = rec.client else {
             return self.a.no_client += 1;
         };
+        if self.a.requests == 0 || rec.ms < self.a.first_ms {
+            self.a.first_ms = rec.ms;
+        }
+        self.a.last_ms = self.a.last_ms.max(rec.ms);
         self.a.requests += 1;
         let watermark = self.newest_ms.saturating_sub(LATENESS_MS);
         let g = self.grouper.group(&rec.host, &rec.path);
-        self.group_stats(g).requests += 1;
+        let gs = self.group_stats(g);
+        gs.requests += 1;
+        if rec.status == Some(429) {
+            gs.refused += 1;
+        }
         let (second, window) = (rec.ms / 1000, rec.ms / self.s.window_ms);
         let (st, evicted) = self.clients.touch(&(g, client));
         st.seconds.add(second);

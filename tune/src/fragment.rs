@@ -66,15 +66,26 @@ pub fn render(a: &Analysis, log: &str) -> String {
     );
     let mut taken = HashSet::new();
     for g in ordered(a) {
+        if let Some(why) = suggest::too_little(g.clients, a.span_seconds()) {
+            let _ = writeln!(
+                out,
+                "\n# host {}, route {}: {why}",
+                g.name.host, g.name.route
+            );
+            continue;
+        }
         let Some(r) = suggest::rate(&g.per_second, &g.client_peaks) else {
             continue;
         };
+        if let Some(note) = suggest::refused_note(g.refused, g.requests) {
+            let _ = writeln!(out, "\n# note: {note}");
+        }
         let h = &g.per_second;
         let _ = writeln!(
             out,
             "\n# host {}, route {}: {} requests, {} clients, {} active client-seconds\n\
              # per client per second: mean {:.2}, σ {:.2}, mean + 3.5σ = {:.2}, p99 {}, max {}\n\
-             # refused in this log: {} of {} clients ({:.2} %) had a busiest second over the burst",
+             # over the suggestion in this log: {} of {} clients ({:.2} %) had a busiest second over the burst",
             g.name.host,
             g.name.route,
             g.requests,
@@ -121,7 +132,7 @@ fn connection_rates(out: &mut String, a: &Analysis) {
             out,
             "\n# host {}: {} connections, {} active connection-seconds\n\
              # per connection per second: mean {:.2}, σ {:.2}, mean + 3.5σ = {:.2}, p99 {}, max {}\n\
-             # refused in this log: {} of {} connections ({:.2} %); in that [[host]]:\n\
+             # over the suggestion in this log: {} of {} connections ({:.2} %); in that [[host]]:\n\
              # connection_rate = {{ requests = {}, burst = {} }}",
             h.host,
             h.connections,
@@ -156,7 +167,7 @@ fn budget(out: &mut String, a: &Analysis) {
         out,
         "\n# per source prefix (IPv4 /24, IPv6 /56) per window of {} ms, all hosts:\n\
          # {} prefixes, {} active prefix-windows, mean {:.2}, σ {:.2}, mean + 3.5σ = {:.2},\n\
-         # p99 {}, max {}; refused in this log: {} of {} prefixes ({:.2} %)",
+         # p99 {}, max {}; over the suggestion in this log: {} of {} prefixes ({:.2} %)",
         a.window_ms,
         s.prefixes,
         h.count(),

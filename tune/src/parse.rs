@@ -47,6 +47,8 @@ pub struct Record {
     /// The line's shard and connection serial (`None`: the line has no
     /// `connection`).
     pub connection: Option<(u64, u64)>,
+    /// The answer's status (`None`: the line has none).
+    pub status: Option<u64>,
 }
 
 /// Why a line was not used.
@@ -80,6 +82,7 @@ pub fn parse_line(line: &[u8]) -> Result<Record, Skip> {
         client,
         host,
         path,
+        status: v.get("status").and_then(Value::as_u64),
         connection,
     })
 }

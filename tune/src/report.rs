@@ -70,19 +70,38 @@ fn header(out: &mut String, a: &Analysis, ctx: &Context<'_>) {
     );
 }
 
-fn group(out: &mut String, g: &GroupStats, window_ms: u64) {
+fn group(out: &mut String, g: &GroupStats, window_ms: u64, seconds: u64) {
     let _ = writeln!(out, "\nhost {}  route {}", g.name.host, g.name.route);
-    let _ = writeln!(out, "  requests {}, clients {}", g.requests, g.clients);
+    let _ = writeln!(
+        out,
+        "  requests {} (admitted {}, refused with 429 {}), clients {}",
+        g.requests,
+        g.requests - g.refused,
+        g.refused,
+        g.clients
+    );
     dist(out, "per client per second", &g.per_second);
     dist(
         out,
         &format!("per client per window ({window_ms} ms)"),
         &g.per_window,
     );
+    if let Some(note) = suggest::refused_note(g.refused, g.requests) {
+        let _ = writeln!(out, "  note: {note}");
+    }
+    if let Some(why) = suggest::too_little(g.clients, seconds) {
+        let _ = writeln!(out, "  {why}: no suggestion");
+        return;
+    }
     let Some(r) = suggest::rate(&g.per_second, &g.client_peaks) else {
         let _ = writeln!(out, "  no samples: no suggestion");
         return;
     };
+    let _ = writeln!(
+        out,
+        "  this rests on {} clients over {seconds} s of log",
+        g.clients
+    );
     let _ = writeln!(
         out,
         "  suggested rate {} per second (mean + 3.5σ = {:.2}), burst {} (ten times the busiest second, {})",
@@ -93,7 +112,7 @@ fn group(out: &mut String, g: &GroupStats, window_ms: u64) {
     );
     let _ = writeln!(
         out,
-        "  refused in this log: {} of {} clients ({:.2} %) had a busiest second over {}",
+        "  over the suggestion in this log: {} of {} clients ({:.2} %) had a busiest second over {}",
         r.refused,
         r.clients,
         percent(r.refused, r.clients),
@@ -150,7 +169,7 @@ fn connections(out: &mut String, a: &Analysis) {
         );
         let _ = writeln!(
             out,
-            "    refused in this log: {} of {} connections ({:.2} %) had a busiest second over {}",
+            "    over the suggestion in this log: {} of {} connections ({:.2} %) had a busiest second over {}",
             r.refused,
             r.clients,
             percent(r.refused, r.clients),
@@ -188,7 +207,7 @@ fn sources(out: &mut String, a: &Analysis) {
     );
     let _ = writeln!(
         out,
-        "  refused in this log: {} of {} prefixes ({:.2} %) had a busiest window over {}",
+        "  over the suggestion in this log: {} of {} prefixes ({:.2} %) had a busiest window over {}",
         b.refused,
         b.prefixes,
         percent(b.refused, b.prefixes),
@@ -201,7 +220,7 @@ pub fn render(a: &Analysis, ctx: &Context<'_>) -> String {
     let mut out = String::new();
     header(&mut out, a, ctx);
     for g in ordered(a) {
-        group(&mut out, g, a.window_ms);
+        group(&mut out, g, a.window_ms, a.span_seconds());
     }
     connections(&mut out, a);
     sources(&mut out, a);

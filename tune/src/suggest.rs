@@ -23,6 +23,35 @@
 
 use crate::histogram::Histogram;
 
+/// The fewest clients a rate limit is suggested from: a spread of fewer
+/// says what those clients did, not what a population does.
+pub const MIN_CLIENTS: u64 = 10;
+/// The shortest log (first to last used line) a limit is suggested from.
+pub const MIN_SECONDS: u64 = 60;
+
+/// Why a group gets no suggestion: too few clients or too short a log
+/// (`clients`, `seconds`); `None` when there is enough.
+pub fn too_little(clients: u64, seconds: u64) -> Option<String> {
+    (clients < MIN_CLIENTS || seconds < MIN_SECONDS).then(|| {
+        format!(
+            "not enough to suggest from: {clients} client(s) over {seconds} s of log              (tune suggests from at least {MIN_CLIENTS} clients and {MIN_SECONDS} s)"
+        )
+    })
+}
+
+/// The line that says what share of a group's requests the limits in
+/// force refused (429), when it is over 1 %: the figures count what the
+/// clients sent, refused or not, so a suggestion above the limit in force
+/// would let those requests through. `None` under 1 %.
+pub fn refused_note(refused: u64, requests: u64) -> Option<String> {
+    (refused * 100 > requests).then(|| {
+        format!(
+            "{refused} of these {requests} requests ({:.1} %) were refused with 429 by the              limits in force: the figures count what the clients sent, refused or not, and              a suggestion above the limit in force lets those requests through",
+            percent(refused, requests)
+        )
+    })
+}
+
 /// How many standard deviations above the mean a limit sits.
 pub const SIGMAS: f64 = 3.5;
 /// The largest rate a rate limit takes (per second).

@@ -91,6 +91,49 @@ fn hashed_clients_skip_the_source_budget() {
     let text = report::render(&a, &ctx(&opts()));
     assert!(text.contains("budgets skipped"), "{text}");
     assert!(text.contains("cannot be derived"), "{text}");
+    // Three clients over two seconds: too little to suggest from, and it
+    // says so.
+    assert!(
+        text.contains("not enough to suggest from: 3 client(s) over 2 s of log"),
+        "{text}"
+    );
+    assert!(!text.contains("suggested rate"), "{text}");
+}
+
+#[test]
+fn requests_the_limits_refused_are_told_apart_from_those_admitted() {
+    // 20 clients over 90 s, every other request refused with 429.
+    let log: String = (0..1800u64)
+        .map(|i| {
+            let l = line(
+                BASE_MS + i * 50,
+                &format!("192.0.2.{}", i % 20),
+                "a.test",
+                "/",
+            );
+            if i % 2 == 1 {
+                l.replace("\"status\":200", "\"status\":429")
+            } else {
+                l
+            }
+        })
+        .collect();
+    let a = run(&log, &opts());
+    assert_eq!((a.groups[0].requests, a.groups[0].refused), (1800, 900));
+    assert_eq!(a.span_seconds(), 90);
+    let text = report::render(&a, &ctx(&opts()));
+    assert!(
+        text.contains("requests 1800 (admitted 900, refused with 429 900), clients 20"),
+        "{text}"
+    );
+    assert!(
+        text.contains("note: 900 of these 1800 requests (50.0 %) were refused with 429"),
+        "{text}"
+    );
+    assert!(
+        text.contains("this rests on 20 clients over 90 s of log"),
+        "{text}"
+    );
     assert!(text.contains("suggested rate"), "{text}");
 }
 
@@ -122,7 +165,7 @@ fn the_command_reads_a_file_and_shows_progress_when_asked() {
     let dir = std::env::temp_dir().join(format!("gapura-tune-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("access.log");
-    let (log, _) = common::known(300, 30, &[1, 2, 3], 5);
+    let (log, _) = common::known(300, 60, &[1, 2, 3], 5);
     std::fs::write(&path, &log).unwrap();
     let mut o = Options::new(path.clone());
     o.progress = true;

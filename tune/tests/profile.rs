@@ -82,9 +82,20 @@ fn lines_group_by_the_route_the_gate_picks() {
 
 #[test]
 fn the_fragment_compiles_into_a_profile_using_its_limits() {
-    let (mut log, _) = known(20, 10, &[1, 2, 3, 9], 11);
-    log.push_str(&line(BASE_MS + 20, "192.0.2.9", "a.test", "/api/v1"));
-    log.push_str(&line(BASE_MS + 30, "192.0.2.9", "c.test", "/"));
+    let (mut log, _) = known(20, 60, &[1, 2, 3, 9], 11);
+    // Enough clients and seconds on the two other groups for a suggestion.
+    for s in 0..61u64 {
+        for c in 0..10u64 {
+            let client = format!("198.51.100.{c}");
+            log.push_str(&line(
+                BASE_MS + s * 1000 + 20 + c,
+                &client,
+                "a.test",
+                "/api/v1",
+            ));
+            log.push_str(&line(BASE_MS + s * 1000 + 40 + c, &client, "c.test", "/"));
+        }
+    }
     let a = run(&log, &with_profile());
     let text = fragment::render(&a, "test.log");
     assert!(text.contains("name = \"no-host\""), "{text}");
@@ -107,10 +118,10 @@ fn hashed_clients_leave_the_fragment_without_a_budget() {
     let a = run(&log, &opts());
     let text = fragment::render(&a, "test.log");
     assert!(!text.contains("[quota.source]"), "{text}");
-    let profile = format!(
-        "[server]\nlisten = [\"127.0.0.1:8080\"]\n[[host]]\nnames = [\"a.test\"]\n\
-         rate_limit = \"a-test\"\n{text}"
-    );
+    // One client over two seconds: no rate limit either, and it says why.
+    assert!(text.contains("not enough to suggest from"), "{text}");
+    let profile =
+        format!("[server]\nlisten = [\"127.0.0.1:8080\"]\n[[host]]\nnames = [\"a.test\"]\n{text}");
     compile_profile_text(&profile).unwrap_or_else(|e| panic!("{e}\n{profile}"));
 }
 
