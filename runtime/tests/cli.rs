@@ -208,9 +208,10 @@ fn tune_reads_a_log_and_suggests_a_rate() {
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("access.log");
     let mut text = String::new();
-    // Two clients, 3 requests a second each for 10 seconds.
-    for s in 0..10 {
-        for c in 1..=2 {
+    // Ten clients, 3 requests a second each for 60 seconds (the least
+    // tune suggests a rate from).
+    for s in 0..60 {
+        for c in 1..=10 {
             for _ in 0..3 {
                 text.push_str(&format!(
                     "{{\"time\":\"2026-12-01T10:00:{s:02}.000Z\",\"shard\":0,\"client\":\"192.0.2.{c}\",\"host\":\"a.test\",\"method\":\"GET\",\"path\":\"/\",\"status\":200,\"bytes\":10,\"upstream_ms\":null,\"total_ms\":0,\"request_id\":\"x\",\"verdict\":\"respond\",\"step\":\"answer\"}}\n"
@@ -226,8 +227,8 @@ fn tune_reads_a_log_and_suggests_a_rate() {
     assert!(text.contains("\nrequests = 3 "), "{text}");
     // The burst: ten times the busiest second (3).
     assert!(text.contains("\nburst = 30 "), "{text}");
-    // Both clients share 192.0.2.0/24: 6 a window.
-    assert!(text.contains("[quota.source]\nrequests = 6 "), "{text}");
+    // The clients share 192.0.2.0/24: 30 a window.
+    assert!(text.contains("[quota.source]\nrequests = 30 "), "{text}");
     let out = gapura(&[
         "tune",
         "--access-log",

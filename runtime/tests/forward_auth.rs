@@ -283,6 +283,22 @@ fn failures_close_the_gate() {
         "{}",
         g2.log_text()
     );
+    // A provider that answers with a status it should not: 502, and the
+    // log says which status it gave.
+    let broken = upstream::start(Arc::new(|_: &UpRequest| {
+        Reply::Bytes(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n".to_vec())
+    }));
+    let g3 = Gapura::start(&auth_profile(broken.addr, up.addr, ""));
+    let r = request(g3.addr, &req_with("GET", "f.test", "/", &[GOOD]));
+    assert_eq!(r.status, 502);
+    assert!(
+        g3.wait_log(
+            "provider sso failed (an answer that is not a usable allow, refusal or redirect, status 500)",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        g3.log_text()
+    );
 }
 
 #[test]

@@ -34,7 +34,8 @@ pub const MIN_SECONDS: u64 = 60;
 pub fn too_little(clients: u64, seconds: u64) -> Option<String> {
     (clients < MIN_CLIENTS || seconds < MIN_SECONDS).then(|| {
         format!(
-            "not enough to suggest from: {clients} client(s) over {seconds} s of log              (tune suggests from at least {MIN_CLIENTS} clients and {MIN_SECONDS} s)"
+            "not enough to suggest from: {clients} client(s) over {seconds} s of log \
+             (tune suggests from at least {MIN_CLIENTS} clients and {MIN_SECONDS} s)"
         )
     })
 }

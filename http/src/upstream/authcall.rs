@@ -77,8 +77,8 @@ pub enum Answer {
         head: Vec<u8>,
         body: Vec<u8>,
     },
-    /// Anything else: 502.
-    Fail,
+    /// Anything else: 502. The provider's status, for the log.
+    Fail(u16),
 }
 
 fn printable(v: &[u8]) -> bool {
@@ -101,7 +101,7 @@ pub fn interpret(
             }
             owned += 1;
             if owned > MAX_COPIED {
-                return Answer::Fail;
+                return Answer::Fail(status);
             }
             // Any text but control characters: a bad value costs its header.
             if h.value
@@ -119,7 +119,7 @@ pub fn interpret(
     }
     let redirect = matches!(status, 301 | 302 | 303 | 307 | 308);
     if !(redirect || matches!(status, 401 | 403 | 407)) || body.len() > MAX_RELAY_BODY {
-        return Answer::Fail;
+        return Answer::Fail(status);
     }
     let mut head = Vec::with_capacity(256);
     head.extend_from_slice(
@@ -145,7 +145,7 @@ pub fn interpret(
             continue;
         }
         if !printable(h.value) {
-            return Answer::Fail;
+            return Answer::Fail(status);
         }
         location |= name.eq_ignore_ascii_case(b"location");
         head.extend_from_slice(name);
@@ -154,7 +154,7 @@ pub fn interpret(
         head.extend_from_slice(b"\r\n");
     }
     if redirect && !location {
-        return Answer::Fail;
+        return Answer::Fail(status);
     }
     head.extend_from_slice(
         format!(
@@ -421,18 +421,18 @@ mod tests {
         ));
         assert_eq!(
             interpret(&provider(), 302, &[], b""),
-            Answer::Fail,
+            Answer::Fail(302),
             "a redirect needs Location"
         );
-        assert_eq!(interpret(&provider(), 500, &[], b""), Answer::Fail);
-        assert_eq!(interpret(&provider(), 404, &[], b""), Answer::Fail);
+        assert_eq!(interpret(&provider(), 500, &[], b""), Answer::Fail(500));
+        assert_eq!(interpret(&provider(), 404, &[], b""), Answer::Fail(404));
         let bad = [h("Location", b"/a\xffb")];
-        assert_eq!(interpret(&provider(), 302, &bad, b""), Answer::Fail);
+        assert_eq!(interpret(&provider(), 302, &bad, b""), Answer::Fail(302));
         assert_eq!(
             interpret(&provider(), 403, &[], &vec![b'x'; MAX_RELAY_BODY + 1]),
-            Answer::Fail
+            Answer::Fail(403)
         );
         let many: Vec<_> = (0..65).map(|_| h("X-Id-A", b"v")).collect();
-        assert_eq!(interpret(&provider(), 200, &many, b""), Answer::Fail);
+        assert_eq!(interpret(&provider(), 200, &many, b""), Answer::Fail(200));
     }
 }

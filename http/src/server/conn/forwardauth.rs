@@ -78,7 +78,7 @@ impl<S: Transport> Conn<S> {
                     .auth_refusal(snap, ErrorStatus::GatewayTimeout, head)
                     .await)
             }
-            Ok(Err(CallError::Failed | CallError::Tls(_))) | Ok(Ok(Answer::Fail)) => {
+            Ok(Err(CallError::Failed | CallError::Tls(_))) | Ok(Ok(Answer::Fail(_))) => {
                 count(|c| c.errors += 1);
                 if shadow {
                     shadowed();
@@ -215,14 +215,18 @@ fn log_failure(
             "it refused the TLS handshake (a client certificate it does not take?)"
         }
         Ok(Err(CallError::Tls(_))) => "the TLS handshake failed",
-        Ok(Ok(Answer::Fail)) => "an answer that is not a usable allow, refusal or redirect",
+        Ok(Ok(Answer::Fail(_))) => "an answer that is not a usable allow, refusal or redirect",
         Ok(Ok(_)) => return,
+    };
+    let status = match result {
+        Ok(Ok(Answer::Fail(s))) => format!(", status {s}"),
+        _ => String::new(),
     };
     if let Some(warn) = shard.logs.warn {
         if shard.upstream.auth.should_warn(p.identity) {
             warn(format_args!(
-                "forward-auth: shard {}: provider {} failed ({why}); its requests get 502/504 \
-                 (at most one line a minute per provider)",
+                "forward-auth: shard {}: provider {} failed ({why}{status}); its requests get \
+                 502/504 (at most one line a minute per provider)",
                 shard.id, p.name
             ));
         }
