@@ -279,3 +279,63 @@ mod tests {
         assert_eq!(key_path("h", ""), "h.\"\"");
     }
 }
+
+/// Where the value of `key` lies in `src` (1-based line and column), for
+/// a problem found after the profile compiled (a file it names that the
+/// runtime cannot use): `key` in the `occurrence`-th table named `table`
+/// (`"server"`, `"fleet"`, `"udp"`; 0 for the first), written as
+/// `key = ...` on a line of its own. `None` when it is not written that
+/// way (a dotted key elsewhere): the error then has no position.
+pub fn locate(src: &str, table: &str, occurrence: usize, key: &str) -> Option<(u32, u32)> {
+    let positions = Positions::new(src);
+    let mut seen: Option<usize> = None;
+    let mut in_table = false;
+    let mut offset = 0;
+    for line in src.split_inclusive('\n') {
+        let start = offset;
+        offset += line.len();
+        let t = line.trim();
+        if t.starts_with('[') {
+            let name = t
+                .trim_start_matches('[')
+                .split(']')
+                .next()
+                .unwrap_or("")
+                .trim();
+            in_table = name == table;
+            if in_table {
+                seen = Some(seen.map_or(0, |n| n + 1));
+            }
+            continue;
+        }
+        if !in_table || seen != Some(occurrence) {
+            continue;
+        }
+        let Some(rest) = t.strip_prefix(key) else {
+            continue;
+        };
+        let Some(value) = rest.trim_start().strip_prefix('=') else {
+            continue;
+        };
+        let value_at =
+            start + line.len() - line.trim_start().len() + (t.len() - value.trim_start().len());
+        return Some(positions.line_column(value_at));
+    }
+    None
+}
+
+#[cfg(test)]
+mod locate_tests {
+    use super::locate;
+
+    #[test]
+    fn a_keys_value_is_found_in_its_table() {
+        let src = "[server]\nlisten = [\"x\"]\n  pow_key_file = \"k\"\n\n[[udp]]\nname = \"a\"\n[[udp]]\nname = \"b\"\nauth = { keys = [\"f\"] }\n";
+        assert_eq!(locate(src, "server", 0, "pow_key_file"), Some((3, 18)));
+        assert_eq!(locate(src, "udp", 1, "auth"), Some((9, 8)));
+        assert_eq!(locate(src, "udp", 0, "auth"), None);
+        assert_eq!(locate(src, "fleet", 0, "password_file"), None);
+        // A key that only starts the same is not the key.
+        assert_eq!(locate(src, "server", 0, "pow_key"), None);
+    }
+}

@@ -125,7 +125,7 @@ pub use compile::Compiled;
 pub use env::{
     CertificateLoader, Environment, FixedNames, LoadedPair, NoFiles, NoNames, PairProblem, Resolver,
 };
-pub use error::ProfileError;
+pub use error::{locate, ProfileError};
 pub use protection::{
     CLIENT_RATE_LIMIT, DIMENSIONS as PROTECTION_DIMENSIONS, FALLBACK_MEMORY_BYTES,
 };

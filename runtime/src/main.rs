@@ -96,34 +96,51 @@ fn check(file: &str) -> ExitCode {
                 }
                 Ok(()) => {}
                 Err(e) if c.snapshot.gate.pow_in_use => {
-                    refused.push(format!("proof of work has no key: {e}"));
+                    refused.push(Refused::server(
+                        "pow_key_file",
+                        format!("proof of work has no key: {e}"),
+                    ));
                 }
                 Err(e) => eprintln!(
                     "{file}: warning: proof of work's key: {e} (no route uses proof of work)"
                 ),
             }
             if let Some(Err(e)) = c.runtime.user.as_deref().map(privileges::check_user) {
-                refused.push(e);
+                refused.push(Refused::server("user", e));
             }
             if let Some(Err(e)) = c.runtime.admin_token_file.as_deref().map(admin::read_token) {
-                refused.push(e);
+                refused.push(Refused::server("admin_token_file", e));
             }
             if let Some(a) = &c.snapshot.server.access_log {
                 if let Err(e) = writable_file(&a.path) {
-                    refused.push(format!("access log: {e}"));
+                    refused.push(Refused::server("access_log", e));
                 }
             }
-            for relay in &c.snapshot.udp {
+            for (i, relay) in c.snapshot.udp.iter().enumerate() {
                 let files = relay.envelope.iter().flat_map(|e| e.key_files.iter());
                 for f in files {
                     if let Err(e) = creatable_file(f) {
-                        refused.push(format!("udp relay {}: envelope key: {e}", relay.name));
+                        refused.push(Refused {
+                            code: "udp.auth.keys.unusable",
+                            at: ("udp", i, "auth"),
+                            path: format!("udp[{i}].auth.keys"),
+                            message: format!("envelope key: {e}"),
+                        });
                     }
                 }
             }
             if !refused.is_empty() {
-                for e in &refused {
-                    eprintln!("{file}: error: {e}: `gapura run` would not start");
+                // As the compiler's errors are: the code, and where the
+                // setting is written.
+                let src = std::fs::read_to_string(file).unwrap_or_default();
+                for r in &refused {
+                    let (table, n, key) = r.at;
+                    let (line, column) =
+                        gapura_config::locate(&src, table, n, key).unwrap_or((0, 0));
+                    eprintln!(
+                        "{file}:{line}:{column}: error[{}] {}: {}: `gapura run` would not start",
+                        r.code, r.path, r.message
+                    );
                 }
                 return ExitCode::FAILURE;
             }
@@ -152,6 +169,34 @@ fn check(file: &str) -> ExitCode {
             }
             eprintln!("{file}: {} error(s)", errors.len());
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// What `run` would refuse of a compiled profile (a file it names that
+/// cannot be used, a user that does not exist): its code, the setting
+/// (the table, which of its kind, the key) and its path, and why.
+struct Refused {
+    code: &'static str,
+    at: (&'static str, usize, &'static str),
+    path: String,
+    message: String,
+}
+
+impl Refused {
+    /// A `[server]` setting's refusal.
+    fn server(key: &'static str, message: String) -> Refused {
+        let code = match key {
+            "user" => "server.user.missing",
+            "admin_token_file" => "server.admin_token_file.unusable",
+            "access_log" => "server.access_log.unwritable",
+            _ => "server.pow_key_file.unusable",
+        };
+        Refused {
+            code,
+            at: ("server", 0, key),
+            path: format!("server.{key}"),
+            message,
         }
     }
 }

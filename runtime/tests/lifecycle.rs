@@ -387,6 +387,11 @@ fn check_reports_a_missing_user_as_run_would() {
     let words = "[server] user = \"no-such-user-gapura-cli\": no such user; create it with";
     assert!(said.contains(words), "{said}");
     assert!(said.contains("`gapura run` would not start"), "{said}");
+    // With its code and where the setting is written, as every error.
+    assert!(
+        said.contains("p.toml:3:8: error[server.user.missing] server.user: "),
+        "{said}"
+    );
     let run = Command::new(bin())
         .args(["run", "--profile"])
         .arg(&p)

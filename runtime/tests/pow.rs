@@ -363,6 +363,10 @@ fn a_key_that_cannot_be_used_stops_check_and_run_alike() {
         assert!(err.contains("proof of work has no key"), "{err}");
         assert!(err.contains(says), "{err}");
         assert!(err.contains("`gapura run` would not start"), "{err}");
+        assert!(
+            err.contains("error[server.pow_key_file.unusable] server.pow_key_file: "),
+            "{err}"
+        );
     }
 }
 
