@@ -457,3 +457,95 @@ fn relative_paths_in_a_profile_are_relative_to_its_directory() {
     assert!(!elsewhere.0.join("pow.key").exists());
     assert!(!elsewhere.0.join("access.log").exists());
 }
+
+/// docs/operations.md's walk from a fresh machine to the edge profile
+/// serving, in a temporary root: the profile installed as
+/// `/etc/gapura/gapura.toml` with its certificate pair beside it, the
+/// directories `/var/lib/gapura` and `/var/log/gapura`, `check`, then
+/// `run`, and the two listeners answering. What a test cannot do stands
+/// in: a user every machine has for `gapura`, loopback and ephemeral ports
+/// for 80 and 443, a local server for the application's.
+#[test]
+fn the_operations_walkthrough_serves_the_edge_profile() {
+    let root = TempDir::new();
+    let etc = root.0.join("etc/gapura");
+    let (lib, log) = (root.0.join("var/lib/gapura"), root.0.join("var/log/gapura"));
+    for d in [etc.join("certs"), lib.clone(), log.clone()] {
+        std::fs::create_dir_all(&d).unwrap();
+    }
+    let app = upstream::start(std::sync::Arc::new(|_: &upstream::UpRequest| {
+        upstream::Reply::Bytes(upstream::ok(b"app"))
+    }));
+    let user = Command::new("id").arg("-un").output().unwrap();
+    let user = String::from_utf8_lossy(&user.stdout).trim().to_string();
+    let mut text = std::fs::read_to_string("../profiles/edge.toml")
+        .unwrap()
+        .replace("/var/log/gapura/", &format!("{}/", log.display()))
+        .replace("/var/lib/gapura/", &format!("{}/", lib.display()))
+        .replace("user = \"gapura\"", &format!("user = \"{user}\""))
+        .replace(
+            "listen = [\"0.0.0.0:80\", { addr = \"0.0.0.0:443\", tls = true }]",
+            "listen = [\"127.0.0.1:0\", { addr = \"127.0.0.1:0\", tls = true }]",
+        )
+        .replace("admin = \"127.0.0.1:9090\"", "admin = \"127.0.0.1:0\"")
+        .replace("shards = \"auto\"", "shards = 1");
+    let servers: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("servers = [\"10.0.0."))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        !servers.is_empty(),
+        "the edge profile's application servers"
+    );
+    for line in servers {
+        text = text.replace(&line, &format!("servers = [\"{}\"]", app.addr));
+    }
+    // 4. The profile and its certificate pair, beside it.
+    let profile = etc.join("gapura.toml");
+    std::fs::write(&profile, &text).unwrap();
+    common::tls::write_cert(
+        &etc.join("certs"),
+        "edge",
+        &["example.com", "*.example.com"],
+    );
+    // 5. check.
+    let out = Command::new(bin())
+        .arg("check")
+        .arg(&profile)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 6. run (the harness starts it, from its own directory: the profile's
+    //    relative certificate paths are from the profile's).
+    let g = Gapura::start(&text.replace("certs/edge.", &format!("{}/certs/edge.", etc.display())));
+    // 7. Port 80 redirects to HTTPS; 443 serves through the application.
+    let r = request(
+        g.addr,
+        b"GET /api/x HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 308, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        r.header("Location")
+            .is_some_and(|l| l.starts_with("https://example.com")),
+        "{:?}",
+        r.header("Location")
+    );
+    let config = common::tls::client_config(common::tls::ClientOptions {
+        alpn: &[b"http/1.1"],
+        ..Default::default()
+    });
+    let mut c =
+        common::tls::TlsClient::connect(g.tls_addr.unwrap(), Some("example.com"), &config).unwrap();
+    let r = c.request(b"GET /api/x HTTP/1.1\r\nHost: example.com\r\nUser-Agent: curl/8\r\n\r\n");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.body, b"app");
+    // The key and the log where the profile says.
+    assert!(lib.join("pow.key").exists(), "the proof-of-work key");
+    assert!(log.join("access.log").exists(), "the access log");
+}
