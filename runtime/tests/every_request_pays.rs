@@ -178,6 +178,26 @@ fn a_right_password_is_checked_once_and_paid_once() {
     assert_eq!(request(g.addr, &get_close("open.test", "/")).status, 429);
 }
 
+/// A request no host takes (404): its warning says so, and leaves out the
+/// policy and host it has none of.
+#[test]
+fn a_request_no_host_takes_is_warned_in_words() {
+    let g = Gapura::start(&profile("", &respond_host("only.test", "")));
+    let r = request(g.addr, &get_close("nobody.test", "/"));
+    assert_eq!(r.status, 404);
+    assert!(g.wait_log("step host", Duration::from_secs(10)));
+    let log = g.log_text();
+    let line = log.lines().find(|l| l.contains("step host")).unwrap();
+    assert!(
+        line.contains("refused: shard 0 step host: no host takes it status 404 source "),
+        "{line}"
+    );
+    assert!(
+        !line.contains(" policy -") && !line.contains(" host -"),
+        "{line}"
+    );
+}
+
 #[test]
 fn refusals_are_warned_at_most_once_a_second_per_kind() {
     let g = Gapura::start(&paying_profile(1000));

@@ -537,6 +537,11 @@ rate_limit = "three"
         "{text}"
     );
     assert!(!text.contains('{'), "{text}");
+    // The live tables' own verdict beside the tokens.
+    assert!(
+        text.contains("rate limit three: 1 token: this client's next request is within it"),
+        "{text}"
+    );
     assert_eq!(shard["host"], "live.test");
     assert_eq!(shard["client"], "127.0.0.1");
     assert_eq!(shard["rate_limit"]["name"], "three");
@@ -553,6 +558,19 @@ rate_limit = "three"
     assert_eq!(ask()["shards"][0]["rate_limit"]["tokens"], 1);
     assert_eq!(get(), 200);
     assert_eq!(ask()["shards"][0]["rate_limit"]["tokens"], 0);
+    let out = std::process::Command::new(common::bin())
+        .args(["explain", "--live", "--admin"])
+        .arg(g.admin.to_string())
+        .arg("--profile")
+        .arg(&g.profile)
+        .args(["GET", "http://live.test/"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("rate limit three: 0 tokens: this client's next request now gets 429"),
+        "{text}"
+    );
 }
 
 #[test]
