@@ -40,12 +40,29 @@ fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
     // proof of work, as `check` says; a warning otherwise.
     if let Err(e) = crate::pow_key(&mut c, true) {
         if c.snapshot.gate.pow_in_use {
-            return Err(format!("{name}: proof of work has no key: {e}"));
+            return Err(placed(
+                profile,
+                "pow_key_file",
+                "server.pow_key_file.unusable",
+                format!("proof of work has no key: {e}"),
+            ));
         }
         log!("{name}: warning: proof of work's key: {e} (no route uses proof of work)");
     }
     crate::udp::load_keys(&mut c.snapshot, true).map_err(|e| format!("{name}: {e}"))?;
     Ok(c)
+}
+
+/// A refusal of a `[server]` setting as the compiler's errors read:
+/// `FILE:LINE:COL: error[CODE] server.KEY: MESSAGE` (the position where
+/// the setting is written in the profile, 0:0 when it is not found).
+fn placed(profile: Option<&Path>, key: &str, code: &str, msg: String) -> String {
+    let name = profile.map_or_else(|| "<embedded default>".into(), |p| p.display().to_string());
+    let src = profile
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default();
+    let (line, column) = gapura_config::locate(&src, "server", 0, key).unwrap_or((0, 0));
+    format!("{name}:{line}:{column}: error[{code}] server.{key}: {msg}")
 }
 
 /// How `gapura run` was asked to run, beside the profile.
@@ -79,6 +96,11 @@ pub fn run(o: Options) -> ExitCode {
     // Who to become is settled before anything is bound.
     let drop_to = match crate::privileges::plan(settings.user.as_deref(), allow_root) {
         Ok(t) => t,
+        Err(msg) if msg.contains("no such user") => {
+            let msg = placed(profile.as_deref(), "user", "server.user.missing", msg);
+            log!("cannot start: {msg}");
+            return ExitCode::FAILURE;
+        }
         Err(msg) => {
             log!("cannot start: {msg}");
             return ExitCode::FAILURE;

@@ -399,7 +399,11 @@ fn check_reports_a_missing_user_as_run_would() {
         .unwrap();
     assert!(!run.status.success());
     let said = String::from_utf8_lossy(&run.stderr);
-    assert!(said.contains(&format!("cannot start: {words}")), "{said}");
+    assert!(
+        said.contains("p.toml:3:8: error[server.user.missing] server.user: "),
+        "{said}"
+    );
+    assert!(said.contains(words), "{said}");
 }
 
 /// Every path a profile names is relative to the profile's directory,

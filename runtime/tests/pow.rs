@@ -349,6 +349,10 @@ fn a_key_that_cannot_be_used_stops_check_and_run_alike() {
         };
         assert!(said.contains("proof of work has no key"), "{said}");
         assert!(said.contains(says), "{said}");
+        assert!(
+            said.contains("error[server.pow_key_file.unusable] server.pow_key_file: "),
+            "{said}"
+        );
         assert!(!said.contains(&"ab".repeat(32)), "the key is never logged");
         // `check` says the same.
         let p = dir.0.join("check.toml");
