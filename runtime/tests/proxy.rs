@@ -57,10 +57,9 @@ fn forwards_with_forwarding_headers_and_without_hop_by_hop_ones() {
     assert_eq!(seen.method, "GET");
     assert_eq!(seen.target, "/a/b?c=1");
     assert_eq!(seen.header("Host"), Some("app.test"));
-    assert_eq!(
-        seen.header("X-Forwarded-For"),
-        Some("203.0.113.9, 127.0.0.1")
-    );
+    // The peer is the client (`direct`): what the client wrote of its own
+    // address is not passed on; Gapura writes its own.
+    assert_eq!(seen.header("X-Forwarded-For"), Some("127.0.0.1"));
     assert_eq!(seen.header("X-Forwarded-Proto"), Some("http"));
     assert_eq!(seen.header("X-Forwarded-Host"), Some("app.test"));
     assert_eq!(seen.header("X-Custom"), Some("kept"));
@@ -68,6 +67,47 @@ fn forwards_with_forwarding_headers_and_without_hop_by_hop_ones() {
     assert_eq!(seen.header("X-Private"), None);
     assert_eq!(seen.header("Keep-Alive"), None);
     assert_eq!(seen.header("Connection"), None);
+}
+
+/// A client's own `X-Forwarded-For`, `X-Real-IP`, `Forwarded` and
+/// `CF-Connecting-IP` reach the upstream only from a trusted proxy (whose
+/// chain is kept and appended to); from anyone else they are dropped, so
+/// an upstream reading the first element never sees an address the client
+/// chose.
+#[test]
+fn forwarding_headers_are_believed_only_from_trusted_proxies() {
+    let claims = b"GET / HTTP/1.1\r\nHost: app.test\r\nX-Forwarded-For: 6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\nCF-Connecting-IP: 6.6.6.6\r\n\r\n";
+    for (client, kept) in [
+        ("", false),
+        (
+            "[client]\nmode = \"x_forwarded_for\"\ntrusted_proxies = [\"10.0.0.0/16\"]\n",
+            false,
+        ),
+        (
+            "[client]\nmode = \"x_forwarded_for\"\ntrusted_proxies = [\"127.0.0.0/16\"]\n",
+            true,
+        ),
+    ] {
+        let up = upstream::fixed(b"ok");
+        let text = proxy_profile(&[up.addr], "", "")
+            .replace("[[upstream]]", &format!("{client}\n[[upstream]]"));
+        let g = Gapura::start(&text);
+        assert_eq!(request(g.addr, claims).status, 200, "{client}");
+        let seen = up.requests.lock().unwrap()[0].clone();
+        if kept {
+            assert_eq!(seen.header("X-Forwarded-For"), Some("6.6.6.6, 127.0.0.1"));
+            assert_eq!(seen.header("X-Real-IP"), Some("6.6.6.6"));
+        } else {
+            assert_eq!(
+                seen.header("X-Forwarded-For"),
+                Some("127.0.0.1"),
+                "{client}"
+            );
+            for h in ["X-Real-IP", "Forwarded", "CF-Connecting-IP"] {
+                assert_eq!(seen.header(h), None, "{h} {client}");
+            }
+        }
+    }
 }
 
 #[test]

@@ -219,6 +219,11 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
         ubuf.clear();
         let fwd = Forwarding {
             client: self.req.peer.addr(),
+            trusted: matches!(
+                d.via,
+                gapura_gate::client::Arrival::TrustedProxy
+                    | gapura_gate::client::Arrival::Cloudflare
+            ),
             proto: if self.req.tls { "https" } else { "http" },
             host: self.req.host,
             path: self.req.path,

@@ -21,6 +21,12 @@ const MAX_CONNECTION_TOKENS: usize = 16;
 /// What the forwarding headers say.
 pub struct Forwarding<'a> {
     pub client: IpAddr,
+    /// The client's forwarding headers were believed (its peer is a
+    /// trusted proxy or a Cloudflare range): the `X-Forwarded-For` chain
+    /// is kept and appended to, `Forwarded`, `X-Real-IP` and
+    /// `CF-Connecting-IP` pass. Otherwise the client wrote them, and none
+    /// of them goes upstream: Gapura writes its own.
+    pub trusted: bool,
     pub proto: &'static str,
     /// The request's host (from Host or an absolute-form target).
     pub host: Option<&'a [u8]>,
@@ -55,6 +61,18 @@ fn write_addr(out: &mut Vec<u8>, addr: IpAddr) {
             let _ = write!(out, "{addr}");
         }
     }
+}
+
+/// Headers in which a client names an address for itself (besides
+/// `X-Forwarded-For`, whose chain is handled apart).
+fn is_claimed_client(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 4] = [
+        b"forwarded",
+        b"x-real-ip",
+        b"cf-connecting-ip",
+        b"true-client-ip",
+    ];
+    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
 fn is_hop_by_hop(name: &[u8]) -> bool {
@@ -118,7 +136,11 @@ pub fn write_request_head<O: HeadOut>(
             continue;
         }
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
-            // Appended to below, after the client's own entries.
+            // Appended to below, after the entries of a trusted chain.
+            continue;
+        }
+        if !fwd.trusted && is_claimed_client(name) {
+            // What the client says of its own address: never passed on.
             continue;
         }
         if fwd.strip_authorization && name.eq_ignore_ascii_case(b"authorization") {
@@ -137,7 +159,7 @@ pub fn write_request_head<O: HeadOut>(
         out.end_field();
     }
     let xff = out.field(b"X-Forwarded-For: ");
-    for h in headers.iter() {
+    for h in headers.iter().filter(|_| fwd.trusted) {
         if h.name.eq_ignore_ascii_case("x-forwarded-for") {
             let v = h.value.trim_ascii();
             if !v.is_empty() {
@@ -246,6 +268,7 @@ mod tests {
     ) -> Forwarding<'a> {
         Forwarding {
             client: "10.0.0.7".parse().unwrap(),
+            trusted: true,
             proto: "http",
             host: Some(b"app.test"),
             path: b"/p?q=1",
@@ -267,6 +290,26 @@ mod tests {
             h,
             "GET /p?q=1 HTTP/1.1\r\nHost: app.test\r\nAccept: */*\r\nX-Forwarded-For: 1.1.1.1, 2.2.2.2, 10.0.0.7\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: app.test\r\nX-Request-Id: gen-1\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn what_an_untrusted_client_says_of_its_address_never_goes_upstream() {
+        let raw = b"GET /p HTTP/1.1\r\nHost: app.test\r\nX-Forwarded-For: 6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\nCF-Connecting-IP: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.6\r\nAccept: */*\r\n\r\n";
+        let pass = HostHeader::PassThrough;
+        let direct = Forwarding {
+            trusted: false,
+            ..fwd(&pass, RequestId::Off, false)
+        };
+        let h = head(raw, &direct);
+        assert!(!h.contains("6.6.6.6"), "{h}");
+        assert!(
+            h.contains("Accept: */*\r\nX-Forwarded-For: 10.0.0.7\r\n"),
+            "{h}"
+        );
+        // From a trusted proxy: its chain, appended to, and the rest as sent.
+        let h = head(raw, &fwd(&pass, RequestId::Off, false));
+        assert!(h.contains("X-Forwarded-For: 6.6.6.6, 10.0.0.7\r\n"), "{h}");
+        assert!(h.contains("Forwarded: for=6.6.6.6\r\n"), "{h}");
     }
 
     #[test]
