@@ -519,3 +519,27 @@ fn the_cookie_is_secure_when_the_challenge_was_solved_over_tls() {
     let set = verified.header("Set-Cookie").unwrap();
     assert!(set.ends_with("; HttpOnly; SameSite=Lax; Secure"), "{set}");
 }
+
+/// Proof of work's verify endpoint comes after the host's blocks through
+/// maintenance: plain HTTP gets its redirect, maintenance stops it, as
+/// they do any request; only then is a `POST` verified.
+#[test]
+fn the_verify_endpoint_waits_for_the_redirect_and_maintenance() {
+    let up = reporting_upstream();
+    let dir = TempDir::new();
+    let key_file = dir.0.join("pow.key");
+    let post = b"POST /.well-known/gapura/pow HTTP/1.1\r\nHost: p.test\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 3\r\n\r\na=b";
+    let g = Gapura::start(&pow_profile(up.addr, &key_file, "https_redirect = true\n"));
+    assert_eq!(request(g.addr, post).status, 308);
+    let g = Gapura::start(&pow_profile(
+        up.addr,
+        &key_file,
+        "\n[host.maintenance]\nenabled = true\n",
+    ));
+    assert_eq!(request(g.addr, post).status, 503);
+    // Without them, the form is read and verified (a bad one: 303 back to
+    // the challenge, or 403; never the upstream).
+    let g = Gapura::start(&pow_profile(up.addr, &key_file, ""));
+    let status = request(g.addr, post).status;
+    assert!(matches!(status, 303 | 400 | 403), "{status}");
+}

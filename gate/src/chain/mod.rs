@@ -154,7 +154,31 @@ impl Snapshot {
         };
         if let Some(pow) = &entry.extras.pow {
             if canonical == crate::pow::VERIFY_PATH && start == Start::Beginning {
-                return self.pow_endpoint(decision, req, entry, pow, state, now_ms, trace);
+                let mut flow = Flow {
+                    snap: self,
+                    req,
+                    state,
+                    trace,
+                    now_ms,
+                    start,
+                    entry,
+                    country: resolved.country,
+                    canonical,
+                    route: None,
+                    policy: &entry.policy,
+                    robots: false,
+                    budgets,
+                    marked: None,
+                    decision: &mut decision,
+                };
+                // The host's blocks through maintenance first: a refused
+                // address, a rule set, the HTTPS redirect and maintenance
+                // stop it as they stop any request.
+                if let std::ops::ControlFlow::Break(v) = flow.blocks_through(Block::Maintenance) {
+                    decision.verdict = v;
+                    return decision;
+                }
+                return self.pow_endpoint(decision, req, pow, state, trace);
             }
         }
         let route = self.route(entry, canonical, trace);
@@ -219,24 +243,18 @@ impl Snapshot {
     }
 
     /// The proof-of-work verify endpoint, answered before route matching
-    /// on a host where a route has proof of work: it pays its budgets
-    /// under the host's policy (step 4), then a `POST` is verified once its
-    /// form is read and anything else is 403.
-    #[allow(clippy::too_many_arguments)]
+    /// on a host where a route has proof of work, once the host's blocks
+    /// through maintenance let it go on (its budgets paid under the host's
+    /// policy): a `POST` is verified once its form is read and anything
+    /// else is 403.
     fn pow_endpoint<'s, H: HeaderLines + ?Sized, T: Trace>(
         &'s self,
         mut decision: Decision<'s>,
         req: &Request<'_, H>,
-        entry: &'s HostEntry,
         pow: &'s crate::pow::ProofOfWork,
         state: &mut GateState,
-        now_ms: u64,
         trace: &mut T,
     ) -> Decision<'s> {
-        decision.step = Block::Budgets;
-        if !self.pays(&mut decision, req, &entry.policy, state, now_ms, trace) {
-            return decision;
-        }
         decision.step = Block::ProofOfWork;
         let post = req.method == b"POST";
         if trace.enabled() {

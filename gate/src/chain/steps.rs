@@ -95,6 +95,20 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         next
     }
 
+    /// The chain's blocks up to and including `last` (a request that is
+    /// not for a route: proof of work's verify endpoint), until one ends
+    /// it; the block that ends it is the decision's step.
+    pub(super) fn blocks_through(&mut self, last: Block) -> Next<'s> {
+        let last = ordinal(last);
+        self.each_block(|flow, block, run| {
+            if ordinal(block) <= last {
+                run(flow)
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+    }
+
     /// Every block in the chain's order (`chain_order!`), until one
     /// ends the request.
     #[inline(always)]
