@@ -36,6 +36,38 @@ use toml::Spanned;
 pub(crate) struct RateLimits {
     pub defs: Vec<RateLimitDef>,
     pub ids: HashMap<String, u32>,
+    /// Address-keyed limits each shard holds whole (`scope = "per_shard"`,
+    /// written or by default): their path and span, for the warning a
+    /// profile behind proxies gets (`warn_per_shard_behind_proxies`).
+    pub per_shard_address: Vec<(String, Range<usize>)>,
+}
+
+/// Warns of address-keyed limits held whole per shard in a profile whose
+/// clients arrive through proxies (a trusted proxy, Cloudflare, the PROXY
+/// protocol) on more than one shard: steering then hashes the proxy's
+/// address, so one client's requests can land on every shard and get up
+/// to `shards` times the limit.
+pub(crate) fn warn_per_shard_behind_proxies(
+    rates: &RateLimits,
+    shards: u32,
+    behind_proxies: bool,
+    e: &mut Errors<'_>,
+) {
+    if shards <= 1 || !behind_proxies {
+        return;
+    }
+    for (base, span) in &rates.per_shard_address {
+        e.warn(
+            "rate_limit.scope.per_shard_behind_proxies",
+            format!("{base}.scope"),
+            span.clone(),
+            format!(
+                "clients arrive through proxies and each of the {shards} shards holds this \
+                 limit whole, so one client can get up to {shards} times it; scope = \"split\" \
+                 holds it to the limit on this node, scope = \"fleet\" across nodes"
+            ),
+        );
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -57,6 +89,7 @@ pub(crate) fn check_rate_limits(
 ) -> RateLimits {
     let mut defs = Vec::with_capacity(raw.len());
     let mut ids: HashMap<String, u32> = HashMap::new();
+    let mut per_shard_address = Vec::new();
     for (i, r) in raw.iter().enumerate() {
         let base = format!("rate_limit[{i}]");
         let span = r.span();
@@ -74,9 +107,18 @@ pub(crate) fn check_rate_limits(
             ids.insert(n.clone(), u32::try_from(i).unwrap_or(u32::MAX));
         }
         let name = name.unwrap_or_default();
-        defs.push(check_limit(r, name, &base, span, (shards, fleet), e));
+        let (def, per_shard) = check_limit(r, name, &base, span.clone(), (shards, fleet), e);
+        if per_shard {
+            let at = r.scope.as_ref().map_or(span, |v| v.span());
+            per_shard_address.push((base, at));
+        }
+        defs.push(def);
     }
-    RateLimits { defs, ids }
+    RateLimits {
+        defs,
+        ids,
+        per_shard_address,
+    }
 }
 
 const RATE_LIMIT: BlockKind = BlockKind {
@@ -102,7 +144,7 @@ fn check_limit(
     span: Range<usize>,
     (shards, fleet_nodes): (u32, Option<u32>),
     e: &mut Errors<'_>,
-) -> RateLimitDef {
+) -> (RateLimitDef, bool) {
     let per_ms = choice(
         e,
         &r.per,
@@ -164,19 +206,21 @@ fn check_limit(
             .filter_map(|(prefix, p)| split(p, shards, r, base, e).map(|s| (prefix, s)))
             .collect();
     }
+    let per_shard_address = scope == Scope::PerShard && fleet.is_none() && key != Some(Key::Header);
     let key = match (key, header) {
         (Some(Key::IpPath), _) => RateKey::IpPath,
         (Some(Key::Header), Some(h)) => RateKey::Header(h.into_boxed_str()),
         _ => RateKey::Ip,
     };
-    RateLimitDef {
+    let def = RateLimitDef {
         name,
         policy: policy.unwrap_or_else(placeholder),
         key,
         ipv6_tiers,
         mode,
         fleet,
-    }
+    };
+    (def, per_shard_address)
 }
 
 /// `requests` and `burst` (default: `requests`, clamped) per `per_ms`:

@@ -89,6 +89,9 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
     runtime.udp_listen = udp.iter().flat_map(|u| u.listen.iter().copied()).collect();
     let rates = check_rate_limits(&raw.rate_limit, shards, fleet, errors);
     let client = check_client(&raw.client, proxy_listener.as_ref(), errors);
+    let behind_proxies =
+        client.mode != gapura_gate::client::ClientMode::Direct || proxy_listener.is_some();
+    crate::ratelimit::warn_per_shard_behind_proxies(&rates, shards, behind_proxies, errors);
     let known = Known {
         rate_limits: &rates.ids,
         operations: &quota.operation_ids,

@@ -366,3 +366,53 @@ fn past_the_builtin_policy_slots_the_reference_that_needs_one_more_is_refused() 
         )
     );
 }
+
+/// An address-keyed limit each shard holds whole, in a profile whose
+/// clients come through trusted proxies on several shards: a warning that
+/// names the scopes that hold it (none on one shard, none in `direct`
+/// mode, none with `scope = "split"`).
+#[test]
+fn a_per_shard_address_limit_behind_proxies_is_warned_of() {
+    let limit = |scope: &str| {
+        format!(
+            "[client]\nmode = \"x_forwarded_for\"\ntrusted_proxies = [\"192.0.2.0/24\"]\n\n\
+             [[rate_limit]]\nname = \"per-client\"\nrequests = 10\n{scope}\n\n\
+             [[host]]\nnames = [\"a.test\"]\nkind = \"respond\"\nstatus = 200\nbody = \"a\"\nrate_limit = \"per-client\"\n"
+        )
+    };
+    let codes = |src: &str, cores: u32| -> Vec<(&'static str, String)> {
+        ok_with(src, cores)
+            .warnings
+            .iter()
+            .map(|w| (w.code, w.path.clone()))
+            .collect()
+    };
+    let warned = codes(&limit(""), 4);
+    assert!(
+        warned.contains(&(
+            "rate_limit.scope.per_shard_behind_proxies",
+            "rate_limit[0].scope".to_string()
+        )),
+        "{warned:?}"
+    );
+    let w = ok_with(&limit("scope = \"per_shard\""), 4);
+    let w = w
+        .warnings
+        .iter()
+        .find(|w| w.code == "rate_limit.scope.per_shard_behind_proxies")
+        .unwrap();
+    assert!(w.message.contains("up to 4 times"), "{}", w.message);
+    assert!(w.message.contains("scope = \"split\""), "{}", w.message);
+    let quiet = |src: &str, cores: u32| {
+        !codes(src, cores)
+            .iter()
+            .any(|(c, _)| *c == "rate_limit.scope.per_shard_behind_proxies")
+    };
+    assert!(quiet(&limit("scope = \"split\""), 4));
+    assert!(quiet(&limit(""), 1));
+    let direct = limit("").replace(
+        "mode = \"x_forwarded_for\"\ntrusted_proxies = [\"192.0.2.0/24\"]\n",
+        "mode = \"direct\"\n",
+    );
+    assert!(quiet(&direct, 4));
+}
