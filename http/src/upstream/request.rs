@@ -4,9 +4,11 @@
 //! with the hop-by-hop headers removed: `Connection` and every name it
 //! lists, `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`, `Upgrade` unless the
 //! request is upgraded, and `Expect` (Gapura answers `100-continue` itself).
-//! The forwarding headers are then set: `X-Forwarded-For` (the client's
-//! list with the client appended), `X-Forwarded-Proto`, `X-Forwarded-Host`,
-//! `X-Request-Id`, and `Host` passed through or rewritten. O(head), no
+//! The forwarding headers are then set: `X-Forwarded-For` (a trusted
+//! proxy's list with the peer appended; from anyone else the peer alone,
+//! and the client's own address claims removed), `X-Forwarded-Proto`,
+//! `X-Forwarded-Host`, `X-Request-Id`, and `Host` passed through or
+//! rewritten. O(head), no
 //! allocation once `out` has capacity. The same writer makes an HTTP/2
 //! upstream's fields (`crate::exchange::uphead`).
 
