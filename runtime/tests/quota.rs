@@ -107,6 +107,12 @@ fn over_the_rate_limit_answers_429_with_retry_after_and_robots_txt_is_exempt() {
         g.metric("gapura_rate_limit_total{limit=\"tight\",result=\"shadow\"}"),
         0
     );
+    // What it let through (its burst of two), apart from its refusals;
+    // robots.txt is exempt, not let through by the limit.
+    assert_eq!(
+        g.metric("gapura_rate_limit_total{limit=\"tight\",result=\"allowed\"}"),
+        2
+    );
     assert_eq!(
         g.metric("gapura_quota_refused_total{shard=\"0\",level=\"global\"}"),
         0

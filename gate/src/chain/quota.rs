@@ -221,6 +221,9 @@ impl Snapshot {
                 if let Some((choice, _)) = fleet {
                     state.fleet.record(choice, main, now_ms);
                 }
+                if let Some(c) = state.rate_counters.get_mut(limit) {
+                    c.allowed += 1;
+                }
                 trace_quota(trace, QuotaOutcome::Admitted, true);
                 return Ok(());
             }

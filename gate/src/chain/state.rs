@@ -38,6 +38,8 @@ pub struct ChainCounters {
 /// One rate limit's counters on one shard.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RateLimitCounters {
+    /// Requests this limit let through (within it, shadow hits apart).
+    pub allowed: u64,
     /// Requests answered 429 by this limit.
     pub refused: u64,
     /// Refusals a shadowed limit let through.

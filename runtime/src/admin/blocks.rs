@@ -144,7 +144,7 @@ struct BlockSums {
     rules: BTreeMap<String, [u64; 6]>,
     access: BTreeMap<String, [u64; 9]>,
     maint: BTreeMap<String, [u64; 3]>,
-    rates: BTreeMap<String, [u64; 2]>,
+    rates: BTreeMap<String, [u64; 3]>,
     latency: BTreeMap<String, gapura_gate::latency::Histogram>,
     robots: u64,
 }
@@ -203,6 +203,7 @@ fn sum_blocks(admin: &Admin) -> BlockSums {
             let e = rates.entry(n.clone()).or_default();
             e[0] += c.refused;
             e[1] += c.shadow_hits;
+            e[2] += c.allowed;
         }
         for (n, c) in &b.maintenance {
             let e = maint.entry(n.clone()).or_default();
@@ -314,10 +315,10 @@ pub(super) fn render_blocks(out: &mut String, admin: &Admin) {
         out,
         "gapura_rate_limit_total",
         "counter",
-        "Rate-limit refusals (429) and shadow hits by limit.",
+        "Requests a rate limit let through, refused (429) and let through in shadow, by limit.",
     );
     for (n, v) in &rates {
-        for (label, x) in ["refused", "shadow"].iter().zip(v) {
+        for (label, x) in ["refused", "shadow", "allowed"].iter().zip(v) {
             let _ = writeln!(
                 out,
                 "gapura_rate_limit_total{{limit=\"{n}\",result=\"{label}\"}} {x}"
