@@ -122,6 +122,20 @@ pub struct ShardUpstreams {
     tls: RefCell<UpstreamTlsConfigs>,
 }
 
+impl ShardUpstreams {
+    /// The server of `group` the balancer picks, skipping those in `tried`
+    /// and those health has taken out.
+    #[inline]
+    pub fn pick(
+        &self,
+        group: &gapura_gate::upstream::UpstreamGroup,
+        tried: u64,
+        now_ms: u64,
+    ) -> Option<usize> {
+        self.pools.pick(group, tried, &self.board, now_ms)
+    }
+}
+
 /// Request ids: a per-process prefix, the shard, a counter; and the
 /// connections' serials.
 struct Serials {

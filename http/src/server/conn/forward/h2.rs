@@ -108,35 +108,11 @@ impl<S: Transport> Conn<S> {
             body_streamed: false,
         };
         let timeout_ms = group.read_timeout_ms;
-        let conn = &mut call.conn;
-        let ready = std::future::poll_fn(|cx| conn.send.poll_ready(cx));
-        let at = clock::deadline(timeout_ms);
-        match self.io.deadline().within(at, ready).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                conn.live.close();
-                self.upstream_why = Some(UpstreamWhy::Reset);
-                return stream_failed(&e, &x);
-            }
-            Err(_) => {
-                self.upstream_why = Some(UpstreamWhy::AnswerTimeout);
-                return Attempt::Retry {
-                    status: ErrorStatus::GatewayTimeout,
-                    count_failure: true,
-                };
-            }
-        }
-        let buffered = self.ubuf.len() > body_at;
-        let end = body.done && !buffered;
-        let (response, mut send) = match conn.send.send_request(request, end) {
+        let end = body.done && self.ubuf.len() <= body_at;
+        let (response, mut send) = match self.open_stream(call, request, end, &x, timeout_ms).await
+        {
             Ok(r) => r,
-            Err(e) => {
-                if e.is_go_away() || e.is_io() {
-                    conn.live.close();
-                }
-                self.upstream_why = Some(UpstreamWhy::Reset);
-                return stream_failed(&e, &x);
-            }
+            Err(a) => return a,
         };
         let mut framed = Framed::new(body.framing);
         if !end {
@@ -200,6 +176,46 @@ impl<S: Transport> Conn<S> {
         };
         self.answer_h2(response, head, group, &x, replace, call_deadline)
             .await
+    }
+
+    /// A stream on `call`'s connection with the request's head sent (`end`:
+    /// the head is the whole request), once the connection takes one more
+    /// stream (within `timeout_ms`).
+    async fn open_stream(
+        &mut self,
+        call: &mut H2Call,
+        request: http::Request<()>,
+        end: bool,
+        x: &Exchange,
+        timeout_ms: u64,
+    ) -> Result<(ResponseFuture, h2::SendStream<Bytes>), Attempt> {
+        let conn = &mut call.conn;
+        let ready = std::future::poll_fn(|cx| conn.send.poll_ready(cx));
+        let at = clock::deadline(timeout_ms);
+        // A connection that cannot take a stream is done; a request the
+        // codec refused (its head) leaves it to the others.
+        let (failed, closed) = match self.io.deadline().within(at, ready).await {
+            Ok(Ok(())) => match conn.send.send_request(request, end) {
+                Ok(r) => return Ok(r),
+                Err(e) => {
+                    let closed = e.is_go_away() || e.is_io();
+                    (e, closed)
+                }
+            },
+            Ok(Err(e)) => (e, true),
+            Err(_) => {
+                self.upstream_why = Some(UpstreamWhy::AnswerTimeout);
+                return Err(Attempt::Retry {
+                    status: ErrorStatus::GatewayTimeout,
+                    count_failure: true,
+                });
+            }
+        };
+        if closed {
+            conn.live.close();
+        }
+        self.upstream_why = Some(UpstreamWhy::Reset);
+        Err(stream_failed(&failed, x))
     }
 
     /// The answer relayed while an HTTP/2 client's body is pumped. A body

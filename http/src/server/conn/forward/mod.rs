@@ -136,6 +136,42 @@ struct Body {
     streamed: bool,
 }
 
+/// A failure of `d.server`: counted against its passive health.
+fn count_failure(d: Dest<'_>) {
+    d.shard
+        .upstream
+        .pools
+        .failure(d.group, d.server, clock::now_ms());
+    d.shard.stats.upstream_failures.inc();
+}
+
+/// What a request does when no connection to `d.server` could be had:
+/// `Ok(true)` tries another server, `Ok(false)` stops trying, `Err` ends
+/// the connection. A failed server is counted against its passive health
+/// and logged; a full or timed-out queue is not the server's fault.
+fn no_conn(e: NoConn, failed: &mut NoAnswer, d: Dest<'_>) -> Result<bool, End> {
+    let Dest {
+        group,
+        server,
+        shard,
+    } = d;
+    match e {
+        NoConn::Failed(why) => {
+            count_failure(d);
+            failed.last = why.status();
+            failed.why = Some(why);
+            shard.warn_upstream(&group.name, server.addr, why, tls_name(group, server));
+            Ok(true)
+        }
+        NoConn::QueueFull | NoConn::QueueTimeout => {
+            failed.last = ErrorStatus::ServiceUnavailable;
+            failed.why = Some(UpstreamWhy::QueueTimeout);
+            Ok(matches!(e, NoConn::QueueFull))
+        }
+        NoConn::ClientGone => Err(End::Error(ErrorKind::Io)),
+    }
+}
+
 /// The name a server's certificate must hold, for the log: the group's
 /// `server_name`, else the name the server was written with.
 fn tls_name<'g>(
@@ -252,11 +288,7 @@ impl<S: Transport> Conn<S> {
             replay_broken: false,
         };
         while attempts < MAX_ATTEMPTS {
-            let Some(idx) = shard
-                .upstream
-                .pools
-                .pick(group, tried, &shard.upstream.board, now_ms)
-            else {
+            let Some(idx) = shard.upstream.pick(group, tried, now_ms) else {
                 break;
             };
             attempts += 1;
@@ -269,12 +301,7 @@ impl<S: Transport> Conn<S> {
                 server,
                 shard: &shard,
             };
-            let count = |c: bool| {
-                if c {
-                    shard.upstream.pools.failure(group, server, clock::now_ms());
-                    shard.stats.upstream_failures.inc();
-                }
-            };
+            let count = |c: bool| c.then(|| count_failure(dest));
             let got = self.carrier(dest).await;
             let Carrier {
                 mut link,
@@ -282,25 +309,10 @@ impl<S: Transport> Conn<S> {
                 mut slot,
             } = match got {
                 Ok(c) => c,
-                Err(NoConn::Failed(why)) => {
-                    count(true);
-                    failed.last = why.status();
-                    failed.why = Some(why);
-                    shard.warn_upstream(&group.name, server.addr, why, tls_name(group, server));
-                    continue;
-                }
-                // Not the server's fault: its passive health is left alone.
-                Err(NoConn::QueueFull) => {
-                    failed.last = ErrorStatus::ServiceUnavailable;
-                    failed.why = Some(UpstreamWhy::QueueTimeout);
-                    continue;
-                }
-                Err(NoConn::QueueTimeout) => {
-                    failed.last = ErrorStatus::ServiceUnavailable;
-                    failed.why = Some(UpstreamWhy::QueueTimeout);
-                    break;
-                }
-                Err(NoConn::ClientGone) => return Err(End::Error(ErrorKind::Io)),
+                Err(e) => match no_conn(e, &mut failed, dest)? {
+                    true => continue,
+                    false => break,
+                },
             };
             shard.upstream.pools.begin(server);
             self.upstream_why = None;
