@@ -22,6 +22,7 @@
 //! - `profile`: the profile compiler, TOML text to a snapshot or placed
 //!   errors.
 //! - `udp`: the UDP relay's decision on each datagram, envelope included.
+//! - `websocket`: a tunnel's WebSocket frame scanner, whole and in pieces.
 
 pub mod framing;
 pub mod front;
@@ -29,6 +30,7 @@ pub mod gate;
 pub mod lanes;
 pub mod profile;
 pub mod udp;
+pub mod websocket;
 
 /// A target's body.
 pub type Body = fn(&[u8]);
@@ -46,4 +48,5 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("h2_front", front::h2_front),
     ("tls_front", front::tls_front),
     ("lanes", lanes::lanes),
+    ("websocket", websocket::websocket),
 ];
