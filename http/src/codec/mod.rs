@@ -14,7 +14,8 @@
 //! head read in one pass, before httparse), `bytes` (the byte rules of a
 //! head's parts: a `Host` value's, and the connection's last valid one),
 //! `fields` (a head that arrived as an HTTP/2 stream's fields, read for
-//! the same facts), `chunked` (the chunked body decoder), `proxyproto`
+//! the same facts), `listed` (the names a `Connection` field lists),
+//! `chunked` (the chunked body decoder), `proxyproto`
 //! (the PROXY protocol header read at accept), `accept` (whether an
 //! `Accept` value asks for HTML), `websocket` (the frames a client sends
 //! through a tunnel, read from their headers).
@@ -24,6 +25,7 @@ pub mod bytes;
 pub mod chunked;
 pub mod fields;
 pub mod head;
+pub mod listed;
 pub mod proxyproto;
 pub mod scan;
 pub mod websocket;

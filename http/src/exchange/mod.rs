@@ -17,6 +17,7 @@
 pub mod stream;
 pub mod uphead;
 
+use crate::codec::listed::Listed;
 use bytes::Bytes;
 use h2::SendStream;
 
@@ -66,16 +67,20 @@ pub async fn send_bytes(
 }
 
 /// Connection-specific fields, which HTTP/2 forbids (RFC 9113 §8.2.2).
+pub const CONNECTION_SPECIFIC: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+];
+
+/// Whether `name` is one of [`CONNECTION_SPECIFIC`].
 pub fn connection_specific(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 6] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"transfer-encoding",
-        b"upgrade",
-        b"te",
-    ];
-    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+    CONNECTION_SPECIFIC
+        .iter()
+        .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// A compiled `Name: value\r\n` line (a host's HSTS line) as a field.
@@ -91,26 +96,13 @@ pub fn field_of_line(line: &[u8]) -> Option<(http::HeaderName, http::HeaderValue
 /// forbids left out, with `Trailer` and every name the `Connection` field
 /// lists (hop-by-hop), and any that is not a valid field.
 pub fn fields_of(lines: &[httparse::Header<'_>]) -> http::HeaderMap {
-    let mut listed: [&[u8]; 16] = [b""; 16];
-    let mut n = 0;
-    for h in lines.iter() {
-        if h.name.eq_ignore_ascii_case("connection") {
-            for t in h.value.split(|&b| b == b',') {
-                let t = t.trim_ascii();
-                if !t.is_empty() && n < listed.len() {
-                    listed[n] = t;
-                    n += 1;
-                }
-            }
-        }
-    }
-    let listed = &listed[..n];
+    let listed = Listed::of(lines);
     let mut fields = http::HeaderMap::with_capacity(lines.len());
     for h in lines.iter() {
         let name = h.name.as_bytes();
         if connection_specific(name)
             || name.eq_ignore_ascii_case(b"trailer")
-            || listed.iter().any(|t| t.eq_ignore_ascii_case(name))
+            || listed.contains(name)
         {
             continue;
         }

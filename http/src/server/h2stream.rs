@@ -17,8 +17,8 @@ use super::client::READ_BUF_BYTES;
 use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::fields::{fields_head, FieldsLayout};
 use crate::codec::head::{HeadBounds, HeaderBuf, Parse};
-use crate::exchange::connection_specific;
 use crate::exchange::stream::ClientStream;
+use crate::exchange::{connection_specific, trailers_of};
 use crate::transport::{init_bytes, ReadSpare, Transport, WriteAll};
 use crate::upstream::response::{parse_response, resp_header_buf, RespFraming, RespParse};
 use bytes::Bytes;
@@ -334,23 +334,7 @@ impl<S> H2Stream<S> {
     /// valid and not connection-specific).
     fn send_trailers(&mut self) -> io::Result<()> {
         let section = std::mem::take(&mut self.trailers);
-        let mut fields = http::HeaderMap::new();
-        for line in section.split(|&b| b == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let Some(colon) = line.iter().position(|&b| b == b':') else {
-                continue;
-            };
-            let value = line[colon + 1..].trim_ascii();
-            let (Ok(n), Ok(v)) = (
-                http::HeaderName::from_bytes(&line[..colon]),
-                http::HeaderValue::from_bytes(value),
-            ) else {
-                continue;
-            };
-            if !connection_specific(n.as_str().as_bytes()) {
-                fields.append(n, v);
-            }
-        }
+        let fields = trailers_of(&section);
         self.x.send_trailers(fields)
     }
 

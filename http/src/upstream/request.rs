@@ -12,13 +12,11 @@
 //! allocation once `out` has capacity. The same writer makes an HTTP/2
 //! upstream's fields (`crate::exchange::uphead`).
 
+use crate::codec::listed::Listed;
 use crate::exchange::uphead::HeadOut;
 use gapura_gate::upstream::{HostHeader, RequestId};
 use std::io::Write as _;
 use std::net::IpAddr;
-
-/// Most `Connection` tokens honoured when removing listed headers.
-const MAX_CONNECTION_TOKENS: usize = 16;
 
 /// What the forwarding headers say.
 pub struct Forwarding<'a> {
@@ -99,20 +97,7 @@ pub fn write_request_head<O: HeadOut>(
     };
     let method = &raw[..space];
     // Names the client's Connection header lists are hop-by-hop too.
-    let mut listed: [&[u8]; MAX_CONNECTION_TOKENS] = [b""; MAX_CONNECTION_TOKENS];
-    let mut n_listed = 0;
-    for h in headers.iter() {
-        if h.name.eq_ignore_ascii_case("connection") {
-            for t in h.value.split(|&b| b == b',') {
-                let t = t.trim_ascii();
-                if !t.is_empty() && n_listed < MAX_CONNECTION_TOKENS {
-                    listed[n_listed] = t;
-                    n_listed += 1;
-                }
-            }
-        }
-    }
-    let listed = &listed[..n_listed];
+    let listed = Listed::of(headers);
 
     let host = out.request_line(method, fwd.path);
     match fwd.host_header {
@@ -133,7 +118,7 @@ pub fn write_request_head<O: HeadOut>(
             || name.eq_ignore_ascii_case(b"x-forwarded-proto")
             || name.eq_ignore_ascii_case(b"x-forwarded-host")
             || is_hop_by_hop(name)
-            || listed.iter().any(|t| t.eq_ignore_ascii_case(name))
+            || listed.contains(name)
         {
             continue;
         }

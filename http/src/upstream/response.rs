@@ -7,6 +7,7 @@
 //! `Content-Length` and `Transfer-Encoding`, differing lengths, or a head
 //! that does not parse is malformed: 502. O(head), no allocation.
 
+use crate::codec::listed::Listed;
 use gapura_gate::limits::OUTER_MAX_HEADERS;
 use std::mem::MaybeUninit;
 
@@ -158,20 +159,7 @@ pub fn write_client_head(
     close: bool,
 ) {
     let upgrade = status == 101;
-    let mut listed: [&[u8]; 16] = [b""; 16];
-    let mut n = 0;
-    for h in lines.iter() {
-        if h.name.eq_ignore_ascii_case("connection") {
-            for t in h.value.split(|&b| b == b',') {
-                let t = t.trim_ascii();
-                if !t.is_empty() && n < listed.len() {
-                    listed[n] = t;
-                    n += 1;
-                }
-            }
-        }
-    }
-    let listed = &listed[..n];
+    let listed = Listed::of(lines);
     out.extend_from_slice(b"HTTP/1.1 ");
     let code = [
         b'0' + (status / 100 % 10) as u8,
@@ -190,7 +178,7 @@ pub fn write_client_head(
             || name.eq_ignore_ascii_case(b"te")
             || name.eq_ignore_ascii_case(b"trailer")
             || (name.eq_ignore_ascii_case(b"upgrade") && !upgrade)
-            || listed.iter().any(|t| {
+            || listed.names().iter().any(|t| {
                 t.eq_ignore_ascii_case(name) && !(upgrade && t.eq_ignore_ascii_case(b"upgrade"))
             });
         if hop {

@@ -19,7 +19,7 @@ use super::response::{Replace, UpRead};
 use super::{Attempt, Body, Exchange};
 use crate::clock;
 use crate::codec::head::{Method, ParsedHead};
-use crate::exchange::{connection_specific, field_of_line};
+use crate::exchange::{connection_specific, field_of_line, CONNECTION_SPECIFIC};
 use crate::server::conn::Conn;
 use crate::transport::Transport;
 use bytes::Bytes;
@@ -521,14 +521,7 @@ trait ConnectionFree {
 
 impl ConnectionFree for http::HeaderMap {
     fn retain_connection_free(&mut self) {
-        for name in [
-            "connection",
-            "keep-alive",
-            "proxy-connection",
-            "transfer-encoding",
-            "upgrade",
-            "te",
-        ] {
+        for name in CONNECTION_SPECIFIC {
             self.remove(name);
         }
     }

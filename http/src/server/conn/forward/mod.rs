@@ -522,46 +522,6 @@ impl<S: Transport> Conn<S> {
         }
     }
 
-    /// Gapura's own answer to a request no upstream answered, in the words
-    /// of why (`UpstreamWhy`) when it is known, else as [`Self::write_error`].
-    fn write_upstream_error(
-        &mut self,
-        snap: &Snapshot,
-        custom: Option<&gapura_gate::custom_pages::CustomPages>,
-        (status, why): (ErrorStatus, Option<UpstreamWhy>),
-        head: &ParsedHead,
-        close: bool,
-    ) {
-        let Some(why) = why else {
-            return self.write_error(snap, custom, status, head, close);
-        };
-        let date = self.shard.date.line();
-        let ctx = gapura_gate::WriteCtx {
-            date_line: &date,
-            head_only: head.method == Method::Head,
-            close,
-            keep_alive_10: head.keep_alive_10 && !close,
-        };
-        let id = super::request_id(&self.log, &self.shard);
-        let copy = self.page_vars.as_deref().copied().unwrap_or_default();
-        let vars = gapura_gate::custom_pages::PageVars {
-            request_id: &id,
-            host: copy.host(),
-            cf_ray: copy.ray(),
-        };
-        gapura_gate::custom_pages::write_upstream_error_page(
-            self.io.out(),
-            &snap.pages,
-            custom,
-            why,
-            head.wants_html,
-            &vars,
-            &ctx,
-        );
-        self.shard.stats.response(status.code());
-        self.log_status(status.code());
-    }
-
     /// Gapura's own answer to a request no upstream answered (502, 503,
     /// 504) or whose body it refused (400, 413): the host's page for the
     /// status when it has one (`custom`), else the built-in page.
@@ -573,6 +533,19 @@ impl<S: Transport> Conn<S> {
         head: &ParsedHead,
         close: bool,
     ) {
+        self.write_upstream_error(snap, custom, (status, None), head, close);
+    }
+
+    /// [`Self::write_error`], the built-in page in the words of why no
+    /// upstream answered (`UpstreamWhy`) when that is known.
+    fn write_upstream_error(
+        &mut self,
+        snap: &Snapshot,
+        custom: Option<&gapura_gate::custom_pages::CustomPages>,
+        (status, why): (ErrorStatus, Option<UpstreamWhy>),
+        head: &ParsedHead,
+        close: bool,
+    ) {
         let date = self.shard.date.line();
         let ctx = gapura_gate::WriteCtx {
             date_line: &date,
@@ -587,16 +560,15 @@ impl<S: Transport> Conn<S> {
             host: copy.host(),
             cf_ray: copy.ray(),
         };
-        gapura_gate::custom_pages::write_error_page(
-            self.io.out(),
-            &snap.pages,
-            custom,
-            status,
-            head.wants_html,
-            &vars,
-            b"",
-            &ctx,
-        );
+        let (out, pages, html) = (self.io.out(), &snap.pages, head.wants_html);
+        match why {
+            Some(why) => gapura_gate::custom_pages::write_upstream_error_page(
+                out, pages, custom, why, html, &vars, &ctx,
+            ),
+            None => gapura_gate::custom_pages::write_error_page(
+                out, pages, custom, status, html, &vars, b"", &ctx,
+            ),
+        }
         self.shard.stats.response(status.code());
         self.log_status(status.code());
     }
