@@ -152,37 +152,14 @@ impl Snapshot {
             }
             return decision;
         };
-        if let Some(pow) = &entry.extras.pow {
-            if canonical == crate::pow::VERIFY_PATH && start == Start::Beginning {
-                let mut flow = Flow {
-                    snap: self,
-                    req,
-                    state,
-                    trace,
-                    now_ms,
-                    start,
-                    entry,
-                    country: resolved.country,
-                    canonical,
-                    route: None,
-                    policy: &entry.policy,
-                    robots: false,
-                    budgets,
-                    marked: None,
-                    decision: &mut decision,
-                };
-                // The host's blocks through maintenance first: a refused
-                // address, a rule set, the HTTPS redirect and maintenance
-                // stop it as they stop any request.
-                if let std::ops::ControlFlow::Break(v) = flow.blocks_through(Block::Maintenance) {
-                    decision.verdict = v;
-                    return decision;
-                }
-                return self.pow_endpoint(decision, req, pow, state, trace);
-            }
-        }
-        let route = self.route(entry, canonical, trace);
-        let verdict = Flow {
+        // Proof of work's verify endpoint is no route's.
+        let verify = (entry.extras.pow.as_ref())
+            .filter(|_| canonical == crate::pow::VERIFY_PATH && start == Start::Beginning);
+        let route = match verify {
+            Some(_) => None,
+            None => self.route(entry, canonical, trace),
+        };
+        let mut flow = Flow {
             snap: self,
             req,
             state,
@@ -194,14 +171,24 @@ impl Snapshot {
             canonical,
             route,
             policy: route.map_or(&entry.policy, |r| &r.policy),
-            robots: is_robots(req.method, canonical),
+            robots: verify.is_none() && is_robots(req.method, canonical),
             budgets,
             marked: None,
             decision: &mut decision,
+        };
+        let Some(pow) = verify else {
+            let verdict = flow.verdict();
+            decision.verdict = verdict;
+            return decision;
+        };
+        // The host's blocks through maintenance first: a refused address,
+        // a rule set, the HTTPS redirect and maintenance stop it as they
+        // stop any request.
+        if let std::ops::ControlFlow::Break(v) = flow.blocks_through(Block::Maintenance) {
+            decision.verdict = v;
+            return decision;
         }
-        .verdict();
-        decision.verdict = verdict;
-        decision
+        self.pow_endpoint(decision, req, pow, state, trace)
     }
 
     /// Step 4 for a request no host's blocks see (an unknown host, a path

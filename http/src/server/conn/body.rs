@@ -20,7 +20,10 @@ impl<S: Transport> Conn<S> {
         self.io.out().extend_from_slice(CONTINUE_100);
         self.shard.stats.response(100);
         self.flush().await?;
-        self.io.set_out(answer);
+        // The flushed buffer keeps its capacity when nothing was held back.
+        if !answer.is_empty() {
+            self.io.set_out(answer);
+        }
         Ok(())
     }
 

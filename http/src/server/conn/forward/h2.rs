@@ -155,14 +155,9 @@ impl<S: Transport> Conn<S> {
                 .duplex(pumping, response, head, group, &x, replace, call_deadline)
                 .await;
         }
-        if head.expect_continue {
-            self.io
-                .out()
-                .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-            self.shard.stats.response(100);
-            if self.flush().await.is_err() {
-                return Attempt::ClientGone;
-            }
+        let at = self.io.out_len();
+        if head.expect_continue && self.send_continue(at).await.is_err() {
+            return Attempt::ClientGone;
         }
         if let Err(a) = self
             .send_h1_body(&mut send, &mut framed, body, limits, timeout_ms)

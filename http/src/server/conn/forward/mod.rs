@@ -489,14 +489,9 @@ impl<S: Transport> Conn<S> {
             });
         }
         if !body.done {
-            if head.expect_continue {
-                self.io
-                    .out()
-                    .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-                self.shard.stats.response(100);
-                if self.flush().await.is_err() {
-                    return Err(Attempt::ClientGone);
-                }
+            let at = self.io.out_len();
+            if head.expect_continue && self.send_continue(at).await.is_err() {
+                return Err(Attempt::ClientGone);
             }
             if let Some(a) = self.stream_body(up, body, limits, timeout_ms).await {
                 return Err(a);
