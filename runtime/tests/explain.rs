@@ -521,15 +521,18 @@ rate_limit = "three"
     let live = ask();
     let shard = &live["shards"][0];
     // Text mode renders the live tables as text.
-    let out = std::process::Command::new(common::bin())
-        .args(["explain", "--live", "--admin"])
-        .arg(g.admin.to_string())
-        .arg("--profile")
-        .arg(&g.profile)
-        .args(["GET", "http://live.test/"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    let live_text = || {
+        let out = std::process::Command::new(common::bin())
+            .args(["explain", "--live", "--admin"])
+            .arg(g.admin.to_string())
+            .arg("--profile")
+            .arg(&g.profile)
+            .args(["GET", "http://live.test/"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = live_text();
     assert!(
         text.contains(
             "live tables of the running server:\n  shard 0: client 127.0.0.1, host live.test"
@@ -558,15 +561,7 @@ rate_limit = "three"
     assert_eq!(ask()["shards"][0]["rate_limit"]["tokens"], 1);
     assert_eq!(get(), 200);
     assert_eq!(ask()["shards"][0]["rate_limit"]["tokens"], 0);
-    let out = std::process::Command::new(common::bin())
-        .args(["explain", "--live", "--admin"])
-        .arg(g.admin.to_string())
-        .arg("--profile")
-        .arg(&g.profile)
-        .args(["GET", "http://live.test/"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = live_text();
     assert!(
         text.contains("rate limit three: 0 tokens: this client's next request now gets 429"),
         "{text}"
