@@ -133,14 +133,9 @@ fn check(file: &str) -> ExitCode {
                 // As the compiler's errors are: the code, and where the
                 // setting is written.
                 let src = std::fs::read_to_string(file).unwrap_or_default();
-                for r in &refused {
-                    let (table, n, key) = r.at;
-                    let (line, column) =
-                        gapura_config::locate(&src, table, n, key).unwrap_or((0, 0));
-                    eprintln!(
-                        "{file}:{line}:{column}: error[{}] {}: {}: `gapura run` would not start",
-                        r.code, r.path, r.message
-                    );
+                for r in refused {
+                    let e = r.placed(&src);
+                    eprintln!("{file}:{e}: `gapura run` would not start");
                 }
                 return ExitCode::FAILURE;
             }
@@ -184,6 +179,20 @@ struct Refused {
 }
 
 impl Refused {
+    /// As the compiler's errors are: the code, the path, and where the
+    /// setting is written in `src` (0:0 when it is not found).
+    fn placed(self, src: &str) -> gapura_config::ProfileError {
+        let (table, n, key) = self.at;
+        let (line, column) = gapura_config::locate(src, table, n, key).unwrap_or((0, 0));
+        gapura_config::ProfileError {
+            code: self.code,
+            path: self.path,
+            line,
+            column,
+            message: self.message,
+        }
+    }
+
     /// A `[server]` setting's refusal.
     fn server(key: &'static str, message: String) -> Refused {
         let code = match key {

@@ -43,7 +43,6 @@ fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
             return Err(placed(
                 profile,
                 "pow_key_file",
-                "server.pow_key_file.unusable",
                 format!("proof of work has no key: {e}"),
             ));
         }
@@ -56,13 +55,12 @@ fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
 /// A refusal of a `[server]` setting as the compiler's errors read:
 /// `FILE:LINE:COL: error[CODE] server.KEY: MESSAGE` (the position where
 /// the setting is written in the profile, 0:0 when it is not found).
-fn placed(profile: Option<&Path>, key: &str, code: &str, msg: String) -> String {
+fn placed(profile: Option<&Path>, key: &'static str, msg: String) -> String {
     let name = profile.map_or_else(|| "<embedded default>".into(), |p| p.display().to_string());
     let src = profile
         .and_then(|p| std::fs::read_to_string(p).ok())
         .unwrap_or_default();
-    let (line, column) = gapura_config::locate(&src, "server", 0, key).unwrap_or((0, 0));
-    format!("{name}:{line}:{column}: error[{code}] server.{key}: {msg}")
+    format!("{name}:{}", crate::Refused::server(key, msg).placed(&src))
 }
 
 /// How `gapura run` was asked to run, beside the profile.
@@ -97,7 +95,7 @@ pub fn run(o: Options) -> ExitCode {
     let drop_to = match crate::privileges::plan(settings.user.as_deref(), allow_root) {
         Ok(t) => t,
         Err(msg) if msg.contains("no such user") => {
-            let msg = placed(profile.as_deref(), "user", "server.user.missing", msg);
+            let msg = placed(profile.as_deref(), "user", msg);
             log!("cannot start: {msg}");
             return ExitCode::FAILURE;
         }
