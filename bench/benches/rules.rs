@@ -164,7 +164,7 @@ fn answers_for_scale() {
     };
     measure("custom 403 message page write", 1_000_000, |_| {
         out.clear();
-        page.write_into(&mut out, black_box(&vars), b"", &ctx);
+        page.write_into(&mut out, black_box(&vars), None, &ctx);
         out.len() as u64
     });
 }

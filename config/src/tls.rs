@@ -30,8 +30,8 @@ pub const HSTS_MAX_AGE_S: i64 = 365 * 24 * 3600;
 pub(crate) struct HttpsLayer {
     pub redirect: Option<bool>,
     pub port: Option<u16>,
-    /// The whole header line.
-    pub hsts: Option<Vec<u8>>,
+    /// The `Strict-Transport-Security` value.
+    pub hsts: Option<String>,
 }
 
 impl crate::layer::Fields for HttpsLayer {
@@ -51,7 +51,9 @@ impl HttpsLayer {
                 .redirect
                 .unwrap_or(false)
                 .then_some(self.port.unwrap_or(443)),
-            hsts_line: self.hsts.clone().unwrap_or_default(),
+            hsts: self.hsts.as_ref().map_or_else(Default::default, |v| {
+                gapura_gate::sink::Lines::new(None, &[("Strict-Transport-Security", v)])
+            }),
         }
     }
 }
@@ -82,15 +84,14 @@ pub(crate) fn check_https(
             (0, 2 * HSTS_MAX_AGE_S),
         )
         .unwrap_or(HSTS_MAX_AGE_S);
-        let mut line = format!("Strict-Transport-Security: max-age={age}");
+        let mut line = format!("max-age={age}");
         if h.include_subdomains.as_ref().is_some_and(|v| *v.get_ref()) {
             line.push_str("; includeSubDomains");
         }
         if h.preload.as_ref().is_some_and(|v| *v.get_ref()) {
             line.push_str("; preload");
         }
-        line.push_str("\r\n");
-        line.into_bytes()
+        line
     });
     HttpsLayer {
         redirect: redirect.as_ref().map(|r| *r.get_ref()),

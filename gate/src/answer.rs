@@ -13,6 +13,7 @@
 //! large one ([`Answer::shared_body`]) is handed to the connection as it is
 //! and never copied per request, per stream or per frame.
 
+use crate::sink::{Lines, Sink};
 use bytes::Bytes;
 
 /// Bodies from this size on are sent as the snapshot's shared bytes
@@ -37,7 +38,7 @@ pub struct WriteCtx<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answer {
     pub status: u16,
-    head: Box<[u8]>,
+    head: Lines,
     body: Bytes,
     /// The blank line and the body, one copy for a keep-alive answer with
     /// its body; empty for a body sent as shared bytes.
@@ -65,24 +66,13 @@ impl Answer {
     /// after the status line; `Content-Length` is added from the body.
     /// Allocates (compile time only).
     pub fn new(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Answer {
-        let mut head = Vec::with_capacity(128);
-        head.extend_from_slice(b"HTTP/1.1 ");
-        head.extend_from_slice(status.to_string().as_bytes());
-        head.push(b' ');
-        head.extend_from_slice(reason_phrase(status).as_bytes());
-        head.extend_from_slice(b"\r\n");
-        for (name, value) in headers {
-            head.extend_from_slice(name.as_bytes());
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value.as_bytes());
-            head.extend_from_slice(b"\r\n");
-        }
+        let length = body.len().to_string();
+        let mut all = headers.to_vec();
         // 204 and 304 carry no body and no Content-Length; 1xx never come here.
         if status != 204 && status != 304 {
-            head.extend_from_slice(b"Content-Length: ");
-            head.extend_from_slice(body.len().to_string().as_bytes());
-            head.extend_from_slice(b"\r\n");
+            all.push(("Content-Length", &length));
         }
+        let head = Lines::new(Some(status), &all);
         let rest = if body.len() < SHARED_BODY_BYTES {
             [b"\r\n".as_slice(), body].concat().into_boxed_slice()
         } else {
@@ -90,7 +80,7 @@ impl Answer {
         };
         Answer {
             status,
-            head: head.into_boxed_slice(),
+            head,
             body: Bytes::copy_from_slice(body),
             rest,
             id_at: None,
@@ -133,14 +123,20 @@ impl Answer {
         (self.id_at.is_none() && self.body.len() >= SHARED_BODY_BYTES).then_some(&self.body)
     }
 
+    /// The status line and fixed lines as HTTP/1.1 writes them.
     pub fn head(&self) -> &[u8] {
+        self.head.h1()
+    }
+
+    /// The status line and fixed lines in both forms.
+    pub fn head_lines(&self) -> &Lines {
         &self.head
     }
 
     /// Appends the response to `out`. O(len), no allocation once `out` has
     /// the capacity.
     #[inline]
-    pub fn write_into(&self, out: &mut Vec<u8>, ctx: &WriteCtx<'_>) {
+    pub fn write_into<O: Sink>(&self, out: &mut O, ctx: &WriteCtx<'_>) {
         self.write_start(out, ctx.date_line);
         self.write_end(out, ctx);
     }
@@ -149,9 +145,9 @@ impl Answer {
     /// that must read the request body first writes this, reads the body,
     /// and only then decides whether it closes ([`Answer::write_end`]).
     #[inline]
-    pub fn write_start(&self, out: &mut Vec<u8>, date_line: &[u8]) {
-        out.extend_from_slice(&self.head);
-        out.extend_from_slice(date_line);
+    pub fn write_start<O: Sink>(&self, out: &mut O, date_line: &[u8]) {
+        out.head(self.status, &self.head);
+        out.date(date_line);
     }
 
     /// What [`Answer::write_end`] writes for an HTTP/1.1 keep-alive answer
@@ -165,27 +161,22 @@ impl Answer {
 
     /// The rest: the connection line, the blank line, the body.
     #[inline]
-    pub fn write_end(&self, out: &mut Vec<u8>, ctx: &WriteCtx<'_>) {
+    pub fn write_end<O: Sink>(&self, out: &mut O, ctx: &WriteCtx<'_>) {
         if !(ctx.close || ctx.keep_alive_10 || ctx.head_only || self.rest.is_empty()) {
-            out.extend_from_slice(&self.rest);
+            out.rest(&self.rest);
             return;
         }
         end_head(out, ctx);
         if !ctx.head_only {
-            out.extend_from_slice(&self.body);
+            out.body(&self.body);
         }
     }
 }
 
 /// Ends a head whose Date line is written: the connection line, the blank line.
 #[inline]
-pub fn end_head(out: &mut Vec<u8>, ctx: &WriteCtx<'_>) {
-    if ctx.close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    } else if ctx.keep_alive_10 {
-        out.extend_from_slice(b"Connection: keep-alive\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
+pub fn end_head<O: Sink>(out: &mut O, ctx: &WriteCtx<'_>) {
+    out.end(ctx.close, ctx.keep_alive_10);
 }
 
 /// The reason phrase of a status code ("" for one we do not name).

@@ -192,12 +192,44 @@ pub enum Remembered {
 }
 
 /// A relayed answer kept whole: its head (without Date and the connection
-/// line, each header ending in CRLF) then its body.
+/// line) in both forms, then its body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Relay {
     pub status: u16,
-    pub bytes: Arc<[u8]>,
-    pub head_len: u32,
+    pub head: Arc<crate::sink::Lines>,
+    pub body: Arc<[u8]>,
+}
+
+impl Relay {
+    /// The answer `status` with `lines` (`Cache-Control: no-store` and its
+    /// `Content-Length` added) and `body`. Allocates.
+    pub fn new(status: u16, lines: &[(&[u8], &[u8])], body: &[u8]) -> Relay {
+        let length = body.len().to_string();
+        let mut all = lines.to_vec();
+        all.push((b"Cache-Control", b"no-store"));
+        all.push((b"Content-Length", length.as_bytes()));
+        Relay {
+            status,
+            head: Arc::new(crate::sink::Lines::new(Some(status), &all)),
+            body: Arc::from(body),
+        }
+    }
+
+    /// What it holds: its head's bytes and its body.
+    pub fn size(&self) -> usize {
+        self.head.h1().len() + self.body.len()
+    }
+
+    /// Writes it: its head, Date, `Connection: close`, the blank line and
+    /// (unless `head_only`) its body.
+    pub fn write_into<O: crate::sink::Sink>(&self, out: &mut O, date: &[u8], head_only: bool) {
+        out.head(self.status, &self.head);
+        out.date(date);
+        out.end(true, false);
+        if !head_only {
+            out.body(&self.body);
+        }
+    }
 }
 
 /// The largest relayed answer remembered (head and body): a refusal
@@ -467,7 +499,7 @@ impl AuthState {
         relay: Relay,
         now_ms: u64,
     ) {
-        if p.negative_ttl_ms == 0 || relay.bytes.len() > MAX_REMEMBERED_REFUSAL {
+        if p.negative_ttl_ms == 0 || relay.size() > MAX_REMEMBERED_REFUSAL {
             return;
         }
         if let Some(cache) = self.caches.get_mut(i) {
@@ -614,11 +646,8 @@ mod tests {
             request_key: 99,
             host_key: None,
         };
-        let relay = |n: usize| Relay {
-            status: 401,
-            bytes: Arc::from(vec![b'x'; n]),
-            head_len: 1,
-        };
+        // A body of `n` bytes.
+        let relay = |n: usize| Relay::new(401, &[], &vec![b'x'; n]);
         s.remember_refusal(0, &p, &job, relay(10), 0);
         assert_eq!(
             s.lookup(0, (99, None), 1),

@@ -36,6 +36,7 @@ pub use upstream::{replace_upstream, ReplaceUpstream, UpstreamHead, REPLACED_RES
 
 use crate::answer::{end_head, reason_phrase, WriteCtx};
 use crate::pages::{builtin_csp, ErrorPages, ErrorStatus, STYLE};
+use crate::sink::{Lines, Sink};
 use template::{encode_html, encode_html_string, Piece};
 
 /// Longest heading, in characters.
@@ -304,7 +305,7 @@ pub struct CustomPage {
     status: u16,
     /// Status line and fixed headers, each ending in CRLF; no
     /// Content-Length (it depends on the slots).
-    head: Box<[u8]>,
+    head: Lines,
     bytes: Box<[u8]>,
     segments: Box<[Segment]>,
 }
@@ -354,24 +355,16 @@ impl Assembler {
     }
 }
 
-fn page_head(status: u16, csp: &str, extra_headers: &[(&str, &str)]) -> Box<[u8]> {
-    let mut head = format!("HTTP/1.1 {status} {}\r\n", reason_phrase(status));
-    for (name, value) in [
+fn page_head(status: u16, csp: &str, extra_headers: &[(&str, &str)]) -> Lines {
+    let mut pairs = vec![
         ("Content-Type", "text/html; charset=utf-8"),
         ("Cache-Control", "no-store"),
         ("Referrer-Policy", "no-referrer"),
         ("X-Content-Type-Options", "nosniff"),
         ("Content-Security-Policy", csp),
-    ]
-    .iter()
-    .chain(extra_headers)
-    {
-        head.push_str(name);
-        head.push_str(": ");
-        head.push_str(value);
-        head.push_str("\r\n");
-    }
-    head.into_bytes().into_boxed_slice()
+    ];
+    pairs.extend_from_slice(extra_headers);
+    Lines::new(Some(status), &pairs)
 }
 
 impl CustomPage {
@@ -437,7 +430,7 @@ impl CustomPage {
 
     /// The fixed head (status line and headers, no Content-Length).
     pub fn head(&self) -> &[u8] {
-        &self.head
+        self.head.h1()
     }
 
     /// Feeds the body to `sink`, slots cut and encoded.
@@ -472,32 +465,42 @@ impl CustomPage {
 
     /// Appends the body alone.
     #[inline]
-    pub fn write_body(&self, out: &mut Vec<u8>, vars: &PageVars<'_>) {
-        self.body(vars, |b| out.extend_from_slice(b));
+    pub fn write_body<O: Sink>(&self, out: &mut O, vars: &PageVars<'_>) {
+        self.body(vars, |b| out.body(b));
     }
 
-    /// Appends the whole response: head, `extra_head` (whole header lines
-    /// such as `Retry-After: 3\r\n`), `Content-Length`, the Date line, the
-    /// connection line, and the body unless `ctx.head_only`. O(page +
-    /// slots), no allocation once `out` has the capacity.
+    /// Appends the whole response: head, `Retry-After` when given,
+    /// `Content-Length`, the Date line, the connection line, and the body
+    /// unless `ctx.head_only`. O(page + slots), no allocation once `out`
+    /// has the capacity.
     #[inline]
-    pub fn write_into(
+    pub fn write_into<O: Sink>(
         &self,
-        out: &mut Vec<u8>,
+        out: &mut O,
         vars: &PageVars<'_>,
-        extra_head: &[u8],
+        retry_after_s: Option<u32>,
         ctx: &WriteCtx<'_>,
     ) {
-        out.extend_from_slice(&self.head);
-        out.extend_from_slice(extra_head);
-        out.extend_from_slice(b"Content-Length: ");
-        crate::pages::push_decimal(out, self.body_len(vars) as u64);
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(ctx.date_line);
+        out.head(self.status, &self.head);
+        write_retry_after(out, retry_after_s);
+        let mut digits = [0u8; 20];
+        let len = crate::pages::decimal(self.body_len(vars) as u64, &mut digits);
+        out.field(b"Content-Length", http::header::CONTENT_LENGTH, &[len]);
+        out.date(ctx.date_line);
         end_head(out, ctx);
         if !ctx.head_only {
             self.write_body(out, vars);
         }
+    }
+}
+
+/// `Retry-After: N`, when there is one.
+#[inline]
+pub fn write_retry_after<O: Sink>(out: &mut O, seconds: Option<u32>) {
+    if let Some(n) = seconds {
+        let mut digits = [0u8; 20];
+        let n = crate::pages::decimal(u64::from(n), &mut digits);
+        out.field(b"Retry-After", http::header::RETRY_AFTER, &[n]);
     }
 }
 
@@ -562,30 +565,38 @@ impl CustomPages {
 
 /// Writes the error answer for `status`: the host's custom page when it has
 /// one and the client asked for HTML, else the built-in page in the form the
-/// client asked for. `extra_head` is whole header lines added after the
-/// fixed ones (a `Retry-After`). O(page), no allocation once `out` has the
-/// capacity.
+/// client asked for, with `Retry-After` when given. O(page), no allocation
+/// once `out` has the capacity.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn write_error_page(
-    out: &mut Vec<u8>,
+pub fn write_error_page<O: Sink>(
+    out: &mut O,
     builtin: &ErrorPages,
     custom: Option<&CustomPages>,
     status: ErrorStatus,
     wants_html: bool,
     vars: &PageVars<'_>,
-    extra_head: &[u8],
+    retry_after_s: Option<u32>,
     ctx: &WriteCtx<'_>,
 ) {
     let page = builtin.get(status, wants_html);
-    write_page_or_custom(out, page, custom, status, wants_html, vars, extra_head, ctx);
+    write_page_or_custom(
+        out,
+        page,
+        custom,
+        status,
+        wants_html,
+        vars,
+        retry_after_s,
+        ctx,
+    );
 }
 
 /// Gapura's own 502, 503 or 504 for an upstream that did not answer, in
 /// the words of `why` ([`ErrorPages::upstream`]), or the host's own page
 /// for its status when it has one.
-pub fn write_upstream_error_page(
-    out: &mut Vec<u8>,
+pub fn write_upstream_error_page<O: Sink>(
+    out: &mut O,
     builtin: &ErrorPages,
     custom: Option<&CustomPages>,
     why: crate::pages::UpstreamWhy,
@@ -594,35 +605,35 @@ pub fn write_upstream_error_page(
     ctx: &WriteCtx<'_>,
 ) {
     let page = builtin.upstream(why, wants_html);
-    write_page_or_custom(out, page, custom, why.status(), wants_html, vars, b"", ctx);
+    write_page_or_custom(out, page, custom, why.status(), wants_html, vars, None, ctx);
 }
 
 #[allow(clippy::too_many_arguments)]
-fn write_page_or_custom(
-    out: &mut Vec<u8>,
+fn write_page_or_custom<O: Sink>(
+    out: &mut O,
     answer: &crate::answer::Answer,
     custom: Option<&CustomPages>,
     status: ErrorStatus,
     wants_html: bool,
     vars: &PageVars<'_>,
-    extra_head: &[u8],
+    retry_after_s: Option<u32>,
     ctx: &WriteCtx<'_>,
 ) {
     if wants_html {
         if let Some(page) = custom.and_then(|c| c.get(status)) {
-            page.write_into(out, vars, extra_head, ctx);
+            page.write_into(out, vars, retry_after_s, ctx);
             return;
         }
     }
-    out.extend_from_slice(answer.head());
-    out.extend_from_slice(extra_head);
-    out.extend_from_slice(ctx.date_line);
+    out.head(answer.status, answer.head_lines());
+    write_retry_after(out, retry_after_s);
+    out.date(ctx.date_line);
     end_head(out, ctx);
     if !ctx.head_only {
-        out.extend_from_slice(answer.body());
+        out.body(answer.body());
         // The built-in page's request id: the one the custom page would show.
         if let Ok(id) = <&[u8; 24]>::try_from(vars.request_id) {
-            answer.stamp(out, false, || *id);
+            answer.stamp(out.written_mut(), false, || *id);
         }
     }
 }

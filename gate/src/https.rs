@@ -9,7 +9,7 @@
 pub struct HttpsPolicy {
     /// Answer plaintext requests with a 308 to the https URL on this port.
     pub redirect_port: Option<u16>,
-    /// The `Strict-Transport-Security` line added to answers over TLS
-    /// (`Strict-Transport-Security: ...\r\n`), or empty.
-    pub hsts_line: Vec<u8>,
+    /// The `Strict-Transport-Security` field added to answers over TLS,
+    /// or none (empty).
+    pub hsts: crate::sink::Lines,
 }

@@ -51,7 +51,8 @@
 //!   ticket secret) and the HTTPS redirect's answer.
 //! - `https`: a host's HTTPS policy (redirect, HSTS).
 //! - `pages`: built-in error pages; `custom_pages`: an operator's pages;
-//!   `answer`: precomputed answers and the one function that writes them.
+//!   `answer`: precomputed answers and the one function that writes them;
+//!   `sink`: where every answer is written, as HTTP/1.1 bytes or as parts.
 
 #![forbid(unsafe_code)]
 
@@ -79,6 +80,7 @@ pub mod pow;
 pub mod quota;
 pub mod robots;
 pub mod ruleset;
+pub mod sink;
 pub mod snapshot;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;

@@ -21,6 +21,7 @@
 use crate::answer::{end_head, reason_phrase, Answer, WriteCtx};
 use crate::custom_pages::{CustomPage, PageEntrySpec, PageError, PageVars};
 use crate::mode::Mode;
+use crate::sink::Sink;
 
 /// Statuses a maintenance answer may carry (503 is the built-in).
 pub const MAINTENANCE_STATUSES: [u16; 8] = [503, 200, 500, 502, 504, 403, 404, 410];
@@ -207,21 +208,21 @@ impl Maintenance {
     /// for it, else the plain text. O(page), no allocation once `out` has
     /// the capacity.
     #[inline]
-    pub fn write_into(
+    pub fn write_into<O: Sink>(
         &self,
-        out: &mut Vec<u8>,
+        out: &mut O,
         wants_html: bool,
         vars: &PageVars<'_>,
         ctx: &WriteCtx<'_>,
     ) {
         if wants_html {
-            self.html.write_into(out, vars, b"", ctx);
+            self.html.write_into(out, vars, None, ctx);
         } else {
-            out.extend_from_slice(self.text.head());
-            out.extend_from_slice(ctx.date_line);
+            out.head(self.text.status, self.text.head_lines());
+            out.date(ctx.date_line);
             end_head(out, ctx);
             if !ctx.head_only {
-                out.extend_from_slice(self.text.body());
+                out.body(self.text.body());
             }
         }
     }

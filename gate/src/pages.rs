@@ -7,6 +7,7 @@
 //! Choosing and writing a page is an index and a copy: no allocation.
 
 use crate::answer::{reason_phrase, Answer, REQUEST_ID_SLOT};
+use crate::sink::{Lines, Sink};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
@@ -246,7 +247,7 @@ pub struct ErrorPages {
 /// the head without `Content-Length`, and the body split around the number.
 #[derive(Clone, Debug)]
 pub struct RetryPage {
-    head: Box<[u8]>,
+    head: Lines,
     body_pre: Box<[u8]>,
     /// What follows the number: " seconds." and the rest of the page.
     body_post: Box<[u8]>,
@@ -287,12 +288,8 @@ fn decimal_len(mut n: u64) -> u64 {
 
 impl RetryPage {
     fn new(headers: &[(&str, &str)], body_pre: &str, body_post: &str) -> RetryPage {
-        let mut head = format!("HTTP/1.1 429 {}\r\n", reason_phrase(429));
-        for (n, v) in headers {
-            head.push_str(&format!("{n}: {v}\r\n"));
-        }
         RetryPage {
-            head: head.into_bytes().into_boxed_slice(),
+            head: Lines::new(Some(429), headers),
             body_pre: body_pre.as_bytes().into(),
             body_post: body_post.as_bytes().into(),
             body_post_one: body_post
@@ -316,9 +313,9 @@ impl RetryPage {
 
     /// Writes the 429 with `retry_after_s` in `Retry-After` and the body.
     /// No allocation once `out` has capacity.
-    pub fn write_into(
+    pub fn write_into<O: Sink>(
         &self,
-        out: &mut Vec<u8>,
+        out: &mut O,
         retry_after_s: u32,
         ctx: &crate::answer::WriteCtx<'_>,
     ) {
@@ -328,19 +325,23 @@ impl RetryPage {
         } else {
             &self.body_post
         };
-        out.extend_from_slice(&self.head);
-        out.extend_from_slice(b"Content-Length: ");
+        out.head(429, &self.head);
         let len = self.body_pre.len() as u64 + decimal_len(n) + post.len() as u64;
-        push_decimal(out, len);
-        out.extend_from_slice(b"\r\nRetry-After: ");
-        push_decimal(out, n);
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(ctx.date_line);
+        let mut digits = [0u8; 20];
+        out.field(
+            b"Content-Length",
+            http::header::CONTENT_LENGTH,
+            &[decimal(len, &mut digits)],
+        );
+        let mut digits = [0u8; 20];
+        let n = decimal(n, &mut digits);
+        out.field(b"Retry-After", http::header::RETRY_AFTER, &[n]);
+        out.date(ctx.date_line);
         crate::answer::end_head(out, ctx);
         if !ctx.head_only {
-            out.extend_from_slice(&self.body_pre);
-            push_decimal(out, n);
-            out.extend_from_slice(post);
+            out.body(&self.body_pre);
+            out.body(n);
+            out.body(post);
         }
     }
 }

@@ -11,6 +11,7 @@
 //! Private keys and the ticket secret never appear in `Debug` output.
 
 use crate::host::HostTable;
+use crate::sink::{Lines, Sink};
 use std::fmt;
 
 /// The lowest protocol version a TLS listener accepts.
@@ -118,20 +119,25 @@ pub fn redirect_authority(host: &[u8]) -> Option<&[u8]> {
 /// Writes the head of a 308 to `https://AUTHORITY[:PORT]TARGET` (the port
 /// only when not 443), up to its connection line ([`crate::answer::end_head`]
 /// finishes). No allocation once `out` has room.
-pub fn write_https_redirect(
-    out: &mut Vec<u8>,
+pub fn write_https_redirect<O: Sink>(
+    out: &mut O,
     authority: &[u8],
     port: u16,
     target: &[u8],
     date_line: &[u8],
 ) {
-    out.extend_from_slice(b"HTTP/1.1 308 Permanent Redirect\r\nLocation: https://");
-    out.extend_from_slice(authority);
+    static LINES: std::sync::OnceLock<(Lines, Lines)> = std::sync::OnceLock::new();
+    let (status, rest) = LINES.get_or_init(|| {
+        (
+            Lines::status(308),
+            Lines::new(None, &[("Content-Length", "0")]),
+        )
+    });
+    out.head(308, status);
+    let mut digits = [0u8; 6];
+    let mut at = digits.len();
     if port != 443 {
-        out.push(b':');
-        let mut digits = [0u8; 5];
         let mut n = port;
-        let mut at = digits.len();
         loop {
             at -= 1;
             digits[at] = b'0' + (n % 10) as u8;
@@ -140,15 +146,21 @@ pub fn write_https_redirect(
                 break;
             }
         }
-        out.extend_from_slice(&digits[at..]);
+        at -= 1;
+        digits[at] = b':';
     }
-    if target.first() == Some(&b'/') {
-        out.extend_from_slice(target);
+    let target: &[u8] = if target.first() == Some(&b'/') {
+        target
     } else {
-        out.push(b'/');
-    }
-    out.extend_from_slice(b"\r\nContent-Length: 0\r\n");
-    out.extend_from_slice(date_line);
+        b"/"
+    };
+    out.field(
+        b"Location",
+        http::header::LOCATION,
+        &[b"https://", authority, &digits[at..], target],
+    );
+    out.lines(rest);
+    out.date(date_line);
 }
 
 #[cfg(test)]

@@ -260,7 +260,7 @@ fn custom_page_write_allocates_nothing() {
                     status,
                     html,
                     &vars,
-                    b"Retry-After: 1\r\n",
+                    Some(1),
                     &CTX,
                 );
             }

@@ -214,7 +214,7 @@ fn the_example_profile_sends_its_site_to_https() {
     let site = &s.entries[s.hosts.lookup(Some(b"example.com")).unwrap() as usize];
     assert_eq!(site.extras.https.redirect_port, Some(443));
     assert_eq!(
-        site.extras.https.hsts_line,
+        site.extras.https.hsts.h1(),
         b"Strict-Transport-Security: max-age=63072000\r\n"
     );
     assert_eq!(

@@ -145,7 +145,7 @@ fn built_in_message_without_an_id_is_the_static_built_in_page() {
 fn document_gets_the_document_csp_and_security_headers() {
     let p = page(503, PageEntrySpec::document("<h1>Down</h1>"));
     let mut out = Vec::new();
-    p.write_into(&mut out, &PageVars::default(), b"Retry-After: 3\r\n", &CTX);
+    p.write_into(&mut out, &PageVars::default(), Some(3), &CTX);
     assert_eq!(
         String::from_utf8(out).unwrap(),
         format!(
@@ -158,7 +158,7 @@ fn document_gets_the_document_csp_and_security_headers() {
         close: true,
         ..CTX
     };
-    p.write_into(&mut out, &PageVars::default(), b"", &ctx);
+    p.write_into(&mut out, &PageVars::default(), None, &ctx);
     let s = String::from_utf8(out).unwrap();
     assert!(
         s.ends_with("Content-Length: 13\r\nDate: x\r\nConnection: close\r\n\r\n"),
@@ -174,7 +174,7 @@ fn content_length_counts_encoded_slots() {
         host: "<\u{e9}>".as_bytes(),
         ..PageVars::default()
     };
-    p.write_into(&mut out, &vars, b"", &CTX);
+    p.write_into(&mut out, &vars, None, &CTX);
     let s = String::from_utf8(out).unwrap();
     assert!(
         s.ends_with("Content-Length: 16\r\nDate: x\r\n\r\n[&lt;&#xe9;&gt;]"),
@@ -224,7 +224,7 @@ fn host_pages_serve_html_clients_and_leave_plain_text_built_in() {
     };
     let write = |status, html, custom: Option<&CustomPages>| {
         let mut out = Vec::new();
-        write_error_page(&mut out, &builtin, custom, status, html, &vars, b"", &CTX);
+        write_error_page(&mut out, &builtin, custom, status, html, &vars, None, &CTX);
         String::from_utf8(out).unwrap()
     };
     assert!(
@@ -258,7 +258,7 @@ fn host_pages_serve_html_clients_and_leave_plain_text_built_in() {
         ErrorStatus::TooManyRequests,
         false,
         &vars,
-        b"Retry-After: 7\r\n",
+        Some(7),
         &CTX,
     );
     let s = String::from_utf8(out).unwrap();

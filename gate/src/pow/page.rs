@@ -13,6 +13,7 @@ use super::token::{mint_challenge, PowKey, ProofOfWork, CHALLENGE_CHARS, COOKIE_
 use super::verify::Verified;
 use crate::answer::{end_head, Answer, WriteCtx, REQUEST_ID_SLOT};
 use crate::pages::{builtin_page, decimal, Page};
+use crate::sink::{Lines, Sink};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 use std::net::IpAddr;
@@ -30,7 +31,7 @@ const DIFFICULTY_SLOT: &str = "__";
 #[derive(Debug)]
 pub struct ChallengePage {
     /// Status line and fixed headers, without Date.
-    head: Box<[u8]>,
+    head: Lines,
     body: Box<[u8]>,
     challenge_at: usize,
     difficulty_at: usize,
@@ -76,7 +77,7 @@ impl ChallengePage {
             body.as_bytes(),
         );
         ChallengePage {
-            head: answer.head().into(),
+            head: answer.head_lines().clone(),
             challenge_at: at("data-challenge=\"", CHALLENGE_SLOT),
             difficulty_at: at("data-difficulty=\"", DIFFICULTY_SLOT),
             id_at: at("", REQUEST_ID_SLOT),
@@ -123,23 +124,24 @@ pub struct Mint<'a> {
 
 /// Writes the challenge page with a fresh challenge. O(page), no
 /// allocation once `out` has the capacity.
-pub fn write_challenge_page(
-    out: &mut Vec<u8>,
+pub fn write_challenge_page<O: Sink>(
+    out: &mut O,
     mint: &Mint<'_>,
     request_id: &[u8; 24],
     ctx: &WriteCtx<'_>,
 ) {
     let pow = mint.pow;
     let page = ChallengePage::get();
-    out.extend_from_slice(&page.head);
-    out.extend_from_slice(ctx.date_line);
+    out.head(403, &page.head);
+    out.date(ctx.date_line);
     end_head(out, ctx);
     if ctx.head_only {
         return;
     }
-    let start = out.len();
-    out.extend_from_slice(&page.body);
-    let body = &mut out[start..];
+    out.body(&page.body);
+    let written = out.written_mut();
+    let start = written.len() - page.body.len();
+    let body = &mut written[start..];
     let challenge = mint_challenge(
         mint.key,
         pow.host,
@@ -157,49 +159,70 @@ pub fn write_challenge_page(
 
 /// Writes the 403 of a client that is not a browser (HTML or text as it
 /// accepts), with its request id.
-pub fn write_non_browser_page(
-    out: &mut Vec<u8>,
+pub fn write_non_browser_page<O: Sink>(
+    out: &mut O,
     wants_html: bool,
     request_id: &[u8; 24],
     ctx: &WriteCtx<'_>,
 ) -> u16 {
     let answer = non_browser_page().for_client(wants_html);
     answer.write_into(out, ctx);
-    answer.stamp(out, ctx.head_only, || *request_id);
+    answer.stamp(out.written_mut(), ctx.head_only, || *request_id);
     answer.status
+}
+
+/// The verify endpoint's fixed lines: its status line, and what follows
+/// its `Location` and cookie.
+fn verified_lines() -> &'static (Lines, Lines) {
+    static LINES: OnceLock<(Lines, Lines)> = OnceLock::new();
+    LINES.get_or_init(|| {
+        (
+            Lines::status(303),
+            Lines::new(
+                None,
+                &[
+                    ("Cache-Control", "no-store"),
+                    ("Referrer-Policy", "no-referrer"),
+                    ("Content-Length", "0"),
+                ],
+            ),
+        )
+    })
 }
 
 /// Writes the verify endpoint's 303 to `target` (a local path), with the
 /// cookie when solved; `secure` when the request came over TLS. No
 /// allocation once `out` has the capacity.
-pub fn write_verified(
-    out: &mut Vec<u8>,
+pub fn write_verified<O: Sink>(
+    out: &mut O,
     verified: &Verified,
     target: &[u8],
     secure: bool,
     ctx: &WriteCtx<'_>,
 ) {
-    out.extend_from_slice(b"HTTP/1.1 303 See Other\r\nLocation: ");
-    out.extend_from_slice(target);
-    out.extend_from_slice(b"\r\n");
+    let (status, rest) = verified_lines();
+    out.head(303, status);
+    out.field(b"Location", http::header::LOCATION, &[target]);
     if let Verified::Cookie { value, max_age_s } = verified {
-        out.extend_from_slice(b"Set-Cookie: ");
-        out.extend_from_slice(COOKIE_NAME);
-        out.push(b'=');
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"; Path=/; Max-Age=");
         let mut digits = [0u8; 20];
-        out.extend_from_slice(decimal(*max_age_s, &mut digits));
-        out.extend_from_slice(b"; HttpOnly; SameSite=Lax");
-        if secure {
-            out.extend_from_slice(b"; Secure");
-        }
-        out.extend_from_slice(b"\r\n");
+        let max_age = decimal(*max_age_s, &mut digits);
+        let secure: &[u8] = if secure { b"; Secure" } else { b"" };
+        out.field(
+            b"Set-Cookie",
+            http::header::SET_COOKIE,
+            &[
+                COOKIE_NAME,
+                b"=",
+                value,
+                b"; Path=/; Max-Age=",
+                max_age,
+                b"; HttpOnly; SameSite=Lax",
+                secure,
+            ],
+        );
     }
-    out.extend_from_slice(
-        b"Cache-Control: no-store\r\nReferrer-Policy: no-referrer\r\nContent-Length: 0\r\n",
-    );
-    out.extend_from_slice(ctx.date_line);
+    out.lines(rest);
+    out.date(ctx.date_line);
     end_head(out, ctx);
 }
 

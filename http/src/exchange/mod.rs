@@ -83,15 +83,6 @@ pub fn connection_specific(name: &[u8]) -> bool {
         .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
 }
 
-/// A compiled `Name: value\r\n` line (a host's HSTS line) as a field.
-pub fn field_of_line(line: &[u8]) -> Option<(http::HeaderName, http::HeaderValue)> {
-    let line = line.strip_suffix(b"\r\n").unwrap_or(line);
-    let colon = line.iter().position(|&b| b == b':')?;
-    let name = http::HeaderName::from_bytes(&line[..colon]).ok()?;
-    let value = http::HeaderValue::from_bytes(line[colon + 1..].trim_ascii()).ok()?;
-    Some((name, value))
-}
-
 /// An HTTP/1.1 answer's fields as an HTTP/2 answer's: those HTTP/2
 /// forbids left out, with `Trailer` and every name the `Connection` field
 /// lists (hop-by-hop), and any that is not a valid field.
@@ -188,13 +179,5 @@ mod tests {
             trailers_of(b"grpc-status: 0\r\ngrpc-message: fine \r\nconnection: x\r\nbroken\r\n");
         assert_eq!(t.len(), 2);
         assert_eq!(t["grpc-message"], "fine");
-    }
-
-    #[test]
-    fn the_hsts_line_becomes_a_field() {
-        let (n, v) = field_of_line(b"Strict-Transport-Security: max-age=31536000\r\n").unwrap();
-        assert_eq!(n, "strict-transport-security");
-        assert_eq!(v, "max-age=31536000");
-        assert!(field_of_line(b"").is_none());
     }
 }

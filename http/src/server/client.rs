@@ -18,6 +18,7 @@ use crate::clock;
 use crate::transport::Transport;
 use gapura_gate::answer::Answer;
 use gapura_gate::answer::WriteCtx;
+use gapura_gate::sink::Sink;
 use monoio::time::Instant;
 
 /// Initial read buffer; it grows only for large heads.
@@ -44,12 +45,15 @@ impl Drop for Unpark<'_> {
 /// the connection layer reads and consumes the read buffer, appends to the
 /// write buffer and waits on the stream only through the methods below,
 /// so "who may touch the read buffer" has one answer.
-pub(super) struct ClientIo<S> {
+pub(super) struct ClientIo<S: Transport> {
     stream: S,
     rbuf: Vec<u8>,
     /// Start of unparsed bytes in `rbuf`.
     pos: usize,
     wbuf: Vec<u8>,
+    /// An answer written as parts (an HTTP/2 stream's; nothing for a byte
+    /// stream).
+    parts: S::Parts,
     /// A body that follows `wbuf`, shared with the snapshot (a large
     /// built-in answer's): sent by the next flush, never copied.
     shared: Option<bytes::Bytes>,
@@ -65,7 +69,7 @@ pub(super) struct ClientIo<S> {
 
 /// The read buffer: what was read and not yet consumed, and the room to
 /// read into.
-impl<S> ClientIo<S> {
+impl<S: Transport> ClientIo<S> {
     /// The bytes read and not consumed yet (the next head, a body's start).
     #[inline]
     pub(super) fn unread(&self) -> &[u8] {
@@ -159,25 +163,39 @@ impl<S> ClientIo<S> {
 
 /// The write side: answers appended to the write buffer, flushed
 /// together.
-impl<S> ClientIo<S> {
-    /// The write buffer, to append answers to.
+impl<S: Transport> ClientIo<S> {
+    /// The write buffer, to append bytes to (an upstream's answer relayed
+    /// to a byte stream, an interim answer).
     #[inline]
     pub(super) fn out(&mut self) -> &mut Vec<u8> {
         &mut self.wbuf
     }
 
-    /// The stream, the unread bytes and the write buffer together (a head
-    /// is read from the first two while its answer is written into the
-    /// third).
-    #[inline]
-    pub(super) fn head_view(&mut self) -> (&S, &[u8], &mut Vec<u8>) {
-        (&self.stream, &self.rbuf[self.pos..], &mut self.wbuf)
+    /// Where Gapura's own answers are written: the write buffer of a byte
+    /// stream, the parts of an HTTP/2 stream ([`Transport::answers`]).
+    #[inline(always)]
+    pub(super) fn answer(&mut self) -> &mut S::Answers {
+        S::answers(&mut self.wbuf, &mut self.parts)
     }
 
-    /// Bytes waiting in the write buffer.
+    /// The stream, the unread bytes and where answers are written together
+    /// (a head is read from the first two while its answer is written into
+    /// the third).
+    #[inline]
+    pub(super) fn head_view(&mut self) -> (&S, &[u8], &mut S::Answers) {
+        (
+            &self.stream,
+            &self.rbuf[self.pos..],
+            S::answers(&mut self.wbuf, &mut self.parts),
+        )
+    }
+
+    /// Bytes waiting to be sent: in the write buffer, and of an answer
+    /// written as parts (which counts one more, so that one with no body
+    /// still waits).
     #[inline]
     pub(super) fn out_len(&self) -> usize {
-        self.wbuf.len()
+        self.wbuf.len() + S::parts_waiting(&self.parts)
     }
 
     /// The write buffer, taken (the connection holds none while idle).
@@ -210,12 +228,12 @@ impl<S> ClientIo<S> {
     /// next answer's bytes begin in the connection's count.
     #[inline]
     pub(super) fn bytes_out(&self) -> u64 {
-        self.sent + self.wbuf.len() as u64
+        self.sent + (self.wbuf.len() + S::parts_len(&self.parts)) as u64
     }
 }
 
 /// The stream and the connection's deadline.
-impl<S> ClientIo<S> {
+impl<S: Transport> ClientIo<S> {
     #[inline]
     pub(super) fn stream(&self) -> &S {
         &self.stream
@@ -262,6 +280,7 @@ impl<S: Transport> ClientIo<S> {
             rbuf,
             pos,
             wbuf: Vec::with_capacity(WRITE_BUF_BYTES),
+            parts: S::Parts::default(),
             shared: None,
             sent: 0,
             head_deadline: None,
@@ -278,6 +297,7 @@ impl<S: Transport> ClientIo<S> {
             rbuf: Vec::new(),
             pos: 0,
             wbuf: Vec::new(),
+            parts: S::Parts::default(),
             shared: None,
             sent: 0,
             head_deadline: None,
@@ -287,12 +307,13 @@ impl<S: Transport> ClientIo<S> {
     }
 
     /// The same connection over another stream (`f` wraps this one).
-    pub(super) fn map_stream<T>(self, f: impl FnOnce(S) -> T) -> ClientIo<T> {
+    pub(super) fn map_stream<T: Transport>(self, f: impl FnOnce(S) -> T) -> ClientIo<T> {
         ClientIo {
             stream: f(self.stream),
             rbuf: self.rbuf,
             pos: self.pos,
             wbuf: self.wbuf,
+            parts: T::Parts::default(),
             shared: self.shared,
             sent: self.sent,
             head_deadline: self.head_deadline,
@@ -431,7 +452,7 @@ impl<S: Transport> ClientIo<S> {
     /// Sends `wbuf` whole, then the shared body that follows it, under
     /// the write timeout.
     pub(super) async fn flush(&mut self, write_timeout_ms: u64) -> Result<(), End> {
-        if self.shared.is_some() {
+        if self.shared.is_some() || S::PARTS {
             // On its own allocation: the common flush future stays small.
             return Box::pin(self.flush_shared(write_timeout_ms)).await;
         }
@@ -453,16 +474,20 @@ impl<S: Transport> ClientIo<S> {
         }
     }
 
-    /// [`ClientIo::flush`] with a shared body after `wbuf`: both under one
-    /// write timeout.
+    /// [`ClientIo::flush`] with an answer written as parts or a shared body
+    /// after `wbuf`: all under one write timeout.
     async fn flush_shared(&mut self, write_timeout_ms: u64) -> Result<(), End> {
         let buf = std::mem::take(&mut self.wbuf);
         let shared = self.shared.take();
-        self.sent += (buf.len() + shared.as_ref().map_or(0, |b| b.len())) as u64;
+        let parts_len = S::parts_len(&self.parts);
+        self.sent += (buf.len() + parts_len + shared.as_ref().map_or(0, |b| b.len())) as u64;
         let deadline = clock::deadline(write_timeout_ms);
-        let stream = &mut self.stream;
+        let (stream, parts) = (&mut self.stream, &mut self.parts);
         let write = async move {
-            let (res, buf) = stream.write_all_of(buf).await;
+            let (mut res, buf) = stream.write_all_of(buf).await;
+            if res.is_ok() {
+                res = stream.send_parts(parts).await;
+            }
             match (res, shared) {
                 (Ok(()), Some(body)) => (stream.write_shared(body).await, buf),
                 (res, _) => (res, buf),
@@ -505,7 +530,8 @@ impl<S: Transport> ClientIo<S> {
         ctx: &WriteCtx<'_>,
         id: impl FnOnce() -> [u8; 24],
     ) {
-        page.write_into(&mut self.wbuf, ctx);
-        page.stamp(&mut self.wbuf, ctx.head_only, id);
+        let out = self.answer();
+        page.write_into(out, ctx);
+        page.stamp(out.written_mut(), ctx.head_only, id);
     }
 }

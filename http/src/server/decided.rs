@@ -6,9 +6,7 @@
 //! buffers have capacity.
 
 use super::accesslog::LogRecord;
-use super::prepare::{
-    close_ctx, is_limit, write_relay, ForwardPlan, LocalEnd, LocalPlan, PageCopy, Plan,
-};
+use super::prepare::{close_ctx, is_limit, ForwardPlan, LocalEnd, LocalPlan, PageCopy, Plan};
 use super::shard::Shard;
 use super::stats::ErrorKind;
 use crate::codec::head::{Method, ParsedHead};
@@ -20,15 +18,18 @@ use gapura_gate::client::HeaderLines;
 use gapura_gate::custom_pages::PageVars;
 use gapura_gate::pow::{write_challenge_page, write_non_browser_page, Mint};
 use gapura_gate::quota::QuotaTicket;
+use gapura_gate::sink::Sink;
 use gapura_gate::snapshot::{PowAsk, Verdict};
 use gapura_gate::upstream::{Route, UpstreamGroup, UpstreamProtocol};
 use gapura_gate::Answer;
 use gapura_gate::{ErrorStatus, Snapshot};
 
 /// Where a decided head's answer is written, and what every answer reads.
-pub(super) struct Out<'a> {
-    pub wbuf: &'a mut Vec<u8>,
-    /// Where this request's answer starts in `wbuf`.
+pub(super) struct Out<'a, W: Sink> {
+    /// Where Gapura's own answers are written (the connection's write
+    /// buffer, or an HTTP/2 stream's parts).
+    pub wbuf: &'a mut W,
+    /// Where this request's answer starts in `wbuf` ([`Sink::mark`]).
     pub resp_start: usize,
     pub head: &'a ParsedHead,
     pub date: &'a [u8],
@@ -39,7 +40,7 @@ pub(super) struct Out<'a> {
     pub known_id: Option<[u8; 24]>,
 }
 
-impl<'a> Out<'a> {
+impl<'a, W: Sink> Out<'a, W> {
     fn head_only(&self) -> bool {
         self.head.method == Method::Head
     }
@@ -68,7 +69,7 @@ impl<'a> Out<'a> {
     fn stamped(&mut self, answer: &Answer, ctx: &WriteCtx<'_>) -> u16 {
         answer.write_into(self.wbuf, ctx);
         let id = || self.known_id.unwrap_or_else(|| self.shard.request_id());
-        answer.stamp(self.wbuf, ctx.head_only, id);
+        answer.stamp(self.wbuf.written_mut(), ctx.head_only, id);
         answer.status
     }
 
@@ -207,9 +208,9 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
     /// text for a group that speaks HTTP/1.1, into `uhead` as an HTTP/2
     /// request's fields for one that speaks HTTP/2, both for `auto` (a
     /// head it cannot be written for is 400 and closes).
-    pub(super) fn forward(
+    pub(super) fn forward<W: Sink>(
         &self,
-        out: &mut Out<'_>,
+        out: &mut Out<'_, W>,
         (ubuf, uhead): (&mut Vec<u8>, &mut Option<Box<UpHead>>),
         page_vars: &mut Option<Box<PageCopy>>,
         (route, group): (&'s Route, &'s UpstreamGroup),
@@ -308,7 +309,11 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
     /// A local answer's plan. A refusal (anything but the host's own
     /// answer or redirect, or proof of work's form) invites no body and
     /// reads only a small one (`keeps_refused_body`).
-    pub(super) fn local_plan(&self, out: &mut Out<'_>, log: Option<&mut LogRecord>) -> Plan<'s> {
+    pub(super) fn local_plan<W: Sink>(
+        &self,
+        out: &mut Out<'_, W>,
+        log: Option<&mut LogRecord>,
+    ) -> Plan<'s> {
         let admitted = matches!(
             self.decision.verdict,
             Verdict::Respond(_) | Verdict::Redirect(_) | Verdict::Pow(_, PowAsk::Verify)
@@ -330,9 +335,9 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
         }
     }
 
-    pub(super) fn local(
+    pub(super) fn local<W: Sink>(
         &self,
-        out: &mut Out<'_>,
+        out: &mut Out<'_, W>,
         log: Option<&mut LogRecord>,
     ) -> Result<(LocalEnd<'s>, u16), Plan<'s>> {
         let (snap, d) = (self.snap, self.decision);
@@ -340,8 +345,11 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
         let html = out.head.wants_html;
         Ok(match d.verdict {
             Verdict::Respond(a) => {
-                // `Answer::write_start`, with one capacity check.
-                super::put::extend(out.wbuf, [a.head(), out.date]);
+                match out.wbuf.h1() {
+                    // `Answer::write_start`, with one capacity check.
+                    Some(bytes) => super::put::extend(bytes, [a.head(), out.date]),
+                    None => a.write_start(out.wbuf, out.date),
+                }
                 (LocalEnd::Answer(a), a.status)
             }
             Verdict::Redirect(r) => {
@@ -386,7 +394,7 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
             Verdict::AuthRefusal => {
                 let status = match &d.relay {
                     Some(r) => {
-                        write_relay(out.wbuf, r, out.date, out.head_only());
+                        r.write_into(out.wbuf, out.date, out.head_only());
                         r.status
                     }
                     None => {
@@ -410,9 +418,9 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
     /// Proof of work's answers: the challenge page (a fresh challenge), the
     /// 403 of a client that is not a browser, or the verify endpoint's form
     /// to read.
-    fn pow(
+    fn pow<W: Sink>(
         &self,
-        out: &mut Out<'_>,
+        out: &mut Out<'_, W>,
         pow: &'s gapura_gate::pow::ProofOfWork,
         ask: PowAsk,
     ) -> (LocalEnd<'s>, u16) {
@@ -451,9 +459,9 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
     /// A refusal's page: the host's own for a browser, else the built-in
     /// one; a 429 with its `Retry-After`; a limit's page written whole,
     /// closing (`Err`).
-    fn refusal(
+    fn refusal<W: Sink>(
         &self,
-        out: &mut Out<'_>,
+        out: &mut Out<'_, W>,
         s: ErrorStatus,
         log: Option<&mut LogRecord>,
     ) -> Result<(LocalEnd<'s>, u16), Plan<'s>> {
@@ -465,13 +473,11 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
             // The host's own 429 page, with the Retry-After of the refusal.
             if let Some(cp) = custom.and_then(|c| c.get(s)).filter(|_| html) {
                 let id = out.new_id();
-                let mut line = [0u8; 36];
-                let retry = retry_after_line(&mut line, d.retry_after_s);
                 let ctx = WriteCtx {
                     close: out.close_now || d.close,
                     ..whole
                 };
-                cp.write_into(out.wbuf, &self.vars(&id), retry, &ctx);
+                cp.write_into(out.wbuf, &self.vars(&id), Some(d.retry_after_s), &ctx);
                 return Ok((LocalEnd::Written, 429));
             }
             let page = snap.pages.rate_limited(html);
@@ -491,7 +497,7 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
         match page.custom {
             Some(cp) => {
                 let id = out.new_id();
-                cp.write_into(out.wbuf, &self.vars(&id), b"", &whole);
+                cp.write_into(out.wbuf, &self.vars(&id), None, &whole);
                 Ok((LocalEnd::Written, s.code()))
             }
             // The rest is written after the body (`LocalEnd::Answer`).
@@ -511,27 +517,15 @@ struct Refusal<'s> {
 
 impl Refusal<'_> {
     /// Writes the whole page (with its request id).
-    fn write_whole(&self, out: &mut Vec<u8>, vars: &PageVars<'_>, ctx: &WriteCtx<'_>) {
+    fn write_whole<W: Sink>(&self, out: &mut W, vars: &PageVars<'_>, ctx: &WriteCtx<'_>) {
         match self.custom {
-            Some(cp) => cp.write_into(out, vars, b"", ctx),
+            Some(cp) => cp.write_into(out, vars, None, ctx),
             None => {
                 self.builtin.write_into(out, ctx);
                 if let Ok(id) = <&[u8; 24]>::try_from(vars.request_id) {
-                    self.builtin.stamp(out, ctx.head_only, || *id);
+                    self.builtin.stamp(out.written_mut(), ctx.head_only, || *id);
                 }
             }
         }
     }
-}
-
-/// `Retry-After: N\r\n` in `buf`. No allocation.
-fn retry_after_line(buf: &mut [u8; 36], seconds: u32) -> &[u8] {
-    const NAME: &[u8] = b"Retry-After: ";
-    let mut digits = [0u8; 20];
-    let d = gapura_gate::pages::decimal(u64::from(seconds), &mut digits);
-    let end = NAME.len() + d.len();
-    buf[..NAME.len()].copy_from_slice(NAME);
-    buf[NAME.len()..end].copy_from_slice(d);
-    buf[end..end + 2].copy_from_slice(b"\r\n");
-    &buf[..end + 2]
 }

@@ -7,21 +7,21 @@
 //! RFC 9113 §8.2.3 asks of a gateway to HTTP/1.1) are laid side by side at
 //! the start of the stream's input, the body's bytes after them (DATA
 //! frames; chunked when no length was given, as an HTTP/1.1 upstream
-//! needs it). An upstream's answer is sent as parts, straight to the
-//! stream's frames (`crate::exchange::stream`, by the proxy); what the
-//! pipeline still writes as bytes (a local answer, a page) is read back
-//! into the response HEADERS and DATA frames, with flow control. A gRPC
-//! call's refusal is sent as a trailers-only answer instead (`grpc`).
+//! needs it). Answers are sent as parts, straight to the stream's frames:
+//! an upstream's by the proxy (`crate::exchange::stream`), Gapura's own
+//! (a host's answer, a refusal, a page, a redirect) as the pipeline wrote
+//! them into [`Parts`], with flow control. No answer is written as
+//! HTTP/1.1 text and read back. A gRPC call's refusal is sent as a
+//! trailers-only answer (`grpc`).
 
 use super::client::READ_BUF_BYTES;
-use crate::codec::chunked::ChunkedDecoder;
 use crate::codec::fields::{fields_head, FieldsLayout};
 use crate::codec::head::{HeadBounds, HeaderBuf, Parse};
+use crate::exchange::connection_specific;
 use crate::exchange::stream::ClientStream;
-use crate::exchange::{connection_specific, trailers_of};
 use crate::transport::{init_bytes, ReadSpare, Transport, WriteAll};
-use crate::upstream::response::{parse_response, resp_header_buf, RespFraming, RespParse};
 use bytes::Bytes;
+use gapura_gate::sink::Parts;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 use monoio::buf::IoBuf;
@@ -160,14 +160,12 @@ impl StreamHead {
     }
 }
 
-/// What is left of the response body.
+/// What is left of the answer.
 enum Left {
-    /// The head is not complete yet.
+    /// Its head is not sent yet.
     Head,
+    /// Body bytes still to come (a large body shared with the snapshot).
     Length(u64),
-    Chunked(ChunkedDecoder),
-    /// Until the pipeline closes the stream.
-    Close,
     Done,
 }
 
@@ -178,10 +176,6 @@ pub(super) struct H2Stream<S> {
     /// The stream's handles and its request body (its input: the head's
     /// values, then body pieces).
     x: ClientStream,
-    resp_head: Vec<u8>,
-    /// A chunked answer's trailer section as read so far (bounded by the
-    /// decoder's limit), sent as the stream's trailers.
-    trailers: Vec<u8>,
     left: Left,
     head_only: bool,
     /// A gRPC call's request id (the access log's, its upstream's
@@ -211,8 +205,6 @@ impl<S> H2Stream<S> {
         H2Stream {
             head,
             x,
-            resp_head: Vec::new(),
-            trailers: Vec::new(),
             left: Left::Head,
             head_only,
             grpc,
@@ -225,127 +217,62 @@ impl<S> H2Stream<S> {
         self.left = Left::Done;
     }
 
-    /// Parses the response head once complete and sends it as HEADERS;
-    /// returns the body bytes that came with it.
-    fn take_head(&mut self) -> io::Result<Option<Vec<u8>>> {
-        loop {
-            let mut lines = resp_header_buf();
-            let (status, head_len, framing, headers) =
-                match parse_response(&self.resp_head, &mut lines, self.head_only) {
-                    RespParse::Partial => return Ok(None),
-                    RespParse::Malformed => {
-                        self.reset_stream(Reason::INTERNAL_ERROR);
-                        return Err(io::ErrorKind::InvalidData.into());
-                    }
-                    RespParse::Complete(r, _, lines) => {
-                        let mut headers = http::HeaderMap::with_capacity(lines.len());
-                        for h in lines.iter() {
-                            if connection_specific(h.name.as_bytes()) {
-                                continue;
-                            }
-                            let (Ok(n), Ok(v)) = (
-                                http::HeaderName::from_bytes(h.name.as_bytes()),
-                                http::HeaderValue::from_bytes(h.value),
-                            ) else {
-                                continue;
-                            };
-                            headers.append(n, v);
-                        }
-                        (r.status, r.head_len, r.framing, headers)
-                    }
-                };
-            if status / 100 == 1 {
-                // Interim answers (100 Continue) are not relayed.
-                self.resp_head.drain(..head_len);
-                continue;
-            }
-            if let Some(id) = self.grpc {
-                if status >= 400 && !headers.contains_key("grpc-status") {
-                    let retry_after = headers.get(http::header::RETRY_AFTER);
-                    let refusal = super::grpc::trailers_only(status, &id, retry_after);
-                    return self.send_only_head(refusal);
-                }
-            }
-            self.left = match framing {
-                RespFraming::None | RespFraming::Length(0) => Left::Done,
-                RespFraming::Length(n) => Left::Length(n),
-                RespFraming::Chunked => Left::Chunked(ChunkedDecoder::new()),
-                RespFraming::Close => Left::Close,
-            };
-            let mut response = http::Response::new(());
-            *response.status_mut() =
-                http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY);
-            *response.headers_mut() = headers;
-            let end = matches!(self.left, Left::Done);
-            self.x.send_head(response, end)?;
-            let rest = self.resp_head.split_off(head_len);
-            self.resp_head = Vec::new();
-            return Ok(Some(rest));
+    /// Sends an answer Gapura wrote as parts, once its head is whole: its
+    /// HEADERS from the status and fields (the connection's own fields
+    /// left out), then its body as DATA frames as the peer's window
+    /// allows. A body that is longer than the parts hold (a large body
+    /// shared with the snapshot follows, [`WriteAll::write_shared`]) leaves
+    /// the stream open for it. A gRPC call's refusal is sent as a
+    /// trailers-only answer instead.
+    async fn send_answer(&mut self, parts: &mut Parts) -> io::Result<()> {
+        if parts.is_empty() || !parts.ended {
+            return Ok(());
         }
-    }
-
-    /// Sends `response` as the whole answer, one HEADERS frame that ends the
-    /// stream; the answer the pipeline writes is dropped, not sent.
-    fn send_only_head(&mut self, response: http::Response<()>) -> io::Result<Option<Vec<u8>>> {
-        self.left = Left::Done;
-        self.resp_head = Vec::new();
-        self.x.send_head(response, true)?;
-        Ok(Some(Vec::new()))
-    }
-
-    /// Sends body bytes by the response's framing.
-    async fn body(&mut self, data: &[u8]) -> io::Result<()> {
-        match &mut self.left {
-            Left::Head | Left::Done => Ok(()),
-            Left::Close => self.data(data, false).await,
-            Left::Length(n) => {
-                let take = (*n).min(data.len() as u64) as usize;
-                *n -= take as u64;
-                let end = *n == 0;
-                if end {
-                    self.left = Left::Done;
-                }
-                self.data(&data[..take], end).await
-            }
-            Left::Chunked(decoder) => {
-                let mut spans = Vec::new();
-                let Ok(end) = decoder.spans(data, &mut spans, &mut self.trailers) else {
-                    self.reset_stream(Reason::INTERNAL_ERROR);
-                    return Err(io::ErrorKind::InvalidData.into());
-                };
-                if end {
-                    self.left = Left::Done;
-                }
-                let trailers = end && !self.trailers.is_empty();
-                let last = spans.len().saturating_sub(1);
-                for (i, (a, b)) in spans.into_iter().enumerate() {
-                    self.data(&data[a..b], end && !trailers && i == last)
-                        .await?;
-                }
-                if trailers {
-                    self.send_trailers()?;
-                }
-                Ok(())
+        if !matches!(self.left, Left::Head) {
+            // One answer a stream.
+            parts.clear();
+            return Ok(());
+        }
+        let status = parts.status;
+        let mut fields = http::HeaderMap::with_capacity(parts.fields.len());
+        for (name, value) in parts.fields.drain(..) {
+            if !connection_specific(name.as_str().as_bytes()) {
+                fields.append(name, value);
             }
         }
-    }
-
-    /// Ends the stream with the trailer section read (its fields that are
-    /// valid and not connection-specific).
-    fn send_trailers(&mut self) -> io::Result<()> {
-        let section = std::mem::take(&mut self.trailers);
-        let fields = trailers_of(&section);
-        self.x.send_trailers(fields)
-    }
-
-    /// DATA frames as the peer's window allows, each a copy of what the
-    /// window takes of `bytes` (never more).
-    async fn data(&mut self, bytes: &[u8], end: bool) -> io::Result<()> {
-        self.x
-            .send_frames(bytes.len(), end, |at, n| {
-                Bytes::copy_from_slice(&bytes[at..at + n])
-            })
-            .await
+        let body = Bytes::from(std::mem::take(&mut parts.body));
+        parts.clear();
+        if let Some(id) = self.grpc {
+            if status >= 400 && !fields.contains_key("grpc-status") {
+                let retry_after = fields.get(http::header::RETRY_AFTER);
+                let refusal = super::grpc::trailers_only(status, &id, retry_after);
+                self.left = Left::Done;
+                return self.x.send_head(refusal, true);
+            }
+        }
+        let declared = fields
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let (sent, total) = match self.head_only {
+            true => (0, 0),
+            false => {
+                let sent = body.len() as u64;
+                (sent, declared.unwrap_or(sent).max(sent))
+            }
+        };
+        let mut response = http::Response::new(());
+        *response.status_mut() =
+            http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        *response.headers_mut() = fields;
+        self.x.send_head(response, total == 0)?;
+        self.left = match total - sent {
+            0 => Left::Done,
+            more => Left::Length(more),
+        };
+        if sent > 0 {
+            self.x.send_bytes(body, total == sent).await?;
+        }
+        Ok(())
     }
 }
 
@@ -377,27 +304,24 @@ impl<S> ReadSpare for H2Stream<S> {
 }
 
 impl<S> WriteAll for H2Stream<S> {
+    /// Bytes are not an answer here: Gapura's own answers come as parts
+    /// ([`Transport::send_parts`]), an upstream's through the stream's
+    /// handles; anything else fails the stream.
     async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
-        let data = init_bytes(&buf);
-        let res = if matches!(self.left, Left::Head) {
-            self.resp_head.extend_from_slice(data);
-            match self.take_head() {
-                Ok(Some(rest)) => self.body(&rest).await,
-                Ok(None) => Ok(()),
-                Err(e) => Err(e),
-            }
-        } else {
-            self.body(data).await
-        };
-        (res, buf)
+        if init_bytes(&buf).is_empty() {
+            return (Ok(()), buf);
+        }
+        self.reset_stream(Reason::INTERNAL_ERROR);
+        (Err(io::ErrorKind::InvalidData.into()), buf)
     }
 
     async fn write_shared(&mut self, body: Bytes) -> io::Result<()> {
         match &mut self.left {
-            // No head yet: the bytes go through the parser.
-            Left::Head | Left::Chunked(_) => self.write_all_of(body).await.0,
             Left::Done => Ok(()),
-            Left::Close => self.x.send_bytes(body, false).await,
+            Left::Head => {
+                self.reset_stream(Reason::INTERNAL_ERROR);
+                Err(io::ErrorKind::InvalidData.into())
+            }
             Left::Length(n) => {
                 let take = (*n).min(body.len() as u64) as usize;
                 *n -= take as u64;
@@ -415,15 +339,8 @@ impl<S> WriteAll for H2Stream<S> {
             Left::Done => {}
             // Answered as parts (an upstream's answer relayed).
             Left::Head if self.x.answered() => {}
-            // The body ends where the answer's writer stopped.
-            Left::Close => {
-                let _ = self.data(&[], true).await;
-                self.left = Left::Done;
-            }
             // No answer, or a truncated one: the stream fails.
-            Left::Head | Left::Length(_) | Left::Chunked(_) => {
-                self.reset_stream(Reason::INTERNAL_ERROR)
-            }
+            Left::Head | Left::Length(_) => self.reset_stream(Reason::INTERNAL_ERROR),
         }
     }
 }
@@ -448,6 +365,26 @@ impl<S: Transport> Transport for H2Stream<S> {
     type ReadHalf = NoHalf;
     type WriteHalf = NoHalf;
     const TLS: bool = S::TLS;
+    const PARTS: bool = true;
+    type Parts = Parts;
+    type Answers = Parts;
+    #[inline]
+    fn answers<'a>(_: &'a mut Vec<u8>, parts: &'a mut Parts) -> &'a mut Parts {
+        parts
+    }
+    async fn send_parts(&mut self, parts: &mut Parts) -> io::Result<()> {
+        self.send_answer(parts).await
+    }
+    fn parts_len(parts: &Parts) -> usize {
+        parts.body.len()
+    }
+    fn parts_waiting(parts: &Parts) -> usize {
+        if parts.is_empty() {
+            0
+        } else {
+            parts.body.len() + 1
+        }
+    }
     fn socket(&self) -> Option<&TcpStream> {
         None
     }

@@ -19,6 +19,7 @@ use gapura_gate::client::{HeaderLines, Peer};
 use gapura_gate::limits::RequestLimits;
 use gapura_gate::pages::RetryPage;
 use gapura_gate::quota::{Bucket, QuotaTicket};
+use gapura_gate::sink::Sink;
 use gapura_gate::snapshot::Verdict;
 use gapura_gate::upstream::{Route, UpstreamGroup};
 use gapura_gate::Answer;
@@ -28,11 +29,12 @@ use std::sync::Arc;
 
 /// What `prepare` may touch: the connection's buffers, split so the
 /// request's header lines (borrowed from `buf`) can be read meanwhile.
-pub(super) struct Prep<'a, 's> {
+pub(super) struct Prep<'a, 's, W: Sink> {
     pub shard: &'a Shard,
     /// The buffer from the head's first byte.
     pub buf: &'a [u8],
-    pub wbuf: &'a mut Vec<u8>,
+    /// Where Gapura's own answers are written.
+    pub wbuf: &'a mut W,
     pub ubuf: &'a mut Vec<u8>,
     /// An HTTP/2 upstream's request head (`auto` and `h2` groups).
     pub uhead: &'a mut Option<Box<crate::exchange::uphead::UpHead>>,
@@ -151,8 +153,8 @@ pub(super) enum LocalEnd<'s> {
 /// it, how a head decided again resumes (`resumed`), the chain (`decide`),
 /// then the plan: forwarding, a deferred check, or a local answer
 /// (`Decided`).
-pub(super) fn prepare<'s>(
-    p: Prep<'_, 's>,
+pub(super) fn prepare<'s, W: Sink>(
+    p: Prep<'_, 's, W>,
     snap: &'s Snapshot,
     head: &ParsedHead,
     lines: &[httparse::Header<'_>],
@@ -196,7 +198,7 @@ pub(super) fn prepare<'s>(
     };
     let date = shard.date.line();
     let mut out = Out {
-        resp_start: wbuf.len(),
+        resp_start: wbuf.mark(),
         wbuf,
         head,
         date: &date,
@@ -390,23 +392,6 @@ fn note_decision<H: HeaderLines + ?Sized>(
         rec.client = Some(decision.client);
         rec.verdict = decision.verdict.kind();
         rec.step = decision.step.name();
-    }
-}
-
-/// Writes a relayed forward-auth answer: its head, Date, `Connection:
-/// close`, the blank line and (unless `head_only`) its body.
-pub(super) fn write_relay(
-    out: &mut Vec<u8>,
-    r: &gapura_gate::auth::Relay,
-    date: &[u8],
-    head_only: bool,
-) {
-    let (head, body) = r.bytes.split_at((r.head_len as usize).min(r.bytes.len()));
-    out.extend_from_slice(head);
-    out.extend_from_slice(date);
-    out.extend_from_slice(b"Connection: close\r\n\r\n");
-    if !head_only {
-        out.extend_from_slice(body);
     }
 }
 

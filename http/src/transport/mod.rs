@@ -16,6 +16,7 @@
 
 use crate::codec::head::{parse_head_known, HeadBounds, HeaderBuf, Parse};
 use crate::codec::KnownHost;
+use gapura_gate::sink::Sink;
 
 /// Reading and writing on a stream that is one of several kinds (an enum
 /// whose variants each hold a stream): the same call on the variant.
@@ -94,6 +95,35 @@ pub trait WriteAll {
 pub trait Transport: ReadSpare + WriteAll + 'static {
     type ReadHalf: ReadSpare + 'static;
     type WriteHalf: WriteAll + 'static;
+    /// Whether answers are written as parts ([`Transport::send_parts`]).
+    const PARTS: bool = false;
+    /// What the connection keeps of an answer being written as parts
+    /// (`()` for a byte stream, whose answers are bytes in its write
+    /// buffer).
+    type Parts: Default + 'static;
+    /// Where Gapura's own answers are written ([`Transport::answers`]).
+    type Answers: Sink;
+    /// Where Gapura's own answers are written: the write buffer of a byte
+    /// stream (HTTP/1.1 bytes), else the parts (an HTTP/2 stream's head,
+    /// fields and body, sent by [`Transport::send_parts`]).
+    fn answers<'a>(wbuf: &'a mut Vec<u8>, parts: &'a mut Self::Parts) -> &'a mut Self::Answers;
+    /// Sends the answer written as parts, once whole; nothing for a byte
+    /// stream.
+    async fn send_parts(&mut self, parts: &mut Self::Parts) -> io::Result<()> {
+        let _ = parts;
+        Ok(())
+    }
+    /// Body bytes written as parts and not sent yet.
+    fn parts_len(parts: &Self::Parts) -> usize {
+        let _ = parts;
+        0
+    }
+    /// [`Transport::parts_len`], plus one while an answer is written as
+    /// parts at all (0: nothing waits).
+    fn parts_waiting(parts: &Self::Parts) -> usize {
+        let _ = parts;
+        0
+    }
     /// Whether the bytes travel encrypted (`X-Forwarded-Proto: https`).
     const TLS: bool;
     /// The TCP socket underneath (readiness, peeking); `None` for an
@@ -189,6 +219,19 @@ async fn write_all_raw<W: AsyncWriteRent, T: IoBuf + 'static>(
     (res.map(|_| ()), buf)
 }
 
+/// A byte stream's answers: HTTP/1.1 bytes in its write buffer.
+macro_rules! answers_as_bytes {
+    () => {
+        type Parts = ();
+        type Answers = Vec<u8>;
+        #[inline(always)]
+        fn answers<'a>(wbuf: &'a mut Vec<u8>, _: &'a mut ()) -> &'a mut Vec<u8> {
+            wbuf
+        }
+    };
+}
+pub(crate) use answers_as_bytes;
+
 macro_rules! plain {
     ($($t:ty),*) => {$(
         impl ReadSpare for $t {
@@ -229,6 +272,7 @@ plain_write!(TcpStream, OwnedWriteHalf<TcpStream>);
 impl Transport for TcpStream {
     type ReadHalf = OwnedReadHalf<TcpStream>;
     type WriteHalf = OwnedWriteHalf<TcpStream>;
+    crate::transport::answers_as_bytes!();
     const TLS: bool = false;
     const PARKS: bool = true;
     async fn cancelable_read_spare(

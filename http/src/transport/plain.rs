@@ -62,6 +62,7 @@ either_stream!(write Tcp Ring: PlainWrite);
 impl Transport for Plain {
     type ReadHalf = PlainRead;
     type WriteHalf = PlainWrite;
+    crate::transport::answers_as_bytes!();
     const TLS: bool = false;
     const PARKS: bool = true;
     async fn cancelable_read_spare(

@@ -435,6 +435,7 @@ impl<C: DerefMut<Target = ConnectionCommon<D>>, D> ReadSpare for TlsReadHalf<C> 
 impl<C: DerefMut<Target = ConnectionCommon<D>> + 'static, D: 'static> Transport for TlsStream<C> {
     type ReadHalf = TlsReadHalf<C>;
     type WriteHalf = TlsWriteHalf<C>;
+    crate::transport::answers_as_bytes!();
     const TLS: bool = true;
 
     #[inline]

@@ -49,6 +49,7 @@ either_stream!(write Plain Tls: UpstreamWrite);
 impl Transport for UpstreamConn {
     type ReadHalf = UpstreamRead;
     type WriteHalf = UpstreamWrite;
+    crate::transport::answers_as_bytes!();
     // What a client's connection reports as `X-Forwarded-Proto`; an
     // upstream connection never serves a client.
     const TLS: bool = false;

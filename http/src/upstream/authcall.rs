@@ -70,13 +70,9 @@ pub fn write_call(
 pub enum Answer {
     /// 2xx: the identity lines to add upstream (`Name: value\r\n`).
     Allow(Vec<u8>),
-    /// A refusal or redirect to relay: the status and the whole response
-    /// but its Date and connection lines (written when it is sent).
-    Relay {
-        status: u16,
-        head: Vec<u8>,
-        body: Vec<u8>,
-    },
+    /// A refusal or redirect to relay: the whole response but its Date
+    /// and connection lines (written when it is sent).
+    Relay(gapura_gate::auth::Relay),
     /// Anything else: 502. The provider's status, for the log.
     Fail(u16),
 }
@@ -121,18 +117,11 @@ pub fn interpret(
     if !(redirect || matches!(status, 401 | 403 | 407)) || body.len() > MAX_RELAY_BODY {
         return Answer::Fail(status);
     }
-    let mut head = Vec::with_capacity(256);
-    head.extend_from_slice(
-        format!(
-            "HTTP/1.1 {status} {}\r\n",
-            gapura_gate::answer::reason_phrase(status)
-        )
-        .as_bytes(),
-    );
+    let mut relayed: Vec<(&[u8], &[u8])> = Vec::with_capacity(8);
     let mut location = false;
     for h in lines {
         let name = h.name.as_bytes();
-        let relayed = [
+        let kept = [
             "location",
             "set-cookie",
             "www-authenticate",
@@ -141,33 +130,19 @@ pub fn interpret(
         ]
         .iter()
         .any(|n| name.eq_ignore_ascii_case(n.as_bytes()));
-        if !relayed {
+        if !kept {
             continue;
         }
         if !printable(h.value) {
             return Answer::Fail(status);
         }
         location |= name.eq_ignore_ascii_case(b"location");
-        head.extend_from_slice(name);
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(h.value);
-        head.extend_from_slice(b"\r\n");
+        relayed.push((name, h.value));
     }
     if redirect && !location {
         return Answer::Fail(status);
     }
-    head.extend_from_slice(
-        format!(
-            "Cache-Control: no-store\r\nContent-Length: {}\r\n",
-            body.len()
-        )
-        .as_bytes(),
-    );
-    Answer::Relay {
-        status,
-        head,
-        body: body.to_vec(),
-    }
+    Answer::Relay(gapura_gate::auth::Relay::new(status, &relayed, body))
 }
 
 /// Why a call failed.
@@ -399,12 +374,11 @@ mod tests {
             h("X-Other", b"x"),
             h("Content-Type", b"text/plain"),
         ];
-        let Answer::Relay { status, head, body } = interpret(&provider(), 401, &lines, b"who?")
-        else {
+        let Answer::Relay(relay) = interpret(&provider(), 401, &lines, b"who?") else {
             panic!()
         };
-        let head = String::from_utf8(head).unwrap();
-        assert_eq!(status, 401);
+        let head = String::from_utf8(relay.head.h1().to_vec()).unwrap();
+        assert_eq!(relay.status, 401);
         assert!(head.starts_with("HTTP/1.1 401 Unauthorized\r\n"));
         assert!(
             head.contains("WWW-Authenticate: Bearer\r\n") && head.contains("Set-Cookie: a=1\r\n")
@@ -413,11 +387,11 @@ mod tests {
             !head.contains("X-Other")
                 && head.contains("Cache-Control: no-store\r\nContent-Length: 4\r\n")
         );
-        assert_eq!(body, b"who?");
+        assert_eq!(&relay.body[..], b"who?");
         let to = [h("Location", b"https://sso.test/login?rd=x")];
         assert!(matches!(
             interpret(&provider(), 302, &to, b""),
-            Answer::Relay { status: 302, .. }
+            Answer::Relay(r) if r.status == 302
         ));
         assert_eq!(
             interpret(&provider(), 302, &[], b""),

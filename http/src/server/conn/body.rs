@@ -15,7 +15,12 @@ const CONTINUE_100: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 impl<S: Transport> Conn<S> {
     /// Before reading a body the client holds back for `100 Continue`: write
     /// the answers queued before this request, then the interim response.
+    /// A stream that answers as parts (HTTP/2) sends no interim answer:
+    /// its client sends the body once its request is open.
     pub(super) async fn send_continue(&mut self, resp_start: usize) -> Result<(), End> {
+        if S::PARTS {
+            return Ok(());
+        }
         let answer = self.io.out().split_off(resp_start);
         self.io.out().extend_from_slice(CONTINUE_100);
         self.shard.stats.response(100);

@@ -8,7 +8,6 @@
 use super::{Conn, End};
 use crate::codec::head::{Method, ParsedHead};
 use crate::server::authcalls::busy_page;
-use crate::server::prepare::write_relay;
 use crate::server::shard::Shard;
 use crate::server::stats::ErrorKind;
 use crate::transport::tls::HandshakeFail;
@@ -16,6 +15,7 @@ use crate::transport::Transport;
 use crate::upstream::authcall::{Answer, CallError};
 use gapura_gate::answer::WriteCtx;
 use gapura_gate::auth::{AuthJob, AuthProvider, Relay};
+use gapura_gate::sink::Sink;
 use gapura_gate::{ErrorStatus, Snapshot};
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,11 +96,8 @@ impl<S: Transport> Conn<S> {
                     .remember(i as usize, p, &job, identity.clone(), now_ms);
                 Ok(identity)
             }
-            Ok(Ok(Answer::Relay {
-                status,
-                head: h,
-                body,
-            })) => {
+            Ok(Ok(Answer::Relay(relay))) => {
+                let status = relay.status;
                 if status / 100 == 3 {
                     count(|c| c.redirected += 1);
                 } else {
@@ -110,16 +107,7 @@ impl<S: Transport> Conn<S> {
                     shadowed();
                     return Ok(None);
                 }
-                let relay = self.sign_in_redirect(p, status, head).unwrap_or_else(|| {
-                    let head_len = h.len() as u32;
-                    let mut bytes = h;
-                    bytes.extend_from_slice(&body);
-                    Relay {
-                        status,
-                        bytes: Arc::from(bytes),
-                        head_len,
-                    }
-                });
+                let relay = self.sign_in_redirect(p, status, head).unwrap_or(relay);
                 Err(self.answer_relay(i as usize, p, &job, relay, head).await)
             }
         }
@@ -138,7 +126,7 @@ impl<S: Transport> Conn<S> {
         let shard = self.shard.clone();
         let status = relay.status;
         let date = shard.date.line();
-        write_relay(self.io.out(), &relay, &date, head.method == Method::Head);
+        relay.write_into(self.io.answer(), &date, head.method == Method::Head);
         let now_ms = shard.now_ms();
         shard
             .gate_mut()
@@ -164,14 +152,9 @@ impl<S: Transport> Conn<S> {
         if sign_in.is_sign_in_page(host, target) {
             return None;
         }
-        let mut bytes = b"HTTP/1.1 302 Found\r\nLocation: ".to_vec();
-        sign_in.write_location(S::TLS, host, target, &mut bytes);
-        bytes.extend_from_slice(b"\r\nCache-Control: no-store\r\nContent-Length: 0\r\n");
-        Some(Relay {
-            status: 302,
-            head_len: bytes.len() as u32,
-            bytes: Arc::from(bytes),
-        })
+        let mut location = Vec::with_capacity(256);
+        sign_in.write_location(S::TLS, host, target, &mut location);
+        Some(Relay::new(302, &[(b"Location", &location)], b""))
     }
 
     async fn auth_refusal(&mut self, snap: &Snapshot, s: ErrorStatus, head: &ParsedHead) -> End {
@@ -181,9 +164,10 @@ impl<S: Transport> Conn<S> {
 
     fn write_closing(&mut self, answer: &gapura_gate::Answer, head: &ParsedHead) {
         let date = self.shard.date.line();
-        answer.write_into(self.io.out(), &closing(&date, head));
         let id = super::request_id(&self.log, &self.shard);
-        answer.stamp(self.io.out(), head.method == Method::Head, || id);
+        let out = self.io.answer();
+        answer.write_into(out, &closing(&date, head));
+        answer.stamp(out.written_mut(), head.method == Method::Head, || id);
         self.shard.stats.response(answer.status);
         self.log_status(answer.status);
     }

@@ -14,6 +14,7 @@ use crate::server::stats::ErrorKind;
 use crate::transport::Transport;
 use gapura_gate::answer::{end_head, WriteCtx};
 use gapura_gate::quota::QuotaTicket;
+use gapura_gate::sink::{Sink, Wide};
 use gapura_gate::Snapshot;
 
 impl<S: Transport> Conn<S> {
@@ -39,8 +40,8 @@ impl<S: Transport> Conn<S> {
         }
         self.io.consume(head.head_len);
         if S::TLS && matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
-            let hsts = self.hsts(snap);
-            self.io.out().extend_from_slice(hsts);
+            let wide = self.wide(snap);
+            wide.write(self.io.answer());
         }
         // The host's own keep-alive answer is one copy; the rest have their
         // end written by the general path.
@@ -51,7 +52,7 @@ impl<S: Transport> Conn<S> {
             _ => None,
         };
         match rest {
-            Some(rest) => crate::server::put::extend(self.io.out(), [rest]),
+            Some(rest) => self.io.answer().rest(rest),
             None => self.end_local_answer(local.end, head, false),
         }
         self.shard.stats.response(local.status);
@@ -106,7 +107,7 @@ impl<S: Transport> Conn<S> {
         match body {
             BodyEnd::Ok | BodyEnd::Unread => {}
             BodyEnd::Refuse(s) => {
-                self.io.out().truncate(resp_start);
+                Sink::truncate(self.io.answer(), resp_start);
                 return Err(self.refuse_body(snap, s, head.wants_html, head_only).await);
             }
             BodyEnd::End(end) => return Err(end),
@@ -114,8 +115,8 @@ impl<S: Transport> Conn<S> {
         let close = local.close || self.closes_after(snap, head);
         if S::TLS && matches!(local.end, LocalEnd::Answer(_) | LocalEnd::HeadOnly) {
             // The head so far ends with a whole header line.
-            let hsts = self.hsts(snap);
-            self.io.out().extend_from_slice(hsts);
+            let wide = self.wide(snap);
+            wide.write(self.io.answer());
         }
         self.end_local_answer(local.end, head, close);
         self.shard.stats.response(local.status);
@@ -160,15 +161,14 @@ impl<S: Transport> Conn<S> {
         Ok(())
     }
 
-    /// The `Strict-Transport-Security` line of the current request's host,
-    /// over TLS; empty otherwise (the callers ask only over TLS).
-    pub(super) fn hsts<'s>(&self, snap: &'s Snapshot) -> &'s [u8] {
+    /// The answer-wide fields of the current request's host: its
+    /// `Strict-Transport-Security` over TLS.
+    pub(super) fn wide<'s>(&self, snap: &'s Snapshot) -> Wide<'s> {
         if !S::TLS {
-            return b"";
+            return Wide::default();
         }
-        self.req_host
-            .and_then(|h| snap.entries.get(h as usize))
-            .map_or(b"", |e| &e.extras.https.hsts_line)
+        let host = self.req_host.and_then(|h| snap.entries.get(h as usize));
+        Wide::new(host.map(|e| &e.extras.https.hsts))
     }
 
     /// Writes what a local answer still lacks once its body is read: the
@@ -187,27 +187,27 @@ impl<S: Transport> Conn<S> {
             LocalEnd::Answer(a) => match a.shared_body().filter(|_| !head_only) {
                 // A large body: sent from the snapshot's bytes, not copied.
                 Some(body) => {
-                    end_head(self.io.out(), &ctx);
+                    end_head(self.io.answer(), &ctx);
                     self.io.follow_with(body.clone());
                 }
                 None => {
-                    a.write_end(self.io.out(), &ctx);
-                    a.stamp(self.io.out(), head_only, || {
-                        request_id(&self.log, &self.shard)
-                    });
+                    let id = || request_id(&self.log, &self.shard);
+                    let out = self.io.answer();
+                    a.write_end(out, &ctx);
+                    a.stamp(out.written_mut(), head_only, id);
                 }
             },
-            LocalEnd::HeadOnly => end_head(self.io.out(), &ctx),
+            LocalEnd::HeadOnly => end_head(self.io.answer(), &ctx),
             LocalEnd::RateLimited(page, retry_after_s) => {
                 let date = self.shard.date.line();
                 let ctx = WriteCtx {
                     date_line: &date,
                     ..ctx
                 };
-                page.write_into(self.io.out(), retry_after_s, &ctx);
-                page.stamp(self.io.out(), head_only, || {
-                    request_id(&self.log, &self.shard)
-                });
+                let id = || request_id(&self.log, &self.shard);
+                let out = self.io.answer();
+                page.write_into(out, retry_after_s, &ctx);
+                page.stamp(out.written_mut(), head_only, id);
             }
             LocalEnd::Written | LocalEnd::PowVerify(..) => {}
         }

@@ -47,6 +47,7 @@ use gapura_gate::chain::Lane;
 use gapura_gate::client::Peer;
 use gapura_gate::limits::OUTER_MAX_HEAD_BYTES;
 use gapura_gate::quota::QuotaTicket;
+use gapura_gate::sink::Sink;
 use gapura_gate::{ErrorStatus, Snapshot};
 use monoio::time::Instant;
 use std::rc::Rc;
@@ -88,7 +89,7 @@ enum Step {
     Flush(Option<Leases>),
 }
 
-pub(super) struct Conn<S> {
+pub(super) struct Conn<S: Transport> {
     /// The client's stream, buffers and head deadline.
     io: ClientIo<S>,
     shard: Rc<Shard>,
@@ -362,7 +363,14 @@ impl<S: Transport> Conn<S> {
                     rest,
                     ticket,
                 }) => {
-                    super::put::extend(wbuf, [answer.head(), &self.shard.date.line(), rest]);
+                    let date = self.shard.date.line();
+                    match wbuf.h1() {
+                        Some(bytes) => super::put::extend(bytes, [answer.head(), &date, rest]),
+                        None => {
+                            answer.write_start(wbuf, &date);
+                            wbuf.rest(rest);
+                        }
+                    }
                     self.lane_answered(host, head.head_len, answer.status);
                     return self.answered_at_once(ticket);
                 }

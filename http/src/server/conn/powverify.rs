@@ -14,6 +14,7 @@ use gapura_gate::answer::WriteCtx;
 use gapura_gate::pow::{
     verify_form, write_verified, ProofOfWork, ReturnTarget, Verified, MAX_FORM_BYTES,
 };
+use gapura_gate::sink::Sink;
 use gapura_gate::{ErrorStatus, Snapshot};
 use std::net::IpAddr;
 
@@ -81,7 +82,7 @@ impl<S: Transport> Conn<S> {
                         }
                         drop(gate);
                         // Over TLS the cookie is `Secure`.
-                        write_verified(self.io.out(), &v, ret.as_bytes(), S::TLS, &ctx);
+                        write_verified(self.io.answer(), &v, ret.as_bytes(), S::TLS, &ctx);
                         return 303;
                     }
                     Err(r) => {
@@ -93,10 +94,10 @@ impl<S: Transport> Conn<S> {
         };
         drop(gate);
         let answer = snap.pages.get(refusal, head.wants_html);
-        answer.write_into(self.io.out(), &ctx);
-        answer.stamp(self.io.out(), ctx.head_only, || {
-            super::request_id(&self.log, &self.shard)
-        });
+        let id = || super::request_id(&self.log, &self.shard);
+        let out = self.io.answer();
+        answer.write_into(out, &ctx);
+        answer.stamp(out.written_mut(), ctx.head_only, id);
         refusal.code()
     }
 

@@ -490,3 +490,101 @@ fn an_upstreams_error_to_a_grpc_call_is_unavailable_and_names_the_id_it_was_sent
         );
     })
 }
+
+/// A request's answer: status, fields and body.
+async fn answer_of(
+    send: &SendRequest<Bytes>,
+    method: &str,
+    authority: &str,
+    path: &str,
+) -> (u16, http::HeaderMap, Vec<u8>) {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{authority}{path}"))
+        .body(())
+        .unwrap();
+    let mut send = send.clone().ready().await.unwrap();
+    let (resp, _) = send.send_request(req, true).unwrap();
+    let (parts, mut body) = resp.await.unwrap().into_parts();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    (parts.status.as_u16(), parts.headers, got)
+}
+
+#[test]
+fn gapuras_own_answers_reach_an_http2_client_as_their_fields() {
+    run(async {
+        let big = "b".repeat(40 * 1024);
+        let hosts = format!(
+            r#"
+[[host]]
+names = ["big.test"]
+kind = "respond"
+status = 200
+body = "{big}"
+content_type = "text/plain"
+headers = {{ "X-Own" = "yes" }}
+
+[[host]]
+names = ["go.test"]
+kind = "redirect"
+status = 301
+target = "https://example.com"
+keep = "path_and_query"
+headers = {{ "Cache-Control" = "max-age=3600" }}
+
+[[host]]
+names = ["tight.test"]
+kind = "respond"
+status = 200
+body = "ok"
+rate_limit = "tight"
+
+[[rate_limit]]
+name = "tight"
+requests = 1
+per = "hour"
+burst = 1
+"#
+        );
+        let shard = shard("", &hosts);
+        let (send, _wire) = connect(&shard).await;
+        // A host's own answer, its body larger than one DATA frame and
+        // sent from the snapshot's shared bytes.
+        let (status, fields, body) = answer_of(&send, "GET", "big.test", "/").await;
+        assert_eq!((status, body.len()), (200, big.len()));
+        assert_eq!(fields["x-own"], "yes");
+        assert_eq!(fields["content-length"], big.len().to_string().as_str());
+        assert!(fields.contains_key("date"));
+        assert!(!fields.contains_key("connection"));
+        // HEAD: the fields, no body.
+        let (status, fields, body) = answer_of(&send, "HEAD", "big.test", "/").await;
+        assert_eq!((status, body.len()), (200, 0));
+        assert_eq!(fields["content-length"], big.len().to_string().as_str());
+        // A redirect: its Location made of the target and the path.
+        let (status, fields, body) = answer_of(&send, "GET", "go.test", "/a/b?c=1").await;
+        assert_eq!(status, 301);
+        assert_eq!(fields["location"], "https://example.com/a/b?c=1");
+        assert_eq!(fields["cache-control"], "max-age=3600");
+        assert!(body.is_empty());
+        // A refusal: 429 with its Retry-After and its page.
+        let _ = answer_of(&send, "GET", "tight.test", "/").await;
+        let (status, fields, body) = answer_of(&send, "GET", "tight.test", "/").await;
+        assert_eq!(status, 429);
+        let retry: u64 = fields["retry-after"].to_str().unwrap().parse().unwrap();
+        assert!(retry >= 1, "{retry}");
+        assert_eq!(fields["content-length"], body.len().to_string().as_str());
+        assert!(String::from_utf8_lossy(&body).contains(&retry.to_string()));
+        // No such host: the built-in page, its request id stamped into
+        // the body as for HTTP/1.1.
+        let (status, fields, body) = answer_of(&send, "GET", "nowhere.test", "/").await;
+        assert_eq!(status, 404);
+        assert_eq!(fields["content-length"], body.len().to_string().as_str());
+        assert!(!body.is_empty());
+        assert!(!body.windows(24).any(|w| w == b"------------------------"));
+    })
+}

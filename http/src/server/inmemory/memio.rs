@@ -185,6 +185,7 @@ impl WriteAll for MemWrite {
 impl Transport for Mem {
     type ReadHalf = MemRead;
     type WriteHalf = MemWrite;
+    crate::transport::answers_as_bytes!();
     const TLS: bool = false;
     fn socket(&self) -> Option<&TcpStream> {
         None

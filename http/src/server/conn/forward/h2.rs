@@ -19,7 +19,7 @@ use super::response::{Replace, UpRead};
 use super::{Attempt, Body, Exchange};
 use crate::clock;
 use crate::codec::head::{Method, ParsedHead};
-use crate::exchange::{connection_specific, field_of_line, CONNECTION_SPECIFIC};
+use crate::exchange::{connection_specific, CONNECTION_SPECIFIC};
 use crate::server::conn::Conn;
 use crate::transport::Transport;
 use bytes::Bytes;
@@ -310,7 +310,7 @@ impl<S: Transport> Conn<S> {
         self.shard.stats.response(status);
         self.log_status(status);
         parts.headers.retain_connection_free();
-        let hsts = self.hsts(&snap);
+        let wide = self.wide(&snap);
         let end = recv.is_end_stream();
         let grpc = self.io.stream().request_id();
         if let Some(client) = self.io.stream_mut().exchange() {
@@ -327,9 +327,7 @@ impl<S: Transport> Conn<S> {
                     };
                 }
             }
-            if let Some((n, v)) = field_of_line(hsts) {
-                parts.headers.insert(n, v);
-            }
+            wide.add_to(&mut parts.headers);
             let answer = http::Response::from_parts(parts, ());
             if client.send_head(answer, end).is_err() {
                 return Attempt::ClientGone;
@@ -342,7 +340,7 @@ impl<S: Transport> Conn<S> {
             }
             return self.relay_frames(recv, group.read_timeout_ms, close).await;
         }
-        let framing = write_h1_head(self.io.out(), &parts, (end, x.head_only), close, hsts);
+        let framing = write_h1_head(self.io.out(), &parts, (end, x.head_only), close, wide.h1());
         if framing == H1Body::None {
             if self.flush().await.is_err() {
                 return Attempt::ClientGone;

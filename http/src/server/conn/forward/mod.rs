@@ -555,13 +555,13 @@ impl<S: Transport> Conn<S> {
             host: copy.host(),
             cf_ray: copy.ray(),
         };
-        let (out, pages, html) = (self.io.out(), &snap.pages, head.wants_html);
+        let (out, pages, html) = (self.io.answer(), &snap.pages, head.wants_html);
         match why {
             Some(why) => gapura_gate::custom_pages::write_upstream_error_page(
                 out, pages, custom, why, html, &vars, &ctx,
             ),
             None => gapura_gate::custom_pages::write_error_page(
-                out, pages, custom, status, html, &vars, b"", &ctx,
+                out, pages, custom, status, html, &vars, None, &ctx,
             ),
         }
         self.shard.stats.response(status.code());

@@ -5,8 +5,8 @@
 use super::{peer_closed, Attempt, Exchange, UPSTREAM_BUF_BYTES, WATCH_AFTER_MS};
 use crate::clock;
 use crate::codec::head::{Method, ParsedHead};
+use crate::exchange::fields_of;
 use crate::exchange::stream::ClientStream;
-use crate::exchange::{field_of_line, fields_of};
 use crate::server::conn::Conn;
 use crate::transport::upstream::UpstreamConn;
 use crate::transport::ReadSpare;
@@ -19,6 +19,7 @@ use gapura_gate::custom_pages::{
     replace_upstream, write_error_page, PageVars, ReplaceUpstream, UpstreamHead,
 };
 use gapura_gate::policy::HostExtras;
+use gapura_gate::sink::Wide;
 use gapura_gate::upstream::UpstreamGroup;
 use gapura_gate::{ErrorStatus, UpstreamWhy};
 use monoio::time::Instant;
@@ -44,9 +45,9 @@ impl<S: Transport> Conn<S> {
         let deadline = clock::deadline(group.response_header_timeout_ms);
         let snap = self.shard.snapshot();
         let close_anyway = self.closes_after(&snap, head);
-        let hsts = self.hsts(&snap);
+        let wide = self.wide(&snap);
         loop {
-            match self.take_response_head(x, replace, close_anyway, hsts) {
+            match self.take_response_head(x, replace, close_anyway, wide) {
                 HeadStep::Partial => {}
                 HeadStep::Fail(a) => return Err(a),
                 HeadStep::Replace(status, upstream_status, close) => {
@@ -117,7 +118,7 @@ impl<S: Transport> Conn<S> {
         x: &Exchange,
         replace: &Replace<'_>,
         close_anyway: bool,
-        hsts: &[u8],
+        wide: Wide<'_>,
     ) -> HeadStep {
         let mut lines = resp_header_buf();
         match parse_response(&self.urbuf, &mut lines, x.head_only) {
@@ -136,10 +137,11 @@ impl<S: Transport> Conn<S> {
                 }
                 let grpc = self.io.stream().request_id();
                 if let Some(client) = self.io.stream_mut().exchange() {
-                    return answer_head(client, r, lines, (hsts, grpc), (close, interim));
+                    return answer_head(client, r, lines, (wide, grpc), (close, interim));
                 }
                 let wbuf = self.io.out();
                 write_client_head(r.status, reason, lines, wbuf, close && !interim);
+                let hsts = wide.h1();
                 if !interim && !hsts.is_empty() {
                     // Before the blank line that ends the head.
                     wbuf.truncate(wbuf.len() - 2);
@@ -184,13 +186,13 @@ impl<S: Transport> Conn<S> {
             cf_ray: copy.ray(),
         };
         write_error_page(
-            self.io.out(),
+            self.io.answer(),
             replace.pages,
             replace.extras.and_then(|x| x.pages.as_ref()),
             status,
             head.wants_html,
             &vars,
-            b"",
+            None,
             &ctx,
         );
         self.shard.stats.response(upstream_status);
@@ -286,7 +288,7 @@ fn answer_head(
     client: &mut ClientStream,
     r: RespHead,
     lines: &[httparse::Header<'_>],
-    (hsts, grpc): (&[u8], Option<[u8; 24]>),
+    (wide, grpc): (Wide<'_>, Option<[u8; 24]>),
     (close, interim): (bool, bool),
 ) -> HeadStep {
     if interim {
@@ -303,9 +305,7 @@ fn answer_head(
             };
         }
     }
-    if let Some((n, v)) = field_of_line(hsts) {
-        fields.insert(n, v);
-    }
+    wide.add_to(&mut fields);
     let Ok(status) = http::StatusCode::from_u16(r.status) else {
         return HeadStep::Fail(Attempt::Fail {
             status: ErrorStatus::BadGateway,
