@@ -15,7 +15,6 @@ use gapura_gate::Snapshot;
 use gapura_http::transport::h2client::{self, H2Live};
 use gapura_http::transport::plain::Plain;
 use gapura_http::transport::upstream::UpstreamConn;
-use gapura_http::transport::Transport;
 use gapura_http::upstream::health::BOARD_SLOTS;
 use gapura_http::upstream::HealthBoard;
 use rustls::pki_types::ServerName;
@@ -236,7 +235,7 @@ fn probe_h2(
                 ),
             };
             let live = H2Live::new(Default::default());
-            let (read, write) = conn.into_split();
+            let (read, write) = conn.split();
             let send = h2client::handshake(read, write, deadline, &live, 1)
                 .await
                 .map_err(|e| e.to_string())?;

@@ -94,7 +94,10 @@ pub(super) async fn serve<S: Transport>(
     let snap = shard.snapshot();
     let settings = snap.server.http2;
     shard.stats.h2_connections.inc();
-    let (r, w) = stream.into_split();
+    // A byte stream always splits.
+    let Some((r, w)) = stream.into_split() else {
+        return;
+    };
     let mut r = Scanned::new(r, settings.max_control_frames);
     let mut early = early;
     if let Some(cut) = r.scan(&early) {

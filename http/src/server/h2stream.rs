@@ -345,25 +345,9 @@ impl<S> WriteAll for H2Stream<S> {
     }
 }
 
-/// A stream cannot be split for a tunnel (HTTP/2 has no upgrade).
-pub(super) struct NoHalf;
-
-impl ReadSpare for NoHalf {
-    async fn read_spare(&mut self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
-        (Ok(0), buf)
-    }
-}
-
-impl WriteAll for NoHalf {
-    async fn write_all_of<T: IoBuf + 'static>(&mut self, buf: T) -> (io::Result<()>, T) {
-        (Err(io::ErrorKind::Unsupported.into()), buf)
-    }
-    async fn close_write(&mut self) {}
-}
-
 impl<S: Transport> Transport for H2Stream<S> {
-    type ReadHalf = NoHalf;
-    type WriteHalf = NoHalf;
+    type ReadHalf = std::convert::Infallible;
+    type WriteHalf = std::convert::Infallible;
     const TLS: bool = S::TLS;
     const PARTS: bool = true;
     type Parts = Parts;
@@ -388,8 +372,9 @@ impl<S: Transport> Transport for H2Stream<S> {
     fn socket(&self) -> Option<&TcpStream> {
         None
     }
-    fn into_split(self) -> (NoHalf, NoHalf) {
-        (NoHalf, NoHalf)
+    /// HTTP/2 has no upgrade: a stream is never a tunnel.
+    fn into_split(self) -> Option<(Self::ReadHalf, Self::WriteHalf)> {
+        None
     }
     fn abandoned(&mut self) -> bool {
         let mut cx = std::task::Context::from_waker(Waker::noop());

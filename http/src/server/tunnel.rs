@@ -68,8 +68,11 @@ pub async fn tunnel<S: Transport>(
 ) {
     let idle = Duration::from_millis(idle_ms);
     let last = Rc::new(Cell::new(Instant::now()));
-    let (mut cr, mut cw) = client.into_split();
-    let (mut ur, mut uw) = Transport::into_split(upstream);
+    // An HTTP/2 stream is never upgraded: it has no halves.
+    let Some((mut cr, mut cw)) = client.into_split() else {
+        return;
+    };
+    let (mut ur, mut uw) = upstream.split();
     if !upstream_pending.is_empty() && cw.write_all_of(upstream_pending).await.0.is_err() {
         return;
     }

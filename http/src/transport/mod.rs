@@ -129,8 +129,10 @@ pub trait Transport: ReadSpare + WriteAll + 'static {
     /// The TCP socket underneath (readiness, peeking); `None` for an
     /// HTTP/2 stream, which shares its connection's.
     fn socket(&self) -> Option<&TcpStream>;
-    /// Two halves that read and write independently (a tunnel).
-    fn into_split(self) -> (Self::ReadHalf, Self::WriteHalf);
+    /// Two halves that read and write independently (a tunnel); `None`
+    /// for a transport that has no such halves (an HTTP/2 stream: HTTP/2
+    /// has no upgrade).
+    fn into_split(self) -> Option<(Self::ReadHalf, Self::WriteHalf)>;
     /// Whether an idle connection may stop its read and give the buffer
     /// back while it waits ([`Transport::cancelable_read_spare`] cancels
     /// without losing bytes). Plain TCP does; TLS keeps buffers of its own.
@@ -219,6 +221,23 @@ async fn write_all_raw<W: AsyncWriteRent, T: IoBuf + 'static>(
     (res.map(|_| ()), buf)
 }
 
+/// No half: a transport without halves (`Transport::into_split` is
+/// `None`) names this type, which has no value.
+impl ReadSpare for std::convert::Infallible {
+    async fn read_spare(&mut self, _: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        match *self {}
+    }
+}
+
+impl WriteAll for std::convert::Infallible {
+    async fn write_all_of<T: IoBuf + 'static>(&mut self, _: T) -> (io::Result<()>, T) {
+        match *self {}
+    }
+    async fn close_write(&mut self) {
+        match *self {}
+    }
+}
+
 /// A byte stream's answers: HTTP/1.1 bytes in its write buffer.
 macro_rules! answers_as_bytes {
     () => {
@@ -288,8 +307,8 @@ impl Transport for TcpStream {
     fn socket(&self) -> Option<&TcpStream> {
         Some(self)
     }
-    fn into_split(self) -> (Self::ReadHalf, Self::WriteHalf) {
-        monoio::io::Splitable::into_split(self)
+    fn into_split(self) -> Option<(Self::ReadHalf, Self::WriteHalf)> {
+        Some(monoio::io::Splitable::into_split(self))
     }
 }
 

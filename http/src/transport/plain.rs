@@ -59,6 +59,22 @@ either_stream!(read Tcp Ring: PlainRead);
 either_stream!(write Tcp Ring: Plain);
 either_stream!(write Tcp Ring: PlainWrite);
 
+impl Plain {
+    /// Its two halves.
+    pub fn split(self) -> (PlainRead, PlainWrite) {
+        match self {
+            Plain::Tcp(s) => {
+                let (r, w) = monoio::io::Splitable::into_split(s);
+                (PlainRead::Tcp(r), PlainWrite::Tcp(w))
+            }
+            Plain::Ring(s) => {
+                let (r, w) = s.into_split();
+                (PlainRead::Ring(r), PlainWrite::Ring(w))
+            }
+        }
+    }
+}
+
 impl Transport for Plain {
     type ReadHalf = PlainRead;
     type WriteHalf = PlainWrite;
@@ -96,16 +112,7 @@ impl Transport for Plain {
             Plain::Ring(s) => Some(s.socket()),
         }
     }
-    fn into_split(self) -> (PlainRead, PlainWrite) {
-        match self {
-            Plain::Tcp(s) => {
-                let (r, w) = monoio::io::Splitable::into_split(s);
-                (PlainRead::Tcp(r), PlainWrite::Tcp(w))
-            }
-            Plain::Ring(s) => {
-                let (r, w) = s.into_split();
-                (PlainRead::Ring(r), PlainWrite::Ring(w))
-            }
-        }
+    fn into_split(self) -> Option<(PlainRead, PlainWrite)> {
+        Some(self.split())
     }
 }

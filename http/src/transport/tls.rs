@@ -432,18 +432,9 @@ impl<C: DerefMut<Target = ConnectionCommon<D>>, D> ReadSpare for TlsReadHalf<C> 
     }
 }
 
-impl<C: DerefMut<Target = ConnectionCommon<D>> + 'static, D: 'static> Transport for TlsStream<C> {
-    type ReadHalf = TlsReadHalf<C>;
-    type WriteHalf = TlsWriteHalf<C>;
-    crate::transport::answers_as_bytes!();
-    const TLS: bool = true;
-
-    #[inline]
-    fn socket(&self) -> Option<&TcpStream> {
-        Some(&self.tcp)
-    }
-
-    fn into_split(self) -> (TlsReadHalf<C>, TlsWriteHalf<C>) {
+impl<C: DerefMut<Target = ConnectionCommon<D>> + 'static, D: 'static> TlsStream<C> {
+    /// Its two halves.
+    pub fn split(self) -> (TlsReadHalf<C>, TlsWriteHalf<C>) {
         let (r, w) = monoio::io::Splitable::into_split(self.tcp);
         (
             TlsReadHalf {
@@ -457,5 +448,21 @@ impl<C: DerefMut<Target = ConnectionCommon<D>> + 'static, D: 'static> Transport 
                 cout: self.cout,
             },
         )
+    }
+}
+
+impl<C: DerefMut<Target = ConnectionCommon<D>> + 'static, D: 'static> Transport for TlsStream<C> {
+    type ReadHalf = TlsReadHalf<C>;
+    type WriteHalf = TlsWriteHalf<C>;
+    crate::transport::answers_as_bytes!();
+    const TLS: bool = true;
+
+    #[inline]
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(&self.tcp)
+    }
+
+    fn into_split(self) -> Option<(TlsReadHalf<C>, TlsWriteHalf<C>)> {
+        Some(self.split())
     }
 }

@@ -46,6 +46,22 @@ either_stream!(read Plain Tls: UpstreamRead);
 either_stream!(write Plain Tls: UpstreamConn);
 either_stream!(write Plain Tls: UpstreamWrite);
 
+impl UpstreamConn {
+    /// Its two halves (an HTTP/2 connection's codec, a tunnel).
+    pub fn split(self) -> (UpstreamRead, UpstreamWrite) {
+        match self {
+            UpstreamConn::Plain(p) => {
+                let (r, w) = p.split();
+                (UpstreamRead::Plain(r), UpstreamWrite::Plain(w))
+            }
+            UpstreamConn::Tls(t) => {
+                let (r, w) = t.split();
+                (UpstreamRead::Tls(r), UpstreamWrite::Tls(w))
+            }
+        }
+    }
+}
+
 impl Transport for UpstreamConn {
     type ReadHalf = UpstreamRead;
     type WriteHalf = UpstreamWrite;
@@ -66,17 +82,8 @@ impl Transport for UpstreamConn {
             UpstreamConn::Tls(t) => t.socket(),
         }
     }
-    fn into_split(self) -> (UpstreamRead, UpstreamWrite) {
-        match self {
-            UpstreamConn::Plain(p) => {
-                let (r, w) = p.into_split();
-                (UpstreamRead::Plain(r), UpstreamWrite::Plain(w))
-            }
-            UpstreamConn::Tls(t) => {
-                let (r, w) = t.into_split();
-                (UpstreamRead::Tls(r), UpstreamWrite::Tls(w))
-            }
-        }
+    fn into_split(self) -> Option<(UpstreamRead, UpstreamWrite)> {
+        Some(self.split())
     }
 }
 

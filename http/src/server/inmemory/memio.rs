@@ -190,11 +190,11 @@ impl Transport for Mem {
     fn socket(&self) -> Option<&TcpStream> {
         None
     }
-    fn into_split(self) -> (MemRead, MemWrite) {
+    fn into_split(self) -> Option<(MemRead, MemWrite)> {
         let wire = self.0.clone();
         wire.borrow_mut().handles += 2;
         // `self` drops here: two handles are left, the halves'.
-        (MemRead(wire.clone()), MemWrite(wire))
+        Some((MemRead(wire.clone()), MemWrite(wire)))
     }
 }
 

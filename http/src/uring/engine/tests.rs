@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::driver::{block_on, Driver, StartError};
-use crate::transport::{ReadSpare, Transport, WriteAll};
+use crate::transport::{ReadSpare, WriteAll};
 use crate::uring::stream::RingStream;
 use std::io::{Read, Write};
 
@@ -183,7 +183,7 @@ fn split_halves_read_from_the_ring_and_write_on_the_socket() {
         let (tcp, mut peer) = pair().await;
         let s = crate::transport::plain::Plain::new(tcp, Some(&ring));
         assert!(s.on_ring());
-        let (mut r, mut w) = Transport::into_split(s);
+        let (mut r, mut w) = s.split();
         peer.write_all(b"ping").unwrap();
         let (res, got) = r.read_spare(Vec::with_capacity(16)).await;
         assert_eq!(res.unwrap(), 4);

@@ -261,7 +261,7 @@ async fn upstream_for(
         }
     }
     let live = pool.live_for(server.key);
-    let (read, write) = conn.into_split();
+    let (read, write) = conn.split();
     let streams = group.h2_streams_per_connection;
     match h2client::handshake(read, write, deadline, &live, streams).await {
         Ok(send) => {
