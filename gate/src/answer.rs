@@ -1,7 +1,9 @@
 //! Precomputed answers and the one function that writes them.
 //!
-//! An [`Answer`] is the bytes of a complete response built when the snapshot is
-//! compiled: the status line and fixed headers, then the body. Writing it costs
+//! An [`Answer`] is a complete response built when the snapshot is compiled:
+//! the status line and fixed headers (as HTTP/1.1 bytes and as fields,
+//! [`crate::sink::Lines`]), then the body. It is written through a
+//! [`crate::sink::Sink`]; as HTTP/1.1 bytes writing it costs
 //! three `memcpy`s into the caller's buffer: the head, the shard's cached
 //! `Date` line, then the blank line and the body together (precomputed), or
 //! four or five when a connection line is needed or the answer is to a

@@ -6,7 +6,8 @@
 //!
 //! It must never do I/O, read a clock, be async, or allocate on the decision
 //! path: time and request facts are passed in, answers are written into a
-//! buffer the caller owns. Allocation happens only when a snapshot is built.
+//! sink the caller owns (`sink`: HTTP/1.1 bytes, or parts for a protocol
+//! that frames them itself). Allocation happens only when a snapshot is built.
 //! It knows nothing of the profile's text: its errors are enums, which the
 //! config crate maps to codes and positions.
 //!

@@ -416,3 +416,26 @@ fn the_http_codec_stands_alone() {
     }
     assert!(found.is_empty(), "the codec imports:\n{}", found.join("\n"));
 }
+
+#[test]
+fn an_http2_stream_reads_no_http1_answer() {
+    // An HTTP/2 client's answers are sent from their parts: the stream's
+    // transport parses no HTTP/1.1 response head and decodes no chunked
+    // body (what it once did to every answer it was handed as text).
+    let path = workspace().join("http/src/server/h2stream.rs");
+    let code = code_of(&std::fs::read_to_string(&path).unwrap());
+    let found: Vec<&str> = [
+        "parse_response",
+        "upstream::response",
+        "ChunkedDecoder",
+        "httparse::Response",
+    ]
+    .into_iter()
+    .filter(|needle| code.contains(needle))
+    .collect();
+    assert!(found.is_empty(), "h2stream.rs uses {found:?}");
+    assert!(
+        code.contains("fn send_answer"),
+        "the parts' sender moved: update this test"
+    );
+}
