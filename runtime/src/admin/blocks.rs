@@ -8,7 +8,6 @@ use std::fmt::Write as _;
 
 /// Forward-auth counters per provider, summed over the shards.
 pub(super) fn render_auth(out: &mut String, admin: &Admin) {
-    use std::collections::BTreeMap;
     let mut sums: BTreeMap<String, [u64; 9]> = BTreeMap::new();
     for s in &admin.shards {
         let Ok(b) = s.blocks.lock() else { continue };
@@ -30,31 +29,23 @@ pub(super) fn render_auth(out: &mut String, admin: &Admin) {
             }
         }
     }
-    family(
+    by_result(
         out,
-        "gapura_auth_provider_total",
-        "counter",
+        ("gapura_auth_provider_total", "provider"),
         "Forward-auth outcomes by provider and result.",
+        &sums,
+        &[
+            "allowed",
+            "denied",
+            "redirected",
+            "cache_hit",
+            "call",
+            "error",
+            "timeout",
+            "busy",
+            "shadow",
+        ],
     );
-    let labels = [
-        "allowed",
-        "denied",
-        "redirected",
-        "cache_hit",
-        "call",
-        "error",
-        "timeout",
-        "busy",
-        "shadow",
-    ];
-    for (n, v) in &sums {
-        for (label, x) in labels.iter().zip(v) {
-            let _ = writeln!(
-                out,
-                "gapura_auth_provider_total{{provider=\"{n}\",result=\"{label}\"}} {x}"
-            );
-        }
-    }
 }
 
 /// Proof of work's counters, summed over the shards.
@@ -262,83 +253,51 @@ pub(super) fn render_blocks(out: &mut String, admin: &Admin) {
         latency,
         robots,
     } = sum_blocks(admin);
-    family(
+    by_result(
         out,
-        "gapura_rule_set_total",
-        "counter",
+        ("gapura_rule_set_total", "set"),
         "Rule-set outcomes by set and result.",
-    );
-    for (n, v) in &rules {
-        for (label, x) in [
+        &rules,
+        &[
             "denied",
             "dropped",
             "allowed",
             "challenged",
             "regex_give_up",
             "shadow",
-        ]
-        .iter()
-        .zip(v)
-        {
-            let _ = writeln!(
-                out,
-                "gapura_rule_set_total{{set=\"{n}\",result=\"{label}\"}} {x}"
-            );
-        }
-    }
-    family(
+        ],
+    );
+    by_result(
         out,
-        "gapura_access_list_total",
-        "counter",
+        ("gapura_access_list_total", "list"),
         "Access-list outcomes by list and result.",
+        &access,
+        &[
+            "allowed",
+            "refused",
+            "dropped",
+            "challenged",
+            "cache_hit",
+            "verification",
+            "verification_failed",
+            "queue_refused",
+            "shadow",
+        ],
     );
-    let labels = [
-        "allowed",
-        "refused",
-        "dropped",
-        "challenged",
-        "cache_hit",
-        "verification",
-        "verification_failed",
-        "queue_refused",
-        "shadow",
-    ];
-    for (n, v) in &access {
-        for (label, x) in labels.iter().zip(v) {
-            let _ = writeln!(
-                out,
-                "gapura_access_list_total{{list=\"{n}\",result=\"{label}\"}} {x}"
-            );
-        }
-    }
-    family(
+    by_result(
         out,
-        "gapura_rate_limit_total",
-        "counter",
+        ("gapura_rate_limit_total", "limit"),
         "Requests a rate limit let through, refused (429) and let through in shadow, by limit.",
+        &rates,
+        &["refused", "shadow", "allowed"],
     );
-    for (n, v) in &rates {
-        for (label, x) in ["refused", "shadow", "allowed"].iter().zip(v) {
-            let _ = writeln!(
-                out,
-                "gapura_rate_limit_total{{limit=\"{n}\",result=\"{label}\"}} {x}"
-            );
-        }
-    }
-    family(
+    by_result(
         out,
-        "gapura_maintenance_total",
-        "counter",
+        ("gapura_maintenance_total", "host"),
         "Maintenance outcomes by host.",
+        &maint,
+        &["served", "bypassed", "shadow"],
     );
-    for (n, v) in &maint {
-        for (label, x) in ["served", "bypassed", "shadow"].iter().zip(v) {
-            let _ = writeln!(
-                out,
-                "gapura_maintenance_total{{host=\"{n}\",result=\"{label}\"}} {x}"
-            );
-        }
-    }
     render_latency(out, &latency);
     family(
         out,
@@ -360,4 +319,22 @@ pub(super) fn render_blocks(out: &mut String, admin: &Admin) {
         out,
         "gapura_gate_drops_total{{at=\"accept\"}} {accept_drops}"
     );
+}
+
+/// A counter family of outcomes by name and result: `metric`'s line for
+/// each name (under the label `key`) and each result, its count the
+/// result's place in the name's counts.
+fn by_result<const N: usize>(
+    out: &mut String,
+    (metric, key): (&str, &str),
+    help: &str,
+    rows: &BTreeMap<String, [u64; N]>,
+    results: &[&str; N],
+) {
+    family(out, metric, "counter", help);
+    for (name, counts) in rows {
+        for (result, x) in results.iter().zip(counts) {
+            let _ = writeln!(out, "{metric}{{{key}=\"{name}\",result=\"{result}\"}} {x}");
+        }
+    }
 }
