@@ -44,18 +44,7 @@ enum H1Body {
 /// What a failed HTTP/2 exchange with the upstream means for the attempt.
 fn stream_failed(e: &h2::Error, x: &Exchange) -> Attempt {
     // Refused before the server did anything with it: another try is safe.
-    let refused = e.reason() == Some(Reason::REFUSED_STREAM) || e.is_go_away();
-    if refused && !x.body_streamed {
-        Attempt::Retry {
-            status: ErrorStatus::BadGateway,
-            count_failure: !x.reused,
-        }
-    } else {
-        Attempt::Fail {
-            status: ErrorStatus::BadGateway,
-            count_failure: true,
-        }
-    }
+    x.bad_gateway(e.reason() == Some(Reason::REFUSED_STREAM) || e.is_go_away())
 }
 
 impl<S: Transport> Conn<S> {

@@ -124,6 +124,26 @@ pub(super) struct Exchange {
     body_streamed: bool,
 }
 
+impl Exchange {
+    /// A 502 from an upstream that failed: tried again elsewhere when the
+    /// server did nothing with the request (`untouched`) and no body byte
+    /// left the client yet (a pooled connection's failure then not counted
+    /// against the server), else the answer.
+    fn bad_gateway(&self, untouched: bool) -> Attempt {
+        if untouched && !self.body_streamed {
+            Attempt::Retry {
+                status: ErrorStatus::BadGateway,
+                count_failure: !self.reused,
+            }
+        } else {
+            Attempt::Fail {
+                status: ErrorStatus::BadGateway,
+                count_failure: true,
+            }
+        }
+    }
+}
+
 /// The request body's progress across attempts.
 struct Body {
     framing: BodyFraming,

@@ -84,17 +84,7 @@ impl<S: Transport> Conn<S> {
                     } else {
                         UpstreamWhy::Reset
                     });
-                    return Err(if got_nothing && !x.body_streamed {
-                        Attempt::Retry {
-                            status: ErrorStatus::BadGateway,
-                            count_failure: !x.reused,
-                        }
-                    } else {
-                        Attempt::Fail {
-                            status: ErrorStatus::BadGateway,
-                            count_failure: true,
-                        }
-                    });
+                    return Err(x.bad_gateway(got_nothing));
                 }
                 Ok(_) => {}
                 Err(UpRead::Timeout) => {
