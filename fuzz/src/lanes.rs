@@ -8,43 +8,9 @@
 //! counter must be the same.
 
 use gapura_config::{compile_with, Environment, NoFiles, NoNames};
-use gapura_gate::chain::{GateState, Lane, LaneHead, NoTrace, Request};
 use gapura_gate::client::Peer;
-use gapura_gate::path::MAX_PATH_BYTES;
-use gapura_gate::quota::QuotaTicket;
-use gapura_gate::{Snapshot, Verdict};
-use std::collections::VecDeque;
-
-/// A decision as a lane and the chain can both say it: kind, status,
-/// host, leases, Retry-After, step, what refused, and the answer's bytes.
-type Outcome = (
-    &'static str,
-    u16,
-    Option<u32>,
-    Option<QuotaTicket>,
-    u32,
-    &'static str,
-    Option<String>,
-    Vec<u8>,
-);
-
-fn outcome(d: &gapura_gate::chain::Decision<'_>) -> Outcome {
-    let (status, bytes) = match d.verdict {
-        Verdict::Respond(a) => (a.status, [a.head(), a.body()].concat()),
-        Verdict::Refuse(s) => (s.code(), Vec::new()),
-        _ => (1, Vec::new()),
-    };
-    (
-        d.verdict.kind(),
-        status,
-        d.host,
-        d.ticket,
-        d.retry_after_s,
-        d.step.name(),
-        d.policy.map(str::to_string),
-        bytes,
-    )
-}
+use gapura_gate::testing::lanes::LaneRun;
+use gapura_gate::Snapshot;
 
 /// The input's bytes, read one choice at a time (zero once spent).
 struct Choices<'a>(&'a [u8]);
@@ -171,87 +137,20 @@ const HEADERS: [Lines; 4] = [
 
 /// Requests from the rest of the input on one state: by the lane where
 /// it answers (`lane`), else by the chain.
-fn run(s: &Snapshot, input: &[u8], lane: bool) -> (Vec<Outcome>, GateState, (u32, u32)) {
-    let mut state = GateState::small();
-    state.adopt(s, 0);
-    let mut scratch = Box::new([0u8; MAX_PATH_BYTES]);
-    let mut held: VecDeque<QuotaTicket> = VecDeque::new();
-    let mut outcomes = Vec::new();
+fn run<'s>(s: &'s Snapshot, input: &[u8], lane: bool) -> LaneRun<'s> {
+    let mut r = LaneRun::new(s, lane);
     let mut c = Choices(input);
     let mut now_ms = 0u64;
-    let mut by_lane = (0, 0);
-    while !c.0.is_empty() && outcomes.len() < 512 {
+    while !c.0.is_empty() && r.outcomes.len() < 512 {
         let peer = Peer::tcp(PEERS[c.pick(PEERS.len())].parse().unwrap());
         let host = HOSTS[c.pick(HOSTS.len())];
         let path = PATHS[c.pick(PATHS.len())];
         let headers = HEADERS[c.pick(HEADERS.len())];
         now_ms += u64::from(c.next()) * 4;
         let keep = c.pick(4);
-        let header_bytes = headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
-        let req = Request {
-            peer,
-            method: b"GET",
-            host: Some(host),
-            target: path,
-            path,
-            header_count: headers.len(),
-            header_bytes,
-            content_length: None,
-            headers,
-            connection: None,
-            tls: false,
-        };
-        let head = LaneHead {
-            peer,
-            host: Some(host),
-            path,
-            facts: (path.len(), headers.len(), header_bytes),
-            headers,
-        };
-        let found = if lane {
-            s.lane_answer(&mut state, now_ms, || &mut *scratch, head)
-        } else {
-            None
-        };
-        let got = match found {
-            Some(Lane::Answer {
-                host,
-                answer,
-                rest,
-                ticket,
-            }) => {
-                // The lane writes the head, the Date line, then `rest`:
-                // the blank line and the body.
-                assert_eq!(rest, [&b"\r\n"[..], answer.body()].concat());
-                let bytes = [answer.head(), answer.body()].concat();
-                let step = "answer";
-                by_lane.0 += 1;
-                (
-                    "respond",
-                    answer.status,
-                    Some(host),
-                    ticket,
-                    0,
-                    step,
-                    None,
-                    bytes,
-                )
-            }
-            Some(Lane::Decided(d)) => {
-                by_lane.1 += 1;
-                outcome(&d)
-            }
-            None => outcome(&s.decide(&req, &mut state, now_ms, &mut scratch, &mut NoTrace)),
-        };
-        if let Some(t) = got.3 {
-            held.push_back(t);
-        }
-        while held.len() > keep {
-            state.release(held.pop_front().unwrap());
-        }
-        outcomes.push(got);
+        r.get((peer, host, path), headers, now_ms, keep);
     }
-    (outcomes, state, by_lane)
+    r
 }
 
 /// The target: a profile from the input's first bytes, requests from the
@@ -276,19 +175,10 @@ pub fn lanes_counted(data: &[u8]) -> (u32, u32) {
     };
     let s = &compiled.snapshot;
     let rest = c.0;
-    let (by_lane, lane_state, counted) = run(s, rest, true);
-    let (by_chain, chain_state, _) = run(s, rest, false);
-    assert_eq!(by_lane.len(), by_chain.len());
-    for (i, (l, w)) in by_lane.iter().zip(&by_chain).enumerate() {
-        assert_eq!(l, w, "request {i}\n{src}");
-    }
-    assert_eq!(lane_state.counters, chain_state.counters, "{src}");
-    assert_eq!(
-        lane_state.quota.counters, chain_state.quota.counters,
-        "{src}"
-    );
-    assert_eq!(lane_state.rate_counters, chain_state.rate_counters, "{src}");
-    counted
+    let by_lane = run(s, rest, true);
+    let by_chain = run(s, rest, false);
+    by_lane.assert_same_as(&by_chain, &src);
+    by_lane.by_lane
 }
 
 #[cfg(test)]

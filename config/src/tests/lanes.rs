@@ -4,15 +4,11 @@
 //! counters against the whole chain's.
 
 use super::*;
-use gapura_gate::chain::{
-    applies, paying_host, quiet_host, Block, GateState, Lane, LaneHead, NoTrace, Request, ORDER,
-    PAYING_RUNS, QUIET_RUNS,
-};
+use gapura_gate::chain::{applies, paying_host, quiet_host, Block, ORDER, PAYING_RUNS, QUIET_RUNS};
 use gapura_gate::client::Peer;
-use gapura_gate::path::MAX_PATH_BYTES;
-use gapura_gate::quota::QuotaTicket;
-use gapura_gate::Verdict;
-use std::collections::VecDeque;
+use gapura_gate::testing::lanes::LaneRun;
+use gapura_gate::testing::xorshift64;
+use gapura_gate::Snapshot;
 
 /// A respond host with no block of its own, and the lists and the rate
 /// limit a block may name.
@@ -263,46 +259,11 @@ connection_rate = {{ requests = 10 }}
     )
 }
 
-/// What a decision comes to, as far as a lane and the chain can both
-/// say it: the verdict and its status, the host, the leases, the
-/// Retry-After, the deciding step and what refused.
-type Outcome = (
-    &'static str,
-    u16,
-    Option<u32>,
-    Option<QuotaTicket>,
-    u32,
-    &'static str,
-    Option<String>,
-);
-
-fn outcome(d: &gapura_gate::chain::Decision<'_>) -> Outcome {
-    let status = match d.verdict {
-        Verdict::Respond(a) => a.status,
-        Verdict::Refuse(s) => s.code(),
-        _ => 1,
-    };
-    (
-        d.verdict.kind(),
-        status,
-        d.host,
-        d.ticket,
-        d.retry_after_s,
-        d.step.name(),
-        d.policy.map(str::to_string),
-    )
-}
-
 /// One state's run: each request decided by the lane where it answers,
 /// else by the chain (`lane`), or always by the chain; the leases of the
-/// last few requests held, then given back in order. Returns each
-/// request's outcome and what the lane answered (answers, refusals).
-fn run(src: &str, lane: bool) -> (Vec<Outcome>, GateState, (u32, u32)) {
-    let c = ok(src);
-    let s = &c.snapshot;
-    let mut state = GateState::small();
-    state.adopt(s, 0);
-    let mut scratch = Box::new([0u8; MAX_PATH_BYTES]);
+/// last two requests held, then given back in order.
+fn run(s: &Snapshot, lane: bool) -> LaneRun<'_> {
+    let mut r = LaneRun::new(s, lane);
     let peers: [Peer; 6] = [
         "192.0.2.1",
         "192.0.2.9",
@@ -337,79 +298,17 @@ fn run(src: &str, lane: bool) -> (Vec<Outcome>, GateState, (u32, u32)) {
     // The last over ip.test's 8 lines.
     let many = [auth, user, xff, xff, user, user, auth, user, auth];
     let header_sets: [&[(&str, &[u8])]; 5] = [&[], &[auth], &[user], &[xff], &many];
-    let mut held: VecDeque<QuotaTicket> = VecDeque::new();
-    let mut outcomes = Vec::new();
-    let mut by_lane = (0, 0);
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     for i in 0..3000u64 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = xorshift64(&mut seed);
         let pick = |n: usize, shift: u32| (x >> shift) as usize % n;
         let peer = peers[pick(peers.len(), 0)];
         let host = hosts[pick(hosts.len(), 8)];
         let path = paths[pick(paths.len(), 16)];
         let headers = header_sets[pick(header_sets.len(), 24)];
-        let now_ms = i * 23;
-        let header_bytes = headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
-        let req = Request {
-            peer,
-            method: b"GET",
-            host: Some(host),
-            target: path,
-            path,
-            header_count: headers.len(),
-            header_bytes,
-            content_length: None,
-            headers,
-            connection: None,
-            tls: false,
-        };
-        let head = LaneHead {
-            peer,
-            host: Some(host),
-            path,
-            facts: (path.len(), headers.len(), header_bytes),
-            headers,
-        };
-        let found = if lane {
-            s.lane_answer(&mut state, now_ms, || &mut *scratch, head)
-        } else {
-            None
-        };
-        let got = match found {
-            Some(Lane::Answer {
-                host,
-                answer,
-                ticket,
-                ..
-            }) => {
-                by_lane.0 += 1;
-                (
-                    "respond",
-                    answer.status,
-                    Some(host),
-                    ticket,
-                    0,
-                    "answer",
-                    None,
-                )
-            }
-            Some(Lane::Decided(d)) => {
-                by_lane.1 += 1;
-                outcome(&d)
-            }
-            None => outcome(&s.decide(&req, &mut state, now_ms, &mut scratch, &mut NoTrace)),
-        };
-        if let Some(t) = got.3 {
-            held.push_back(t);
-        }
-        while held.len() > 2 {
-            state.release(held.pop_front().unwrap());
-        }
-        outcomes.push(got);
+        r.get((peer, host, path), headers, i * 23, 2);
     }
-    (outcomes, state, by_lane)
+    r
 }
 
 /// The same 3,000 requests through the lane (where it answers) and
@@ -426,21 +325,13 @@ fn the_paying_lane_decides_and_pays_what_the_chain_does() {
     ];
     for client in clients {
         let src = profile(client);
-        let (lane, lane_state, (answered, refused)) = run(&src, true);
-        let (whole, whole_state, none) = run(&src, false);
-        assert_eq!(none, (0, 0));
-        for (i, (l, w)) in lane.iter().zip(&whole).enumerate() {
-            assert_eq!(l, w, "{client:?}: request {i}");
-        }
-        assert_eq!(lane_state.counters, whole_state.counters, "{client:?}");
-        assert_eq!(
-            lane_state.quota.counters, whole_state.quota.counters,
-            "{client:?}"
-        );
-        assert_eq!(
-            lane_state.rate_counters, whole_state.rate_counters,
-            "{client:?}"
-        );
+        let compiled = ok(&src);
+        let lane = run(&compiled.snapshot, true);
+        let whole = run(&compiled.snapshot, false);
+        assert_eq!(whole.by_lane, (0, 0));
+        lane.assert_same_as(&whole, &format!("{client:?}"));
+        let (answered, refused) = lane.by_lane;
+        let (whole, whole_state) = (&whole.outcomes, &whole.state);
         assert!(answered > 300 && refused > 300, "{answered} {refused}");
         // Each level refused some: every budget the lane pays, the
         // concurrency, two of the rate limits.

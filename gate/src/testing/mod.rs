@@ -1,7 +1,11 @@
 //! The one deterministic generator of the project's tests, benchmarks and
 //! generated corpora: xorshift64 (13, 7, 17). Seeded by the caller, so a
 //! failing case replays; never for keys or anything a client could predict
-//! to its advantage. O(1), no allocation.
+//! to its advantage. O(1), no allocation. `lanes`: the lanes run beside
+//! the chain, request by request, for the tests and the fuzz target that
+//! compare them.
+
+pub mod lanes;
 
 /// Advances `state` one xorshift64 step and returns the new state. A zero
 /// state stays zero: seed with a non-zero value.
