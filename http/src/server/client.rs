@@ -452,6 +452,10 @@ impl<S: Transport> ClientIo<S> {
     /// Sends `wbuf` whole, then the shared body that follows it, under
     /// the write timeout.
     pub(super) async fn flush(&mut self, write_timeout_ms: u64) -> Result<(), End> {
+        if S::PARTS && self.shared.is_none() && self.out_len() == 0 {
+            // Nothing waits (an upstream's answer went out as frames).
+            return Ok(());
+        }
         if self.shared.is_some() || S::PARTS {
             // On its own allocation: the common flush future stays small.
             return Box::pin(self.flush_shared(write_timeout_ms)).await;
