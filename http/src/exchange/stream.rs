@@ -3,8 +3,8 @@
 //! client's window allows; its request body is read frame by frame.
 //!
 //! The stream's request head is laid out for the pipeline by
-//! `crate::server::h2stream`, which also carries an answer written as
-//! bytes (a local answer) until those are parts too; what both share,
+//! `crate::server::h2stream`, which also sends the answers Gapura writes
+//! itself from their parts (`gapura_gate::sink::Parts`); what both share,
 //! the stream's handles and its request body, is here.
 
 use super::send_in_window;

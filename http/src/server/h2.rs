@@ -4,8 +4,9 @@
 //! A stream is served by a [`Conn`] whose transport is the stream itself
 //! ([`H2Stream`], `h2stream`): the pipeline reads the request's head from
 //! its fields (never written and parsed as HTTP/1.1 text) and its body
-//! from DATA frames; what the pipeline writes is read back into the
-//! response HEADERS and DATA frames, with flow control. Prepare, the gate,
+//! from DATA frames; its answers go out as HEADERS and DATA frames from
+//! their parts (an upstream's, or Gapura's own written into the stream's
+//! `Parts`), with flow control. Prepare, the gate,
 //! limits, leases, forwarding and
 //! pages are the HTTP/1.1 code, not a copy: a 429 or 403 is a stream's
 //! answer, never a connection error.
