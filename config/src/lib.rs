@@ -91,6 +91,7 @@ mod gatekeys;
 mod host;
 mod hostlayer;
 mod hostsettings;
+mod http3;
 mod identity;
 mod layer;
 mod limits;

@@ -59,6 +59,17 @@ pub(crate) struct RawProfile {
     pub tls: Option<RawTls>,
     /// `[fleet]`: limits shared across nodes through Redis.
     pub fleet: Option<RawFleet>,
+    /// `[http3]`: HTTP/3 on the listeners with `http3 = true`.
+    pub http3: Option<Spanned<RawHttp3>>,
+}
+
+/// `[http3]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHttp3 {
+    pub max_streams: Opt<i64>,
+    pub idle_timeout_ms: Opt<i64>,
+    pub retry: Opt<String>,
 }
 
 /// `[server]`. Numbers are read as `i64` (TOML's integer) so that a negative
@@ -417,6 +428,8 @@ pub(crate) struct RawListenTable {
     pub proxy_protocol: Opt<bool>,
     /// TLS on this listener (`[[certificate]]` entries serve it).
     pub tls: Opt<bool>,
+    /// HTTP/3 on the same port over UDP (needs `tls`).
+    pub http3: Opt<bool>,
 }
 
 impl RawListenEntry {
@@ -438,6 +451,16 @@ impl RawListenEntry {
         match self {
             RawListenEntry::Table(RawListenTable { tls: Some(t), .. }) if *t.get_ref() => {
                 Some(t.span())
+            }
+            _ => None,
+        }
+    }
+
+    /// `http3 = true`, with the flag's span.
+    pub(crate) fn http3(&self) -> Option<std::ops::Range<usize>> {
+        match self {
+            RawListenEntry::Table(RawListenTable { http3: Some(h), .. }) if *h.get_ref() => {
+                Some(h.span())
             }
             _ => None,
         }

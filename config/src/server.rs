@@ -61,6 +61,7 @@ pub(crate) fn check_server(
     );
     let (listen, proxy_protocol, proxy_listener, tls, tls_listener) =
         check_listen(s, &d, udp_only, e);
+    let http3 = crate::http3::http3_listeners(s, &listen, &tls, e);
     let admin = check_admin(s, &d, &listen, e);
     let drain_timeout_ms = int_in(
         e,
@@ -78,6 +79,7 @@ pub(crate) fn check_server(
         listen,
         proxy_protocol,
         tls,
+        http3,
         admin_token_file: check_admin_token(s, admin, e),
         admin,
         drain_timeout_ms,
@@ -184,6 +186,7 @@ fn check_connections(s: &RawServer, e: &mut Errors<'_>) -> ServerSettings {
         unknown_host: check_unknown_host(&s.unknown_host, ds.unknown_host, e),
         access_log: check_access_log(s, e),
         http2: check_http2(s, e),
+        http3: gapura_gate::snapshot::Http3Settings::default(),
     }
 }
 

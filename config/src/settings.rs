@@ -20,6 +20,9 @@ pub struct RuntimeSettings {
     /// The positions in `listen` of the listeners that speak TLS; the
     /// snapshot's `tls` holds what they serve.
     pub tls: Vec<usize>,
+    /// The positions in `listen` of the TLS listeners that also serve
+    /// HTTP/3 on a UDP socket of the same address.
+    pub http3: Vec<usize>,
     /// The admin listener (metrics); `None` when `admin = "off"`.
     pub admin: Option<SocketAddr>,
     /// The file of the bearer token the admin listener asks for
@@ -70,6 +73,7 @@ impl Default for RuntimeSettings {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             proxy_protocol: Vec::new(),
             tls: Vec::new(),
+            http3: Vec::new(),
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             drain_timeout_ms: 10_000,
             pow_key_file: None,

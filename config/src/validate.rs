@@ -59,8 +59,9 @@ pub(crate) struct Checked {
 /// is `"auto"`, `env.resolver` resolves upstream names. The result is
 /// meaningful only when `errors` stays empty.
 pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors<'_>) -> Checked {
-    let (mut runtime, server, proxy_listener, tls_listener) =
+    let (mut runtime, mut server, proxy_listener, tls_listener) =
         check_server(&raw.server, !raw.udp.is_empty(), errors);
+    server.http3 = crate::http3::check_http3(raw.http3.as_ref(), errors);
     let tls = crate::tls::check_tls(
         &raw.certificate,
         raw.tls.as_ref(),

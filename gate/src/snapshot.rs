@@ -33,6 +33,8 @@ pub struct ServerSettings {
     pub access_log: Option<AccessLogSettings>,
     /// HTTP/2: h2 by ALPN over TLS, h2c by prior knowledge in plaintext.
     pub http2: Http2Settings,
+    /// HTTP/3 on the listeners that ask for it (`[http3]`).
+    pub http3: Http3Settings,
 }
 
 /// `[server] http2*`: HTTP/2 and its defences.
@@ -57,6 +59,42 @@ impl Default for Http2Settings {
             max_streams: 128,
             max_resets: 200,
             max_control_frames: 1_000,
+        }
+    }
+}
+
+/// `[http3]`: HTTP/3 and its defences, for new connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Http3Settings {
+    /// Bidirectional streams (requests) one connection may have open.
+    pub max_streams: u32,
+    /// A connection with nothing sent or received this long is closed.
+    pub idle_timeout_ms: u64,
+    /// When a new connection must first prove its address (Retry).
+    pub retry: RetryMode,
+}
+
+/// `[http3] retry`: when a new connection's address is validated by a
+/// Retry round trip before any handshake work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryMode {
+    /// Once a shard holds more half-open handshakes than
+    /// [`RETRY_AUTO_HALF_OPEN`].
+    Auto,
+    Always,
+    Never,
+}
+
+/// Half-open handshakes per shard past which `retry = "auto"` asks every
+/// new connection to prove its address first.
+pub const RETRY_AUTO_HALF_OPEN: usize = 64;
+
+impl Default for Http3Settings {
+    fn default() -> Self {
+        Http3Settings {
+            max_streams: 100,
+            idle_timeout_ms: 30_000,
+            retry: RetryMode::Auto,
         }
     }
 }
@@ -94,6 +132,7 @@ impl Default for ServerSettings {
             unknown_host: ErrorStatus::NotFound,
             access_log: None,
             http2: Http2Settings::default(),
+            http3: Http3Settings::default(),
         }
     }
 }

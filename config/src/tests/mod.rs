@@ -13,6 +13,7 @@ mod extras;
 mod fleet;
 mod gate_codes;
 mod hosts;
+mod http3;
 mod lanes;
 mod limits;
 mod parse;
