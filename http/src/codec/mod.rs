@@ -24,6 +24,7 @@ pub mod accept;
 pub mod bytes;
 pub mod chunked;
 pub mod fields;
+pub mod h3;
 pub mod head;
 pub mod listed;
 pub mod proxyproto;
