@@ -182,46 +182,65 @@ impl Sink for Vec<u8> {
     }
 }
 
-/// The fields every answer to a request gets, whoever wrote it (Gapura
+/// The fields every answer of a request carries, whoever wrote it (Gapura
 /// itself, or an upstream whose answer is relayed) and whatever protocol
-/// carries it: the host's `Strict-Transport-Security` over TLS. The one
-/// place an answer-wide field is added; each writer asks it for the form
-/// it writes.
+/// carries it: the host's `Strict-Transport-Security` over TLS, and the
+/// listener's `Alt-Svc` where it also serves HTTP/3. The one place an
+/// answer-wide field is added; each writer asks it for the form it writes.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Wide<'a> {
     hsts: Option<&'a Lines>,
+    alt_svc: Option<&'a Lines>,
 }
 
 impl<'a> Wide<'a> {
     /// The fields of a host's answers: `hsts` when it has one (empty lines
-    /// are none).
+    /// are none), and the listener's `alt_svc`.
     #[inline]
-    pub fn new(hsts: Option<&'a Lines>) -> Wide<'a> {
+    pub fn new(hsts: Option<&'a Lines>, alt_svc: Option<&'a Lines>) -> Wide<'a> {
         Wide {
             hsts: hsts.filter(|l| !l.is_empty()),
+            alt_svc: alt_svc.filter(|l| !l.is_empty()),
         }
+    }
+
+    /// Whether it adds nothing.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.hsts.is_none() && self.alt_svc.is_none()
     }
 
     /// Into an answer being written, before its head ends.
     #[inline]
     pub fn write<O: Sink>(&self, out: &mut O) {
-        if let Some(l) = self.hsts {
+        for l in [self.hsts, self.alt_svc].into_iter().flatten() {
             out.lines(l);
         }
     }
 
     /// As HTTP/1.1 lines (an upstream's head relayed as bytes).
     #[inline]
-    pub fn h1(&self) -> &'a [u8] {
-        self.hsts.map_or(b"", |l| l.h1())
+    pub fn write_h1(&self, out: &mut Vec<u8>) {
+        for l in [self.hsts, self.alt_svc].into_iter().flatten() {
+            out.extend_from_slice(l.h1());
+        }
     }
 
     /// Into a relayed answer's fields (each replacing the upstream's own).
     pub fn add_to(&self, fields: &mut http::HeaderMap) {
-        for (name, value) in self.hsts.map_or(&[][..], |l| l.fields()) {
-            fields.insert(name.clone(), value.clone());
+        for l in [self.hsts, self.alt_svc].into_iter().flatten() {
+            for (name, value) in l.fields() {
+                fields.insert(name.clone(), value.clone());
+            }
         }
     }
+}
+
+/// The `Alt-Svc` lines of a TLS listener that serves HTTP/3 on `port`
+/// too: clients may use it for a day.
+pub fn alt_svc(port: u16) -> Lines {
+    let value = format!("h3=\":{port}\"; ma=86400");
+    Lines::new(None, &[("Alt-Svc", value.as_str())])
 }
 
 /// The value of a `Date: ...\r\n` line.

@@ -353,11 +353,13 @@ fn become_user(target: Option<&crate::privileges::Target>) -> Result<(), String>
     Ok(())
 }
 
-/// A listener socket for one shard, and how its connections start.
+/// A listener socket for one shard, how its connections start, and its
+/// UDP socket when it serves HTTP/3 too.
 type Bound = (
     std::net::SocketAddr,
     std::net::TcpListener,
     gapura_http::server::Listener,
+    Option<std::net::UdpSocket>,
 );
 
 /// Binds every listen address once per shard, in shard order (steering
@@ -370,17 +372,35 @@ fn bind_listeners(
     let mut per_shard: Vec<Vec<Bound>> = (0..shard_count).map(|_| Vec::new()).collect();
     for (index, addr) in settings.listen.iter().enumerate() {
         let group = listeners::bind_group(*addr, shard_count, steer).map_err(|e| e.to_string())?;
+        let http3 = settings.http3.contains(&index);
+        // HTTP/3 on the same address, its port the TCP group's.
+        let mut udp = match http3 {
+            true => listeners::bind_udp_group(group.addr, shard_count, steer)
+                .map_err(|e| format!("HTTP/3 on {}: {e}", group.addr))?
+                .1
+                .into_iter()
+                .map(Some)
+                .collect(),
+            false => Vec::new(),
+        };
+        // Built once for the process's life: every answer on the listener
+        // points at it.
+        let alt_svc: Option<&'static gapura_gate::sink::Lines> =
+            http3.then(|| &*Box::leak(Box::new(gapura_gate::sink::alt_svc(group.addr.port()))));
         let kind = gapura_http::server::Listener {
             proxy_protocol: settings.proxy_protocol.contains(&group.requested),
             tls: settings.tls.contains(&index),
+            alt_svc,
         };
         for (i, sock) in group.sockets.into_iter().enumerate() {
-            per_shard[i].push((group.addr, sock, kind));
+            let h3 = udp.get_mut(i).and_then(Option::take);
+            per_shard[i].push((group.addr, sock, kind, h3));
         }
         listening(format!(
-            "listening on {}://{} ({}, steering {})",
+            "listening on {}://{}{} ({}, steering {})",
             if kind.tls { "https" } else { "http" },
             group.addr,
+            if http3 { " and HTTP/3 (udp)" } else { "" },
             shards_word(shard_count),
             match steer {
                 listeners::Steer::Source => "source",
@@ -413,6 +433,9 @@ fn acquire_listeners(
         if !settings.udp_listen.is_empty() {
             return Err("a profile with UDP relays cannot take over a running process (their sockets are not handed over); restart instead".into());
         }
+        if !settings.http3.is_empty() {
+            return Err("a profile serving HTTP/3 cannot take over a running process (its UDP sockets are not handed over); restart instead".into());
+        }
         let mut got = crate::upgrade::take_over(path)?;
         let (per_shard, admin) = inherit_listeners(settings, shard_count, &mut got)?;
         return Ok((Some(got), per_shard, admin));
@@ -420,6 +443,11 @@ fn acquire_listeners(
     // Port ownership first: nothing is bound if any address is taken.
     for addr in settings.listen.iter().chain(settings.admin.iter()) {
         listeners::check_port_free(*addr).map_err(|e| e.to_string())?;
+    }
+    for &i in &settings.http3 {
+        if let Some(addr) = settings.listen.get(i).filter(|a| a.port() != 0) {
+            listeners::check_udp_port_free(*addr).map_err(|e| e.to_string())?;
+        }
     }
     let per_shard = bind_listeners(settings, shard_count, steer)?;
     let admin = match settings.admin {
@@ -443,13 +471,14 @@ fn inherit_listeners(
         let kind = gapura_http::server::Listener {
             proxy_protocol: settings.proxy_protocol.contains(addr),
             tls: settings.tls.contains(&index),
+            alt_svc: None,
         };
         for (shard, list) in per_shard.iter_mut().enumerate() {
             let sock = got.take_tcp(*addr, shard).ok_or_else(|| {
                 format!("the running process has no listener on {addr} for shard {shard}: a take-over needs the same listen addresses and shard count; restart instead")
             })?;
             let bound = sock.local_addr().map_err(|e| e.to_string())?;
-            list.push((bound, sock, kind));
+            list.push((bound, sock, kind, None));
         }
         listening(format!(
             "listening on {}://{} ({}, taken over)",
@@ -488,7 +517,7 @@ fn offer_handover(
     }
     let mut h = crate::upgrade::Handover::bind(path)?;
     for (shard, list) in per_shard.iter().enumerate() {
-        for ((_, sock, _), requested) in list.iter().zip(&settings.listen) {
+        for ((_, sock, _, _), requested) in list.iter().zip(&settings.listen) {
             let bound = sock.local_addr().map_err(|e| e.to_string())?;
             h.offer_tcp(*requested, bound, shard, sock)
                 .map_err(|e| format!("upgrade socket: {e}"))?;

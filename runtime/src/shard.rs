@@ -44,8 +44,14 @@ pub struct ShardSpec {
     pub driver: Driver,
     /// Whether plain HTTP/1.1 connections run on the shard's own ring.
     pub ring: gapura_config::ClientRing,
-    /// Each listener with how its connections start (a PROXY header, TLS).
-    pub listeners: Vec<(SocketAddr, std::net::TcpListener, Listener)>,
+    /// Each listener with how its connections start (a PROXY header, TLS),
+    /// and its UDP socket when it serves HTTP/3 too.
+    pub listeners: Vec<(
+        SocketAddr,
+        std::net::TcpListener,
+        Listener,
+        Option<std::net::UdpSocket>,
+    )>,
     pub cell: Arc<SnapshotCell>,
     pub stats: Arc<ShardStats>,
     pub control: Arc<Control>,
@@ -169,7 +175,15 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         monoio::spawn(ring.drive());
     }
     let mut listeners = Vec::new();
-    for (addr, std_listener, kind) in spec.listeners {
+    let mut quic = Vec::new();
+    for (addr, std_listener, kind, h3) in spec.listeners {
+        if let Some(udp) = h3 {
+            if let Err(e) = udp.set_nonblocking(legacy) {
+                let _ = started.send(Err(format!("shard {}: HTTP/3 on {addr}: {e}", spec.id)));
+                return;
+            }
+            quic.push(udp);
+        }
         let setup = std_listener
             .set_nonblocking(legacy)
             .and_then(|_| TcpListener::from_std(std_listener));
@@ -199,6 +213,9 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
     let mut accepting = Vec::new();
     for (l, kind) in listeners {
         accepting.push(monoio::spawn(accept_loop(l, shard.clone(), kind)));
+    }
+    for udp in quic {
+        monoio::spawn(gapura_http::server::h3::serve(udp, shard.clone()));
     }
     // Wait for the drain signal.
     while !spec.control.draining.load(Ordering::Acquire) {

@@ -63,6 +63,8 @@ struct Shared {
     bucket: Rc<Cell<gapura_gate::quota::Bucket>>,
     /// The connection's serial (the access log's `connection`).
     connection: u64,
+    /// The listener's `Alt-Svc` (it serves HTTP/3 too).
+    alt_svc: Option<&'static gapura_gate::sink::Lines>,
     open: Cell<u32>,
     /// Resets in the current window, and when it began.
     resets: Cell<u32>,
@@ -88,6 +90,7 @@ pub(super) async fn serve<S: Transport>(
     shard: Rc<Shard>,
     client_peer: Peer,
     place: Place,
+    alt_svc: Option<&'static gapura_gate::sink::Lines>,
 ) where
     S::ReadHalf: Unpin,
     S::WriteHalf: Unpin,
@@ -124,6 +127,7 @@ pub(super) async fn serve<S: Transport>(
     };
     let shared = Rc::new(Shared {
         connection: shard.next_connection(),
+        alt_svc,
         ..Shared::default()
     });
     let queue = Rc::new(Queue::default());
@@ -379,6 +383,7 @@ async fn serve_stream<S: Transport>(
         shared.bucket.clone(),
         shared.connection,
     )
+    .with_alt_svc(shared.alt_svc)
     .serve_stream()
     .await;
     if let End::Error(kind) = end {

@@ -48,6 +48,7 @@ mod grpc;
 mod h2;
 mod h2scan;
 mod h2stream;
+pub mod h3;
 #[cfg(test)]
 mod inmemory;
 mod leases;

@@ -19,6 +19,7 @@ use crate::transport::plain::Plain;
 use crate::transport::tls::{self, TlsStream};
 use crate::transport::Transport;
 use gapura_gate::client::Peer;
+use gapura_gate::sink::Lines;
 use gapura_gate::tls::TlsSettings;
 use monoio::net::TcpStream;
 use rustls::server::ServerConfig;
@@ -33,6 +34,9 @@ pub struct Listener {
     pub proxy_protocol: bool,
     /// TLS: the handshake follows the connection-level checks.
     pub tls: bool,
+    /// The `Alt-Svc` its answers carry: the listener serves HTTP/3 on the
+    /// same port (built once at start).
+    pub alt_svc: Option<&'static Lines>,
 }
 
 /// Serves one accepted connection until it ends. Never panics on input.
@@ -72,15 +76,16 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shard: Rc<Shard>, listen
         }
         // The handshake and what follows it on their own allocation: a
         // plain connection's task keeps only what a plain connection needs.
-        return Box::pin(serve_tls(io, shard, client_peer, place)).await;
+        let tls = serve_tls(io, shard, client_peer, place, listener.alt_svc);
+        return Box::pin(tls).await;
     }
     if h2 {
         let (stream, early) = io.into_stream();
-        let h2 = super::h2::serve(stream, early, shard, client_peer, place);
+        let h2 = super::h2::serve(stream, early, shard, client_peer, place, None);
         return Box::pin(h2).await;
     }
     let io = io.map_stream(|tcp| Plain::new(tcp, shard.conns.ring.as_ref()));
-    serve_http1(io, shard, client_peer, place).await;
+    serve_http1(io, shard, client_peer, place, None).await;
 }
 
 /// Serves HTTP/1.1 on a connection whose opening steps passed, until it
@@ -90,9 +95,11 @@ pub(super) async fn serve_http1<S: Transport>(
     shard: Rc<Shard>,
     client_peer: Peer,
     place: Place,
+    alt_svc: Option<&'static Lines>,
 ) {
     let serial = shard.next_connection();
-    let mut conn = Conn::new(io, shard, client_peer, Some(place), Rc::default(), serial);
+    let mut conn =
+        Conn::new(io, shard, client_peer, Some(place), Rc::default(), serial).with_alt_svc(alt_svc);
     // Busy from the start until its first wait for a request: a drain
     // that begins meanwhile waits for it.
     conn.set_busy(true);
@@ -137,13 +144,19 @@ async fn hello_arrives(io: &ClientIo<TcpStream>, shard: &Shard) -> bool {
 
 /// A TLS connection after its checks: the handshake, then HTTP/2 or
 /// HTTP/1.1 as ALPN chose.
-async fn serve_tls(io: ClientIo<TcpStream>, shard: Rc<Shard>, client_peer: Peer, place: Place) {
+async fn serve_tls(
+    io: ClientIo<TcpStream>,
+    shard: Rc<Shard>,
+    client_peer: Peer,
+    place: Place,
+    alt_svc: Option<&'static Lines>,
+) {
     match handshake(io, &shard).await {
         Some(tls) if tls.stream().alpn_h2() => {
             let (stream, _) = tls.into_stream();
-            super::h2::serve(stream, Vec::new(), shard, client_peer, place).await
+            super::h2::serve(stream, Vec::new(), shard, client_peer, place, alt_svc).await
         }
-        Some(tls) => serve_http1(tls, shard, client_peer, place).await,
+        Some(tls) => serve_http1(tls, shard, client_peer, place, alt_svc).await,
         // A failed handshake is counted by its kind; the place drops.
         None => {}
     }
@@ -178,7 +191,7 @@ impl Shard {
     /// The rustls configuration for `settings`, built on first use after
     /// each snapshot change. `None` (logged once per snapshot) when it
     /// cannot be built.
-    fn tls_config(&self, settings: &Arc<TlsSettings>) -> Option<Arc<ServerConfig>> {
+    pub(super) fn tls_config(&self, settings: &Arc<TlsSettings>) -> Option<Arc<ServerConfig>> {
         if let Some((built_from, config)) = &*self.tls.borrow() {
             if Arc::ptr_eq(built_from, settings) {
                 return config.clone();

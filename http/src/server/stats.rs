@@ -182,6 +182,15 @@ pub struct ShardStats {
     /// Connections that ended in a protocol error (a bad preface,
     /// SETTINGS, frame or header block).
     pub h2_errors: Counter,
+    /// HTTP/3 (QUIC) connections accepted.
+    pub h3_connections: Counter,
+    /// HTTP/3 requests, each through the gate.
+    pub h3_streams: Counter,
+    /// New QUIC connections asked to prove their address (Retry).
+    pub h3_retries: Counter,
+    /// HTTP/3 request streams refused before a task took them (malformed,
+    /// too large, cut short) or reset by the client.
+    pub h3_refused_streams: Counter,
 }
 
 impl ShardStats {

@@ -55,6 +55,10 @@ const SHARD_METRICS: &[(&str, &str, &str, Getter)] = &[
     ("gapura_h2_enhance_your_calm_total", "counter", "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM (reset budget, reset streams waiting, floods).", |s| s.h2_calm.get()),
     ("gapura_h2_floods_total", "counter", "HTTP/2 connections closed over their budget of SETTINGS, PING, PRIORITY and empty DATA frames.", |s| s.h2_floods.get()),
     ("gapura_h2_protocol_errors_total", "counter", "HTTP/2 connections that ended in a protocol error.", |s| s.h2_errors.get()),
+    ("gapura_h3_connections_total", "counter", "HTTP/3 (QUIC) connections accepted.", |s| s.h3_connections.get()),
+    ("gapura_h3_streams_total", "counter", "HTTP/3 requests, each through the gate.", |s| s.h3_streams.get()),
+    ("gapura_h3_retries_total", "counter", "New QUIC connections asked to prove their address with a Retry.", |s| s.h3_retries.get()),
+    ("gapura_h3_refused_streams_total", "counter", "HTTP/3 request streams refused before they were served (malformed, too large, cut short, reset).", |s| s.h3_refused_streams.get()),
 ];
 
 /// Renders every counter: the shards' own, the blocks', the UDP relays',

@@ -161,14 +161,14 @@ impl<S: Transport> Conn<S> {
         Ok(())
     }
 
-    /// The answer-wide fields of the current request's host: its
-    /// `Strict-Transport-Security` over TLS.
+    /// The answer-wide fields of the current request: its host's
+    /// `Strict-Transport-Security` over TLS, the listener's `Alt-Svc`.
     pub(super) fn wide<'s>(&self, snap: &'s Snapshot) -> Wide<'s> {
         if !S::TLS {
             return Wide::default();
         }
         let host = self.req_host.and_then(|h| snap.entries.get(h as usize));
-        Wide::new(host.map(|e| &e.extras.https.hsts))
+        Wide::new(host.map(|e| &e.extras.https.hsts), self.alt_svc)
     }
 
     /// Writes what a local answer still lacks once its body is read: the

@@ -138,6 +138,8 @@ pub(super) struct Conn<S: Transport> {
     /// The current request's page variables, kept for an answer written
     /// after its head's bytes are gone (an upstream error replaced).
     page_vars: Option<Box<PageCopy>>,
+    /// The listener's `Alt-Svc`, where it serves HTTP/3 too.
+    alt_svc: Option<&'static gapura_gate::sink::Lines>,
 }
 
 impl<S: Transport> Conn<S> {
@@ -170,7 +172,17 @@ impl<S: Transport> Conn<S> {
             place,
             page_vars: None,
             known_host: KnownHost::default(),
+            alt_svc: None,
         }
+    }
+
+    /// Its answers carry the listener's `Alt-Svc`.
+    pub(super) fn with_alt_svc(
+        mut self,
+        alt_svc: Option<&'static gapura_gate::sink::Lines>,
+    ) -> Self {
+        self.alt_svc = alt_svc;
+        self
     }
 
     /// Serves an HTTP/2 stream's one request; the connection's counters

@@ -124,6 +124,7 @@ fn open_limited(shard: &Rc<Shard>) -> Option<memio::Client> {
         shard.clone(),
         peer,
         place,
+        None,
     ));
     Some(client)
 }

@@ -20,6 +20,7 @@ async fn connect(shard: &Rc<Shard>) -> (SendRequest<Bytes>, memio::Client) {
         shard.clone(),
         peer,
         place,
+        None,
     ));
     let (send, conn) = ::h2::client::handshake(client).await.expect("handshake");
     monoio::spawn(async move {

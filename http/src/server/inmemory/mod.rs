@@ -133,7 +133,13 @@ pub(crate) fn open_from(shard: &Rc<Shard>, addr: [u8; 4]) -> Client {
         shard.conns.deadlines.register(),
     );
     let peer = Peer::tcp(std::net::IpAddr::from(addr));
-    monoio::spawn(super::opening::serve_http1(io, shard.clone(), peer, place));
+    monoio::spawn(super::opening::serve_http1(
+        io,
+        shard.clone(),
+        peer,
+        place,
+        None,
+    ));
     client
 }
 

@@ -24,6 +24,7 @@ use crate::server::conn::Conn;
 use crate::transport::Transport;
 use bytes::Bytes;
 use gapura_gate::limits::RequestLimits;
+use gapura_gate::sink::Wide;
 use gapura_gate::upstream::UpstreamGroup;
 use gapura_gate::{ErrorStatus, UpstreamWhy};
 use h2::client::ResponseFuture;
@@ -329,7 +330,7 @@ impl<S: Transport> Conn<S> {
             }
             return self.relay_frames(recv, group.read_timeout_ms, close).await;
         }
-        let framing = write_h1_head(self.io.out(), &parts, (end, x.head_only), close, wide.h1());
+        let framing = write_h1_head(self.io.out(), &parts, (end, x.head_only), close, wide);
         if framing == H1Body::None {
             if self.flush().await.is_err() {
                 return Attempt::ClientGone;
@@ -526,7 +527,7 @@ fn write_h1_head(
     parts: &http::response::Parts,
     (ended, head_only): (bool, bool),
     close: bool,
-    hsts: &[u8],
+    wide: Wide<'_>,
 ) -> H1Body {
     let status = parts.status.as_u16();
     out.extend_from_slice(b"HTTP/1.1 ");
@@ -550,7 +551,7 @@ fn write_h1_head(
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         H1Body::Chunked
     };
-    out.extend_from_slice(hsts);
+    wide.write_h1(out);
     if close {
         out.extend_from_slice(b"Connection: close\r\n");
     }
@@ -569,7 +570,7 @@ mod tests {
         }
         let (parts, ()) = b.body(()).unwrap().into_parts();
         let mut out = Vec::new();
-        let f = write_h1_head(&mut out, &parts, (ended, false), close, b"");
+        let f = write_h1_head(&mut out, &parts, (ended, false), close, Wide::default());
         (f, String::from_utf8(out).unwrap())
     }
 

@@ -131,11 +131,10 @@ impl<S: Transport> Conn<S> {
                 }
                 let wbuf = self.io.out();
                 write_client_head(r.status, reason, lines, wbuf, close && !interim);
-                let hsts = wide.h1();
-                if !interim && !hsts.is_empty() {
+                if !interim && !wide.is_empty() {
                     // Before the blank line that ends the head.
                     wbuf.truncate(wbuf.len() - 2);
-                    wbuf.extend_from_slice(hsts);
+                    wide.write_h1(wbuf);
                     wbuf.extend_from_slice(b"\r\n");
                 }
                 HeadStep::Head(r, close, interim)

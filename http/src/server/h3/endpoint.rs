@@ -1,0 +1,464 @@
+//! A shard's QUIC endpoint: its own UDP socket (one of the listener's
+//! SO_REUSEPORT group, steered by source like the shard's TCP sockets),
+//! one quinn-proto `Endpoint` fed the datagrams, and the connections it
+//! accepted, each on this shard for its whole life.
+//!
+//! A new connection's first Initial passes the connection-level gate
+//! before any handshake work: the server's access list on the address
+//! (dropped without a word), a Retry round trip when `[http3] retry` asks
+//! for one, then the connection limits (refused statelessly with
+//! CONNECTION_REFUSED), and the shard's connection table bound. Until the
+//! address is validated QUIC itself holds the server to three times what
+//! it received (RFC 9000 §8.1).
+//!
+//! One task drives it all: received datagrams, the connections' timers
+//! (a heap of deadlines), and the request tasks' wake-ups (a task that
+//! queued an answer or read a body marks its connection).
+
+use super::conn::{QConn, Ready};
+use super::stream;
+use crate::server::place::Place;
+use crate::server::shard::Shard;
+use bytes::BytesMut;
+use gapura_gate::snapshot::{Http3Settings, RetryMode, RETRY_AUTO_HALF_OPEN};
+use gapura_gate::tls::TlsSettings;
+use quinn_proto::{
+    ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Incoming, ServerConfig,
+    TransportConfig, VarInt,
+};
+use std::cell::{Cell, RefCell};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// The largest datagram read.
+const DATAGRAM_BYTES: usize = 64 * 1024;
+/// How often the driver looks for a drain.
+const TICK: Duration = Duration::from_millis(100);
+/// Per-stream receive window: bounds what a client may have in flight on
+/// one request (its body beyond what the task holds).
+const STREAM_WINDOW: u32 = 256 * 1024;
+/// Connection receive window: what one connection may have in flight in
+/// all its streams together.
+const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// Unidirectional streams a client may open: its control stream, QPACK's
+/// two, and a few of unknown types (grease).
+const MAX_UNI_STREAMS: u32 = 8;
+
+/// Marks connections with work for the driver, and wakes it.
+#[derive(Default)]
+pub(super) struct Wake {
+    dirty: RefCell<Vec<ConnectionHandle>>,
+    waker: RefCell<Option<Waker>>,
+    pending: Cell<bool>,
+}
+
+impl Wake {
+    pub(super) fn mark(&self, h: ConnectionHandle) {
+        self.dirty.borrow_mut().push(h);
+        self.pending.set(true);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    async fn wait(&self) {
+        std::future::poll_fn(|cx| {
+            if self.pending.replace(false) {
+                return Poll::Ready(());
+            }
+            *self.waker.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// One accepted connection: its state, and its place on the shard.
+struct Accepted {
+    conn: Rc<RefCell<QConn>>,
+    _place: Place,
+    peer: gapura_gate::client::Peer,
+    serial: u64,
+    bucket: Rc<Cell<gapura_gate::quota::Bucket>>,
+}
+
+/// The endpoint and its connections.
+struct Driver {
+    shard: Rc<Shard>,
+    endpoint: Endpoint,
+    conns: HashMap<ConnectionHandle, Accepted>,
+    /// Connections still in their handshake.
+    half_open: HashSet<ConnectionHandle>,
+    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    wake: Rc<Wake>,
+    /// The server configuration and the settings it was built from.
+    config: Option<(Arc<TlsSettings>, Http3Settings, Arc<ServerConfig>)>,
+    /// Datagrams waiting to be sent.
+    out: Vec<(SocketAddr, Vec<u8>)>,
+    spare: Vec<Vec<u8>>,
+}
+
+/// Serves HTTP/3 on `socket` until the shard drains and its connections
+/// end.
+pub async fn serve(socket: std::net::UdpSocket, shard: Rc<Shard>) {
+    let local = socket.local_addr().ok();
+    let socket = match monoio::net::udp::UdpSocket::from_std(socket) {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(warn) = shard.logs.warn {
+                warn(format_args!("shard {}: HTTP/3 on {local:?}: {e}", shard.id));
+            }
+            return;
+        }
+    };
+    let secret = endpoint_secret(&shard);
+    let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &derive(&secret, b"reset"));
+    let mut d = Driver {
+        endpoint: Endpoint::new(
+            Arc::new(EndpointConfig::new(Arc::new(reset_key))),
+            None,
+            true,
+            None,
+        ),
+        shard,
+        conns: HashMap::new(),
+        half_open: HashSet::new(),
+        timers: BinaryHeap::new(),
+        wake: Rc::new(Wake::default()),
+        config: None,
+        out: Vec::new(),
+        spare: Vec::new(),
+    };
+    let wake = d.wake.clone();
+    let mut recv = std::pin::pin!(socket.recv_from(Vec::with_capacity(DATAGRAM_BYTES)));
+    let mut tick = std::pin::pin!(monoio::time::sleep(TICK));
+    let mut goaway = false;
+    loop {
+        let next_timer = d.timers.peek().map(|Reverse((t, _))| *t);
+        let timer = async {
+            match next_timer {
+                Some(t) => monoio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        monoio::select! {
+            (got, buf) = &mut recv => {
+                if let Ok((n, from)) = got {
+                    d.datagram(&buf[..n], from, &secret);
+                }
+                let mut buf = buf;
+                buf.clear();
+                recv.set(socket.recv_from(buf));
+            }
+            _ = timer => d.timeouts(),
+            _ = wake.wait() => {}
+            _ = &mut tick => {
+                tick.as_mut().reset(monoio::time::Instant::now() + TICK);
+            }
+        }
+        let dirty: Vec<ConnectionHandle> = std::mem::take(&mut *d.wake.dirty.borrow_mut());
+        for h in dirty {
+            d.drive(h);
+        }
+        for (to, buf) in std::mem::take(&mut d.out) {
+            let (_, mut buf) = socket.send_to(buf, to).await;
+            buf.clear();
+            d.spare.push(buf);
+        }
+        if d.shard.is_draining() {
+            if !goaway {
+                goaway = true;
+                let handles: Vec<_> = d.conns.keys().copied().collect();
+                for h in handles {
+                    d.conns[&h].conn.borrow_mut().send_goaway();
+                    d.wake.mark(h);
+                }
+            }
+            if d.conns.is_empty() {
+                return;
+            }
+        }
+    }
+}
+
+/// The secret the endpoint's keys (stateless reset, Retry tokens) come
+/// from: the TLS ticket secret every shard shares and every reload keeps;
+/// a random one when tickets are off.
+fn endpoint_secret(shard: &Shard) -> Vec<u8> {
+    let snap = shard.snapshot();
+    match snap.tls.as_ref().map(|t| t.ticket_secret.0.clone()) {
+        Some(s) if !s.is_empty() => s,
+        _ => {
+            let mut s = vec![0u8; 32];
+            let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut s);
+            s
+        }
+    }
+}
+
+/// A key for one purpose, derived from the endpoint's secret.
+fn derive(secret: &[u8], purpose: &[u8]) -> [u8; 32] {
+    let tag = ring::hmac::sign(
+        &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret),
+        &[b"gapura quic ", purpose].concat(),
+    );
+    let mut out = [0u8; 32];
+    out.copy_from_slice(tag.as_ref());
+    out
+}
+
+impl Driver {
+    /// One received datagram.
+    fn datagram(&mut self, data: &[u8], from: SocketAddr, secret: &[u8]) {
+        let now = Instant::now();
+        // New connections take the configuration of the snapshot served
+        // now (one built per snapshot and `[http3]` settings).
+        let snap = self.shard.snapshot();
+        self.server_config(&snap, secret);
+        let mut buf = self.spare.pop().unwrap_or_default();
+        let event = self
+            .endpoint
+            .handle(now, from, None, None, BytesMut::from(data), &mut buf);
+        match event {
+            Some(DatagramEvent::ConnectionEvent(h, ev)) => {
+                if let Some(a) = self.conns.get(&h) {
+                    a.conn.borrow_mut().q.handle_event(ev);
+                    self.wake.mark(h);
+                }
+                self.spare.push(buf);
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                self.incoming(incoming, now, buf, secret)
+            }
+            Some(DatagramEvent::Response(t)) => {
+                buf.truncate(t.size);
+                self.out.push((t.destination, buf));
+            }
+            None => self.spare.push(buf),
+        }
+    }
+
+    /// A new connection's first Initial: the connection-level gate, then
+    /// the handshake.
+    fn incoming(&mut self, incoming: Incoming, now: Instant, mut buf: Vec<u8>, secret: &[u8]) {
+        let shard = self.shard.clone();
+        let snap = shard.snapshot();
+        let from = incoming.remote_address();
+        let peer = gapura_gate::client::Peer::tcp(from.ip());
+        let settings = snap.server.http3;
+        let direct = snap.gate.client.mode == gapura_gate::client::ClientMode::Direct;
+        if let Some(i) = snap.gate.accept_list.filter(|_| direct) {
+            let refused = snap
+                .gate
+                .access_lists
+                .get(i as usize)
+                .is_some_and(|l| l.address_only_verdict(peer.addr()).is_some());
+            if refused {
+                shard.stats.accept_drops.inc();
+                self.endpoint.ignore(incoming);
+                return self.spare.push(buf);
+            }
+        }
+        let retry = match settings.retry {
+            RetryMode::Always => true,
+            RetryMode::Never => false,
+            RetryMode::Auto => self.half_open.len() >= RETRY_AUTO_HALF_OPEN,
+        };
+        if retry && !incoming.remote_address_validated() && incoming.may_retry() {
+            match self.endpoint.retry(incoming, &mut buf) {
+                Ok(t) => {
+                    shard.stats.h3_retries.inc();
+                    buf.truncate(t.size);
+                    self.out.push((t.destination, buf));
+                }
+                Err(e) => {
+                    self.endpoint.ignore(e.into_incoming());
+                    self.spare.push(buf);
+                }
+            }
+            return;
+        }
+        let mut place = Place::open(&shard);
+        let full = self.conns.len() >= snap.server.max_connections_per_shard as usize;
+        let admitted = if full {
+            Err(())
+        } else {
+            shard
+                .gate_mut()
+                .admit_connection(snap.gate.connections.as_ref(), peer.addr(), shard.now_ms())
+                .map_err(|_| ())
+        };
+        match admitted {
+            Ok(token) => place.hold(token),
+            Err(()) => {
+                shard.stats.connections_refused.inc();
+                let t = self.endpoint.refuse(incoming, &mut buf);
+                buf.truncate(t.size);
+                self.out.push((t.destination, buf));
+                return;
+            }
+        }
+        let _ = secret;
+        match self.endpoint.accept(incoming, now, &mut buf, None) {
+            Ok((h, q)) => {
+                let max_field = gapura_gate::limits::OUTER_MAX_HEAD_BYTES;
+                self.conns.insert(
+                    h,
+                    Accepted {
+                        conn: Rc::new(RefCell::new(QConn::new(q, h, max_field))),
+                        _place: place,
+                        peer,
+                        serial: shard.next_connection(),
+                        bucket: Rc::default(),
+                    },
+                );
+                shard.stats.h3_connections.inc();
+                self.half_open.insert(h);
+                self.wake.mark(h);
+                self.spare.push(buf);
+            }
+            Err(e) => match e.response {
+                Some(t) => {
+                    buf.truncate(t.size);
+                    self.out.push((t.destination, buf));
+                }
+                None => self.spare.push(buf),
+            },
+        }
+    }
+
+    /// The QUIC server configuration for the snapshot's TLS and `[http3]`
+    /// settings: the shard's rustls configuration (the same certificates
+    /// and SNI resolver as TCP) offering `h3` alone.
+    fn server_config(
+        &mut self,
+        snap: &gapura_gate::Snapshot,
+        secret: &[u8],
+    ) -> Option<Arc<ServerConfig>> {
+        let tls = snap.tls.as_ref()?;
+        let h3 = snap.server.http3;
+        if let Some((t, s, c)) = &self.config {
+            if Arc::ptr_eq(t, tls) && *s == h3 {
+                return Some(c.clone());
+            }
+        }
+        let base = self.shard.tls_config(tls)?;
+        let mut rustls = (*base).clone();
+        rustls.alpn_protocols = vec![b"h3".to_vec()];
+        rustls.max_early_data_size = 0;
+        let crypto =
+            quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(rustls)).ok()?;
+        let token_key = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, b"gapura quic retry")
+            .extract(&derive(secret, b"token"));
+        let mut config = ServerConfig::new(Arc::new(crypto), Arc::new(token_key));
+        let mut transport = TransportConfig::default();
+        transport
+            .max_concurrent_bidi_streams(VarInt::from_u32(h3.max_streams))
+            .max_concurrent_uni_streams(VarInt::from_u32(MAX_UNI_STREAMS))
+            .max_idle_timeout(Some(VarInt::from_u32(h3.idle_timeout_ms as u32).into()))
+            .stream_receive_window(VarInt::from_u32(STREAM_WINDOW))
+            .receive_window(VarInt::from_u32(CONNECTION_WINDOW))
+            .send_window(CONNECTION_WINDOW as u64)
+            .enable_segmentation_offload(false)
+            .datagram_receive_buffer_size(None);
+        config.transport_config(Arc::new(transport));
+        config.max_incoming(RETRY_AUTO_HALF_OPEN * 16);
+        let config = Arc::new(config);
+        self.endpoint.set_server_config(Some(config.clone()));
+        self.config = Some((tls.clone(), h3, config.clone()));
+        Some(config)
+    }
+
+    /// Handles the connections' timers that are due.
+    fn timeouts(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse((t, h))) = self.timers.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let h = ConnectionHandle(h);
+            if let Some(a) = self.conns.get(&h) {
+                let mut c = a.conn.borrow_mut();
+                if c.q.poll_timeout().is_some_and(|due| due <= now) {
+                    c.q.handle_timeout(now);
+                    drop(c);
+                    self.wake.mark(h);
+                }
+            }
+        }
+    }
+
+    /// Everything a connection has to do: its endpoint events, its
+    /// application events (new requests start their tasks), its datagrams,
+    /// its next timer; a drained connection is dropped.
+    fn drive(&mut self, h: ConnectionHandle) {
+        let now = Instant::now();
+        let Some(a) = self.conns.get(&h) else { return };
+        let conn = a.conn.clone();
+        let mut c = conn.borrow_mut();
+        while let Some(ev) = c.q.poll_endpoint_events() {
+            if let Some(back) = self.endpoint.handle_event(h, ev) {
+                c.q.handle_event(back);
+            }
+        }
+        let mut ready: Ready = Vec::new();
+        c.events(now, &mut ready);
+        let ids: Vec<_> = c.streams.keys().copied().collect();
+        for id in ids {
+            c.flush_stream(id);
+        }
+        c.reap();
+        self.shard
+            .stats
+            .h3_refused_streams
+            .add(std::mem::take(&mut c.refused));
+        if !c.q.is_handshaking() {
+            self.half_open.remove(&h);
+        }
+        loop {
+            let mut buf = self.spare.pop().unwrap_or_default();
+            match c.q.poll_transmit(now, 1, &mut buf) {
+                Some(t) => {
+                    buf.truncate(t.size);
+                    self.out.push((t.destination, buf));
+                }
+                None => {
+                    self.spare.push(buf);
+                    break;
+                }
+            }
+        }
+        if let Some(t) = c.q.poll_timeout() {
+            self.timers.push(Reverse((t, h.0)));
+        }
+        let drained = c.q.is_drained();
+        drop(c);
+        if !ready.is_empty() {
+            let a = &self.conns[&h];
+            for id in ready {
+                stream::start(
+                    &conn,
+                    id,
+                    &self.shard,
+                    &self.wake,
+                    a.peer,
+                    a.serial,
+                    &a.bucket,
+                );
+            }
+        }
+        if drained {
+            while let Some(ev) = conn.borrow_mut().q.poll_endpoint_events() {
+                let _ = self.endpoint.handle_event(h, ev);
+            }
+            self.half_open.remove(&h);
+            self.conns.remove(&h);
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! HTTP/3 on a shard: QUIC (quinn-proto, sans-IO) on the shard's own UDP
+//! socket, and each request served by the same pipeline, gate and pages
+//! as HTTP/1.1 and HTTP/2.
+//!
+//! - `endpoint`: the shard's QUIC endpoint and its one driving task: the
+//!   connection-level gate before any handshake work, Retry, timers,
+//!   datagrams in and out.
+//! - `conn`: one connection's HTTP/3 state: its control and QPACK
+//!   streams, request streams split into frames, answers queued.
+//! - `stream`: a request stream as the pipeline's transport.
+
+mod conn;
+mod endpoint;
+mod stream;
+
+pub use endpoint::serve;

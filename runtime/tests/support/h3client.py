@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""An HTTP/3 client for Gapura's tests (aioquic): sends requests over one
+QUIC connection and prints each answer as one JSON line:
+{"status": 200, "headers": [[name, value], ...], "body": "..."}.
+
+  h3client.py --connect 127.0.0.1:8443 --authority a.example \
+      [--path /] [--method GET] [--data TEXT] [--header name:value]... \
+      [--count N] [--ca FILE]
+"""
+
+import argparse
+import asyncio
+import json
+import ssl
+import sys
+
+from aioquic.asyncio.client import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import QuicEvent, StreamReset
+
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.h3 = H3Connection(self._quic)
+        self.waiting = {}
+
+    def quic_event_received(self, event: QuicEvent) -> None:
+        if isinstance(event, StreamReset) and event.stream_id in self.waiting:
+            answer, done = self.waiting.pop(event.stream_id)
+            answer["reset"] = event.error_code
+            done.set_result(answer)
+            return
+        for e in self.h3.handle_event(event):
+            if e.stream_id not in self.waiting:
+                continue
+            answer, done = self.waiting[e.stream_id]
+            if isinstance(e, HeadersReceived):
+                for name, value in e.headers:
+                    if name == b":status":
+                        answer["status"] = int(value)
+                    else:
+                        answer["headers"].append([name.decode(), value.decode()])
+            elif isinstance(e, DataReceived):
+                answer["body"] += e.data.decode("utf-8", "replace")
+            if e.stream_ended:
+                del self.waiting[e.stream_id]
+                done.set_result(answer)
+
+    async def request(self, method, authority, path, headers, data):
+        stream_id = self._quic.get_next_available_stream_id()
+        fields = [
+            (b":method", method.encode()),
+            (b":scheme", b"https"),
+            (b":authority", authority.encode()),
+            (b":path", path.encode()),
+        ] + [(n.encode(), v.encode()) for n, v in headers]
+        self.h3.send_headers(stream_id, fields, end_stream=data is None)
+        if data is not None:
+            self.h3.send_data(stream_id, data.encode(), end_stream=True)
+        done = self._loop.create_future()
+        self.waiting[stream_id] = ({"status": 0, "headers": [], "body": ""}, done)
+        self.transmit()
+        return await asyncio.wait_for(done, 10)
+
+
+async def main(args):
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+    config.server_name = args.authority
+    if args.ca:
+        config.load_verify_locations(args.ca)
+    else:
+        config.verify_mode = ssl.CERT_NONE
+    host, port = args.connect.rsplit(":", 1)
+    headers = [h.split(":", 1) for h in args.header]
+    async with connect(host, int(port), configuration=config, create_protocol=Client) as client:
+        for _ in range(args.count):
+            answer = await client.request(
+                args.method, args.authority, args.path, headers, args.data
+            )
+            print(json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--connect", required=True)
+    p.add_argument("--authority", required=True)
+    p.add_argument("--path", default="/")
+    p.add_argument("--method", default="GET")
+    p.add_argument("--data")
+    p.add_argument("--header", action="append", default=[])
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--ca")
+    try:
+        asyncio.run(main(p.parse_args()))
+    except Exception as e:  # the test reads the exit status and this line
+        print(json.dumps({"error": repr(e)}), flush=True)
+        sys.exit(1)
