@@ -20,18 +20,23 @@ pub(crate) fn http3_listeners(
         return Vec::new();
     };
     let mut out = Vec::new();
+    // Positions in `listen` as `check_listen` assigned them: each entry
+    // that parsed and was no duplicate took the next one.
+    let mut at = 0;
     for (i, item) in list.get_ref().iter().enumerate() {
-        let Some(flag) = item.get_ref().http3() else {
-            continue;
-        };
         let (text, _, _) = item.get_ref().addr(item.span());
         let Ok(addr) = text.parse::<SocketAddr>() else {
             continue;
         };
-        let Some(at) = listen.iter().position(|&a| a == addr) else {
+        if listen.get(at) != Some(&addr) {
+            continue;
+        }
+        let here = at;
+        at += 1;
+        let Some(flag) = item.get_ref().http3() else {
             continue;
         };
-        if !tls.contains(&at) {
+        if !tls.contains(&here) {
             e.push(
                 "server.listen.http3_without_tls",
                 format!("server.listen[{i}].http3"),
@@ -40,9 +45,7 @@ pub(crate) fn http3_listeners(
             );
             continue;
         }
-        if !out.contains(&at) {
-            out.push(at);
-        }
+        out.push(here);
     }
     out
 }

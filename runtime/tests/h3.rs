@@ -1,0 +1,206 @@
+//! HTTP/3 end to end with a real QUIC client (aioquic, through
+//! `support/h3client.py`): answers of respond hosts, the gate's refusals
+//! (429 with Retry-After, 401, the proof-of-work page) arriving over
+//! HTTP/3, request bodies, Retry, and `Alt-Svc` on the listener's TCP
+//! answers.
+
+mod common;
+
+use common::tls::{client_config, write_cert, ClientOptions, TlsClient};
+use common::{profile, Gapura, TempDir};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::process::Command;
+
+/// A profile whose one TLS listener serves HTTP/3 too, with a certificate
+/// for `*.test` written to `dir`.
+fn h3_profile(dir: &TempDir, server_extra: &str, rest: &str) -> String {
+    let (cert, key, _) = write_cert(&dir.0, "t", &["*.test"]);
+    let certs = format!("[[certificate]]\nnames = [\"*.test\"]\ncert = {cert:?}\nkey = {key:?}\n");
+    profile(server_extra, &format!("{rest}\n{certs}")).replace(
+        "listen = [\"127.0.0.1:0\"]",
+        "listen = [\"127.0.0.1:0\", { addr = \"127.0.0.1:0\", tls = true, http3 = true }]",
+    )
+}
+
+/// Runs the HTTP/3 client against `addr`: one connection, `count`
+/// requests; each answer as JSON.
+fn h3(addr: SocketAddr, authority: &str, args: &[&str], count: u32) -> Vec<Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/h3client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg("--connect")
+        .arg(addr.to_string())
+        .arg("--authority")
+        .arg(authority)
+        .arg("--count")
+        .arg(count.to_string())
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let answers: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        out.status.success(),
+        "h3client failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    answers
+}
+
+fn header<'a>(answer: &'a Value, name: &str) -> Option<&'a str> {
+    answer["headers"]
+        .as_array()?
+        .iter()
+        .find(|h| h[0] == name)
+        .and_then(|h| h[1].as_str())
+}
+
+const RESPOND: &str = r#"
+[[host]]
+names = ["hello.test"]
+default = true
+kind = "respond"
+status = 200
+body = "hello over h3\n"
+content_type = "text/plain"
+"#;
+
+#[test]
+fn a_respond_host_answers_over_http3_and_tcp_points_at_it() {
+    let dir = TempDir::new();
+    let g = Gapura::start(&h3_profile(&dir, "", RESPOND));
+    let addr = g.tls_addr.expect("the TLS listener");
+    let answers = h3(addr, "hello.test", &[], 3);
+    assert_eq!(answers.len(), 3);
+    for a in &answers {
+        assert_eq!(a["status"], 200, "{a}");
+        assert_eq!(a["body"], "hello over h3\n");
+        assert_eq!(header(a, "content-type"), Some("text/plain"));
+        assert_eq!(header(a, "content-length"), Some("14"));
+        assert!(header(a, "date").is_some());
+        // Fields a connection has in HTTP/1.1 never go out on a stream.
+        assert_eq!(header(a, "connection"), None);
+    }
+    assert_eq!(g.metric("gapura_h3_connections_total{shard=\"0\"}"), 1);
+    assert_eq!(g.metric("gapura_h3_streams_total{shard=\"0\"}"), 3);
+    // The TCP listener's answers say where HTTP/3 is.
+    let config = client_config(ClientOptions::default());
+    let mut c = TlsClient::connect(addr, Some("hello.test"), &config).unwrap();
+    let r = c.request(b"GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n");
+    assert_eq!(r.status, 200);
+    let want = format!("h3=\":{}\"; ma=86400", addr.port());
+    assert_eq!(r.header("alt-svc"), Some(want.as_str()));
+    // The plaintext listener's do not.
+    let r = common::request(g.addr, b"GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n");
+    assert_eq!(r.header("alt-svc"), None);
+}
+
+#[test]
+fn the_gates_refusals_arrive_over_http3() {
+    let dir = TempDir::new();
+    let key = dir.0.join("pow.key");
+    let rest = format!(
+        r#"
+[[rate_limit]]
+name = "once"
+requests = 1
+per = "minute"
+
+[[access_list]]
+name = "staff"
+users = [{{ name = "alice", password_hash = "$pbkdf2-sha256$i=100000$YyL45f2NjRWx82ZN2Q0D2A$gWBUOhuyMMRVCLxwGPL+wC6YjqC2LMZqQ1Qx8O7uIUA" }}]
+
+[[host]]
+names = ["slow.test"]
+rate_limit = "once"
+body = "once\n"
+
+[[host]]
+names = ["auth.test"]
+access_list = "staff"
+body = "secret\n"
+
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9"]
+
+[[host]]
+names = ["pow.test"]
+kind = "proxy"
+proof_of_work = {{ enabled = true, difficulty = 8, token_lifetime_hours = 2 }}
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+{RESPOND}"#
+    );
+    let g = Gapura::start(&h3_profile(
+        &dir,
+        &format!("pow_key_file = {:?}", key.display().to_string()),
+        &rest,
+    ));
+    let addr = g.tls_addr.expect("the TLS listener");
+    let slow = h3(addr, "slow.test", &[], 2);
+    assert_eq!(slow[0]["status"], 200, "{}", slow[0]);
+    assert_eq!(slow[1]["status"], 429, "{}", slow[1]);
+    let retry: u64 = header(&slow[1], "retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    let auth = h3(addr, "auth.test", &[], 1);
+    assert_eq!(auth[0]["status"], 401, "{}", auth[0]);
+    assert!(header(&auth[0], "www-authenticate")
+        .unwrap()
+        .starts_with("Basic "));
+    let pow = h3(addr, "pow.test", &["--header", "accept:text/html"], 1);
+    assert_eq!(pow[0]["status"], 403, "{}", pow[0]);
+    assert_eq!(header(&pow[0], "cache-control"), Some("no-store"));
+    assert!(
+        pow[0]["body"]
+            .as_str()
+            .unwrap()
+            .contains("data-challenge=\""),
+        "the challenge page: {}",
+        pow[0]
+    );
+}
+
+#[test]
+fn a_request_body_is_read_from_data_frames() {
+    let dir = TempDir::new();
+    let rest = r#"
+[[host]]
+names = ["small.test"]
+body = "took it\n"
+limits = { max_body_bytes = 16 }
+"#;
+    let g = Gapura::start(&h3_profile(&dir, "", &format!("{rest}{RESPOND}")));
+    let addr = g.tls_addr.expect("the TLS listener");
+    let ok = h3(
+        addr,
+        "small.test",
+        &["--method", "POST", "--data", "0123456789"],
+        1,
+    );
+    assert_eq!(ok[0]["status"], 200, "{}", ok[0]);
+    assert_eq!(ok[0]["body"], "took it\n");
+    let big = "x".repeat(64);
+    let refused = h3(addr, "small.test", &["--method", "POST", "--data", &big], 1);
+    assert_eq!(refused[0]["status"], 413, "{}", refused[0]);
+}
+
+#[test]
+fn retry_always_validates_the_address_first() {
+    let dir = TempDir::new();
+    let g = Gapura::start(&h3_profile(
+        &dir,
+        "",
+        &format!("[http3]\nretry = \"always\"\n{RESPOND}"),
+    ));
+    let addr = g.tls_addr.expect("the TLS listener");
+    let answers = h3(addr, "hello.test", &[], 1);
+    assert_eq!(answers[0]["status"], 200, "{}", answers[0]);
+    assert_eq!(g.metric("gapura_h3_retries_total{shard=\"0\"}"), 1);
+    assert_eq!(g.metric("gapura_h3_connections_total{shard=\"0\"}"), 1);
+}
