@@ -422,7 +422,7 @@ fn an_http2_stream_reads_no_http1_answer() {
     // An HTTP/2 client's answers are sent from their parts: the stream's
     // transport parses no HTTP/1.1 response head and decodes no chunked
     // body (what it once did to every answer it was handed as text).
-    let path = workspace().join("http/src/server/h2stream.rs");
+    let path = workspace().join("http/src/server/muxstream.rs");
     let code = code_of(&std::fs::read_to_string(&path).unwrap());
     let found: Vec<&str> = [
         "parse_response",
@@ -433,7 +433,7 @@ fn an_http2_stream_reads_no_http1_answer() {
     .into_iter()
     .filter(|needle| code.contains(needle))
     .collect();
-    assert!(found.is_empty(), "h2stream.rs uses {found:?}");
+    assert!(found.is_empty(), "muxstream.rs uses {found:?}");
     assert!(
         code.contains("fn send_answer"),
         "the parts' sender moved: update this test"

@@ -204,3 +204,110 @@ fn retry_always_validates_the_address_first() {
     assert_eq!(g.metric("gapura_h3_retries_total{shard=\"0\"}"), 1);
     assert_eq!(g.metric("gapura_h3_connections_total{shard=\"0\"}"), 1);
 }
+
+/// An h2c upstream that answers each request with its method, path and
+/// body, and a trailer.
+fn h2c_echo() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            while let Ok((tcp, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                        return;
+                    };
+                    while let Some(Ok((req, mut respond))) = conn.accept().await {
+                        tokio::spawn(async move {
+                            let (parts, mut body) = req.into_parts();
+                            let mut got = Vec::new();
+                            while let Some(Ok(b)) = body.data().await {
+                                let _ = body.flow_control().release_capacity(b.len());
+                                got.extend_from_slice(&b);
+                            }
+                            let text = format!(
+                                "{} {} {}",
+                                parts.method,
+                                parts.uri.path(),
+                                String::from_utf8_lossy(&got)
+                            );
+                            let answer = http::Response::builder().status(200).body(()).unwrap();
+                            let Ok(mut send) = respond.send_response(answer, false) else {
+                                return;
+                            };
+                            let _ = send.send_data(bytes::Bytes::from(text), false);
+                            let mut trailers = http::HeaderMap::new();
+                            trailers.insert("x-trailer", "done".parse().unwrap());
+                            let _ = send.send_trailers(trailers);
+                        });
+                    }
+                });
+            }
+        });
+    });
+    addr
+}
+
+#[test]
+fn proxied_answers_reach_an_http3_client_from_either_upstream_protocol() {
+    let h1 = common::upstream::echo();
+    let h2 = h2c_echo();
+    let dir = TempDir::new();
+    let rest = format!(
+        r#"
+[[upstream]]
+name = "one"
+servers = ["{}"]
+
+[[upstream]]
+name = "two"
+servers = ["{h2}"]
+protocol = "h2"
+
+[[host]]
+names = ["app.test"]
+kind = "proxy"
+  [[host.route]]
+  path = "/one"
+  upstream = "one"
+  [[host.route]]
+  path = "/two"
+  upstream = "two"
+"#,
+        h1.addr
+    );
+    let g = Gapura::start(&h3_profile(&dir, "", &rest));
+    let addr = g.tls_addr.expect("the TLS listener");
+    let one = h3(
+        addr,
+        "app.test",
+        &["--path", "/one/x", "--method", "POST", "--data", "ping"],
+        2,
+    );
+    for a in &one {
+        assert_eq!(a["status"], 200, "{a}");
+        assert_eq!(a["body"], "ping");
+        assert_eq!(header(a, "x-seen-method"), Some("POST"));
+        assert_eq!(header(a, "x-seen-target"), Some("/one/x"));
+    }
+    let two = h3(
+        addr,
+        "app.test",
+        &["--path", "/two/y", "--method", "PUT", "--data", "pong"],
+        2,
+    );
+    for a in &two {
+        assert_eq!(a["status"], 200, "{a}");
+        assert_eq!(a["body"], "PUT /two/y pong");
+    }
+    // A bodiless request to the HTTP/2 upstream, and its trailer.
+    let get = h3(addr, "app.test", &["--path", "/two/z"], 1);
+    assert_eq!(get[0]["body"], "GET /two/z ", "{}", get[0]);
+    assert_eq!(header(&get[0], "x-trailer"), Some("done"), "{}", get[0]);
+}

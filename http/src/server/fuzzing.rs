@@ -15,7 +15,7 @@ pub fn h2_head(
 ) {
     use crate::codec::head::{header_buf, Parse};
     let mut input = Vec::new();
-    let head = super::h2stream::StreamHead::lay_out(parts, chunked, &mut input);
+    let head = super::muxstream::StreamHead::lay_out(parts, chunked, &mut input);
     let mut lines = header_buf::<{ super::bounds::REQUEST_LINES }>();
     let parsed = match head.head(&input, &mut lines, &super::bounds::HEAD_BOUNDS) {
         Parse::Complete(h, _) => Ok(h),

@@ -2,7 +2,7 @@
 //! each stream runs the same request pipeline as an HTTP/1.1 request.
 //!
 //! A stream is served by a [`Conn`] whose transport is the stream itself
-//! ([`H2Stream`], `h2stream`): the pipeline reads the request's head from
+//! ([`MuxStream`], `muxstream`): the pipeline reads the request's head from
 //! its fields (never written and parsed as HTTP/1.1 text) and its body
 //! from DATA frames; its answers go out as HEADERS and DATA frames from
 //! their parts (an upstream's, or Gapura's own written into the stream's
@@ -32,7 +32,7 @@ use super::client::{ClientIo, READ_BUF_BYTES};
 use super::conn::Conn;
 use super::end::End;
 use super::h2scan::Scanned;
-use super::h2stream::H2Stream;
+use super::muxstream::MuxStream;
 use super::place::Place;
 use super::shard::Shard;
 use crate::transport::compat::Compat;
@@ -368,7 +368,7 @@ async fn serve_stream<S: Transport>(
     }
     let reset = Rc::new(Cell::new(false));
     let (parts, body) = request.into_parts();
-    let pipe = H2Stream::<S>::new(parts, body, respond, reset.clone(), || shard.request_id());
+    let pipe = MuxStream::<S>::new(parts, body, respond, reset.clone(), || shard.request_id());
     let io = ClientIo::new(
         pipe,
         Vec::with_capacity(READ_BUF_BYTES),

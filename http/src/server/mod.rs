@@ -13,7 +13,7 @@
 //! list), `h2` (HTTP/2: each stream served by the HTTP/1.1 pipeline, the
 //! stream and reset budgets), `h2scan` (the watch on incoming frames below
 //! the codec: the control-frame budget and the header block's timeout),
-//! `h2stream` (a stream as the transport of its request: the head read
+//! `muxstream` (a stream as the transport of its request: the head read
 //! from its fields, the answer back into frames), `grpc` (a gRPC call's
 //! refusal as a trailers-only answer with its gRPC status),
 //! `conn` (the connection loop and its phases: a body read locally,
@@ -47,12 +47,12 @@ pub mod fuzzing;
 mod grpc;
 mod h2;
 mod h2scan;
-mod h2stream;
 pub mod h3;
 #[cfg(test)]
 mod inmemory;
 mod leases;
 pub mod live;
+mod muxstream;
 mod opening;
 mod place;
 mod prepare;

@@ -408,6 +408,14 @@ pub fn encode_response<'a>(
     }
 }
 
+/// Appends the field section of trailers: the prefix, then each field.
+pub fn encode_trailers<'a>(out: &mut Vec<u8>, fields: impl Iterator<Item = (&'a str, &'a [u8])>) {
+    out.extend_from_slice(&[0, 0]);
+    for (name, value) in fields {
+        encode_field(out, name, value);
+    }
+}
+
 /// Appends one field line: a whole static entry, a static name with a
 /// literal value, or both literal (never Huffman-coded).
 pub fn encode_field(out: &mut Vec<u8>, name: &str, value: &[u8]) {

@@ -319,6 +319,11 @@ impl QConn {
         self.flush_control();
     }
 
+    /// Whether a request stream would take bytes from QUIC now.
+    pub(super) fn wants_read(&self, id: StreamId) -> bool {
+        self.streams.get(&id).is_some_and(ReqState::wants_bytes)
+    }
+
     /// Reads a request stream while it wants bytes, splitting frames.
     pub(super) fn read_request(&mut self, now: Instant, id: StreamId, ready: &mut Ready) {
         let max_field = self.max_field;

@@ -412,6 +412,11 @@ impl Driver {
         let ids: Vec<_> = c.streams.keys().copied().collect();
         for id in ids {
             c.flush_stream(id);
+            // A stream that stopped reading while its task's body was full
+            // reads again once the task took it.
+            if c.wants_read(id) {
+                c.read_request(now, id, &mut ready);
+            }
         }
         c.reap();
         self.shard

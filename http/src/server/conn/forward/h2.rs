@@ -131,8 +131,15 @@ impl<S: Transport> Conn<S> {
                 .answer_h2(response, head, group, &x, replace, call_deadline)
                 .await;
         }
-        if let Some(client) = self.io.stream_mut().exchange() {
-            // Full duplex: the body's frames go on while the answer comes.
+        let handed_over = self
+            .io
+            .stream_mut()
+            .exchange()
+            .filter(|c| c.hands_over_body());
+        if let Some(client) = handed_over {
+            // Full duplex: the body's frames go on while the answer comes
+            // (an HTTP/2 client's; an HTTP/3 client's body is read through
+            // the pipeline, below).
             let (recv, rest) = client.take_body();
             body.streamed = true;
             let body_ms = self.shard.snapshot().server.body_timeout_ms;

@@ -1,4 +1,5 @@
-//! An HTTP/2 stream as the transport of one request.
+//! A stream of an HTTP/2 or HTTP/3 connection as the transport of one
+//! request.
 //!
 //! The request reaches the pipeline as itself: its head is read from the
 //! stream's fields ([`Transport::head`], [`fields_head`]), never written
@@ -10,7 +11,8 @@
 //! needs it). Answers are sent as parts, straight to the stream's frames:
 //! an upstream's by the proxy (`crate::exchange::stream`), Gapura's own
 //! (a host's answer, a refusal, a page, a redirect) as the pipeline wrote
-//! them into [`Parts`], with flow control. No answer is written as
+//! them into [`Parts`], with flow control (h2's handles, or an HTTP/3
+//! stream's [`crate::exchange::stream::QuicSide`]). No answer is written as
 //! HTTP/1.1 text and read back. A gRPC call's refusal is sent as a
 //! trailers-only answer (`grpc`).
 
@@ -169,8 +171,10 @@ enum Left {
     Done,
 }
 
-/// An HTTP/2 stream as the transport of one request.
-pub(super) struct H2Stream<S> {
+/// A stream of a multiplexed connection (HTTP/2, HTTP/3) as the
+/// transport of one request. `S` is the connection's transport (what it
+/// says of encryption).
+pub(super) struct MuxStream<S> {
     /// The request's head.
     head: StreamHead,
     /// The stream's handles and its request body (its input: the head's
@@ -185,7 +189,7 @@ pub(super) struct H2Stream<S> {
     _transport: std::marker::PhantomData<S>,
 }
 
-impl<S> H2Stream<S> {
+impl<S> MuxStream<S> {
     /// The stream of a request the client sent: its head laid out as the
     /// stream's first input, its body after. A gRPC call takes its request
     /// id from `grpc_id`.
@@ -195,14 +199,37 @@ impl<S> H2Stream<S> {
         respond: SendResponse<Bytes>,
         reset: Rc<Cell<bool>>,
         grpc_id: impl FnOnce() -> [u8; 24],
-    ) -> H2Stream<S> {
+    ) -> MuxStream<S> {
         let grpc = super::grpc::is_grpc(&parts.headers).then(grpc_id);
         let head_only = parts.method == http::Method::HEAD;
         let body = (!body.is_end_stream()).then_some(body);
         let chunked = body.is_some() && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
         let mut x = ClientStream::new(body, chunked, respond, reset);
         let head = StreamHead::lay_out(parts, chunked, &mut x.pending);
-        H2Stream {
+        MuxStream {
+            head,
+            x,
+            left: Left::Head,
+            head_only,
+            grpc,
+            _transport: std::marker::PhantomData,
+        }
+    }
+
+    /// The stream of an HTTP/3 request: as [`MuxStream::new`], its
+    /// handles the connection's (`side`); `body`: a body may follow.
+    pub(super) fn quic(
+        parts: http::request::Parts,
+        side: Box<dyn crate::exchange::stream::QuicSide>,
+        body: bool,
+        grpc_id: impl FnOnce() -> [u8; 24],
+    ) -> MuxStream<S> {
+        let grpc = super::grpc::is_grpc(&parts.headers).then(grpc_id);
+        let head_only = parts.method == http::Method::HEAD;
+        let chunked = body && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
+        let mut x = ClientStream::quic(side, body, chunked);
+        let head = StreamHead::lay_out(parts, chunked, &mut x.pending);
+        MuxStream {
             head,
             x,
             left: Left::Head,
@@ -276,7 +303,7 @@ impl<S> H2Stream<S> {
     }
 }
 
-impl<S> ReadSpare for H2Stream<S> {
+impl<S> ReadSpare for MuxStream<S> {
     async fn read_spare(&mut self, mut buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
         if buf.len() == buf.capacity() {
             buf.reserve(READ_BUF_BYTES);
@@ -303,7 +330,7 @@ impl<S> ReadSpare for H2Stream<S> {
     }
 }
 
-impl<S> WriteAll for H2Stream<S> {
+impl<S> WriteAll for MuxStream<S> {
     /// Bytes are not an answer here: Gapura's own answers come as parts
     /// ([`Transport::send_parts`]), an upstream's through the stream's
     /// handles; anything else fails the stream.
@@ -345,7 +372,7 @@ impl<S> WriteAll for H2Stream<S> {
     }
 }
 
-impl<S: Transport> Transport for H2Stream<S> {
+impl<S: Transport> Transport for MuxStream<S> {
     type ReadHalf = std::convert::Infallible;
     type WriteHalf = std::convert::Infallible;
     const TLS: bool = S::TLS;
