@@ -418,24 +418,30 @@ fn the_http_codec_stands_alone() {
 }
 
 #[test]
-fn an_http2_stream_reads_no_http1_answer() {
-    // An HTTP/2 client's answers are sent from their parts: the stream's
-    // transport parses no HTTP/1.1 response head and decodes no chunked
-    // body (what it once did to every answer it was handed as text).
-    let path = workspace().join("http/src/server/muxstream.rs");
-    let code = code_of(&std::fs::read_to_string(&path).unwrap());
-    let found: Vec<&str> = [
-        "parse_response",
-        "upstream::response",
-        "ChunkedDecoder",
-        "httparse::Response",
-    ]
-    .into_iter()
-    .filter(|needle| code.contains(needle))
-    .collect();
-    assert!(found.is_empty(), "muxstream.rs uses {found:?}");
+fn an_http2_or_http3_stream_reads_no_http1_answer() {
+    // An HTTP/2 or HTTP/3 client's answers are sent from their parts: the
+    // stream's transport and the HTTP/3 connection parse no HTTP/1.1
+    // response head and decode no chunked body (what the HTTP/2 stream
+    // once did to every answer it was handed as text).
+    let mut files = vec![workspace().join("http/src/server/muxstream.rs")];
+    rust_files(&workspace().join("http/src/server/h3"), &mut files);
+    assert!(files.len() >= 4, "{files:?}");
+    for path in &files {
+        let code = code_of(&std::fs::read_to_string(path).unwrap());
+        let found: Vec<&str> = [
+            "parse_response",
+            "upstream::response",
+            "ChunkedDecoder",
+            "httparse::Response",
+        ]
+        .into_iter()
+        .filter(|needle| code.contains(needle))
+        .collect();
+        assert!(found.is_empty(), "{} uses {found:?}", path.display());
+    }
+    let mux = code_of(&std::fs::read_to_string(&files[0]).unwrap());
     assert!(
-        code.contains("fn send_answer"),
+        mux.contains("fn send_answer"),
         "the parts' sender moved: update this test"
     );
 }

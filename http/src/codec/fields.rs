@@ -96,6 +96,24 @@ fn fill_lines<'h, 'b, const N: usize>(
     Some(unsafe { std::slice::from_raw_parts(headers.as_ptr().cast(), n) })
 }
 
+/// Connection-specific fields, which HTTP/2 and HTTP/3 forbid (RFC 9113 §8.2.2,
+/// RFC 9114 §4.2).
+pub const CONNECTION_SPECIFIC: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+];
+
+/// Whether `name` is one of [`CONNECTION_SPECIFIC`].
+pub fn connection_specific(name: &[u8]) -> bool {
+    CONNECTION_SPECIFIC
+        .iter()
+        .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,22 +66,7 @@ pub async fn send_bytes(
     send_in_window(send, bytes.len(), end, |at, n| bytes.slice(at..at + n)).await
 }
 
-/// Connection-specific fields, which HTTP/2 forbids (RFC 9113 §8.2.2).
-pub const CONNECTION_SPECIFIC: [&str; 6] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "upgrade",
-    "te",
-];
-
-/// Whether `name` is one of [`CONNECTION_SPECIFIC`].
-pub fn connection_specific(name: &[u8]) -> bool {
-    CONNECTION_SPECIFIC
-        .iter()
-        .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
-}
+pub use crate::codec::fields::{connection_specific, CONNECTION_SPECIFIC};
 
 /// An HTTP/1.1 answer's fields as an HTTP/2 answer's: those HTTP/2
 /// forbids left out, with `Trailer` and every name the `Connection` field

@@ -314,7 +314,7 @@ pub fn decode_request(section: &[u8], max_size: usize) -> Result<http::request::
         }
         regular = true;
         if name.iter().any(u8::is_ascii_uppercase)
-            || crate::exchange::connection_specific(name)
+            || crate::codec::fields::connection_specific(name)
             || (name == b"te" && value != b"trailers")
         {
             return Err(FieldError::Malformed);
