@@ -25,6 +25,12 @@ const BPF_ALU_AND_K: u16 = 0x04 | 0x50;
 const BPF_MISC_TAX: u16 = 0x07;
 const BPF_RET_A: u16 = 0x06 | 0x10;
 
+/// BPF_LD | BPF_B | BPF_ABS and BPF_LD | BPF_H | BPF_ABS.
+const BPF_LD_B_ABS: u16 = 0x30;
+const BPF_LD_H_ABS: u16 = 0x28;
+/// BPF_JMP | BPF_JSET | BPF_K.
+const BPF_JSET_K: u16 = 0x45;
+
 fn op(code: u16, k: u32) -> libc::sock_filter {
     libc::sock_filter {
         code,
@@ -59,8 +65,37 @@ pub fn steering_program(ipv6: bool, shards: u32, prefix: bool) -> Vec<libc::sock
     p
 }
 
+/// The steering program of an HTTP/3 listener's UDP group. A reuseport
+/// program reads the datagram from its UDP payload: a QUIC packet with a
+/// short header (the first bit clear) goes to the shard its destination
+/// connection ID names (the two bytes after the first, modulo the shard
+/// count: `gapura_http::server::h3::cid`), whatever address it comes
+/// from; a long header (a new connection's Initial, or its handshake) is
+/// steered by source as [`steering_program`] does.
+pub fn quic_steering_program(ipv6: bool, shards: u32, prefix: bool) -> Vec<libc::sock_filter> {
+    let mut p = vec![
+        op(BPF_LD_B_ABS, 0),
+        // Long header: jump over the next three to the source program.
+        libc::sock_filter {
+            code: BPF_JSET_K,
+            jt: 3,
+            jf: 0,
+            k: 0x80,
+        },
+        op(BPF_LD_H_ABS, 1),
+        op(BPF_ALU_MOD_K, shards),
+        op(BPF_RET_A, 0),
+    ];
+    p.extend(steering_program(ipv6, shards, prefix));
+    p
+}
+
 fn attach_steering(sock: &Socket, ipv6: bool, shards: u32, prefix: bool) -> io::Result<()> {
     let prog = steering_program(ipv6, shards, prefix);
+    attach_program(sock, &prog)
+}
+
+fn attach_program(sock: &Socket, prog: &[libc::sock_filter]) -> io::Result<()> {
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,
@@ -195,6 +230,35 @@ pub fn bind_udp_group(
     shards: usize,
     steer: Steer,
 ) -> io::Result<(SocketAddr, Vec<std::net::UdpSocket>)> {
+    let (bound, sockets, first) = bind_udp_sockets(addr, shards)?;
+    steer_group(first.as_ref(), bound, shards, steer)?;
+    Ok((bound, sockets))
+}
+
+/// Binds an HTTP/3 listener's UDP group on `addr` (its TCP group's
+/// address), steered by [`quic_steering_program`]: a connection's packets
+/// reach its shard even when its address changes. With `Steer::Kernel`
+/// (or one shard) nothing is attached.
+pub fn bind_quic_group(
+    addr: SocketAddr,
+    shards: usize,
+    steer: Steer,
+) -> io::Result<(SocketAddr, Vec<std::net::UdpSocket>)> {
+    let (bound, sockets, first) = bind_udp_sockets(addr, shards)?;
+    if let (Some(sock), true) = (first.as_ref(), steer != Steer::Kernel && shards > 1) {
+        let prog = quic_steering_program(bound.is_ipv6(), shards as u32, steer == Steer::Prefix);
+        attach_program(sock, &prog)
+            .map_err(|e| io::Error::new(e.kind(), format!("steering on udp {bound}: {e}")))?;
+    }
+    Ok((bound, sockets))
+}
+
+/// A UDP group of `shards` reuseport sockets in shard order, and its first
+/// socket (where a steering program attaches).
+fn bind_udp_sockets(
+    addr: SocketAddr,
+    shards: usize,
+) -> io::Result<(SocketAddr, Vec<std::net::UdpSocket>, Option<Socket>)> {
     let mut bound = addr;
     let mut sockets = Vec::with_capacity(shards);
     let mut first: Option<Socket> = None;
@@ -216,8 +280,7 @@ pub fn bind_udp_group(
         }
         sockets.push(std::net::UdpSocket::from(sock));
     }
-    steer_group(first.as_ref(), bound, shards, steer)?;
-    Ok((bound, sockets))
+    Ok((bound, sockets, first))
 }
 
 #[cfg(test)]
@@ -258,6 +321,35 @@ mod tests {
             assert!(socks[1 - want].recv_from(&mut b).is_err());
         }
         assert!(check_udp_port_free(addr).is_err());
+    }
+
+    #[test]
+    fn quic_short_headers_follow_their_connection_id_and_long_ones_their_source() {
+        let (addr, socks) =
+            bind_quic_group("127.0.0.1:0".parse().unwrap(), 2, Steer::Source).unwrap();
+        for s in &socks {
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+        }
+        // 127.0.0.2 is source-steered to shard 0, 127.0.0.3 to shard 1.
+        let short = |shard: u8| [0x40, 0x8e, shard + 0x10 * 2, 1, 2, 3, 4, 5, 6, 7];
+        let long = [0xc0u8, 0, 0, 0, 1, 8, 9, 9, 9, 9];
+        for (src, packet, want) in [
+            ("127.0.0.2", &short(1)[..], 1usize),
+            ("127.0.0.3", &short(0)[..], 0),
+            ("127.0.0.2", &long[..], 0),
+            ("127.0.0.3", &long[..], 1),
+        ] {
+            let c = std::net::UdpSocket::bind(format!("{src}:0")).unwrap();
+            c.send_to(packet, addr).unwrap();
+            let mut b = [0u8; 32];
+            let (n, from) = socks[want].recv_from(&mut b).expect("steered datagram");
+            assert_eq!((&b[..n], from), (packet, c.local_addr().unwrap()), "{src}");
+        }
+        for s in &socks {
+            s.set_nonblocking(true).unwrap();
+            assert!(s.recv_from(&mut [0u8; 32]).is_err(), "nothing else arrived");
+        }
     }
 
     #[test]

@@ -197,6 +197,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         let listeners = per_shard.next().unwrap_or_default();
         let spec = ShardSpec {
             id,
+            shards: shard_count,
             core: cores.get(id % cores.len().max(1)).copied(),
             driver: settings.driver,
             ring: settings.ring,
@@ -375,7 +376,7 @@ fn bind_listeners(
         let http3 = settings.http3.contains(&index);
         // HTTP/3 on the same address, its port the TCP group's.
         let mut udp = match http3 {
-            true => listeners::bind_udp_group(group.addr, shard_count, steer)
+            true => listeners::bind_quic_group(group.addr, shard_count, steer)
                 .map_err(|e| format!("HTTP/3 on {}: {e}", group.addr))?
                 .1
                 .into_iter()

@@ -40,6 +40,8 @@ pub struct Control {
 
 pub struct ShardSpec {
     pub id: usize,
+    /// How many shards the process runs.
+    pub shards: usize,
     pub core: Option<core_affinity::CoreId>,
     pub driver: Driver,
     /// Whether plain HTTP/1.1 connections run on the shard's own ring.
@@ -215,7 +217,11 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         accepting.push(monoio::spawn(accept_loop(l, shard.clone(), kind)));
     }
     for udp in quic {
-        monoio::spawn(gapura_http::server::h3::serve(udp, shard.clone()));
+        monoio::spawn(gapura_http::server::h3::serve(
+            udp,
+            shard.clone(),
+            spec.shards,
+        ));
     }
     // Wait for the drain signal.
     while !spec.control.draining.load(Ordering::Acquire) {

@@ -311,3 +311,22 @@ kind = "proxy"
     assert_eq!(get[0]["body"], "GET /two/z ", "{}", get[0]);
     assert_eq!(header(&get[0], "x-trailer"), Some("done"), "{}", get[0]);
 }
+
+#[test]
+fn a_connection_stays_on_its_shard_when_its_address_changes() {
+    // Two shards, steered by source: 127.0.0.2 lands on shard 0 and
+    // 127.0.0.3 on shard 1. The client starts from the first and, after
+    // two answers, its packets come from the second: the connection IDs
+    // Gapura issued still take them to shard 0, which holds it.
+    let dir = TempDir::new();
+    let g = Gapura::start(&h3_profile(&dir, "", RESPOND).replace("shards = 1", "shards = 2"));
+    let addr = g.tls_addr.expect("the TLS listener");
+    let answers = h3(addr, "hello.test", &["--rebind-after", "2"], 5);
+    assert_eq!(answers.len(), 5);
+    for a in &answers {
+        assert_eq!(a["status"], 200, "{a}");
+    }
+    assert_eq!(g.metric("gapura_h3_connections_total{shard=\"0\"}"), 1);
+    assert_eq!(g.metric("gapura_h3_connections_total{shard=\"1\"}"), 0);
+    assert_eq!(g.metric("gapura_h3_streams_total{shard=\"0\"}"), 5);
+}

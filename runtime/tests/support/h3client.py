@@ -5,7 +5,12 @@ QUIC connection and prints each answer as one JSON line:
 
   h3client.py --connect 127.0.0.1:8443 --authority a.example \
       [--path /] [--method GET] [--data TEXT] [--header name:value]... \
-      [--count N] [--ca FILE]
+      [--count N] [--ca FILE] [--rebind-after N]
+
+With --rebind-after N the client talks through a relay in this process
+that sends to the server from 127.0.0.2 and, after N answers, from
+127.0.0.3 (a new address, as a NAT rebinding or a migrating client
+gives the server).
 """
 
 import argparse
@@ -67,6 +72,34 @@ class Client(QuicConnectionProtocol):
         return await asyncio.wait_for(done, 10)
 
 
+class Relay(asyncio.DatagramProtocol):
+    """Forwards the client's datagrams to the server from its current
+    outer socket, and the server's answers (to any of them) back."""
+
+    def __init__(self, server):
+        self.server = server
+        self.client = None
+        self.outer = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def datagram_received(self, data, addr):
+        self.client = addr
+        self.outer.sendto(data, self.server)
+
+    async def bind_outer(self, host):
+        loop = asyncio.get_running_loop()
+        relay = self
+
+        class Back(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                if relay.client:
+                    relay.transport.sendto(data, relay.client)
+
+        self.outer, _ = await loop.create_datagram_endpoint(Back, local_addr=(host, 0))
+
+
 async def main(args):
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.server_name = args.authority
@@ -76,8 +109,19 @@ async def main(args):
         config.verify_mode = ssl.CERT_NONE
     host, port = args.connect.rsplit(":", 1)
     headers = [h.split(":", 1) for h in args.header]
+    relay = None
+    if args.rebind_after is not None:
+        loop = asyncio.get_running_loop()
+        relay = Relay((host, int(port)))
+        transport, _ = await loop.create_datagram_endpoint(
+            lambda: relay, local_addr=("127.0.0.1", 0)
+        )
+        await relay.bind_outer("127.0.0.2")
+        host, port = transport.get_extra_info("sockname")[:2]
     async with connect(host, int(port), configuration=config, create_protocol=Client) as client:
-        for _ in range(args.count):
+        for i in range(args.count):
+            if relay is not None and i == args.rebind_after:
+                await relay.bind_outer("127.0.0.3")
             answer = await client.request(
                 args.method, args.authority, args.path, headers, args.data
             )
@@ -94,6 +138,7 @@ if __name__ == "__main__":
     p.add_argument("--header", action="append", default=[])
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--ca")
+    p.add_argument("--rebind-after", type=int)
     try:
         asyncio.run(main(p.parse_args()))
     except Exception as e:  # the test reads the exit status and this line

@@ -85,6 +85,9 @@ struct Accepted {
     peer: gapura_gate::client::Peer,
     serial: u64,
     bucket: Rc<Cell<gapura_gate::quota::Bucket>>,
+    /// The earliest deadline of it in the timer heap (entries later than
+    /// it are stale): at most a few entries a connection.
+    timer: Option<Instant>,
 }
 
 /// The endpoint and its connections.
@@ -103,9 +106,9 @@ struct Driver {
     spare: Vec<Vec<u8>>,
 }
 
-/// Serves HTTP/3 on `socket` until the shard drains and its connections
-/// end.
-pub async fn serve(socket: std::net::UdpSocket, shard: Rc<Shard>) {
+/// Serves HTTP/3 on `socket` (shard `shard.id` of `shards`) until the
+/// shard drains and its connections end.
+pub async fn serve(socket: std::net::UdpSocket, shard: Rc<Shard>, shards: usize) {
     let local = socket.local_addr().ok();
     let socket = match monoio::net::udp::UdpSocket::from_std(socket) {
         Ok(s) => s,
@@ -118,13 +121,11 @@ pub async fn serve(socket: std::net::UdpSocket, shard: Rc<Shard>) {
     };
     let secret = endpoint_secret(&shard);
     let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &derive(&secret, b"reset"));
+    let mut config = EndpointConfig::new(Arc::new(reset_key));
+    let id = shard.id;
+    config.cid_generator(move || Box::new(super::cid::ShardCids::new(id, shards)));
     let mut d = Driver {
-        endpoint: Endpoint::new(
-            Arc::new(EndpointConfig::new(Arc::new(reset_key))),
-            None,
-            true,
-            None,
-        ),
+        endpoint: Endpoint::new(Arc::new(config), None, true, None),
         shard,
         conns: HashMap::new(),
         half_open: HashSet::new(),
@@ -284,7 +285,7 @@ impl Driver {
             return;
         }
         let mut place = Place::open(&shard);
-        let full = self.conns.len() >= snap.server.max_connections_per_shard as usize;
+        let full = shard.open_connections() > snap.server.max_connections_per_shard;
         let admitted = if full {
             Err(())
         } else {
@@ -315,6 +316,7 @@ impl Driver {
                         peer,
                         serial: shard.next_connection(),
                         bucket: Rc::default(),
+                        timer: None,
                     },
                 );
                 shard.stats.h3_connections.inc();
@@ -383,13 +385,28 @@ impl Driver {
             }
             self.timers.pop();
             let h = ConnectionHandle(h);
-            if let Some(a) = self.conns.get(&h) {
-                let mut c = a.conn.borrow_mut();
-                if c.q.poll_timeout().is_some_and(|due| due <= now) {
+            let Some(a) = self.conns.get_mut(&h) else {
+                continue;
+            };
+            if a.timer != Some(t) {
+                // Stale: an earlier deadline replaced it.
+                continue;
+            }
+            a.timer = None;
+            let mut c = a.conn.borrow_mut();
+            match c.q.poll_timeout() {
+                Some(due) if due <= now => {
                     c.q.handle_timeout(now);
                     drop(c);
+                    // Its drive schedules the next deadline.
                     self.wake.mark(h);
                 }
+                Some(later) => {
+                    drop(c);
+                    a.timer = Some(later);
+                    self.timers.push(Reverse((later, h.0)));
+                }
+                None => {}
             }
         }
     }
@@ -439,11 +456,15 @@ impl Driver {
                 }
             }
         }
-        if let Some(t) = c.q.poll_timeout() {
-            self.timers.push(Reverse((t, h.0)));
-        }
+        let next = c.q.poll_timeout();
         let drained = c.q.is_drained();
         drop(c);
+        if let (Some(t), Some(a)) = (next, self.conns.get_mut(&h)) {
+            if a.timer.is_none_or(|s| t < s) {
+                a.timer = Some(t);
+                self.timers.push(Reverse((t, h.0)));
+            }
+        }
         if !ready.is_empty() {
             let a = &self.conns[&h];
             for id in ready {

@@ -2,6 +2,8 @@
 //! socket, and each request served by the same pipeline, gate and pages
 //! as HTTP/1.1 and HTTP/2.
 //!
+//! - `cid`: connection IDs that name their shard, so that the listener's
+//!   steering keeps a connection on one shard across migration.
 //! - `endpoint`: the shard's QUIC endpoint and its one driving task: the
 //!   connection-level gate before any handshake work, Retry, timers,
 //!   datagrams in and out.
@@ -9,6 +11,7 @@
 //!   streams, request streams split into frames, answers queued.
 //! - `stream`: a request stream as the pipeline's transport.
 
+pub mod cid;
 mod conn;
 mod endpoint;
 mod stream;
