@@ -191,6 +191,33 @@ limits = { max_body_bytes = 16 }
 }
 
 #[test]
+fn the_access_log_says_which_protocol_carried_each_request() {
+    let dir = TempDir::new();
+    let log = dir.0.join("access.log");
+    let g = Gapura::start(&h3_profile(
+        &dir,
+        &format!("access_log = {{ path = {:?} }}", log.display().to_string()),
+        RESPOND,
+    ));
+    let addr = g.tls_addr.expect("the TLS listener");
+    h3(addr, "hello.test", &["--path", "/three"], 1);
+    common::request(g.addr, b"GET /one HTTP/1.1\r\nHost: hello.test\r\n\r\n");
+    let mut lines = Vec::new();
+    common::wait_until(std::time::Duration::from_secs(10), || {
+        lines = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .collect();
+        lines.len() == 2
+    });
+    let by_path = |p: &str| lines.iter().find(|l| l["path"] == p).cloned().unwrap();
+    assert_eq!(by_path("/three")["protocol"], "HTTP/3");
+    assert_eq!(by_path("/three")["status"], 200);
+    assert_eq!(by_path("/one")["protocol"], "HTTP/1.1");
+}
+
+#[test]
 fn retry_always_validates_the_address_first() {
     let dir = TempDir::new();
     let g = Gapura::start(&h3_profile(

@@ -171,6 +171,14 @@ impl ClientStream {
         }
     }
 
+    /// What carries the stream, as the access log names it.
+    pub fn protocol(&self) -> &'static str {
+        match self.side {
+            Side::H2 { .. } => "HTTP/2.0",
+            Side::Quic { .. } => "HTTP/3",
+        }
+    }
+
     /// Whether the answer was sent whole as parts.
     pub fn answered(&self) -> bool {
         self.answered

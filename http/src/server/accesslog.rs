@@ -50,6 +50,8 @@ pub(super) struct LogRecord {
     pub request_id: [u8; 24],
     /// The connection's serial on its shard.
     pub connection: u64,
+    /// What carried the request: `HTTP/1.1`, `HTTP/2.0` or `HTTP/3`.
+    pub protocol: &'static str,
     /// Begun and not yet written.
     active: bool,
     /// Bytes sent and queued on the connection when the request began.
@@ -74,6 +76,7 @@ impl Default for LogRecord {
             queue_ms: None,
             request_id: [b'-'; 24],
             connection: 0,
+            protocol: "HTTP/1.1",
             sent_before: 0,
             active: false,
         }
@@ -466,6 +469,8 @@ impl Line<'_> {
         push_json_str(out, r.host());
         out.extend_from_slice(b"\",\"method\":\"");
         push_json_str(out, r.method());
+        out.extend_from_slice(b"\",\"protocol\":\"");
+        out.extend_from_slice(r.protocol.as_bytes());
         out.extend_from_slice(b"\",\"path\":\"");
         push_json_str(out, r.path());
         out.extend_from_slice(b"\",\"status\":");
@@ -522,7 +527,9 @@ impl Line<'_> {
         push_clf_str(out, r.method());
         out.push(b' ');
         push_clf_str(out, r.path());
-        out.extend_from_slice(b" HTTP/1.1\" ");
+        out.push(b' ');
+        out.extend_from_slice(r.protocol.as_bytes());
+        out.extend_from_slice(b"\" ");
         push_u64(out, u64::from(r.status));
         out.push(b' ');
         push_u64(out, self.bytes);
@@ -567,7 +574,7 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,
-            "{\"time\":\"2026-12-01T17:39:49.123Z\",\"shard\":1,\"connection\":42,\"client\":\"203.0.113.7\",\"host\":\"a.test\",\"method\":\"GET\",\"path\":\"/x\\\"y\",\"status\":200,\"bytes\":120,\"upstream_ms\":null,\"total_ms\":3,\"request_id\":\"0123456789abcdef01234567\",\"verdict\":\"respond\",\"step\":\"answer\"}\n"
+            "{\"time\":\"2026-12-01T17:39:49.123Z\",\"shard\":1,\"connection\":42,\"client\":\"203.0.113.7\",\"host\":\"a.test\",\"method\":\"GET\",\"protocol\":\"HTTP/1.1\",\"path\":\"/x\\\"y\",\"status\":200,\"bytes\":120,\"upstream_ms\":null,\"total_ms\":3,\"request_id\":\"0123456789abcdef01234567\",\"verdict\":\"respond\",\"step\":\"answer\"}\n"
         );
         let v: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
         assert_eq!(v["path"], "/x\"y");

@@ -428,4 +428,7 @@ impl<S: Transport> Transport for MuxStream<S> {
     fn request_id(&self) -> Option<[u8; 24]> {
         self.grpc
     }
+    fn protocol(&self) -> &'static str {
+        self.x.protocol()
+    }
 }

@@ -188,6 +188,11 @@ pub trait Transport: ReadSpare + WriteAll + 'static {
     fn request_id(&self) -> Option<[u8; 24]> {
         None
     }
+    /// What carries the request, as the access log names it.
+    #[inline(always)]
+    fn protocol(&self) -> &'static str {
+        "HTTP/1.1"
+    }
     /// The next request's head at the start of `unread`, its lines written
     /// into `headers`: parsed from the bytes on a byte stream; built from
     /// the request's fields by a transport that carries them (an HTTP/2

@@ -404,6 +404,7 @@ impl<S: Transport> Conn<S> {
                     (before, self.serial),
                     snap,
                     (self.req_start.into_std(), stream.request_id()),
+                    stream.protocol(),
                 );
             }
         }
@@ -690,6 +691,7 @@ impl<S: Transport> Conn<S> {
             (before, self.serial),
             snap,
             (std::time::Instant::now(), self.io.stream().request_id()),
+            self.io.stream().protocol(),
         );
     }
 
@@ -745,14 +747,17 @@ fn begin_log(
     (before, serial): (u64, u64),
     snap: &Snapshot,
     (start, id): (std::time::Instant, Option<[u8; 24]>),
+    protocol: &'static str,
 ) {
     if snap.server.access_log.is_none() {
         return;
     }
     let id = id.unwrap_or_else(|| shard.request_id());
-    log.get_or_insert_with(Default::default)
-        .begin(before, id, start)
-        .connection = serial;
+    let rec = log
+        .get_or_insert_with(Default::default)
+        .begin(before, id, start);
+    rec.connection = serial;
+    rec.protocol = protocol;
 }
 
 /// The current request's id: the access log's while the profile logs, so a

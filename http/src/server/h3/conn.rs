@@ -21,9 +21,9 @@ use std::time::Instant;
 
 /// Body bytes a request stream holds for its task before QUIC's flow
 /// control holds the rest.
-pub(super) const BODY_HIGH: usize = 64 * 1024;
+pub(super) const BODY_HIGH: usize = 32 * 1024;
 /// Answer bytes queued on a stream past which its task waits.
-pub(super) const OUT_HIGH: usize = 64 * 1024;
+pub(super) const OUT_HIGH: usize = 32 * 1024;
 /// Bytes read from a peer's control and QPACK streams per connection
 /// before it is closed as a flood (SETTINGS once, and GOAWAY or
 /// MAX_PUSH_ID now and then, are all a client needs).
@@ -334,7 +334,12 @@ impl QConn {
         let mut recv = self.q.recv_stream(id);
         if let Ok(mut chunks) = recv.read(true) {
             while s.wants_bytes() {
-                match chunks.next(BODY_HIGH) {
+                // What waits for the task (the head's bytes, then body
+                // bytes) stays within BODY_HIGH plus one field section.
+                let room = BODY_HIGH
+                    .saturating_sub(s.body.len() + s.raw.len())
+                    .max(1024);
+                match chunks.next(room) {
                     Ok(Some(chunk)) => s.raw.extend_from_slice(&chunk.bytes),
                     Ok(None) => {
                         s.fin = true;
