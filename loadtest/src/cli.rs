@@ -119,6 +119,7 @@ pub struct Config {
     pub report: Option<PathBuf>,
     pub latency: bool,
     pub http2: bool,
+    pub http3: bool,
     pub streams: usize,
     pub insecure: bool,
     pub payload: Vec<u8>,
@@ -244,7 +245,10 @@ pub struct Args {
     /// HTTP/2 (h2c on http://, ALPN h2 on https://)
     #[arg(long, help_heading = PROTOCOLS)]
     pub http2: bool,
-    /// HTTP/2 concurrent streams per connection
+    /// HTTP/3 over QUIC (https:// targets, UDP to the same port)
+    #[arg(long, conflicts_with = "http2", help_heading = PROTOCOLS)]
+    pub http3: bool,
+    /// HTTP/2 and HTTP/3 concurrent streams per connection
     #[arg(short = 'm', long, value_name = "N", default_value = "1", value_parser = parse_usize, help_heading = PROTOCOLS)]
     pub streams: usize,
     /// Do not verify TLS certificates
@@ -539,11 +543,19 @@ impl Args {
         if http2 && pipeline > 1 {
             return Err("--http2 takes -m streams, not --pipeline".into());
         }
+        if self.http3 && (pipeline > 1 || first.scheme != Scheme::Https) {
+            return Err("--http3 takes an https:// target and -m streams, not --pipeline".into());
+        }
         if find_max && self.requests.is_some() {
             return Err("--find-max runs timed steps; drop -n".into());
         }
         if self.engine == Engine::Uring
-            && (is_udp || http2 || first.scheme == Scheme::Https || rate.is_some() || find_max)
+            && (is_udp
+                || http2
+                || self.http3
+                || first.scheme == Scheme::Https
+                || rate.is_some()
+                || find_max)
         {
             return Err("--engine uring drives plain http:// closed-loop HTTP/1.1 only".into());
         }
@@ -607,6 +619,7 @@ impl Args {
             report: self.report,
             latency: self.latency,
             http2,
+            http3: self.http3,
             streams,
             insecure: self.insecure,
             payload,

@@ -31,6 +31,7 @@ pub mod ctx;
 pub mod findmax;
 pub mod h1;
 pub mod h2mode;
+pub mod h3mode;
 pub mod html;
 pub mod json;
 pub mod net;

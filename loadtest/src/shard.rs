@@ -73,6 +73,9 @@ fn run_shard(ctx: ShardCtx) -> Result<ShardStats, String> {
     if cfg.http2 {
         return crate::h2mode::run_shard(ctx);
     }
+    if cfg.http3 {
+        return crate::h3mode::run_shard(ctx);
+    }
     let direct = scheme == Scheme::Http
         && ctx.rate.is_none()
         && cfg.engine != Engine::Monoio
@@ -158,7 +161,11 @@ pub fn execute(
 fn tls_config(cfg: &Config) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
     match cfg.targets[0].scheme {
         Scheme::Https => {
-            let alpn: &[&[u8]] = if cfg.http2 { &[b"h2"] } else { &[b"http/1.1"] };
+            let alpn: &[&[u8]] = match (cfg.http2, cfg.http3) {
+                (true, _) => &[b"h2"],
+                (_, true) => &[b"h3"],
+                _ => &[b"http/1.1"],
+            };
             Ok(Some(crate::net::tls_config(cfg.insecure, alpn)?))
         }
         _ => Ok(None),

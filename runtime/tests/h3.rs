@@ -357,3 +357,34 @@ fn a_connection_stays_on_its_shard_when_its_address_changes() {
     assert_eq!(g.metric("gapura_h3_connections_total{shard=\"1\"}"), 0);
     assert_eq!(g.metric("gapura_h3_streams_total{shard=\"0\"}"), 5);
 }
+
+#[test]
+fn a_trickled_head_is_refused_at_the_header_timeout_and_the_connection_goes_on() {
+    let dir = TempDir::new();
+    let g = Gapura::start(&h3_profile(&dir, "header_timeout_ms = 500", RESPOND));
+    let addr = g.tls_addr.expect("the TLS listener");
+    let got = h3(addr, "hello.test", &["--partial-head"], 1);
+    assert_eq!(got[0]["status"], 200, "{}", got[0]);
+    // H3_REQUEST_REJECTED: the stream was refused, never served.
+    assert_eq!(got[1]["reset"], 0x10b, "{}", got[1]);
+    assert_eq!(
+        g.metric("gapura_errors_total{shard=\"0\",kind=\"header_timeout\"}"),
+        1
+    );
+}
+
+#[test]
+fn a_connection_kept_alive_without_requests_is_closed_at_the_idle_timeout() {
+    let dir = TempDir::new();
+    let g = Gapura::start(&h3_profile(
+        &dir,
+        "",
+        &format!("[http3]\nidle_timeout_ms = 1000\n{RESPOND}"),
+    ));
+    let addr = g.tls_addr.expect("the TLS listener");
+    // Pings keep QUIC's own idle timer from firing: the connection is
+    // closed for having no request, with H3_NO_ERROR.
+    let got = h3(addr, "hello.test", &["--ping-for", "8"], 1);
+    assert_eq!(got[0]["status"], 200, "{}", got[0]);
+    assert_eq!(got[1]["closed"], 0x100, "{}", got[1]);
+}

@@ -205,6 +205,11 @@ impl ShardStats {
         self.errors[kind as usize].inc();
     }
 
+    /// Counts `n` ends of one kind.
+    pub fn error_n(&self, kind: ErrorKind, n: u64) {
+        self.errors[kind as usize].add(n);
+    }
+
     #[inline]
     pub fn tls_failure(&self, why: crate::transport::tls::HandshakeFail) {
         self.tls_failures[why as usize].inc();

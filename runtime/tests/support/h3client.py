@@ -5,7 +5,12 @@ QUIC connection and prints each answer as one JSON line:
 
   h3client.py --connect 127.0.0.1:8443 --authority a.example \
       [--path /] [--method GET] [--data TEXT] [--header name:value]... \
-      [--count N] [--ca FILE] [--rebind-after N]
+      [--count N] [--ca FILE] [--rebind-after N] [--partial-head]
+      [--ping-for SECONDS]
+
+--partial-head then sends a request stream whose HEADERS frame never
+completes and prints how it ended; --ping-for keeps the connection alive
+with QUIC pings and prints the code it was closed with (null: open).
 
 With --rebind-after N the client talks through a relay in this process
 that sends to the server from 127.0.0.2 and, after N answers, from
@@ -24,7 +29,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import QuicEvent, StreamReset
+from aioquic.quic.events import ConnectionTerminated, QuicEvent, StreamReset
 
 
 class Client(QuicConnectionProtocol):
@@ -32,8 +37,11 @@ class Client(QuicConnectionProtocol):
         super().__init__(*args, **kwargs)
         self.h3 = H3Connection(self._quic)
         self.waiting = {}
+        self.closed = None
 
     def quic_event_received(self, event: QuicEvent) -> None:
+        if isinstance(event, ConnectionTerminated):
+            self.closed = event.error_code
         if isinstance(event, StreamReset) and event.stream_id in self.waiting:
             answer, done = self.waiting.pop(event.stream_id)
             answer["reset"] = event.error_code
@@ -54,6 +62,25 @@ class Client(QuicConnectionProtocol):
             if e.stream_ended:
                 del self.waiting[e.stream_id]
                 done.set_result(answer)
+
+    async def partial_head(self):
+        """A HEADERS frame announcing 100 bytes, of which 5 come."""
+        stream_id = self._quic.get_next_available_stream_id()
+        self._quic.send_stream_data(stream_id, b"\x01\x40\x64\x00\x00\xd1\xd7\xc1", False)
+        done = self._loop.create_future()
+        self.waiting[stream_id] = ({"status": 0, "headers": [], "body": ""}, done)
+        self.transmit()
+        return await asyncio.wait_for(done, 30)
+
+    async def ping_for(self, secs):
+        """Keeps the connection alive with pings; the code it was closed
+        with, or None."""
+        end = self._loop.time() + secs
+        while self._loop.time() < end and self.closed is None:
+            self._quic.send_ping(0)
+            self.transmit()
+            await asyncio.sleep(0.2)
+        return self.closed
 
     async def request(self, method, authority, path, headers, data):
         stream_id = self._quic.get_next_available_stream_id()
@@ -126,6 +153,10 @@ async def main(args):
                 args.method, args.authority, args.path, headers, args.data
             )
             print(json.dumps(answer), flush=True)
+        if args.partial_head:
+            print(json.dumps(await client.partial_head()), flush=True)
+        if args.ping_for:
+            print(json.dumps({"closed": await client.ping_for(args.ping_for)}), flush=True)
 
 
 if __name__ == "__main__":
@@ -139,6 +170,8 @@ if __name__ == "__main__":
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--ca")
     p.add_argument("--rebind-after", type=int)
+    p.add_argument("--partial-head", action="store_true")
+    p.add_argument("--ping-for", type=float)
     try:
         asyncio.run(main(p.parse_args()))
     except Exception as e:  # the test reads the exit status and this line

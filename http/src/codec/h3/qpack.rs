@@ -353,6 +353,53 @@ pub fn decode_request(section: &[u8], max_size: usize) -> Result<http::request::
     Ok(parts)
 }
 
+/// The `:status` of an answer's field section (a client reading it: the
+/// load tester), decoded within `max_size`.
+pub fn decode_status(section: &[u8], max_size: usize) -> Result<u16, FieldError> {
+    let mut buf = Vec::with_capacity(section.len() * 2);
+    let mut lines = Vec::with_capacity(8);
+    decode_lines(section, max_size, &mut buf, &mut lines)?;
+    let first = lines.first().ok_or(FieldError::Malformed)?;
+    if &buf[first.name.clone()] != b":status" {
+        return Err(FieldError::Malformed);
+    }
+    std::str::from_utf8(&buf[first.value.clone()])
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or(FieldError::Malformed)
+}
+
+/// Appends a request's field section: its pseudo-fields, then `fields`
+/// (lowercase names; a client's: the load tester).
+pub fn encode_request<'a>(
+    out: &mut Vec<u8>,
+    (method, scheme, authority, path): (&str, &str, &str, &str),
+    fields: impl Iterator<Item = (&'a str, &'a [u8])>,
+) {
+    out.extend_from_slice(&[0, 0]);
+    let pseudo = [
+        (":method", method),
+        (":scheme", scheme),
+        (":authority", authority),
+        (":path", path),
+    ];
+    for (name, value) in pseudo {
+        let whole = STATIC.iter().position(|&(n, v)| n == name && v == value);
+        match (whole, STATIC.iter().position(|&(n, _)| n == name)) {
+            (Some(i), _) => write_int(out, 0xc0, 6, i as u64),
+            (None, Some(i)) => {
+                write_int(out, 0x50, 4, i as u64);
+                write_int(out, 0, 7, value.len() as u64);
+                out.extend_from_slice(value.as_bytes());
+            }
+            (None, None) => encode_field(out, name, value.as_bytes()),
+        }
+    }
+    for (name, value) in fields {
+        encode_field(out, name, value);
+    }
+}
+
 /// Where `name` is in the static table, as a name.
 fn static_name(name: &str) -> Option<usize> {
     Some(match name {

@@ -67,6 +67,9 @@ pub(super) struct ReqState {
     pub writer: Option<Waker>,
     /// The task ended.
     pub done: bool,
+    /// When the stream opened (coarse ms): its head must be whole within
+    /// the header timeout.
+    opened_ms: u64,
 }
 
 impl ReqState {
@@ -87,6 +90,7 @@ impl ReqState {
             finished: false,
             writer: None,
             done: false,
+            opened_ms: crate::clock::now_ms(),
         }
     }
 
@@ -228,6 +232,11 @@ pub(super) struct QConn {
     /// Request streams refused before a task took them, not yet counted
     /// in the shard's metrics.
     pub refused: u64,
+    /// Heads not whole within the header timeout, not yet counted.
+    pub slow_heads: u64,
+    /// When a request stream last opened or ended (coarse ms): the
+    /// connection's idle time starts there.
+    pub active_ms: u64,
 }
 
 /// What [`QConn::events`] found: request streams whose head arrived and
@@ -249,6 +258,8 @@ impl QConn {
             goaway: false,
             lost: false,
             refused: 0,
+            slow_heads: 0,
+            active_ms: crate::clock::now_ms(),
         }
     }
 
@@ -282,6 +293,7 @@ impl QConn {
                             continue;
                         }
                         self.next_request = id.index() * 4 + 4;
+                        self.active_ms = crate::clock::now_ms();
                         self.streams.insert(id, ReqState::new());
                         self.read_request(now, id, ready);
                     }
@@ -554,8 +566,47 @@ impl QConn {
 
     /// Drops the state of streams whose task ended and whose answer went.
     pub(super) fn reap(&mut self) {
+        let before = self.streams.len();
         self.streams
             .retain(|_, s| !(s.done && (s.finished || s.failed.is_some())));
+        if self.streams.len() != before {
+            self.active_ms = crate::clock::now_ms();
+        }
+    }
+
+    /// The connection's periodic checks: request heads not whole within
+    /// `header_ms` are refused (a trickled head, as slowloris sends it);
+    /// a connection without a request for `idle_ms` is closed (a client
+    /// that keeps QUIC alive with pings holds nothing for long). Whether
+    /// anything changed.
+    pub(super) fn watch(
+        &mut self,
+        now: Instant,
+        now_ms: u64,
+        header_ms: u64,
+        idle_ms: u64,
+    ) -> bool {
+        let late: Vec<StreamId> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| !s.started && now_ms.saturating_sub(s.opened_ms) >= header_ms)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &late {
+            self.streams.remove(id);
+            self.slow_heads += 1;
+            let code = VarInt::from_u32(code::REQUEST_REJECTED as u32);
+            let _ = self.q.recv_stream(*id).stop(code);
+            let _ = self.q.send_stream(*id).reset(code);
+        }
+        let idle = self.streams.is_empty()
+            && !self.lost
+            && now_ms.saturating_sub(self.active_ms) >= idle_ms;
+        if idle && !self.q.is_closed() {
+            self.close(now, code::NO_ERROR);
+            return true;
+        }
+        !late.is_empty()
     }
 }
 

@@ -160,6 +160,7 @@ pub async fn serve(socket: std::net::UdpSocket, shard: Rc<Shard>, shards: usize)
             _ = wake.wait() => {}
             _ = &mut tick => {
                 tick.as_mut().reset(monoio::time::Instant::now() + TICK);
+                d.watch();
             }
         }
         let dirty: Vec<ConnectionHandle> = std::mem::take(&mut *d.wake.dirty.borrow_mut());
@@ -374,6 +375,30 @@ impl Driver {
         self.endpoint.set_server_config(Some(config.clone()));
         self.config = Some((tls.clone(), h3, config.clone()));
         Some(config)
+    }
+
+    /// Every connection's periodic checks (`QConn::watch`): slow heads,
+    /// idle connections.
+    fn watch(&mut self) {
+        let snap = self.shard.snapshot();
+        let (header_ms, idle_ms) = (
+            snap.server.header_timeout_ms,
+            snap.server.http3.idle_timeout_ms,
+        );
+        let (now, now_ms) = (Instant::now(), crate::clock::now_ms());
+        for (h, a) in &self.conns {
+            let mut c = a.conn.borrow_mut();
+            let changed = c.watch(now, now_ms, header_ms, idle_ms);
+            let slow = std::mem::take(&mut c.slow_heads);
+            if slow > 0 {
+                self.shard
+                    .stats
+                    .error_n(crate::server::stats::ErrorKind::HeaderTimeout, slow);
+            }
+            if changed {
+                self.wake.mark(*h);
+            }
+        }
     }
 
     /// Handles the connections' timers that are due.

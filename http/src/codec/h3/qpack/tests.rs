@@ -186,3 +186,24 @@ fn integers_round_trip_across_prefixes() {
         None
     );
 }
+
+#[test]
+fn a_clients_request_reads_back_and_an_answers_status_is_read() {
+    let mut out = Vec::new();
+    encode_request(
+        &mut out,
+        ("GET", "https", "a.example", "/x?y=1"),
+        [("user-agent", &b"t"[..])].into_iter(),
+    );
+    let p = decode_request(&out, 16 * 1024).unwrap();
+    assert_eq!(p.method, http::Method::GET);
+    assert_eq!(p.uri.to_string(), "https://a.example/x?y=1");
+    assert_eq!(p.headers["user-agent"], "t");
+    let mut answer = Vec::new();
+    encode_response(&mut answer, 429, [("retry-after", &b"1"[..])].into_iter());
+    assert_eq!(decode_status(&answer, 1024), Ok(429));
+    let mut answer = Vec::new();
+    encode_response(&mut answer, 200, std::iter::empty());
+    assert_eq!(decode_status(&answer, 1024), Ok(200));
+    assert_eq!(decode_status(&out, 1024), Err(FieldError::Malformed));
+}
