@@ -6,8 +6,8 @@
   --mode idle        opens --count connections and holds them idle (one GET
                      each first) until SIGTERM; prints how many are open
   --mode streams     opens --count connections with --streams streams each,
-                     every stream a POST whose body never comes; holds them
-                     until SIGTERM
+                     every stream's HEADERS frame begun and never finished
+                     (a trickled head); holds them until SIGTERM
 """
 import argparse
 import asyncio
@@ -81,8 +81,12 @@ async def main(a):
         if a.mode == "idle":
             await asyncio.wait_for(c.send(a.authority), 10)
         else:
+            # Every connection pays its handshake first (one GET).
+            await asyncio.wait_for(c.send(a.authority), 10)
             for _ in range(a.streams):
-                c.send(a.authority, "POST", end=False, length=1 << 20)
+                sid = c._quic.get_next_available_stream_id()
+                c._quic.send_stream_data(sid, b"\x01\x40\x64\x00\x00\xd1\xd7\xc1", False)
+            c.transmit()
     print(f"{len(held)} connections held", flush=True)
     await stop.wait()
 
