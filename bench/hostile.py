@@ -73,6 +73,24 @@ kept being answered.
   tls-slow         200 ClientHellos a byte per 200 ms against a 2 s handshake
                    timeout: each closed within 4 s, VmRSS growth <= 8 MiB,
                    HTTPS still answered
+  h3-initial-flood client Initials (real ClientHellos) from thousands of
+                   127/8 sources that never answer, beside a legitimate client
+                   opening a new HTTP/3 connection every 100 ms (Caddy beside:
+                   Debian's package, the local HTTP/3 peer): Retry engages,
+                   VmRSS growth <= 32 MiB, the client answered >= 99 %
+  h3-amplification Initials from sources that never answer, retry = "never":
+                   bytes back <= 3.0x bytes sent for every source
+  h3-slow-handshake
+                   clients that answer a Retry and then stall: closed at the
+                   TLS handshake timeout, VmRSS growth <= 32 MiB
+  h3-streams       every allowed request stream of 20 connections with a head
+                   begun and never finished: VmRSS growth <= 16 MiB, refused at
+                   the header timeout
+  h3-qpack-bomb    a QPACK encoder stream inserting 4 KiB entries, and a field
+                   section referencing a dynamic entry 4,000 times: every
+                   connection closed, VmRSS growth <= 16 MiB
+  h3-cid-churn     connections switching connection IDs as fast as issued:
+                   VmRSS growth <= 16 MiB, the client answered
   udp-spoof        a relay without auth before a 10x-amplifying server, one
                    spoofed source: bytes back <= 3.0x bytes sent
   udp-replay       a valid envelope, then its bytes from another address:
@@ -114,6 +132,9 @@ from hostile_suite.flood import scenario_flood
 from hostile_suite.h2 import (scenario_h2_continuation, scenario_h2_control_flood,
                               scenario_h2_hpack_bomb, scenario_h2_rapid_reset,
                               scenario_h2_streams, scenario_h2_zero_window)
+from hostile_suite.h3 import (scenario_h3_amplification, scenario_h3_cid_churn,
+                              scenario_h3_initial_flood, scenario_h3_qpack_bomb,
+                              scenario_h3_slow_handshake, scenario_h3_streams)
 from hostile_suite.idle import scenario_idle
 from hostile_suite.queue import scenario_h2_upstream_queue
 from hostile_suite.slow import scenario_slow_body, scenario_slow_headers
@@ -123,7 +144,8 @@ from hostile_suite.udp import scenario_udp_invalid, scenario_udp_replay, scenari
 SCENARIOS = ("slow-headers", "slow-body", "flood", "reloads", "upstream-kill", "idle",
              "fd-limit", "aborts", "h2-rapid-reset", "h2-continuation", "h2-control-flood",
              "h2-zero-window", "h2-hpack-bomb", "h2-streams", "h2-upstream-queue", "tls-silent",
-             "tls-slow",
+             "tls-slow", "h3-initial-flood", "h3-amplification", "h3-slow-handshake",
+             "h3-streams", "h3-qpack-bomb", "h3-cid-churn",
              "udp-spoof", "udp-replay", "udp-invalid")
 
 RUNNERS = {
@@ -144,6 +166,12 @@ RUNNERS = {
     "h2-upstream-queue": scenario_h2_upstream_queue,
     "tls-silent": scenario_tls_silent,
     "tls-slow": scenario_tls_slow,
+    "h3-initial-flood": scenario_h3_initial_flood,
+    "h3-amplification": scenario_h3_amplification,
+    "h3-slow-handshake": scenario_h3_slow_handshake,
+    "h3-streams": scenario_h3_streams,
+    "h3-qpack-bomb": scenario_h3_qpack_bomb,
+    "h3-cid-churn": scenario_h3_cid_churn,
     "udp-spoof": scenario_udp_spoof,
     "udp-replay": scenario_udp_replay,
     "udp-invalid": scenario_udp_invalid,

@@ -88,6 +88,9 @@ struct Accepted {
     /// The earliest deadline of it in the timer heap (entries later than
     /// it are stale): at most a few entries a connection.
     timer: Option<Instant>,
+    /// When it was accepted (coarse ms): its handshake must end within the
+    /// TLS handshake timeout.
+    opened_ms: u64,
 }
 
 /// The endpoint and its connections.
@@ -318,6 +321,7 @@ impl Driver {
                         serial: shard.next_connection(),
                         bucket: Rc::default(),
                         timer: None,
+                        opened_ms: crate::clock::now_ms(),
                     },
                 );
                 shard.stats.h3_connections.inc();
@@ -385,9 +389,23 @@ impl Driver {
             snap.server.header_timeout_ms,
             snap.server.http3.idle_timeout_ms,
         );
+        let handshake_ms = snap.tls.as_ref().map_or(10_000, |t| t.handshake_timeout_ms);
         let (now, now_ms) = (Instant::now(), crate::clock::now_ms());
         for (h, a) in &self.conns {
             let mut c = a.conn.borrow_mut();
+            // A handshake that does not end in time (a client that proved
+            // its address and stalled) gives its place back.
+            let slow = self.half_open.contains(h)
+                && now_ms.saturating_sub(a.opened_ms) >= handshake_ms
+                && !c.q.is_closed();
+            if slow {
+                self.shard
+                    .stats
+                    .tls_failure(crate::transport::tls::HandshakeFail::Timeout);
+                c.close(now, crate::codec::h3::frame::code::NO_ERROR);
+                self.wake.mark(*h);
+                continue;
+            }
             let changed = c.watch(now, now_ms, header_ms, idle_ms);
             let slow = std::mem::take(&mut c.slow_heads);
             if slow > 0 {
