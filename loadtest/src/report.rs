@@ -16,9 +16,10 @@ use crate::target::Scheme;
 pub const PERCENTILES: [f64; 8] = [50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 99.99, 99.999];
 
 pub fn protocol(cfg: &Config) -> &'static str {
-    match (cfg.targets[0].scheme, cfg.http2) {
-        (Scheme::Udp, _) => "udp",
-        (_, true) => "http2",
+    match (cfg.targets[0].scheme, cfg.http2, cfg.http3) {
+        (Scheme::Udp, _, _) => "udp",
+        (_, true, _) => "http2",
+        (_, _, true) => "http3",
         _ => "http1",
     }
 }
@@ -108,7 +109,7 @@ fn run_header(cfg: &Config, o: &Outcome, rate: Option<f64>) -> String {
         None if cfg.pipeline > 1 => format!("closed loop, pipeline {}", cfg.pipeline),
         None => "closed loop".to_string(),
     };
-    let streams = if cfg.http2 {
+    let streams = if cfg.http2 || cfg.http3 {
         format!(", {} each", counted(cfg.streams as u64, "stream"))
     } else {
         String::new()

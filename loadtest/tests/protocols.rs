@@ -1,4 +1,4 @@
-//! TLS, HTTP/2 and UDP paths against in-test servers, and the JSON document
+//! TLS, HTTP/2, HTTP/3 and UDP paths against in-test servers, and the JSON document
 //! against the shipped schema.
 
 mod common;
@@ -518,4 +518,45 @@ fn html_report_is_self_contained_with_its_plots() {
     for fetch in ["<script", "<link", "src=", "@import", "url("] {
         assert!(!html.contains(fetch), "report holds {fetch}");
     }
+}
+
+#[test]
+fn http3_requests_run_on_their_streams_over_quic() {
+    use std::io::BufRead;
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let dir = std::env::temp_dir().join(format!("gapura-loadtest-h3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.key_pair.serialize_pem()).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/h3server.py");
+    let mut server = std::process::Command::new("python3")
+        .arg(script)
+        .arg(&cert)
+        .arg(&key)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs the HTTP/3 server (aioquic)");
+    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let port: u16 = line.trim().parse().expect("the server's port");
+    let url = format!("https://localhost:{port}/");
+    let r = run(&["--http3", "-k", "-c", "2", "-m", "4", "-n", "200", &url]);
+    drop(server.stdin.take());
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(u(&r.json, "summary.requests"), 200);
+    assert_eq!(r.json["config"]["protocol"], "http3");
+    assert_eq!(r.json["status_counts"]["200"], 200, "{}", r.json);
+    let seen: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(seen[0], 200, "the server answered every request: {line}");
+    assert!(seen[1] >= 2, "streams ran at once on a connection: {line}");
 }
