@@ -85,5 +85,9 @@ pub(crate) fn check_http3(raw: Option<&Spanned<RawHttp3>>, e: &mut Errors<'_>) -
             ],
             d.retry,
         ),
+        early_data: raw
+            .early_data
+            .as_ref()
+            .map_or(d.early_data, |v| *v.get_ref()),
     }
 }

@@ -70,6 +70,7 @@ pub(crate) struct RawHttp3 {
     pub max_streams: Opt<i64>,
     pub idle_timeout_ms: Opt<i64>,
     pub retry: Opt<String>,
+    pub early_data: Opt<bool>,
 }
 
 /// `[server]`. Numbers are read as `i64` (TOML's integer) so that a negative

@@ -72,6 +72,10 @@ pub struct Http3Settings {
     pub idle_timeout_ms: u64,
     /// When a new connection must first prove its address (Retry).
     pub retry: RetryMode,
+    /// 0-RTT: requests may arrive in early data (resumed connections);
+    /// only safe ones (GET, HEAD, OPTIONS) are served from it, others get
+    /// 425.
+    pub early_data: bool,
 }
 
 /// `[http3] retry`: when a new connection's address is validated by a
@@ -95,6 +99,7 @@ impl Default for Http3Settings {
             max_streams: 100,
             idle_timeout_ms: 30_000,
             retry: RetryMode::Auto,
+            early_data: false,
         }
     }
 }

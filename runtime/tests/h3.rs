@@ -388,3 +388,76 @@ fn a_connection_kept_alive_without_requests_is_closed_at_the_idle_timeout() {
     assert_eq!(got[0]["status"], 200, "{}", got[0]);
     assert_eq!(got[1]["closed"], 0x100, "{}", got[1]);
 }
+
+#[test]
+fn early_data_serves_safe_requests_and_answers_the_rest_too_early() {
+    let dir = TempDir::new();
+    let g = Gapura::start(&h3_profile(
+        &dir,
+        "",
+        &format!("[http3]\nearly_data = true\n{RESPOND}"),
+    ));
+    let addr = g.tls_addr.expect("the TLS listener");
+    let get = h3(addr, "hello.test", &["--early"], 1);
+    assert_eq!(get[0]["status"], 200, "{}", get[0]);
+    assert_eq!(g.metric("gapura_h3_early_requests_total{shard=\"0\"}"), 1);
+    // A POST in 0-RTT data may be a replay: 425, never served.
+    let post = h3(
+        addr,
+        "hello.test",
+        &["--early", "--method", "POST", "--data", "x"],
+        1,
+    );
+    assert_eq!(post[0]["status"], 425, "{}", post[0]);
+    assert_eq!(g.metric("gapura_h3_early_refused_total{shard=\"0\"}"), 1);
+}
+
+#[test]
+fn without_early_data_zero_rtt_is_refused_and_the_request_goes_after_the_handshake() {
+    let dir = TempDir::new();
+    let g = Gapura::start(&h3_profile(&dir, "", RESPOND));
+    let addr = g.tls_addr.expect("the TLS listener");
+    let post = h3(
+        addr,
+        "hello.test",
+        &["--early", "--method", "POST", "--data", "x"],
+        1,
+    );
+    assert_eq!(post[0]["status"], 200, "{}", post[0]);
+    assert_eq!(g.metric("gapura_h3_early_requests_total{shard=\"0\"}"), 0);
+    assert_eq!(g.metric("gapura_h3_early_refused_total{shard=\"0\"}"), 0);
+}
+
+#[test]
+fn a_replayed_zero_rtt_flight_reaches_nothing() {
+    let origin = common::upstream::echo();
+    let dir = TempDir::new();
+    let rest = format!(
+        r#"[http3]
+early_data = true
+
+[[upstream]]
+name = "app"
+servers = ["{}"]
+
+[[host]]
+names = ["app.test"]
+kind = "proxy"
+  [[host.route]]
+  path = "/"
+  upstream = "app"
+"#,
+        origin.addr
+    );
+    let g = Gapura::start(&h3_profile(&dir, "", &rest));
+    let addr = g.tls_addr.expect("the TLS listener");
+    let got = h3(addr, "app.test", &["--replay-early", "--path", "/once"], 1);
+    assert_eq!(got[0]["status"], 200, "{}", got[0]);
+    assert!(got[1]["replayed"].as_u64().unwrap() >= 1, "{}", got[1]);
+    // The session was used once: the replayed ClientHello resumes nothing
+    // and its 0-RTT data is never read. The warm-up GET and the request
+    // itself reached the origin, nothing more.
+    assert_eq!(g.metric("gapura_h3_early_requests_total{shard=\"0\"}"), 1);
+    assert_eq!(g.metric("gapura_h3_streams_total{shard=\"0\"}"), 2);
+    assert_eq!(origin.requests.lock().unwrap().len(), 2);
+}

@@ -191,6 +191,10 @@ pub struct ShardStats {
     /// HTTP/3 request streams refused before a task took them (malformed,
     /// too large, cut short) or reset by the client.
     pub h3_refused_streams: Counter,
+    /// HTTP/3 requests that arrived in 0-RTT data: served (safe methods),
+    /// and answered 425 Too Early (the rest).
+    pub h3_early_requests: Counter,
+    pub h3_early_refused: Counter,
 }
 
 impl ShardStats {

@@ -6,11 +6,15 @@ QUIC connection and prints each answer as one JSON line:
   h3client.py --connect 127.0.0.1:8443 --authority a.example \
       [--path /] [--method GET] [--data TEXT] [--header name:value]... \
       [--count N] [--ca FILE] [--rebind-after N] [--partial-head]
-      [--ping-for SECONDS]
+      [--ping-for SECONDS] [--early]
 
 --partial-head then sends a request stream whose HEADERS frame never
 completes and prints how it ended; --ping-for keeps the connection alive
 with QUIC pings and prints the code it was closed with (null: open).
+--early resumes a session from a first connection and sends the requests
+at once on the second, in 0-RTT data where the server allows it;
+--replay-early then sends that connection's first datagrams again from
+127.0.0.4, as a recorded 0-RTT flight would be replayed.
 
 With --rebind-after N the client talks through a relay in this process
 that sends to the server from 127.0.0.2 and, after N answers, from
@@ -21,6 +25,7 @@ gives the server).
 import argparse
 import asyncio
 import json
+import socket
 import ssl
 import sys
 
@@ -107,12 +112,16 @@ class Relay(asyncio.DatagramProtocol):
         self.server = server
         self.client = None
         self.outer = None
+        # The client's first datagrams, kept to be replayed (--replay-early).
+        self.captured = None
 
     def connection_made(self, transport):
         self.transport = transport
 
     def datagram_received(self, data, addr):
         self.client = addr
+        if self.captured is not None and len(self.captured) < 8:
+            self.captured.append(data)
         self.outer.sendto(data, self.server)
 
     async def bind_outer(self, host):
@@ -136,6 +145,45 @@ async def main(args):
         config.verify_mode = ssl.CERT_NONE
     host, port = args.connect.rsplit(":", 1)
     headers = [h.split(":", 1) for h in args.header]
+    if args.early or args.replay_early:
+        # A first connection for a session ticket; the requests then go
+        # on a resumed connection at once, in 0-RTT data where the ticket
+        # allows it.
+        tickets = []
+        async with connect(host, int(port), configuration=config, create_protocol=Client,
+                           session_ticket_handler=tickets.append) as c:
+            await c.request("GET", args.authority, "/", headers, None)
+            for _ in range(50):
+                if tickets:
+                    break
+                await asyncio.sleep(0.02)
+        config.session_ticket = tickets[-1] if tickets else None
+        target = (host, int(port))
+        relay = None
+        if args.replay_early:
+            loop = asyncio.get_running_loop()
+            relay = Relay(target)
+            relay.captured = []
+            transport, _ = await loop.create_datagram_endpoint(
+                lambda: relay, local_addr=("127.0.0.1", 0))
+            await relay.bind_outer("127.0.0.2")
+            target = transport.get_extra_info("sockname")[:2]
+        async with connect(target[0], int(target[1]), configuration=config,
+                           create_protocol=Client, wait_connected=False) as c:
+            pending = [c.request(args.method, args.authority, args.path, headers, args.data)
+                       for _ in range(args.count)]
+            for answer in await asyncio.gather(*pending):
+                print(json.dumps(answer), flush=True)
+        if relay is not None:
+            # The same first flight (Initial and 0-RTT) again, from
+            # another address, as an attacker who recorded it would send.
+            replay = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            replay.bind(("127.0.0.4", 0))
+            for d in relay.captured:
+                replay.sendto(d, (host, int(port)))
+            await asyncio.sleep(1.0)
+            print(json.dumps({"replayed": len(relay.captured)}), flush=True)
+        return
     relay = None
     if args.rebind_after is not None:
         loop = asyncio.get_running_loop()
@@ -171,6 +219,8 @@ if __name__ == "__main__":
     p.add_argument("--ca")
     p.add_argument("--rebind-after", type=int)
     p.add_argument("--partial-head", action="store_true")
+    p.add_argument("--early", action="store_true")
+    p.add_argument("--replay-early", action="store_true")
     p.add_argument("--ping-for", type=float)
     try:
         asyncio.run(main(p.parse_args()))

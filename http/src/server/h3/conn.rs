@@ -49,6 +49,9 @@ pub(super) struct ReqState {
     frame: Option<(u64, u64)>,
     /// The request's parts, once its HEADERS arrived (taken by the task).
     pub head: Option<http::request::Parts>,
+    /// Its head arrived before the handshake was done: in 0-RTT data,
+    /// which an attacker may have replayed.
+    pub early: bool,
     /// Whether a task serves it.
     pub started: bool,
     /// Body bytes the task has not read.
@@ -79,6 +82,7 @@ impl ReqState {
             stage: Stage::Head,
             frame: None,
             head: None,
+            early: false,
             started: false,
             body: Vec::new(),
             fin: false,
@@ -339,6 +343,7 @@ impl QConn {
     /// Reads a request stream while it wants bytes, splitting frames.
     pub(super) fn read_request(&mut self, now: Instant, id: StreamId, ready: &mut Ready) {
         let max_field = self.max_field;
+        let handshaking = self.q.is_handshaking();
         let Some(s) = self.streams.get_mut(&id) else {
             return;
         };
@@ -391,6 +396,7 @@ impl QConn {
         }
         if s.head.is_some() && !s.started {
             s.started = true;
+            s.early = handshaking;
             ready.push(id);
         }
         s.wake();

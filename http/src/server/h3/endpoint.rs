@@ -49,6 +49,29 @@ const CONNECTION_WINDOW: u32 = 1024 * 1024;
 /// two, and a few of unknown types (grease).
 const MAX_UNI_STREAMS: u32 = 8;
 
+/// Resumable sessions a shard keeps for 0-RTT (`[http3] early_data`),
+/// each used once: about 1 MiB a shard.
+const EARLY_SESSIONS: usize = 4096;
+
+/// No stateless tickets: with early data on, sessions resume statefully.
+#[derive(Debug)]
+struct NoTickets;
+
+impl rustls::server::ProducesTickets for NoTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+    fn lifetime(&self) -> u32 {
+        0
+    }
+    fn encrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn decrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+}
+
 /// Marks connections with work for the driver, and wakes it.
 #[derive(Default)]
 pub(super) struct Wake {
@@ -358,6 +381,16 @@ impl Driver {
         let mut rustls = (*base).clone();
         rustls.alpn_protocols = vec![b"h3".to_vec()];
         rustls.max_early_data_size = 0;
+        if h3.early_data {
+            // QUIC takes all or nothing: a resumed client may send as much
+            // 0-RTT data as its windows allow. rustls allows early data
+            // only with stateful resumption (RFC 8446 §8.1): a session is
+            // this shard's, used once, so a replayed ClientHello resumes
+            // nothing and its early data is refused.
+            rustls.max_early_data_size = u32::MAX;
+            rustls.ticketer = Arc::new(NoTickets);
+            rustls.session_storage = rustls::server::ServerSessionMemoryCache::new(EARLY_SESSIONS);
+        }
         let crypto =
             quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(rustls)).ok()?;
         let token_key = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, b"gapura quic retry")

@@ -43,24 +43,67 @@ pub(super) fn start(
     serial: u64,
     bucket: &Rc<Cell<gapura_gate::quota::Bucket>>,
 ) {
-    let (parts, body, handle) = {
+    let (parts, body, handle, early) = {
         let mut c = conn.borrow_mut();
         let handle = c.handle;
         let Some(s) = c.streams.get_mut(&id) else {
             return;
         };
         let Some(parts) = s.head.take() else { return };
-        (parts, !(s.fin && s.body.is_empty()), handle)
+        (parts, !(s.fin && s.body.is_empty()), handle, s.early)
     };
     shard.stats.h3_streams.inc();
-    let side = H3Side {
+    let mut side = H3Side {
         conn: conn.clone(),
         id,
         handle,
         wake: wake.clone(),
     };
+    if early {
+        if !safe(&parts.method) {
+            // A request in 0-RTT data may be a replay: only a safe one is
+            // served from it (RFC 8470 §5.2).
+            shard.stats.h3_early_refused.inc();
+            return too_early(&mut side, shard);
+        }
+        shard.stats.h3_early_requests.inc();
+    }
     let pipe = MuxStream::<TlsStream>::quic(parts, Box::new(side), body, || shard.request_id());
     monoio::spawn(serve(pipe, shard.clone(), peer, serial, bucket.clone()));
+}
+
+/// Methods served from early data: those that change nothing, whose replay
+/// is harmless (stricter than "idempotent": PUT and DELETE are not served
+/// from it either).
+fn safe(method: &http::Method) -> bool {
+    matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    )
+}
+
+/// Answers 425 Too Early: the client retries once its handshake is done.
+fn too_early(side: &mut H3Side, shard: &Shard) {
+    const BODY: &[u8] =
+        b"425 Too Early: send this request again once the connection is established.\n";
+    let mut fields = http::HeaderMap::with_capacity(3);
+    fields.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    fields.insert(
+        http::header::CONTENT_LENGTH,
+        http::HeaderValue::from(BODY.len()),
+    );
+    if let Ok(date) =
+        http::HeaderValue::from_bytes(gapura_gate::sink::date_value(&shard.date.line()))
+    {
+        fields.insert(http::header::DATE, date);
+    }
+    shard.stats.response(425);
+    let _ = side
+        .send_head(425, &fields, false)
+        .and_then(|()| side.send_data(Bytes::from_static(BODY), true));
 }
 
 /// One request through the pipeline.
