@@ -26,6 +26,7 @@
 //! and the reply batch are allocated per task or per relay; a session's
 //! socket and task are allocated when it opens.
 
+use crate::batch::Batch;
 use crate::relay::{Inbound, Relay};
 use crate::session::SessionRef;
 use crate::stats::RelayStats;
@@ -307,94 +308,6 @@ fn connect(server: SocketAddr) -> std::io::Result<UdpSocket> {
     s.set_nonblocking(true)?;
     s.connect(&server.into())?;
     UdpSocket::from_std(s.into())
-}
-
-/// Message headers over fixed buffers, built once per task.
-struct Batch {
-    data: Vec<u8>,
-    slot: usize,
-    iov: Vec<libc::iovec>,
-    addrs: Vec<libc::sockaddr_storage>,
-    msgs: Vec<libc::mmsghdr>,
-}
-
-impl Batch {
-    fn new(n: usize, slot: usize) -> Batch {
-        let mut b = Batch {
-            data: vec![0; n * slot],
-            slot,
-            iov: Vec::with_capacity(n),
-            // SAFETY: sockaddr_storage is plain bytes; all zeros is valid.
-            addrs: vec![unsafe { MaybeUninit::zeroed().assume_init() }; n],
-            msgs: Vec::with_capacity(n),
-        };
-        for i in 0..n {
-            b.iov.push(libc::iovec {
-                iov_base: b.data[i * slot..].as_mut_ptr().cast(),
-                iov_len: slot,
-            });
-        }
-        for i in 0..n {
-            // SAFETY: mmsghdr is plain data; all zeros is valid.
-            let mut m: libc::mmsghdr = unsafe { MaybeUninit::zeroed().assume_init() };
-            m.msg_hdr.msg_iov = &mut b.iov[i];
-            m.msg_hdr.msg_iovlen = 1;
-            m.msg_hdr.msg_name = (&mut b.addrs[i] as *mut libc::sockaddr_storage).cast();
-            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-            b.msgs.push(m);
-        }
-        b
-    }
-
-    /// Receives up to the batch's size without blocking; 0 when nothing is
-    /// waiting (or on an error, which the next readiness retries).
-    fn receive(&mut self, fd: RawFd) -> usize {
-        for m in &mut self.msgs {
-            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-            m.msg_hdr.msg_flags = 0;
-            m.msg_len = 0;
-        }
-        // SAFETY: every header points at this batch's iovecs, buffers and
-        // address slots, which live as long as `self` and do not move.
-        let n = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.msgs.as_mut_ptr(),
-                self.msgs.len() as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        n.max(0) as usize
-    }
-
-    /// Datagram `i` of the last receive: its bytes, whether the kernel cut
-    /// it, and its source.
-    fn get(&self, i: usize) -> (&[u8], bool, Option<SocketAddr>) {
-        let m = &self.msgs[i];
-        let len = (m.msg_len as usize).min(self.slot);
-        let cut = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-        let data = &self.data[i * self.slot..i * self.slot + len];
-        (data, cut, sockaddr(&self.addrs[i]))
-    }
-}
-
-fn sockaddr(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match i32::from(s.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says this storage holds a sockaddr_in.
-            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-            Some(SocketAddr::new(ip.into(), u16::from_be(a.sin_port)))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says this storage holds a sockaddr_in6.
-            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-            Some(SocketAddr::new(ip.into(), u16::from_be(a.sin6_port)))
-        }
-        _ => None,
-    }
 }
 
 /// Sends `data` on connected socket `fd` without blocking.

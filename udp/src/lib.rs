@@ -15,9 +15,11 @@
 //!
 //! Modules: `relay` (the decisions, pure, time passed in), `session` (the
 //! table), `envelope` (wire format, decoder, replay window), `io` (the
-//! monoio loop: batched receive and send), `stats` (the counters the
+//! monoio loop), `batch` (datagrams received and sent in batches, also
+//! HTTP/3's), `stats` (the counters the
 //! metrics read), `testing` (a policy for tests and benchmarks).
 
+pub mod batch;
 pub mod envelope;
 pub mod io;
 pub mod relay;
