@@ -42,7 +42,8 @@
 //!   (quota, protection, rate limits, client, the gate keys of hosts and
 //!   routes); `syntax` reads it (errors of reading);
 //! - one module per block, each checking its raw tables: `server`
-//!   (`[server]`, listeners, the admin listener), `fleet` (`[fleet]`: the
+//!   (`[server]`, listeners, the admin listener), `http3` (the listeners
+//!   that serve HTTP/3 and `[http3]`), `fleet` (`[fleet]`: the
 //!   engine fleet-scoped limits are shared through), `client`, `upstream`
 //!   (`[[upstream]]` groups and their servers), `upstreamtls` (an
 //!   upstream's `tls`: roots, server name, client certificate),

@@ -1,7 +1,7 @@
 //! gapura-loadtest: the load tester Gapura ships.
 //!
 //! It owns closed-loop, open-loop (coordinated-omission corrected) and
-//! find-max runs of HTTP/1.1, HTTPS, HTTP/2 and UDP load against one origin,
+//! find-max runs of HTTP/1.1, HTTPS, HTTP/2, HTTP/3 and UDP load against one origin,
 //! on shards pinned like the server's (monoio, the same ring flags and the
 //! same explicit epoll fallback), and the summary, JSON and HTML outputs.
 //! It must never depend on the runtime crate: it is the instrument that
@@ -19,7 +19,8 @@
 //!   import `shard`); `pacer`: the open loop's waits; `findmax`: the search
 //!   for the highest rate under an SLO.
 //! - Protocols: `h1` (HTTP/1.1 over monoio, plain or TLS), `uring` (plain
-//!   HTTP/1.1 on a ring driven directly), `h2mode` (HTTP/2), `udp`;
+//!   HTTP/1.1 on a ring driven directly), `h2mode` (HTTP/2), `h3mode`
+//!   (HTTP/3 over QUIC: quinn-proto and gapura-http's HTTP/3 codec), `udp`;
 //!   `response`: HTTP/1.1 response framing over a socket's reads (the glue
 //!   around gapura-http's response head parser and chunked decoder); `net`:
 //!   sockets and TLS setup.

@@ -13,7 +13,8 @@
 //! Modules: `head` (request heads and their framing), `scan` (the plain
 //! head read in one pass, before httparse), `bytes` (the byte rules of a
 //! head's parts: a `Host` value's, and the connection's last valid one),
-//! `fields` (a head that arrived as an HTTP/2 stream's fields, read for
+//! `h3` (HTTP/3's frames and QPACK without a dynamic table), `fields` (a
+//! head that arrived as an HTTP/2 or HTTP/3 stream's fields, read for
 //! the same facts), `listed` (the names a `Connection` field lists),
 //! `chunked` (the chunked body decoder), `proxyproto`
 //! (the PROXY protocol header read at accept), `accept` (whether an

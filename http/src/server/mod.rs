@@ -13,7 +13,9 @@
 //! list), `h2` (HTTP/2: each stream served by the HTTP/1.1 pipeline, the
 //! stream and reset budgets), `h2scan` (the watch on incoming frames below
 //! the codec: the control-frame budget and the header block's timeout),
-//! `muxstream` (a stream as the transport of its request: the head read
+//! `h3` (HTTP/3: a shard's QUIC endpoint, its connections, a request
+//! stream's side of the exchange), `muxstream` (a stream of an HTTP/2 or
+//! HTTP/3 connection as the transport of its request: the head read
 //! from its fields, the answer back into frames), `grpc` (a gRPC call's
 //! refusal as a trailers-only answer with its gRPC status),
 //! `conn` (the connection loop and its phases: a body read locally,
