@@ -81,8 +81,9 @@ kept being answered.
   h3-amplification Initials from sources that never answer, retry = "never":
                    bytes back <= 3.0x bytes sent for every source
   h3-slow-handshake
-                   clients that answer a Retry and then stall: closed at the
-                   TLS handshake timeout, VmRSS growth <= 32 MiB
+                   1,500 clients that answer a Retry and then stall: closed at
+                   the TLS handshake timeout, at most 1,024 held (the oldest
+                   closed past it), VmRSS growth <= 40 MiB
   h3-streams       every allowed request stream of 20 connections with a head
                    begun and never finished: VmRSS growth <= 16 MiB, refused at
                    the header timeout

@@ -188,6 +188,8 @@ pub struct ShardStats {
     pub h3_streams: Counter,
     /// New QUIC connections asked to prove their address (Retry).
     pub h3_retries: Counter,
+    /// Handshakes in progress closed to make room for a new one.
+    pub h3_handshakes_evicted: Counter,
     /// HTTP/3 request streams refused before a task took them (malformed,
     /// too large, cut short) or reset by the client.
     pub h3_refused_streams: Counter,

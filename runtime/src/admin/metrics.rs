@@ -58,6 +58,7 @@ const SHARD_METRICS: &[(&str, &str, &str, Getter)] = &[
     ("gapura_h3_connections_total", "counter", "HTTP/3 (QUIC) connections accepted.", |s| s.h3_connections.get()),
     ("gapura_h3_streams_total", "counter", "HTTP/3 requests, each through the gate.", |s| s.h3_streams.get()),
     ("gapura_h3_retries_total", "counter", "New QUIC connections asked to prove their address with a Retry.", |s| s.h3_retries.get()),
+    ("gapura_h3_handshakes_evicted_total", "counter", "QUIC handshakes in progress closed, the oldest first, to make room for a new one (at most 1,024 a shard).", |s| s.h3_handshakes_evicted.get()),
     ("gapura_h3_early_requests_total", "counter", "HTTP/3 requests that arrived in 0-RTT data and were served (GET, HEAD, OPTIONS).", |s| s.h3_early_requests.get()),
     ("gapura_h3_early_refused_total", "counter", "HTTP/3 requests that arrived in 0-RTT data and were answered 425 Too Early (every method but GET, HEAD, OPTIONS).", |s| s.h3_early_refused.get()),
     ("gapura_h3_refused_streams_total", "counter", "HTTP/3 request streams refused before they were served (malformed, too large, cut short, reset).", |s| s.h3_refused_streams.get()),

@@ -561,6 +561,12 @@ impl QConn {
         }
     }
 
+    /// The connection is dropped without a word (a stalled handshake):
+    /// every stream fails.
+    pub(super) fn abandon(&mut self) {
+        self.fail_all();
+    }
+
     /// Every stream fails: the connection is gone.
     fn fail_all(&mut self) {
         self.lost = true;

@@ -41,6 +41,11 @@ use std::time::{Duration, Instant};
 /// The largest datagram read (longer ones are cut and dropped): QUIC
 /// clients send 1,200 to about 1,500 bytes.
 const DATAGRAM_BYTES: usize = 4096;
+/// Handshakes a shard holds in progress at once (clients that proved
+/// their address and stall hold about 34 KiB each until the handshake
+/// timeout): a new one past it closes the oldest, so stalling clients
+/// must keep coming faster than the timeout to crowd anyone out.
+const MAX_HALF_OPEN: usize = 1024;
 /// Send buffers kept for the next datagrams.
 const SPARE_DATAGRAMS: usize = 256;
 /// How often the driver looks for a drain.
@@ -323,6 +328,9 @@ impl Driver {
             return;
         }
         let mut place = Place::open(&shard);
+        if self.half_open.len() >= MAX_HALF_OPEN {
+            self.evict_oldest_handshake(now);
+        }
         let full = shard.open_connections() > snap.server.max_connections_per_shard;
         let admitted = if full {
             Err(())
@@ -425,6 +433,33 @@ impl Driver {
         Some(config)
     }
 
+    /// Closes the handshake in progress that began first: the shard holds
+    /// [`MAX_HALF_OPEN`] at most.
+    fn evict_oldest_handshake(&mut self, now: Instant) {
+        let oldest = self
+            .half_open
+            .iter()
+            .filter_map(|h| self.conns.get(h).map(|a| (a.opened_ms, *h)))
+            .min();
+        let Some((_, h)) = oldest else { return };
+        let _ = now;
+        self.discard(h);
+        self.shard.stats.h3_handshakes_evicted.inc();
+    }
+
+    /// Drops a connection still in its handshake at once, its memory and
+    /// place with it: nothing is sent (the client has no keys to read a
+    /// close with yet), as a dropped SYN says nothing.
+    fn discard(&mut self, h: ConnectionHandle) {
+        self.half_open.remove(&h);
+        if let Some(a) = self.conns.remove(&h) {
+            a.conn.borrow_mut().abandon();
+            let _ = self
+                .endpoint
+                .handle_event(h, quinn_proto::EndpointEvent::drained());
+        }
+    }
+
     /// Every connection's periodic checks (`QConn::watch`): slow heads,
     /// idle connections.
     fn watch(&mut self) {
@@ -435,21 +470,26 @@ impl Driver {
         );
         let handshake_ms = snap.tls.as_ref().map_or(10_000, |t| t.handshake_timeout_ms);
         let (now, now_ms) = (Instant::now(), crate::clock::now_ms());
+        // A handshake that does not end in time (a client that proved its
+        // address and stalled) gives its memory and place back at once.
+        let slow: Vec<ConnectionHandle> = self
+            .half_open
+            .iter()
+            .filter(|h| {
+                self.conns
+                    .get(h)
+                    .is_some_and(|a| now_ms.saturating_sub(a.opened_ms) >= handshake_ms)
+            })
+            .copied()
+            .collect();
+        for h in slow {
+            self.shard
+                .stats
+                .tls_failure(crate::transport::tls::HandshakeFail::Timeout);
+            self.discard(h);
+        }
         for (h, a) in &self.conns {
             let mut c = a.conn.borrow_mut();
-            // A handshake that does not end in time (a client that proved
-            // its address and stalled) gives its place back.
-            let slow = self.half_open.contains(h)
-                && now_ms.saturating_sub(a.opened_ms) >= handshake_ms
-                && !c.q.is_closed();
-            if slow {
-                self.shard
-                    .stats
-                    .tls_failure(crate::transport::tls::HandshakeFail::Timeout);
-                c.close(now, crate::codec::h3::frame::code::NO_ERROR);
-                self.wake.mark(*h);
-                continue;
-            }
             let changed = c.watch(now, now_ms, header_ms, idle_ms);
             let slow = std::mem::take(&mut c.slow_heads);
             if slow > 0 {
