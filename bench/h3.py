@@ -31,6 +31,10 @@ The loads run pinned to the load core. Every process started here is
 stopped by its pid. All traffic goes to 127.0.0.1.
 
   bench/h3.py [--rounds N] [--duration S] [--gapura PATH] [--loadtest PATH]
+  bench/h3.py --ab BEFORE [--rounds N] [--duration S] [--gapura PATH]
+
+With --ab, only h3-m8, for the Gapura build at --gapura and the one at
+BEFORE, alternating round by round: CPU a request of each.
 """
 import argparse
 import os
@@ -248,6 +252,30 @@ def run_server(name, args, work, cert, key, port):
     return out
 
 
+def ab(args):
+    """h3-m8 for two Gapura builds, alternating."""
+    builds = (args.gapura, args.ab)
+    got = {b: [] for b in builds}
+    with tempfile.TemporaryDirectory() as work:
+        cert, key = make_cert(work)
+        for r in range(args.rounds):
+            for b in (builds if r % 2 == 0 else builds[::-1]):
+                port = free_port()
+                proc = start_gapura(b, work, port, cert, key, 0)
+                try:
+                    wait_port(port, proc)
+                    time.sleep(0.3)
+                    t0 = cpu_ticks(proc.pid)
+                    n = loadtest(args.loadtest, port, args.duration, 1, "--http3")
+                    t1 = cpu_ticks(proc.pid)
+                finally:
+                    stop(proc)
+                got[b].append((t1 - t0) / TICKS * 1e6 / n if n else float("nan"))
+    for b in builds:
+        print(f"{b}: h3-m8 {' '.join(f'{x:.2f}' for x in got[b])} us/req, "
+              f"median {statistics.median(got[b]):.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -255,7 +283,10 @@ def main():
     ap.add_argument("--handshakes", type=int, default=300)
     ap.add_argument("--gapura", default=os.path.join(ROOT, "target/release/gapura"))
     ap.add_argument("--loadtest", default=os.path.join(ROOT, "target/release/gapura-loadtest"))
+    ap.add_argument("--ab", metavar="BEFORE", help="another Gapura build: h3-m8 of both")
     args = ap.parse_args()
+    if args.ab:
+        return ab(args)
     rows = {s: {n: [] for n in SCENARIOS} for s in SERVERS}
     with tempfile.TemporaryDirectory() as work:
         cert, key = make_cert(work)
