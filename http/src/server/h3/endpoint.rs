@@ -16,6 +16,7 @@
 //! queued an answer or read a body marks its connection).
 
 use super::conn::{QConn, Ready};
+use super::keys::{derive, RotatingTokenKey};
 use super::stream;
 use crate::server::place::Place;
 use crate::server::shard::Shard;
@@ -245,17 +246,6 @@ fn endpoint_secret(shard: &Shard) -> Vec<u8> {
     }
 }
 
-/// A key for one purpose, derived from the endpoint's secret.
-fn derive(secret: &[u8], purpose: &[u8]) -> [u8; 32] {
-    let tag = ring::hmac::sign(
-        &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret),
-        &[b"gapura quic ", purpose].concat(),
-    );
-    let mut out = [0u8; 32];
-    out.copy_from_slice(tag.as_ref());
-    out
-}
-
 impl Driver {
     /// One received datagram.
     fn datagram(&mut self, data: &[u8], from: SocketAddr, secret: &[u8]) {
@@ -412,8 +402,7 @@ impl Driver {
         }
         let crypto =
             quinn_proto::crypto::rustls::QuicServerConfig::try_from(Arc::new(rustls)).ok()?;
-        let token_key = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, b"gapura quic retry")
-            .extract(&derive(secret, b"token"));
+        let token_key = RotatingTokenKey::new(secret, tls.ticket_rotation_s);
         let mut config = ServerConfig::new(Arc::new(crypto), Arc::new(token_key));
         let mut transport = TransportConfig::default();
         transport

@@ -7,6 +7,8 @@
 //! - `endpoint`: the shard's QUIC endpoint and its one driving task: the
 //!   connection-level gate before any handshake work, Retry, timers,
 //!   datagrams in and out.
+//! - `keys`: the stateless-reset key and the Retry tokens' rotating key,
+//!   from the secret every shard shares.
 //! - `conn`: one connection's HTTP/3 state: its control and QPACK
 //!   streams, request streams split into frames, answers queued.
 //! - `stream`: a request stream as the pipeline's transport.
@@ -14,6 +16,7 @@
 pub mod cid;
 mod conn;
 mod endpoint;
+mod keys;
 mod stream;
 
 pub use endpoint::serve;
