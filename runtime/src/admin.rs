@@ -40,6 +40,8 @@ pub struct Admin {
     pub live: Vec<std::sync::mpsc::SyncSender<gapura_http::server::live::LiveAsk>>,
     /// The UDP relays' counters.
     pub udp: crate::udp::RelayBoard,
+    /// The verification pool (its line's length on `/metrics`).
+    pub verifier: Option<Arc<crate::verify::Pool>>,
     /// `[fleet]`: the reconciler's counters and each shard's.
     pub fleet: Option<(
         Arc<gapura_fleet::FleetStats>,

@@ -229,6 +229,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
             global: global.clone(),
             live: live_senders,
             udp: relay_board,
+            verifier: Some(verifier.clone()),
             fleet: fleet.map(|f| (f.stats, f.shard_stats)),
         };
         start_admin(l, admin)?;

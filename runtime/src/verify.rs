@@ -52,6 +52,14 @@ impl Pool {
         Ok(pool)
     }
 
+    /// Checks waiting in the line and checks running now.
+    pub fn load(&self) -> (usize, usize) {
+        match self.inner.lock() {
+            Ok(inner) => (inner.line.queued_jobs(), inner.line.running_jobs()),
+            Err(_) => (0, 0),
+        }
+    }
+
     /// Worker threads: one per slot of the line.
     #[cfg(test)]
     pub fn workers(&self) -> usize {
@@ -131,6 +139,11 @@ impl VerifyPool for Pool {
 #[cfg(test)]
 mod tests {
     use super::Pool;
+
+    #[test]
+    fn an_idle_pool_has_nothing_queued_or_running() {
+        assert_eq!(Pool::start(2).unwrap().load(), (0, 0));
+    }
 
     #[test]
     fn the_pool_runs_a_worker_per_slot_and_at_least_eight() {

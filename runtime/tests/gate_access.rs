@@ -522,6 +522,18 @@ fn a_wrong_password_an_unknown_user_and_a_user_without_a_hash_get_401() {
         metric_sample(&g, &access_sample("staff", "verification")),
         Some(3)
     );
+    // None waited past its bound or found the line full, counted apart;
+    // the line is empty again.
+    assert_eq!(
+        metric_sample(&g, &access_sample("staff", "verification_timeout")),
+        Some(0)
+    );
+    assert_eq!(
+        metric_sample(&g, &access_sample("staff", "queue_refused")),
+        Some(0)
+    );
+    assert_eq!(metric_sample(&g, "gapura_verification_queued"), Some(0));
+    assert_eq!(metric_sample(&g, "gapura_verification_running"), Some(0));
 
     // Malformed credentials are refused from the bytes alone, at once.
     for auth in ["Bearer abc", "Basic", "Basic !!!!", &basic("alice", "")] {

@@ -56,8 +56,11 @@ pub struct AccessCounters {
     pub cache_hits: u64,
     pub verifications: u64,
     pub verify_failures: u64,
-    /// Refused because the verification line was full or the wait ran out.
+    /// Refused because the verification line (or the client's share of
+    /// it) was full, or no pool runs checks.
     pub queue_refusals: u64,
+    /// Refused because the check waited in the line past its bound.
+    pub verify_timeouts: u64,
     pub shadow_hits: u64,
 }
 

@@ -100,11 +100,6 @@ impl<'a, W: Sink> Out<'a, W> {
         };
         let whole = self.whole();
         let status = self.stamped(page.for_client(self.head.wants_html), &whole);
-        if busy {
-            if let Some(c) = self.shard.gate_mut().access_counters.get_mut(list as usize) {
-                c.queue_refusals += 1;
-            }
-        }
         if let (Some(rec), Some(settings)) = (log, &snap.server.access_log) {
             rec.set_request(
                 req.method,

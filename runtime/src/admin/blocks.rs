@@ -133,7 +133,7 @@ pub(super) fn render_pow(out: &mut String, admin: &Admin) {
 #[derive(Default)]
 struct BlockSums {
     rules: BTreeMap<String, [u64; 6]>,
-    access: BTreeMap<String, [u64; 9]>,
+    access: BTreeMap<String, [u64; 10]>,
     maint: BTreeMap<String, [u64; 3]>,
     rates: BTreeMap<String, [u64; 3]>,
     latency: BTreeMap<String, gapura_gate::latency::Histogram>,
@@ -184,6 +184,7 @@ fn sum_blocks(admin: &Admin) -> BlockSums {
                 c.verifications,
                 c.verify_failures,
                 c.queue_refusals,
+                c.verify_timeouts,
                 c.shadow_hits,
             ];
             for (i, v) in vals.into_iter().enumerate() {
@@ -281,6 +282,7 @@ pub(super) fn render_blocks(out: &mut String, admin: &Admin) {
             "verification",
             "verification_failed",
             "queue_refused",
+            "verification_timeout",
             "shadow",
         ],
     );

@@ -79,6 +79,7 @@ pub fn render_metrics(admin: &Admin) -> String {
     render_upstream_tls_failures(&mut out, admin);
     pools::render_pools(&mut out, admin);
     render_process(&mut out, admin);
+    render_verification(&mut out, admin);
     crate::fleet::render_metrics(&mut out, admin.fleet.as_ref());
     out
 }
@@ -220,6 +221,26 @@ fn render_refusals(out: &mut String, admin: &Admin) {
 }
 
 /// The process's own: reloads, generation, shards.
+/// The verification line: checks waiting, and checks running.
+fn render_verification(out: &mut String, admin: &Admin) {
+    let Some(pool) = &admin.verifier else { return };
+    let (queued, running) = pool.load();
+    family(
+        out,
+        "gapura_verification_queued",
+        "gauge",
+        "Password checks waiting in the process's verification line.",
+    );
+    let _ = writeln!(out, "gapura_verification_queued {queued}");
+    family(
+        out,
+        "gapura_verification_running",
+        "gauge",
+        "Password checks running on the verification pool now.",
+    );
+    let _ = writeln!(out, "gapura_verification_running {running}");
+}
+
 fn render_process(out: &mut String, admin: &Admin) {
     family(
         out,

@@ -90,13 +90,26 @@ impl<S: Transport> Conn<S> {
             self.flush().await?;
         }
         let shard = self.shard.clone();
+        // A refusal of the line (full, or no pool) and a wait that ran out
+        // are counted apart: the first says the line is too short for the
+        // load, the second that the checks are too slow for it.
+        let count = |timeout: bool| {
+            if let Some(c) = shard.gate_mut().access_counters.get_mut(list as usize) {
+                match timeout {
+                    true => c.verify_timeouts += 1,
+                    false => c.queue_refusals += 1,
+                }
+            }
+        };
         let Some(pool) = shard.verifier.clone() else {
+            count(false);
             return Ok(Checked::Busy);
         };
         let cache_key = job.cache_key();
         let ticket = match pool.submit(*job, shard.now_ms()) {
             Ok(t) => t,
             Err(_) => {
+                count(false);
                 return Ok(Checked::Busy);
             }
         };
@@ -131,6 +144,7 @@ impl<S: Transport> Conn<S> {
                 }
             }
             if Instant::now() >= deadline {
+                count(true);
                 return Ok(Checked::Busy);
             }
             let gone = self.io.stream().socket().map(|s| s.as_raw_fd());
