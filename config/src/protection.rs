@@ -132,5 +132,49 @@ pub(crate) fn apply(
         ));
         raw.defaults.rate_limit = sp(CLIENT_RATE_LIMIT.to_string());
     }
+    warn_unprotected(raw, &off, e);
     off
+}
+
+/// A warning for each dimension `[protection] off` leaves without any
+/// protection (the profile writes none of its own in its place): fine for
+/// a load-testing profile, a hole on an exposed edge.
+fn warn_unprotected(raw: &RawProfile, off: &[&'static str], e: &mut Errors<'_>) {
+    let Some(list) = raw.protection.as_ref().and_then(|p| p.off.as_ref()) else {
+        return;
+    };
+    let q = &raw.quota;
+    for &dim in off {
+        let (written, meaning) = match dim {
+            "global" => (
+                q.global.is_some(),
+                "no global budget: a flood from everywhere at once meets nothing but the machine's limits",
+            ),
+            "source" => (
+                q.source.is_some(),
+                "no source budget: one network can take the shard",
+            ),
+            "connections" => (
+                q.connections.is_some(),
+                "no connection limits: a network can hold and open connections up to max_connections_per_shard",
+            ),
+            _ => (
+                raw.defaults.rate_limit.is_some()
+                    || !raw.rate_limit.is_empty(),
+                "no per-client rate limit: a host that names none lets one client send as fast as it can",
+            ),
+        };
+        if written {
+            continue;
+        }
+        e.warn(
+            "protection.off",
+            "protection.off",
+            list.span(),
+            format!(
+                "the default {dim} protection is off and this profile writes none in its place: \
+                 {meaning} (fine for measuring; on an exposed edge leave it on or write your own)"
+            ),
+        );
+    }
 }

@@ -111,3 +111,38 @@ fn an_unknown_dimension_is_an_error_at_its_position() {
         at("protection.off.unknown", "protection.off[1]", 5, 18)
     );
 }
+
+#[test]
+fn a_protection_turned_off_with_nothing_in_its_place_is_a_warning() {
+    let warned = |src: &str| -> Vec<String> {
+        let c = protected(src, 4);
+        c.warnings
+            .iter()
+            .filter(|w| w.code == "protection.off")
+            .map(|w| {
+                assert_eq!((w.path.as_str(), w.line), ("protection.off", 5), "{w:?}");
+                w.message.split(" protection").next().unwrap().to_string()
+            })
+            .collect()
+    };
+    assert_eq!(
+        warned(&format!("{HOST}[protection]\noff = [\"all\"]\n")),
+        [
+            "the default global",
+            "the default source",
+            "the default connections",
+            "the default client_rate"
+        ]
+    );
+    // A dimension turned off with the profile's own settings in its place
+    // is no hole: no warning for it.
+    assert_eq!(
+        warned(&format!(
+            "{HOST}[protection]\noff = [\"source\", \"connections\"]\n[quota.source]\nrequests = 500\n"
+        )),
+        ["the default connections"]
+    );
+    // Nothing off, nothing said.
+    assert!(warned(&format!("{HOST}[protection]\noff = []\n")).is_empty());
+    assert!(warned(HOST).is_empty());
+}
