@@ -33,6 +33,9 @@ pub(crate) struct AccessLists {
     /// Whether each list has address rules (`allow` or `deny`): only those
     /// can refuse at accept.
     pub has_addresses: Vec<bool>,
+    /// Whether each list has allow rules (addresses or countries): only
+    /// those admit a client by its address alone (a maintenance bypass).
+    pub has_allow: Vec<bool>,
     /// Name → position, for every valid name.
     pub ids: HashMap<String, usize>,
 }
@@ -47,6 +50,7 @@ pub(crate) fn check_access_lists(
     let mut lists = AccessLists {
         compiled: Vec::with_capacity(raw.len()),
         has_addresses: Vec::with_capacity(raw.len()),
+        has_allow: Vec::with_capacity(raw.len()),
         ids: HashMap::new(),
     };
     // An invalid mode has its own error; then say nothing about countries.
@@ -95,6 +99,13 @@ pub(crate) fn check_access_lists(
             }
         };
         lists.compiled.push(list);
+        lists.has_allow.push(
+            l.allow.as_ref().is_some_and(|a| !a.get_ref().is_empty())
+                || l.countries
+                    .as_ref()
+                    .and_then(|c| c.allow.as_ref())
+                    .is_some_and(|a| !a.get_ref().is_empty()),
+        );
         lists.has_addresses.push(
             l.allow.as_ref().is_some_and(|a| !a.get_ref().is_empty())
                 || l.deny.as_ref().is_some_and(|d| !d.get_ref().is_empty()),

@@ -193,6 +193,21 @@ pub(crate) fn check_maintenance(
                 ),
             );
         }
+        if id.is_some_and(|i| !names.allowing.get(i).copied().unwrap_or(true)) {
+            // The bypass admits only what an allow rule matches: a list
+            // without one lets no one past the page.
+            e.warn(
+                "host.maintenance.bypass_no_allow",
+                format!("{base}.bypass"),
+                b.span(),
+                format!(
+                    "the access list {:?} has no allow addresses or countries, so its address \
+                     side admits no one and nobody gets past the maintenance page: give it the \
+                     addresses that should (allow = [...])",
+                    b.get_ref()
+                ),
+            );
+        }
         id
     });
     let mode = choice(

@@ -81,6 +81,8 @@ impl<T: Copy> BlockLayer<T> {
 pub(crate) struct Names<'a> {
     /// Access list name → position.
     pub lists: &'a HashMap<String, usize>,
+    /// Whether each access list has allow rules.
+    pub allowing: &'a [bool],
     pub sets: &'a RuleSets,
     pub known: &'a Known<'a>,
     pub auth: &'a crate::auth::AuthProviders,

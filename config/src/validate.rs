@@ -110,6 +110,7 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         raw,
         &Names {
             lists: &lists.ids,
+            allowing: &lists.has_allow,
             sets: &sets,
             known: &known,
             auth: &auth,

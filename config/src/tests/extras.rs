@@ -327,3 +327,37 @@ fn a_custom_robots_without_text_in_a_shared_layer_is_reported_once() {
         "[defaults]\nrobots = \"custom\"\nrobots_text = \"User-agent: *\"\n{HOST}"
     ));
 }
+
+#[test]
+fn a_bypass_list_without_allow_rules_is_a_warning() {
+    let with = |list: &str| {
+        ok(&format!(
+            "[[access_list]]\nname = \"office\"\n{list}\n\
+             [[host]]\nnames = [\"a.test\"]\nbody = \"x\"\nmaintenance = {{ bypass = \"office\" }}\n"
+        ))
+    };
+    let warned = |c: &Compiled| -> Vec<(&str, String, u32)> {
+        c.warnings
+            .iter()
+            .filter(|w| w.code.starts_with("host.maintenance"))
+            .map(|w| (w.code, w.path.clone(), w.line))
+            .collect()
+    };
+    // Deny rules alone admit no one past the page.
+    let c = with("deny = [\"192.0.2.0/24\"]");
+    assert_eq!(
+        warned(&c),
+        [(
+            "host.maintenance.bypass_no_allow",
+            "host[0].maintenance.bypass".to_string(),
+            7
+        )]
+    );
+    // Allowed addresses, or allowed countries, do.
+    assert!(warned(&with("allow = [\"192.0.2.0/24\"]")).is_empty());
+    let cloudflare = ok(
+        "[client]\nmode = \"cloudflare\"\n[[access_list]]\nname = \"office\"\ncountries = { allow = [\"DE\"] }\n\
+         [[host]]\nnames = [\"a.test\"]\nbody = \"x\"\nmaintenance = { bypass = \"office\" }\n",
+    );
+    assert!(warned(&cloudflare).is_empty());
+}
