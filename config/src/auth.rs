@@ -8,7 +8,8 @@
 //! `Remote-Name`, `Remote-Email`, request scope. authentik (the proxy
 //! outpost): `/outpost.goauthentik.io/auth/traefik`, `X-authentik-*`, host
 //! scope. oauth2-proxy: `/oauth2/auth`, `X-Auth-Request-User`, `-Email`,
-//! `-Groups`, `-Preferred-Username`, host scope. None: the URL as written,
+//! `-Groups`, `-Preferred-Username`, host scope, and the sign-in page
+//! `/oauth2/start` (`rd`) unless `sign_in` is written. None: the URL as written,
 //! no header copied unless listed, request scope.
 //!
 //! An `https://` url (port 443 unless written) makes the call over TLS,
@@ -57,6 +58,16 @@ enum Preset {
 }
 
 impl Preset {
+    /// The sign-in page a browser the provider refuses is sent to, where
+    /// the product has one on the protected host: oauth2-proxy's
+    /// `/oauth2/start?rd=` (its `/oauth2/` paths routed to it).
+    fn sign_in(self) -> Option<gapura_gate::auth::SignIn> {
+        (self == Preset::OAuth2Proxy).then(|| gapura_gate::auth::SignIn {
+            url: "/oauth2/start".to_string(),
+            return_parameter: "rd".to_string(),
+        })
+    }
+
     fn path(self) -> &'static str {
         match self {
             Preset::None => "/",
@@ -204,7 +215,7 @@ fn check_provider(
         negative_ttl_ms: negative_ttl_ms as u64,
         entries: (entries as u32).next_power_of_two(),
         timeout_ms: timeout_ms as u64,
-        sign_in: check_sign_in(p.sign_in.as_ref(), base, e)?,
+        sign_in: check_sign_in(p.sign_in.as_ref(), base, e)?.or_else(|| preset.sign_in()),
         tls,
         identity: 0,
     };

@@ -87,6 +87,14 @@ cache = {{ entries = 100, scope = "request" }}
         (128, 300, Scope::Request)
     );
     assert_eq!(route_auth(&c), [Some(0), Some(2)]);
+    // oauth2-proxy's preset sends a refused browser to its sign-in page;
+    // the others have none.
+    let sign_in = p[2].sign_in.as_ref().expect("oauth2-proxy's sign-in page");
+    assert_eq!(
+        (sign_in.url.as_str(), sign_in.return_parameter.as_str()),
+        ("/oauth2/start", "rd")
+    );
+    assert!(p[0].sign_in.is_none() && p[1].sign_in.is_none());
     // The host strips the identity headers of both providers its routes ask.
     let strip = &c.snapshot.entries[0].extras.identity_strip;
     assert_eq!(strip.len(), 5);
@@ -395,4 +403,23 @@ fn a_providers_tls_refusals_name_the_key_at_fault() {
     );
     let unknown = errors(&tls_provider("https://localhost/v", "tls = { ca = \"x\" }"));
     assert_eq!(unknown.len(), 1, "{unknown:#?}");
+}
+
+#[test]
+fn a_written_sign_in_wins_over_the_presets() {
+    let c = ok(&format!(
+        r#"{UP}
+[[auth_provider]]
+name = "c"
+url = "http://127.0.0.1:4180"
+preset = "oauth2-proxy"
+sign_in = {{ url = "https://sso.example/start", return_parameter = "next" }}
+{}"#,
+        host("auth = \"c\"", "")
+    ));
+    let s = c.snapshot.gate.auth_providers[0].sign_in.as_ref().unwrap();
+    assert_eq!(
+        (s.url.as_str(), s.return_parameter.as_str()),
+        ("https://sso.example/start", "next")
+    );
 }
