@@ -87,6 +87,8 @@ kept being answered.
   h3-streams       every allowed request stream of 20 connections with a head
                    begun and never finished: VmRSS growth <= 16 MiB, refused at
                    the header timeout
+  h3-zero-window   4 connections x 100 streams asking for 1,000,000-byte
+                   answers with every client window 0: VmRSS growth <= 32 MiB
   h3-qpack-bomb    a QPACK encoder stream inserting 4 KiB entries, and a field
                    section referencing a dynamic entry 4,000 times: every
                    connection closed, VmRSS growth <= 16 MiB
@@ -135,7 +137,8 @@ from hostile_suite.h2 import (scenario_h2_continuation, scenario_h2_control_floo
                               scenario_h2_streams, scenario_h2_zero_window)
 from hostile_suite.h3 import (scenario_h3_amplification, scenario_h3_cid_churn,
                               scenario_h3_initial_flood, scenario_h3_qpack_bomb,
-                              scenario_h3_slow_handshake, scenario_h3_streams)
+                              scenario_h3_slow_handshake, scenario_h3_streams,
+                              scenario_h3_zero_window)
 from hostile_suite.idle import scenario_idle
 from hostile_suite.queue import scenario_h2_upstream_queue
 from hostile_suite.slow import scenario_slow_body, scenario_slow_headers
@@ -146,7 +149,7 @@ SCENARIOS = ("slow-headers", "slow-body", "flood", "reloads", "upstream-kill", "
              "fd-limit", "aborts", "h2-rapid-reset", "h2-continuation", "h2-control-flood",
              "h2-zero-window", "h2-hpack-bomb", "h2-streams", "h2-upstream-queue", "tls-silent",
              "tls-slow", "h3-initial-flood", "h3-amplification", "h3-slow-handshake",
-             "h3-streams", "h3-qpack-bomb", "h3-cid-churn",
+             "h3-streams", "h3-zero-window", "h3-qpack-bomb", "h3-cid-churn",
              "udp-spoof", "udp-replay", "udp-invalid")
 
 RUNNERS = {
@@ -171,6 +174,7 @@ RUNNERS = {
     "h3-amplification": scenario_h3_amplification,
     "h3-slow-handshake": scenario_h3_slow_handshake,
     "h3-streams": scenario_h3_streams,
+    "h3-zero-window": scenario_h3_zero_window,
     "h3-qpack-bomb": scenario_h3_qpack_bomb,
     "h3-cid-churn": scenario_h3_cid_churn,
     "udp-spoof": scenario_udp_spoof,

@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 
-from .attack import Legit, Watch, mib, report
+from .attack import BIG, Legit, Watch, mib, report
 from .common import ROOT, SERVER_CORE, CouldNotRun, figure, free_port, mget, pinned, port_accepts
 from .gapura import server_block, start_gapura
 from .tls import NAME, make_cert
@@ -34,7 +34,7 @@ def _aioquic():
 
 # ---------------------------------------------------------------- servers
 
-def gapura_h3_profile(port, admin, cert, key, http3="", extra=""):
+def gapura_h3_profile(port, admin, cert, key, http3="", extra="", body="hello\\n"):
     return server_block(port, admin).replace(
         f'listen = ["127.0.0.1:{port}"]',
         f'listen = [{{ addr = "127.0.0.1:{port}", tls = true, http3 = true }}]') + \
@@ -51,7 +51,7 @@ default = true
 kind = "respond"
 status = 200
 content_type = "text/plain"
-body = "hello\\n"
+body = "{body}"
 
 [protection]
 off = ["all"]
@@ -78,7 +78,7 @@ class Caddy:
         return self.proc.pid
 
 
-def start_caddy(ctx, name, port, cert, key):
+def start_caddy(ctx, name, port, cert, key, root=None):
     d = os.path.join(ctx.work, name)
     os.makedirs(d, exist_ok=True)
     conf = os.path.join(d, "Caddyfile")
@@ -93,8 +93,8 @@ def start_caddy(ctx, name, port, cert, key):
 https://{NAME}:{port}, https://127.0.0.1:{port} {{
 	bind 127.0.0.1
 	tls {cert} {key}
-	respond "hello
-" 200
+	{f"root * {root}" if root else ""}
+	{"file_server" if root else 'respond "hello' + chr(10) + '" 200'}
 }}
 """)
     log = open(os.path.join(d, "caddy.log"), "ab")
@@ -113,17 +113,27 @@ https://{NAME}:{port}, https://127.0.0.1:{port} {{
     return Caddy(proc)
 
 
-def h3_sides(ctx, name, http3="", extra=""):
-    """[(label, port, pids, server)]: Gapura, then Caddy when installed."""
+def h3_sides(ctx, name, http3="", extra="", big=False):
+    """[(label, port, pids, server)]: Gapura, then Caddy when installed.
+    `big`: every answer (but the legitimate client's) is BIG bytes."""
     _aioquic()
     cert, key = make_cert(ctx)
     port, admin = free_port(), free_port()
+    body = "x" * BIG if big else "hello\\n"
     srv = start_gapura(ctx, f"{name}-gapura", gapura_h3_profile(port, admin, cert, key, http3,
-                                                                extra), port, admin)
+                                                                extra, body), port, admin)
     sides = [("gapura", port, lambda: [srv.pid], srv)]
     if ensure_caddy(ctx):
         cport = free_port()
-        cd = start_caddy(ctx, name, cport, cert, key)
+        root = None
+        if big:
+            root = os.path.join(ctx.work, name, "www")
+            os.makedirs(root, exist_ok=True)
+            with open(os.path.join(root, "big"), "wb") as f:
+                f.write(b"x" * BIG)
+            with open(os.path.join(root, "legit"), "wb") as f:
+                f.write(b"ok\n")
+        cd = start_caddy(ctx, name, cport, cert, key, root)
         sides.append(("caddy", cport, lambda: [cd.pid], cd))
     return sides
 
@@ -555,4 +565,54 @@ def scenario_h3_cid_churn(ctx):
     if "caddy" in res:
         cw, cl, cs = res["caddy"]
         why += f"; caddy RSS {mib(cw.peak_growth_kib)}, CPU {cw.cpu_s:.2f} s, legit {cl.ok}/{cl.sent}"
+    return ok, why
+
+
+# --------------------------------------------------------- h3-zero-window
+
+def scenario_h3_zero_window(ctx):
+    conns, per = ctx.d(4, 2), 100
+    sides = h3_sides(ctx, "h3-zero-window", http3="max_streams = 100", big=True)
+    figure("setup", f"{conns} connections x {per} streams, each asking for a {BIG:,}-byte answer "
+           f"(Gapura: a host's built-in body; Caddy: a file) with every flow-control window of "
+           f"the client 0, never raised; VmRSS growth 5 s later (target <= 32 MiB)")
+    res = {}
+    for label, port, pids, srv in sides:
+        watch = Watch(pids).start()
+        legit = Legit(h3_ask(port)).start()
+
+        async def attack():
+            from aioquic.asyncio.client import connect
+            held = []
+            for _ in range(conns):
+                cfg = client_config()
+                cfg.max_data = 0
+                cfg.max_stream_data = 0
+                cm = connect("127.0.0.1", port, configuration=cfg)
+                held.append((cm, await cm.__aenter__()))
+            for _, c in held:
+                h3c = __import__("aioquic.h3.connection", fromlist=["H3Connection"])
+                h3 = h3c.H3Connection(c._quic)
+                for _ in range(per):
+                    sid = c._quic.get_next_available_stream_id()
+                    h3.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"https"),
+                                          (b":authority", NAME.encode()), (b":path", b"/big")],
+                                    end_stream=True)
+                c.transmit()
+            await asyncio.sleep(5.0)
+            grown = watch.growth_now_kib()
+            await _close(held)
+            return grown
+        grown = asyncio.run(attack())
+        legit.stop()
+        watch.stop()
+        report(label, watch, legit, f"{mib(grown)} after 5 s with {conns * per} answers waiting")
+        res[label] = (watch, legit, grown)
+    watch, legit, grown = res["gapura"]
+    ok = watch.peak_growth_kib <= 32 * 1024 and legit.ok >= 0.99 * legit.sent and legit.sent > 0
+    why = (f"{conns * per} streams of {BIG:,} bytes against shut windows: RSS peak "
+           f"{mib(watch.peak_growth_kib)} (<= 32 MiB), legit {legit.ok}/{legit.sent}")
+    if "caddy" in res:
+        cw, cl, cg = res["caddy"]
+        why += f"; caddy peak {mib(cw.peak_growth_kib)}, legit {cl.ok}/{cl.sent}"
     return ok, why
