@@ -49,6 +49,24 @@ impl ShardCtx {
         }
     }
 
+    /// The intended time of the `k`-th request of stream `s` on connection
+    /// `g` when connections carry several streams (`-m`): the open loop's
+    /// schedule spread over connections x streams. None when it is over.
+    pub fn slot_time(&self, g: usize, s: usize, k: u64) -> Option<Instant> {
+        let rate = self.rate?;
+        let m = self.cfg.streams as u64;
+        let slots = self.total_conns as u64 * m;
+        let j = (g as u64 * m + s as u64) + k * slots;
+        if self.cfg.requests.is_some_and(|n| j >= n) {
+            return None;
+        }
+        let t = self.start + Duration::from_secs_f64(j as f64 / rate);
+        match self.deadline {
+            Some(d) if t >= d => None,
+            _ => Some(t),
+        }
+    }
+
     /// True once the closed loop must stop issuing requests.
     #[inline]
     pub fn over(&self, now: Instant) -> bool {

@@ -169,7 +169,7 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                 for k in ks.iter_mut() {
                     *k += 1;
                 }
-                if ctx.rate.is_some() && (0..m).all(|s| slot_time(ctx, g, s, ks[s]).is_none()) {
+                if ctx.rate.is_some() && (0..m).all(|s| ctx.slot_time(g, s, ks[s]).is_none()) {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(backoff)).await;
@@ -202,22 +202,6 @@ async fn connection(sh: Rc<Shared>, g: usize) {
     }
 }
 
-/// Intended time of the `k`-th request of stream `s` on connection `g`.
-fn slot_time(ctx: &ShardCtx, g: usize, s: usize, k: u64) -> Option<Instant> {
-    let rate = ctx.rate?;
-    let m = ctx.cfg.streams as u64;
-    let slots = ctx.total_conns as u64 * m;
-    let j = (g as u64 * m + s as u64) + k * slots;
-    if ctx.cfg.requests.is_some_and(|n| j >= n) {
-        return None;
-    }
-    let t = ctx.start + Duration::from_secs_f64(j as f64 / rate);
-    match ctx.deadline {
-        Some(d) if t >= d => None,
-        _ => Some(t),
-    }
-}
-
 /// Runs one stream's loop; returns its schedule position and whether the
 /// connection must be replaced.
 async fn stream_loop(
@@ -231,7 +215,7 @@ async fn stream_loop(
     let mut rot = (g + s) % sh.requests.len();
     loop {
         let from = if ctx.rate.is_some() {
-            let Some(t) = slot_time(ctx, g, s, k) else {
+            let Some(t) = ctx.slot_time(g, s, k) else {
                 return (k, false);
             };
             if ctx.shared.stopped() {

@@ -200,20 +200,11 @@ impl<S> MuxStream<S> {
         reset: Rc<Cell<bool>>,
         grpc_id: impl FnOnce() -> [u8; 24],
     ) -> MuxStream<S> {
-        let grpc = super::grpc::is_grpc(&parts.headers).then(grpc_id);
-        let head_only = parts.method == http::Method::HEAD;
         let body = (!body.is_end_stream()).then_some(body);
-        let chunked = body.is_some() && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
-        let mut x = ClientStream::new(body, chunked, respond, reset);
-        let head = StreamHead::lay_out(parts, chunked, &mut x.pending);
-        MuxStream {
-            head,
-            x,
-            left: Left::Head,
-            head_only,
-            grpc,
-            _transport: std::marker::PhantomData,
-        }
+        let more = body.is_some();
+        Self::laid_out(parts, more, grpc_id, |chunked| {
+            ClientStream::new(body, chunked, respond, reset)
+        })
     }
 
     /// The stream of an HTTP/3 request: as [`MuxStream::new`], its
@@ -224,10 +215,24 @@ impl<S> MuxStream<S> {
         body: bool,
         grpc_id: impl FnOnce() -> [u8; 24],
     ) -> MuxStream<S> {
+        Self::laid_out(parts, body, grpc_id, |chunked| {
+            ClientStream::quic(side, body, chunked)
+        })
+    }
+
+    /// A request's stream: its head laid out as its first input, its
+    /// handles from `handles` (told whether the body goes chunked: a body
+    /// may follow and the request gave no length).
+    fn laid_out(
+        parts: http::request::Parts,
+        body: bool,
+        grpc_id: impl FnOnce() -> [u8; 24],
+        handles: impl FnOnce(bool) -> ClientStream,
+    ) -> MuxStream<S> {
         let grpc = super::grpc::is_grpc(&parts.headers).then(grpc_id);
         let head_only = parts.method == http::Method::HEAD;
         let chunked = body && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
-        let mut x = ClientStream::quic(side, body, chunked);
+        let mut x = handles(chunked);
         let head = StreamHead::lay_out(parts, chunked, &mut x.pending);
         MuxStream {
             head,
