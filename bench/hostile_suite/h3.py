@@ -400,6 +400,37 @@ def scenario_h3_slow_handshake(ctx):
     return ok, why
 
 
+def each_side(sides, attack, describe):
+    """Runs `attack(port, watch)` (a coroutine function) against each side
+    with its memory and CPU watched and a legitimate client beside it;
+    prints each side's line (`describe(result)`); returns
+    {label: (watch, legit, result)}."""
+    res = {}
+    for label, port, pids, srv in sides:
+        watch = Watch(pids).start()
+        legit = Legit(h3_ask(port)).start()
+        result = asyncio.run(attack(port, watch))
+        legit.stop()
+        watch.stop()
+        report(label, watch, legit, describe(result))
+        res[label] = (watch, legit, result)
+    return res
+
+
+def answered(legit):
+    """The legitimate client was answered (>= 99 % of its requests)."""
+    return legit.sent > 0 and legit.ok >= 0.99 * legit.sent
+
+
+def caddy_said(res, extra=lambda r: ""):
+    """Caddy's figures for the PASS/FAIL line, when it ran."""
+    if "caddy" not in res:
+        return ""
+    w, l, r = res["caddy"]
+    return (f"; caddy RSS peak {mib(w.peak_growth_kib)}, CPU {w.cpu_s:.2f} s, "
+            f"legit {l.ok}/{l.sent}{extra(r)}")
+
+
 # ------------------------------------------- h3-streams and h3-qpack-bomb
 
 async def _connections(port, n):
@@ -426,38 +457,27 @@ def scenario_h3_streams(ctx):
     figure("setup", f"{conns} connections x {per} request streams (every stream the server "
            f"allows), each a HEADERS frame begun and never finished; Gapura header_timeout_ms "
            f"= {header_ms}")
-    res = {}
-    for label, port, pids, srv in sides:
-        watch = Watch(pids).start()
-        legit = Legit(h3_ask(port)).start()
 
-        async def attack():
-            held = await _connections(port, conns)
-            for _, c in held:
-                for _ in range(per):
-                    sid = c._quic.get_next_available_stream_id()
-                    c._quic.send_stream_data(sid, b"\x01\x40\x64\x00\x00\xd1\xd7\xc1", False)
-                c.transmit()
-            await asyncio.sleep(1.0)
-            peak = watch.growth_now_kib()
-            await asyncio.sleep(header_ms / 1000 + 1.5)
-            after = watch.growth_now_kib()
-            await _close(held)
-            return peak, after
-        peak, after = asyncio.run(attack())
-        legit.stop()
-        watch.stop()
-        report(label, watch, legit, f"{mib(peak)} while held, {mib(after)} after the header "
-               f"timeout")
-        res[label] = (watch, legit, peak, after)
-    watch, legit, peak, after = res["gapura"]
-    ok = watch.peak_growth_kib <= 16 * 1024 and legit.ok >= 0.99 * legit.sent and legit.sent > 0
+    async def attack(port, watch):
+        held = await _connections(port, conns)
+        for _, c in held:
+            for _ in range(per):
+                sid = c._quic.get_next_available_stream_id()
+                c._quic.send_stream_data(sid, b"\x01\x40\x64\x00\x00\xd1\xd7\xc1", False)
+            c.transmit()
+        await asyncio.sleep(1.0)
+        peak = watch.growth_now_kib()
+        await asyncio.sleep(header_ms / 1000 + 1.5)
+        after = watch.growth_now_kib()
+        await _close(held)
+        return peak, after
+    res = each_side(sides, attack,
+                    lambda r: f"{mib(r[0])} while held, {mib(r[1])} after the header timeout")
+    watch, legit, (peak, after) = res["gapura"]
+    ok = watch.peak_growth_kib <= 16 * 1024 and answered(legit)
     why = (f"{conns * per} trickled heads: RSS peak {mib(watch.peak_growth_kib)} (<= 16 MiB), "
            f"{mib(after)} after the timeout, legit {legit.ok}/{legit.sent}")
-    if "caddy" in res:
-        cw, cl, cp, ca = res["caddy"]
-        why += f"; caddy peak {mib(cw.peak_growth_kib)}, {mib(ca)} after, legit {cl.ok}/{cl.sent}"
-    return ok, why
+    return ok, why + caddy_said(res, lambda r: f", {mib(r[1])} after")
 
 
 def _insert_bomb(entries, size):
@@ -493,38 +513,25 @@ def scenario_h3_qpack_bomb(ctx):
     figure("setup", f"{conns} connections each opening a QPACK encoder stream that inserts 64 "
            f"entries of 4 KiB (a table the server never allowed), and a request whose field "
            f"section references a dynamic entry 4,000 times")
-    res = {}
-    for label, port, pids, srv in sides:
-        watch = Watch(pids).start()
-        legit = Legit(h3_ask(port)).start()
 
-        async def attack():
-            held = await _connections(port, conns)
-            closed = 0
-            for _, c in held:
-                uni = c._quic.get_next_available_stream_id(is_unidirectional=True)
-                c._quic.send_stream_data(uni, bomb, False)
-                sid = c._quic.get_next_available_stream_id()
-                c._quic.send_stream_data(sid, headers, True)
-                c.transmit()
-            await asyncio.sleep(2.0)
-            for _, c in held:
-                closed += c._quic._close_event is not None
-            await _close(held)
-            return closed
-        closed = asyncio.run(attack())
-        legit.stop()
-        watch.stop()
-        report(label, watch, legit, f"{closed}/{conns} connections closed by the server")
-        res[label] = (watch, legit, closed)
+    async def attack(port, watch):
+        held = await _connections(port, conns)
+        for _, c in held:
+            uni = c._quic.get_next_available_stream_id(is_unidirectional=True)
+            c._quic.send_stream_data(uni, bomb, False)
+            sid = c._quic.get_next_available_stream_id()
+            c._quic.send_stream_data(sid, headers, True)
+            c.transmit()
+        await asyncio.sleep(2.0)
+        closed = sum(1 for _, c in held if c._quic._close_event is not None)
+        await _close(held)
+        return closed
+    res = each_side(sides, attack, lambda r: f"{r}/{conns} connections closed by the server")
     watch, legit, closed = res["gapura"]
-    ok = closed == conns and watch.peak_growth_kib <= 16 * 1024 and legit.ok >= 0.99 * legit.sent
+    ok = closed == conns and watch.peak_growth_kib <= 16 * 1024 and answered(legit)
     why = (f"{closed}/{conns} closed (QPACK errors), RSS peak {mib(watch.peak_growth_kib)} "
            f"(<= 16 MiB), CPU {watch.cpu_s:.2f} s, legit {legit.ok}/{legit.sent}")
-    if "caddy" in res:
-        cw, cl, cc = res["caddy"]
-        why += f"; caddy {cc}/{conns} closed, RSS {mib(cw.peak_growth_kib)}, legit {cl.ok}/{cl.sent}"
-    return ok, why
+    return ok, why + caddy_said(res, lambda r: f", {r}/{conns} closed")
 
 
 # ------------------------------------------------------------ h3-cid-churn
@@ -534,38 +541,28 @@ def scenario_h3_cid_churn(ctx):
     sides = h3_sides(ctx, "h3-cid-churn")
     figure("setup", f"{conns} connections each switching to the server's next connection ID "
            f"(retiring the last) {churn} times, as fast as the server issues new ones")
-    res = {}
-    for label, port, pids, srv in sides:
-        watch = Watch(pids).start()
-        legit = Legit(h3_ask(port)).start()
 
-        async def attack():
-            held = await _connections(port, conns)
-            switched = 0
-            for _ in range(churn):
-                for _, c in held:
-                    try:
-                        c.change_connection_id()
-                        switched += 1
-                    except Exception:
-                        pass
-                await asyncio.sleep(0.001)
-            alive = sum(1 for _, c in held if c._quic._close_event is None)
-            await _close(held)
-            return switched, alive
-        switched, alive = asyncio.run(attack())
-        legit.stop()
-        watch.stop()
-        report(label, watch, legit, f"{switched} switches, {alive}/{conns} connections alive")
-        res[label] = (watch, legit, switched)
-    watch, legit, switched = res["gapura"]
-    ok = watch.peak_growth_kib <= 16 * 1024 and legit.ok >= 0.99 * legit.sent and legit.sent > 0
+    async def attack(port, watch):
+        held = await _connections(port, conns)
+        switched = 0
+        for _ in range(churn):
+            for _, c in held:
+                try:
+                    c.change_connection_id()
+                    switched += 1
+                except Exception:
+                    pass
+            await asyncio.sleep(0.001)
+        alive = sum(1 for _, c in held if c._quic._close_event is None)
+        await _close(held)
+        return switched, alive
+    res = each_side(sides, attack,
+                    lambda r: f"{r[0]} switches, {r[1]}/{conns} connections alive")
+    watch, legit, (switched, alive) = res["gapura"]
+    ok = watch.peak_growth_kib <= 16 * 1024 and answered(legit)
     why = (f"{switched} connection-ID switches: RSS peak {mib(watch.peak_growth_kib)} (<= 16 MiB), "
            f"CPU {watch.cpu_s:.2f} s, legit {legit.ok}/{legit.sent}")
-    if "caddy" in res:
-        cw, cl, cs = res["caddy"]
-        why += f"; caddy RSS {mib(cw.peak_growth_kib)}, CPU {cw.cpu_s:.2f} s, legit {cl.ok}/{cl.sent}"
-    return ok, why
+    return ok, why + caddy_said(res)
 
 
 # --------------------------------------------------------- h3-zero-window
@@ -576,43 +573,33 @@ def scenario_h3_zero_window(ctx):
     figure("setup", f"{conns} connections x {per} streams, each asking for a {BIG:,}-byte answer "
            f"(Gapura: a host's built-in body; Caddy: a file) with every flow-control window of "
            f"the client 0, never raised; VmRSS growth 5 s later (target <= 32 MiB)")
-    res = {}
-    for label, port, pids, srv in sides:
-        watch = Watch(pids).start()
-        legit = Legit(h3_ask(port)).start()
 
-        async def attack():
-            from aioquic.asyncio.client import connect
-            held = []
-            for _ in range(conns):
-                cfg = client_config()
-                cfg.max_data = 0
-                cfg.max_stream_data = 0
-                cm = connect("127.0.0.1", port, configuration=cfg)
-                held.append((cm, await cm.__aenter__()))
-            for _, c in held:
-                h3c = __import__("aioquic.h3.connection", fromlist=["H3Connection"])
-                h3 = h3c.H3Connection(c._quic)
-                for _ in range(per):
-                    sid = c._quic.get_next_available_stream_id()
-                    h3.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"https"),
-                                          (b":authority", NAME.encode()), (b":path", b"/big")],
-                                    end_stream=True)
-                c.transmit()
-            await asyncio.sleep(5.0)
-            grown = watch.growth_now_kib()
-            await _close(held)
-            return grown
-        grown = asyncio.run(attack())
-        legit.stop()
-        watch.stop()
-        report(label, watch, legit, f"{mib(grown)} after 5 s with {conns * per} answers waiting")
-        res[label] = (watch, legit, grown)
+    async def attack(port, watch):
+        from aioquic.asyncio.client import connect
+        from aioquic.h3.connection import H3Connection
+        held = []
+        for _ in range(conns):
+            cfg = client_config()
+            cfg.max_data = 0
+            cfg.max_stream_data = 0
+            cm = connect("127.0.0.1", port, configuration=cfg)
+            held.append((cm, await cm.__aenter__()))
+        for _, c in held:
+            h3 = H3Connection(c._quic)
+            for _ in range(per):
+                sid = c._quic.get_next_available_stream_id()
+                h3.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"https"),
+                                      (b":authority", NAME.encode()), (b":path", b"/big")],
+                                end_stream=True)
+            c.transmit()
+        await asyncio.sleep(5.0)
+        grown = watch.growth_now_kib()
+        await _close(held)
+        return grown
+    res = each_side(sides, attack,
+                    lambda r: f"{mib(r)} after 5 s with {conns * per} answers waiting")
     watch, legit, grown = res["gapura"]
-    ok = watch.peak_growth_kib <= 32 * 1024 and legit.ok >= 0.99 * legit.sent and legit.sent > 0
+    ok = watch.peak_growth_kib <= 32 * 1024 and answered(legit)
     why = (f"{conns * per} streams of {BIG:,} bytes against shut windows: RSS peak "
            f"{mib(watch.peak_growth_kib)} (<= 32 MiB), legit {legit.ok}/{legit.sent}")
-    if "caddy" in res:
-        cw, cl, cg = res["caddy"]
-        why += f"; caddy peak {mib(cw.peak_growth_kib)}, legit {cl.ok}/{cl.sent}"
-    return ok, why
+    return ok, why + caddy_said(res)
