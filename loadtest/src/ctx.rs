@@ -67,6 +67,77 @@ impl ShardCtx {
         }
     }
 
+    /// When a multi-stream connection's stream `s` may send its next
+    /// request (its `k`-th in the open loop).
+    pub fn next_slot(&self, g: usize, s: usize, k: u64) -> Slot {
+        if self.rate.is_some() {
+            return match self.slot_time(g, s, k) {
+                Some(t) if !self.shared.stopped() => Slot::At(t),
+                _ => Slot::Over,
+            };
+        }
+        if self.over(Instant::now()) || self.shared.claim(self.cfg.requests, 1) == 0 {
+            return Slot::Over;
+        }
+        Slot::Now
+    }
+
+    /// The bounds of a request sent now that was due at `due` (open loop).
+    pub fn turn(&self, due: Option<Instant>) -> Turn {
+        let sent = Instant::now();
+        let limit = match (self.rate, self.deadline) {
+            (None, Some(d)) if d < sent + self.cfg.timeout => Some(d),
+            _ => None,
+        };
+        Turn {
+            from: due.unwrap_or(sent),
+            until: limit.unwrap_or(sent + self.cfg.timeout),
+            at_deadline: limit.is_some(),
+        }
+    }
+
+    /// Records a request's outcome (`None`: it ran out of time):
+    /// `Some(reconnect)` when its stream's loop ends.
+    pub fn settle(
+        &self,
+        stats: &mut ShardStats,
+        turn: &Turn,
+        outcome: Option<Result<(u16, usize), crate::stats::ErrorKind>>,
+    ) -> Option<bool> {
+        let now = Instant::now();
+        match outcome {
+            Some(Ok((status, bytes))) => {
+                stats.read_bytes(bytes, now);
+                stats.bytes_written += self.cfg.body.len() as u64;
+                stats.record(turn.from, now, status);
+                None
+            }
+            Some(Err(kind)) => {
+                stats.error(kind, now);
+                Some(true)
+            }
+            // The run's end cut it short: not a timeout of the server's.
+            None if turn.at_deadline => Some(false),
+            None => {
+                stats.error(crate::stats::ErrorKind::Timeout, now);
+                Some(true)
+            }
+        }
+    }
+
+    /// A connection that could not be opened: counted, and its streams'
+    /// next slots given up. Whether the connection should stop trying.
+    pub fn dial_failed(&self, stats: &mut ShardStats, g: usize, ks: &mut [u64]) -> bool {
+        stats.error(crate::stats::ErrorKind::Connect, Instant::now());
+        if self.rate.is_none() && self.shared.claim(self.cfg.requests, 1) == 0 {
+            return true;
+        }
+        for k in ks.iter_mut() {
+            *k += 1;
+        }
+        self.rate.is_some() && (0..ks.len()).all(|s| self.slot_time(g, s, ks[s]).is_none())
+    }
+
     /// True once the closed loop must stop issuing requests.
     #[inline]
     pub fn over(&self, now: Instant) -> bool {
@@ -85,6 +156,24 @@ impl ShardCtx {
             .unwrap_or(Duration::from_secs(3600));
         ShardStats::new(self.measure_start, len)
     }
+}
+
+/// When a stream's next request may go.
+pub enum Slot {
+    /// At this time (the open loop's schedule).
+    At(Instant),
+    /// At once (the closed loop).
+    Now,
+    /// Never: the run is over for it.
+    Over,
+}
+
+/// One request's timing: when it counts from, and until when it may take.
+pub struct Turn {
+    pub from: Instant,
+    pub until: Instant,
+    /// `until` is the run's deadline, not the request's timeout.
+    pub at_deadline: bool,
 }
 
 /// What a run produced.

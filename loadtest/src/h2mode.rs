@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::ctx::ShardCtx;
+use crate::ctx::{ShardCtx, Slot};
 use crate::stats::{ErrorKind, ShardStats};
 
 pub fn run_shard(ctx: ShardCtx) -> Result<ShardStats, String> {
@@ -160,16 +160,7 @@ async fn connection(sh: Rc<Shared>, g: usize) {
         let send = match dialed {
             Ok(Ok(s)) => s,
             _ => {
-                sh.stats
-                    .borrow_mut()
-                    .error(ErrorKind::Connect, Instant::now());
-                if ctx.rate.is_none() && ctx.shared.claim(ctx.cfg.requests, 1) == 0 {
-                    return;
-                }
-                for k in ks.iter_mut() {
-                    *k += 1;
-                }
-                if ctx.rate.is_some() && (0..m).all(|s| ctx.slot_time(g, s, ks[s]).is_none()) {
+                if ctx.dial_failed(&mut sh.stats.borrow_mut(), g, &mut ks) {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(backoff)).await;
@@ -214,52 +205,23 @@ async fn stream_loop(
     let ctx = &sh.ctx;
     let mut rot = (g + s) % sh.requests.len();
     loop {
-        let from = if ctx.rate.is_some() {
-            let Some(t) = ctx.slot_time(g, s, k) else {
-                return (k, false);
-            };
-            if ctx.shared.stopped() {
-                return (k, false);
+        let due = match ctx.next_slot(g, s, k) {
+            Slot::Over => return (k, false),
+            Slot::At(t) => {
+                sleep_until(t).await;
+                k += 1;
+                Some(t)
             }
-            sleep_until(t).await;
-            k += 1;
-            Some(t)
-        } else {
-            if ctx.over(Instant::now()) || ctx.shared.claim(ctx.cfg.requests, 1) == 0 {
-                return (k, false);
-            }
-            None
+            Slot::Now => None,
         };
-        let sent = Instant::now();
-        let limit = match (ctx.rate, ctx.deadline) {
-            (None, Some(d)) if d < sent + ctx.cfg.timeout => Some(d),
-            _ => None,
-        };
-        let until = limit.unwrap_or(sent + ctx.cfg.timeout);
+        let turn = ctx.turn(due);
         let req = sh.requests[rot].clone();
         rot = (rot + 1) % sh.requests.len();
         let fut = exchange(&sh, send.clone(), req);
-        match tokio::time::timeout_at(tokio::time::Instant::from_std(until), fut).await {
-            Ok(Ok((status, bytes))) => {
-                let now = Instant::now();
-                let mut st = sh.stats.borrow_mut();
-                st.read_bytes(bytes, now);
-                st.bytes_written += sh.body.len() as u64;
-                st.record(from.unwrap_or(sent), now, status);
-            }
-            Ok(Err(kind)) => {
-                sh.stats.borrow_mut().error(kind, Instant::now());
-                return (k, true);
-            }
-            Err(_) => {
-                if limit.is_some() {
-                    return (k, false);
-                }
-                sh.stats
-                    .borrow_mut()
-                    .error(ErrorKind::Timeout, Instant::now());
-                return (k, true);
-            }
+        let until = tokio::time::Instant::from_std(turn.until);
+        let outcome = tokio::time::timeout_at(until, fut).await.ok();
+        if let Some(reconnect) = ctx.settle(&mut sh.stats.borrow_mut(), &turn, outcome) {
+            return (k, reconnect);
         }
     }
 }

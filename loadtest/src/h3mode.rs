@@ -24,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use gapura_http::codec::h3::{frame, qpack};
 use quinn_proto::{ClientConfig, Connection, DatagramEvent, Dir, Endpoint, StreamId};
 
-use crate::ctx::ShardCtx;
+use crate::ctx::{ShardCtx, Slot};
 use crate::stats::{ErrorKind, ShardStats};
 
 /// The largest answer head read.
@@ -506,16 +506,7 @@ async fn connection(sh: Rc<Shared>, g: usize) {
         let link = match monoio::time::timeout(ctx.cfg.timeout, dial(&sh, g)).await {
             Ok(Ok(l)) => l,
             _ => {
-                sh.stats
-                    .borrow_mut()
-                    .error(ErrorKind::Connect, Instant::now());
-                if ctx.rate.is_none() && ctx.shared.claim(ctx.cfg.requests, 1) == 0 {
-                    return;
-                }
-                for k in ks.iter_mut() {
-                    *k += 1;
-                }
-                if ctx.rate.is_some() && (0..m).all(|s| ctx.slot_time(g, s, ks[s]).is_none()) {
+                if ctx.dial_failed(&mut sh.stats.borrow_mut(), g, &mut ks) {
                     return;
                 }
                 monoio::time::sleep(Duration::from_millis(backoff)).await;
@@ -563,52 +554,22 @@ async fn stream_loop(
     let ctx = &sh.ctx;
     let mut rot = (g + s) % sh.requests.len();
     loop {
-        let from = if ctx.rate.is_some() {
-            let Some(t) = ctx.slot_time(g, s, k) else {
-                return (k, false);
-            };
-            if ctx.shared.stopped() {
-                return (k, false);
+        let due = match ctx.next_slot(g, s, k) {
+            Slot::Over => return (k, false),
+            Slot::At(t) => {
+                crate::ctx::sleep_until(t).await;
+                k += 1;
+                Some(t)
             }
-            crate::ctx::sleep_until(t).await;
-            k += 1;
-            Some(t)
-        } else {
-            if ctx.over(Instant::now()) || ctx.shared.claim(ctx.cfg.requests, 1) == 0 {
-                return (k, false);
-            }
-            None
+            Slot::Now => None,
         };
-        let sent = Instant::now();
-        let limit = match (ctx.rate, ctx.deadline) {
-            (None, Some(d)) if d < sent + ctx.cfg.timeout => Some(d),
-            _ => None,
-        };
-        let until = limit.unwrap_or(sent + ctx.cfg.timeout);
+        let turn = ctx.turn(due);
         let req = sh.requests[rot].clone();
         rot = (rot + 1) % sh.requests.len();
-        let wait = until.saturating_duration_since(sent);
-        match monoio::time::timeout(wait, exchange(&link, req)).await {
-            Ok(Ok((status, bytes))) => {
-                let now = Instant::now();
-                let mut st = sh.stats.borrow_mut();
-                st.read_bytes(bytes, now);
-                st.bytes_written += ctx.cfg.body.len() as u64;
-                st.record(from.unwrap_or(sent), now, status);
-            }
-            Ok(Err(kind)) => {
-                sh.stats.borrow_mut().error(kind, Instant::now());
-                return (k, true);
-            }
-            Err(_) => {
-                if limit.is_some() {
-                    return (k, false);
-                }
-                sh.stats
-                    .borrow_mut()
-                    .error(ErrorKind::Timeout, Instant::now());
-                return (k, true);
-            }
+        let wait = turn.until.saturating_duration_since(Instant::now());
+        let outcome = monoio::time::timeout(wait, exchange(&link, req)).await.ok();
+        if let Some(reconnect) = ctx.settle(&mut sh.stats.borrow_mut(), &turn, outcome) {
+            return (k, reconnect);
         }
     }
 }
