@@ -379,7 +379,13 @@ impl Driver {
         snap: &gapura_gate::Snapshot,
         secret: &[u8],
     ) -> Option<Arc<ServerConfig>> {
-        let tls = snap.tls.as_ref()?;
+        let Some(tls) = snap.tls.as_ref() else {
+            // No certificates in this snapshot: no new connection either.
+            if self.config.take().is_some() {
+                self.endpoint.set_server_config(None);
+            }
+            return None;
+        };
         let h3 = snap.server.http3;
         if let Some((t, s, c)) = &self.config {
             if Arc::ptr_eq(t, tls) && *s == h3 {
