@@ -132,6 +132,14 @@ struct Run {
     take_over: Option<PathBuf>,
 }
 
+/// The shards to run: one per usable core, or the profile's count.
+fn shard_count(shards: Shards, cores: usize) -> usize {
+    match shards {
+        Shards::Auto => cores.max(1),
+        Shards::Count(n) => n as usize,
+    }
+}
+
 fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<ExitCode, String> {
     let Run {
         profile,
@@ -149,10 +157,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         .map(admin::read_token)
         .transpose()?;
     let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let shard_count = match settings.shards {
-        Shards::Auto => cores.len().max(1),
-        Shards::Count(n) => n as usize,
-    };
+    let shard_count = shard_count(settings.shards, cores.len());
     let steer = steering(settings.steering);
     let (inherited, per_shard, admin_listener) =
         acquire_listeners(&settings, shard_count, steer, take_over.as_deref())?;

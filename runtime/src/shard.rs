@@ -176,42 +176,19 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
     if let Some(ring) = ring {
         monoio::spawn(ring.drive());
     }
-    let mut listeners = Vec::new();
-    let mut quic = Vec::new();
-    for (addr, std_listener, kind, h3) in spec.listeners {
-        if let Some(udp) = h3 {
-            if let Err(e) = udp.set_nonblocking(legacy) {
-                let _ = started.send(Err(format!("shard {}: HTTP/3 on {addr}: {e}", spec.id)));
-                return;
-            }
-            quic.push(udp);
+    let (listeners, quic) = match runtime_sockets(spec.listeners, legacy, spec.id) {
+        Ok(taken) => taken,
+        Err(e) => {
+            let _ = started.send(Err(e));
+            return;
         }
-        let setup = std_listener
-            .set_nonblocking(legacy)
-            .and_then(|_| TcpListener::from_std(std_listener));
-        match setup {
-            Ok(l) => listeners.push((l, kind)),
-            Err(e) => {
-                let _ = started.send(Err(format!("shard {}: listener {addr}: {e}", spec.id)));
-                return;
-            }
-        }
-    }
+    };
     let _ = started.send(Ok(line));
     monoio::spawn(tick(shard.clone(), relays.clone()));
     if let Some(f) = spec.fleet.clone() {
         monoio::spawn(crate::fleet::sync_task(shard.clone(), relays.clone(), f));
     }
-    let asked = shard.clone();
-    let live = spec.live;
-    monoio::spawn(async move {
-        loop {
-            monoio::time::sleep(Duration::from_millis(LIVE_POLL_MS)).await;
-            while let Ok(ask) = live.try_recv() {
-                asked.answer_live(ask);
-            }
-        }
-    });
+    monoio::spawn(answer_live_asks(shard.clone(), spec.live));
     let mut accepting = Vec::new();
     for (l, kind) in listeners {
         accepting.push(monoio::spawn(accept_loop(l, shard.clone(), kind)));
@@ -358,6 +335,50 @@ fn waiting(fd: std::os::fd::RawFd) -> bool {
 /// A shard's refusal warning, as a log line.
 fn warn(args: std::fmt::Arguments<'_>) {
     log!("{args}");
+}
+
+/// Answers `gapura explain --live` asks as they arrive, for the shard's
+/// life.
+async fn answer_live_asks(
+    shard: Rc<Shard>,
+    live: mpsc::Receiver<gapura_http::server::live::LiveAsk>,
+) {
+    loop {
+        monoio::time::sleep(Duration::from_millis(LIVE_POLL_MS)).await;
+        while let Ok(ask) = live.try_recv() {
+            shard.answer_live(ask);
+        }
+    }
+}
+
+/// The shard's listeners on its runtime: each TCP listener with how its
+/// connections start, and the UDP sockets of those that serve HTTP/3.
+#[allow(clippy::type_complexity)]
+fn runtime_sockets(
+    bound: Vec<(
+        SocketAddr,
+        std::net::TcpListener,
+        Listener,
+        Option<std::net::UdpSocket>,
+    )>,
+    legacy: bool,
+    id: usize,
+) -> Result<(Vec<(TcpListener, Listener)>, Vec<std::net::UdpSocket>), String> {
+    let mut listeners = Vec::new();
+    let mut quic = Vec::new();
+    for (addr, std_listener, kind, h3) in bound {
+        if let Some(udp) = h3 {
+            udp.set_nonblocking(legacy)
+                .map_err(|e| format!("shard {id}: HTTP/3 on {addr}: {e}"))?;
+            quic.push(udp);
+        }
+        let l = std_listener
+            .set_nonblocking(legacy)
+            .and_then(|_| TcpListener::from_std(std_listener))
+            .map_err(|e| format!("shard {id}: listener {addr}: {e}"))?;
+        listeners.push((l, kind));
+    }
+    Ok((listeners, quic))
 }
 
 /// Accepts until the shard drains; the listener closes when this returns.

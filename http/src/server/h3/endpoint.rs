@@ -210,7 +210,10 @@ pub async fn serve(socket: std::net::UdpSocket, shard: Rc<Shard>, shards: usize)
                 d.watch();
             }
         }
-        let dirty: Vec<ConnectionHandle> = std::mem::take(&mut *d.wake.dirty.borrow_mut());
+        let mut dirty: Vec<ConnectionHandle> = std::mem::take(&mut *d.wake.dirty.borrow_mut());
+        // A connection marked many times in one turn is driven once.
+        dirty.sort_unstable_by_key(|h| h.0);
+        dirty.dedup();
         for h in dirty {
             d.drive(h);
         }
