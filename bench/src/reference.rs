@@ -194,6 +194,7 @@ pub fn snapshot() -> Snapshot {
         },
         udp: Vec::new(),
         tls: None,
+        acme: Default::default(),
     }
 }
 

@@ -60,6 +60,7 @@ pub(crate) fn compile(c: Checked) -> Compiled {
             gate: c.gate,
             udp: c.udp,
             tls: c.tls,
+            acme: Default::default(),
         },
         warnings: Vec::new(),
         protection_off: Vec::new(),

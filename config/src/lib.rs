@@ -50,7 +50,8 @@
 //!   `udp` (`[[udp]]` relays and their budgets), `quota`, `ratelimit`,
 //!   `access`, `ruleset`, `auth` (`[[auth_provider]]` forward-auth providers
 //!   and the `auth` key of host levels and routes), `tls` (`[[certificate]]`
-//!   and `[tls]`), `limits` (request-limits layers), `connlimits` (the
+//!   and `[tls]`), `acme` (`[acme]` and the certificates it orders),
+//!   `limits` (request-limits layers), `connlimits` (the
 //!   per-connection limits of a host layer: `connection_rate` and
 //!   `websocket`), `pow` (`proof_of_work` at every host level and on
 //!   routes), `gatekeys` (the gate keys of hosts and routes), `protection`
@@ -78,6 +79,7 @@
 #![forbid(unsafe_code)]
 
 mod access;
+mod acme;
 mod auth;
 mod blocks;
 mod client;
@@ -131,7 +133,10 @@ pub use error::{locate, ProfileError};
 pub use protection::{
     CLIENT_RATE_LIMIT, DIMENSIONS as PROTECTION_DIMENSIONS, FALLBACK_MEMORY_BYTES,
 };
-pub use settings::{ClientRing, Driver, FleetSettings, RuntimeSettings, Shards, Steering};
+pub use settings::{
+    AcmeChallenge, AcmeSettings, ClientRing, Driver, FleetSettings, RuntimeSettings, Shards,
+    Steering,
+};
 
 use std::path::Path;
 

@@ -61,6 +61,19 @@ pub(crate) struct RawProfile {
     pub fleet: Option<RawFleet>,
     /// `[http3]`: HTTP/3 on the listeners with `http3 = true`.
     pub http3: Option<Spanned<RawHttp3>>,
+    /// `[acme]`: certificates obtained and renewed from an ACME server.
+    pub acme: Option<Spanned<RawAcme>>,
+}
+
+/// `[acme]`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAcme {
+    pub directory: Opt<String>,
+    pub contact: Option<StrList>,
+    pub state_dir: Opt<String>,
+    pub challenges: Option<StrList>,
+    pub ca_file: Opt<String>,
 }
 
 /// `[http3]`.
@@ -400,6 +413,8 @@ pub(crate) struct RawCertificate {
     pub key: Option<Spanned<String>>,
     pub default: Opt<bool>,
     pub ocsp: Opt<String>,
+    /// Obtained and renewed through `[acme]` instead of `cert` and `key`.
+    pub acme: Opt<bool>,
 }
 
 /// `[tls]`.

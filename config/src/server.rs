@@ -87,6 +87,7 @@ pub(crate) fn check_server(
         udp_listen: Vec::new(),
         user: check_user(s, e),
         fleet: None,
+        acme: None,
     };
     (
         runtime,

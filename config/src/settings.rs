@@ -42,6 +42,30 @@ pub struct RuntimeSettings {
     /// `[fleet]`: the engine fleet-scoped limits are shared through;
     /// `None`: every limit is this node's own.
     pub fleet: Option<FleetSettings>,
+    /// `[acme]` and the certificates it orders; `None` when none is
+    /// ordered. A reload applies it without a restart.
+    pub acme: Option<AcmeSettings>,
+}
+
+/// A challenge type the ACME thread answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcmeChallenge {
+    Http01,
+    TlsAlpn01,
+}
+
+/// `[acme]`, checked, with the names of every `acme = true` certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcmeSettings {
+    pub directory: String,
+    pub contact: Vec<String>,
+    pub state_dir: String,
+    /// The preferred first.
+    pub challenges: Vec<AcmeChallenge>,
+    /// `ca_file`'s certificates (DER): trust for the ACME server itself.
+    pub roots: Option<Vec<Vec<u8>>>,
+    /// Each `acme = true` certificate's names, in profile order.
+    pub certificates: Vec<Vec<String>>,
 }
 
 /// `[fleet]`, checked (docs/fleet.md).
@@ -81,6 +105,7 @@ impl Default for RuntimeSettings {
             udp_listen: Vec::new(),
             user: None,
             fleet: None,
+            acme: None,
         }
     }
 }

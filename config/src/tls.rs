@@ -129,7 +129,7 @@ pub(crate) fn check_tls(
             "server.listen.tls.no_certificate",
             path.as_str(),
             span.clone(),
-            "a TLS listener needs a [[certificate]] with cert and key files",
+            "a TLS listener needs a [[certificate]] with cert and key files, or acme = true",
         );
         return None;
     }
@@ -172,6 +172,7 @@ pub(crate) fn check_tls(
         }),
         ticket_rotation_s: rotation,
         h2: false,
+        acme_alpn: Vec::new(),
     }))
 }
 
@@ -263,6 +264,20 @@ fn load(
     loader: &dyn CertificateLoader,
     e: &mut Errors<'_>,
 ) -> Option<Certificate> {
+    if raw.acme.as_ref().is_some_and(|a| *a.get_ref()) {
+        // Ordered by the ACME thread (`acme::check_acme` checks the rest);
+        // the runtime fills in what the state directory holds.
+        let names: Vec<String> = (raw.names.iter())
+            .flat_map(|l| l.get_ref().iter().map(|n| n.get_ref().to_ascii_lowercase()))
+            .collect();
+        return Some(Certificate {
+            label: format!("acme:{}", names.first().map_or("", String::as_str)),
+            chain: Vec::new(),
+            key: Secret(Vec::new()),
+            ocsp: None,
+            acme: names,
+        });
+    }
     let (Some(cert), Some(key)) = (&raw.cert, &raw.key) else {
         let which = if raw.cert.is_none() { "cert" } else { "key" };
         e.push(
@@ -305,5 +320,6 @@ fn load(
         chain: pair.chain,
         key: Secret(pair.key),
         ocsp,
+        acme: Vec::new(),
     })
 }

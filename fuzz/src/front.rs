@@ -193,6 +193,7 @@ fn tls_config() -> Arc<rustls::ServerConfig> {
                     chain: vec![c.cert.der().to_vec()],
                     key: Secret(c.key_pair.serialize_der()),
                     ocsp: None,
+                    acme: Vec::new(),
                 });
                 names.insert(name, i as u32).expect("a name");
             }
@@ -205,6 +206,7 @@ fn tls_config() -> Arc<rustls::ServerConfig> {
                 ticket_secret: Secret(vec![9; 32]),
                 ticket_rotation_s: 3600,
                 h2: true,
+                acme_alpn: Vec::new(),
             });
             gapura_http::server::tls::build_config(&settings, Arc::new(ShardStats::default()))
                 .expect("a configuration")

@@ -37,6 +37,8 @@
 //!   linear-time globs they use; `pathmatch`, exact and prefix patterns.
 //! - `path`: the canonical matching path.
 //! - `quota`: budgets, leases, rate buckets and their tables.
+//! - `acme`: the ACME challenges in flight (HTTP-01 answers, TLS-ALPN-01
+//!   certificates), answered before the chain.
 //! - `limits`: request limits (body, header lines and bytes, target).
 //! - `mode`: enforce or shadow, carried out in one place.
 //! - `token`: the HTTP token-character table.
@@ -58,6 +60,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod acme;
 pub mod answer;
 pub mod auth;
 pub mod chain;

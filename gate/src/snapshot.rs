@@ -174,6 +174,9 @@ pub struct Snapshot {
     pub udp: Vec<std::sync::Arc<crate::udp::UdpPolicy>>,
     /// What TLS listeners serve; `None` when no listener is TLS.
     pub tls: Option<std::sync::Arc<crate::tls::TlsSettings>>,
+    /// The HTTP-01 answers of ACME orders in flight (the runtime sets
+    /// them; a compiled profile has none).
+    pub acme: std::sync::Arc<crate::acme::Challenges>,
 }
 
 /// What to do with a request.

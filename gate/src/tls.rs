@@ -44,6 +44,9 @@ pub struct Certificate {
     pub key: Secret,
     /// A DER OCSP response, stapled to every handshake.
     pub ocsp: Option<Vec<u8>>,
+    /// `acme = true`: the names it is ordered for (the chain is empty
+    /// until one is issued; a handshake for it then fails).
+    pub acme: Vec<String>,
 }
 
 /// Every TLS listener's settings.
@@ -65,6 +68,9 @@ pub struct TlsSettings {
     pub ticket_rotation_s: u64,
     /// Offer HTTP/2 by ALPN (`[server] http2`).
     pub h2: bool,
+    /// TLS-ALPN-01 certificates of ACME orders in flight (the runtime
+    /// sets them): served to `acme-tls/1` handshakes only.
+    pub acme_alpn: Vec<crate::acme::AlpnChallenge>,
 }
 
 impl TlsSettings {
@@ -221,6 +227,7 @@ mod tests {
             ticket_secret: Secret(vec![7; 32]),
             ticket_rotation_s: 3600,
             h2: false,
+            acme_alpn: Vec::new(),
         }
     }
 

@@ -47,6 +47,8 @@ pub struct Admin {
         Arc<gapura_fleet::FleetStats>,
         Vec<Arc<crate::fleet::ShardFleetStats>>,
     )>,
+    /// `[acme]`: the ACME thread's certificates and counters.
+    pub acme: Arc<std::sync::Mutex<gapura_acme::Shared>>,
 }
 
 pub fn spawn(listener: TcpListener, admin: Admin) -> std::io::Result<()> {

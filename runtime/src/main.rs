@@ -26,13 +26,16 @@
 //!   watchdog).
 //! - `verify`: the password-verification pool; `health`: active health
 //!   checks; `fleet`: `[fleet]`'s reconciler started, each shard's sync
-//!   timer, the fleet's metrics.
+//!   timer, the fleet's metrics; `acme`: `[acme]`'s thread started and
+//!   what it changes in the published snapshot (certificates,
+//!   challenges), its metrics.
 //! - `admin`: `/healthz` and `/metrics`; `log`: one-line logs;
 //!   `accesslog`: the access log's writer thread;
 //!   `random`: the kernel's randomness; `powkey`: proof of work's key
 //!   file.
 
 mod accesslog;
+mod acme;
 mod admin;
 mod cli;
 mod explain;

@@ -181,6 +181,8 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     let mut slots = crate::health::Slots::new(board.clone());
     let mut first = compiled.snapshot;
     slots.assign(&mut first);
+    let mut acme = crate::acme::Running::prepared(settings.acme.as_ref());
+    acme.dress(&mut first);
     let (mut udp_sockets, relay_board) = crate::udp::bind(&first, shard_count, steer)?;
     become_user(drop_to.as_ref())?;
     let cell = Arc::new(SnapshotCell::new(first));
@@ -227,6 +229,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         control.draining.store(true, Ordering::Release);
         return Err(e);
     }
+    acme.apply(settings.acme.as_ref())?;
     if let Some(l) = admin_listener {
         let admin = Admin {
             token: admin_token.take(),
@@ -236,6 +239,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
             udp: relay_board,
             verifier: Some(verifier.clone()),
             fleet: fleet.map(|f| (f.stats, f.shard_stats)),
+            acme: acme.shared.clone(),
         };
         start_admin(l, admin)?;
     }
@@ -253,7 +257,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         &log_writer,
         &notify,
         handover.as_ref(),
-        &mut fleet_running,
+        (&mut fleet_running, &mut acme),
     )?;
     stopped(handover, threads, log_writer);
     Ok(ExitCode::SUCCESS)
@@ -647,7 +651,7 @@ fn control_loop(
     log_writer: &crate::accesslog::LogWriter,
     notify: &crate::notify::Notifier,
     handover: Option<&crate::upgrade::Handover>,
-    fleet: &mut crate::fleet::Running,
+    (fleet, acme): (&mut crate::fleet::Running, &mut crate::acme::Running),
 ) -> Result<(), String> {
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM, SIGINT, SIGUSR1])
         .map_err(|e| format!("signals: {e}"))?;
@@ -690,11 +694,16 @@ fn control_loop(
         if reload {
             notify.reloading();
             let failed_before = global.reloads_failed.load(Ordering::Relaxed);
-            do_reload(cell, global, (settings, fleet), profile, slots);
+            do_reload(cell, global, (settings, fleet, acme), profile, slots);
             let ok = global.reloads_failed.load(Ordering::Relaxed) == failed_before;
             notify.reloaded(cell.generation(), ok);
             let current = cell.load();
             log_writer.set_path(current.server.access_log.as_ref().map(|a| a.path.as_str()));
+        }
+        if acme.poll(cell) {
+            global
+                .generation
+                .store(cell.generation(), Ordering::Relaxed);
         }
         notify.watchdog(gapura_http::clock::now_ms(), &control.beats);
         if let Some(h) = handover {
@@ -717,7 +726,11 @@ fn control_loop(
 fn do_reload(
     cell: &SnapshotCell,
     global: &Global,
-    (settings, fleet): (&RuntimeSettings, &mut crate::fleet::Running),
+    (settings, fleet, acme): (
+        &RuntimeSettings,
+        &mut crate::fleet::Running,
+        &mut crate::acme::Running,
+    ),
     profile: Option<&Path>,
     slots: &mut crate::health::Slots,
 ) {
@@ -727,15 +740,21 @@ fn do_reload(
         Ok(mut c) => {
             slots.assign(&mut c.snapshot);
             let fleet_settings = c.runtime.fleet.take();
+            let acme_settings = c.runtime.acme.take();
             if c.runtime
                 != (RuntimeSettings {
                     fleet: None,
+                    acme: None,
                     ..settings.clone()
                 })
             {
                 log!("reload: listener, shard, driver and admin settings take effect only on restart; serving the rest");
             }
             fleet.apply(fleet_settings.as_ref());
+            if let Err(e) = acme.apply(acme_settings.as_ref()) {
+                log!("reload: {e}");
+            }
+            acme.dress(&mut c.snapshot);
             let generation = cell.publish(c.snapshot);
             global.generation.store(generation, Ordering::Relaxed);
             global.reloads_ok.fetch_add(1, Ordering::Relaxed);

@@ -3,6 +3,7 @@
 
 mod access;
 mod access_spec;
+mod acme;
 mod auth;
 mod bundles;
 mod chain_order;

@@ -178,7 +178,8 @@ impl Snapshot {
             .host_memo
             .lookup(&self.hosts, self.generation, head.host)?;
         let lane = state.lane(self, id);
-        if lane == HostLane::Chain {
+        // An ACME challenge in flight is the chain's to answer.
+        if lane == HostLane::Chain || self.acme.has_http() {
             return None;
         }
         let entry = self.entries.get(id as usize)?;

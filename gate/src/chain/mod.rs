@@ -132,6 +132,13 @@ impl Snapshot {
             entry.map_or(self.default_limits, |e| e.limits),
             (resolved.addr, resolved.via),
         );
+        // An ACME challenge of an order in flight: answered before every
+        // block, for any host (the access log names the answer's step).
+        if let Some(answer) = self.acme.http_answer(req.method, req.path) {
+            decision.verdict = Verdict::Respond(answer);
+            decision.step = Block::Answer;
+            return decision;
+        }
         let (Some(id), Some(entry)) = (host, entry) else {
             return self.unknown_host(decision, req, state, now_ms, trace);
         };

@@ -76,6 +76,7 @@ fn snapshot() -> Snapshot {
         gate: Default::default(),
         udp: Vec::new(),
         tls: None,
+        acme: Default::default(),
     }
 }
 

@@ -148,6 +148,7 @@ mod tests {
             gate: Default::default(),
             udp: Vec::new(),
             tls: None,
+            acme: Default::default(),
         };
         Rc::new(Shard::new(
             0,

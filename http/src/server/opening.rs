@@ -152,6 +152,8 @@ async fn serve_tls(
     alt_svc: Option<&'static Lines>,
 ) {
     match handshake(io, &shard).await {
+        // An ACME validation: the handshake was all it came for.
+        Some(tls) if tls.stream().alpn().as_deref() == Some(super::tls::ACME_TLS) => {}
         Some(tls) if tls.stream().alpn_h2() => {
             let (stream, _) = tls.into_stream();
             super::h2::serve(stream, Vec::new(), shard, client_peer, place, alt_svc).await

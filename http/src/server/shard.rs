@@ -182,9 +182,11 @@ const SPARE_BUFFERS: usize = 256;
 /// (`gapura_gate::chain::paying_host`; a quiet host with a fixed answer is
 /// one). O(hosts), once a snapshot.
 fn lane_answers(snap: &Snapshot) -> bool {
-    snap.entries
-        .iter()
-        .any(|e| gapura_gate::chain::paying_host(snap, e))
+    !snap.acme.has_http()
+        && snap
+            .entries
+            .iter()
+            .any(|e| gapura_gate::chain::paying_host(snap, e))
 }
 
 impl Shard {

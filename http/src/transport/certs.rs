@@ -91,6 +91,22 @@ pub fn certified_key(
     Ok(ck)
 }
 
+/// A TLS-ALPN-01 certificate and its key, made by the ACME thread: its
+/// critical `acmeIdentifier` extension is one no certificate parser here
+/// knows, so the pair is not parsed back (the key is loaded, no more).
+pub fn challenge_key(cert: &[u8], key_der: &[u8]) -> Result<CertifiedKey, PairError> {
+    let key = PrivateKeyDer::try_from(key_der.to_vec())
+        .map_err(|e| PairError::Key(format!("not a private key: {e}")))?;
+    let signing = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| PairError::Key(format!("unusable private key: {e}")))?;
+    Ok(CertifiedKey::new(
+        vec![CertificateDer::from(cert.to_vec())],
+        signing,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -81,6 +81,7 @@ pub fn render_metrics(admin: &Admin) -> String {
     render_process(&mut out, admin);
     render_verification(&mut out, admin);
     crate::fleet::render_metrics(&mut out, admin.fleet.as_ref());
+    crate::acme::Running::metrics(&admin.acme, &mut out);
     out
 }
 

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod acme;
 pub mod fleet;
 pub mod gate;
 pub mod pki;

@@ -1,0 +1,27 @@
+//! Gapura's ACME client: certificates obtained and renewed from any RFC
+//! 8555 server, on a thread of its own.
+//!
+//! This crate owns the conversation with the certificate authority and the
+//! state directory. `jws` signs requests with the account key, `transport`
+//! carries them over HTTPS, `client` keeps the nonces and the account,
+//! `order` orders one certificate (HTTP-01 or TLS-ALPN-01 answers handed to
+//! the runtime to make live), `store` keeps the account key and the
+//! certificates on disk, `validity` reads a certificate's dates,
+//! `schedule` says when to renew and how long to wait after a failure, and
+//! `manager` is the thread that runs it all and tells the runtime what
+//! changed.
+//!
+//! It must never run on a shard or be waited on by one, never decide a
+//! request, and never write a key where anyone but the owner can read it.
+
+pub mod client;
+pub mod jws;
+pub mod manager;
+pub mod order;
+pub mod schedule;
+pub mod store;
+pub mod transport;
+pub mod validity;
+
+pub use manager::{Event, Manager, Settings, Shared, Status};
+pub use order::{AlpnCert, Answers, Kind};

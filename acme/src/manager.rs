@@ -1,0 +1,289 @@
+//! The ACME thread: keeps every `acme = true` certificate issued and
+//! renewed, one order at a time, and tells the runtime what changed.
+//!
+//! Each certificate has a time it is next due: at start, now when the
+//! state directory has none for its names, else its renewal time
+//! (`schedule::renew_at`); after an issue, the new one's renewal time;
+//! after a failure, the backoff or the server's `Retry-After`, whichever
+//! is longer. The old certificate is served until a new one is stored.
+
+use crate::client::{now_s, Client, Failure};
+use crate::order::{self, Answers, Kind, Publish};
+use crate::schedule;
+use crate::store::Store;
+use crate::transport::Transport;
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long a request to the ACME server may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What the thread needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub directory: String,
+    pub contact: Vec<String>,
+    pub state_dir: PathBuf,
+    /// The challenge types to answer, the preferred first.
+    pub kinds: Vec<Kind>,
+    /// Trust for the server (DER), else the public roots.
+    pub roots: Option<Vec<Vec<u8>>>,
+    /// Each certificate's names.
+    pub certificates: Vec<Vec<String>>,
+}
+
+/// What the thread tells the runtime.
+pub enum Event {
+    /// Make these answers live (or none, when empty) and say so on the
+    /// sender once every shard will see them.
+    Answers(Answers, SyncSender<()>),
+    /// A certificate for these names was stored: publish it.
+    Issued(Vec<String>),
+}
+
+/// One certificate's state, for metrics and logs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    pub names: Vec<String>,
+    /// The served certificate's end (Unix seconds), if any.
+    pub not_after: Option<i64>,
+    /// When it is next ordered (Unix seconds).
+    pub due_s: i64,
+    pub failures: u32,
+    pub issued: u64,
+}
+
+/// Counters the metrics read.
+#[derive(Debug, Default)]
+pub struct Shared {
+    pub certificates: Vec<Status>,
+    /// Requests sent to the ACME server.
+    pub requests: u64,
+    pub orders_failed: u64,
+}
+
+/// A random `u64` for jitter.
+fn random() -> u64 {
+    let mut b = [0u8; 8];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
+    u64::from_le_bytes(b)
+}
+
+struct Publisher<'a> {
+    events: &'a SyncSender<Event>,
+}
+
+impl Publish for Publisher<'_> {
+    fn answers(&mut self, answers: &Answers) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        if self
+            .events
+            .send(Event::Answers(answers.clone(), tx))
+            .is_ok()
+        {
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+        }
+    }
+}
+
+/// The thread's state.
+pub struct Manager {
+    settings: Settings,
+    store: Store,
+    client: Option<Client>,
+    log: Box<dyn Fn(&str) + Send>,
+    shared: Arc<Mutex<Shared>>,
+    /// The last day each certificate's coming end was warned of.
+    warned: Vec<i64>,
+}
+
+impl Manager {
+    pub fn new(
+        settings: Settings,
+        log: Box<dyn Fn(&str) + Send>,
+        shared: Arc<Mutex<Shared>>,
+    ) -> Manager {
+        let store = Store::new(&settings.state_dir);
+        let mut m = Manager {
+            settings: settings.clone(),
+            store,
+            client: None,
+            log,
+            shared,
+            warned: Vec::new(),
+        };
+        m.adopt(settings);
+        m
+    }
+
+    /// Takes new settings, keeping the state of certificates it had.
+    fn adopt(&mut self, settings: Settings) {
+        let now = now_s();
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        let old = std::mem::take(&mut shared.certificates);
+        shared.certificates = settings
+            .certificates
+            .iter()
+            .map(|names| {
+                if let Some(s) = old.iter().find(|s| &s.names == names) {
+                    return s.clone();
+                }
+                let stored = self.store.load(names);
+                Status {
+                    names: names.clone(),
+                    not_after: stored.as_ref().map(|s| s.validity.not_after),
+                    due_s: stored.map_or(now, |s| schedule::renew_at(s.validity, random())),
+                    failures: 0,
+                    issued: 0,
+                }
+            })
+            .collect();
+        self.warned = vec![0; shared.certificates.len()];
+        if settings.directory != self.settings.directory || settings.roots != self.settings.roots {
+            self.client = None;
+        }
+        self.store = Store::new(&settings.state_dir);
+        self.settings = settings;
+    }
+
+    /// Runs until `updates` is closed: new settings arrive there.
+    pub fn run(mut self, updates: Receiver<Settings>, events: SyncSender<Event>) {
+        loop {
+            let now = now_s();
+            self.warn_expiry(now);
+            let next = self.due_index(now);
+            if let Some(i) = next {
+                self.attempt(i, &events);
+                continue;
+            }
+            let wait = self.next_due().map_or(3600, |d| (d - now).clamp(1, 3600));
+            match updates.recv_timeout(Duration::from_secs(wait as u64)) {
+                Ok(s) => self.adopt(s),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            while let Ok(s) = updates.try_recv() {
+                self.adopt(s);
+            }
+        }
+    }
+
+    fn due_index(&self, now: i64) -> Option<usize> {
+        let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        shared.certificates.iter().position(|s| s.due_s <= now)
+    }
+
+    fn next_due(&self) -> Option<i64> {
+        let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        shared.certificates.iter().map(|s| s.due_s).min()
+    }
+
+    /// Logs once a day for each certificate within a week of its end.
+    fn warn_expiry(&mut self, now: i64) {
+        let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, s) in shared.certificates.iter().enumerate() {
+            let Some(end) = s.not_after else { continue };
+            let day = now / 86_400;
+            if end - now < schedule::EXPIRY_WARNING_S && self.warned.get(i) != Some(&day) {
+                (self.log)(&format!(
+                    "acme: warning: the certificate for {} ends in {} h and is not renewed yet",
+                    s.names.join(", "),
+                    (end - now).max(0) / 3600
+                ));
+                if let Some(w) = self.warned.get_mut(i) {
+                    *w = day;
+                }
+            }
+        }
+    }
+
+    /// The client, connected and with its account.
+    fn client(&mut self) -> Result<&mut Client, Failure> {
+        if self.client.is_none() {
+            let transport = Transport::new(self.settings.roots.as_deref(), REQUEST_TIMEOUT)
+                .map_err(Failure::new)?;
+            let key = self.store.account_key().map_err(Failure::new)?;
+            let mut c = Client::connect(transport, key, &self.settings.directory)?;
+            let contact = self.settings.contact.clone();
+            let result = c.account(&contact);
+            self.count(c.requests);
+            c.requests = 0;
+            result?;
+            self.client = Some(c);
+        }
+        self.client
+            .as_mut()
+            .ok_or_else(|| Failure::new("no client"))
+    }
+
+    fn count(&self, requests: u64) {
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        shared.requests += requests;
+    }
+
+    /// Orders certificate `i` now.
+    fn attempt(&mut self, i: usize, events: &SyncSender<Event>) {
+        let names = {
+            let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+            shared.certificates[i].names.clone()
+        };
+        let kinds = self.settings.kinds.clone();
+        let result = match self.client() {
+            Ok(c) => order::issue(c, &names, &kinds, &mut Publisher { events }),
+            Err(f) => Err(f),
+        };
+        let requests = self
+            .client
+            .as_mut()
+            .map_or(0, |c| std::mem::take(&mut c.requests));
+        self.count(requests);
+        let now = now_s();
+        match result.and_then(|issued| {
+            self.store.save(&names, &issued).map_err(Failure::new)?;
+            Ok(issued)
+        }) {
+            Ok(issued) => {
+                let _ = events.send(Event::Issued(names.clone()));
+                let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+                let s = &mut shared.certificates[i];
+                s.not_after = Some(issued.validity.not_after);
+                s.due_s = schedule::renew_at(issued.validity, random());
+                s.failures = 0;
+                s.issued += 1;
+                (self.log)(&format!(
+                    "acme: certificate for {} issued, valid until {} (Unix), renewal due in {} h",
+                    names.join(", "),
+                    issued.validity.not_after,
+                    (s.due_s - now).max(0) / 3600
+                ));
+            }
+            Err(f) => self.failed(i, &names, &f, now),
+        }
+    }
+
+    fn failed(&mut self, i: usize, names: &[String], f: &Failure, now: i64) {
+        // A failure may be the connection's or the account's: start over.
+        self.client = None;
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        shared.orders_failed += 1;
+        let s = &mut shared.certificates[i];
+        s.failures += 1;
+        let wait = schedule::backoff_ms(s.failures, random()).max(f.retry_after_ms.unwrap_or(0));
+        s.due_s = now + (wait / 1000).max(1) as i64;
+        let serving = match s.not_after {
+            Some(end) => format!(
+                "serving the current certificate, which ends in {} h",
+                (end - now).max(0) / 3600
+            ),
+            None => "no certificate to serve for these names yet".to_string(),
+        };
+        (self.log)(&format!(
+            "acme: order for {} failed ({} in a row): {f}; next attempt in {} s; {serving}",
+            names.join(", "),
+            s.failures,
+            (wait / 1000).max(1)
+        ));
+    }
+}

@@ -1,0 +1,221 @@
+//! Automatic certificates end to end against a real ACME server (Debian's
+//! pebble): the first certificate by each challenge type, answered by
+//! Gapura itself; a certificate due for renewal renewed with the CA down
+//! first (the old one served, a clear log line, backoff) and then up, with
+//! a connection open across it; HTTP-01 answered before the chain, and
+//! only for tokens in flight.
+
+mod common;
+
+use common::acme::{free_port, verifying_client, PebblePlan};
+use common::tls::{client_config, ClientOptions, TlsClient};
+use common::{profile, request, Gapura, TempDir};
+use std::time::Duration;
+
+const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n";
+
+/// A profile serving `a.test` on a plain listener at `http` and a TLS one
+/// at `tls`, its certificate from ACME at `directory` with `challenges`;
+/// the host redirects plaintext to HTTPS (so an HTTP-01 answer must come
+/// before the chain).
+fn acme_profile(ports: (u16, u16), plan: &PebblePlan, state: &TempDir, challenges: &str) -> String {
+    let (http, tls) = ports;
+    let text = profile(
+        "",
+        &format!(
+            r#"
+[[host]]
+names = ["a.test"]
+default = true
+kind = "respond"
+status = 200
+body = "served\n"
+https_redirect = true
+
+[acme]
+directory = "{dir}"
+contact = ["mailto:ops@a.test"]
+state_dir = "{state}"
+challenges = {challenges}
+ca_file = "{ca}"
+
+[[certificate]]
+names = ["a.test"]
+acme = true
+"#,
+            dir = plan.directory(),
+            state = state.0.join("acme").display(),
+            ca = plan.ca_file.display(),
+        ),
+    );
+    text.replace(
+        "listen = [\"127.0.0.1:0\"]",
+        &format!("listen = [\"127.0.0.1:{http}\", {{ addr = \"127.0.0.1:{tls}\", tls = true }}]"),
+    )
+}
+
+/// Waits for the ACME thread to publish a certificate (`n` in all).
+fn wait_issued(g: &Gapura, n: u64) {
+    let got = g.wait_metric(
+        "gapura_acme_certificate_issued_total{name=\"a.test\"}",
+        n,
+        Duration::from_secs(60),
+    );
+    assert_eq!(got, n, "issued; log:\n{}", g.log_text());
+    assert!(
+        g.wait_log(
+            "acme: serving the new certificate for a.test",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        g.log_text()
+    );
+}
+
+/// A request to `a.test` over TLS that verifies the chain under `root`.
+fn verified_request(g: &Gapura, root: &[u8]) -> Vec<u8> {
+    let config = verifying_client(root);
+    let mut c = TlsClient::connect(g.tls_addr.unwrap(), Some("a.test"), &config)
+        .expect("a handshake that verifies under pebble's root");
+    let r = c.request(GET);
+    assert_eq!((r.status, &r.body[..]), (200, &b"served\n"[..]));
+    c.leaf()
+}
+
+fn first_certificate(challenges: &str) {
+    let (http, tls) = (free_port(), free_port());
+    let plan = PebblePlan::new();
+    let state = TempDir::new();
+    let text = acme_profile((http, tls), &plan, &state, challenges);
+    let pebble = plan.start(http, tls, 30);
+    let g = Gapura::start(&text);
+    wait_issued(&g, 1);
+    let root = pebble.root();
+    let leaf = verified_request(&g, &root);
+    // Stored with its key readable by the owner only.
+    let key = state.0.join("acme/certificates/a.test.key");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(g.metric("gapura_acme_requests_total") >= 8);
+    assert!(g.metric("gapura_acme_certificate_not_after_seconds{name=\"a.test\"}") > 0);
+    // A restart serves the stored certificate and orders nothing.
+    drop(g);
+    // The ring's teardown lets the listeners go a moment after the exit.
+    for port in [http, tls] {
+        assert!(common::wait_until(Duration::from_secs(10), || {
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+        }));
+    }
+    let g = Gapura::start(&text);
+    assert_eq!(verified_request(&g, &root), leaf);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        g.metric("gapura_acme_requests_total"),
+        0,
+        "{}",
+        g.log_text()
+    );
+}
+
+#[test]
+fn http_01_obtains_a_certificate_that_verifies_under_the_cas_root() {
+    first_certificate(r#"["http-01"]"#);
+}
+
+#[test]
+fn tls_alpn_01_obtains_a_certificate_that_verifies_under_the_cas_root() {
+    first_certificate(r#"["tls-alpn-01"]"#);
+}
+
+/// Writes a certificate for `a.test` into the state directory, from an
+/// authority of the test's, valid from two years ago to the next new
+/// year: past two thirds of its life, so due for renewal at once.
+fn write_due_certificate(state: &TempDir) -> Vec<u8> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let year = 1970 + (now / 31_556_952) as i32;
+    let ca = common::pki::Authority::new("old issuer");
+    let mut p = rcgen::CertificateParams::new(vec!["a.test".to_string()]).unwrap();
+    p.not_before = rcgen::date_time_ymd(year - 2, 1, 1);
+    p.not_after = rcgen::date_time_ymd(year + 1, 1, 1);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = p.signed_by(&key, &ca.cert, &ca.key).unwrap();
+    let dir = state.0.join("acme/certificates");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.test.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("a.test.key"), key.serialize_pem()).unwrap();
+    std::fs::write(dir.join("a.test.names"), "a.test\n").unwrap();
+    cert.der().to_vec()
+}
+
+#[test]
+fn a_due_certificate_is_served_while_the_ca_is_down_and_renewed_once_it_is_up() {
+    let (http, tls) = (free_port(), free_port());
+    let plan = PebblePlan::new();
+    let state = TempDir::new();
+    let old = write_due_certificate(&state);
+    let text = acme_profile((http, tls), &plan, &state, r#"["tls-alpn-01", "http-01"]"#);
+    let g = Gapura::start(&text);
+    // The CA is down: the order fails, is logged, and the old
+    // certificate is served meanwhile.
+    assert!(
+        g.wait_log(
+            "acme: order for a.test failed (1 in a row)",
+            Duration::from_secs(20)
+        ),
+        "{}",
+        g.log_text()
+    );
+    assert!(g.log_text().contains("serving the current certificate"));
+    let any = client_config(ClientOptions::default());
+    let mut open = TlsClient::connect(g.tls_addr.unwrap(), Some("a.test"), &any).unwrap();
+    assert_eq!(open.leaf(), old);
+    assert_eq!(open.request(GET).status, 200);
+    // The CA comes up: the next attempt (after a backoff of 2.5 to 5 s)
+    // renews, and the connection opened before goes on.
+    let pebble = plan.start(http, tls, 0);
+    wait_issued(&g, 1);
+    assert_eq!(
+        open.request(GET).status,
+        200,
+        "the open connection survives"
+    );
+    let fresh = verified_request(&g, &pebble.root());
+    assert_ne!(fresh, old);
+    assert!(g.metric("gapura_acme_orders_failed_total") >= 1);
+}
+
+#[test]
+fn only_tokens_in_flight_are_answered_and_a_pending_name_refuses_handshakes() {
+    let (http, tls) = (free_port(), free_port());
+    let plan = PebblePlan::new();
+    let state = TempDir::new();
+    let text = acme_profile((http, tls), &plan, &state, r#"["http-01"]"#);
+    // No CA: nothing is ever issued.
+    let g = Gapura::start(&text);
+    let addr = g.addr;
+    let r = request(
+        addr,
+        b"GET /.well-known/acme-challenge/made-up HTTP/1.1\r\nHost: a.test\r\n\r\n",
+    );
+    assert_eq!(
+        r.status, 308,
+        "a token not in flight goes through the chain"
+    );
+    let any = client_config(ClientOptions::default());
+    assert!(
+        TlsClient::connect(g.tls_addr.unwrap(), Some("a.test"), &any).is_err(),
+        "no certificate yet: the handshake fails"
+    );
+    // An acme-tls/1 handshake with no challenge in flight gets nothing.
+    let alpn = client_config(ClientOptions {
+        alpn: &[b"acme-tls/1"],
+        ..ClientOptions::default()
+    });
+    assert!(TlsClient::connect(g.tls_addr.unwrap(), Some("a.test"), &alpn).is_err());
+}
