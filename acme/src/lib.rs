@@ -7,14 +7,18 @@
 //! `order` orders one certificate (HTTP-01 or TLS-ALPN-01 answers handed to
 //! the runtime to make live), `store` keeps the account key and the
 //! certificates on disk, `validity` reads a certificate's dates,
-//! `schedule` says when to renew and how long to wait after a failure, and
+//! `schedule` says when to renew and how long to wait after a failure,
 //! `manager` is the thread that runs it all and tells the runtime what
-//! changed.
+//! changed, and, with a fleet, `fleet` (the engine's interface, sealing,
+//! records) and `fleetsync` (the thread's turns with the fleet) make one
+//! node order each certificate and every node serve it.
 //!
 //! It must never run on a shard or be waited on by one, never decide a
 //! request, and never write a key where anyone but the owner can read it.
 
 pub mod client;
+pub mod fleet;
+mod fleetsync;
 pub mod jws;
 pub mod manager;
 pub mod order;
@@ -23,5 +27,6 @@ pub mod store;
 pub mod transport;
 pub mod validity;
 
+pub use fleet::{Fleet, FleetState, SealKey};
 pub use manager::{Event, Manager, Settings, Shared, Status};
 pub use order::{AlpnCert, Answers, Kind};

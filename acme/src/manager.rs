@@ -8,14 +8,15 @@
 //! is longer. The old certificate is served until a new one is stored.
 
 use crate::client::{now_s, Client, Failure};
-use crate::order::{self, Answers, Kind, Publish};
+use crate::fleet::Fleet;
+use crate::order::{self, Answers, Issued, Kind, Publish};
 use crate::schedule;
 use crate::store::Store;
 use crate::transport::Transport;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a request to the ACME server may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -65,10 +66,18 @@ pub struct Shared {
 }
 
 /// A random `u64` for jitter.
-fn random() -> u64 {
+pub(crate) fn random() -> u64 {
     let mut b = [0u8; 8];
     let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
     u64::from_le_bytes(b)
+}
+
+/// Makes `answers` live in this process: returns once published.
+pub(crate) fn publish_here(events: &SyncSender<Event>, answers: &Answers) {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    if events.send(Event::Answers(answers.clone(), tx)).is_ok() {
+        let _ = rx.recv_timeout(Duration::from_secs(10));
+    }
 }
 
 struct Publisher<'a> {
@@ -77,26 +86,28 @@ struct Publisher<'a> {
 
 impl Publish for Publisher<'_> {
     fn answers(&mut self, answers: &Answers) {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        if self
-            .events
-            .send(Event::Answers(answers.clone(), tx))
-            .is_ok()
-        {
-            let _ = rx.recv_timeout(Duration::from_secs(10));
-        }
+        publish_here(self.events, answers);
     }
 }
 
 /// The thread's state.
 pub struct Manager {
     settings: Settings,
-    store: Store,
+    pub(crate) store: Store,
     client: Option<Client>,
-    log: Box<dyn Fn(&str) + Send>,
-    shared: Arc<Mutex<Shared>>,
+    pub(crate) log: Box<dyn Fn(&str) + Send>,
+    pub(crate) shared: Arc<Mutex<Shared>>,
     /// The last day each certificate's coming end was warned of.
     warned: Vec<i64>,
+    /// The fleet's engine, with `[fleet]`.
+    pub(crate) fleet: Option<Fleet>,
+    /// The other nodes' answers in flight, and what this process serves.
+    pub(crate) others: Answers,
+    pub(crate) published: Answers,
+    /// When the fleet's certificates were last looked at.
+    pub(crate) fleet_checked: Option<Instant>,
+    /// The last engine error logged (each new one is logged once).
+    pub(crate) fleet_error: String,
 }
 
 impl Manager {
@@ -104,6 +115,7 @@ impl Manager {
         settings: Settings,
         log: Box<dyn Fn(&str) + Send>,
         shared: Arc<Mutex<Shared>>,
+        fleet: Option<Fleet>,
     ) -> Manager {
         let store = Store::new(&settings.state_dir);
         let mut m = Manager {
@@ -113,6 +125,11 @@ impl Manager {
             log,
             shared,
             warned: Vec::new(),
+            fleet,
+            others: Answers::default(),
+            published: Answers::default(),
+            fleet_checked: None,
+            fleet_error: String::new(),
         };
         m.adopt(settings);
         m
@@ -151,6 +168,9 @@ impl Manager {
     /// Runs until `updates` is closed: new settings arrive there.
     pub fn run(mut self, updates: Receiver<Settings>, events: SyncSender<Event>) {
         loop {
+            if self.fleet.is_some() {
+                self.sync_fleet(&events);
+            }
             let now = now_s();
             self.warn_expiry(now);
             let next = self.due_index(now);
@@ -158,8 +178,14 @@ impl Manager {
                 self.attempt(i, &events);
                 continue;
             }
-            let wait = self.next_due().map_or(3600, |d| (d - now).clamp(1, 3600));
-            match updates.recv_timeout(Duration::from_secs(wait as u64)) {
+            let wait = match &self.fleet {
+                // The fleet's answers and certificates are looked at often.
+                Some(_) => Duration::from_millis(crate::fleetsync::SYNC_MS),
+                None => Duration::from_secs(
+                    self.next_due().map_or(3600, |d| (d - now).clamp(1, 3600)) as u64,
+                ),
+            };
+            match updates.recv_timeout(wait) {
                 Ok(s) => self.adopt(s),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
@@ -170,7 +196,7 @@ impl Manager {
         }
     }
 
-    fn due_index(&self, now: i64) -> Option<usize> {
+    pub(crate) fn due_index(&self, now: i64) -> Option<usize> {
         let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         shared.certificates.iter().position(|s| s.due_s <= now)
     }
@@ -218,27 +244,37 @@ impl Manager {
             .ok_or_else(|| Failure::new("no client"))
     }
 
-    fn count(&self, requests: u64) {
+    pub(crate) fn count(&self, requests: u64) {
         let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         shared.requests += requests;
     }
 
-    /// Orders certificate `i` now.
+    /// Orders certificate `i` now (with a fleet: unless the fleet has a
+    /// newer one, and only while holding its lock).
     fn attempt(&mut self, i: usize, events: &SyncSender<Event>) {
         let names = {
             let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
             shared.certificates[i].names.clone()
         };
-        let kinds = self.settings.kinds.clone();
-        let result = match self.client() {
-            Ok(c) => order::issue(c, &names, &kinds, &mut Publisher { events }),
-            Err(f) => Err(f),
+        let now = now_s();
+        let mut fleet = self.fleet.take();
+        let result = match fleet.as_mut() {
+            Some(f) => match self.fleet_turn(f, i, &names, now, events) {
+                Some(fence) => {
+                    let others = self.others.clone();
+                    let mut publisher = crate::fleetsync::FleetPublisher::new(f, &others, events);
+                    let r = self.order(&names, &mut publisher);
+                    drop(publisher);
+                    let r = r.and_then(|issued| self.share(f, &names, fence, issued));
+                    let _ = f.state.unlock(&crate::fleet::cert_id(&names), fence);
+                    Some(r)
+                }
+                None => None,
+            },
+            None => Some(self.order(&names, &mut Publisher { events })),
         };
-        let requests = self
-            .client
-            .as_mut()
-            .map_or(0, |c| std::mem::take(&mut c.requests));
-        self.count(requests);
+        self.fleet = fleet;
+        let Some(result) = result else { return };
         let now = now_s();
         match result.and_then(|issued| {
             self.store.save(&names, &issued).map_err(Failure::new)?;
@@ -263,7 +299,22 @@ impl Manager {
         }
     }
 
-    fn failed(&mut self, i: usize, names: &[String], f: &Failure, now: i64) {
+    /// One order for `names`, its requests counted.
+    fn order(&mut self, names: &[String], publish: &mut dyn Publish) -> Result<Issued, Failure> {
+        let kinds = self.settings.kinds.clone();
+        let result = match self.client() {
+            Ok(c) => order::issue(c, names, &kinds, publish),
+            Err(f) => Err(f),
+        };
+        let requests = self
+            .client
+            .as_mut()
+            .map_or(0, |c| std::mem::take(&mut c.requests));
+        self.count(requests);
+        result
+    }
+
+    pub(crate) fn failed(&mut self, i: usize, names: &[String], f: &Failure, now: i64) {
         // A failure may be the connection's or the account's: start over.
         self.client = None;
         let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());

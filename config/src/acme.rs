@@ -14,7 +14,7 @@ use toml::Spanned;
 /// Checks `[acme]` and every certificate's `acme` key; `None` when no
 /// certificate is obtained through ACME or on errors (recorded).
 pub(crate) fn check_acme(
-    raw: Option<&Spanned<RawAcme>>,
+    (raw, fleet): (Option<&Spanned<RawAcme>>, bool),
     certs: &[Spanned<RawCertificate>],
     loader: &dyn CertificateLoader,
     e: &mut Errors<'_>,
@@ -77,6 +77,17 @@ pub(crate) fn check_acme(
         return None;
     }
     let settings = check_section(raw, loader, e, ordered);
+    let shared = raw.get_ref().shared_key_file.as_ref();
+    if fleet && shared.is_none() {
+        e.push(
+            "acme.shared_key_file.required",
+            "acme.shared_key_file",
+            raw.span(),
+            "with [fleet], the nodes share their certificates through the engine, sealed under \
+             a key every node has: shared_key_file = \"/etc/gapura/acme.key\" (a file whose \
+             first line is at least 32 characters)",
+        );
+    }
     (e.error_count() == before).then_some(settings).flatten()
 }
 
@@ -175,6 +186,7 @@ fn check_section(
         challenges: challenges?,
         roots,
         certificates,
+        shared_key_file: a.shared_key_file.as_ref().map(|f| f.get_ref().clone()),
     })
 }
 

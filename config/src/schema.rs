@@ -74,6 +74,7 @@ pub(crate) struct RawAcme {
     pub state_dir: Opt<String>,
     pub challenges: Option<StrList>,
     pub ca_file: Opt<String>,
+    pub shared_key_file: Opt<String>,
 }
 
 /// `[http3]`.

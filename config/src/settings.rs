@@ -66,6 +66,9 @@ pub struct AcmeSettings {
     pub roots: Option<Vec<Vec<u8>>>,
     /// Each `acme = true` certificate's names, in profile order.
     pub certificates: Vec<Vec<String>>,
+    /// With `[fleet]`: the file whose first line keys the certificates
+    /// the nodes share through the engine.
+    pub shared_key_file: Option<String>,
 }
 
 /// `[fleet]`, checked (docs/fleet.md).

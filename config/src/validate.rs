@@ -75,7 +75,7 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         std::sync::Arc::new(t)
     });
     runtime.acme = crate::acme::check_acme(
-        raw.acme.as_ref(),
+        (raw.acme.as_ref(), raw.fleet.is_some()),
         &raw.certificate,
         env.certificates,
         errors,

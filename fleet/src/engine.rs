@@ -188,7 +188,7 @@ impl Engine {
         Ok(Engine::One(c))
     }
 
-    fn conn(&mut self) -> &mut dyn ConnectionLike {
+    pub(crate) fn conn(&mut self) -> &mut dyn ConnectionLike {
         match self {
             Engine::One(c) => c,
             Engine::Cluster(c) => c.as_mut(),

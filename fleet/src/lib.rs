@@ -13,6 +13,11 @@
 //! `engine::Connect`): Redis in the server, one in memory in its tests,
 //! which run without a Redis.
 //!
+//! `acme` keeps ACME's shared state in the same engine for the ACME
+//! thread: each certificate's order lock with its fencing token, the
+//! challenge answers in flight and who serves them, the sealed
+//! certificates.
+//!
 //! `testing` starts real `redis-server` processes and a Redis Cluster on
 //! loopback ports for the tests of this crate and the runtime's.
 //!
@@ -21,6 +26,7 @@
 //! waiting), never log a password, and never decide a request: deciding is
 //! the gate's.
 
+pub mod acme;
 pub mod engine;
 mod reconcile;
 pub mod testing;

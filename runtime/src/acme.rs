@@ -13,8 +13,9 @@
 
 use crate::log;
 use crate::publish::SnapshotCell;
-use gapura_acme::{Answers, Event, Kind, Manager, Settings, Shared};
-use gapura_config::{AcmeChallenge, AcmeSettings};
+use gapura_acme::{Answers, Event, Fleet, FleetState, Kind, Manager, SealKey, Settings, Shared};
+use gapura_config::{AcmeChallenge, AcmeSettings, FleetSettings};
+use gapura_fleet::acme::AcmeStore;
 use gapura_gate::acme::{AlpnChallenge, Challenges};
 use gapura_gate::tls::Secret;
 use gapura_gate::Snapshot;
@@ -61,8 +62,13 @@ impl Running {
     }
 
     /// Takes a reload's `[acme]`: the thread gets it (started if it was
-    /// not); without `[acme]` the thread is left idle with no certificate.
-    pub fn apply(&mut self, settings: Option<&AcmeSettings>) -> Result<(), String> {
+    /// not, with `fleet`'s engine when there is one); without `[acme]` the
+    /// thread is left idle with no certificate.
+    pub fn apply(
+        &mut self,
+        settings: Option<&AcmeSettings>,
+        fleet: Option<&FleetSettings>,
+    ) -> Result<(), String> {
         self.settings = settings.cloned();
         let Some(a) = settings else {
             if let Some(tx) = &self.updates {
@@ -77,12 +83,17 @@ impl Running {
             let _ = tx.send(thread_settings(a));
             return Ok(());
         }
+        let fleet = match fleet {
+            Some(f) => Some(fleet_of(f, a)?),
+            None => None,
+        };
         let (updates, rx) = mpsc::sync_channel(4);
         let (events_tx, events) = mpsc::sync_channel(16);
         let manager = Manager::new(
             thread_settings(a),
             Box::new(|line: &str| log!("{line}")),
             self.shared.clone(),
+            fleet,
         );
         std::thread::Builder::new()
             .name("gapura-acme".into())
@@ -186,6 +197,63 @@ impl Running {
     }
 }
 
+/// The fleet's engine as the ACME thread asks it.
+struct Engine(AcmeStore);
+
+impl FleetState for Engine {
+    fn lock(&mut self, cert: &str, lease_ms: u64) -> Result<Option<u64>, String> {
+        self.0.lock(cert, lease_ms)
+    }
+    fn unlock(&mut self, cert: &str, fence: u64) -> Result<(), String> {
+        self.0.unlock(cert, fence)
+    }
+    fn put_certificate(&mut self, cert: &str, fence: u64, sealed: &[u8]) -> Result<bool, String> {
+        self.0.put_certificate(cert, fence, sealed)
+    }
+    fn certificate(&mut self, cert: &str) -> Result<Option<Vec<u8>>, String> {
+        self.0.certificate(cert)
+    }
+    fn set_answers(&mut self, node: &str, blob: Option<&[u8]>, ttl_ms: u64) -> Result<(), String> {
+        self.0.set_answers(node, blob, ttl_ms)
+    }
+    fn answers(&mut self) -> Result<Vec<(String, Vec<u8>)>, String> {
+        self.0.answers()
+    }
+    fn serving(&mut self, node: &str, names: &str, ttl_ms: u64) -> Result<(), String> {
+        self.0.serving(node, names, ttl_ms)
+    }
+    fn served_by(&mut self, names: &[String]) -> Result<usize, String> {
+        self.0.served_by(names)
+    }
+}
+
+/// The fleet as the ACME thread sees it: the engine of `[fleet]` (its
+/// password read now), this node's name, the key of `shared_key_file`
+/// (read now: a file that cannot be read, or a short secret, stops it).
+fn fleet_of(f: &FleetSettings, a: &AcmeSettings) -> Result<Fleet, String> {
+    let path = a
+        .shared_key_file
+        .as_deref()
+        .ok_or("[acme] shared_key_file is required with [fleet]")?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("[acme] shared_key_file {path}: {e}"))?;
+    let secret = text.lines().next().unwrap_or("").trim();
+    if secret.len() < 32 {
+        return Err(format!(
+            "[acme] shared_key_file {path}: its first line must be at least 32 characters"
+        ));
+    }
+    let password = crate::fleet::read(f)?;
+    let mut target = crate::fleet::target(f, password);
+    target.timeout = std::time::Duration::from_secs(2);
+    Ok(Fleet {
+        state: Box::new(Engine(AcmeStore::new(target, "gapura"))),
+        node: f.node.clone().unwrap_or_else(crate::fleet::host_name),
+        key: SealKey::from_secret(secret.as_bytes()),
+        nodes: f.nodes_expected,
+    })
+}
+
 /// Settings that order nothing.
 fn empty() -> AcmeSettings {
     AcmeSettings {
@@ -195,5 +263,6 @@ fn empty() -> AcmeSettings {
         challenges: Vec::new(),
         roots: None,
         certificates: Vec::new(),
+        shared_key_file: None,
     }
 }

@@ -119,7 +119,7 @@ impl Running {
 }
 
 /// The password of `f`'s `password_file`, read now.
-fn read(f: &FleetSettings) -> Result<Option<String>, String> {
+pub(crate) fn read(f: &FleetSettings) -> Result<Option<String>, String> {
     f.password_file
         .as_deref()
         .map(|p| {
@@ -128,7 +128,7 @@ fn read(f: &FleetSettings) -> Result<Option<String>, String> {
         .transpose()
 }
 
-fn target(f: &FleetSettings, password: Option<String>) -> gapura_fleet::Target {
+pub(crate) fn target(f: &FleetSettings, password: Option<String>) -> gapura_fleet::Target {
     gapura_fleet::Target {
         addresses: f.redis.0.clone(),
         cluster: f.redis.1,
@@ -180,7 +180,7 @@ fn log_line(args: std::fmt::Arguments<'_>) {
 }
 
 /// The host name (the node's default name).
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .ok()

@@ -229,7 +229,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         control.draining.store(true, Ordering::Release);
         return Err(e);
     }
-    acme.apply(settings.acme.as_ref())?;
+    acme.apply(settings.acme.as_ref(), settings.fleet.as_ref())?;
     if let Some(l) = admin_listener {
         let admin = Admin {
             token: admin_token.take(),
@@ -751,7 +751,7 @@ fn do_reload(
                 log!("reload: listener, shard, driver and admin settings take effect only on restart; serving the rest");
             }
             fleet.apply(fleet_settings.as_ref());
-            if let Err(e) = acme.apply(acme_settings.as_ref()) {
+            if let Err(e) = acme.apply(acme_settings.as_ref(), fleet_settings.as_ref()) {
                 log!("reload: {e}");
             }
             acme.dress(&mut c.snapshot);

@@ -3,7 +3,8 @@
 //! Gapura itself; a certificate due for renewal renewed with the CA down
 //! first (the old one served, a clear log line, backoff) and then up, with
 //! a connection open across it; HTTP-01 answered before the chain, and
-//! only for tokens in flight.
+//! only for tokens in flight; three nodes through one Redis ordering the
+//! name once, the one the authority reaches serving another's answers.
 
 mod common;
 
@@ -19,6 +20,17 @@ const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n";
 /// the host redirects plaintext to HTTPS (so an HTTP-01 answer must come
 /// before the chain).
 fn acme_profile(ports: (u16, u16), plan: &PebblePlan, state: &TempDir, challenges: &str) -> String {
+    fleet_profile(ports, plan, state, challenges, "")
+}
+
+/// [`acme_profile`] with `extra` lines in `[acme]` (and after it).
+fn fleet_profile(
+    ports: (u16, u16),
+    plan: &PebblePlan,
+    state: &TempDir,
+    challenges: &str,
+    extra: &str,
+) -> String {
     let (http, tls) = ports;
     let text = profile(
         "",
@@ -38,7 +50,7 @@ contact = ["mailto:ops@a.test"]
 state_dir = "{state}"
 challenges = {challenges}
 ca_file = "{ca}"
-
+{extra}
 [[certificate]]
 names = ["a.test"]
 acme = true
@@ -218,4 +230,84 @@ fn only_tokens_in_flight_are_answered_and_a_pending_name_refuses_handshakes() {
         ..ClientOptions::default()
     });
     assert!(TlsClient::connect(g.tls_addr.unwrap(), Some("a.test"), &alpn).is_err());
+}
+
+#[test]
+fn three_nodes_through_one_redis_order_the_name_once_and_serve_it_all() {
+    let redis = gapura_fleet::testing::RedisServer::start();
+    let plan = PebblePlan::new();
+    let shared = TempDir::new();
+    let key = shared.0.join("acme.key");
+    std::fs::write(&key, "a secret every node of this fleet has, 48 chars\n").unwrap();
+    // The authority reaches only node a (its ports are pebble's); b and
+    // c start first, so whichever orders, a must serve its answers.
+    let ports = [
+        (free_port(), free_port()),
+        (free_port(), free_port()),
+        (free_port(), free_port()),
+    ];
+    let states = [TempDir::new(), TempDir::new(), TempDir::new()];
+    let text = |i: usize, node: &str| {
+        fleet_profile(
+            ports[i],
+            &plan,
+            &states[i],
+            r#"["http-01"]"#,
+            &format!(
+                "shared_key_file = {key:?}\n\n[fleet]\nredis = \"{}\"\nnodes_expected = 3\nnode = \"{node}\"\n",
+                redis.url()
+            ),
+        )
+    };
+    let profiles = [text(0, "a"), text(1, "b"), text(2, "c")];
+    let pebble = plan.start(ports[0].0, ports[0].1, 0);
+    let b = Gapura::start(&profiles[1]);
+    let c = Gapura::start(&profiles[2]);
+    let a = Gapura::start(&profiles[0]);
+    let root = pebble.root();
+    let config = verifying_client(&root);
+    let mut leaves = Vec::new();
+    for g in [&a, &b, &c] {
+        let mut leaf = None;
+        let served = common::wait_until(Duration::from_secs(60), || {
+            match TlsClient::connect(g.tls_addr.unwrap(), Some("a.test"), &config) {
+                Ok(mut t) => {
+                    assert_eq!(t.request(GET).status, 200);
+                    leaf = Some(t.leaf());
+                    true
+                }
+                Err(_) => false,
+            }
+        });
+        assert!(
+            served,
+            "a node serves the fleet's certificate; log:\n{}",
+            g.log_text()
+        );
+        leaves.push(leaf.unwrap());
+    }
+    assert!(
+        leaves.iter().all(|l| *l == leaves[0]),
+        "one certificate for the fleet"
+    );
+    let ordered: u64 = [&a, &b, &c]
+        .iter()
+        .map(|g| g.metric("gapura_acme_certificate_issued_total{name=\"a.test\"}"))
+        .sum();
+    assert_eq!(
+        ordered,
+        1,
+        "ordered once:\n{}\n{}\n{}",
+        a.log_text(),
+        b.log_text(),
+        c.log_text()
+    );
+    let took = [&a, &b, &c]
+        .iter()
+        .filter(|g| {
+            g.log_text()
+                .contains("took the fleet's certificate for a.test")
+        })
+        .count();
+    assert_eq!(took, 2);
 }

@@ -21,6 +21,7 @@ fn an_acme_certificate_compiles_pending_with_its_names_and_the_settings() {
             challenges: vec![AcmeChallenge::TlsAlpn01, AcmeChallenge::Http01],
             roots: None,
             certificates: vec![vec!["a.example".into(), "www.a.example".into()]],
+            shared_key_file: None,
         })
     );
     let tls = c.snapshot.tls.as_ref().unwrap();
@@ -99,6 +100,27 @@ fn every_acme_error_has_its_code_and_place() {
     assert_eq!(
         unread,
         vec![("acme.ca_file.unreadable", "acme.ca_file".into())]
+    );
+}
+
+#[test]
+fn a_fleet_shares_certificates_under_a_key_file() {
+    let fleet = "[fleet]\nredis = \"redis://127.0.0.1:6379\"\nnodes_expected = 3\n";
+    assert_eq!(
+        one(&format!("{TLS}{fleet}{ACME}{CERT}")),
+        at(
+            "acme.shared_key_file.required",
+            "acme.shared_key_file",
+            6,
+            1
+        )
+    );
+    let c = ok(&format!(
+        "{TLS}{fleet}{ACME}shared_key_file = \"/etc/gapura/acme.key\"\n{CERT}"
+    ));
+    assert_eq!(
+        c.runtime.acme.unwrap().shared_key_file.as_deref(),
+        Some("/etc/gapura/acme.key")
     );
 }
 
