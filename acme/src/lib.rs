@@ -11,7 +11,9 @@
 //! `manager` is the thread that runs it all and tells the runtime what
 //! changed, and, with a fleet, `fleet` (the engine's interface, sealing,
 //! records) and `fleetsync` (the thread's turns with the fleet) make one
-//! node order each certificate and every node serve it.
+//! node order each certificate and every node serve it; `ondemand` orders
+//! certificates for names seen in handshakes that the operator's `ask`
+//! endpoint allows.
 //!
 //! It must never run on a shard or be waited on by one, never decide a
 //! request, and never write a key where anyone but the owner can read it.
@@ -21,6 +23,7 @@ pub mod fleet;
 mod fleetsync;
 pub mod jws;
 pub mod manager;
+pub mod ondemand;
 pub mod order;
 pub mod schedule;
 pub mod store;
@@ -29,4 +32,5 @@ pub mod validity;
 
 pub use fleet::{Fleet, FleetState, SealKey};
 pub use manager::{Event, Manager, Settings, Shared, Status};
+pub use ondemand::OnDemand;
 pub use order::{AlpnCert, Answers, Kind};

@@ -33,6 +33,8 @@ pub struct Settings {
     pub roots: Option<Vec<Vec<u8>>>,
     /// Each certificate's names.
     pub certificates: Vec<Vec<String>>,
+    /// On-demand certificates for names the profile does not list.
+    pub on_demand: Option<crate::ondemand::OnDemand>,
 }
 
 /// What the thread tells the runtime.
@@ -98,7 +100,10 @@ pub struct Manager {
     pub(crate) log: Box<dyn Fn(&str) + Send>,
     pub(crate) shared: Arc<Mutex<Shared>>,
     /// The last day each certificate's coming end was warned of.
-    warned: Vec<i64>,
+    pub(crate) warned: Vec<i64>,
+    /// `on_demand`, and its windows and refusals.
+    pub(crate) on_demand: Option<crate::ondemand::OnDemand>,
+    pub(crate) demand: crate::ondemand::State,
     /// The fleet's engine, with `[fleet]`.
     pub(crate) fleet: Option<Fleet>,
     /// The other nodes' answers in flight, and what this process serves.
@@ -126,6 +131,8 @@ impl Manager {
             shared,
             warned: Vec::new(),
             fleet,
+            on_demand: None,
+            demand: Default::default(),
             others: Answers::default(),
             published: Answers::default(),
             fleet_checked: None,
@@ -135,19 +142,38 @@ impl Manager {
         m
     }
 
-    /// Takes new settings, keeping the state of certificates it had.
+    /// Takes new settings, keeping the state of certificates it had (and
+    /// of on-demand ones, while `on_demand` is on; at start, those the
+    /// state directory holds).
     fn adopt(&mut self, settings: Settings) {
         let now = now_s();
+        let store = Store::new(&settings.state_dir);
         let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-        let old = std::mem::take(&mut shared.certificates);
-        shared.certificates = settings
-            .certificates
+        let mut old = std::mem::take(&mut shared.certificates);
+        if old.is_empty() && settings.on_demand.is_some() {
+            old = (store.list().into_iter())
+                .filter(|names| !settings.certificates.contains(names))
+                .map(|names| Status {
+                    names,
+                    ..Status::default()
+                })
+                .collect();
+        }
+        let mut wanted = settings.certificates.clone();
+        if settings.on_demand.is_some() {
+            wanted.extend(
+                (old.iter())
+                    .map(|s| s.names.clone())
+                    .filter(|n| !settings.certificates.contains(n)),
+            );
+        }
+        shared.certificates = wanted
             .iter()
             .map(|names| {
-                if let Some(s) = old.iter().find(|s| &s.names == names) {
+                if let Some(s) = old.iter().find(|s| &s.names == names && s.due_s != 0) {
                     return s.clone();
                 }
-                let stored = self.store.load(names);
+                let stored = store.load(names);
                 Status {
                     names: names.clone(),
                     not_after: stored.as_ref().map(|s| s.validity.not_after),
@@ -161,16 +187,29 @@ impl Manager {
         if settings.directory != self.settings.directory || settings.roots != self.settings.roots {
             self.client = None;
         }
-        self.store = Store::new(&settings.state_dir);
+        self.store = store;
+        self.on_demand = settings.on_demand.clone();
         self.settings = settings;
     }
 
-    /// Runs until `updates` is closed: new settings arrive there.
-    pub fn run(mut self, updates: Receiver<Settings>, events: SyncSender<Event>) {
+    /// The server's trust roots, if the profile gives them.
+    pub(crate) fn roots(&self) -> Option<&[Vec<u8>]> {
+        self.settings.roots.as_deref()
+    }
+
+    /// Runs until `updates` is closed: new settings arrive there, and
+    /// on-demand names on `asks`.
+    pub fn run(
+        mut self,
+        updates: Receiver<Settings>,
+        asks: Receiver<String>,
+        events: SyncSender<Event>,
+    ) {
         loop {
             if self.fleet.is_some() {
                 self.sync_fleet(&events);
             }
+            self.take_asks(&asks);
             let now = now_s();
             self.warn_expiry(now);
             let next = self.due_index(now);
@@ -178,10 +217,12 @@ impl Manager {
                 self.attempt(i, &events);
                 continue;
             }
-            let wait = match &self.fleet {
-                // The fleet's answers and certificates are looked at often.
-                Some(_) => Duration::from_millis(crate::fleetsync::SYNC_MS),
-                None => Duration::from_secs(
+            let often = self.fleet.is_some() || self.on_demand.is_some();
+            let wait = match often {
+                // The fleet's answers and certificates, and on-demand
+                // names, are looked at often.
+                true => Duration::from_millis(crate::fleetsync::SYNC_MS),
+                false => Duration::from_secs(
                     self.next_due().map_or(3600, |d| (d - now).clamp(1, 3600)) as u64,
                 ),
             };

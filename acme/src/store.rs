@@ -114,6 +114,22 @@ impl Store {
         })
     }
 
+    /// The names of every certificate stored.
+    pub fn list(&self) -> Vec<Vec<String>> {
+        let Ok(dir) = fs::read_dir(self.dir.join("certificates")) else {
+            return Vec::new();
+        };
+        let mut out: Vec<Vec<String>> = dir
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".names"))
+            .filter_map(|e| fs::read_to_string(e.path()).ok())
+            .map(|t| t.lines().map(str::to_string).collect::<Vec<_>>())
+            .filter(|n: &Vec<String>| !n.is_empty())
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Stores an issued certificate for `names`: the key, then the chain,
     /// then the names (which [`load`](Self::load) reads first).
     pub fn save(&self, names: &[String], issued: &Issued) -> Result<(), String> {
@@ -170,6 +186,7 @@ mod tests {
         // Another list of names (one added) is not this certificate.
         let more = vec!["a.test".into(), "www.a.test".into(), "b.a.test".into()];
         assert!(store.load(&more).is_none());
+        assert_eq!(store.list(), vec![names.clone()]);
         let (_, key, _) = store.paths(&names);
         assert_eq!(
             fs::metadata(&key).unwrap().permissions().mode() & 0o777,

@@ -1,6 +1,8 @@
 //! HTTPS to the ACME server: one blocking request a connection (RFC 8555
 //! servers are asked a few dozen times a certificate), bounded in time and
-//! size, over rustls with the server's own trust roots or the public ones.
+//! size, over rustls with the server's own trust roots or the public ones;
+//! plain HTTP too, for an on-demand `ask` endpoint on the operator's own
+//! network.
 
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
@@ -36,17 +38,21 @@ pub struct Transport {
     timeout: Duration,
 }
 
-/// An `https://host[:port]/path` split.
+/// An `https://host[:port]/path` (or `http://`) split.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Url<'a> {
     pub host: &'a str,
     pub port: u16,
     pub path: &'a str,
+    pub tls: bool,
 }
 
-/// Splits an `https` URL; `None` for any other.
+/// Splits an `https` or `http` URL; `None` for any other.
 pub fn split(url: &str) -> Option<Url<'_>> {
-    let rest = url.strip_prefix("https://")?;
+    let (rest, tls) = match url.strip_prefix("https://") {
+        Some(r) => (r, true),
+        None => (url.strip_prefix("http://")?, false),
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -63,12 +69,18 @@ pub fn split(url: &str) -> Option<Url<'_>> {
     };
     let port = match port {
         Some(p) => p.parse().ok()?,
-        None => 443,
+        None if tls => 443,
+        None => 80,
     };
     if host.is_empty() {
         return None;
     }
-    Some(Url { host, port, path })
+    Some(Url {
+        host,
+        port,
+        path,
+        tls,
+    })
 }
 
 impl Transport {
@@ -104,7 +116,7 @@ impl Transport {
         url: &str,
         body: Option<(&str, &[u8])>,
     ) -> Result<Answer, String> {
-        let u = split(url).ok_or_else(|| format!("not an https URL: {url}"))?;
+        let u = split(url).ok_or_else(|| format!("not an http(s) URL: {url}"))?;
         let addr = (u.host, u.port)
             .to_socket_addrs()
             .map_err(|e| format!("{}: {e}", u.host))?
@@ -115,33 +127,49 @@ impl Transport {
         tcp.set_read_timeout(Some(self.timeout))
             .and_then(|_| tcp.set_write_timeout(Some(self.timeout)))
             .map_err(|e| e.to_string())?;
-        let name = ServerName::try_from(u.host.to_string()).map_err(|e| e.to_string())?;
-        let conn = ClientConnection::new(self.tls.clone(), name).map_err(|e| e.to_string())?;
-        let mut tls = StreamOwned::new(conn, tcp);
-        let host = if u.port == 443 {
-            u.host.to_string()
+        let out = request_bytes(method, &u, body);
+        let raw = if u.tls {
+            let name = ServerName::try_from(u.host.to_string()).map_err(|e| e.to_string())?;
+            let conn = ClientConnection::new(self.tls.clone(), name).map_err(|e| e.to_string())?;
+            exchange(&mut StreamOwned::new(conn, tcp), &out)
         } else {
-            format!("{}:{}", u.host, u.port)
+            exchange(&mut { tcp }, &out)
         };
-        let mut head = format!(
-            "{method} {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: gapura-acme\r\nAccept: */*\r\nConnection: close\r\n",
-            u.path
-        );
-        if let Some((ctype, b)) = body {
-            head.push_str(&format!(
-                "Content-Type: {ctype}\r\nContent-Length: {}\r\n",
-                b.len()
-            ));
-        }
-        head.push_str("\r\n");
-        let mut out = head.into_bytes();
-        if let Some((_, b)) = body {
-            out.extend_from_slice(b);
-        }
-        tls.write_all(&out).map_err(|e| format!("{url}: {e}"))?;
-        let raw = read_all(&mut tls).map_err(|e| format!("{url}: {e}"))?;
+        let raw = raw.map_err(|e| format!("{url}: {e}"))?;
         parse(&raw, method == "HEAD").map_err(|e| format!("{url}: {e}"))
     }
+}
+
+/// A request's bytes.
+fn request_bytes(method: &str, u: &Url<'_>, body: Option<(&str, &[u8])>) -> Vec<u8> {
+    let default = if u.tls { 443 } else { 80 };
+    let host = if u.port == default {
+        u.host.to_string()
+    } else {
+        format!("{}:{}", u.host, u.port)
+    };
+    let mut head = format!(
+        "{method} {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: gapura-acme\r\nAccept: */*\r\nConnection: close\r\n",
+        u.path
+    );
+    if let Some((ctype, b)) = body {
+        head.push_str(&format!(
+            "Content-Type: {ctype}\r\nContent-Length: {}\r\n",
+            b.len()
+        ));
+    }
+    head.push_str("\r\n");
+    let mut out = head.into_bytes();
+    if let Some((_, b)) = body {
+        out.extend_from_slice(b);
+    }
+    out
+}
+
+/// Writes the request and reads the whole answer.
+fn exchange(io: &mut (impl Read + Write), out: &[u8]) -> Result<Vec<u8>, String> {
+    io.write_all(out).map_err(|e| e.to_string())?;
+    read_all(io)
 }
 
 /// Reads until the server closes (an abrupt close after a whole answer is
@@ -239,7 +267,8 @@ mod tests {
             Some(Url {
                 host: "ca.example",
                 port: 443,
-                path: "/dir"
+                path: "/dir",
+                tls: true
             })
         );
         assert_eq!(
@@ -247,7 +276,8 @@ mod tests {
             Some(Url {
                 host: "127.0.0.1",
                 port: 14000,
-                path: "/"
+                path: "/",
+                tls: true
             })
         );
         assert_eq!(
@@ -255,10 +285,20 @@ mod tests {
             Some(Url {
                 host: "::1",
                 port: 8443,
-                path: "/a/b"
+                path: "/a/b",
+                tls: true
             })
         );
-        assert_eq!(split("http://ca.example/dir"), None);
+        assert_eq!(
+            split("http://ask.internal/check?x=1"),
+            Some(Url {
+                host: "ask.internal",
+                port: 80,
+                path: "/check?x=1",
+                tls: false
+            })
+        );
+        assert_eq!(split("ftp://ca.example/dir"), None);
         assert_eq!(split("https://:1/"), None);
         assert_eq!(split("https://h:99999/"), None);
     }

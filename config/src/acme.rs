@@ -7,8 +7,8 @@
 
 use crate::env::CertificateLoader;
 use crate::error::Errors;
-use crate::schema::{RawAcme, RawCertificate};
-use crate::settings::{AcmeChallenge, AcmeSettings};
+use crate::schema::{RawAcme, RawCertificate, RawOnDemand};
+use crate::settings::{AcmeChallenge, AcmeSettings, OnDemand};
 use toml::Spanned;
 
 /// Checks `[acme]` and every certificate's `acme` key; `None` when no
@@ -67,7 +67,7 @@ pub(crate) fn check_acme(
         ordered.push(names);
     }
     let raw = raw?;
-    if ordered.is_empty() {
+    if ordered.is_empty() && raw.get_ref().on_demand.is_none() {
         e.warn(
             "acme.unused",
             "acme",
@@ -187,6 +187,7 @@ fn check_section(
         roots,
         certificates,
         shared_key_file: a.shared_key_file.as_ref().map(|f| f.get_ref().clone()),
+        on_demand: a.on_demand.as_ref().and_then(|o| check_on_demand(o, e)),
     })
 }
 
@@ -233,5 +234,71 @@ fn check_challenges(a: &RawAcme, e: &mut Errors<'_>) -> Option<Vec<AcmeChallenge
 fn valid_https(url: &str) -> bool {
     url.strip_prefix("https://").is_some_and(|rest| {
         !rest.is_empty() && !rest.starts_with('/') && !rest.contains(char::is_whitespace)
+    })
+}
+
+/// `on_demand`: an `ask` URL and a `rate` of `"N/second"`, `"N/minute"`
+/// or `"N/hour"` (N in 1..=1000).
+fn check_on_demand(raw: &Spanned<RawOnDemand>, e: &mut Errors<'_>) -> Option<OnDemand> {
+    let o = raw.get_ref();
+    let ask = match &o.ask {
+        None => {
+            e.push(
+                "acme.on_demand.ask.required",
+                "acme.on_demand.ask",
+                raw.span(),
+                "on-demand certificates need ask = \"http://...\": the endpoint that says which names may have one",
+            );
+            None
+        }
+        Some(a) => {
+            let v = a.get_ref();
+            let ok = ["http://", "https://"].iter().any(|p| {
+                v.strip_prefix(p)
+                    .is_some_and(|r| !r.is_empty() && !r.starts_with('/'))
+            }) && !v.contains(char::is_whitespace);
+            if !ok {
+                e.push(
+                    "acme.on_demand.ask.invalid",
+                    "acme.on_demand.ask",
+                    a.span(),
+                    format!("{v:?} is not an http:// or https:// URL"),
+                );
+            }
+            ok.then(|| v.clone())
+        }
+    };
+    let rate = match &o.rate {
+        None => Some((10, 60)),
+        Some(r) => {
+            let parsed = r.get_ref().split_once('/').and_then(|(n, per)| {
+                let n: u32 = n.trim().parse().ok().filter(|n| (1..=1000).contains(n))?;
+                let per = match per.trim() {
+                    "second" => 1,
+                    "minute" => 60,
+                    "hour" => 3600,
+                    _ => return None,
+                };
+                Some((n, per))
+            });
+            if parsed.is_none() {
+                e.push(
+                    "acme.on_demand.rate.invalid",
+                    "acme.on_demand.rate",
+                    r.span(),
+                    format!(
+                        "{:?} is not \"N/second\", \"N/minute\" or \"N/hour\" with N in 1..=1000",
+                        r.get_ref()
+                    ),
+                );
+            }
+            parsed
+        }
+    };
+    let (count, per_s) = rate?;
+    Some(OnDemand {
+        ask: ask?,
+        count,
+        per_s,
     })
 }

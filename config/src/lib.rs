@@ -134,8 +134,8 @@ pub use protection::{
     CLIENT_RATE_LIMIT, DIMENSIONS as PROTECTION_DIMENSIONS, FALLBACK_MEMORY_BYTES,
 };
 pub use settings::{
-    AcmeChallenge, AcmeSettings, ClientRing, Driver, FleetSettings, RuntimeSettings, Shards,
-    Steering,
+    AcmeChallenge, AcmeSettings, ClientRing, Driver, FleetSettings, OnDemand, RuntimeSettings,
+    Shards, Steering,
 };
 
 use std::path::Path;

@@ -75,6 +75,15 @@ pub(crate) struct RawAcme {
     pub challenges: Option<StrList>,
     pub ca_file: Opt<String>,
     pub shared_key_file: Opt<String>,
+    pub on_demand: Option<Spanned<RawOnDemand>>,
+}
+
+/// `[acme] on_demand`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOnDemand {
+    pub ask: Opt<String>,
+    pub rate: Opt<String>,
 }
 
 /// `[http3]`.

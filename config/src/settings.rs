@@ -69,6 +69,19 @@ pub struct AcmeSettings {
     /// With `[fleet]`: the file whose first line keys the certificates
     /// the nodes share through the engine.
     pub shared_key_file: Option<String>,
+    /// On-demand certificates for names the profile does not list.
+    pub on_demand: Option<OnDemand>,
+}
+
+/// `[acme] on_demand`: a name not in the profile gets a certificate at its
+/// first handshake only if `ask` answers 200 for it and `count` orders in
+/// `per_s` seconds allow it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OnDemand {
+    /// `http://` or `https://` URL, asked `?domain=NAME`.
+    pub ask: String,
+    pub count: u32,
+    pub per_s: u64,
 }
 
 /// `[fleet]`, checked (docs/fleet.md).

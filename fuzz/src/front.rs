@@ -208,7 +208,7 @@ fn tls_config() -> Arc<rustls::ServerConfig> {
                 h2: true,
                 acme_alpn: Vec::new(),
             });
-            gapura_http::server::tls::build_config(&settings, Arc::new(ShardStats::default()))
+            gapura_http::server::tls::build_config(&settings, Arc::new(ShardStats::default()), None)
                 .expect("a configuration")
         })
         .clone()

@@ -31,6 +31,13 @@ pub struct Running {
     events: Option<Receiver<Event>>,
     answers: Answers,
     pub shared: Arc<Mutex<Shared>>,
+    /// The compiled snapshot's TLS settings, before they were dressed.
+    base_tls: Option<Arc<gapura_gate::tls::TlsSettings>>,
+    /// On-demand certificates: the shards' side of the queue, the thread's
+    /// side (until it starts), and the names of those issued.
+    pub asks: Option<SyncSender<String>>,
+    asks_rx: Option<Receiver<String>>,
+    on_demand: Vec<Vec<String>>,
 }
 
 fn thread_settings(a: &AcmeSettings) -> Settings {
@@ -48,15 +55,45 @@ fn thread_settings(a: &AcmeSettings) -> Settings {
             .collect(),
         roots: a.roots.clone(),
         certificates: a.certificates.clone(),
+        on_demand: a.on_demand.as_ref().map(|o| gapura_acme::OnDemand {
+            ask: o.ask.clone(),
+            count: o.count,
+            per_s: o.per_s,
+        }),
     }
 }
+
+/// How many unclaimed names the shards may hand over before the thread
+/// takes them (more are dropped).
+const ASKS_QUEUE: usize = 64;
 
 impl Running {
     /// Ready to dress the first snapshot; the thread starts with
     /// [`apply`](Self::apply), once the shards answer.
     pub fn prepared(settings: Option<&AcmeSettings>) -> Running {
+        // The shards get the queue whenever `[acme]` is there at start (a
+        // reload may turn `on_demand` on or off; the thread drains the
+        // queue either way).
+        let (asks, asks_rx) = match settings {
+            Some(_) => {
+                let (tx, rx) = mpsc::sync_channel(ASKS_QUEUE);
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
+        let on_demand = match settings {
+            Some(a) if a.on_demand.is_some() => (gapura_acme::store::Store::new(&a.state_dir)
+                .list())
+            .into_iter()
+            .filter(|n| !a.certificates.contains(n))
+            .collect(),
+            _ => Vec::new(),
+        };
         Running {
             settings: settings.cloned(),
+            asks,
+            asks_rx,
+            on_demand,
             ..Running::default()
         }
     }
@@ -95,18 +132,29 @@ impl Running {
             self.shared.clone(),
             fleet,
         );
+        let asks = self
+            .asks_rx
+            .take()
+            .unwrap_or_else(|| mpsc::sync_channel(1).1);
         std::thread::Builder::new()
             .name("gapura-acme".into())
-            .spawn(move || manager.run(rx, events_tx))
+            .spawn(move || manager.run(rx, asks, events_tx))
             .map_err(|e| format!("acme thread: {e}"))?;
         self.updates = Some(updates);
         self.events = Some(events);
         Ok(())
     }
 
-    /// Fills `snap`'s ACME certificates from the state directory and sets
-    /// the challenges in flight.
-    pub fn dress(&self, snap: &mut Snapshot) {
+    /// Dresses a compiled snapshot (start, reload): its TLS settings are
+    /// kept as they were compiled, then [`apply_to`](Self::apply_to).
+    pub fn dress(&mut self, snap: &mut Snapshot) {
+        self.base_tls = snap.tls.clone();
+        self.apply_to(snap);
+    }
+
+    /// Fills `snap`'s ACME certificates from the state directory, adds the
+    /// on-demand ones, and sets the challenges in flight.
+    fn apply_to(&self, snap: &mut Snapshot) {
         snap.acme = Arc::new(Challenges::new(&self.answers.http));
         let Some(tls) = snap.tls.as_mut() else {
             return;
@@ -121,6 +169,22 @@ impl Running {
                 c.chain = s.chain;
                 c.key = Secret(s.key);
             }
+        }
+        for names in &self.on_demand {
+            let Some(s) = store.as_ref().and_then(|s| s.load(names)) else {
+                continue;
+            };
+            let at = t.certificates.len() as u32;
+            if names.iter().any(|n| t.names.insert(n, at).is_err()) {
+                continue;
+            }
+            t.certificates.push(gapura_gate::tls::Certificate {
+                label: format!("acme:on-demand:{}", names.join(",")),
+                chain: s.chain,
+                key: Secret(s.key),
+                ocsp: None,
+                acme: names.clone(),
+            });
         }
         t.acme_alpn = (self.answers.alpn.iter())
             .map(|a| AlpnChallenge {
@@ -146,13 +210,21 @@ impl Running {
                     acks.push(ack);
                 }
                 Event::Issued(names) => {
+                    let listed = self
+                        .settings
+                        .as_ref()
+                        .is_some_and(|a| a.certificates.contains(&names));
+                    if !listed && !self.on_demand.contains(&names) {
+                        self.on_demand.push(names.clone());
+                    }
                     log!("acme: serving the new certificate for {}", names.join(", "))
                 }
             }
         }
         if changed {
             let mut snap = (*cell.load()).clone();
-            self.dress(&mut snap);
+            snap.tls = self.base_tls.clone();
+            self.apply_to(&mut snap);
             let generation = cell.publish(snap);
             log!("acme: published generation {generation}");
         }
@@ -264,5 +336,6 @@ fn empty() -> AcmeSettings {
         roots: None,
         certificates: Vec::new(),
         shared_key_file: None,
+        on_demand: None,
     }
 }

@@ -221,6 +221,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
             udp: std::mem::take(&mut udp_sockets[id]),
             udp_stats: relay_board.of_shard(id),
             fleet: fleet.as_ref().map(|f| f.shards[id].clone()),
+            on_demand: acme.asks.clone(),
         };
         threads.push(spawn_shard(spec, tx.clone())?);
     }

@@ -63,6 +63,8 @@ pub struct ShardSpec {
     /// Per-process random seed of the gate's keyed hashes.
     pub key_seed: [u8; 16],
     pub verifier: Arc<dyn gapura_http::server::verify::VerifyPool>,
+    /// Where handshakes hand unclaimed names (on-demand certificates).
+    pub on_demand: Option<std::sync::mpsc::SyncSender<String>>,
     /// Where the access log's buffers go.
     pub access_log: std::sync::mpsc::SyncSender<Vec<u8>>,
     /// `gapura explain --live` asks from the admin listener.
@@ -169,6 +171,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
             gate,
         )
         .with_verifier(spec.verifier.clone())
+        .with_on_demand(spec.on_demand.clone())
         .with_access_log(spec.access_log.clone())
         .with_warnings(warn)
         .with_ring(ring.clone()),

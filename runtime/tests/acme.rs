@@ -311,3 +311,109 @@ fn three_nodes_through_one_redis_order_the_name_once_and_serve_it_all() {
         .count();
     assert_eq!(took, 2);
 }
+
+/// An `ask` endpoint: 200 for `allowed`, 403 for any other name; every
+/// name it was asked about, in order.
+fn ask_server(allowed: &'static str) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = asked.clone();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().map_while(Result::ok) {
+            let mut buf = [0u8; 2048];
+            let n = c.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_string();
+            let name = head
+                .split("domain=")
+                .nth(1)
+                .and_then(|r| r.split([' ', '&']).next())
+                .unwrap_or("")
+                .to_string();
+            let status = if name == allowed {
+                "200 OK"
+            } else {
+                "403 Forbidden"
+            };
+            seen.lock().unwrap().push(name);
+            let _ = c.write_all(
+                format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            );
+        }
+    });
+    (port, asked)
+}
+
+#[test]
+fn on_demand_orders_a_name_the_ask_endpoint_allows_and_never_another() {
+    let (http, tls) = (free_port(), free_port());
+    let plan = PebblePlan::new();
+    let state = TempDir::new();
+    let (ask, asked) = ask_server("b.test");
+    let text = fleet_profile(
+        (http, tls),
+        &plan,
+        &state,
+        r#"["tls-alpn-01"]"#,
+        &format!("on_demand = {{ ask = \"http://127.0.0.1:{ask}/check\", rate = \"5/minute\" }}\n"),
+    );
+    let pebble = plan.start(http, tls, 0);
+    let g = Gapura::start(&text);
+    let config = verifying_client(&pebble.root());
+    let any = client_config(ClientOptions::default());
+    let addr = g.tls_addr.unwrap();
+    // b.test: its first handshake asks; a later one is served its own
+    // certificate.
+    let served = common::wait_until(Duration::from_secs(60), || {
+        match TlsClient::connect(addr, Some("b.test"), &config) {
+            Ok(mut c) => c.request(b"GET / HTTP/1.1\r\nHost: b.test\r\n\r\n").status == 200,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(200));
+                false
+            }
+        }
+    });
+    assert!(served, "{}", g.log_text());
+    // evil.test: refused by ask, asked once however often it comes, and
+    // never given a certificate of its own.
+    for _ in 0..5 {
+        let _ = TlsClient::connect(addr, Some("evil.test"), &any);
+    }
+    assert!(g.wait_log(
+        "acme: on demand: ask refused evil.test",
+        Duration::from_secs(10)
+    ));
+    for _ in 0..5 {
+        let _ = TlsClient::connect(addr, Some("evil.test"), &any);
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(
+        asked.iter().filter(|n| *n == "evil.test").count(),
+        1,
+        "{asked:?}"
+    );
+    assert_eq!(
+        asked.iter().filter(|n| *n == "b.test").count(),
+        1,
+        "{asked:?}"
+    );
+    assert!(TlsClient::connect(addr, Some("evil.test"), &config).is_err());
+    assert!(!state.0.join("acme/certificates/evil.test.crt").exists());
+    // A restart serves b.test from the state directory, asking nothing.
+    drop(g);
+    for port in [http, tls] {
+        assert!(common::wait_until(Duration::from_secs(10), || {
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+        }));
+    }
+    let g = Gapura::start(&text);
+    let mut c = TlsClient::connect(g.tls_addr.unwrap(), Some("b.test"), &config)
+        .expect("b.test served after a restart");
+    assert_eq!(
+        c.request(b"GET / HTTP/1.1\r\nHost: b.test\r\n\r\n").status,
+        200
+    );
+}

@@ -22,6 +22,7 @@ fn an_acme_certificate_compiles_pending_with_its_names_and_the_settings() {
             roots: None,
             certificates: vec![vec!["a.example".into(), "www.a.example".into()]],
             shared_key_file: None,
+            on_demand: None,
         })
     );
     let tls = c.snapshot.tls.as_ref().unwrap();
@@ -122,6 +123,43 @@ fn a_fleet_shares_certificates_under_a_key_file() {
         c.runtime.acme.unwrap().shared_key_file.as_deref(),
         Some("/etc/gapura/acme.key")
     );
+}
+
+#[test]
+fn on_demand_takes_an_ask_url_and_a_rate() {
+    let c = ok(&format!(
+        "{TLS}{ACME}on_demand = {{ ask = \"http://127.0.0.1:9000/ok\", rate = \"3/hour\" }}\n{CERT}"
+    ));
+    assert_eq!(
+        c.runtime.acme.unwrap().on_demand,
+        Some(crate::OnDemand {
+            ask: "http://127.0.0.1:9000/ok".into(),
+            count: 3,
+            per_s: 3600,
+        })
+    );
+    let c = ok(&format!(
+        "{TLS}{ACME}on_demand = {{ ask = \"https://ask.example/ok\" }}\n{CERT}"
+    ));
+    let od = c.runtime.acme.unwrap().on_demand.unwrap();
+    assert_eq!((od.count, od.per_s), (10, 60));
+    assert_eq!(
+        one(&format!("{TLS}{ACME}on_demand = {{ ask = \"ftp://x\" }}\n{CERT}")),
+        at("acme.on_demand.ask.invalid", "acme.on_demand.ask", 7, 21)
+    );
+    assert_eq!(
+        one(&format!("{TLS}{ACME}on_demand = {{ rate = \"1/minute\" }}\n{CERT}")).0,
+        "acme.on_demand.ask.required"
+    );
+    for bad in ["0/minute", "10/day", "ten/minute", "1001/second"] {
+        assert_eq!(
+            one(&format!(
+                "{TLS}{ACME}on_demand = {{ ask = \"http://a.example/\", rate = \"{bad}\" }}\n{CERT}"
+            ))
+            .0,
+            "acme.on_demand.rate.invalid"
+        );
+    }
 }
 
 #[test]

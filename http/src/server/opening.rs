@@ -199,7 +199,7 @@ impl Shard {
                 return config.clone();
             }
         }
-        let config = match build_config(settings, self.stats.clone()) {
+        let config = match build_config(settings, self.stats.clone(), self.on_demand.clone()) {
             Ok(config) => Some(config),
             Err(e) => {
                 if let Some(warn) = self.logs.warn {

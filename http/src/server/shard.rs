@@ -71,6 +71,9 @@ pub struct Shard {
     pub verifier: Option<Arc<dyn verify::VerifyPool>>,
     /// The TLS configuration built for the current snapshot (`tls`).
     pub(super) tls: RefCell<tls::Built>,
+    /// On-demand certificates: where a handshake's unclaimed SNI name is
+    /// handed (without waiting) to the ACME thread, which asks and orders.
+    pub(super) on_demand: Option<std::sync::mpsc::SyncSender<String>>,
 }
 
 /// The snapshot a shard serves.
@@ -249,6 +252,7 @@ impl Shard {
             },
             verifier: None,
             tls: RefCell::new(None),
+            on_demand: None,
         }
     }
 
@@ -280,6 +284,12 @@ impl Shard {
 
     pub fn with_verifier(mut self, pool: Arc<dyn verify::VerifyPool>) -> Shard {
         self.verifier = Some(pool);
+        self
+    }
+
+    /// Hands unclaimed SNI names to `asks` (on-demand certificates).
+    pub fn with_on_demand(mut self, asks: Option<std::sync::mpsc::SyncSender<String>>) -> Shard {
+        self.on_demand = asks;
         self
     }
 

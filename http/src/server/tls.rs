@@ -37,6 +37,9 @@ struct ByName {
     keys: Vec<Option<Arc<CertifiedKey>>>,
     acme: Vec<(String, Arc<CertifiedKey>)>,
     stats: Arc<ShardStats>,
+    /// On-demand certificates: an unclaimed name is handed here, never
+    /// waited on (a full queue drops it).
+    on_demand: Option<std::sync::mpsc::SyncSender<String>>,
 }
 
 impl ResolvesServerCert for ByName {
@@ -52,7 +55,12 @@ impl ResolvesServerCert for ByName {
                 .map(|(_, k)| k.clone());
         }
         match sni {
-            Some(name) if !self.settings.claims(name) => self.stats.tls_sni_default.inc(),
+            Some(name) if !self.settings.claims(name) => {
+                self.stats.tls_sni_default.inc();
+                if let Some(asks) = &self.on_demand {
+                    let _ = asks.try_send(name.to_ascii_lowercase());
+                }
+            }
             None => self.stats.tls_no_sni.inc(),
             Some(_) => {}
         }
@@ -64,6 +72,7 @@ impl ResolvesServerCert for ByName {
 pub fn build_config(
     settings: &Arc<TlsSettings>,
     stats: Arc<ShardStats>,
+    on_demand: Option<std::sync::mpsc::SyncSender<String>>,
 ) -> Result<Arc<ServerConfig>, String> {
     let mut keys = Vec::with_capacity(settings.certificates.len());
     for c in &settings.certificates {
@@ -97,6 +106,7 @@ pub fn build_config(
             keys,
             acme,
             stats,
+            on_demand,
         }));
     config.alpn_protocols = if settings.h2 {
         vec![b"h2".to_vec(), HTTP11.to_vec()]
