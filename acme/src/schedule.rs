@@ -45,7 +45,7 @@ pub fn retry_after_ms(value: &str, now_s: i64) -> Option<u64> {
 }
 
 /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) as Unix seconds.
-fn http_date(s: &str) -> Option<i64> {
+pub fn http_date(s: &str) -> Option<i64> {
     let mut parts = s.split_ascii_whitespace();
     let _weekday = parts.next()?;
     let day: i64 = parts.next()?.parse().ok()?;

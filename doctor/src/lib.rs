@@ -6,8 +6,9 @@
 //!
 //! The only things it creates are io_uring rings, listening sockets bound
 //! to the profile's addresses, whatever the caller's steering probe
-//! creates, and, with a `[fleet]`, one connection to its Redis (reads
-//! only: `INFO`, `CLUSTER INFO`, `PING`); each is released at once.
+//! creates, with a `[fleet]`, one connection to its Redis (reads only:
+//! `INFO`, `CLUSTER INFO`, `PING`), and, with `[acme]`, one `GET` of the
+//! certificate authority's directory; each is released at once.
 //!
 //! Modules:
 //! - [`host`]: where /proc and /sys files are read from ([`Host`],
@@ -17,8 +18,11 @@
 //! - [`finding`]: findings, levels, the report, its text and JSON, exit
 //!   codes.
 //! - `checks`: one function per check over what the host shows.
+//! - `acme`: with `[acme]`, the authority's directory, the clocks and the
+//!   challenges' ports.
 //! - [`parse`]: the kernel's small text formats.
 
+mod acme;
 mod checks;
 pub mod finding;
 pub mod host;
@@ -66,6 +70,11 @@ pub fn run(
     let mut r = report(&FsHost::new(), &RealProbe, profile, steering);
     if let Some(f) = profile.and_then(|p| p.runtime.fleet.as_ref()) {
         r.findings.push(fleet_finding(f));
+    }
+    if let Some(p) = profile {
+        if let Some(a) = &p.runtime.acme {
+            r.findings.extend(acme::findings(a, &p.runtime));
+        }
     }
     let text = if opts.json {
         let mut s = serde_json::to_string_pretty(&r.to_json()).unwrap_or_default();

@@ -417,3 +417,50 @@ fn on_demand_orders_a_name_the_ask_endpoint_allows_and_never_another() {
         200
     );
 }
+
+/// `gapura doctor --json` on `profile`: its `acme.*` findings (id, level).
+fn doctor_acme(profile: &str) -> Vec<(String, String, String)> {
+    let dir = TempDir::new();
+    let path = dir.0.join("profile.toml");
+    std::fs::write(&path, profile).unwrap();
+    let out = std::process::Command::new(common::bin())
+        .args(["doctor", "--json", "--profile"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"].as_str().unwrap().starts_with("acme."))
+        .map(|f| {
+            let s = |k: &str| f[k].as_str().unwrap().to_string();
+            (s("id"), s("level"), s("found"))
+        })
+        .collect()
+}
+
+#[test]
+fn doctor_reads_the_directory_compares_clocks_and_names_the_challenges_ports() {
+    let (http, tls) = (free_port(), free_port());
+    let plan = PebblePlan::new();
+    let state = TempDir::new();
+    let text = acme_profile((http, tls), &plan, &state, r#"["tls-alpn-01", "http-01"]"#);
+    // The authority down: the directory fails.
+    let down = doctor_acme(&text);
+    assert_eq!(down[0].0, "acme.directory");
+    assert_eq!(down[0].1, "fail", "{down:?}");
+    // Up: a directory, the clocks agree; neither port is 80 or 443.
+    let _pebble = plan.start(http, tls, 0);
+    let up = doctor_acme(&text);
+    assert_eq!(up[0].1, "ok", "{up:?}");
+    assert!(up[0].2.contains("an ACME directory"), "{up:?}");
+    assert_eq!(up[1].0, "acme.ports");
+    assert_eq!(up[1].1, "warn", "{up:?}");
+    assert!(
+        up[1].2.contains("port 443") && up[1].2.contains("port 80"),
+        "{up:?}"
+    );
+    assert!(!state.0.join("acme").exists(), "doctor writes nothing");
+}

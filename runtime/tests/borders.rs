@@ -283,9 +283,9 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-const CRATES: [&str; 11] = [
+const CRATES: [&str; 12] = [
     "runtime", "http", "udp", "gate", "config", "bench", "loadtest", "doctor", "tune", "fuzz",
-    "fleet",
+    "fleet", "acme",
 ];
 
 /// Whether a strongly connected component holds a circle through more

@@ -144,11 +144,16 @@ fn on_demand_takes_an_ask_url_and_a_rate() {
     let od = c.runtime.acme.unwrap().on_demand.unwrap();
     assert_eq!((od.count, od.per_s), (10, 60));
     assert_eq!(
-        one(&format!("{TLS}{ACME}on_demand = {{ ask = \"ftp://x\" }}\n{CERT}")),
+        one(&format!(
+            "{TLS}{ACME}on_demand = {{ ask = \"ftp://x\" }}\n{CERT}"
+        )),
         at("acme.on_demand.ask.invalid", "acme.on_demand.ask", 7, 21)
     );
     assert_eq!(
-        one(&format!("{TLS}{ACME}on_demand = {{ rate = \"1/minute\" }}\n{CERT}")).0,
+        one(&format!(
+            "{TLS}{ACME}on_demand = {{ rate = \"1/minute\" }}\n{CERT}"
+        ))
+        .0,
         "acme.on_demand.ask.required"
     );
     for bad in ["0/minute", "10/day", "ten/minute", "1001/second"] {
