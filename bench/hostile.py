@@ -35,6 +35,16 @@ scenario failed.
                  times each: the open-connection, lease and upstream gauges
                  return to their values before the test
 
+Automatic certificates (Gapura and Caddy, both ordering from a local pebble,
+on-demand certificates allowed by the same `ask` endpoint for one name):
+
+  acme-sni-flood   2,000 handshakes naming distinct unclaimed names: asks
+                   reaching the endpoint (Gapura <= 40), orders reaching
+                   the ACME server (0), RSS peak <= 16 MiB, a legitimate
+                   verified client answered >= 99 %
+  acme-token-probe 20,000 GETs of challenge tokens never in flight: every
+                   one goes through the chain to the host's own answer
+
 Protocol attacks: Gapura (one shard, protective defaults off) and, where it
 has the feature, nginx (Debian's package, installed on demand; one worker
 on the same core) side by side, each with the same attack. Every one
@@ -139,6 +149,7 @@ from hostile_suite.h3 import (scenario_h3_amplification, scenario_h3_cid_churn,
                               scenario_h3_initial_flood, scenario_h3_qpack_bomb,
                               scenario_h3_slow_handshake, scenario_h3_streams,
                               scenario_h3_zero_window)
+from hostile_suite.acme import scenario_acme_sni_flood, scenario_acme_token_probe
 from hostile_suite.idle import scenario_idle
 from hostile_suite.queue import scenario_h2_upstream_queue
 from hostile_suite.slow import scenario_slow_body, scenario_slow_headers
@@ -150,7 +161,7 @@ SCENARIOS = ("slow-headers", "slow-body", "flood", "reloads", "upstream-kill", "
              "h2-zero-window", "h2-hpack-bomb", "h2-streams", "h2-upstream-queue", "tls-silent",
              "tls-slow", "h3-initial-flood", "h3-amplification", "h3-slow-handshake",
              "h3-streams", "h3-zero-window", "h3-qpack-bomb", "h3-cid-churn",
-             "udp-spoof", "udp-replay", "udp-invalid")
+             "udp-spoof", "udp-replay", "udp-invalid", "acme-sni-flood", "acme-token-probe")
 
 RUNNERS = {
     "slow-headers": scenario_slow_headers,
@@ -180,6 +191,8 @@ RUNNERS = {
     "udp-spoof": scenario_udp_spoof,
     "udp-replay": scenario_udp_replay,
     "udp-invalid": scenario_udp_invalid,
+    "acme-sni-flood": scenario_acme_sni_flood,
+    "acme-token-probe": scenario_acme_token_probe,
 }
 
 
