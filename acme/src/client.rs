@@ -44,6 +44,8 @@ pub struct Directory {
     pub new_nonce: String,
     pub new_account: String,
     pub new_order: String,
+    /// ACME Renewal Information (RFC 9773), when the server offers it.
+    pub renewal_info: Option<String>,
 }
 
 /// A client of one ACME server, with one account.
@@ -110,6 +112,7 @@ impl Client {
             new_nonce: get("newNonce")?,
             new_account: get("newAccount")?,
             new_order: get("newOrder")?,
+            renewal_info: d["renewalInfo"].as_str().map(str::to_string),
         };
         Ok(Client {
             transport,
@@ -117,8 +120,13 @@ impl Client {
             directory,
             kid: None,
             nonce: None,
-            requests: 1,
+            requests: 0,
         })
+    }
+
+    /// Whether the account is known (its URL signs requests).
+    pub fn has_account(&self) -> bool {
+        self.kid.is_some()
     }
 
     pub fn directory(&self) -> &Directory {
@@ -179,6 +187,37 @@ impl Client {
         Err(Failure::new(format!(
             "{what}: the server refused {NONCE_RETRIES} nonces in a row"
         )))
+    }
+
+    /// The renewal window the server suggests for the DER certificate
+    /// `leaf` (RFC 9773), and how long until it may be asked again; `None`
+    /// when the server offers no renewal information or the certificate
+    /// has no certificate ID.
+    pub fn renewal_window(
+        &mut self,
+        leaf: &[u8],
+    ) -> Result<Option<((i64, i64), Option<u64>)>, Failure> {
+        let (Some(base), Some(id)) = (
+            self.directory.renewal_info.clone(),
+            crate::ari::cert_id(leaf),
+        ) else {
+            return Ok(None);
+        };
+        self.requests += 1;
+        let url = format!("{}/{id}", base.trim_end_matches('/'));
+        let a = self
+            .transport
+            .request("GET", &url, None)
+            .map_err(|e| Failure::new(format!("renewalInfo: {e}")))?;
+        if a.status != 200 {
+            return Err(problem("renewalInfo", &a));
+        }
+        let window = crate::ari::parse_window(&a.body)
+            .ok_or_else(|| Failure::new("renewalInfo: no suggestedWindow"))?;
+        let again = a
+            .field("retry-after")
+            .and_then(|v| schedule::retry_after_ms(v, now_s()));
+        Ok(Some((window, again)))
     }
 
     /// Finds or creates the account of this key (RFC 8555 §7.3: a key

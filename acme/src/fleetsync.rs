@@ -175,6 +175,7 @@ impl Manager {
         s.not_after = Some(issued.validity.not_after);
         s.due_s = schedule::renew_at(issued.validity, crate::manager::random());
         s.failures = 0;
+        s.ari_next_s = 0;
         (self.log)(&format!(
             "acme: took the fleet's certificate for {}, valid until {} (Unix)",
             names.join(", "),

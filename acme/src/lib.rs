@@ -8,6 +8,7 @@
 //! the runtime to make live), `store` keeps the account key and the
 //! certificates on disk, `validity` reads a certificate's dates,
 //! `schedule` says when to renew and how long to wait after a failure,
+//! `ari` reads the authority's renewal windows (RFC 9773),
 //! `manager` is the thread that runs it all and tells the runtime what
 //! changed, and, with a fleet, `fleet` (the engine's interface, sealing,
 //! records) and `fleetsync` (the thread's turns with the fleet) make one
@@ -18,6 +19,7 @@
 //! It must never run on a shard or be waited on by one, never decide a
 //! request, and never write a key where anyone but the owner can read it.
 
+pub mod ari;
 pub mod client;
 pub mod fleet;
 mod fleetsync;

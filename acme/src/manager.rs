@@ -56,6 +56,9 @@ pub struct Status {
     pub due_s: i64,
     pub failures: u32,
     pub issued: u64,
+    /// When the server's renewal window is next asked for (Unix seconds;
+    /// 0: at the next turn).
+    pub ari_next_s: i64,
 }
 
 /// Counters the metrics read.
@@ -180,6 +183,7 @@ impl Manager {
                     due_s: stored.map_or(now, |s| schedule::renew_at(s.validity, random())),
                     failures: 0,
                     issued: 0,
+                    ari_next_s: 0,
                 }
             })
             .collect();
@@ -212,6 +216,7 @@ impl Manager {
             self.take_asks(&asks);
             let now = now_s();
             self.warn_expiry(now);
+            self.ask_windows(now);
             let next = self.due_index(now);
             if let Some(i) = next {
                 self.attempt(i, &events);
@@ -233,6 +238,58 @@ impl Manager {
             }
             while let Ok(s) = updates.try_recv() {
                 self.adopt(s);
+            }
+        }
+    }
+
+    /// Asks the server's renewal window (RFC 9773) for each certificate
+    /// whose time to ask has come, and moves its renewal into the window:
+    /// a random time in it, the same for the same window (at once when it
+    /// has begun), never later than a day before the certificate ends.
+    /// A failure asks again in an hour and changes nothing else.
+    fn ask_windows(&mut self, now: i64) {
+        let count = self.shared.lock().map_or(0, |s| s.certificates.len());
+        for i in 0..count {
+            let (names, end, next) = {
+                let s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+                let c = &s.certificates[i];
+                (c.names.clone(), c.not_after, c.ari_next_s)
+            };
+            let Some(end) = end.filter(|_| next <= now) else {
+                continue;
+            };
+            let Some(leaf) = self
+                .store
+                .load(&names)
+                .and_then(|s| s.chain.into_iter().next())
+            else {
+                continue;
+            };
+            let asked = self
+                .directory_client()
+                .and_then(|c| c.renewal_window(&leaf));
+            let requests = self
+                .client
+                .as_mut()
+                .map_or(0, |c| std::mem::take(&mut c.requests));
+            self.count(requests);
+            let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+            let c = &mut s.certificates[i];
+            match asked {
+                Ok(Some((window, again))) => {
+                    let seed =
+                        ring::digest::digest(&ring::digest::SHA256, names.join(",").as_bytes());
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&seed.as_ref()[..8]);
+                    c.due_s = crate::ari::choose(window, u64::from_le_bytes(b)).min(end - 86_400);
+                    c.ari_next_s = now
+                        + again
+                            .map_or(crate::ari::ASK_AGAIN_S, |ms| (ms / 1000) as i64)
+                            .clamp(60, 86_400);
+                }
+                // No renewal information: the certificate's own dates.
+                Ok(None) => c.ari_next_s = i64::MAX,
+                Err(_) => c.ari_next_s = now + 3600,
             }
         }
     }
@@ -266,23 +323,28 @@ impl Manager {
         }
     }
 
-    /// The client, connected and with its account.
-    fn client(&mut self) -> Result<&mut Client, Failure> {
+    /// The client, connected (the directory read), without an account yet.
+    fn directory_client(&mut self) -> Result<&mut Client, Failure> {
         if self.client.is_none() {
             let transport = Transport::new(self.settings.roots.as_deref(), REQUEST_TIMEOUT)
                 .map_err(Failure::new)?;
             let key = self.store.account_key().map_err(Failure::new)?;
-            let mut c = Client::connect(transport, key, &self.settings.directory)?;
-            let contact = self.settings.contact.clone();
-            let result = c.account(&contact);
-            self.count(c.requests);
-            c.requests = 0;
-            result?;
-            self.client = Some(c);
+            self.count(1);
+            self.client = Some(Client::connect(transport, key, &self.settings.directory)?);
         }
         self.client
             .as_mut()
             .ok_or_else(|| Failure::new("no client"))
+    }
+
+    /// The client, connected and with its account.
+    fn client(&mut self) -> Result<&mut Client, Failure> {
+        let contact = self.settings.contact.clone();
+        let c = self.directory_client()?;
+        if !c.has_account() {
+            c.account(&contact)?;
+        }
+        Ok(c)
     }
 
     pub(crate) fn count(&self, requests: u64) {
@@ -329,6 +391,7 @@ impl Manager {
                 s.due_s = schedule::renew_at(issued.validity, random());
                 s.failures = 0;
                 s.issued += 1;
+                s.ari_next_s = 0;
                 (self.log)(&format!(
                     "acme: certificate for {} issued, valid until {} (Unix), renewal due in {} h",
                     names.join(", "),
@@ -343,8 +406,12 @@ impl Manager {
     /// One order for `names`, its requests counted.
     fn order(&mut self, names: &[String], publish: &mut dyn Publish) -> Result<Issued, Failure> {
         let kinds = self.settings.kinds.clone();
+        let replaces = self
+            .store
+            .load(names)
+            .and_then(|s| crate::ari::cert_id(s.chain.first()?));
         let result = match self.client() {
-            Ok(c) => order::issue(c, names, &kinds, publish),
+            Ok(c) => order::issue(c, (names, replaces.as_deref()), &kinds, publish),
             Err(f) => Err(f),
         };
         let requests = self

@@ -113,6 +113,7 @@ impl Manager {
                         due_s: now,
                         failures: 0,
                         issued: 0,
+                        ari_next_s: 0,
                     });
                     drop(shared);
                     self.warned.push(0);

@@ -68,10 +68,11 @@ pub struct Issued {
 }
 
 /// Orders a certificate for `names`, answering with the first of `kinds`
-/// each authorization offers.
+/// each authorization offers; `replaces` names the certificate it renews
+/// (RFC 9773), when the server offers renewal information.
 pub fn issue(
     client: &mut Client,
-    names: &[String],
+    (names, replaces): (&[String], Option<&str>),
     kinds: &[Kind],
     publish: &mut dyn Publish,
 ) -> Result<Issued, Failure> {
@@ -79,7 +80,11 @@ pub fn issue(
         .iter()
         .map(|n| serde_json::json!({"type": "dns", "value": n}))
         .collect();
-    let payload = serde_json::json!({ "identifiers": ids }).to_string();
+    let mut payload = serde_json::json!({ "identifiers": ids });
+    if let Some(id) = replaces.filter(|_| client.directory().renewal_info.is_some()) {
+        payload["replaces"] = Value::String(id.to_string());
+    }
+    let payload = payload.to_string();
     let new_order = client.directory().new_order.clone();
     let a = client.post("newOrder", &new_order, Some(&payload))?;
     let order_url = a

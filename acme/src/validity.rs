@@ -10,7 +10,7 @@ pub struct Validity {
 }
 
 /// One DER element: (tag, contents, the rest after it).
-fn element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+pub(crate) fn element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     let tag = *der.first()?;
     let first = *der.get(1)?;
     let (len, at) = if first < 0x80 {
