@@ -38,6 +38,10 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// A suggested renewal window (start, end, Unix seconds) and how long
+/// until it may be asked again (milliseconds, when the server says).
+pub type Window = ((i64, i64), Option<u64>);
+
 /// The directory's URLs this client uses.
 #[derive(Debug, Clone)]
 pub struct Directory {
@@ -193,10 +197,7 @@ impl Client {
     /// `leaf` (RFC 9773), and how long until it may be asked again; `None`
     /// when the server offers no renewal information or the certificate
     /// has no certificate ID.
-    pub fn renewal_window(
-        &mut self,
-        leaf: &[u8],
-    ) -> Result<Option<((i64, i64), Option<u64>)>, Failure> {
+    pub fn renewal_window(&mut self, leaf: &[u8]) -> Result<Option<Window>, Failure> {
         let (Some(base), Some(id)) = (
             self.directory.renewal_info.clone(),
             crate::ari::cert_id(leaf),
