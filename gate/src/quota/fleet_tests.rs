@@ -223,6 +223,50 @@ fn without_the_engine_a_node_holds_its_share() {
 }
 
 #[test]
+fn a_view_may_tighten_a_bucket_but_never_fill_it() {
+    let policy = RatePolicy::per_minute(300, 300).unwrap();
+    let share = policy.split(3).unwrap();
+    let mut n = Node::new();
+    let passed = (0..400)
+        .filter(|_| n.request(&policy, &share, 11, 0))
+        .count();
+    assert_eq!(passed, 300, "the burst");
+    n.shard_timer(1);
+    // Whoever writes the engine says the bucket is full.
+    let mut ages = HashMap::new();
+    ages.insert((ID, n.merged.keys().next().unwrap().1), 60_000_000i64);
+    let view = FleetView {
+        round: 7,
+        fallback: false,
+        included: vec![n.included],
+        ages_us: ages.clone(),
+        counts: HashMap::new(),
+    };
+    n.fleet.apply(&view, 0, &mut n.rate, 2, 0);
+    assert!(
+        !n.request(&policy, &share, 11, 2),
+        "still this node's own empty bucket"
+    );
+    // A view that says the bucket is emptier than this node knows is taken:
+    // 10 s later this node alone would have refilled 50 tokens, the fleet
+    // says 1 second's worth (5).
+    let key = *ages.keys().next().unwrap();
+    ages.insert(key, 1_000_000);
+    let view = FleetView {
+        round: 8,
+        fallback: false,
+        included: vec![n.included],
+        ages_us: ages,
+        counts: HashMap::new(),
+    };
+    n.fleet.apply(&view, 0, &mut n.rate, 10_000, 0);
+    let passed = (0..100)
+        .filter(|_| n.request(&policy, &share, 11, 10_000))
+        .count();
+    assert_eq!(passed, 5);
+}
+
+#[test]
 fn one_batch_is_outstanding_until_a_view_includes_it() {
     let policy = RatePolicy::per_second(10, 10).unwrap();
     let mut f = FleetState::with_capacity(16);

@@ -131,8 +131,10 @@ impl FixedWindow {
     /// [`super::fleetwindow`]).
     #[inline]
     pub fn set(&mut self, window: u64, count: u32) {
+        // A count learned may only tighten this node's own in its window.
+        let mine = if self.window == window { self.count } else { 0 };
         self.window = window;
-        self.count = count;
+        self.count = count.max(mine);
     }
 
     /// Counts one in `window` (the caller checked [`fits`](Self::fits)).
@@ -299,13 +301,16 @@ impl WindowTable {
 
     /// Sets `key`'s count in window `window` (a fleet's count, learned:
     /// see [`super::fleetwindow`]), tracking it when there is room; a
-    /// count of another window than the current one is ignored. O(probe).
+    /// count of another window than the current one is ignored, and so is
+    /// one below what this node counted itself (what is learned may only
+    /// tighten). O(probe).
     pub fn set_count(&mut self, key: u64, window: u64, count: u32) {
         if window != self.window {
             return;
         }
+        let mine = self.keys.count_of(key);
         match self.keys.spot(key, Class::Normal) {
-            Spot::Found(idx) => self.keys.set_count(idx, count),
+            Spot::Found(idx) => self.keys.set_count(idx, count.max(mine)),
             Spot::Vacant(idx) => {
                 self.keys.insert(idx, key);
                 self.keys.set_count(idx, count);
@@ -345,6 +350,33 @@ mod tests {
 
     fn table(max_keys: u32, reserve: u32) -> WindowTable {
         WindowTable::new(1_000, Ceiling::new(max_keys, reserve).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_count_learned_from_the_fleet_only_tightens() {
+        let mut t = table(64, 0);
+        for _ in 0..3 {
+            assert_eq!(t.try_consume(7, 3, Class::Normal, 1_000), Ok(()));
+        }
+        // Whoever writes the engine says no one counted anything.
+        t.set_count(7, 1, 0);
+        assert_eq!(t.count(7), 3);
+        assert_eq!(
+            t.try_consume(7, 3, Class::Normal, 1_500),
+            Err(WindowRefusal::Exhausted)
+        );
+        // A higher count is taken.
+        t.set_count(8, 1, 2);
+        assert_eq!(t.count(8), 2);
+        let mut c = FixedWindow::default();
+        c.add(5);
+        c.add(5);
+        c.set(5, 1);
+        assert_eq!(c.count(5), 2, "never below this node's own");
+        c.set(5, 9);
+        assert_eq!(c.count(5), 9);
+        c.set(6, 1);
+        assert_eq!(c.count(6), 1, "a new window starts from what is learned");
     }
 
     #[test]
