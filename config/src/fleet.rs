@@ -92,17 +92,90 @@ pub(crate) fn check_fleet(raw: Option<&RawFleet>, e: &mut Errors<'_>) -> Option<
             Some(p.get_ref().clone())
         }
     });
+    let key_file = f.key_file.as_ref().and_then(|p| {
+        if p.get_ref().trim().is_empty() {
+            e.push(
+                "fleet.key_file.invalid",
+                "fleet.key_file",
+                p.span(),
+                "a key file needs a file name",
+            );
+            None
+        } else {
+            Some(p.get_ref().clone())
+        }
+    });
+    let redis_span = f.redis.as_ref().map_or(0..0, |r| r.span());
+    if f.password_file.is_none() && f.key_file.is_none() {
+        e.push(
+            "fleet.secret.required",
+            "fleet.key_file",
+            redis_span.clone(),
+            "[fleet] needs a secret every node has, to key what it stores in Redis: \
+             password_file (the engine's password) or key_file (a file whose first line \
+             is at least 16 characters); without one, whoever reads Redis could test \
+             addresses against its keys",
+        );
+    }
     if e.error_count() != before {
         return None;
     }
+    warn_reachable(redis.as_ref(), f.password_file.is_some(), redis_span, e);
     Some(FleetSettings {
         redis: redis?,
         password_file,
+        key_file,
         node,
         sync_ms,
         nodes_expected: nodes_expected.map(|n| as_u64(n) as u32)?,
         shared_keys,
     })
+}
+
+/// Whether a `redis://` or `rediss://` address names this host only.
+pub fn loopback(address: &str) -> bool {
+    let rest = address.split_once("://").map_or(address, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let host = match rest.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => rest.split([':', '/']).next().unwrap_or(""),
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Warnings for a Redis others can reach: `redis://` (no TLS) to
+/// another host, and no password.
+fn warn_reachable(
+    redis: Option<&(Vec<String>, bool)>,
+    password: bool,
+    span: std::ops::Range<usize>,
+    e: &mut Errors<'_>,
+) {
+    let Some((list, _)) = redis else { return };
+    let remote: Vec<&String> = list.iter().filter(|a| !loopback(a)).collect();
+    if let Some(a) = remote.iter().find(|a| a.starts_with("redis://")) {
+        e.warn(
+            "fleet.redis.plaintext",
+            "fleet.redis",
+            span.clone(),
+            format!(
+                "{a} is another host without TLS: the counts, the password and the sealed \
+                 certificates cross the network in the clear (use rediss://)"
+            ),
+        );
+    }
+    if !remote.is_empty() && !password {
+        e.warn(
+            "fleet.password_file.missing",
+            "fleet.password_file",
+            span,
+            "Redis on another host without a password: anyone who reaches it can read and \
+             write the fleet's counts (set requirepass and password_file)",
+        );
+    }
 }
 
 /// `redis`: one address, or a list of a Redis Cluster's nodes; each

@@ -130,6 +130,7 @@ pub use env::{
     CertificateLoader, Environment, FixedNames, LoadedPair, NoFiles, NoNames, PairProblem, Resolver,
 };
 pub use error::{locate, ProfileError};
+pub use fleet::loopback as redis_is_loopback;
 pub use protection::{
     CLIENT_RATE_LIMIT, DIMENSIONS as PROTECTION_DIMENSIONS, FALLBACK_MEMORY_BYTES,
 };

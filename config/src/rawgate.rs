@@ -20,6 +20,7 @@ pub(crate) struct RawFleet {
     /// Cluster's seed nodes): its shape is checked by `fleet`.
     pub redis: Opt<toml::Value>,
     pub password_file: Opt<String>,
+    pub key_file: Opt<String>,
     pub node: Opt<String>,
     pub sync_ms: Opt<i64>,
     pub nodes_expected: Opt<i64>,

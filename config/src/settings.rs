@@ -91,8 +91,11 @@ pub struct FleetSettings {
     /// Cluster's nodes (a list) rather than one server.
     pub redis: (Vec<String>, bool),
     /// The file whose first line is the engine's password (AUTH); it also
-    /// keys the fleet's partition hashes.
+    /// keys the fleet's partition hashes when there is no `key_file`.
     pub password_file: Option<String>,
+    /// The file whose first line keys the fleet's partition hashes (every
+    /// node has it); one of it and `password_file` is required.
+    pub key_file: Option<String>,
     /// This node's name in logs and metrics; `None`: the host name.
     pub node: Option<String>,
     /// How often a node exchanges its counts with the engine.

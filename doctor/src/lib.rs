@@ -126,6 +126,19 @@ fn fleet_finding(f: &gapura_config::FleetSettings) -> Finding {
                     level = Level::Fail;
                 }
             }
+            let remote: Vec<&String> = (f.redis.0.iter())
+                .filter(|a| !gapura_config::redis_is_loopback(a))
+                .collect();
+            if level == Level::Ok && remote.iter().any(|a| a.starts_with("redis://")) {
+                return Finding::new(id, Level::Warn, found)
+                    .why("Redis on another host without TLS: the counts, the password and the sealed certificates cross the network in the clear")
+                    .fix("serve Redis with TLS and write rediss:// in [fleet] redis");
+            }
+            if level == Level::Ok && !remote.is_empty() && f.password_file.is_none() {
+                return Finding::new(id, Level::Warn, found)
+                    .why("Redis on another host without a password: anyone who reaches it can read and write the fleet's counts")
+                    .fix("set requirepass on Redis and [fleet] password_file");
+            }
             if level == Level::Ok && rtt_us * 4 > u128::from(f.sync_ms) * 1000 {
                 return Finding::new(id, Level::Warn, found)
                     .why("a round trip over a quarter of sync_ms leaves rounds little room")

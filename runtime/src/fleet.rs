@@ -90,9 +90,12 @@ impl Running {
             Ok(p) => p,
             Err(e) => return Some(e),
         };
-        if old.password_file != new.password_file || password != self.password {
+        if old.password_file != new.password_file
+            || password != self.password
+            || old.key_file != new.key_file
+        {
             return Some(
-                "the fleet's password changes; the keys Redis sees are derived from it at                  start, and a node with other keys shares nothing with the others: restart                  every node with the new password"
+                "the fleet's password or key_file changes; the keys Redis sees are derived from it at                  start, and a node with other keys shares nothing with the others: restart                  every node with the new password"
                     .into(),
             );
         }
@@ -128,6 +131,23 @@ pub(crate) fn read(f: &FleetSettings) -> Result<Option<String>, String> {
         .transpose()
 }
 
+/// The secret of `f`'s `key_file`, read now: its first line, at least 16
+/// characters.
+fn read_key(f: &FleetSettings) -> Result<Option<String>, String> {
+    let Some(path) = f.key_file.as_deref() else {
+        return Ok(None);
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("[fleet] key_file {path}: {e}"))?;
+    let line = text.lines().next().unwrap_or("").trim();
+    if line.len() < 16 {
+        return Err(format!(
+            "[fleet] key_file {path}: its first line must be at least 16 characters"
+        ));
+    }
+    Ok(Some(line.to_string()))
+}
+
 pub(crate) fn target(f: &FleetSettings, password: Option<String>) -> gapura_fleet::Target {
     gapura_fleet::Target {
         addresses: f.redis.0.clone(),
@@ -144,6 +164,7 @@ pub fn start(settings: &RuntimeSettings, shards: usize) -> Result<Option<Started
         return Ok(None);
     };
     let password = read(f)?;
+    let secret = read_key(f)?.or_else(|| password.clone());
     let node = f.node.clone().unwrap_or_else(host_name);
     let config = gapura_fleet::Config {
         target: target(f, password.clone()),
@@ -153,7 +174,7 @@ pub fn start(settings: &RuntimeSettings, shards: usize) -> Result<Option<Started
     };
     let fleet =
         gapura_fleet::start(config, log_line).map_err(|e| format!("fleet reconciler: {e}"))?;
-    let key_seed = gapura_fleet::key_seed(password.as_deref());
+    let key_seed = gapura_fleet::key_seed(secret.as_deref());
     let shard_stats: Vec<Arc<ShardFleetStats>> = (0..shards).map(|_| Arc::default()).collect();
     Ok(Some(Started {
         running: Running {

@@ -259,8 +259,9 @@ fn three_nodes_through_one_redis_order_the_name_once_and_serve_it_all() {
             &states[i],
             r#"["http-01"]"#,
             &format!(
-                "shared_key_file = {key:?}\n\n[fleet]\nredis = \"{}\"\nnodes_expected = 3\nnode = \"{node}\"\n",
-                redis.url()
+                "shared_key_file = {key:?}\n\n[fleet]\nredis = \"{}\"\nnodes_expected = 3\nnode = \"{node}\"\nkey_file = {:?}\n",
+                redis.url(),
+                common::fleet::key_file()
             ),
         )
     };

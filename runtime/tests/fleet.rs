@@ -16,10 +16,11 @@ use gapura_fleet::testing::{RedisCluster, RedisServer};
 use std::time::Duration;
 
 fn fleet_profile(redis: &str, sync_ms: u64) -> String {
+    let key = common::fleet::key_file();
     profile(
         "",
         &format!(
-            "[fleet]\nredis = {redis}\nsync_ms = {sync_ms}\nnodes_expected = 3\nnode = \"n\"\n\n\
+            "[fleet]\nredis = {redis}\nsync_ms = {sync_ms}\nnodes_expected = 3\nnode = \"n\"\nkey_file = {key:?}\n\n\
              [[rate_limit]]\nname = \"client\"\nrequests = 300\nper = \"minute\"\nscope = \"fleet\"\n\n{}",
             respond_host("f.test", "default = true\nrate_limit = \"client\"")
         ),
@@ -200,10 +201,11 @@ const WINDOW_MS: u64 = 3_600_000;
 
 /// Three-node budgets over `redis` with `quota` (the `[quota.*]` tables).
 fn budget_profile(redis: &str, quota: &str) -> String {
+    let key = common::fleet::key_file();
     profile(
         "",
         &format!(
-            "[fleet]\nredis = \"{redis}\"\nsync_ms = 100\nnodes_expected = 3\nnode = \"n\"\n\n\
+            "[fleet]\nredis = \"{redis}\"\nsync_ms = 100\nnodes_expected = 3\nnode = \"n\"\nkey_file = {key:?}\n\n\
              [quota]\nwindow_ms = {WINDOW_MS}\n\n{quota}\n{}",
             respond_host("f.test", "default = true")
         ),
@@ -404,4 +406,25 @@ fn explain_live_shows_a_shared_keys_local_and_fleet_counts() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(said.contains("fleet client: here "), "{said}");
+}
+
+#[test]
+fn a_key_file_too_short_or_missing_stops_the_start() {
+    let redis = RedisServer::start();
+    let dir = common::TempDir::new();
+    let short = dir.0.join("short.key");
+    std::fs::write(&short, "tiny\n").unwrap();
+    let good = fleet_profile(&format!("\"{}\"", redis.url()), 100);
+    let key = common::fleet::key_file();
+    for (file, says) in [
+        (short.display().to_string(), "at least 16 characters"),
+        (dir.0.join("absent.key").display().to_string(), "key_file"),
+    ] {
+        let text = good.replace(
+            &format!("key_file = {key:?}"),
+            &format!("key_file = {file:?}"),
+        );
+        let err = Gapura::try_start(&text, &[]).err().expect("refused");
+        assert!(err.contains(says), "{err}");
+    }
 }

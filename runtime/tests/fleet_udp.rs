@@ -22,6 +22,7 @@ const WINDOW_MS: u64 = 3_600_000;
 /// Two relays: `wide` with a fleet-scoped global budget of 300, `near`
 /// with a fleet-scoped prefix budget of 100, both per hour.
 fn node_profile(redis: &str, up: SocketAddr) -> String {
+    let key = common::fleet::key_file();
     let relay = |name: &str, budget: &str| {
         format!(
             "[[udp]]\nname = \"{name}\"\nlisten = [\"127.0.0.1:0\"]\nservers = [\"{up}\"]\n\
@@ -31,7 +32,7 @@ fn node_profile(redis: &str, up: SocketAddr) -> String {
     profile(
         "",
         &format!(
-            "[fleet]\nredis = \"{redis}\"\nsync_ms = 100\nnodes_expected = 3\nnode = \"n\"\n\n\
+            "[fleet]\nredis = \"{redis}\"\nsync_ms = 100\nnodes_expected = 3\nnode = \"n\"\nkey_file = {key:?}\n\n\
              {HELLO_HOST}\n{}{}",
             relay("wide", "global = { requests = 300, scope = \"fleet\" }"),
             relay("near", "prefix = { requests = 100, scope = \"fleet\" }"),

@@ -106,13 +106,14 @@ fn every_acme_error_has_its_code_and_place() {
 
 #[test]
 fn a_fleet_shares_certificates_under_a_key_file() {
-    let fleet = "[fleet]\nredis = \"redis://127.0.0.1:6379\"\nnodes_expected = 3\n";
+    let fleet =
+        "[fleet]\nredis = \"redis://127.0.0.1:6379\"\nnodes_expected = 3\nkey_file = \"/k\"\n";
     assert_eq!(
         one(&format!("{TLS}{fleet}{ACME}{CERT}")),
         at(
             "acme.shared_key_file.required",
             "acme.shared_key_file",
-            6,
+            7,
             1
         )
     );

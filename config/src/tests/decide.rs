@@ -217,7 +217,7 @@ fn a_nodes_own_budget_windows_start_with_its_clock_and_a_fleets_with_unix_time()
     );
     // A fleet's windows are Unix minutes, the same on every node.
     let fleet = ok(
-        "[protection]\noff = [\"all\"]\n[fleet]\nredis = \"redis://127.0.0.1:6379\"\nnodes_expected = 1\n[quota]\nwindow_ms = 60000\n[quota.source]\nrequests = 1\nscope = \"fleet\"\n[[host]]\nnames = [\"a.test\"]\n",
+        "[protection]\noff = [\"all\"]\n[fleet]\nredis = \"redis://127.0.0.1:6379\"\nnodes_expected = 1\nkey_file = \"/k\"\n[quota]\nwindow_ms = 60000\n[quota.source]\nrequests = 1\nscope = \"fleet\"\n[[host]]\nnames = [\"a.test\"]\n",
     );
     let mut state = GateState::new(&fleet.snapshot.gate.quota_sizes, [7; 16]).unwrap();
     state.unix_origin_ms = 60_000 * 29_000_000 - 1;

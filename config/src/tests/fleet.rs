@@ -3,7 +3,8 @@
 use super::*;
 use gapura_gate::quota::{Budget, RatePolicy};
 
-const FLEET: &str = "[fleet]\nredis = \"redis://127.0.0.1:6379\"\nnodes_expected = 3\n";
+const FLEET: &str =
+    "[fleet]\nredis = \"redis://127.0.0.1:6379\"\nnodes_expected = 3\nkey_file = \"/etc/gapura/fleet.key\"\n";
 
 #[test]
 fn a_fleet_scoped_limit_holds_the_whole_limit_and_a_local_share() {
@@ -46,7 +47,7 @@ fn a_header_keyed_fleet_limit_shares_its_local_share_among_shards() {
 
 #[test]
 fn a_cluster_is_a_list_of_addresses() {
-    let c = ok("[fleet]\nredis = [\"redis://127.0.0.1:7000\", \"rediss://10.0.0.2:7001\"]\nnodes_expected = 2\n");
+    let c = ok("[fleet]\nredis = [\"redis://127.0.0.1:7000\", \"rediss://10.0.0.2:7001\"]\nnodes_expected = 2\npassword_file = \"/etc/gapura/redis.pw\"\n");
     let f = c.runtime.fleet.unwrap();
     assert!(f.redis.1, "a list is a cluster");
     assert_eq!(f.redis.0.len(), 2);
@@ -133,7 +134,7 @@ fn each_fleet_error_has_its_code_and_position() {
         ),
     ];
     for (body, code, path, line, column) in cases {
-        let src = format!("[fleet]\n{body}\n");
+        let src = format!("[fleet]\n{body}\nkey_file = \"/etc/gapura/fleet.key\"\n");
         assert_eq!(one(&src), at(code, path, line, column), "{body}");
     }
     let missing = codes("[fleet]\nsync_ms = 100\n");
@@ -145,15 +146,16 @@ fn each_fleet_error_has_its_code_and_position() {
                 "fleet.nodes_expected.required",
                 "fleet.nodes_expected".to_string()
             ),
+            ("fleet.secret.required", "fleet.key_file".to_string()),
         ]
     );
     // A share the division takes under the slowest rate is refused at scope.
     assert_eq!(
         one(
-            "[fleet]\nredis = \"redis://x:1\"\nnodes_expected = 5\n[[rate_limit]]\nname = \"r\"\n\
-             requests = 1\nper = \"hour\"\nscope = \"fleet\"\n"
+            "[fleet]\nredis = \"redis://x:1\"\nnodes_expected = 5\nkey_file = \"/k\"\n\
+             [[rate_limit]]\nname = \"r\"\nrequests = 1\nper = \"hour\"\nscope = \"fleet\"\n"
         ),
-        at("rate_limit.rate.invalid", "rate_limit[0].scope", 8, 9)
+        at("rate_limit.rate.invalid", "rate_limit[0].scope", 9, 9)
     );
 }
 
@@ -259,12 +261,47 @@ fn each_relay_fleet_scope_error_has_its_code_and_position() {
         one(&format!(
             "{FLEET}{RELAY}prefix = {{ requests = 10, scope = \"per_shard\" }}\n"
         )),
-        at("udp.prefix.scope.unexpected", "udp[0].prefix.scope", 8, 35)
+        at("udp.prefix.scope.unexpected", "udp[0].prefix.scope", 9, 35)
     );
     assert_eq!(
         one(&format!(
             "{FLEET}{RELAY}global = {{ requests = 10, scope = \"fleets\" }}\n"
         )),
-        at("quota.scope.invalid", "udp[0].global.scope", 8, 35)
+        at("quota.scope.invalid", "udp[0].global.scope", 9, 35)
     );
+}
+
+#[test]
+fn a_redis_others_can_reach_is_warned_of() {
+    let fleet_warnings = |src: &str| -> Vec<&'static str> {
+        let c = ok(src);
+        c.warnings
+            .iter()
+            .map(|w| w.code)
+            .filter(|c| c.starts_with("fleet."))
+            .collect()
+    };
+    assert_eq!(
+        fleet_warnings(
+            "[fleet]\nredis = \"redis://10.0.0.9:6379\"\nnodes_expected = 3\nkey_file = \"/k\"\n"
+        ),
+        ["fleet.redis.plaintext", "fleet.password_file.missing"]
+    );
+    assert!(fleet_warnings(
+        "[fleet]\nredis = \"rediss://10.0.0.9:6379\"\nnodes_expected = 3\npassword_file = \"/p\"\n"
+    )
+    .is_empty());
+    for local in [
+        "redis://127.0.0.1:6379",
+        "redis://localhost:6379",
+        "redis://[::1]:6379",
+    ] {
+        assert!(
+            fleet_warnings(&format!(
+                "[fleet]\nredis = \"{local}\"\nnodes_expected = 3\nkey_file = \"/k\"\n"
+            ))
+            .is_empty(),
+            "{local}"
+        );
+    }
 }

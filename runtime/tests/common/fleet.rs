@@ -34,3 +34,13 @@ pub fn wait_rounds(nodes: &[Gapura], n: u64) {
         );
     }
 }
+
+/// A `key_file` for the fleet's profiles (the tests' Redis has no
+/// password): written once a process.
+pub fn key_file() -> String {
+    let p = std::env::temp_dir().join(format!("gapura-test-fleet-key-{}", std::process::id()));
+    if !p.exists() {
+        std::fs::write(&p, "the tests' fleet key, forty characters\n").unwrap();
+    }
+    p.display().to_string()
+}
