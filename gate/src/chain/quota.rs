@@ -186,7 +186,7 @@ impl Snapshot {
             (choice, f)
         });
         let main = match fleet {
-            Some((Choice::Share, f)) => &f.local_share,
+            Some((choice, f)) if choice.local_share() => &f.local_share,
             _ => &def.policy,
         };
         let first = RateCheck {
@@ -219,7 +219,7 @@ impl Snapshot {
         let refusal = match outcome {
             Ok(()) => {
                 if let Some((choice, _)) = fleet {
-                    state.fleet.record(choice, main, now_ms);
+                    state.fleet.record(choice, &def.policy, now_ms);
                 }
                 if let Some(c) = state.rate_counters.get_mut(limit) {
                     c.allowed += 1;

@@ -205,8 +205,20 @@ pub enum Choice {
     Local,
     /// Shared: the full policy; the entry at this index counts it.
     Shared(usize),
+    /// Shared, but no view has told this node the fleet's count for it
+    /// yet: the local share decides (a node that cannot hear the fleet
+    /// must not spend the whole limit); the entry counts it.
+    Unheard(usize),
     /// The local share: the engine is away, or the key found no room.
     Share,
+}
+
+impl Choice {
+    /// Whether the local share decides.
+    #[inline]
+    pub fn local_share(self) -> bool {
+        matches!(self, Choice::Share | Choice::Unheard(_))
+    }
 }
 
 /// One shard's shared keys and its side of the exchange. See the module
@@ -317,7 +329,7 @@ impl FleetState {
             return Choice::Share;
         }
         if let Some(i) = self.find(identity, key) {
-            return Choice::Shared(i);
+            return self.heard(i);
         }
         let tokens = rate.peek(policy, slot, key, now_ms).tokens;
         let lost = policy.burst().saturating_sub(tokens);
@@ -325,11 +337,21 @@ impl FleetState {
             return Choice::Local;
         }
         match self.insert(identity, key, slot, policy, lost, reserve, now_ms) {
-            Some(i) => Choice::Shared(i),
+            Some(i) => self.heard(i),
             None => {
                 self.counters.unshared += 1;
                 Choice::Share
             }
+        }
+    }
+
+    /// Shared entry `i` as the chain uses it: [`Choice::Unheard`] until a
+    /// view brought the fleet's count for it.
+    #[inline]
+    fn heard(&self, i: usize) -> Choice {
+        match &self.table[i] {
+            Some(s) if s.learned_age_us.is_none() => Choice::Unheard(i),
+            _ => Choice::Shared(i),
         }
     }
 
@@ -377,10 +399,12 @@ impl FleetState {
         Some(i)
     }
 
-    /// Counts a token a request took under [`Choice::Shared`]. O(1).
+    /// Counts a token a request took under [`Choice::Shared`] or
+    /// [`Choice::Unheard`]; `policy` is the limit's own (the engine keeps
+    /// the key's bucket under it). O(1).
     #[inline]
     pub fn record(&mut self, choice: Choice, policy: &RatePolicy, now_ms: u64) {
-        if let Choice::Shared(i) = choice {
+        if let Choice::Shared(i) | Choice::Unheard(i) = choice {
             if let Some(s) = &mut self.table[i] {
                 s.pending = s.pending.saturating_add(1);
                 s.policy = *policy;

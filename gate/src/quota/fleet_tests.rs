@@ -43,14 +43,10 @@ impl Node {
         let choice = self
             .fleet
             .choose(&self.rate, policy, slot(), ID, key, false, now_ms);
-        let p = if choice == Choice::Share {
-            share
-        } else {
-            policy
-        };
+        let p = if choice.local_share() { share } else { policy };
         let allowed = self.rate.try_acquire(p, slot(), key, now_ms).allowed;
         if allowed {
-            self.fleet.record(choice, p, now_ms);
+            self.fleet.record(choice, policy, now_ms);
             self.admitted += 1;
         }
         allowed
@@ -229,8 +225,13 @@ fn a_view_may_tighten_a_bucket_but_never_fill_it() {
     let mut n = Node::new();
     let passed = (0..400)
         .filter(|_| n.request(&policy, &share, 11, 0))
-        .count();
-    assert_eq!(passed, 300, "the burst");
+        .count() as u32;
+    // Until the fleet is heard: the tokens before the key is shared, then
+    // the local share (100).
+    assert!(
+        (100..=share_threshold(300) + 100).contains(&passed),
+        "{passed}"
+    );
     n.shard_timer(1);
     // Whoever writes the engine says the bucket is full.
     let mut ages = HashMap::new();
@@ -243,13 +244,16 @@ fn a_view_may_tighten_a_bucket_but_never_fill_it() {
         counts: HashMap::new(),
     };
     n.fleet.apply(&view, 0, &mut n.rate, 2, 0);
-    assert!(
-        !n.request(&policy, &share, 11, 2),
-        "still this node's own empty bucket"
-    );
+    // Still this node's own nearly empty bucket (a few tokens the two
+    // policies' readings of it leave), not the 300 the engine claims.
+    let after = (0..400)
+        .filter(|_| n.request(&policy, &share, 11, 2))
+        .count();
+    assert!(after <= 5, "{after}");
     // A view that says the bucket is emptier than this node knows is taken:
-    // 10 s later this node alone would have refilled 50 tokens, the fleet
-    // says 1 second's worth (5).
+    // 10 s later this node alone would have refilled 40 tokens, the fleet
+    // says 1 second's worth (5, less what this node took that the view
+    // does not include).
     let key = *ages.keys().next().unwrap();
     ages.insert(key, 1_000_000);
     let view = FleetView {
@@ -263,7 +267,7 @@ fn a_view_may_tighten_a_bucket_but_never_fill_it() {
     let passed = (0..100)
         .filter(|_| n.request(&policy, &share, 11, 10_000))
         .count();
-    assert_eq!(passed, 5);
+    assert!((1..=5).contains(&passed), "{passed}");
 }
 
 #[test]
@@ -272,7 +276,10 @@ fn one_batch_is_outstanding_until_a_view_includes_it() {
     let mut f = FleetState::with_capacity(16);
     let mut rate = RateTable::new(16).unwrap();
     let c = f.choose(&rate, &policy, slot(), ID, 1, false, 0);
-    assert!(matches!(c, Choice::Shared(_)), "burst 10 shares at once");
+    assert!(
+        matches!(c, Choice::Unheard(_)),
+        "burst 10 shares at once (unheard until a view)"
+    );
     assert!(rate.try_acquire(&policy, slot(), 1, 0).allowed);
     f.record(c, &policy, 0);
     let mut seqs = Vec::new();
@@ -315,7 +322,7 @@ fn a_full_shared_set_holds_new_keys_to_their_share_without_new_state() {
     for key in 0..64u64 {
         if matches!(
             f.choose(&rate, &policy, slot(), ID, key << 20, false, 0),
-            Choice::Shared(_)
+            Choice::Unheard(_)
         ) {
             shared += 1;
         }
@@ -328,7 +335,7 @@ fn a_full_shared_set_holds_new_keys_to_their_share_without_new_state() {
     );
     assert!(matches!(
         f.choose(&rate, &policy, slot(), ID, 99 << 20, true, 0),
-        Choice::Shared(_)
+        Choice::Unheard(_)
     ));
     assert_eq!(f.counters.unshared, 58);
 }
@@ -370,4 +377,25 @@ fn the_engine_rule_caps_debt_at_one_burst() {
     // A key idle past a full refill starts full.
     let (_, age) = fleet_take(Some(0.0), 1_000_000.0, 1, 100.0, 10);
     assert_eq!(age, 900.0);
+}
+
+#[test]
+fn a_node_that_never_hears_the_fleet_holds_its_share_from_the_first_request() {
+    // Redis accepts connections but never answers: no view, no fallback
+    // either (the round has not timed out yet).
+    let policy = RatePolicy::per_minute(300, 300).unwrap();
+    let share = policy.split(3).unwrap();
+    let mut n = Node::new();
+    let mut passed = 0u32;
+    for ms in 0..1_000 {
+        passed += u32::from(n.request(&policy, &share, 13, ms));
+        if ms % 100 == 0 {
+            n.shard_timer(ms);
+        }
+    }
+    assert!(!n.fleet.fallback);
+    // What the key spent before it was shared, then the share (100) and
+    // its refill over the second (300 a minute / 3: 1.7).
+    assert!(passed <= share_threshold(300) + 100 + 2, "{passed}");
+    assert!(passed >= 100, "{passed}");
 }
