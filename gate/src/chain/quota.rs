@@ -14,7 +14,6 @@ use super::trace::{QuotaOutcome, Step, Trace};
 use crate::client::HeaderLines;
 use crate::mode::Mode;
 use crate::policy::{RateKey, RequestPolicy};
-use crate::quota::fleet::Choice;
 use crate::quota::{
     Domain, QuotaDecision, QuotaRequest, QuotaTicket, RateCheck, Refusal, SourcePrefix,
 };
