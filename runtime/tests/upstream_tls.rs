@@ -104,6 +104,12 @@ fn without_its_client_certificate_the_same_upstream_does_not_answer() {
     assert_eq!(r.status, 502);
     assert!(!String::from_utf8_lossy(&r.body).contains("tls upstream saw"));
     assert_eq!(up.requests.load(Ordering::SeqCst), 0);
+    // Over TLS 1.3 the refusal comes after the handshake: counted all the
+    // same.
+    assert_eq!(
+        g.metric("gapura_upstream_tls_failures_total{shard=\"0\",reason=\"refused\"}"),
+        1
+    );
 }
 
 #[test]
@@ -229,4 +235,40 @@ fn health_checks_go_over_the_groups_tls() {
         (r.status, r.body.as_slice()),
         (200, &b"tls upstream saw /after"[..])
     );
+}
+
+#[test]
+fn a_reload_that_changes_the_ca_file_retires_the_connections_made_under_the_old_one() {
+    let ca = Authority::new("test authority");
+    let (chain, key, _, _) = ca.issue(&["upstream.test"]);
+    let up = tls_upstream(server_config((chain, key), None));
+    let f = files(&ca);
+    let text = tls_profile(
+        up.addr,
+        &format!(
+            "tls = {{ server_name = \"upstream.test\", ca_file = \"{}\" }}",
+            f.ca.display()
+        ),
+    );
+    let g = Gapura::start(&text);
+    assert_eq!(get(&g, "/one").status, 200);
+    assert_eq!(get(&g, "/two").status, 200);
+    assert_eq!(up.handshakes.load(Ordering::SeqCst), 1, "pooled");
+    // The authority is no longer trusted: its file now holds another one.
+    std::fs::write(&f.ca, Authority::new("another authority").cert.pem()).unwrap();
+    g.signal(libc::SIGHUP);
+    assert!(g.wait_log("reloaded: generation 2", Duration::from_secs(10)));
+    let r = get(&g, "/three");
+    assert_eq!(r.status, 502, "the pooled connection is not reused");
+    assert_eq!(up.requests.load(Ordering::SeqCst), 2);
+    // A reload that changes nothing keeps the pool.
+    std::fs::write(&f.ca, ca.cert.pem()).unwrap();
+    g.signal(libc::SIGHUP);
+    assert!(g.wait_log("reloaded: generation 3", Duration::from_secs(10)));
+    assert_eq!(get(&g, "/four").status, 200);
+    let handshakes = up.handshakes.load(Ordering::SeqCst);
+    g.signal(libc::SIGHUP);
+    assert!(g.wait_log("reloaded: generation 4", Duration::from_secs(10)));
+    assert_eq!(get(&g, "/five").status, 200);
+    assert_eq!(up.handshakes.load(Ordering::SeqCst), handshakes, "reused");
 }

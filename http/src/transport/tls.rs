@@ -105,6 +105,16 @@ impl HandshakeFail {
         }
     }
 
+    /// Whether `e` (from a read on a TLS stream) is a fatal alert the peer
+    /// sent: over TLS 1.3 a server refuses a client's certificate (or the
+    /// lack of one) only after the client's handshake is done, so its
+    /// refusal arrives as the first read's error.
+    pub fn is_alert(e: &io::Error) -> bool {
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .is_some_and(|r| matches!(r, rustls::Error::AlertReceived(_)))
+    }
+
     /// Classifies a rustls error met during the handshake.
     pub fn of(e: &rustls::Error) -> HandshakeFail {
         use rustls::{Error, PeerIncompatible as P};
@@ -146,6 +156,9 @@ pub struct TlsStream<C = ServerConnection> {
     tls: Rc<RefCell<C>>,
     cin: CipherIn,
     cout: Vec<u8>,
+    /// An upstream connection's TLS settings, as they were when it was
+    /// made (a reload that changes them retires it from the pool).
+    made_under: RefCell<Option<Arc<gapura_gate::upstreamtls::UpstreamTls>>>,
 }
 
 /// Completes a server handshake on `tcp` under `deadline`. `early` holds
@@ -186,6 +199,7 @@ impl<C: DerefMut<Target = ConnectionCommon<D>>, D> TlsStream<C> {
             tls: Rc::new(RefCell::new(conn)),
             cin,
             cout: Vec::new(),
+            made_under: RefCell::new(None),
         }
     }
 
@@ -245,6 +259,28 @@ impl<C: DerefMut<Target = ConnectionCommon<D>>, D> TlsStream<C> {
     /// The protocol version agreed.
     pub fn version(&self) -> Option<rustls::ProtocolVersion> {
         self.tls.borrow().protocol_version()
+    }
+}
+
+impl TlsStream<ClientConnection> {
+    /// Records the settings this upstream connection is made under.
+    pub fn set_made_under(&self, tls: Arc<gapura_gate::upstreamtls::UpstreamTls>) {
+        *self.made_under.borrow_mut() = Some(tls);
+    }
+
+    /// Whether it was made under `tls`: the same settings, or equal ones
+    /// (a reload that changed nothing; they are then adopted, so the next
+    /// check is a pointer's).
+    pub fn made_under(&self, tls: &Arc<gapura_gate::upstreamtls::UpstreamTls>) -> bool {
+        let mut made = self.made_under.borrow_mut();
+        match &*made {
+            Some(m) if Arc::ptr_eq(m, tls) => true,
+            Some(m) if **m == **tls => {
+                *made = Some(tls.clone());
+                true
+            }
+            _ => false,
+        }
     }
 }
 

@@ -63,8 +63,23 @@ async fn connect(
         return Err(fail(HandshakeFail::Other));
     };
     match tls::connect(tcp, config, name, deadline).await {
-        Ok(s) => Ok(UpstreamConn::Tls(s)),
+        Ok(s) => {
+            s.set_made_under(tls.clone());
+            Ok(UpstreamConn::Tls(s))
+        }
         Err(why) => Err(fail(why)),
+    }
+}
+
+/// Whether a pooled connection may carry `group`'s next request: plain
+/// for a plain group, TLS made under the group's TLS settings (or equal
+/// ones) for a TLS group. A reload that turned TLS on or off, or changed
+/// a CA or the client certificate, retires the connections made before.
+fn fits(conn: &UpstreamConn, group: &UpstreamGroup) -> bool {
+    match (conn, &group.tls) {
+        (UpstreamConn::Plain(_), None) => true,
+        (UpstreamConn::Tls(t), Some(tls)) => t.made_under(tls),
+        _ => false,
     }
 }
 
@@ -180,9 +195,7 @@ fn at_once(d: Dest<'_>) -> Result<Carrier, First> {
         .pools
         .checkout(group, server, clock::now_ms())
     {
-        Checkout::Idle(conn, slot) if matches!(conn, UpstreamConn::Tls(_)) == https => {
-            Ok(Carrier::h1(conn, true, slot))
-        }
+        Checkout::Idle(conn, slot) if fits(&conn, group) => Ok(Carrier::h1(conn, true, slot)),
         other => Err(First::H1(other)),
     }
 }
@@ -289,7 +302,6 @@ async fn http1_for(
         server,
         shard,
     } = d;
-    let https = group.tls.is_some();
     let mut gone = std::pin::pin!(gone);
     loop {
         let checkout = first.take().unwrap_or_else(|| {
@@ -323,11 +335,10 @@ async fn http1_for(
             }
         };
         match got {
-            Got::Idle(c, slot) if matches!(c, UpstreamConn::Tls(_)) == https => {
-                return Ok(Carrier::h1(c, true, slot))
-            }
+            Got::Idle(c, slot) if fits(&c, group) => return Ok(Carrier::h1(c, true, slot)),
             Got::Idle(c, mut slot) => {
-                // Made before a reload turned TLS on or off.
+                // Made before a reload turned TLS on or off, or changed
+                // its settings (a CA, a client certificate).
                 slot.closing(CloseReason::Discarded);
                 drop((c, slot));
             }

@@ -8,6 +8,7 @@ use crate::codec::head::{Method, ParsedHead};
 use crate::exchange::fields_of;
 use crate::exchange::stream::ClientStream;
 use crate::server::conn::Conn;
+use crate::transport::tls::HandshakeFail;
 use crate::transport::upstream::UpstreamConn;
 use crate::transport::ReadSpare;
 use crate::transport::Transport;
@@ -81,6 +82,8 @@ impl<S: Transport> Conn<S> {
                 Ok(0) | Err(UpRead::Io) => {
                     self.upstream_why = Some(if self.urbuf.len() >= MAX_RESPONSE_HEAD_BYTES {
                         UpstreamWhy::Malformed
+                    } else if self.upstream_why == Some(UpstreamWhy::Handshake) {
+                        UpstreamWhy::Handshake
                     } else {
                         UpstreamWhy::Reset
                     });
@@ -212,7 +215,15 @@ impl<S: Transport> Conn<S> {
         let read = std::pin::pin!(up.read_spare(buf));
         let (res, buf) = self.watched(read, deadline).await?;
         self.urbuf = buf;
-        res.map_err(|_| UpRead::Io)
+        res.map_err(|e| {
+            // A TLS 1.3 server's refusal of our certificate (or of none)
+            // comes after the handshake: counted with the handshakes'.
+            if HandshakeFail::is_alert(&e) {
+                self.shard.stats.upstream_tls_failures[HandshakeFail::ClientAlert as usize].inc();
+                self.upstream_why = Some(UpstreamWhy::Handshake);
+            }
+            UpRead::Io
+        })
     }
 
     /// Waits for `wait` (an upstream's answer) under `deadline`, watching
