@@ -331,6 +331,8 @@ pub struct AuthCounters {
     pub busy: u64,
     /// Refusals and failures a shadowed route let through.
     pub shadow_hits: u64,
+    /// Calls abandoned because the client went away first.
+    pub abandoned: u64,
 }
 
 /// The call the last `Verdict::Authenticate` needs, taken by the caller.

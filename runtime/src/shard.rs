@@ -172,6 +172,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
         )
         .with_verifier(spec.verifier.clone())
         .with_on_demand(spec.on_demand.clone())
+        .with_shard_count(spec.shards)
         .with_access_log(spec.access_log.clone())
         .with_warnings(warn)
         .with_ring(ring.clone()),

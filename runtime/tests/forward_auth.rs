@@ -630,3 +630,37 @@ fn mutual_tls_to_a_provider_that_demands_a_client_certificate() {
     assert_eq!(sso.requests.load(Ordering::SeqCst), 1);
     assert_eq!(up.requests.lock().unwrap().len(), 1);
 }
+
+#[test]
+fn the_call_cap_is_the_processs_and_a_client_that_leaves_abandons_its_call() {
+    let (ep, latch) = auth_endpoint(true);
+    let up = recording_upstream();
+    let text =
+        auth_profile(ep.addr, up.addr, "timeout_ms = 10000").replace("shards = 1", "shards = 2");
+    let g = Gapura::start(&text);
+    // One address: one shard, which holds half of the process's 64.
+    let mut waiting = Vec::new();
+    for i in 0..32 {
+        let mut c = Client::connect(g.addr);
+        c.send(&req_with("GET", "f.test", &format!("/slow/{i}"), &[GOOD]));
+        waiting.push(c);
+    }
+    let running = || latch.in_flight.load(Ordering::SeqCst) == 32;
+    assert!(
+        wait_until(Duration::from_secs(10), running),
+        "32 calls running"
+    );
+    let r = request(g.addr, &req_with("GET", "f.test", "/one-more", &[GOOD]));
+    assert_eq!(r.status, 503, "the shard's share of 64 is taken");
+    // A client that goes away abandons its call.
+    drop(waiting.pop());
+    let abandoned = "gapura_auth_provider_total{provider=\"sso\",result=\"abandoned\"}";
+    assert_eq!(
+        common::gate::wait_sample(&g, abandoned, 1, Duration::from_secs(5)),
+        1
+    );
+    latch.release();
+    for mut c in waiting {
+        assert_eq!(c.response(false).status, 200);
+    }
+}

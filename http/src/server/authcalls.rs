@@ -1,8 +1,10 @@
 //! A shard's forward-auth calls: the call to the provider (an HTTP/1.1
 //! connection, TLS for an `https` provider, kept idle per provider and
-//! shard, at most
+//! shard for at most [`IDLE_LIFETIME_MS`] and used for at most
+//! [`CONN_LIFETIME_MS`] in all; at most
 //! [`MAX_CALLS`](gapura_gate::auth::MAX_CALLS) calls at once per provider
-//! and shard), the failure log's pace, and the page of a full provider.
+//! for the process, each shard holding its share), the failure log's
+//! pace, and the page of a full provider.
 //! What a connection does with the answer is `conn::forwardauth`.
 
 use super::shard::Shard;
@@ -21,17 +23,23 @@ const MAX_IDLE: usize = 64;
 /// How long a provider connection may sit idle before it is closed rather
 /// than used (providers close idle connections of their own, often sooner).
 const IDLE_LIFETIME_MS: u64 = 15_000;
+/// How long a provider connection is used at all, from its handshake: a
+/// provider's new addresses, certificates or policies reach every shard
+/// within this.
+const CONN_LIFETIME_MS: u64 = 60_000;
 /// A provider's failures are logged at most once in this long (per shard).
 const FAILURE_LOG_EVERY_MS: u64 = 60_000;
 
 /// A shard's provider connections and running calls, by the provider's
 /// configuration (`AuthProvider::identity`), so both survive a reload that
 /// keeps it.
-#[derive(Default)]
 pub(crate) struct AuthCalls {
-    /// (provider, connection, idle since, ms on the coarse clock).
-    idle: RefCell<Vec<(u64, UpstreamConn, u64)>>,
+    /// (provider, connection, idle since, made at; ms on the coarse clock).
+    idle: RefCell<Vec<(u64, UpstreamConn, u64, u64)>>,
     running: RefCell<Vec<(u64, u32)>>,
+    /// Calls to one provider this shard may run at once: its share of
+    /// [`MAX_CALLS`] for the process.
+    max_calls: std::cell::Cell<u32>,
     /// (provider, when its failures were last logged).
     warned: RefCell<Vec<(u64, u64)>>,
 }
@@ -56,12 +64,34 @@ impl Drop for CallPlace<'_> {
     }
 }
 
+impl Default for AuthCalls {
+    fn default() -> AuthCalls {
+        AuthCalls {
+            idle: RefCell::default(),
+            running: RefCell::default(),
+            max_calls: std::cell::Cell::new(MAX_CALLS),
+            warned: RefCell::default(),
+        }
+    }
+}
+
+/// One shard's share of [`MAX_CALLS`] among `shards` (at least one call).
+pub fn calls_per_shard(shards: usize) -> u32 {
+    (MAX_CALLS / shards.max(1) as u32).max(1)
+}
+
 impl AuthCalls {
-    /// A place for a call to `provider`, unless [`MAX_CALLS`] run.
+    /// Holds this shard to its share of [`MAX_CALLS`] among `shards`.
+    pub(crate) fn set_shards(&self, shards: usize) {
+        self.max_calls.set(calls_per_shard(shards));
+    }
+
+    /// A place for a call to `provider`, unless this shard's share of
+    /// [`MAX_CALLS`] runs.
     pub(super) fn begin(&self, provider: u64) -> Option<CallPlace<'_>> {
         let mut running = self.running.borrow_mut();
         match running.iter_mut().find(|e| e.0 == provider) {
-            Some(e) if e.1 >= MAX_CALLS => return None,
+            Some(e) if e.1 >= self.max_calls.get() => return None,
             Some(e) => e.1 += 1,
             None => running.push((provider, 1)),
         }
@@ -71,22 +101,30 @@ impl AuthCalls {
         })
     }
 
-    /// An idle connection to `provider` younger than [`IDLE_LIFETIME_MS`];
-    /// older ones are closed on the way.
-    fn take_idle(&self, provider: u64) -> Option<UpstreamConn> {
+    /// An idle connection to `provider` idle for less than
+    /// [`IDLE_LIFETIME_MS`] and made less than [`CONN_LIFETIME_MS`] ago,
+    /// with when it was made; others are closed on the way.
+    fn take_idle(&self, provider: u64) -> Option<(UpstreamConn, u64)> {
         let now = crate::clock::now_ms();
         let mut idle = self.idle.borrow_mut();
-        idle.retain(|e| now.saturating_sub(e.2) < IDLE_LIFETIME_MS);
+        idle.retain(|e| {
+            now.saturating_sub(e.2) < IDLE_LIFETIME_MS && now.saturating_sub(e.3) < CONN_LIFETIME_MS
+        });
         let i = idle.iter().rposition(|e| e.0 == provider)?;
-        Some(idle.swap_remove(i).1)
+        let (_, conn, _, made) = idle.swap_remove(i);
+        Some((conn, made))
     }
 
-    fn put_idle(&self, provider: u64, stream: UpstreamConn) {
+    fn put_idle(&self, provider: u64, stream: UpstreamConn, made: u64) {
+        let now = crate::clock::now_ms();
+        if now.saturating_sub(made) >= CONN_LIFETIME_MS {
+            return;
+        }
         let mut idle = self.idle.borrow_mut();
         if idle.len() >= MAX_IDLE {
             idle.remove(0);
         }
-        idle.push((provider, stream, crate::clock::now_ms()));
+        idle.push((provider, stream, now, made));
     }
 
     /// Whether `provider`'s failure should be logged now: at most once a
@@ -122,18 +160,19 @@ impl AuthCalls {
         p: &AuthProvider,
         request: &[u8],
     ) -> Result<Answer, CallError> {
-        if let Some(mut s) = self.take_idle(p.identity) {
+        if let Some((mut s, made)) = self.take_idle(p.identity) {
             if let Ok((answer, reuse)) = exchange(p, &mut s, request.to_vec()).await {
                 if reuse {
-                    self.put_idle(p.identity, s);
+                    self.put_idle(p.identity, s, made);
                 }
                 return Ok(answer);
             }
         }
+        let made = crate::clock::now_ms();
         let mut s = connect(shard, p).await?;
         let (answer, reuse) = exchange(p, &mut s, request.to_vec()).await?;
         if reuse {
-            self.put_idle(p.identity, s);
+            self.put_idle(p.identity, s, made);
         }
         Ok(answer)
     }

@@ -287,6 +287,13 @@ impl Shard {
         self
     }
 
+    /// The process's shard count: forward-auth's calls to a provider are
+    /// bounded for the process, each shard holding its share.
+    pub fn with_shard_count(self, shards: usize) -> Shard {
+        self.upstream.auth.set_shards(shards);
+        self
+    }
+
     /// Hands unclaimed SNI names to `asks` (on-demand certificates).
     pub fn with_on_demand(mut self, asks: Option<std::sync::mpsc::SyncSender<String>>) -> Shard {
         self.on_demand = asks;

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 /// Forward-auth counters per provider, summed over the shards.
 pub(super) fn render_auth(out: &mut String, admin: &Admin) {
-    let mut sums: BTreeMap<String, [u64; 9]> = BTreeMap::new();
+    let mut sums: BTreeMap<String, [u64; 10]> = BTreeMap::new();
     for s in &admin.shards {
         let Ok(b) = s.blocks.lock() else { continue };
         for (n, c) in &b.auth {
@@ -23,6 +23,7 @@ pub(super) fn render_auth(out: &mut String, admin: &Admin) {
                 c.timeouts,
                 c.busy,
                 c.shadow_hits,
+                c.abandoned,
             ];
             for (t, x) in e.iter_mut().zip(v) {
                 *t += x;
@@ -44,6 +45,7 @@ pub(super) fn render_auth(out: &mut String, admin: &Admin) {
             "timeout",
             "busy",
             "shadow",
+            "abandoned",
         ],
     );
 }

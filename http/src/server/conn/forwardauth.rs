@@ -63,8 +63,16 @@ impl<S: Transport> Conn<S> {
         count(|c| c.calls += 1);
         let request = std::mem::take(&mut self.ubuf);
         let wait = Duration::from_millis(p.timeout_ms);
-        let result =
-            monoio::time::timeout(wait, shard.upstream.auth.call(&shard, p, &request)).await;
+        // A client that goes away abandons its call (the provider's
+        // connection is closed with it).
+        let result = monoio::select! {
+            r = monoio::time::timeout(wait, shard.upstream.auth.call(&shard, p, &request)) => r,
+            _ = super::gone::client_gone(self.io.stream_mut()) => {
+                count(|c| c.abandoned += 1);
+                self.ubuf = request;
+                return Err(End::Error(ErrorKind::Io));
+            }
+        };
         self.ubuf = request;
         log_failure(&shard, p, &result);
         match result {

@@ -19,12 +19,14 @@
 //! (waiting for a password check), `forwardauth` (what a provider's answer
 //! does), `powverify` (proof of work's verify endpoint), `lane` (a quiet or
 //! paying host's answer written where its head is parsed), `latency` (an answered
-//! request counted in its host's latency histogram), and nothing else reads
-//! or writes a connection's fields.
+//! request counted in its host's latency histogram), `gone` (whether the
+//! client went away while its request waits elsewhere), and nothing else
+//! reads or writes a connection's fields.
 
 mod body;
 mod forward;
 mod forwardauth;
+mod gone;
 pub(super) mod lane;
 mod latency;
 mod local;

@@ -5,8 +5,8 @@
 //! (`crate::upstream::pool`), a new HTTP/2 connection, each bounded by its
 //! timeout and by the client going away.
 
-use super::peer_closed;
 use crate::clock;
+use crate::server::conn::gone::client_gone;
 use crate::server::conn::Conn;
 use crate::server::shard::Shard;
 use crate::transport::h2client::{self, StreamSlot};
@@ -18,7 +18,6 @@ use crate::upstream::h2conns::{H2Conn, Take};
 use crate::upstream::pool::{Checkout, CloseReason, Got, Permit};
 use gapura_gate::upstream::{UpstreamGroup, UpstreamProtocol, UpstreamServer};
 use gapura_gate::UpstreamWhy;
-use std::os::fd::AsRawFd;
 
 fn connect_error(e: &std::io::Error) -> UpstreamWhy {
     match e.kind() {
@@ -350,23 +349,6 @@ async fn http1_for(
                 return Ok(Carrier::h1(conn, false, slot));
             }
         }
-    }
-}
-
-/// Ends when the client has gone away: an HTTP/2 stream it reset, or a
-/// connection it closed (bytes it pipelined end the watch: they wait in
-/// the socket for the next request).
-async fn client_gone<S: Transport>(stream: &mut S) {
-    if let Some(socket) = stream.socket() {
-        if socket.readable(false).await.is_ok()
-            && peer_closed(socket.as_raw_fd())
-            && !stream.buffered()
-        {
-            return;
-        }
-        std::future::pending::<()>().await
-    } else {
-        stream.until_abandoned().await
     }
 }
 

@@ -202,20 +202,7 @@ fn tls_name<'g>(
     tls.server_name.as_deref().or(server.name.as_deref())
 }
 
-/// Whether the peer closed `fd` (EOF waiting), without consuming data.
-pub(super) fn peer_closed(fd: i32) -> bool {
-    let mut b = [0u8; 1];
-    // SAFETY: a one-byte peek into a stack buffer on a socket we own.
-    let n = unsafe {
-        libc::recv(
-            fd,
-            b.as_mut_ptr() as *mut libc::c_void,
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    n == 0
-}
+pub(super) use super::gone::peer_closed;
 
 impl<S: Transport> Conn<S> {
     /// Proxies one request: its rewritten head is in `ubuf`, its body (if
