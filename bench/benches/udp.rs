@@ -33,13 +33,13 @@ fn main() {
     open.session.rate = None;
     open.budgets.global = Some(Budget::flat(u32::MAX).unwrap());
     open.budgets.prefix = Some(Budget::flat(u32::MAX).unwrap());
-    let mut r = Relay::new(Arc::new(open.clone()), SEED);
+    let mut r = Relay::new(Arc::new(open.clone()), SEED, Default::default());
     r.inbound(src, &payload, 0, UNIX);
     measure("relay: a known session's datagram (64 B)", 2_000_000, |i| {
         forwarded(r.inbound(black_box(src), black_box(&payload), i as u64 / 1_000, UNIX))
     });
 
-    let mut r = Relay::new(Arc::new(open.clone()), SEED);
+    let mut r = Relay::new(Arc::new(open.clone()), SEED, Default::default());
     let big = [0u8; 2_000];
     measure("drop: oversized", 2_000_000, |i| {
         forwarded(r.inbound(black_box(src), black_box(&big), i as u64, UNIX))
@@ -47,7 +47,7 @@ fn main() {
 
     let mut spent = open.clone();
     spent.budgets.prefix = Some(Budget::flat(1).unwrap());
-    let mut r = Relay::new(Arc::new(spent), SEED);
+    let mut r = Relay::new(Arc::new(spent), SEED, Default::default());
     r.inbound(src, &payload, 0, UNIX);
     measure("drop: over the source prefix's budget", 2_000_000, |_| {
         forwarded(r.inbound(black_box(src), black_box(&payload), 500, UNIX))
@@ -55,7 +55,7 @@ fn main() {
 
     let mut full = open.clone();
     full.budgets.tracked = Ceiling::new(16, 0).unwrap();
-    let mut r = Relay::new(Arc::new(full), SEED);
+    let mut r = Relay::new(Arc::new(full), SEED, Default::default());
     for n in 0..16u32 {
         let s = SocketAddr::new(std::net::Ipv4Addr::from(n << 8).into(), 1);
         r.inbound(s, &payload, 0, UNIX);
@@ -74,7 +74,7 @@ fn main() {
 
     let mut bucket = open.clone();
     bucket.session.rate = Some(RatePolicy::per_second(1, 1).unwrap());
-    let mut r = Relay::new(Arc::new(bucket), SEED);
+    let mut r = Relay::new(Arc::new(bucket), SEED, Default::default());
     r.inbound(src, &payload, 0, UNIX);
     measure("drop: over the session's bucket", 2_000_000, |_| {
         forwarded(r.inbound(black_box(src), black_box(&payload), 500, UNIX))
@@ -90,7 +90,7 @@ fn main() {
         key_budget: None,
         strip: true,
     });
-    let mut r = Relay::new(Arc::new(sealed), SEED);
+    let mut r = Relay::new(Arc::new(sealed), SEED, Default::default());
     let mut good = Vec::new();
     seal(&key, 0, UNIX, 1, &payload, &mut good);
     let mut forged = good.clone();

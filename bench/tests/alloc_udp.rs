@@ -31,7 +31,7 @@ fn relay_decisions_allocate_nothing() {
         key_budget: None,
         strip: true,
     });
-    let mut r = Relay::new(Arc::new(p), [4; 16]);
+    let mut r = Relay::new(Arc::new(p), [4; 16], Default::default());
     let src: SocketAddr = "203.0.113.7:4000".parse().unwrap();
     let mut d = Vec::with_capacity(256);
     seal(&key, 0, UNIX, 1, b"first", &mut d);

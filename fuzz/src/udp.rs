@@ -27,7 +27,7 @@ pub fn udp_envelope(data: &[u8]) {
         strip: data.first().is_some_and(|b| b & 1 != 0),
     });
     let key = EnvelopeKey::new(KEY);
-    let mut relay = Relay::new(Arc::new(policy), [7; 16]);
+    let mut relay = Relay::new(Arc::new(policy), [7; 16], Default::default());
     let (mut now, mut at) = (1_000u64, 1);
     let mut sealed = Vec::new();
     while at + 4 <= data.len() {

@@ -108,7 +108,7 @@ pub fn run(a: &crate::cli::ExplainArgs, relay: &str) -> ExitCode {
         eprintln!("gapura explain: no randomness: {e}");
         return ExitCode::FAILURE;
     }
-    let mut r = Relay::new(Arc::clone(policy), seed);
+    let mut r = Relay::new(Arc::clone(policy), seed, Default::default());
     let unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);

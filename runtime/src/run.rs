@@ -198,6 +198,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     let mut fleet_running = take_fleet_running(&mut fleet);
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
+    let replay = Arc::new(gapura_udp::replay::ReplayBoard::default());
     // `gapura explain --live` asks reach each shard through its own queue.
     let mut live_senders = Vec::new();
     for id in 0..shard_count {
@@ -222,6 +223,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
             udp_stats: relay_board.of_shard(id),
             fleet: fleet.as_ref().map(|f| f.shards[id].clone()),
             on_demand: acme.asks.clone(),
+            replay: replay.clone(),
         };
         threads.push(spawn_shard(spec, tx.clone())?);
     }

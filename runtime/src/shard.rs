@@ -65,6 +65,8 @@ pub struct ShardSpec {
     pub verifier: Arc<dyn gapura_http::server::verify::VerifyPool>,
     /// Where handshakes hand unclaimed names (on-demand certificates).
     pub on_demand: Option<std::sync::mpsc::SyncSender<String>>,
+    /// The UDP relays' replay windows, one per key for the process.
+    pub replay: Arc<gapura_udp::replay::ReplayBoard>,
     /// Where the access log's buffers go.
     pub access_log: std::sync::mpsc::SyncSender<Vec<u8>>,
     /// `gapura explain --live` asks from the admin listener.
@@ -144,7 +146,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
     let relays = match crate::udp::start(
         spec.udp,
         &first,
-        spec.key_seed,
+        (spec.key_seed, &spec.replay),
         spec.udp_stats,
         Rc::new(Feed(spec.cell.clone())),
     ) {

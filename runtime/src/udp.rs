@@ -109,7 +109,7 @@ fn log_drop(relay: &str, reason: UdpDrop, prefix: u64, class: &str) {
 pub fn start(
     sockets: ShardSockets,
     snapshot: &Snapshot,
-    seed: [u8; 16],
+    (seed, board): ([u8; 16], &Arc<gapura_udp::replay::ReplayBoard>),
     stats: Vec<Arc<RelayStats>>,
     feed: Rc<dyn PolicyFeed>,
 ) -> Result<Vec<Rc<RelayIo>>, String> {
@@ -121,7 +121,7 @@ pub fn start(
             policy,
             snapshot.generation,
             socks,
-            seed,
+            (seed, board.clone()),
             stats[r].clone(),
             log_drop,
         )

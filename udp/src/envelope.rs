@@ -14,9 +14,8 @@
 //! [`open`] checks, cheapest first so a flood costs least: the length and
 //! version (`malformed`), the key id (`unknown_key`), the timestamp against
 //! the relay's clock within `max_age_ms` either way (`stale`), the tag, in
-//! constant time (`bad_tag`); then the caller checks the nonce against the
-//! session's [`ReplayWindow`] (`replayed`) and marks it only when the whole
-//! datagram is accepted. O(len) for the tag, no allocation, never panics on
+//! constant time (`bad_tag`); then the caller takes the nonce in the key's
+//! replay window (`replayed`; `crate::replay`). O(len) for the tag, no allocation, never panics on
 //! any input (a seeded corpus of arbitrary envelopes holds that).
 
 use gapura_gate::udp::{EnvelopeKey, EnvelopePolicy, UdpDrop};
@@ -89,64 +88,6 @@ pub fn seal(
     out.extend_from_slice(payload);
     let tag = key.tag(out);
     out.extend_from_slice(&tag[..TAG_BYTES]);
-}
-
-/// A session's replay window: the highest nonce seen and a bitmap of the
-/// `bits.len() * 64` nonces below it, so nonces may arrive out of order
-/// within the window but never twice, and none older than the window.
-/// The bitmap is a slice of the session table's, allocated once.
-pub struct ReplayWindow<'a> {
-    /// `None` until the first nonce.
-    pub highest: &'a mut Option<u64>,
-    pub bits: &'a mut [u64],
-}
-
-impl ReplayWindow<'_> {
-    fn width(&self) -> u64 {
-        self.bits.len() as u64 * 64
-    }
-
-    fn bit(&self, nonce: u64) -> (usize, u64) {
-        let i = nonce % self.width();
-        ((i / 64) as usize, 1u64 << (i % 64))
-    }
-
-    /// Whether `nonce` is new to this window. O(1).
-    pub fn fresh(&self, nonce: u64) -> bool {
-        let Some(high) = *self.highest else {
-            return true;
-        };
-        if nonce > high {
-            return true;
-        }
-        if high - nonce >= self.width() {
-            return false;
-        }
-        let (w, m) = self.bit(nonce);
-        self.bits[w] & m == 0
-    }
-
-    /// Remembers `nonce` (which [`fresh`](Self::fresh) accepted). Moving the
-    /// window forward clears the slots it passes: O(the jump), at most the
-    /// window's words.
-    pub fn mark(&mut self, nonce: u64) {
-        match *self.highest {
-            Some(high) if nonce <= high => {}
-            Some(high) if nonce - high < self.width() => {
-                for n in high + 1..=nonce {
-                    let (w, m) = self.bit(n);
-                    self.bits[w] &= !m;
-                }
-                *self.highest = Some(nonce);
-            }
-            _ => {
-                self.bits.fill(0);
-                *self.highest = Some(nonce);
-            }
-        }
-        let (w, m) = self.bit(nonce);
-        self.bits[w] |= m;
-    }
 }
 
 #[cfg(test)]
@@ -230,55 +171,5 @@ mod tests {
             "01000000019e7044880000000000000000070268656c6c6f58d09e0296afe6400900732690f583dc"
         );
         assert_eq!(d.len(), 40);
-    }
-
-    fn window(words: usize) -> (Option<u64>, Vec<u64>) {
-        (None, vec![0; words])
-    }
-
-    #[test]
-    fn the_replay_window_takes_each_nonce_once_and_none_too_old() {
-        let (mut high, mut bits) = window(1); // 64 nonces
-        let mut w = ReplayWindow {
-            highest: &mut high,
-            bits: &mut bits,
-        };
-        assert!(w.fresh(100));
-        w.mark(100);
-        assert!(!w.fresh(100), "replayed");
-        // Out of order within the window.
-        assert!(w.fresh(90));
-        w.mark(90);
-        assert!(!w.fresh(90));
-        assert!(w.fresh(37), "100 - 37 = 63 < 64");
-        assert!(!w.fresh(36), "older than the window");
-        // A jump forward forgets the slots it passes, not the ones it keeps.
-        w.mark(130);
-        assert!(!w.fresh(100));
-        assert!(!w.fresh(90), "130 - 90 < 64: still remembered");
-        assert!(w.fresh(129));
-        assert!(!w.fresh(66));
-        // A jump past the whole window clears it.
-        w.mark(1_000_000);
-        assert!(w.fresh(999_999));
-        assert!(!w.fresh(130));
-        assert!(!w.fresh(1_000_000));
-    }
-
-    #[test]
-    fn the_first_nonce_may_be_zero() {
-        let (mut high, mut bits) = window(2);
-        let mut w = ReplayWindow {
-            highest: &mut high,
-            bits: &mut bits,
-        };
-        assert!(w.fresh(0));
-        w.mark(0);
-        assert!(!w.fresh(0));
-        assert!(w.fresh(1));
-        assert!(w.fresh(u64::MAX));
-        w.mark(u64::MAX);
-        assert!(!w.fresh(u64::MAX));
-        assert!(!w.fresh(1));
     }
 }

@@ -139,7 +139,7 @@ impl RelayIo {
         policy: Arc<UdpPolicy>,
         generation: u64,
         listeners: Vec<std::net::UdpSocket>,
-        seed: [u8; 16],
+        (seed, board): ([u8; 16], Arc<crate::replay::ReplayBoard>),
         stats: Arc<RelayStats>,
         log: DropLog,
     ) -> std::io::Result<Rc<RelayIo>> {
@@ -150,7 +150,7 @@ impl RelayIo {
         }
         Ok(Rc::new(RelayIo {
             sessions: RefCell::new(vec![None; policy.session.ceiling.entries()]),
-            relay: RefCell::new(Relay::new(policy, seed)),
+            relay: RefCell::new(Relay::new(policy, seed, board)),
             listeners: socks,
             stats,
             started: Instant::now(),

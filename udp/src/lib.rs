@@ -14,7 +14,8 @@
 //! over-capacity datagram is dropped without a reply and counted.
 //!
 //! Modules: `relay` (the decisions, pure, time passed in), `session` (the
-//! table), `envelope` (wire format, decoder, replay window), `io` (the
+//! table), `envelope` (wire format, decoder), `replay` (the keys' replay
+//! windows, one for the process), `io` (the
 //! monoio loop), `batch` (datagrams received and sent in batches, also
 //! HTTP/3's), `stats` (the counters the
 //! metrics read), `testing` (a policy for tests and benchmarks).
@@ -23,6 +24,7 @@ pub mod batch;
 pub mod envelope;
 pub mod io;
 pub mod relay;
+pub mod replay;
 pub mod session;
 pub mod stats;
 pub mod testing;

@@ -32,7 +32,8 @@
 //! HMAC; nothing allocates after [`Relay::new`] (a reload that resizes a
 //! table allocates the new one).
 
-use crate::envelope::{self, ReplayWindow};
+use crate::envelope;
+use crate::replay::{KeySlots, ReplayBoard};
 use crate::session::{SessionRef, SessionTable, Spot};
 use gapura_gate::quota::fleet::FleetPeer;
 use gapura_gate::quota::{Domain, Keyer};
@@ -80,8 +81,9 @@ pub struct Relay {
     keyer: Keyer,
     budgets: UdpBudgets,
     sessions: SessionTable,
-    /// The keys' replay windows (with `auth`).
+    /// The keys' replay windows (with `auth`), shared by every shard.
     replay: KeyWindows,
+    board: Arc<ReplayBoard>,
     /// Smooth weighted round robin's current weights, and the live sessions
     /// per server (least outstanding), indexed like the policy's servers.
     weights: Vec<i64>,
@@ -92,48 +94,42 @@ pub struct Relay {
     pub counters: Counters,
 }
 
-/// The replay windows of a relay's keys on one shard: the highest nonce
-/// seen under each key and a bitmap of the `replay_window` nonces below
-/// it. The nonce space is the key's, not a session's, so an envelope
-/// captured from one source is refused from any other (on the same shard:
-/// docs/udp.md states the bound across shards). Allocated once per policy;
-/// O(1) per datagram.
+/// The replay windows of a relay's keys: one per key for the process
+/// (`replay`: every shard takes a nonce in the same window), so an
+/// envelope is taken once, from whichever source, on whichever shard.
 struct KeyWindows {
-    highest: Vec<Option<u64>>,
-    bits: Vec<u64>,
-    words: usize,
+    windows: Vec<Arc<KeySlots>>,
+    width: u32,
     /// Each key's fingerprint: a reload that changes a key starts its
     /// window anew.
     prints: Vec<[u8; 16]>,
 }
 
 impl KeyWindows {
-    fn new(p: &UdpPolicy) -> KeyWindows {
-        let (keys, window) = p
-            .envelope
-            .as_ref()
-            .map_or((0, 0), |e| (e.keys.len(), e.replay_window));
-        let words = (window as usize).div_ceil(64);
+    fn new(p: &UdpPolicy, board: &ReplayBoard) -> KeyWindows {
+        let width = p.envelope.as_ref().map_or(0, |e| e.replay_window);
+        let prints = prints(p);
         KeyWindows {
-            highest: vec![None; keys],
-            bits: vec![0; keys * words],
-            words,
-            prints: prints(p),
+            windows: prints
+                .iter()
+                .map(|print| board.window(&p.name, *print, width))
+                .collect(),
+            width,
+            prints,
         }
     }
 
     fn fits(&self, p: &UdpPolicy) -> bool {
-        let window = p.envelope.as_ref().map_or(0, |e| e.replay_window);
-        self.words == (window as usize).div_ceil(64) && self.prints == prints(p)
+        let width = p.envelope.as_ref().map_or(0, |e| e.replay_window);
+        self.width == width && self.prints == prints(p)
     }
 
-    /// Key `id`'s window (`open` checked that the relay holds the key).
-    fn window(&mut self, id: u8) -> ReplayWindow<'_> {
-        let i = usize::from(id).min(self.highest.len().saturating_sub(1));
-        ReplayWindow {
-            highest: &mut self.highest[i],
-            bits: &mut self.bits[i * self.words..(i + 1) * self.words],
-        }
+    /// Takes `nonce` in key `id`'s window (`open` checked that the relay
+    /// holds the key); false when it was taken before.
+    fn take(&self, id: u8, nonce: u64) -> bool {
+        self.windows
+            .get(usize::from(id))
+            .is_some_and(|w| w.take(nonce))
     }
 }
 
@@ -151,14 +147,16 @@ fn prints(p: &UdpPolicy) -> Vec<[u8; 16]> {
 }
 
 impl Relay {
-    /// The state for `policy` under the process's hash `seed`. Allocates its
-    /// tables once.
-    pub fn new(policy: Arc<UdpPolicy>, seed: [u8; 16]) -> Relay {
+    /// The state for `policy` under the process's hash `seed`, its keys'
+    /// replay windows from the process's `board`. Allocates its tables
+    /// once.
+    pub fn new(policy: Arc<UdpPolicy>, seed: [u8; 16], board: Arc<ReplayBoard>) -> Relay {
         let n = policy.servers.len();
         Relay {
             budgets: UdpBudgets::new(&policy),
             sessions: SessionTable::new(policy.session.ceiling),
-            replay: KeyWindows::new(&policy),
+            replay: KeyWindows::new(&policy, &board),
+            board,
             keyer: Keyer::new(seed),
             weights: vec![0; n],
             per_server: vec![0; n],
@@ -224,7 +222,7 @@ impl Relay {
             self.sessions = SessionTable::new(policy.session.ceiling);
         }
         if !self.replay.fits(&policy) {
-            self.replay = KeyWindows::new(&policy);
+            self.replay = KeyWindows::new(&policy, &self.board);
         }
         let same_servers = policy.servers.len() == self.policy.servers.len()
             && policy
@@ -293,9 +291,10 @@ impl Relay {
 
     /// [`Relay::inbound`] for a relay with `auth`: the size bound and the
     /// source prefix's budget (all an invalid datagram pays), the
-    /// envelope, then the global and operation budgets with the class read
-    /// from the authenticated bytes, the session and its token bucket, the
-    /// key's replay window, and relay. A fresh envelope proves the session.
+    /// envelope, the key's replay window (shared by every shard), then the
+    /// key, global and operation budgets with the class read from the
+    /// authenticated bytes, the session and its token bucket, and relay. A
+    /// fresh envelope proves the session.
     fn inbound_authenticated(
         &mut self,
         client: SocketAddr,
@@ -327,6 +326,14 @@ impl Relay {
             Ok(o) => o,
             Err(reason) => return dropped(&mut self.counters, reason, 0),
         };
+        // The nonce space is the key's and the process's: an envelope is
+        // taken once, from whichever source, on whichever shard, and a
+        // replay spends nothing past its prefix's share (no key, global,
+        // operation or session budget) and proves no session. A datagram
+        // a later check drops has spent its nonce all the same.
+        if !self.replay.take(opened.key_id, opened.nonce) {
+            return dropped(&mut self.counters, UdpDrop::Replayed, 0);
+        }
         // The class from bytes the tag covers.
         let admitted = gapura_gate::udp::budgets::classify(policy, &datagram[..opened.payload.1]);
         let class = admitted.class;
@@ -353,13 +360,6 @@ impl Relay {
         if !new && !take_token(&mut self.sessions, policy, idx, now_ms) {
             return dropped(&mut self.counters, UdpDrop::SessionRate, class);
         }
-        // The nonce space is the key's: an envelope is taken once, from
-        // whichever source.
-        let mut window = self.replay.window(opened.key_id);
-        if !window.fresh(opened.nonce) {
-            return dropped(&mut self.counters, UdpDrop::Replayed, class);
-        }
-        window.mark(opened.nonce);
         let payload = if strip {
             opened.payload
         } else {

@@ -24,7 +24,7 @@ fn servers() -> Vec<SocketAddr> {
 }
 
 fn relay(p: UdpPolicy) -> Relay {
-    Relay::new(Arc::new(p), SEED)
+    Relay::new(Arc::new(p), SEED, Default::default())
 }
 
 fn dropped(i: Inbound) -> Option<UdpDrop> {
@@ -486,4 +486,33 @@ fn each_key_pays_its_own_budget_once_its_envelope_verifies() {
     seal(&k0, 0, UNIX + 1_000, 4, b"x", &mut d);
     assert!(dropped(r.inbound(addr("203.0.113.1:1"), &d, 1_000, UNIX + 1_000)).is_none());
     assert_eq!(r.counters.dropped[UdpDrop::KeyBudget.index()], 1);
+}
+
+#[test]
+fn a_replay_on_another_shard_is_dropped_spends_no_budget_and_proves_nothing() {
+    let mut p = with_envelope(policy(&servers()));
+    p.budgets.global = Some(Budget::flat(2).unwrap());
+    let key = p.envelope.as_ref().unwrap().keys[0].clone();
+    let p = Arc::new(p);
+    // Two shards of one process: one board of replay windows.
+    let board = Arc::new(gapura_udp::replay::ReplayBoard::default());
+    let mut shard0 = Relay::new(p.clone(), SEED, board.clone());
+    let mut shard1 = Relay::new(p, SEED, board);
+    let sender = addr("192.0.2.1:4000");
+    let victim = addr("198.51.100.7:53");
+    let mut d = Vec::new();
+    seal(&key, 0, UNIX, 1, b"move", &mut d);
+    assert!(dropped(shard0.inbound(sender, &d, 0, UNIX)).is_none());
+    // Captured, and sent to the other shard from a spoofed source.
+    for t in 1..5 {
+        assert_eq!(
+            dropped(shard1.inbound(victim, &d, t, UNIX)),
+            Some(UdpDrop::Replayed)
+        );
+    }
+    assert_eq!(shard1.live_sessions(), 0, "no session, proved or not");
+    // The replays spent none of the global budget: a fresh envelope
+    // still passes there.
+    seal(&key, 0, UNIX, 2, b"move", &mut d);
+    assert!(dropped(shard1.inbound(sender, &d, 6, UNIX)).is_none());
 }
