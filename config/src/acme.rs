@@ -11,6 +11,20 @@ use crate::schema::{RawAcme, RawCertificate, RawOnDemand};
 use crate::settings::{AcmeChallenge, AcmeSettings, OnDemand};
 use toml::Spanned;
 
+/// [`check_acme`] of a whole profile.
+pub(crate) fn check_profile(
+    raw: &crate::schema::RawProfile,
+    loader: &dyn CertificateLoader,
+    e: &mut Errors<'_>,
+) -> Option<AcmeSettings> {
+    check_acme(
+        (raw.acme.as_ref(), raw.fleet.is_some()),
+        &raw.certificate,
+        loader,
+        e,
+    )
+}
+
 /// Checks `[acme]` and every certificate's `acme` key; `None` when no
 /// certificate is obtained through ACME or on errors (recorded).
 pub(crate) fn check_acme(

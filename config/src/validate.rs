@@ -74,12 +74,7 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         t.h2 = server.http2.enabled;
         std::sync::Arc::new(t)
     });
-    runtime.acme = crate::acme::check_acme(
-        (raw.acme.as_ref(), raw.fleet.is_some()),
-        &raw.certificate,
-        env.certificates,
-        errors,
-    );
+    runtime.acme = crate::acme::check_profile(raw, env.certificates, errors);
     let shards = match runtime.shards {
         Shards::Count(n) => n,
         Shards::Auto => env.cores.max(1),

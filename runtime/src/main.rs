@@ -11,7 +11,8 @@
 //! - `cli`: the command line, defined once (arguments, completions, man
 //!   pages); `explain`, `passwd`: those two commands (`explain_udp`:
 //!   `explain` for one datagram to a UDP relay).
-//! - `run`: starting, reloading and draining (the control thread);
+//! - `run`: starting and draining (the control thread); `reload`: a
+//!   reload's compile, refusals and publish;
 //!   `profile`: loading a profile on this machine (cores, the bounded
 //!   resolver); `publish`: the snapshot cell.
 //! - `shard`: one pinned thread with its runtime, listeners and state;
@@ -51,6 +52,7 @@ mod privileges;
 mod profile;
 mod publish;
 mod random;
+mod reload;
 mod run;
 mod shard;
 mod udp;

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime};
 
-fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
+pub(crate) fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
     let result = crate::profile::load(profile);
     let name = profile
         .map(|p| p.display().to_string())
@@ -149,8 +149,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         upgrade_socket,
         take_over,
     } = run;
-    // Read before anything is bound: a token that cannot be used stops
-    // the start.
+    // Read before binding: a token that cannot be used stops the start.
     let mut admin_token = settings
         .admin_token_file
         .as_deref()
@@ -169,14 +168,11 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
             offer_handover(
                 path,
                 replace,
-                &settings,
-                &per_shard,
-                admin_listener.as_ref(),
+                (&settings, &per_shard, admin_listener.as_ref()),
             )
         })
         .transpose()?;
     let mut per_shard = per_shard.into_iter();
-
     let board = Arc::new(gapura_http::upstream::HealthBoard::default());
     let mut slots = crate::health::Slots::new(board.clone());
     let mut first = compiled.snapshot;
@@ -189,7 +185,6 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     let key_seed = random_seed()?;
     let id_prefix = request_id_prefix();
     let (control, global) = control_and_global(&settings, &cell, shard_count);
-
     let verifier =
         crate::verify::Pool::start(cores.len()).map_err(|e| format!("verification pool: {e}"))?;
     let stats: Vec<Arc<ShardStats>> = (0..shard_count).map(|_| Arc::default()).collect();
@@ -247,7 +242,6 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         start_admin(l, admin)?;
     }
     announce_ready(profile.as_deref(), cell.generation(), inherited, &notify);
-
     drop(log_tx);
     control_loop(
         &cell,
@@ -522,9 +516,11 @@ fn inherit_listeners(
 fn offer_handover(
     path: &Path,
     replace: bool,
-    settings: &RuntimeSettings,
-    per_shard: &[Vec<Bound>],
-    admin: Option<&std::net::TcpListener>,
+    (settings, per_shard, admin): (
+        &RuntimeSettings,
+        &[Vec<Bound>],
+        Option<&std::net::TcpListener>,
+    ),
 ) -> Result<crate::upgrade::Handover, String> {
     if replace {
         let _ = std::fs::remove_file(path);
@@ -697,7 +693,7 @@ fn control_loop(
         if reload {
             notify.reloading();
             let failed_before = global.reloads_failed.load(Ordering::Relaxed);
-            do_reload(cell, global, (settings, fleet, acme), profile, slots);
+            crate::reload::do_reload(cell, global, (settings, fleet, acme), profile, slots);
             let ok = global.reloads_failed.load(Ordering::Relaxed) == failed_before;
             notify.reloaded(cell.generation(), ok);
             let current = cell.load();
@@ -724,101 +720,6 @@ fn control_loop(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn do_reload(
-    cell: &SnapshotCell,
-    global: &Global,
-    (settings, fleet, acme): (
-        &RuntimeSettings,
-        &mut crate::fleet::Running,
-        &mut crate::acme::Running,
-    ),
-    profile: Option<&Path>,
-    slots: &mut crate::health::Slots,
-) {
-    match compile(profile) {
-        Ok(c) if refuse_resize(cell, &c.snapshot, global) => {}
-        Ok(c) if refuse_fleet(cell, fleet, c.runtime.fleet.as_ref(), global) => {}
-        Ok(mut c) => {
-            slots.assign(&mut c.snapshot);
-            let fleet_settings = c.runtime.fleet.take();
-            let acme_settings = c.runtime.acme.take();
-            if c.runtime
-                != (RuntimeSettings {
-                    fleet: None,
-                    acme: None,
-                    ..settings.clone()
-                })
-            {
-                log!("reload: listener, shard, driver and admin settings take effect only on restart; serving the rest");
-            }
-            fleet.apply(fleet_settings.as_ref());
-            if let Err(e) = acme.apply(acme_settings.as_ref(), fleet_settings.as_ref()) {
-                log!("reload: {e}");
-            }
-            acme.dress(&mut c.snapshot);
-            let generation = cell.publish(c.snapshot);
-            global.generation.store(generation, Ordering::Relaxed);
-            global.reloads_ok.fetch_add(1, Ordering::Relaxed);
-            log!("reloaded: generation {generation}");
-        }
-        Err(msg) => {
-            global.reloads_failed.fetch_add(1, Ordering::Relaxed);
-            for line in msg.lines() {
-                log!("reload failed: {line}");
-            }
-            log!(
-                "reload failed; still serving generation {}",
-                cell.generation()
-            );
-        }
-    }
-}
-
-/// Refuses a reload whose `[fleet]` cannot be applied to the running
-/// process (`Running::refusal` says which), logging why; true when refused.
-fn refuse_fleet(
-    cell: &SnapshotCell,
-    running: &crate::fleet::Running,
-    new: Option<&gapura_config::FleetSettings>,
-    global: &Global,
-) -> bool {
-    let Some(why) = running.refusal(new) else {
-        return false;
-    };
-    global.reloads_failed.fetch_add(1, Ordering::Relaxed);
-    log!("reload refused: {why}");
-    log!(
-        "reload failed; still serving generation {}",
-        cell.generation()
-    );
-    true
-}
-
-/// Refuses a reload that changes a table's size (each shard sized its
-/// tables at start), logging the setting; true when refused.
-fn refuse_resize(cell: &SnapshotCell, new: &gapura_gate::Snapshot, global: &Global) -> bool {
-    let Some(change) = cell
-        .load()
-        .gate
-        .quota_sizes
-        .change_to(&new.gate.quota_sizes)
-    else {
-        return false;
-    };
-    global.reloads_failed.fetch_add(1, Ordering::Relaxed);
-    log!(
-        "reload refused: {} changes from {} to {}; each shard sized its tables at start, restart to resize",
-        change.key,
-        change.running,
-        change.new
-    );
-    log!(
-        "reload failed; still serving generation {}",
-        cell.generation()
-    );
-    true
 }
 
 /// 16 random bytes for the gate's keyed hashes, from the kernel; without
