@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from hostile_suite.pebble import Pebble, Refuser, pebble_files  # noqa: E402
+from hostile_suite.pebble import Pebble, Refuser, acme_tables, pebble_files  # noqa: E402
 
 
 def say(msg):
@@ -59,23 +59,7 @@ def start_gapura(binary, work, acme_port, ca, http, tls):
 listen = ["127.0.0.1:{http}", {{ addr = "127.0.0.1:{tls}", tls = true }}]
 admin = "off"
 shards = 1
-
-[[host]]
-names = ["a.test"]
-kind = "respond"
-status = 200
-body = "hello\\n"
-
-[acme]
-directory = "https://127.0.0.1:{acme_port}/dir"
-contact = ["mailto:ops@a.test"]
-state_dir = "{state}"
-ca_file = "{ca}"
-
-[[certificate]]
-names = ["a.test"]
-acme = true
-""")
+""" + acme_tables(acme_port, ca, state))
     log = open(os.path.join(work, "gapura.log"), "a")
     return subprocess.Popen([binary, "run", "--allow-root", "--profile", profile],
                             stdout=log, stderr=log)

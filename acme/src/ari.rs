@@ -9,7 +9,7 @@
 //! its serial number's DER bytes.
 
 use crate::jws::b64;
-use crate::validity::{days_from_civil, element};
+use crate::validity::{days_from_civil, element, tbs_from_serial};
 use serde_json::Value;
 
 /// How often a window is asked for again when the server says nothing.
@@ -18,17 +18,7 @@ pub const ASK_AGAIN_S: i64 = 6 * 3600;
 /// The certificate ID of the DER certificate `der`; `None` without an
 /// Authority Key Identifier.
 pub fn cert_id(der: &[u8]) -> Option<String> {
-    let (0x30, cert, _) = element(der)? else {
-        return None;
-    };
-    let (0x30, tbs, _) = element(cert)? else {
-        return None;
-    };
-    let mut rest = tbs;
-    if rest.first() == Some(&0xa0) {
-        rest = element(rest)?.2;
-    }
-    let (0x02, serial, mut rest) = element(rest)? else {
+    let (0x02, serial, mut rest) = element(tbs_from_serial(der)?)? else {
         return None;
     };
     // signature, issuer, validity, subject, subjectPublicKeyInfo.

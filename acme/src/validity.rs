@@ -30,19 +30,24 @@ pub(crate) fn element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     Some((tag, body, &der[at + len..]))
 }
 
-/// The validity of the DER certificate `der`; `None` when it is not one.
-pub fn of(der: &[u8]) -> Option<Validity> {
+/// The fields of the DER certificate `der`'s TBSCertificate from its
+/// serial number on (the `[0]` version stepped over when present).
+pub(crate) fn tbs_from_serial(der: &[u8]) -> Option<&[u8]> {
     let (0x30, cert, _) = element(der)? else {
         return None;
     };
     let (0x30, tbs, _) = element(cert)? else {
         return None;
     };
-    let mut rest = tbs;
-    // [0] version, when present.
-    if rest.first() == Some(&0xa0) {
-        rest = element(rest)?.2;
+    if tbs.first() == Some(&0xa0) {
+        return Some(element(tbs)?.2);
     }
+    Some(tbs)
+}
+
+/// The validity of the DER certificate `der`; `None` when it is not one.
+pub fn of(der: &[u8]) -> Option<Validity> {
+    let mut rest = tbs_from_serial(der)?;
     // serialNumber, signature, issuer.
     for _ in 0..3 {
         rest = element(rest)?.2;

@@ -30,7 +30,7 @@ from .attack import Legit, Watch, mib, report
 from .common import SERVER_CORE, CouldNotRun, figure, free_port, pinned, port_accepts
 from .gapura import server_block, start_gapura
 from .h3 import ensure_caddy
-from .pebble import Pebble, pebble_files
+from .pebble import Pebble, acme_tables, pebble_files
 
 ALLOWED = "ok.test"
 
@@ -63,25 +63,9 @@ class Ask(http.server.ThreadingHTTPServer):
 def gapura_profile(http, tls, admin, acme_port, ca, state, ask_port):
     return server_block(http, admin).replace(
         f'listen = ["127.0.0.1:{http}"]',
-        f'listen = ["127.0.0.1:{http}", {{ addr = "127.0.0.1:{tls}", tls = true }}]') + f"""
-[[host]]
-names = ["a.test"]
-default = true
-kind = "respond"
-status = 200
-body = "hello\\n"
-
-[acme]
-directory = "https://127.0.0.1:{acme_port}/dir"
-contact = ["mailto:ops@a.test"]
-state_dir = "{state}"
-ca_file = "{ca}"
-on_demand = {{ ask = "http://127.0.0.1:{ask_port}/check", rate = "10/minute" }}
-
-[[certificate]]
-names = ["a.test"]
-acme = true
-
+        f'listen = ["127.0.0.1:{http}", {{ addr = "127.0.0.1:{tls}", tls = true }}]') + acme_tables(
+        acme_port, ca, state,
+        f'on_demand = {{ ask = "http://127.0.0.1:{ask_port}/check", rate = "10/minute" }}\n') + """
 [protection]
 off = ["all"]
 """

@@ -144,3 +144,27 @@ class Refuser:
         except OSError:
             pass
         self.sock.close()
+
+
+def acme_tables(acme_port, ca, state, extra=""):
+    """A Gapura profile's `a.test` host answering `hello`, `[acme]` on the
+    local pebble at `acme_port` (`extra` lines added to it), and `a.test`'s
+    certificate ordered through it."""
+    return f"""
+[[host]]
+names = ["a.test"]
+default = true
+kind = "respond"
+status = 200
+body = "hello\\n"
+
+[acme]
+directory = "https://127.0.0.1:{acme_port}/dir"
+contact = ["mailto:ops@a.test"]
+state_dir = "{state}"
+ca_file = "{ca}"
+{extra}
+[[certificate]]
+names = ["a.test"]
+acme = true
+"""
