@@ -45,6 +45,18 @@ on-demand certificates allowed by the same `ask` endpoint for one name):
   acme-token-probe 20,000 GETs of challenge tokens never in flight: every
                    one goes through the chain to the host's own answer
 
+At the seams:
+
+  xff-spoof        forwarding headers a client wrote (X-Forwarded-For,
+                   X-Real-IP, Forwarded, CF-Connecting-IP) through a proxy
+                   host to a recording origin, nginx beside it: no request
+                   reaches the origin with the spoofed address where an
+                   upstream reads the client
+  udp-replay-cross-shard
+                   a captured envelope replayed to another shard of a
+                   two-shard relay: it reaches the upstream once, the
+                   spoofed source gets nothing, one replayed drop
+
 Protocol attacks: Gapura (one shard, protective defaults off) and, where it
 has the feature, nginx (Debian's package, installed on demand; one worker
 on the same core) side by side, each with the same attack. Every one
@@ -151,6 +163,7 @@ from hostile_suite.h3 import (scenario_h3_amplification, scenario_h3_cid_churn,
                               scenario_h3_zero_window)
 from hostile_suite.acme import scenario_acme_sni_flood, scenario_acme_token_probe
 from hostile_suite.idle import scenario_idle
+from hostile_suite.seams import scenario_udp_replay_cross_shard, scenario_xff_spoof
 from hostile_suite.queue import scenario_h2_upstream_queue
 from hostile_suite.slow import scenario_slow_body, scenario_slow_headers
 from hostile_suite.tls import scenario_tls_silent, scenario_tls_slow
@@ -161,7 +174,8 @@ SCENARIOS = ("slow-headers", "slow-body", "flood", "reloads", "upstream-kill", "
              "h2-zero-window", "h2-hpack-bomb", "h2-streams", "h2-upstream-queue", "tls-silent",
              "tls-slow", "h3-initial-flood", "h3-amplification", "h3-slow-handshake",
              "h3-streams", "h3-zero-window", "h3-qpack-bomb", "h3-cid-churn",
-             "udp-spoof", "udp-replay", "udp-invalid", "acme-sni-flood", "acme-token-probe")
+             "udp-spoof", "udp-replay", "udp-invalid", "acme-sni-flood", "acme-token-probe", "xff-spoof",
+             "udp-replay-cross-shard")
 
 RUNNERS = {
     "slow-headers": scenario_slow_headers,
@@ -193,6 +207,8 @@ RUNNERS = {
     "udp-invalid": scenario_udp_invalid,
     "acme-sni-flood": scenario_acme_sni_flood,
     "acme-token-probe": scenario_acme_token_probe,
+    "xff-spoof": scenario_xff_spoof,
+    "udp-replay-cross-shard": scenario_udp_replay_cross_shard,
 }
 
 
