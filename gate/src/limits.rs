@@ -7,8 +7,9 @@
 //! transport error. What is counted: the raw request target in wire bytes;
 //! header lines (a header sent twice is two); names plus values in bytes.
 
-/// Built-in body limit: 100 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: u64 = 100 * 1024 * 1024;
+/// Built-in body limit: 1 MiB (nginx's `client_max_body_size`); a host
+/// or route that takes more says so (`limits.max_body_bytes`).
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
 /// Built-in header line count.
 pub const DEFAULT_MAX_HEADER_COUNT: u32 = 100;
 /// Built-in header bytes (names plus values): 32 KiB.
@@ -112,7 +113,7 @@ mod tests {
     #[test]
     fn builtins_match_the_reference_table() {
         let l = RequestLimits::default();
-        assert_eq!(l.max_body_bytes, 104_857_600);
+        assert_eq!(l.max_body_bytes, 1_048_576);
         assert_eq!(l.max_header_count, 100);
         assert_eq!(l.max_header_bytes, 32_768);
         assert_eq!(l.max_url_bytes, 8_192);
@@ -128,9 +129,9 @@ mod tests {
             l.check_head(1, 1, 32769),
             Err(LimitRefusal::HeadersTooLarge)
         );
-        assert_eq!(l.check_declared_body(104_857_600), Ok(()));
+        assert_eq!(l.check_declared_body(1_048_576), Ok(()));
         assert_eq!(
-            l.check_declared_body(104_857_601),
+            l.check_declared_body(1_048_577),
             Err(LimitRefusal::BodyTooLarge)
         );
     }

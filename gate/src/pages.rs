@@ -69,7 +69,9 @@ impl ErrorStatus {
             ErrorStatus::BadRequest => "The request could not be understood.",
             ErrorStatus::Forbidden => "You are not allowed to reach this page.",
             ErrorStatus::NotFound => "There is nothing at this address.",
-            ErrorStatus::PayloadTooLarge => "The request body is larger than this site accepts.",
+            ErrorStatus::PayloadTooLarge => {
+                "The request body is larger than this site accepts (its limits.max_body_bytes)."
+            }
             ErrorStatus::UriTooLong => "The address is longer than this site accepts.",
             ErrorStatus::MisdirectedRequest => "This server does not serve the requested host.",
             ErrorStatus::TooManyRequests => "Too many requests. Please slow down and try again.",

@@ -398,7 +398,7 @@ fn hello_only() -> Gapura {
 fn a_refused_request_gets_no_100_continue_and_its_body_is_not_read() {
     let g = hello_only();
     let mut c = Client::connect(g.addr);
-    c.send(b"POST / HTTP/1.1\r\nHost: other.test\r\nExpect: 100-continue\r\nContent-Length: 100000000\r\n\r\n");
+    c.send(b"POST / HTTP/1.1\r\nHost: other.test\r\nExpect: 100-continue\r\nContent-Length: 1000000\r\n\r\n");
     // The refusal comes first, and says the connection ends.
     let r = c.response(false);
     assert_eq!(r.status, 404);
@@ -460,4 +460,28 @@ fn a_refusal_reads_a_small_declared_body_and_keeps_the_connection() {
     assert_eq!(c.response(false).status, 100);
     c.send(b"data");
     assert_eq!(c.response(false).status, 200);
+}
+
+#[test]
+fn the_default_body_limit_is_one_mebibyte_and_its_page_names_the_key() {
+    let g = hello_only();
+    let ok = request(
+        g.addr,
+        &[
+            b"POST / HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 1048576\r\n\r\n".as_slice(),
+            &vec![b'x'; 1_048_576],
+        ]
+        .concat(),
+    );
+    assert_eq!(ok.status, 200);
+    let r = request(
+        g.addr,
+        b"POST / HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 1048577\r\n\r\n",
+    );
+    assert_eq!(r.status, 413);
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("limits.max_body_bytes"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
 }
