@@ -486,6 +486,18 @@ fn a_browsers_401_becomes_a_sign_in_redirect_and_an_apis_stays_401() {
         &req_with("POST", "f.test", "/app", &[html, "Content-Length: 0"]),
     );
     assert_eq!(r.status, 401);
+    // A script's fetch asking for HTML is not a navigation: its 401 stays.
+    for mode in ["cors", "no-cors", "same-origin"] {
+        let fetch = format!("Sec-Fetch-Mode: {mode}");
+        let r = request(g.addr, &req_with("GET", "f.test", "/app", &[html, &fetch]));
+        assert_eq!(r.status, 401, "{mode}");
+    }
+    // A navigation says so.
+    let r = request(
+        g.addr,
+        &req_with("GET", "f.test", "/app", &[html, "Sec-Fetch-Mode: navigate"]),
+    );
+    assert_eq!(r.status, 302);
     assert!(up.requests.lock().unwrap().is_empty());
 }
 

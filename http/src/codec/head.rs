@@ -104,6 +104,9 @@ pub struct ParsedHead {
     pub upgrade: bool,
     pub expect_continue: bool,
     pub wants_html: bool,
+    /// `Sec-Fetch-Mode` said something other than `navigate`: a script's
+    /// fetch, not a page the user opens.
+    pub not_navigation: bool,
     pub header_count: usize,
     pub header_bytes: usize,
     /// Bytes of the head including the final blank line.
@@ -335,6 +338,7 @@ pub(super) fn complete<'h, 'b>(
             upgrade: facts.upgrade,
             expect_continue: facts.expect_continue && version == 1,
             wants_html: facts.wants_html,
+            not_navigation: facts.not_navigation,
             header_count: lines.len(),
             header_bytes: facts.header_bytes,
             head_len,
@@ -402,6 +406,7 @@ struct HeaderFacts {
     upgrade: bool,
     expect_continue: bool,
     wants_html: bool,
+    not_navigation: bool,
     header_bytes: usize,
 }
 
@@ -438,6 +443,9 @@ impl HeaderFacts {
                         return Err(HeadError::Malformed("differing Content-Length"));
                     }
                     f.content_length = Some(n);
+                }
+                14 if name_is(name, b"sec-fetch-mode") => {
+                    f.not_navigation |= !value.trim_ascii().eq_ignore_ascii_case(b"navigate");
                 }
                 17 if name_is(name, b"transfer-encoding") => {
                     f.te_seen = true;

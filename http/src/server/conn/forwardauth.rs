@@ -150,7 +150,12 @@ impl<S: Transport> Conn<S> {
     /// is for the sign-in page itself. The head is still at `io.pos`.
     fn sign_in_redirect(&self, p: &AuthProvider, status: u16, head: &ParsedHead) -> Option<Relay> {
         let sign_in = p.sign_in.as_ref()?;
-        let browser = matches!(head.method, Method::Get | Method::Head) && head.wants_html;
+        // A navigation: a page the user opens (an HTML Accept, and no
+        // `Sec-Fetch-Mode` other than `navigate`), never a script's fetch,
+        // which gets the provider's 401 to act on.
+        let browser = matches!(head.method, Method::Get | Method::Head)
+            && head.wants_html
+            && !head.not_navigation;
         if status != 401 || !browser {
             return None;
         }
