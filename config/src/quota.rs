@@ -206,6 +206,7 @@ pub(crate) fn check_quota(
         limits.operations = op_limits.into_boxed_slice();
     }
     let connections = check_connections(q, e);
+    warn_ceilings(q, &sizes, &limits, e);
     let unknown_host_operation = q.unknown_host_operation.as_ref().and_then(|o| {
         let id = operation_ids.get(o.get_ref()).copied();
         if id.is_none() {
@@ -311,6 +312,53 @@ fn check_sizes(q: &RawQuota, e: &mut Errors<'_>) -> QuotaSizes {
         lease_keys,
         max_leases,
         operations: d.operations,
+    }
+}
+
+/// Warns when a tracked-key ceiling cannot hold what the budgets beside it
+/// admit on a shard: more sources with a running request than the lease
+/// table may track (`[quota.source] concurrent` tracks each), or more
+/// sources with a request in a window than the window table may track (a
+/// `[quota.source]` budget tracks each). Past a ceiling a new source fails
+/// closed before the budget it would be counted against is reached.
+fn warn_ceilings(q: &RawQuota, sizes: &QuotaSizes, limits: &QuotaLimits, e: &mut Errors<'_>) {
+    use gapura_gate::quota::Class;
+    let span = |v: &Opt<i64>| v.as_ref().map_or(0..0, |s| s.span());
+    if limits.leases.per_key.is_some() {
+        let running = limits
+            .leases
+            .global
+            .map_or(sizes.max_leases, |g| g.limit().min(sizes.max_leases));
+        let room = sizes.lease_keys.limit(Class::Normal);
+        if room < running {
+            e.warn(
+                "quota.lease_tracked_keys.small",
+                "quota.lease_tracked_keys",
+                span(&q.lease_tracked_keys),
+                format!(
+                    "{running} requests may run at once on a shard, each from its own source, but \
+                     the lease table tracks {room} sources (lease_tracked_keys less its reserve): \
+                     past it a new source fails closed before the concurrency limit is reached"
+                ),
+            );
+        }
+    }
+    if let (Some(_), Some(global)) = (limits.source, limits.global) {
+        let room = sizes.window_keys.limit(Class::Normal);
+        if room < global.limit() {
+            e.warn(
+                "quota.tracked_keys.small",
+                "quota.tracked_keys",
+                span(&q.tracked_keys),
+                format!(
+                    "the global budget admits {} requests a window on a shard, each possibly from \
+                     its own source, but the window table tracks {room} sources (tracked_keys less \
+                     its reserve): past it a new source fails closed before the global budget is \
+                     spent",
+                    global.limit()
+                ),
+            );
+        }
     }
 }
 

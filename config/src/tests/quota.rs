@@ -504,3 +504,35 @@ fn per_connection_limits_are_checked_and_zero_turns_them_off() {
         )
     );
 }
+
+#[test]
+fn a_ceiling_that_cannot_hold_its_budgets_sources_is_warned_of() {
+    let codes = |src: &str| -> Vec<&'static str> {
+        let c = ok_with(src, 1);
+        c.warnings
+            .iter()
+            .map(|w| w.code)
+            .filter(|c| c.starts_with("quota."))
+            .collect()
+    };
+    assert_eq!(
+        codes(
+            "[quota]\nlease_tracked_keys = 100\n[quota.global]\nconcurrent = 1000\n\
+             [quota.source]\nconcurrent = 4\n"
+        ),
+        ["quota.lease_tracked_keys.small"]
+    );
+    assert_eq!(
+        codes(
+            "[quota]\ntracked_keys = 100\n[quota.global]\nrequests = 1000\n\
+             [quota.source]\nrequests = 10\n"
+        ),
+        ["quota.tracked_keys.small"]
+    );
+    // Room for every source the budgets admit: no warning.
+    assert!(codes(
+        "[quota]\nlease_tracked_keys = 2000\ntracked_keys = 2000\n[quota.global]\n\
+         requests = 1000\nconcurrent = 1000\n[quota.source]\nrequests = 10\nconcurrent = 4\n"
+    )
+    .is_empty());
+}
