@@ -161,7 +161,15 @@ struct Shared {
     last_ms: u64,
     /// The fleet bucket's age (µs) in the last view that had the key.
     learned_age_us: Option<i64>,
+    /// Batches in a row it had nothing pending in.
+    quiet: u32,
 }
+
+/// Batches a shared key keeps travelling with nothing pending (to keep
+/// its fleet count fresh for a client that pauses); past them it travels
+/// again only when requested, and its next request is held to the local
+/// share until a view has it again.
+pub const QUIET_BATCHES: u32 = 10;
 
 /// Counters of the shared set, for metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -346,11 +354,12 @@ impl FleetState {
     }
 
     /// Shared entry `i` as the chain uses it: [`Choice::Unheard`] until a
-    /// view brought the fleet's count for it.
+    /// view brought the fleet's count for it, and again once it stopped
+    /// travelling (its count is stale).
     #[inline]
     fn heard(&self, i: usize) -> Choice {
         match &self.table[i] {
-            Some(s) if s.learned_age_us.is_none() => Choice::Unheard(i),
+            Some(s) if s.learned_age_us.is_none() || s.quiet > QUIET_BATCHES => Choice::Unheard(i),
             _ => Choice::Shared(i),
         }
     }
@@ -393,6 +402,7 @@ impl FleetState {
             inflight: 0,
             last_ms: now_ms,
             learned_age_us: None,
+            quiet: 0,
         });
         self.live += 1;
         self.counters.shared_keys = self.live as u64;
@@ -441,10 +451,26 @@ impl FleetState {
             return false;
         }
         self.forget_idle(now_ms);
+        // The engine's work follows requests: a key travels while it is
+        // requested and for `QUIET_BATCHES` batches after, then only when
+        // requested again; one that comes back from quiet forgets the
+        // count it learned, so it is held to the local share until a view
+        // has it again (`Choice::Unheard`).
+        for s in self.table.iter_mut().flatten() {
+            if s.pending > 0 {
+                if s.quiet > QUIET_BATCHES {
+                    s.learned_age_us = None;
+                }
+                s.quiet = 0;
+            } else {
+                s.quiet = s.quiet.saturating_add(1);
+            }
+        }
         let deltas: Vec<FleetDelta> = self
             .table
             .iter()
             .flatten()
+            .filter(|s| s.quiet <= QUIET_BATCHES)
             .map(|s| FleetDelta {
                 identity: s.identity,
                 key: s.key,

@@ -341,7 +341,7 @@ fn a_full_shared_set_holds_new_keys_to_their_share_without_new_state() {
 }
 
 #[test]
-fn an_idle_shared_key_leaves_the_set_once_its_bucket_is_full() {
+fn an_idle_shared_key_stops_travelling_and_leaves_the_set_once_its_bucket_is_full() {
     let policy = RatePolicy::per_second(10, 10).unwrap();
     let mut f = FleetState::with_capacity(16);
     let rate = RateTable::new(16).unwrap();
@@ -355,6 +355,8 @@ fn an_idle_shared_key_leaves_the_set_once_its_bucket_is_full() {
     };
     let mut rate = rate;
     f.apply(&view, 0, &mut rate, 20, 0);
+    // Still refilling, so still in the set, and travelling for a few
+    // batches after its last request.
     assert!(
         f.hand_off(0, 500, |b| b.deltas.len() == 1),
         "still refilling"
@@ -398,4 +400,54 @@ fn a_node_that_never_hears_the_fleet_holds_its_share_from_the_first_request() {
     // its refill over the second (300 a minute / 3: 1.7).
     assert!(passed <= share_threshold(300) + 100 + 2, "{passed}");
     assert!(passed >= 100, "{passed}");
+}
+
+#[test]
+fn rotated_keys_cost_the_engine_nothing_once_nobody_asks_for_them() {
+    // 3,600 requests with fresh keys (a header value rotated each time):
+    // each key is shared at its first request (burst 10: threshold 1).
+    let policy = RatePolicy::per_hour(10, 10).unwrap();
+    let share = policy.split(3).unwrap();
+    let mut n = Node::new();
+    n.fleet = FleetState::with_capacity(8192);
+    let key = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for k in 0..3_600u64 {
+        n.request(&policy, &share, key(k), k);
+    }
+    let mut travelled = Vec::new();
+    for round in 0..20u64 {
+        let now = 4_000 + round * 100;
+        let mut sent = 0;
+        n.fleet.hand_off(0, now, |b| {
+            sent = b.deltas.len();
+            true
+        });
+        travelled.push(sent);
+        let view = FleetView {
+            round: round + 1,
+            included: vec![round + 1],
+            ..FleetView::default()
+        };
+        n.fleet.apply(&view, 0, &mut n.rate, now, 0);
+    }
+    // Each key's first count, then the quiet batches, then nothing.
+    assert_eq!(travelled[0], 3_600);
+    assert!(
+        travelled[..=QUIET_BATCHES as usize]
+            .iter()
+            .all(|&t| t == 3_600),
+        "{travelled:?}"
+    );
+    assert!(
+        travelled[QUIET_BATCHES as usize + 1..]
+            .iter()
+            .all(|&t| t == 0),
+        "{travelled:?}"
+    );
+    // A key asked for again travels again, and is held to the local share
+    // until the fleet's count for it is heard.
+    let c = n
+        .fleet
+        .choose(&n.rate, &policy, slot(), ID, key(7), false, 5_000);
+    assert!(matches!(c, Choice::Unheard(_)));
 }
