@@ -56,6 +56,12 @@ def start_redis(tmp):
 
 def render(name, tmp, **values):
     text = open(os.path.join(PEERS, name)).read()
+    # The fleet's key file (keys what Redis stores; every node has it).
+    key = os.path.join(tmp, "fleet.key")
+    if not os.path.exists(key):
+        with open(key, "w") as f:
+            f.write("the benchmark's fleet key, 40 characters\n")
+    values.setdefault("KEY_FILE", key)
     for k, v in values.items():
         text = text.replace(f"@{k}@", str(v))
     path = os.path.join(tmp, name.replace(".in", ""))
