@@ -175,7 +175,7 @@ impl Snapshot {
         let fleet = def.fleet.as_ref().map(|f| {
             let choice = state.fleet.choose(
                 state.quota.rate(),
-                &def.policy,
+                (&def.policy, &f.local_share),
                 *slot,
                 identity,
                 key,
@@ -184,9 +184,12 @@ impl Snapshot {
             );
             (choice, f)
         });
+        // Every request of a fleet-scoped limit is decided under its local
+        // share; a shared key's bucket holds this node's lease of what the
+        // fleet had left (`quota::fleet`).
         let main = match fleet {
-            Some((choice, f)) if choice.local_share() => &f.local_share,
-            _ => &def.policy,
+            Some((_, f)) => &f.local_share,
+            None => &def.policy,
         };
         let first = RateCheck {
             policy: main,
@@ -217,8 +220,10 @@ impl Snapshot {
         };
         let refusal = match outcome {
             Ok(()) => {
-                if let Some((choice, _)) = fleet {
-                    state.fleet.record(choice, &def.policy, now_ms);
+                if let Some((choice, f)) = fleet {
+                    state
+                        .fleet
+                        .record(choice, &def.policy, &f.local_share, now_ms);
                 }
                 if let Some(c) = state.rate_counters.get_mut(limit) {
                     c.allowed += 1;

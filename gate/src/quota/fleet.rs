@@ -43,6 +43,13 @@ use super::rate::{RatePolicy, RateTable};
 use super::slots::Slot;
 use std::collections::HashMap;
 
+/// The shard's milliseconds as signed nanoseconds (a bucket's empty-at
+/// may lie before the clock's start).
+#[inline]
+fn ns(ms: u64) -> i64 {
+    ms.saturating_mul(1_000_000).min(i64::MAX as u64) as i64
+}
+
 /// Entries in one probe window of the shared set.
 pub const FLEET_PROBE: usize = 8;
 /// The shared set's default capacity per shard.
@@ -163,6 +170,13 @@ struct Shared {
     learned_age_us: Option<i64>,
     /// Batches in a row it had nothing pending in.
     quiet: u32,
+    /// This node's own bucket for the key under the limit's policy (its
+    /// empty-at, ns on the shard's clock), charged with this node's
+    /// requests only: what the node alone would admit, the bound on
+    /// anything a view sets.
+    own_empty_ns: i64,
+    /// The nodes the limit is leased among (the local share's divisor).
+    nodes: u32,
 }
 
 /// Batches a shared key keeps travelling with nothing pending (to keep
@@ -205,11 +219,14 @@ pub trait FleetPeer {
     fn roll(&mut self, unix_ms: u64);
 }
 
-/// How a fleet-scoped request is decided: under the full policy (and
-/// counted for the fleet when shared), or under the local share.
+/// How a fleet-scoped request is decided. Every choice is decided under
+/// the limit's local share (the limit divided by `nodes_expected`): a key
+/// not shared yet by the node's own share, a shared one by its lease of
+/// what the fleet had left (set by each view, spent at the share's pace);
+/// a shared one is counted for the fleet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Choice {
-    /// Not shared yet: the full policy, nothing counted.
+    /// Not shared yet: nothing counted.
     Local,
     /// Shared: the full policy; the entry at this index counts it.
     Shared(usize),
@@ -219,14 +236,6 @@ pub enum Choice {
     Unheard(usize),
     /// The local share: the engine is away, or the key found no room.
     Share,
-}
-
-impl Choice {
-    /// Whether the local share decides.
-    #[inline]
-    pub fn local_share(self) -> bool {
-        matches!(self, Choice::Share | Choice::Unheard(_))
-    }
 }
 
 /// One shard's shared keys and its side of the exchange. See the module
@@ -318,14 +327,17 @@ impl FleetState {
     }
 
     /// How to decide a request of a fleet-scoped limit on `key`: looks the
-    /// key up, and shares it when its bucket (`rate`, under `policy`) has
-    /// lost [`share_threshold`] tokens. O(probe); no allocation.
+    /// key up, and shares it when its bucket (`rate`, read under the local
+    /// share, `policies.1`, which decides every request of the limit) has
+    /// lost [`share_threshold`] of the share's tokens; `policies.0` is the
+    /// limit's own, which the engine keeps the key under. O(probe); no
+    /// allocation.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn choose(
         &mut self,
         rate: &RateTable,
-        policy: &RatePolicy,
+        (policy, share): (&RatePolicy, &RatePolicy),
         slot: Slot,
         identity: u64,
         key: u64,
@@ -339,9 +351,9 @@ impl FleetState {
         if let Some(i) = self.find(identity, key) {
             return self.heard(i);
         }
-        let tokens = rate.peek(policy, slot, key, now_ms).tokens;
-        let lost = policy.burst().saturating_sub(tokens);
-        if lost + 1 < share_threshold(policy.burst()) {
+        let tokens = rate.peek(share, slot, key, now_ms).tokens;
+        let lost = share.burst().saturating_sub(tokens);
+        if lost + 1 < share_threshold(share.burst()) {
             return Choice::Local;
         }
         match self.insert(identity, key, slot, policy, lost, reserve, now_ms) {
@@ -403,6 +415,12 @@ impl FleetState {
             last_ms: now_ms,
             learned_age_us: None,
             quiet: 0,
+            // Alone, the bucket lost `lost` tokens so far.
+            own_empty_ns: ns(now_ms).saturating_sub(
+                (i64::from(policy.burst().saturating_sub(lost)))
+                    .saturating_mul(policy.interval_ns().min(i64::MAX as u64) as i64),
+            ),
+            nodes: 1,
         });
         self.live += 1;
         self.counters.shared_keys = self.live as u64;
@@ -411,14 +429,21 @@ impl FleetState {
 
     /// Counts a token a request took under [`Choice::Shared`] or
     /// [`Choice::Unheard`]; `policy` is the limit's own (the engine keeps
-    /// the key's bucket under it). O(1).
+    /// the key's bucket under it), `share` its local share. O(1).
     #[inline]
-    pub fn record(&mut self, choice: Choice, policy: &RatePolicy, now_ms: u64) {
+    pub fn record(&mut self, choice: Choice, policy: &RatePolicy, share: &RatePolicy, now_ms: u64) {
         if let Choice::Shared(i) | Choice::Unheard(i) = choice {
             if let Some(s) = &mut self.table[i] {
                 s.pending = s.pending.saturating_add(1);
                 s.policy = *policy;
                 s.last_ms = now_ms;
+                s.nodes = (share.interval_ns() / policy.interval_ns().max(1)).max(1) as u32;
+                let tolerance = policy.tolerance_ns().min(i64::MAX as u64) as i64;
+                let interval = policy.interval_ns().min(i64::MAX as u64) as i64;
+                s.own_empty_ns = s
+                    .own_empty_ns
+                    .max(ns(now_ms).saturating_sub(tolerance))
+                    .saturating_add(interval);
             }
         }
     }
@@ -569,7 +594,16 @@ impl FleetState {
                 .saturating_mul(1000)
                 .saturating_add(elapsed_ns)
                 .saturating_sub(mine_ns);
-            rate.set_age(&s.policy, s.slot, s.key, now_ms, age_ns);
+            // The lease: under the share's pace (`nodes` x the interval a
+            // token) this age holds the fleet's remaining tokens divided by
+            // `nodes`. Never more than this node alone would admit: its own
+            // bucket's age, times `nodes` in the share's units.
+            let tolerance = s.policy.tolerance_ns().min(i64::MAX as u64) as i64;
+            let own_age = ns(now_ms)
+                .saturating_sub(s.own_empty_ns)
+                .clamp(0, tolerance);
+            let bound = own_age.saturating_mul(i64::from(s.nodes));
+            rate.set_age(&s.policy, s.slot, s.key, now_ms, age_ns.min(bound));
             self.counters.applied += 1;
         }
         true

@@ -153,6 +153,11 @@ impl RatePolicy {
     }
 
     /// Time one token takes to refill, in ns (rounded up).
+    /// Time from empty to full: burst x interval.
+    pub fn tolerance_ns(&self) -> u64 {
+        self.tolerance_ns
+    }
+
     pub fn interval_ns(&self) -> u64 {
         self.interval_ns
     }
@@ -436,38 +441,30 @@ impl RateTable {
     /// Sets the bucket of `key` to have been refilling for `age_ns` at
     /// `now_ms` (a fleet's count, learned: see [`super::fleet`]): clamped to
     /// one full refill (a full bucket) and to one burst of debt (a negative
-    /// age: the bucket refuses until it has paid it back), and never fuller
-    /// than the bucket already is: what is learned may only tighten this
-    /// node's own count (whoever can write to the engine cannot lift a
-    /// limit). Takes an entry as a miss does. O([`PROBE`]); no allocation.
-    /// Off the request path.
+    /// age: the bucket refuses until it has paid it back). The fleet bounds
+    /// what it sets by what the node alone would admit
+    /// ([`super::fleet`]). Takes an entry as a miss does. O([`PROBE`]); no
+    /// allocation. Off the request path.
     pub fn set_age(&mut self, policy: &RatePolicy, slot: Slot, key: u64, now_ms: u64, age_ns: i64) {
         let now_ns = now_ms.saturating_mul(NS_PER_MS);
         let tolerance = policy.tolerance_ns.min(i64::MAX as u64) as i64;
         let age = age_ns.clamp(-tolerance, tolerance);
         let fp = fingerprint(slot, key);
         let start = self.window_start(slot, key);
-        let learned = now_ns.wrapping_sub(age as u64);
-        let (idx, empty_at_ns) = match self.find(fp, start) {
-            // Only ever tighter: a bucket keeps its own empty-at when the
-            // one learned would hold more tokens (a later empty-at is an
-            // emptier bucket; the wrapping difference orders any two
-            // within 292 years).
-            Some(idx) => {
-                let mine = self.entries.get(idx).empty_at_ns;
-                let later = if (learned.wrapping_sub(mine) as i64) > 0 {
-                    learned
-                } else {
-                    mine
-                };
-                (idx, later)
-            }
+        let idx = match self.find(fp, start) {
+            Some(idx) => idx,
             None => {
                 self.slot_tolerance_ns[slot.get() as usize] = policy.tolerance_ns;
-                (self.vacancy(start, now_ns), learned)
+                self.vacancy(start, now_ns)
             }
         };
-        self.entries.set(idx, Entry { fp, empty_at_ns });
+        self.entries.set(
+            idx,
+            Entry {
+                fp,
+                empty_at_ns: now_ns.wrapping_sub(age as u64),
+            },
+        );
     }
 
     /// Takes one token from every bucket of `checks` (the IPv6 /64, /56 and
