@@ -177,7 +177,17 @@ struct Shared {
     own_empty_ns: i64,
     /// The nodes the limit is leased among (the local share's divisor).
     nodes: u32,
+    /// The view round of the last lease: a view fewer than
+    /// [`LEASE_ROUNDS`] rounds later may only tighten it.
+    leased_round: u64,
 }
+
+/// Rounds between two leases of one key: a view read this many rounds
+/// after a lease includes what the other nodes took of theirs (each node
+/// hands its counts over every `sync_ms` and its reconciler exchanges them
+/// every `sync_ms`), so a new lease never hands out what they already
+/// spent. Views in between may only tighten.
+pub const LEASE_ROUNDS: u64 = 3;
 
 /// Batches a shared key keeps travelling with nothing pending (to keep
 /// its fleet count fresh for a client that pauses); past them it travels
@@ -421,6 +431,7 @@ impl FleetState {
                     .saturating_mul(policy.interval_ns().min(i64::MAX as u64) as i64),
             ),
             nodes: 1,
+            leased_round: 0,
         });
         self.live += 1;
         self.counters.shared_keys = self.live as u64;
@@ -603,7 +614,18 @@ impl FleetState {
                 .saturating_sub(s.own_empty_ns)
                 .clamp(0, tolerance);
             let bound = own_age.saturating_mul(i64::from(s.nodes));
-            rate.set_age(&s.policy, s.slot, s.key, now_ms, age_ns.min(bound));
+            let age = age_ns.min(bound);
+            // The first view of a key starts its count of rounds: the other
+            // nodes' first spending may not be in it yet.
+            if s.leased_round == 0 {
+                s.leased_round = view.round;
+            }
+            if view.round >= s.leased_round + LEASE_ROUNDS {
+                rate.set_age(&s.policy, s.slot, s.key, now_ms, age);
+                s.leased_round = view.round;
+            } else {
+                rate.tighten_age(&s.policy, s.slot, s.key, now_ms, age);
+            }
             self.counters.applied += 1;
         }
         true

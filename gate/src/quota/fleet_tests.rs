@@ -245,22 +245,33 @@ fn a_view_leases_a_share_and_never_more_than_the_node_alone_would_admit() {
         counts: HashMap::new(),
     };
     n.fleet.apply(&view, 0, &mut n.rate, 2, 0);
-    let after = (0..400)
-        .filter(|_| n.request(&policy, &share, 11, 2))
-        .count() as u32;
-    assert_eq!(after, 100, "a third of the 300 claimed");
-    assert!(passed + after <= 300, "{passed} + {after}");
-    // Again full, right after: the node alone has nothing left.
+    // A key's first view only tightens: the other nodes' first spending
+    // may not be in it yet.
+    assert!(!n.request(&policy, &share, 11, 2));
     let view = FleetView {
-        round: 8,
+        round: 7 + LEASE_ROUNDS,
         fallback: false,
         included: vec![n.included],
         ages_us: ages.clone(),
         counts: HashMap::new(),
     };
     n.fleet.apply(&view, 0, &mut n.rate, 3, 0);
-    let more = (0..400)
+    let after = (0..400)
         .filter(|_| n.request(&policy, &share, 11, 3))
+        .count() as u32;
+    assert_eq!(after, 100, "a third of the 300 claimed");
+    assert!(passed + after <= 300, "{passed} + {after}");
+    // Again full, rounds later: the node alone has nothing left.
+    let view = FleetView {
+        round: 7 + 2 * LEASE_ROUNDS,
+        fallback: false,
+        included: vec![n.included],
+        ages_us: ages.clone(),
+        counts: HashMap::new(),
+    };
+    n.fleet.apply(&view, 0, &mut n.rate, 4, 0);
+    let more = (0..400)
+        .filter(|_| n.request(&policy, &share, 11, 4))
         .count() as u32;
     assert!(passed + after + more <= 300, "{passed} + {after} + {more}");
     // A view that says the bucket is emptier than this node knows is
@@ -269,7 +280,7 @@ fn a_view_leases_a_share_and_never_more_than_the_node_alone_would_admit() {
     let key = *ages.keys().next().unwrap();
     ages.insert(key, 1_000_000);
     let view = FleetView {
-        round: 9,
+        round: 7 + 3 * LEASE_ROUNDS,
         fallback: false,
         included: vec![n.included],
         ages_us: ages,
@@ -511,4 +522,18 @@ fn a_client_on_one_node_reaches_most_of_the_limit_within_two_seconds() {
     // The burst (300) and two seconds' refill (10): at least 90 % of it.
     assert!(admitted >= 279, "{admitted} of 310 in 2 s on one node");
     assert!(admitted <= 310, "{admitted}");
+}
+
+#[test]
+fn a_fast_client_gets_the_burst_and_no_more_before_the_first_exchanges() {
+    // 600 requests as fast as one a millisecond, over three nodes: the
+    // first leases come only once every node's first spending is in the
+    // engine, so the fleet admits the burst and the refill, not a lease
+    // handed out twice.
+    let policy = RatePolicy::per_minute(300, 300).unwrap();
+    for ms in [300u64, 600, 2_000] {
+        let admitted = run_fleet(3, policy, 1, 100, ms);
+        let exact = 300 + ms * 5 / 1000;
+        assert!(admitted <= exact + exact / 10, "{admitted} in {ms} ms");
+    }
 }

@@ -467,6 +467,30 @@ impl RateTable {
         );
     }
 
+    /// [`set_age`](Self::set_age), but only when that leaves the bucket
+    /// emptier than it is (a key without a bucket takes it as is).
+    pub fn tighten_age(
+        &mut self,
+        policy: &RatePolicy,
+        slot: Slot,
+        key: u64,
+        now_ms: u64,
+        age_ns: i64,
+    ) {
+        let now_ns = now_ms.saturating_mul(NS_PER_MS);
+        let tolerance = policy.tolerance_ns.min(i64::MAX as u64) as i64;
+        let learned = now_ns.wrapping_sub(age_ns.clamp(-tolerance, tolerance) as u64);
+        let fp = fingerprint(slot, key);
+        let start = self.window_start(slot, key);
+        if let Some(idx) = self.find(fp, start) {
+            let mine = self.entries.get(idx).empty_at_ns;
+            if (learned.wrapping_sub(mine) as i64) <= 0 {
+                return;
+            }
+        }
+        self.set_age(policy, slot, key, now_ms, age_ns);
+    }
+
     /// Takes one token from every bucket of `checks` (the IPv6 /64, /56 and
     /// /48 tiers of one request) or from none: when any bucket is empty,
     /// nothing is taken and the longest wait is returned. O(checks x PROBE).
