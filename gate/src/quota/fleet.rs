@@ -210,6 +210,8 @@ pub struct FleetCounters {
     pub batches_refused: u64,
     /// Buckets set from a view.
     pub applied: u64,
+    /// Quiet keys that gave their place to a new one.
+    pub retired: u64,
 }
 
 /// Budget windows of another table on the shard (a UDP relay's) that
@@ -408,13 +410,28 @@ impl FleetState {
         } else {
             self.normal_ceiling
         };
-        if self.live >= ceiling {
-            return None;
-        }
         let start = self.start(identity, key);
-        let i = (0..FLEET_PROBE)
-            .map(|i| (start + i) & self.mask)
-            .find(|&i| self.table[i].is_none())?;
+        let window = (0..FLEET_PROBE).map(|i| (start + i) & self.mask);
+        let free = (self.live < ceiling)
+            .then(|| window.clone().find(|&i| self.table[i].is_none()))
+            .flatten();
+        // No room: a key that stopped travelling (nothing pending or in
+        // flight, quiet past `QUIET_BATCHES`: the engine has its count)
+        // gives up its place, so keys rotated by an attacker do not hold
+        // new ones to their local share until their buckets refill.
+        let i = match free {
+            Some(i) => i,
+            None => {
+                let i = window.clone().find(|&i| {
+                    self.table[i].as_ref().is_some_and(|s| {
+                        s.quiet > QUIET_BATCHES && s.pending == 0 && s.inflight == 0
+                    })
+                })?;
+                self.live -= 1;
+                self.counters.retired += 1;
+                i
+            }
+        };
         self.table[i] = Some(Shared {
             identity,
             key,

@@ -537,3 +537,36 @@ fn a_fast_client_gets_the_burst_and_no_more_before_the_first_exchanges() {
         assert!(admitted <= exact + exact / 10, "{admitted} in {ms} ms");
     }
 }
+
+#[test]
+fn a_quiet_key_gives_its_place_to_a_new_one() {
+    let policy = RatePolicy::per_second(10, 10).unwrap();
+    let mut f = FleetState::with_capacity(8);
+    let mut rate = RateTable::new(16).unwrap();
+    // Seven keys take every normal place (7/8 of 8).
+    for key in 0..7u64 {
+        let c = f.choose(&rate, (&policy, &policy), slot(), ID, key << 20, false, 0);
+        assert!(matches!(c, Choice::Unheard(_)));
+        f.record(c, &policy, &policy, 0);
+    }
+    assert_eq!(f.shared(), 7);
+    assert_eq!(
+        f.choose(&rate, (&policy, &policy), slot(), ID, 99 << 20, false, 0),
+        Choice::Share,
+        "no room while they travel"
+    );
+    // Nobody asks for them: past the quiet batches they stop travelling.
+    for round in 1..=u64::from(QUIET_BATCHES) + 2 {
+        f.hand_off(0, round, |_| true);
+        let view = FleetView {
+            round,
+            included: vec![round],
+            ..FleetView::default()
+        };
+        f.apply(&view, 0, &mut rate, round, 0);
+    }
+    let c = f.choose(&rate, (&policy, &policy), slot(), ID, 99 << 20, false, 100);
+    assert!(matches!(c, Choice::Unheard(_)), "{c:?}");
+    assert_eq!(f.shared(), 7);
+    assert_eq!(f.counters.retired, 1);
+}
