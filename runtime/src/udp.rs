@@ -97,10 +97,12 @@ pub fn load_keys(snapshot: &mut Snapshot, create: bool) -> Result<(), String> {
 }
 
 /// A drop's log line: at most one per reason per second per shard, naming
-/// the source prefix by its keyed hash, never the address.
-fn log_drop(relay: &str, reason: UdpDrop, prefix: u64, class: &str) {
+/// the source prefix by its keyed hash, never the address, with the
+/// shard's running total for the reason (the drops the skipped lines
+/// stand for are in it).
+fn log_drop(relay: &str, reason: UdpDrop, prefix: u64, class: &str, total: u64) {
     crate::log!(
-        "udp {relay}: dropped {} from prefix {prefix:016x} class {class} (at most one line per reason per second per shard)",
+        "udp {relay}: dropped {} from prefix {prefix:016x} class {class} ({total} on this shard so far; at most one line per reason per second per shard)",
         reason.label()
     );
 }

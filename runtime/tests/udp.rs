@@ -120,6 +120,13 @@ fn no_source_that_failed_a_check_gets_a_reply() {
         .log_text()
         .contains("udp game: dropped session_rate from prefix")));
     let log = g.log_text();
+    // The line carries the shard's running total for the reason.
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("dropped session_rate"))
+            .any(|l| l.contains(" on this shard so far;")),
+        "{log}"
+    );
     assert!(!log.contains("127.0.0.4"), "no raw address in the log");
 }
 

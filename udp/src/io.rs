@@ -107,7 +107,9 @@ struct SessionIo {
 }
 
 /// What a drop's log line is told: the relay, the reason, the source.
-pub type DropLog = fn(&str, UdpDrop, u64, &str);
+/// How a drop is logged: (relay, reason, source prefix's keyed hash,
+/// class, the shard's running total of drops for the reason).
+pub type DropLog = fn(&str, UdpDrop, u64, &str, u64);
 
 /// One relay on one shard.
 pub struct RelayIo {
@@ -276,7 +278,8 @@ impl RelayIo {
             .classes
             .get(usize::from(class))
             .map_or("other", |c| c.name.as_str());
-        (self.log)(&policy.name, reason, prefix, class);
+        let total = relay.counters.dropped[reason.index()];
+        (self.log)(&policy.name, reason, prefix, class, total);
     }
 
     /// Opens session `r`'s socket towards `server` and starts its task.
