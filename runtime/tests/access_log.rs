@@ -244,3 +244,67 @@ fn lines_the_writer_cannot_write_are_counted_as_unwritten() {
         3
     );
 }
+
+/// Credentials, cookies and the identity header's value are echoed
+/// nowhere: not in a refusal page (401, 429), not in the access log, not
+/// in `explain`'s text or JSON.
+#[test]
+fn secrets_are_echoed_nowhere_pages_log_or_explain() {
+    let dir = TempDir::new();
+    let path = dir.0.join("access.log");
+    let text = log_profile(&path, "")
+        + "\n[quota]\nwindow_ms = 60000\n[quota.identity]\nheader = \"x-api-key\"\nrequests = 1\n";
+    let g = Gapura::start(&text);
+    let wrong = basic("alice", "pw-secret-1");
+    let headers = [
+        format!("Authorization: {wrong}"),
+        "Proxy-Authorization: Basic cHJveHlzZWNyZXQ=".to_string(),
+        "Cookie: session=cookie-secret-2".to_string(),
+        "X-Api-Key: key-secret-3".to_string(),
+    ];
+    let h: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let secrets = [
+        wrong.as_str(),
+        "pw-secret-1",
+        "cHJveHlzZWNyZXQ=",
+        "cookie-secret-2",
+        "key-secret-3",
+    ];
+    let clean = |what: &str, text: &str| {
+        for s in secrets {
+            assert!(!text.contains(s), "{what} echoes {s}: {text}");
+        }
+    };
+    let html = [h.clone(), vec!["Accept: text/html"]].concat();
+    let mut statuses = Vec::new();
+    for (host, hs) in [
+        ("auth.test", &h),
+        ("log.test", &h),
+        ("log.test", &h),
+        ("log.test", &html),
+    ] {
+        let r = request(g.addr, &req_with("GET", host, "/", hs));
+        clean(
+            &format!("the {} page", r.status),
+            &String::from_utf8_lossy(&r.body),
+        );
+        clean("a header", &format!("{:?}", r.headers));
+        statuses.push(r.status);
+    }
+    assert_eq!(statuses[0], 401);
+    assert_eq!(statuses[2], 429, "the identity budget refused the second");
+    let logged = lines(&path, 4).join("\n");
+    assert!(logged.lines().count() >= 4);
+    clean("the access log", &logged);
+    let file = common::gate::ProfileFile::new(&text);
+    let mut args = vec!["http://log.test/".to_string()];
+    for x in &headers {
+        args.push("-H".into());
+        args.push(x.clone());
+    }
+    clean("explain", &common::gate::explain_text(&file.path, &args));
+    clean(
+        "explain --json",
+        &common::gate::explain_json(&file.path, &args).to_string(),
+    );
+}
