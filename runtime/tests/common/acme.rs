@@ -9,7 +9,7 @@ use super::TempDir;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A port free on 127.0.0.1 a moment ago.
 pub fn free_port() -> u16 {
@@ -121,16 +121,10 @@ impl Pebble {
 
     fn wait_ready(&self, ceiling: Duration) -> bool {
         let t = self.transport();
-        let end = Instant::now() + ceiling;
-        while Instant::now() < end {
-            if t.request("GET", &self.plan.directory(), None)
+        super::wait_until(ceiling, || {
+            t.request("GET", &self.plan.directory(), None)
                 .is_ok_and(|a| a.status == 200)
-            {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
+        })
     }
 
     /// The root pebble signs with (DER), from its management interface.
