@@ -23,6 +23,8 @@ use serde_json::{json, Value};
 pub const LOCK_LEASE_MS: u64 = 300_000;
 /// How long answers in flight are kept in the engine at most.
 pub const ANSWERS_TTL_MS: u64 = 300_000;
+/// How often a node looks at the fleet's answers in flight.
+pub const SYNC_MS: u64 = 250;
 /// How long the orderer waits for every node to serve its answers before
 /// it asks for validation anyway.
 pub const SERVED_WAIT_MS: u64 = 10_000;

@@ -22,22 +22,20 @@ use rustls::pki_types::CertificateDer;
 use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
-/// How often a node looks at the fleet's answers in flight.
-pub const SYNC_MS: u64 = 250;
 /// How often it looks at the fleet's certificates.
 const CERTIFICATES_EVERY: Duration = Duration::from_secs(2);
 /// The record name the answers are sealed for.
 const ANSWERS: &str = "answers";
 
 /// Publishes an order's answers here and for the fleet.
-pub(crate) struct FleetPublisher<'a> {
+struct FleetPublisher<'a> {
     fleet: &'a mut Fleet,
     others: Answers,
     events: &'a SyncSender<Event>,
 }
 
 impl<'a> FleetPublisher<'a> {
-    pub(crate) fn new(
+    fn new(
         fleet: &'a mut Fleet,
         others: &Answers,
         events: &'a SyncSender<Event>,
@@ -222,8 +220,26 @@ impl Manager {
         }
     }
 
+    /// Orders `names` under the fleet's lock (`fence`): its answers made
+    /// live on every node, the certificate shared, the lock let go.
+    pub(crate) fn fleet_order(
+        &mut self,
+        f: &mut Fleet,
+        names: &[String],
+        fence: u64,
+        events: &SyncSender<Event>,
+    ) -> Result<Issued, Failure> {
+        let others = self.others.clone();
+        let mut publisher = FleetPublisher::new(f, &others, events);
+        let result = self.order(names, &mut publisher);
+        drop(publisher);
+        let result = result.and_then(|issued| self.share(f, names, fence, issued));
+        let _ = f.state.unlock(&cert_id(names), fence);
+        result
+    }
+
     /// Shares a certificate ordered under `fence` with the fleet.
-    pub(crate) fn share(
+    fn share(
         &mut self,
         f: &mut Fleet,
         names: &[String],

@@ -14,25 +14,26 @@
 //! records) and `fleetsync` (the thread's turns with the fleet) make one
 //! node order each certificate and every node serve it; `ondemand` orders
 //! certificates for names seen in handshakes that the operator's `ask`
-//! endpoint allows.
+//! endpoint allows, under `demand`'s rules and bounds.
 //!
 //! It must never run on a shard or be waited on by one, never decide a
 //! request, and never write a key where anyone but the owner can read it.
 
 pub mod ari;
 pub mod client;
+pub mod demand;
 pub mod fleet;
 mod fleetsync;
 pub mod jws;
 pub mod manager;
-pub mod ondemand;
+mod ondemand;
 pub mod order;
 pub mod schedule;
 pub mod store;
 pub mod transport;
 pub mod validity;
 
+pub use demand::OnDemand;
 pub use fleet::{Fleet, FleetState, SealKey};
 pub use manager::{Event, Manager, Settings, Shared, Status};
-pub use ondemand::OnDemand;
 pub use order::{AlpnCert, Answers, Kind};

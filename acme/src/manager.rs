@@ -34,7 +34,7 @@ pub struct Settings {
     /// Each certificate's names.
     pub certificates: Vec<Vec<String>>,
     /// On-demand certificates for names the profile does not list.
-    pub on_demand: Option<crate::ondemand::OnDemand>,
+    pub on_demand: Option<crate::demand::OnDemand>,
 }
 
 /// What the thread tells the runtime.
@@ -105,8 +105,8 @@ pub struct Manager {
     /// The last day each certificate's coming end was warned of.
     pub(crate) warned: Vec<i64>,
     /// `on_demand`, and its windows and refusals.
-    pub(crate) on_demand: Option<crate::ondemand::OnDemand>,
-    pub(crate) demand: crate::ondemand::State,
+    pub(crate) on_demand: Option<crate::demand::OnDemand>,
+    pub(crate) demand: crate::demand::State,
     /// The fleet's engine, with `[fleet]`.
     pub(crate) fleet: Option<Fleet>,
     /// The other nodes' answers in flight, and what this process serves.
@@ -226,7 +226,7 @@ impl Manager {
             let wait = match often {
                 // The fleet's answers and certificates, and on-demand
                 // names, are looked at often.
-                true => Duration::from_millis(crate::fleetsync::SYNC_MS),
+                true => Duration::from_millis(crate::fleet::SYNC_MS),
                 false => Duration::from_secs(
                     self.next_due().map_or(3600, |d| (d - now).clamp(1, 3600)) as u64,
                 ),
@@ -362,18 +362,9 @@ impl Manager {
         let now = now_s();
         let mut fleet = self.fleet.take();
         let result = match fleet.as_mut() {
-            Some(f) => match self.fleet_turn(f, i, &names, now, events) {
-                Some(fence) => {
-                    let others = self.others.clone();
-                    let mut publisher = crate::fleetsync::FleetPublisher::new(f, &others, events);
-                    let r = self.order(&names, &mut publisher);
-                    drop(publisher);
-                    let r = r.and_then(|issued| self.share(f, &names, fence, issued));
-                    let _ = f.state.unlock(&crate::fleet::cert_id(&names), fence);
-                    Some(r)
-                }
-                None => None,
-            },
+            Some(f) => self
+                .fleet_turn(f, i, &names, now, events)
+                .map(|fence| self.fleet_order(f, &names, fence, events)),
             None => Some(self.order(&names, &mut Publisher { events })),
         };
         self.fleet = fleet;
@@ -404,7 +395,11 @@ impl Manager {
     }
 
     /// One order for `names`, its requests counted.
-    fn order(&mut self, names: &[String], publish: &mut dyn Publish) -> Result<Issued, Failure> {
+    pub(crate) fn order(
+        &mut self,
+        names: &[String],
+        publish: &mut dyn Publish,
+    ) -> Result<Issued, Failure> {
         let kinds = self.settings.kinds.clone();
         let replaces = self
             .store
