@@ -13,7 +13,7 @@ use super::state::GateState;
 use super::trace::{QuotaOutcome, Step, Trace};
 use crate::client::HeaderLines;
 use crate::mode::Mode;
-use crate::policy::{RateKey, RequestPolicy};
+use crate::policy::{RateKey, RateLimitDef, RequestPolicy};
 use crate::quota::{
     Domain, QuotaDecision, QuotaRequest, QuotaTicket, RateCheck, Refusal, SourcePrefix,
 };
@@ -196,29 +196,7 @@ impl Snapshot {
             slot: *slot,
             key,
         };
-        // One bucket unless an IPv6 client's tiers add theirs (the array
-        // of checks is built only then).
-        let tiers = client.is_ipv6() && def.key == RateKey::Ip && !def.ipv6_tiers.is_empty();
-        let outcome = if tiers {
-            let mut checks = [first; MAX_RATE_CHECKS];
-            let mut n = 1;
-            for (prefix, tier) in def.ipv6_tiers.iter().take(MAX_RATE_CHECKS - 1) {
-                checks[n] = RateCheck {
-                    policy: tier,
-                    slot: *slot,
-                    key: state.keyer_for(def.fleet.is_some()).source(
-                        Domain::RateSource,
-                        client,
-                        *prefix,
-                    ),
-                };
-                n += 1;
-            }
-            state.quota.rate_limit(&checks[..n], now_ms)
-        } else {
-            state.quota.rate_limit(std::slice::from_ref(&first), now_ms)
-        };
-        let refusal = match outcome {
+        let refusal = match take_buckets(state, def, first, client, now_ms) {
             Ok(()) => {
                 if let Some((choice, f)) = fleet {
                     state
@@ -237,6 +215,36 @@ impl Snapshot {
             .map(|_| ())
             .map_err(|retry| (retry, def.name.as_str()))
     }
+}
+
+/// The rate limit's buckets, all or none: `first` (the limit's own), and
+/// beside it an IPv6 client's tiers (the array of checks is built only
+/// then).
+#[inline(always)]
+fn take_buckets(
+    state: &mut GateState,
+    def: &RateLimitDef,
+    first: RateCheck<'_>,
+    client: IpAddr,
+    now_ms: u64,
+) -> Result<(), Refusal> {
+    let tiers = client.is_ipv6() && def.key == RateKey::Ip && !def.ipv6_tiers.is_empty();
+    if !tiers {
+        return state.quota.rate_limit(std::slice::from_ref(&first), now_ms);
+    }
+    let mut checks = [first; MAX_RATE_CHECKS];
+    let mut n = 1;
+    for (prefix, tier) in def.ipv6_tiers.iter().take(MAX_RATE_CHECKS - 1) {
+        checks[n] = RateCheck {
+            policy: tier,
+            slot: first.slot,
+            key: state
+                .keyer_for(def.fleet.is_some())
+                .source(Domain::RateSource, client, *prefix),
+        };
+        n += 1;
+    }
+    state.quota.rate_limit(&checks[..n], now_ms)
 }
 
 /// A rate limit without a bucket slot: refused (fail closed, Retry-After
