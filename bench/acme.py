@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from hostile_suite.pebble import Pebble, Refuser, acme_tables, pebble_files  # noqa: E402
+from hostile_suite.pebble import Pebble, Refuser, acme_tables, caddyfile, pebble_files  # noqa: E402
 
 
 def say(msg):
@@ -66,24 +66,7 @@ shards = 1
 
 
 def start_caddy(work, acme_port, ca, http, tls):
-    conf = os.path.join(work, "Caddyfile")
-    with open(conf, "w") as f:
-        f.write(f"""{{
-	admin off
-	acme_ca https://127.0.0.1:{acme_port}/dir
-	acme_ca_root {ca}
-	email ops@a.test
-	http_port {http}
-	https_port {tls}
-	storage file_system {work}/caddy-state
-	ocsp_stapling off
-}}
-a.test {{
-	bind 127.0.0.1
-	respond "hello
-" 200
-}}
-""")
+    conf = caddyfile(work, acme_port, ca, http, tls)
     log = open(os.path.join(work, "caddy.log"), "a")
     env = dict(os.environ, GOMAXPROCS="1", XDG_DATA_HOME=work, XDG_CONFIG_HOME=work, HOME=work)
     return subprocess.Popen(["caddy", "run", "--config", conf, "--adapter", "caddyfile"],

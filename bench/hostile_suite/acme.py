@@ -30,7 +30,7 @@ from .attack import Legit, Watch, mib, report
 from .common import SERVER_CORE, CouldNotRun, figure, free_port, pinned, port_accepts
 from .gapura import server_block, start_gapura
 from .h3 import ensure_caddy
-from .pebble import Pebble, acme_tables, pebble_files
+from .pebble import Pebble, acme_tables, caddyfile, pebble_files
 
 ALLOWED = "ok.test"
 
@@ -72,35 +72,7 @@ off = ["all"]
 
 
 def start_caddy(ctx, d, http, tls, acme_port, ca, ask_port):
-    conf = os.path.join(d, "Caddyfile")
-    with open(conf, "w") as f:
-        f.write(f"""{{
-	admin off
-	acme_ca https://127.0.0.1:{acme_port}/dir
-	acme_ca_root {ca}
-	email ops@a.test
-	http_port {http}
-	https_port {tls}
-	storage file_system {d}/state
-	ocsp_stapling off
-	on_demand_tls {{
-		ask http://127.0.0.1:{ask_port}/check
-	}}
-}}
-a.test {{
-	bind 127.0.0.1
-	respond "hello
-" 200
-}}
-https:// {{
-	bind 127.0.0.1
-	tls {{
-		on_demand
-	}}
-	respond "hello
-" 200
-}}
-""")
+    conf = caddyfile(d, acme_port, ca, http, tls, ask_port)
     log = open(os.path.join(d, "caddy.log"), "ab")
     env = dict(os.environ, GOMAXPROCS="1", XDG_DATA_HOME=d, XDG_CONFIG_HOME=d, HOME=d)
     proc = ctx.procs.start(pinned(SERVER_CORE, ["caddy", "run", "--config", conf,

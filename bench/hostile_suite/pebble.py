@@ -168,3 +168,42 @@ ca_file = "{ca}"
 names = ["a.test"]
 acme = true
 """
+
+
+def caddyfile(d, acme_port, ca, http, tls, ask_port=None):
+    """Caddy serving `a.test` (`hello`) with its certificate from the local
+    pebble at `acme_port`, state under `d`; with `ask_port`, on-demand
+    certificates for any other name, asked of that endpoint. Written to
+    `d`/Caddyfile; returns its path."""
+    on_demand = "" if ask_port is None else f"""
+	on_demand_tls {{
+		ask http://127.0.0.1:{ask_port}/check
+	}}"""
+    any_name = "" if ask_port is None else """https:// {
+	bind 127.0.0.1
+	tls {
+		on_demand
+	}
+	respond "hello
+" 200
+}
+"""
+    path = os.path.join(d, "Caddyfile")
+    with open(path, "w") as f:
+        f.write(f"""{{
+	admin off
+	acme_ca https://127.0.0.1:{acme_port}/dir
+	acme_ca_root {ca}
+	email ops@a.test
+	http_port {http}
+	https_port {tls}
+	storage file_system {d}/caddy-state
+	ocsp_stapling off{on_demand}
+}}
+a.test {{
+	bind 127.0.0.1
+	respond "hello
+" 200
+}}
+{any_name}""")
+    return path

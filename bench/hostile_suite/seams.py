@@ -25,6 +25,7 @@ import time
 from .attack import Watch, mib, report
 from .common import figure, free_port
 from .gapura import server_block, start_gapura
+from .h2 import proxy_hosts
 from .nginx import ensure_nginx, http_conf, start_nginx
 from .udp import Amplifier, dropped, envelope, key_file, one_exchange
 
@@ -113,22 +114,8 @@ def scenario_xff_spoof(ctx):
         try:
             if label == "gapura":
                 admin = free_port()
-                profile = server_block(port, admin) + f"""
-[[upstream]]
-name = "origin"
-servers = ["127.0.0.1:{origin.port}"]
-
-[[host]]
-names = ["a.test"]
-default = true
-kind = "proxy"
-  [[host.route]]
-  path = "/"
-  upstream = "origin"
-
-[protection]
-off = ["all"]
-"""
+                profile = server_block(port, admin) + proxy_hosts(origin.port) + \
+                    '\n[protection]\noff = ["all"]\n'
                 srv = start_gapura(ctx, "xff-spoof", profile, port, admin)
                 pids = lambda: [srv.pid]  # noqa: E731
             else:

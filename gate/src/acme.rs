@@ -69,12 +69,6 @@ impl Challenges {
     }
 }
 
-/// The TLS-ALPN-01 certificate for `name` among `list` (ASCII case
-/// ignored).
-pub fn alpn_for<'a>(list: &'a [AlpnChallenge], name: &str) -> Option<&'a AlpnChallenge> {
-    list.iter().find(|c| c.name.eq_ignore_ascii_case(name))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,16 +108,5 @@ mod tests {
         assert!(none
             .http_answer(b"GET", b"/.well-known/acme-challenge/tok-1")
             .is_none());
-    }
-
-    #[test]
-    fn alpn_certificates_are_found_by_name_in_any_case() {
-        let list = vec![AlpnChallenge {
-            name: "a.test".into(),
-            cert: vec![1],
-            key: Secret(vec![2]),
-        }];
-        assert_eq!(alpn_for(&list, "A.Test").unwrap().cert, vec![1]);
-        assert!(alpn_for(&list, "b.test").is_none());
     }
 }

@@ -60,10 +60,6 @@ impl KeySlots {
             }
         }
     }
-
-    pub fn width(&self) -> usize {
-        self.slots.len()
-    }
 }
 
 /// A window on the board: its relay, key fingerprint and width.

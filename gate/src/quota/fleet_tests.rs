@@ -106,13 +106,25 @@ impl Node {
 /// rounds run every `sync_ms`, each at its own phase. Returns what the
 /// fleet admitted.
 fn run_fleet(nodes: usize, policy: RatePolicy, gap_ms: u64, sync_ms: u64, ms: u64) -> u64 {
+    run_fleet_to(nodes, policy, gap_ms, sync_ms, ms, |n| n)
+}
+
+/// [`run_fleet`] with the `n`th request sent to node `to(n) % nodes`.
+fn run_fleet_to(
+    nodes: usize,
+    policy: RatePolicy,
+    gap_ms: u64,
+    sync_ms: u64,
+    ms: u64,
+    to: impl Fn(usize) -> usize,
+) -> u64 {
     let share = policy.split(nodes as u32).unwrap();
     let mut fleet: Vec<Node> = (0..nodes).map(|_| Node::new()).collect();
     let mut engine = Engine::new();
     let mut next = 0;
     for now in 0..ms {
         if now % gap_ms == 0 {
-            let n = &mut fleet[next % nodes];
+            let n = &mut fleet[to(next) % nodes];
             n.request(&policy, &share, 42, now);
             next += 1;
         }
@@ -475,28 +487,6 @@ fn rotated_keys_cost_the_engine_nothing_once_nobody_asks_for_them() {
     assert!(matches!(c, Choice::Unheard(_)));
 }
 
-/// [`run_fleet`] with every request to node 0.
-fn run_one_node(nodes: usize, policy: RatePolicy, gap_ms: u64, sync_ms: u64, ms: u64) -> u64 {
-    let share = policy.split(nodes as u32).unwrap();
-    let mut fleet: Vec<Node> = (0..nodes).map(|_| Node::new()).collect();
-    let mut engine = Engine::new();
-    for now in 0..ms {
-        if now % gap_ms == 0 {
-            fleet[0].request(&policy, &share, 42, now);
-        }
-        for (i, n) in fleet.iter_mut().enumerate() {
-            let phase = (i as u64 * 31 + 7) % sync_ms;
-            if now % sync_ms == phase {
-                n.shard_timer(now);
-            }
-            if now % sync_ms == (phase + sync_ms / 2) % sync_ms {
-                n.reconcile(&mut engine, now, true);
-            }
-        }
-    }
-    fleet.iter().map(|n| n.admitted).sum()
-}
-
 #[test]
 fn three_nodes_hold_a_limit_within_ten_percent_at_any_pace() {
     // 300 a minute, three nodes, sync 100 ms, for a minute: exact is the
@@ -518,7 +508,7 @@ fn three_nodes_hold_a_limit_within_ten_percent_at_any_pace() {
 #[test]
 fn a_client_on_one_node_reaches_most_of_the_limit_within_two_seconds() {
     let policy = RatePolicy::per_minute(300, 300).unwrap();
-    let admitted = run_one_node(3, policy, 1, 100, 2_000);
+    let admitted = run_fleet_to(3, policy, 1, 100, 2_000, |_| 0);
     // The burst (300) and two seconds' refill (10): at least 90 % of it.
     assert!(admitted >= 279, "{admitted} of 310 in 2 s on one node");
     assert!(admitted <= 310, "{admitted}");
