@@ -5,6 +5,9 @@
 
 /// The most refused names remembered.
 pub const MAX_REFUSED: usize = 1024;
+/// The most certificates on demand a process keeps (past it a new name
+/// is not asked about: its handshakes get the default certificate).
+pub const MAX_ON_DEMAND: usize = 10_000;
 /// How long a refused name is not asked about again.
 pub const REFUSED_FOR_S: i64 = 60;
 

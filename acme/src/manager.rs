@@ -196,6 +196,11 @@ impl Manager {
         self.settings = settings;
     }
 
+    /// How many certificates the profile lists.
+    pub(crate) fn listed(&self) -> usize {
+        self.settings.certificates.len()
+    }
+
     /// The server's trust roots, if the profile gives them.
     pub(crate) fn roots(&self) -> Option<&[Vec<u8>]> {
         self.settings.roots.as_deref()

@@ -5,11 +5,12 @@
 //! from the next handshake and renewed like any other.
 //!
 //! Bounded: a name is asked about at most once a minute after a refusal,
-//! the asks themselves at most four times the order rate, and the
-//! remembered refusals at most [`MAX_REFUSED`].
+//! the asks themselves at most four times the order rate, the remembered
+//! refusals at most `MAX_REFUSED`, the certificates held on demand at
+//! most `MAX_ON_DEMAND`.
 
 use crate::client::now_s;
-use crate::demand::{ask_url, valid_name, OnDemand, MAX_REFUSED, REFUSED_FOR_S};
+use crate::demand::{ask_url, valid_name, OnDemand, MAX_ON_DEMAND, MAX_REFUSED, REFUSED_FOR_S};
 use crate::manager::{Manager, Status};
 use std::sync::mpsc::Receiver;
 
@@ -23,6 +24,10 @@ impl Manager {
         while let Ok(name) = asks.try_recv() {
             let now = now_s();
             if !valid_name(&name) || self.tracked(&name) {
+                continue;
+            }
+            let held = self.shared.lock().map_or(0, |s| s.certificates.len());
+            if held >= self.listed() + MAX_ON_DEMAND {
                 continue;
             }
             self.demand.refused.retain(|(_, until)| *until > now);
