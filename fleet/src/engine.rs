@@ -41,16 +41,44 @@ return string.format('%.0f', now - e)
 "#;
 
 /// The engine's side of a shared budget window, atomic per key: adds a
-/// node's count to the window's key and answers the fleet's count; the key
-/// expires two windows and a second after it was made (its window is over
-/// by then on every node whose clock is within a window of the others').
-/// KEYS[1]: the window's key; ARGV: count, expiry (ms).
+/// node's count to the window's key, sets the node's outstanding lease
+/// (with the engine's own time, so node clocks do not matter), drops the
+/// leases of nodes that stopped exchanging more than the lease lifetime
+/// ago, and answers the fleet's count and the sum of every live lease
+/// (`"COUNT HELD"`). Both keys
+/// expire two windows and a second after they were made (the window is
+/// over by then on every node whose clock is within a window of the
+/// others').
+/// KEYS[1]: the window's count, KEYS[2]: its leases (a hash: holder ->
+/// "amount ms"); ARGV: count, expiry (ms), holder, outstanding, lease
+/// lifetime (ms).
 pub const WINDOW_SCRIPT: &str = r#"
 local n = redis.call('INCRBY', KEYS[1], ARGV[1])
 if redis.call('PTTL', KEYS[1]) < 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return tostring(n)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(ARGV[4]) > 0 then
+  redis.call('HSET', KEYS[2], ARGV[3], ARGV[4] .. ' ' .. now)
+  if redis.call('PTTL', KEYS[2]) < 0 then
+    redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  end
+else
+  redis.call('HDEL', KEYS[2], ARGV[3])
+end
+local ttl = tonumber(ARGV[5])
+local sum = 0
+local held = redis.call('HGETALL', KEYS[2])
+for i = 1, #held, 2 do
+  local amount, at = string.match(held[i + 1], '^(%d+) (%d+)$')
+  if amount and now - tonumber(at) <= ttl then
+    sum = sum + tonumber(amount)
+  else
+    redis.call('HDEL', KEYS[2], held[i])
+  end
+end
+return string.format('%d %d', n, sum)
 "#;
 
 /// One shared budget window's part of a round.
@@ -62,12 +90,34 @@ pub struct WindowFlush {
     pub window: u64,
     pub window_ms: u64,
     pub count: u64,
+    /// What this node's leases of the key still hold unspent, and the
+    /// node's name for them (random per process).
+    pub outstanding: u64,
+    pub holder: u64,
+    /// How long the engine keeps a lease its holder stopped refreshing.
+    pub lease_ttl_ms: u64,
+}
+
+/// A round's answers: every rate key's fleet bucket age (µs), then every
+/// window's fleet count and what live leases hold of it, in order.
+pub type Answers = (Vec<i64>, Vec<(u64, u64)>);
+
+/// A window script's answer: the fleet's count and what live leases hold.
+fn window_answer(a: &str) -> (u64, u64) {
+    let mut parts = a.split(' ').map(|n| n.parse::<u64>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
 /// The engine's name of a shared budget window: the level's identity and
 /// the key in a hash tag, then the window.
 pub fn window_name(identity: u64, key: u64, window: u64) -> String {
     format!("gapura:w:{{{identity:016x}{key:016x}}}:{window}")
+}
+
+/// The engine's name of a shared budget window's leases: in the window's
+/// hash tag (one slot of a cluster).
+pub fn lease_name(identity: u64, key: u64, window: u64) -> String {
+    format!("gapura:wl:{{{identity:016x}{key:016x}}}:{window}")
 }
 
 /// One shared key's part of a round.
@@ -98,14 +148,11 @@ pub struct Target {
 
 /// What the reconciler asks of the engine it shares counts through: one
 /// round's exchange (every key's count in, every rate key's fleet bucket
-/// age in µs and every window's fleet count back, in order). Redis is one
+/// age in µs and every window's fleet count and held leases back, in
+/// order). Redis is one
 /// ([`Engine`]); the reconciler's tests use one in memory.
 pub trait Exchange {
-    fn exchange(
-        &mut self,
-        keys: &[Flush],
-        windows: &[WindowFlush],
-    ) -> Result<(Vec<i64>, Vec<u64>), String>;
+    fn exchange(&mut self, keys: &[Flush], windows: &[WindowFlush]) -> Result<Answers, String>;
 }
 
 /// How the reconciler gets an engine: at its first round, and again after
@@ -146,11 +193,7 @@ pub fn words(e: &redis::RedisError) -> String {
 }
 
 impl Exchange for Engine {
-    fn exchange(
-        &mut self,
-        keys: &[Flush],
-        windows: &[WindowFlush],
-    ) -> Result<(Vec<i64>, Vec<u64>), String> {
+    fn exchange(&mut self, keys: &[Flush], windows: &[WindowFlush]) -> Result<Answers, String> {
         Engine::exchange(self, keys, windows).map_err(|e| words(&e))
     }
 }
@@ -216,11 +259,7 @@ impl Engine {
     /// (µs) and every window's fleet count back, in order (no key: a
     /// `PING`). Loads the scripts and sends again once on `NOSCRIPT`.
     /// O(keys); one round trip (two after a restart).
-    pub fn exchange(
-        &mut self,
-        keys: &[Flush],
-        windows: &[WindowFlush],
-    ) -> RedisResult<(Vec<i64>, Vec<u64>)> {
+    pub fn exchange(&mut self, keys: &[Flush], windows: &[WindowFlush]) -> RedisResult<Answers> {
         if keys.is_empty() && windows.is_empty() {
             // Nothing shared: one PING keeps what the view says of the
             // engine true (a round's only operation).
@@ -240,7 +279,7 @@ impl Engine {
             .take(keys.len())
             .map(|a| a.parse::<i64>().unwrap_or(0))
             .collect();
-        let counts = answers.map(|a| a.parse::<u64>().unwrap_or(0)).collect();
+        let counts = answers.map(|a| window_answer(a)).collect();
         Ok((ages, counts))
     }
 
@@ -260,10 +299,14 @@ impl Engine {
         let budgets = windows.iter().map(|w| {
             let mut c = redis::cmd("EVALSHA");
             c.arg(&window_sha)
-                .arg(1)
+                .arg(2)
                 .arg(window_name(w.identity, w.key, w.window))
+                .arg(lease_name(w.identity, w.key, w.window))
                 .arg(w.count)
-                .arg(w.window_ms.saturating_mul(2).saturating_add(1_000));
+                .arg(w.window_ms.saturating_mul(2).saturating_add(1_000))
+                .arg(format!("{:016x}", w.holder))
+                .arg(w.outstanding)
+                .arg(w.lease_ttl_ms);
             c
         });
         let commands = rates.chain(budgets);

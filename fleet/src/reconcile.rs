@@ -16,7 +16,7 @@
 //! (their shared sets are bounded), and a key no batch has named for
 //! [`KEEP_ROUNDS`] rounds is forgotten.
 
-use crate::engine::{Connect, Exchange, Flush, Redis, Target, WindowFlush};
+use crate::engine::{Answers, Connect, Exchange, Flush, Redis, Target, WindowFlush};
 use crate::{FleetStats, Published, Retarget};
 use arc_swap::ArcSwap;
 use gapura_gate::quota::fleet::{FleetBatch, FleetView};
@@ -39,6 +39,32 @@ struct Merged {
     seen_round: u64,
 }
 
+/// A budget window's counts merged from the batches.
+#[derive(Clone, Debug)]
+struct MergedWindow {
+    count: u64,
+    window_ms: u64,
+    seen_round: u64,
+    /// Each shard's outstanding lease of the key, as its last batch said.
+    held: Vec<u32>,
+}
+
+/// How long the engine keeps a node's lease of a window after its last
+/// exchange: ten rounds, at least two seconds. A node that dies strands
+/// its unspent leases no longer than this.
+pub fn lease_ttl_ms(sync_ms: u64) -> u64 {
+    sync_ms.saturating_mul(10).max(2_000)
+}
+
+/// This process's name for its leases in the engine: random, so a node
+/// started again is a new holder and its old leases lapse.
+fn holder() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
 /// The reconciler's state, over an engine `C` connects to (Redis in the
 /// server, one in memory in the tests).
 pub(crate) struct Reconciler<C: Connect = Redis> {
@@ -52,8 +78,10 @@ pub(crate) struct Reconciler<C: Connect = Redis> {
     pub included: Vec<u64>,
     merged: HashMap<(u64, u64), Merged>,
     /// Budget windows' counts merged from the batches, per (level
-    /// identity, key, window): count, window length, round last named.
-    windows: HashMap<(u64, u64, u64), (u64, u64, u64)>,
+    /// identity, key, window).
+    windows: HashMap<(u64, u64, u64), MergedWindow>,
+    /// This process's name for its window leases in the engine.
+    holder: u64,
     round: u64,
     connector: C,
     engine: Option<C::Engine>,
@@ -108,6 +136,7 @@ impl<C: Connect> Reconciler<C> {
             included: vec![0; shards],
             merged: HashMap::new(),
             windows: HashMap::new(),
+            holder: holder(),
             round: 0,
             connector,
             engine: None,
@@ -195,13 +224,22 @@ impl<C: Connect> Reconciler<C> {
             m.burst = d.burst;
             m.seen_round = round;
         }
+        let shards = self.included.len();
         for w in b.windows {
             let m = self
                 .windows
                 .entry((w.identity, w.key, w.window))
-                .or_insert((0, w.window_ms, round));
-            m.0 += u64::from(w.count);
-            m.2 = round;
+                .or_insert_with(|| MergedWindow {
+                    count: 0,
+                    window_ms: w.window_ms,
+                    seen_round: round,
+                    held: vec![0; shards],
+                });
+            m.count += u64::from(w.count);
+            m.seen_round = round;
+            if let Some(h) = m.held.get_mut(b.shard as usize) {
+                *h = w.outstanding;
+            }
         }
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
     }
@@ -229,19 +267,22 @@ impl<C: Connect> Reconciler<C> {
             })
             .collect();
         let flushes: Vec<Flush> = keys.iter().map(|(_, f)| *f).collect();
-        self.windows.retain(|_, m| m.2 + KEEP_ROUNDS >= round);
+        self.windows
+            .retain(|_, m| m.seen_round + KEEP_ROUNDS >= round);
+        let (holder, lease_ttl_ms) = (self.holder, lease_ttl_ms(self.sync_ms));
         let windows: Vec<WindowFlush> = self
             .windows
             .iter()
-            .map(
-                |(&(identity, key, window), &(count, window_ms, _))| WindowFlush {
-                    identity,
-                    key,
-                    window,
-                    window_ms,
-                    count,
-                },
-            )
+            .map(|(&(identity, key, window), m)| WindowFlush {
+                identity,
+                key,
+                window,
+                window_ms: m.window_ms,
+                count: m.count,
+                outstanding: m.held.iter().map(|&h| u64::from(h)).sum(),
+                holder,
+                lease_ttl_ms,
+            })
             .collect();
         let started = Instant::now();
         let result = self.exchange(&flushes, &windows);
@@ -250,23 +291,23 @@ impl<C: Connect> Reconciler<C> {
             m.count = 0;
         }
         for m in self.windows.values_mut() {
-            m.0 = 0;
+            m.count = 0;
         }
         let since_last = self.last_round.elapsed();
         self.last_round = Instant::now();
         let view = match result {
             Ok((ages, counts)) => {
                 self.up(took);
+                let names = || windows.iter().map(|w| (w.identity, w.key, w.window));
                 FleetView {
                     round,
                     fallback: false,
                     included: self.included.clone(),
                     ages_us: keys.iter().map(|(k, _)| *k).zip(ages).collect(),
-                    counts: windows
-                        .iter()
-                        .map(|w| (w.identity, w.key, w.window))
-                        .zip(counts)
+                    counts: names()
+                        .zip(counts.iter().map(|&(n, held)| n.saturating_add(held)))
                         .collect(),
+                    held: names().zip(counts.iter().map(|&(_, held)| held)).collect(),
                 }
             }
             Err(why) => {
@@ -290,11 +331,7 @@ impl<C: Connect> Reconciler<C> {
     }
 
     /// Connects when not connected, then flushes.
-    fn exchange(
-        &mut self,
-        keys: &[Flush],
-        windows: &[WindowFlush],
-    ) -> Result<(Vec<i64>, Vec<u64>), String> {
+    fn exchange(&mut self, keys: &[Flush], windows: &[WindowFlush]) -> Result<Answers, String> {
         if self.engine.is_none() {
             self.engine = Some(self.connector.connect(&self.target)?);
         }

@@ -1,6 +1,8 @@
 //! The engine's script and round trip against a real `redis-server`.
 
-use gapura_fleet::engine::{bucket_name, check, window_name, Engine, Flush, Target, WindowFlush};
+use gapura_fleet::engine::{
+    bucket_name, check, lease_name, window_name, Engine, Flush, Target, WindowFlush,
+};
 use gapura_fleet::testing::{RedisCluster, RedisServer};
 use std::time::Duration;
 
@@ -71,7 +73,41 @@ fn window(key: u64, window: u64, count: u64) -> WindowFlush {
         window,
         window_ms: 1_000,
         count,
+        outstanding: 0,
+        holder: 1,
+        lease_ttl_ms: 2_000,
     }
+}
+
+/// A window's flush from `holder` whose leases hold `outstanding`.
+fn leased(key: u64, count: u64, outstanding: u64, holder: u64) -> WindowFlush {
+    WindowFlush {
+        outstanding,
+        holder,
+        ..window(key, 100, count)
+    }
+}
+
+#[test]
+fn a_windows_count_includes_every_live_lease_and_a_lapsed_one_is_dropped() {
+    let redis = RedisServer::start();
+    let mut a = Engine::connect(&target(vec![redis.url()], false)).unwrap();
+    let mut b = Engine::connect(&target(vec![redis.url()], false)).unwrap();
+    let (_, counts) = a.exchange(&[], &[leased(1, 10, 30, 1)]).unwrap();
+    assert_eq!(counts, [(10, 30)]);
+    let (_, counts) = b.exchange(&[], &[leased(1, 5, 20, 2)]).unwrap();
+    assert_eq!(counts, [(15, 50)], "a's and b's leases");
+    // a's lease is spent or given back: only b's is held.
+    let (_, counts) = a.exchange(&[], &[leased(1, 0, 0, 1)]).unwrap();
+    assert_eq!(counts, [(15, 20)]);
+    // A lease whose holder stopped exchanging long ago lapses.
+    let leases = lease_name(9, 1, 100);
+    redis.cli(&["HSET", &leases, "dead", "100 1000"]);
+    let (_, counts) = b.exchange(&[], &[leased(1, 0, 20, 2)]).unwrap();
+    assert_eq!(counts, [(15, 20)], "the lapsed 100 is not held");
+    assert_eq!(redis.cli(&["HEXISTS", &leases, "dead"]).trim(), "0");
+    let ttl: i64 = redis.cli(&["PTTL", &leases]).trim().parse().unwrap();
+    assert!(ttl > 0 && ttl <= 3_000, "expires with its window: {ttl}");
 }
 
 #[test]
@@ -84,14 +120,14 @@ fn budget_windows_add_every_nodes_count_and_expire() {
         .unwrap();
     assert_eq!(
         (ages.len(), counts),
-        (1, vec![40, 3]),
+        (1, vec![(40, 0), (3, 0)]),
         "rates, then windows"
     );
     let (_, counts) = b.exchange(&[], &[window(1, 100, 25)]).unwrap();
-    assert_eq!(counts, [65], "one window's count over two nodes");
+    assert_eq!(counts, [(65, 0)], "one window's count over two nodes");
     // Another window is another key: it starts from nothing.
     let (_, counts) = b.exchange(&[], &[window(1, 101, 0)]).unwrap();
-    assert_eq!(counts, [0]);
+    assert_eq!(counts, [(0, 0)]);
     let ttl: i64 = redis
         .cli(&["PTTL", &window_name(9, 1, 100)])
         .trim()
@@ -104,7 +140,7 @@ fn budget_windows_add_every_nodes_count_and_expire() {
     // A server that lost the script is given it again.
     assert_eq!(redis.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
     let (_, counts) = a.exchange(&[], &[window(1, 100, 1)]).unwrap();
-    assert_eq!(counts, [66]);
+    assert_eq!(counts, [(66, 0)]);
 }
 
 #[test]

@@ -290,7 +290,7 @@ fn live_explain(admin: &Admin, query: &[u8]) -> Result<String, String> {
                 })),
                 "fleet": v.fleet.iter().map(|f| serde_json::json!({
                     "level": f.level, "name": f.name, "shared": f.shared,
-                    "local": f.local, "fleet": f.fleet, "pending": f.pending,
+                    "local": f.local, "fleet": f.fleet, "held": f.held, "pending": f.pending,
                     "fallback": f.fallback,
                 })).collect::<Vec<_>>(),
                 "upstreams": a.upstreams.iter().map(|(name, c)| serde_json::json!({

@@ -692,7 +692,10 @@ fn fleet_part(f: &serde_json::Value) -> String {
         .as_u64()
         .map_or("not learned yet".to_string(), |n| format!("{n} {unit}"));
     let pending = f["pending"].as_u64().unwrap_or(0);
-    format!("; fleet {name}: here {local}, fleet {fleet}, {pending} not yet sent")
+    let held = f["held"]
+        .as_u64()
+        .map_or(String::new(), |n| format!(" and {n} held in leases"));
+    format!("; fleet {name}: here {local}, fleet {fleet}{held}, {pending} not yet sent")
 }
 
 /// Asks the running server's admin listener for its live tables (read

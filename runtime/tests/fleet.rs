@@ -244,10 +244,10 @@ fn three_nodes_hold_a_global_budget_together() {
     let failed = failed_rounds(&nodes);
     let admitted = spread(&nodes, "127.0.0.2", 600, 30);
     eprintln!("global budget over three nodes: {admitted} of 600 admitted");
-    // At most two batches beyond: a node may take a batch before it
-    // applies the last round's view.
+    // Leases hand out only what nobody counted or holds: within a tenth
+    // of the budget.
     let low = fewest(300, failed, &nodes);
-    assert!((low..=360).contains(&admitted), "{admitted} of 600");
+    assert!((low..=330).contains(&admitted), "{admitted} of 600");
     for g in &nodes {
         assert!(g.metric("gapura_fleet_shared_keys") >= 1);
     }
@@ -262,7 +262,7 @@ fn three_nodes_hold_source_and_identity_budgets_together() {
     away_from_a_boundary();
     let admitted = spread(&nodes, "127.0.0.3", 300, 15);
     eprintln!("source budget over three nodes: {admitted} of 300 admitted");
-    assert!((100..=130).contains(&admitted), "source: {admitted} of 300");
+    assert!((100..=110).contains(&admitted), "source: {admitted} of 300");
     // One credential from ten networks (30 each, under their budget).
     let credential = |i: usize| {
         (
@@ -273,7 +273,7 @@ fn three_nodes_hold_source_and_identity_budgets_together() {
     let admitted = spread_with(&nodes, credential, 300, 15);
     eprintln!("identity budget over three nodes: {admitted} of 300 admitted");
     assert!(
-        (150..=180).contains(&admitted),
+        (150..=165).contains(&admitted),
         "identity: {admitted} of 300"
     );
 }
@@ -298,7 +298,9 @@ fn a_restarted_node_learns_the_fleets_count_again() {
     nodes.push(start_node(&profile));
     admitted += spread(&nodes, "127.0.0.4", 300, 15);
     eprintln!("node restarted: {admitted} of 510 admitted");
-    assert!((300..=348).contains(&admitted), "{admitted} of 510");
+    // The killed node's unspent share lapses from the engine within the
+    // lease lifetime; the restarted one holds what the others left.
+    assert!((300..=330).contains(&admitted), "{admitted} of 510");
     let last = &nodes[2];
     assert!(last.metric("gapura_fleet_shared_keys") >= 1);
     assert_eq!(
@@ -373,11 +375,14 @@ fn explain_live_shows_a_shared_keys_local_and_fleet_counts() {
     };
     for g in &nodes {
         // Once the node's timer took the round's view: its own 20 and
-        // the other's.
+        // the other's, and each node's share (300 / 3) less its 20 held.
         assert!(
             wait_until(CEILING, || {
                 let f = fleet_of(g);
-                f[0]["fleet"] == 40 && f[0]["local"] == 40 && f[0]["pending"] == 0
+                f[0]["fleet"] == 40
+                    && f[0]["held"] == 160
+                    && f[0]["local"] == 20
+                    && f[0]["pending"] == 0
             }),
             "{}",
             fleet_of(g)
@@ -401,7 +406,9 @@ fn explain_live_shows_a_shared_keys_local_and_fleet_counts() {
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
-        said.contains("fleet global: here 40, fleet 40 in the window, 0 not yet sent"),
+        said.contains(
+            "fleet global: here 20, fleet 40 in the window and 160 held in leases, 0 not yet sent"
+        ),
         "{said}{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -102,9 +102,8 @@ fn three_relaying_nodes_hold_a_global_and_a_prefix_budget_together() {
     // budget is 300): 450 in all.
     let relayed = spread(&nodes, "wide", "127.0.0.2", 450, 30);
     eprintln!("relay global budget over three nodes: {relayed} of 450 relayed");
-    // At most two batches beyond: a node may take a batch before it
-    // applies the last round's view.
-    assert!((300..=360).contains(&relayed), "{relayed} of 450");
+    // Leases hand out only what nobody counted or holds: within a tenth.
+    assert!((300..=330).contains(&relayed), "{relayed} of 450");
     for g in &nodes {
         assert!(g.metric("gapura_fleet_shared_keys") >= 1);
         assert_eq!(g.metric("gapura_fleet_fallback"), 0);
@@ -112,7 +111,7 @@ fn three_relaying_nodes_hold_a_global_and_a_prefix_budget_together() {
     // One source prefix's 100 an hour, over the three nodes.
     let relayed = spread(&nodes, "near", "127.0.0.3", 200, 20);
     eprintln!("relay prefix budget over three nodes: {relayed} of 200 relayed");
-    assert!((100..=140).contains(&relayed), "{relayed} of 200");
+    assert!((100..=110).contains(&relayed), "{relayed} of 200");
     // The keys reached Redis under the relays' own names.
     let keys = redis.cli(&["--scan", "--pattern", "gapura:w:*"]);
     assert!(keys.lines().count() >= 2, "window keys in Redis: {keys}");

@@ -3,7 +3,7 @@
 //! back, without a Redis.
 
 use super::*;
-use crate::engine::{Connect, Exchange};
+use crate::engine::{Answers, Connect, Exchange};
 use gapura_gate::quota::fleet::FleetDelta;
 use gapura_gate::quota::fleetwindow::WindowDelta;
 use std::cell::RefCell;
@@ -38,13 +38,10 @@ impl Connect for Mem {
 }
 
 /// Each rate key's age is its count x 10 µs, each window's count twice
-/// its count: answers a test can tell apart.
+/// its count and its leases what the flush held: answers a test can tell
+/// apart.
 impl Exchange for Mem {
-    fn exchange(
-        &mut self,
-        keys: &[Flush],
-        windows: &[WindowFlush],
-    ) -> Result<(Vec<i64>, Vec<u64>), String> {
+    fn exchange(&mut self, keys: &[Flush], windows: &[WindowFlush]) -> Result<Answers, String> {
         let mut e = self.0.borrow_mut();
         e.rounds.push((keys.to_vec(), windows.to_vec()));
         if std::mem::take(&mut e.fail_next) {
@@ -54,7 +51,11 @@ impl Exchange for Mem {
         if std::mem::take(&mut e.short_next) {
             ages.pop();
         }
-        Ok((ages, windows.iter().map(|w| w.count * 2).collect()))
+        let counts = windows
+            .iter()
+            .map(|w| (w.count * 2, w.outstanding))
+            .collect();
+        Ok((ages, counts))
     }
 }
 
@@ -104,6 +105,7 @@ fn batch(shard: u32, seq: u64, count: u32, window_count: u32) -> FleetBatch {
             window: 3,
             window_ms: 1000,
             count: window_count,
+            outstanding: shard + 1,
         }],
     }
 }
@@ -123,13 +125,20 @@ fn the_shards_counts_for_a_key_are_one_flush_and_the_view_names_each_key() {
         assert_eq!((keys[0].interval_ns, keys[0].burst), (1_000_000, 5));
         assert_eq!(windows.len(), 1);
         assert_eq!((windows[0].window, windows[0].count), (3, 6));
+        assert_eq!(windows[0].outstanding, 1 + 2, "each shard's lease");
+        assert_eq!(windows[0].lease_ttl_ms, 2_000);
     }
     let p = cell.load();
     assert_eq!(p.view.round, 1);
     assert!(!p.view.fallback);
     assert_eq!(p.view.included, vec![1, 4]);
     assert_eq!(p.view.ages_us.get(&(7, 42)), Some(&50));
-    assert_eq!(p.view.counts.get(&(9, 0, 3)), Some(&12));
+    assert_eq!(
+        p.view.counts.get(&(9, 0, 3)),
+        Some(&(12 + 3)),
+        "counted and held"
+    );
+    assert_eq!(p.view.held.get(&(9, 0, 3)), Some(&3));
     assert_eq!(stats.rounds.load(Ordering::Relaxed), 1);
     assert_eq!(stats.batches.load(Ordering::Relaxed), 2);
     assert_eq!(stats.shared_keys.load(Ordering::Relaxed), 2);

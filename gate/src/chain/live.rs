@@ -53,12 +53,16 @@ pub struct FleetKeyLive {
     /// Whether the key is shared now; a key that is not is decided by
     /// this shard alone until its count reaches the share threshold.
     pub shared: bool,
-    /// This shard's count: tokens in its bucket (a rate limit), requests
-    /// in the window (a budget), the fleet's learned count included.
+    /// This shard's count: tokens in its bucket (a rate limit, the
+    /// fleet's learned count included), requests it counted in the window
+    /// (a budget).
     pub local: u64,
     /// The fleet's as the last view had it: tokens in the fleet's bucket,
     /// or the window's count over every node; `None` before one had it.
     pub fleet: Option<u64>,
+    /// A budget's leases: what every live node's leases held unspent as
+    /// the last view had it.
+    pub held: Option<u64>,
     /// Counted here and not yet in a view of the fleet.
     pub pending: u32,
     /// The engine is away: held to the local share.
@@ -159,6 +163,7 @@ impl GateState {
                         shared: live.is_some(),
                         local: u64::from(peek.tokens),
                         fleet: live.and_then(|(_, t)| t).map(u64::from),
+                        held: None,
                         pending: live.map_or(0, |(p, _)| p),
                         fallback: self.fleet.fallback,
                     });
@@ -187,7 +192,8 @@ impl GateState {
             name: name.to_string(),
             shared: shared.is_some(),
             local,
-            fleet: shared.and_then(|(_, _, learned)| learned),
+            fleet: shared.and_then(|(_, _, learned)| learned).map(|(n, _)| n),
+            held: shared.and_then(|(_, _, learned)| learned).map(|(_, h)| h),
             pending: shared.map_or(0, |(p, f, _)| p.saturating_add(f)),
             fallback: self.fleet.fallback,
         }

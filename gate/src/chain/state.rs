@@ -257,14 +257,11 @@ impl GateState {
         }
         let window_ms = self.quota.windows().window_ms();
         if new && !view.fallback {
-            let global = crate::quota::fleetwindow::BudgetLevel::Global.identity(window_ms);
-            let quota = &mut self.quota;
-            self.fleet.windows.apply(
-                |identity, key, window| view.count(identity, key, window),
-                |identity, key, window, n| {
-                    quota.set_fleet_count(identity == global, key, window, n)
-                },
-            );
+            self.fleet
+                .windows
+                .apply(view.round, |identity, key, window| {
+                    view.window(identity, key, window)
+                });
         }
         let unix_ms = now_ms.saturating_add(self.unix_origin_ms);
         self.fleet.windows.roll(unix_ms / window_ms);

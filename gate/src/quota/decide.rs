@@ -38,7 +38,7 @@
 //! [`lease`](super::lease)). O(probe windows); no allocation.
 
 use super::fleet::FleetState;
-use super::fleetwindow::{BudgetLevel, FleetBudgets, FleetWindows, WindowChoice};
+use super::fleetwindow::{BudgetLevel, FleetBudgets, WindowChoice};
 use super::lease::{LeaseLimits, LeaseRefusal, LeaseTable, LeaseToken};
 use super::rate::{CapacityError, RateCheck, RateTable};
 use super::slots::PolicySlots;
@@ -603,19 +603,6 @@ impl Quota {
         &self.leases
     }
 
-    /// Sets a shared budget window's count to what a fleet's view says
-    /// (see [`super::fleetwindow`]): the global counter, or a source or
-    /// identity key's. O(probe).
-    pub fn set_fleet_count(&mut self, global: bool, key: u64, window: u64, count: u32) {
-        if global {
-            if window >= self.windows.window() {
-                self.global.set(window, count);
-            }
-        } else {
-            self.windows.set_count(key, window, count);
-        }
-    }
-
     /// Requests counted by the global budget in the current window.
     pub fn global_count(&self) -> u32 {
         self.global.count(self.windows.window())
@@ -646,18 +633,18 @@ fn fleet_budget(
     let Some(share) = share else {
         return (whole, WindowChoice::Local);
     };
-    let choice = fleet.windows.choose(
+    let decided = fleet.windows.choose(
         fleet.fallback,
         (level.identity(window_ms), key),
         (window, window_ms),
         count(),
-        whole.limit(),
+        (whole, share),
         class.may_use_reserve(),
     );
     if fleet.fallback {
         fleet.counters.fallback_decisions += 1;
     }
-    (FleetWindows::budget(choice, whole, share), choice)
+    decided
 }
 
 #[cfg(test)]

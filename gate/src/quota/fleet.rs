@@ -114,8 +114,12 @@ pub struct FleetView {
     /// was read (negative: in debt).
     pub ages_us: HashMap<(u64, u64), i64>,
     /// Per (level identity, key, window): the fleet's count of a shared
-    /// budget window when it was read.
+    /// budget window when it was read, every live node's outstanding
+    /// lease of it included (what any node may yet spend).
     pub counts: HashMap<(u64, u64, u64), u64>,
+    /// Per (level identity, key, window): the part of `counts` that live
+    /// leases hold unspent.
+    pub held: HashMap<(u64, u64, u64), u64>,
 }
 
 impl FleetView {
@@ -124,9 +128,12 @@ impl FleetView {
         self.ages_us.get(&(identity, key)).copied()
     }
 
-    /// The fleet's count of a budget window, as read. O(1).
-    pub fn count(&self, identity: u64, key: u64, window: u64) -> Option<u64> {
-        self.counts.get(&(identity, key, window)).copied()
+    /// The fleet's count of a budget window, as read (live leases
+    /// included), and what the leases hold of it. O(1).
+    pub fn window(&self, identity: u64, key: u64, window: u64) -> Option<(u64, u64)> {
+        let k = (identity, key, window);
+        let count = self.counts.get(&k).copied()?;
+        Some((count, self.held.get(&k).copied().unwrap_or(0)))
     }
 }
 
@@ -182,12 +189,7 @@ struct Shared {
     leased_round: u64,
 }
 
-/// Rounds between two leases of one key: a view read this many rounds
-/// after a lease includes what the other nodes took of theirs (each node
-/// hands its counts over every `sync_ms` and its reconciler exchanges them
-/// every `sync_ms`), so a new lease never hands out what they already
-/// spent. Views in between may only tighten.
-pub const LEASE_ROUNDS: u64 = 3;
+pub use super::terms::LEASE_ROUNDS;
 
 /// Batches a shared key keeps travelling with nothing pending (to keep
 /// its fleet count fresh for a client that pauses); past them it travels

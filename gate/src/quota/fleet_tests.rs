@@ -81,6 +81,7 @@ impl Node {
             included: vec![self.included],
             ages_us: HashMap::new(),
             counts: HashMap::new(),
+            held: HashMap::new(),
         };
         if reachable {
             let now_us = now_ms as f64 * 1000.0;
@@ -255,6 +256,7 @@ fn a_view_leases_a_share_and_never_more_than_the_node_alone_would_admit() {
         included: vec![n.included],
         ages_us: ages.clone(),
         counts: HashMap::new(),
+        held: HashMap::new(),
     };
     n.fleet.apply(&view, 0, &mut n.rate, 2, 0);
     // A key's first view only tightens: the other nodes' first spending
@@ -266,6 +268,7 @@ fn a_view_leases_a_share_and_never_more_than_the_node_alone_would_admit() {
         included: vec![n.included],
         ages_us: ages.clone(),
         counts: HashMap::new(),
+        held: HashMap::new(),
     };
     n.fleet.apply(&view, 0, &mut n.rate, 3, 0);
     let after = (0..400)
@@ -280,6 +283,7 @@ fn a_view_leases_a_share_and_never_more_than_the_node_alone_would_admit() {
         included: vec![n.included],
         ages_us: ages.clone(),
         counts: HashMap::new(),
+        held: HashMap::new(),
     };
     n.fleet.apply(&view, 0, &mut n.rate, 4, 0);
     let more = (0..400)
@@ -297,6 +301,7 @@ fn a_view_leases_a_share_and_never_more_than_the_node_alone_would_admit() {
         included: vec![n.included],
         ages_us: ages,
         counts: HashMap::new(),
+        held: HashMap::new(),
     };
     n.fleet.apply(&view, 0, &mut n.rate, 10_000, 0);
     let late = (0..100)

@@ -3,14 +3,16 @@
 //! A fleet-scoped budget (`scope = "fleet"` on `[quota.global]`,
 //! `[quota.source]` or `[quota.identity]`) is decided like any other, by
 //! this shard's own window count, with no network on the request path.
-//! What makes it the fleet's budget is that the count of a *shared* key is
-//! the fleet's count as last learned plus what this shard counted since:
-//! every `sync_ms` the shard hands what it counted to the reconciler (in
-//! the same [`FleetBatch`](super::fleet::FleetBatch) as its rate limits'),
-//! the engine adds it to the window's key (`INCRBY`, the key expiring once
-//! its window is over) and reads the fleet's count back, and
-//! [`FleetWindows::apply`] sets the shard's count to that count plus what
-//! it counted that the reading does not include.
+//! What makes it the fleet's budget is that a *shared* key is decided
+//! under a lease ([`super::windowlease`]): a cap on what this shard
+//! counts, taken from what the fleet has not counted or leased. Every
+//! `sync_ms` the shard hands the reconciler what it counted and what its
+//! lease still holds (in the same [`FleetBatch`](super::fleet::FleetBatch)
+//! as its rate limits'); the engine adds the count to the window's key
+//! (`INCRBY`, the key expiring once its window is over), keeps the
+//! node's outstanding leases beside it (dropped a few seconds after the
+//! node stops exchanging) and reads the sum back, and
+//! [`FleetWindows::apply`] tightens or renews the shard's lease from it.
 //!
 //! **Windows are the fleet's.** A window is cut from Unix time (the caller
 //! passes `now_ms` as milliseconds since the epoch, the shard's clock
@@ -29,16 +31,18 @@
 //! window is over ([`FleetWindows::roll`]): leaving earlier would count
 //! the fleet's share twice when it came back.
 //!
-//! **The overshoot** is the rate limits' bound: in the lag of about two
-//! `sync_ms` a participant (a shard, for a budget whose key is not the
-//! steered source) sees only its own counts, so a window admits at most
-//! the limit plus what the other participants admit in that lag.
+//! **The bound**: leases hand out at most what nobody counted or holds,
+//! so the window admits about the limit at any pace (not the limit plus
+//! what the others admit in a lag), and no view lifts a limit: the cap
+//! never lets this shard's own count pass the whole budget, whatever
+//! Redis says.
 //!
 //! [`FleetWindows::choose`] and [`FleetWindows::record`] are O(probe) and
 //! allocate nothing; batches (on the shard's sync timer) allocate.
 
 use super::fleet::{share_threshold, FLEET_PROBE};
 use super::window::Budget;
+use super::windowlease::WindowLease;
 
 /// A budget level that may be fleet-scoped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,7 +108,15 @@ pub struct WindowDelta {
     pub window_ms: u64,
     /// Requests counted since the last batch.
     pub count: u32,
+    /// What the key's lease on this shard still holds unspent (see
+    /// [`super::windowlease`]).
+    pub outstanding: u32,
 }
+
+/// A shared key as `explain --live` shows it: this shard's counts not
+/// yet in a view (pending, in flight), and the fleet's count and held
+/// leases as the last view had them.
+pub type SharedLive = (u32, u32, Option<(u64, u64)>);
 
 /// How a request of a fleet-scoped budget is decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,8 +139,15 @@ struct SharedWindow {
     pending: u32,
     /// Counted in the outstanding batch (not yet in a view).
     inflight: u32,
-    /// The fleet's count in the last view that had the key.
-    learned: Option<u64>,
+    /// The fleet's count in the last view that had the key, and what live
+    /// leases held beside it.
+    learned: Option<(u64, u64)>,
+    /// What this shard may count of the key in the window.
+    lease: WindowLease,
+    /// The lease's outstanding as the batch in flight reported it, and as
+    /// the last batch a view included did.
+    held_inflight: u32,
+    held_seen: u32,
 }
 
 /// One shard's shared window keys. Single-threaded; allocated once.
@@ -188,19 +207,20 @@ impl FleetWindows {
     }
 
     /// The shared entry of a key in `window`: this shard's counts not yet
-    /// in a view (pending, in flight), and the fleet's count as the last
-    /// view had it. `explain --live`. O(probe).
-    pub fn pending(&self, identity: u64, key: u64, window: u64) -> Option<(u32, u32, Option<u64>)> {
+    /// in a view (pending, in flight), and the fleet's count and held
+    /// leases as the last view had them. `explain --live`. O(probe).
+    pub fn pending(&self, identity: u64, key: u64, window: u64) -> Option<SharedLive> {
         let s = self.table[self.find(identity, key)?]?;
         (s.window == window).then_some((s.pending, s.inflight, s.learned))
     }
 
-    /// How to decide a request of a fleet-scoped budget: `count` is this
-    /// shard's count of the key in `window` before the request, `limit`
-    /// the budget's. Shares the key once `count + 1` reaches
-    /// [`share_threshold`] (what it counted so far becomes pending, so the
-    /// fleet learns it). `fallback`: the engine is away. O(probe); no
-    /// allocation.
+    /// How to decide a request of a fleet-scoped budget, and the budget it
+    /// is held to: `count` is this shard's count of the key in `window`
+    /// before the request, `whole` the budget, `share` its local share.
+    /// Shares the key once `count + 1` reaches [`share_threshold`] (what it
+    /// counted so far becomes pending, so the fleet learns it); a shared
+    /// key is held to what is left of its lease. `fallback`: the engine is
+    /// away. O(probe); no allocation.
     #[inline]
     pub fn choose(
         &mut self,
@@ -208,27 +228,54 @@ impl FleetWindows {
         (identity, key): (u64, u64),
         (window, window_ms): (u64, u64),
         count: u32,
-        limit: u32,
+        (whole, share): (Budget, Budget),
         reserve: bool,
-    ) -> WindowChoice {
+    ) -> (Budget, WindowChoice) {
         if fallback {
-            return WindowChoice::Share;
+            return (share, WindowChoice::Share);
         }
-        if let Some(i) = self.find(identity, key) {
-            if let Some(s) = &mut self.table[i] {
-                if s.window != window {
-                    // A new window: the old one's counts are over.
-                    s.window = window;
-                    s.window_ms = window_ms;
-                    s.pending = count;
-                    s.inflight = 0;
-                    s.learned = None;
+        let i = match self.find(identity, key) {
+            Some(i) => i,
+            None => match self.admit_key((identity, key), count, (whole, share), reserve) {
+                Some(i) => i,
+                None if count + 1 < share_threshold(whole.limit()) => {
+                    return (whole, WindowChoice::Local)
                 }
-            }
-            return WindowChoice::Shared(i);
+                None => return (share, WindowChoice::Share),
+            },
+        };
+        let Some(s) = &mut self.table[i] else {
+            return (share, WindowChoice::Share);
+        };
+        if s.window != window {
+            // A new key, or a new window: the old one's counts are over.
+            s.window = window;
+            s.window_ms = window_ms;
+            s.pending = count;
+            s.inflight = 0;
+            s.learned = None;
+            s.lease = WindowLease::start(count, whole, share);
+            s.held_inflight = 0;
+            s.held_seen = 0;
+        } else {
+            s.lease.terms(whole, share);
         }
-        if count + 1 < share_threshold(limit) {
-            return WindowChoice::Local;
+        (s.lease.budget(whole, count), WindowChoice::Shared(i))
+    }
+
+    /// A place for a key that reaches its share threshold: `None` when it
+    /// is below it (decided alone) or finds no room (counted in
+    /// `unshared`). O(probe).
+    #[inline]
+    fn admit_key(
+        &mut self,
+        (identity, key): (u64, u64),
+        count: u32,
+        (whole, share): (Budget, Budget),
+        reserve: bool,
+    ) -> Option<usize> {
+        if count + 1 < share_threshold(whole.limit()) {
+            return None;
         }
         let ceiling = if reserve {
             self.table.len()
@@ -245,19 +292,22 @@ impl FleetWindows {
         };
         let Some(i) = free else {
             self.unshared += 1;
-            return WindowChoice::Share;
+            return None;
         };
         self.table[i] = Some(SharedWindow {
             identity,
             key,
-            window,
-            window_ms,
-            pending: count,
+            window: u64::MAX,
+            window_ms: 0,
+            pending: 0,
             inflight: 0,
             learned: None,
+            lease: WindowLease::start(count, whole, share),
+            held_inflight: 0,
+            held_seen: 0,
         });
         self.live += 1;
-        WindowChoice::Shared(i)
+        Some(i)
     }
 
     /// Counts a request admitted under [`WindowChoice::Shared`]. O(1).
@@ -266,18 +316,8 @@ impl FleetWindows {
         if let WindowChoice::Shared(i) = choice {
             if let Some(s) = &mut self.table[i] {
                 s.pending = s.pending.saturating_add(1);
+                s.lease.record();
             }
-        }
-    }
-
-    /// The budget a choice holds a request to: the whole budget, or the
-    /// local share.
-    #[inline]
-    pub fn budget(choice: WindowChoice, whole: Budget, share: Budget) -> Budget {
-        if choice == WindowChoice::Share {
-            share
-        } else {
-            whole
         }
     }
 
@@ -303,6 +343,7 @@ impl FleetWindows {
                 window: s.window,
                 window_ms: s.window_ms,
                 count: s.pending,
+                outstanding: s.lease.outstanding(),
             })
             .collect()
     }
@@ -312,6 +353,7 @@ impl FleetWindows {
         for s in self.table.iter_mut().flatten() {
             s.inflight = s.pending;
             s.pending = 0;
+            s.held_inflight = s.lease.outstanding();
         }
     }
 
@@ -319,25 +361,22 @@ impl FleetWindows {
     pub fn end_flight(&mut self) {
         for s in self.table.iter_mut().flatten() {
             s.inflight = 0;
+            s.held_seen = s.held_inflight;
         }
     }
 
-    /// Sets every shared key the view has a count for to that count plus
-    /// what this shard counted that the view does not include: `set(level
-    /// identity, key, window, count)`. O(capacity); no allocation.
-    pub fn apply(
-        &mut self,
-        counts: impl Fn(u64, u64, u64) -> Option<u64>,
-        mut set: impl FnMut(u64, u64, u64, u32),
-    ) {
+    /// Takes in a view of round `round`: every shared key the view has a
+    /// count for tightens its lease to what the other nodes left, and
+    /// leases anew when due ([`WindowLease::view`]). O(capacity); no
+    /// allocation.
+    pub fn apply(&mut self, round: u64, counts: impl Fn(u64, u64, u64) -> Option<(u64, u64)>) {
         for s in self.table.iter_mut().flatten() {
-            let Some(fleet) = counts(s.identity, s.key, s.window) else {
+            let Some((fleet, held)) = counts(s.identity, s.key, s.window) else {
                 continue;
             };
-            s.learned = Some(fleet);
-            let mine = u64::from(s.pending) + u64::from(s.inflight);
-            let n = fleet.saturating_add(mine).min(u64::from(u32::MAX)) as u32;
-            set(s.identity, s.key, s.window, n);
+            s.learned = Some((fleet.saturating_sub(held), held));
+            let unreported = s.pending.saturating_add(s.inflight);
+            s.lease.view(round, fleet, unreported, s.held_seen);
         }
     }
 }

@@ -25,7 +25,8 @@
 //!
 //! [`fleet`] is a shard's side of rate limits shared across a fleet: the
 //! keys it shares, the batches it hands to the reconciler, the views it
-//! takes back.
+//! takes back; [`fleetwindow`] the same for budget windows, each shared
+//! key under a lease ([`windowlease`]).
 //!
 //! [`terms`] holds what every part shares, below them all: the class of
 //! work, a limit's scope across shards, Retry-After's bounds and a sweep's
@@ -43,6 +44,7 @@ pub mod slots;
 pub mod terms;
 pub mod tracked;
 pub mod window;
+mod windowlease;
 mod words;
 
 pub use bucket::Bucket;

@@ -1,8 +1,9 @@
 //! The terms every quota part states its limits in, below all of them:
 //! the [`Class`] of work a request is (who may use the reserves), the
 //! [`Scope`] of a limit across shards, Retry-After in whole seconds
-//! ([`retry_after_s`]) and what one call of a sweeper did
-//! ([`SweepReport`]). Values only: no table, no state.
+//! ([`retry_after_s`]), what one call of a sweeper did ([`SweepReport`])
+//! and the rounds between two fleet leases ([`LEASE_ROUNDS`]). Values
+//! only: no table, no state.
 
 /// What kind of work a request is, for reserves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -70,6 +71,13 @@ pub struct SweepReport {
     pub visited: usize,
     pub cleared: usize,
 }
+
+/// Rounds between two leases of one key: a view read this many rounds
+/// after a lease includes what the other nodes took of theirs (each node
+/// hands its counts over every `sync_ms` and its reconciler exchanges them
+/// every `sync_ms`), so a new lease never hands out what they already
+/// spent. Views in between may only tighten.
+pub const LEASE_ROUNDS: u64 = 3;
 
 #[cfg(test)]
 mod tests {

@@ -210,14 +210,6 @@ impl TrackedKeys {
         self.entries.set(idx, e);
     }
 
-    /// Sets the count of a live entry.
-    #[inline]
-    pub(crate) fn set_count(&mut self, idx: usize, n: u32) {
-        let mut e = self.entries.get(idx);
-        e.count = n;
-        self.entries.set(idx, e);
-    }
-
     /// Takes one off the count; at zero the key leaves the table.
     #[inline]
     pub(crate) fn sub_one(&mut self, idx: usize) {

@@ -71,6 +71,18 @@ impl Budget {
         self.normal_limit
     }
 
+    /// This budget with its thresholds held to at most `limit` and
+    /// `normal_limit` (a fleet lease: either may be 0, which admits
+    /// nothing of its classes).
+    #[inline]
+    pub(crate) fn capped(&self, limit: u32, normal_limit: u32) -> Budget {
+        let limit = self.limit.min(limit);
+        Budget {
+            limit,
+            normal_limit: self.normal_limit.min(normal_limit).min(limit),
+        }
+    }
+
     /// The threshold a request of `class` is held to.
     #[inline]
     pub fn threshold(&self, class: Class) -> u32 {
@@ -125,16 +137,6 @@ impl FixedWindow {
     #[inline]
     pub fn fits(&self, window: u64, threshold: u32) -> bool {
         self.count(window) < threshold
-    }
-
-    /// Sets the count of `window` (a fleet's count, learned: see
-    /// [`super::fleetwindow`]).
-    #[inline]
-    pub fn set(&mut self, window: u64, count: u32) {
-        // A count learned may only tighten this node's own in its window.
-        let mine = if self.window == window { self.count } else { 0 };
-        self.window = window;
-        self.count = count.max(mine);
     }
 
     /// Counts one in `window` (the caller checked [`fits`](Self::fits)).
@@ -299,26 +301,6 @@ impl WindowTable {
         Ok(())
     }
 
-    /// Sets `key`'s count in window `window` (a fleet's count, learned:
-    /// see [`super::fleetwindow`]), tracking it when there is room; a
-    /// count of another window than the current one is ignored, and so is
-    /// one below what this node counted itself (what is learned may only
-    /// tighten). O(probe).
-    pub fn set_count(&mut self, key: u64, window: u64, count: u32) {
-        if window != self.window {
-            return;
-        }
-        let mine = self.keys.count_of(key);
-        match self.keys.spot(key, Class::Normal) {
-            Spot::Found(idx) => self.keys.set_count(idx, count.max(mine)),
-            Spot::Vacant(idx) => {
-                self.keys.insert(idx, key);
-                self.keys.set_count(idx, count);
-            }
-            Spot::Refused => {}
-        }
-    }
-
     /// Requests `key` has counted in the current window.
     pub fn count(&self, key: u64) -> u32 {
         self.keys.count_of(key)
@@ -350,33 +332,6 @@ mod tests {
 
     fn table(max_keys: u32, reserve: u32) -> WindowTable {
         WindowTable::new(1_000, Ceiling::new(max_keys, reserve).unwrap()).unwrap()
-    }
-
-    #[test]
-    fn a_count_learned_from_the_fleet_only_tightens() {
-        let mut t = table(64, 0);
-        for _ in 0..3 {
-            assert_eq!(t.try_consume(7, 3, Class::Normal, 1_000), Ok(()));
-        }
-        // Whoever writes the engine says no one counted anything.
-        t.set_count(7, 1, 0);
-        assert_eq!(t.count(7), 3);
-        assert_eq!(
-            t.try_consume(7, 3, Class::Normal, 1_500),
-            Err(WindowRefusal::Exhausted)
-        );
-        // A higher count is taken.
-        t.set_count(8, 1, 2);
-        assert_eq!(t.count(8), 2);
-        let mut c = FixedWindow::default();
-        c.add(5);
-        c.add(5);
-        c.set(5, 1);
-        assert_eq!(c.count(5), 2, "never below this node's own");
-        c.set(5, 9);
-        assert_eq!(c.count(5), 9);
-        c.set(6, 1);
-        assert_eq!(c.count(6), 1, "a new window starts from what is learned");
     }
 
     #[test]

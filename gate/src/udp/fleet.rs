@@ -150,18 +150,18 @@ impl UdpFleet {
         let Some(share) = share else {
             return (whole, WindowChoice::Local);
         };
-        let choice = self.windows.choose(
+        let decided = self.windows.choose(
             self.fallback,
             key,
             window,
             count,
-            whole.limit(),
+            (whole, share),
             class.may_use_reserve(),
         );
         if self.fallback {
             self.fallback_decisions += 1;
         }
-        (FleetWindows::budget(choice, whole, share), choice)
+        decided
     }
 }
 
@@ -175,26 +175,11 @@ impl FleetPeer for UdpBudgets {
         if view.fallback {
             return;
         }
-        let UdpBudgets {
-            fleet,
-            global,
-            prefixes,
-            identities,
-            ..
-        } = self;
-        let ids = *identities;
-        fleet.windows.apply(
-            |identity, key, window| view.count(identity, key, window),
-            |identity, key, window, n| {
-                if identity == ids.global_identity {
-                    if window >= prefixes.window() {
-                        global.set(window, n);
-                    }
-                } else if identity == ids.prefix_identity {
-                    prefixes.set_count(key, window, n);
-                }
-            },
-        );
+        self.fleet
+            .windows
+            .apply(view.round, |identity, key, window| {
+                view.window(identity, key, window)
+            });
     }
 
     fn roll(&mut self, unix_ms: u64) {

@@ -4,6 +4,7 @@ use crate::quota::fleetwindow::BudgetLevel;
 use crate::quota::Ceiling;
 use crate::udp::{SessionPolicy, UdpBudgetPolicy, UdpClass, UdpDrop, UdpPolicy};
 use crate::upstream::Balance;
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 const FLEET_SEED: [u8; 16] = [9; 16];
@@ -56,22 +57,28 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-/// Hands `b`'s shared counts over as the engine would take them: adds
-/// them to `engine`, and returns the view of the engine's counts.
-fn exchange(
-    b: &mut UdpBudgets,
-    engine: &mut std::collections::HashMap<(u64, u64, u64), u64>,
-    round: u64,
-) -> FleetView {
+/// Per window key: what the fleet counted, each node's outstanding lease.
+type Engine = HashMap<(u64, u64, u64), (u64, HashMap<u8, u32>)>;
+
+/// Hands node `name`'s shared counts over as the engine would take them:
+/// adds them to `engine`, keeps its outstanding leases, and returns the
+/// view of the engine's counts (counted and held).
+fn exchange(b: &mut UdpBudgets, name: u8, engine: &mut Engine, round: u64) -> FleetView {
     let deltas = b.shared_windows().deltas();
     b.shared_windows().begin_flight();
     for d in &deltas {
-        *engine.entry((d.identity, d.key, d.window)).or_default() += u64::from(d.count);
+        let (counted, held) = engine.entry((d.identity, d.key, d.window)).or_default();
+        *counted += u64::from(d.count);
+        held.insert(name, d.outstanding);
     }
     b.shared_windows().end_flight();
+    let counts = engine
+        .iter()
+        .map(|(k, (n, held))| (*k, n + held.values().map(|&h| u64::from(h)).sum::<u64>()))
+        .collect();
     FleetView {
         round,
-        counts: engine.clone(),
+        counts,
         ..FleetView::default()
     }
 }
@@ -81,7 +88,7 @@ fn two_nodes_share_a_relays_global_budget_through_the_engine() {
     let p = policy("game");
     let (mut a, ka) = node(&p, 1);
     let (mut b, kb) = node(&p, 2);
-    let mut engine = std::collections::HashMap::new();
+    let mut engine = Engine::new();
     let admit = |n: &mut UdpBudgets, k: &Keyer, net: u32, count: u32| {
         (0..count)
             .filter(|i| {
@@ -90,21 +97,24 @@ fn two_nodes_share_a_relays_global_budget_through_the_engine() {
             })
             .count()
     };
-    // Each node shares the global key once it counted 1/16 of 160 (10).
-    assert_eq!(admit(&mut a, &ka, 0, 100), 100);
-    assert_eq!(admit(&mut b, &kb, 1, 10), 10);
-    exchange(&mut a, &mut engine, 1);
-    let view = exchange(&mut b, &mut engine, 2);
-    a.take_view(&view);
-    b.take_view(&view);
-    // Both hold the fleet's 110 of 160: b relays 50 more.
-    assert_eq!(admit(&mut b, &kb, 2, 100), 50);
-    let view = exchange(&mut b, &mut engine, 3);
-    a.take_view(&view);
+    // Each node shares the global key once it counted 1/16 of 160 (10)
+    // and holds it to its share (160 / 4) until its leases start; leases
+    // then hand out what the fleet has not reserved, never more.
+    let mut per_round = Vec::new();
+    for round in 1..=20u64 {
+        let n = admit(&mut a, &ka, 0, 100) + admit(&mut b, &kb, 1, 100);
+        per_round.push(n);
+        exchange(&mut a, 1, &mut engine, round);
+        let view = exchange(&mut b, 2, &mut engine, round);
+        a.take_view(&view);
+        b.take_view(&view);
+    }
+    assert_eq!(per_round[0], 80, "each node its share: {per_round:?}");
+    let admitted: usize = per_round.iter().sum();
+    assert!((155..=160).contains(&admitted), "{per_round:?}");
     assert_eq!(
-        a.admit(&p, &ka, ip("10.3.0.1"), b"x", 6),
+        a.admit(&p, &ka, ip("10.99.0.1"), b"x", 6),
         Err(UdpDrop::GlobalBudget),
-        "a learned b's 60"
     );
 }
 
@@ -113,7 +123,7 @@ fn a_prefix_is_the_same_key_on_every_node() {
     let p = policy("game");
     let (mut a, ka) = node(&p, 1);
     let (mut b, kb) = node(&p, 2);
-    let mut engine = std::collections::HashMap::new();
+    let mut engine = Engine::new();
     let admit = |n: &mut UdpBudgets, k: &Keyer, src: &str, count: u32| {
         (0..count)
             .filter(|_| n.admit(&p, k, ip(src), b"x", 0).is_ok())
@@ -121,13 +131,18 @@ fn a_prefix_is_the_same_key_on_every_node() {
     };
     // Another address of the same /24 on another node, with another
     // process seed: one key in the engine.
-    assert_eq!(admit(&mut a, &ka, "192.0.2.1", 20), 20);
+    // Each reserves its share (32 / 4) once it shares the key.
+    assert_eq!(admit(&mut a, &ka, "192.0.2.1", 20), 8);
     assert_eq!(admit(&mut b, &kb, "192.0.2.200", 2), 2);
-    exchange(&mut a, &mut engine, 1);
-    let view = exchange(&mut b, &mut engine, 2);
-    assert_eq!(view.counts.values().filter(|&&n| n == 22).count(), 1);
-    b.take_view(&view);
-    assert_eq!(admit(&mut b, &kb, "192.0.2.200", 20), 10, "32 - 22");
+    exchange(&mut a, 1, &mut engine, 1);
+    let view = exchange(&mut b, 2, &mut engine, 1);
+    // 8 + 2 counted, 0 + 6 held: one key.
+    assert_eq!(view.counts.values().filter(|&&n| n == 16).count(), 1);
+    // The other node's 8 is in the key: a's lease is a quarter of what
+    // neither counted nor holds, (32 - 16) / 4.
+    a.take_view(&view);
+    a.take_view(&FleetView { round: 4, ..view });
+    assert_eq!(admit(&mut a, &ka, "192.0.2.1", 20), 4);
 }
 
 #[test]
@@ -153,7 +168,7 @@ fn with_the_engine_away_a_relay_holds_its_local_share() {
 fn windows_are_cut_from_unix_time_and_end_with_it() {
     let p = policy("game");
     let (mut a, ka) = node(&p, 1);
-    for _ in 0..20 {
+    for _ in 0..8 {
         assert!(a.admit(&p, &ka, ip("192.0.2.1"), b"x", 0).is_ok());
     }
     let deltas = a.shared_windows().deltas();
@@ -193,7 +208,7 @@ fn relays_and_http_budgets_never_share_a_key() {
 fn a_reload_keeps_the_relays_shared_keys() {
     let p = policy("game");
     let (mut a, ka) = node(&p, 1);
-    for _ in 0..20 {
+    for _ in 0..8 {
         assert!(a.admit(&p, &ka, ip("192.0.2.1"), b"x", 0).is_ok());
     }
     let shared = a.shared_windows().shared();
