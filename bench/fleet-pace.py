@@ -5,10 +5,14 @@ one local Redis (`sync_ms = 100`, `nodes_expected = 3`); one client sends
 600 requests over one keep-alive connection per node, in turn, as fast as
 the answers come (or pausing `--pause-ms` every `--every` requests), and
 counts the 200s. Then a client on one node only: how many it gets in its
-first 2 s. Each run uses a fresh client address (127.0.0.N), so each
+first 2 s. Each run uses a fresh client address (127.0.N.1), so each
 starts from a full bucket.
 
-  bench/fleet-pace.py [--gapura PATH] [--pauses 0,5,50]
+`--budget`: the same with a fleet-scoped source budget of 300 an hour
+per /24 (`[quota.source]`, windows cut from Unix time) in place of the
+rate limit; each run's client is in a /24 of its own.
+
+  bench/fleet-pace.py [--gapura PATH] [--pauses 0,5,50] [--budget]
 
 Needs target/release/gapura, redis-server. Every process started here is
 stopped by its pid; all traffic goes to 127.0.0.1.
@@ -26,7 +30,26 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 from overhead import free_port, wait_port  # noqa: E402
 
 
-def node_profile(port, redis_port, key, name):
+LIMIT_RATE = """[[rate_limit]]
+name = "client"
+requests = 300
+per = "minute"
+scope = "fleet"
+
+[defaults]
+rate_limit = "client"
+"""
+
+LIMIT_BUDGET = """[quota]
+window_ms = 3600000
+
+[quota.source]
+requests = 300
+scope = "fleet"
+"""
+
+
+def node_profile(port, redis_port, key, name, limit):
     return f"""[server]
 listen = ["127.0.0.1:{port}"]
 admin = "off"
@@ -39,15 +62,7 @@ nodes_expected = 3
 node = "{name}"
 key_file = "{key}"
 
-[[rate_limit]]
-name = "client"
-requests = 300
-per = "minute"
-scope = "fleet"
-
-[defaults]
-rate_limit = "client"
-
+{limit}
 [[host]]
 names = ["f.test"]
 default = true
@@ -115,7 +130,10 @@ def main():
     ap.add_argument("--gapura", default=os.path.join(ROOT, "target/release/gapura"))
     ap.add_argument("--pauses", default="0,5,50")
     ap.add_argument("--every", type=int, default=60)
+    ap.add_argument("--budget", action="store_true",
+                    help="a source budget of 300 an hour in place of the rate limit")
     args = ap.parse_args()
+    limit = LIMIT_BUDGET if args.budget else LIMIT_RATE
     tmp = tempfile.mkdtemp(prefix="fleet-pace-")
     key = os.path.join(tmp, "fleet.key")
     with open(key, "w") as f:
@@ -134,21 +152,23 @@ def main():
             port = free_port()
             path = os.path.join(tmp, f"node{i}.toml")
             with open(path, "w") as f:
-                f.write(node_profile(port, rport, key, f"n{i}"))
+                f.write(node_profile(port, rport, key, f"n{i}", limit))
             procs.append(subprocess.Popen([args.gapura, "run", "--allow-root", "--profile", path],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             if not wait_port(port):
                 sys.exit("gapura did not start")
             ports.append(port)
         time.sleep(0.5)
+        if args.budget and 3600 - time.time() % 3600 < 60:
+            print("(the hour's window ends within a minute: counts may span two)")
         print("| client pace | admitted of 600 | over 300 | seconds |")
         print("|---|---:|---:|---:|")
         for k, pause in enumerate(int(p) for p in args.pauses.split(",")):
-            ok, secs = spread(f"127.0.0.{10 + k}", ports, 600, pause, args.every)
+            ok, secs = spread(f"127.0.{10 + k}.1", ports, 600, pause, args.every)
             pace = "as fast as the answers come" if not pause else \
                 f"a {pause} ms pause every {args.every}"
             print(f"| {pace} | {ok} | {100 * (ok - 300) / 300:+.1f} % | {secs:.2f} |")
-        ok = one_node("127.0.0.40", ports[0], 2.0)
+        ok = one_node("127.0.40.1", ports[0], 2.0)
         print(f"\none node only, as fast as it answers: {ok} admitted in 2 s "
               f"({100 * ok / 300:.0f} % of the limit)")
     finally:
