@@ -37,6 +37,8 @@ pub(crate) struct HostLayers {
     pub hosts: Vec<SettingsLayer>,
     /// Per host, one per route of a proxy host (none otherwise).
     pub routes: Vec<Vec<RouteBlocks>>,
+    /// `[defaults]` alone: what a request no host takes is answered by.
+    pub defaults: SettingsLayer,
 }
 
 /// Checks `[defaults]`, the bundles and every host's own settings, stacks
@@ -53,6 +55,7 @@ pub(crate) fn layer_hosts(
     let mut layers = HostLayers {
         hosts: Vec::with_capacity(entries.len()),
         routes: Vec::with_capacity(entries.len()),
+        defaults: SettingsLayer::default(),
     };
     for (i, (h, entry)) in raw.host.iter().zip(entries.iter_mut()).enumerate() {
         let base = format!("host[{i}]");
@@ -100,6 +103,7 @@ pub(crate) fn layer_hosts(
         layers.hosts.push(SettingsLayer::merge(&below, &own));
         layers.routes.push(routes);
     }
+    layers.defaults = defaults;
     layers
 }
 
@@ -167,6 +171,8 @@ pub(crate) struct Blocks {
     pub accept_list: Option<u32>,
     /// One per host, in order.
     pub extras: Vec<HostExtras>,
+    /// `[defaults]`' error pages: a request no host takes gets them.
+    pub unknown_host_pages: Option<gapura_gate::custom_pages::CustomPages>,
 }
 
 type Effective = (Option<(usize, Mode)>, Option<(SetTarget, Mode)>);
@@ -234,6 +240,7 @@ pub(crate) fn finish(
         rule_set_names,
         accept_list: accept.and_then(|d| list_index[d]),
         extras,
+        unknown_host_pages: crate::extras::compile_pages(&layers.defaults.pages),
     }
 }
 

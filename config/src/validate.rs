@@ -141,6 +141,7 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
             operation: quota.unknown_host_operation,
             ..Default::default()
         },
+        unknown_host_pages: blocks.unknown_host_pages,
         connections: quota.connections,
         access_lists: blocks.access_lists,
         rule_sets: blocks.rule_sets,

@@ -68,6 +68,9 @@ pub struct GatePolicy {
     /// What a request no host takes pays: the budgets, in the operation
     /// `[server] unknown_host_operation` names.
     pub unknown_host_policy: RequestPolicy,
+    /// `[defaults]`' error pages: what a request no host takes is refused
+    /// with, for a browser.
+    pub unknown_host_pages: Option<CustomPages>,
     /// Access lists, indexed by [`BlockRef::index`].
     pub access_lists: Vec<AccessList>,
     /// Rule sets (presets included when named), indexed by [`BlockRef::index`];
@@ -112,6 +115,7 @@ impl Default for GatePolicy {
             rate_pairs: Vec::new(),
             operations: Vec::new(),
             unknown_host_policy: RequestPolicy::default(),
+            unknown_host_pages: None,
             access_lists: Vec::new(),
             rule_sets: Vec::new(),
             rule_set_names: Vec::new(),

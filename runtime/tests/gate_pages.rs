@@ -120,6 +120,46 @@ fn a_custom_404_page_fills_its_slots_html_encoded_for_browsers_only() {
 }
 
 #[test]
+fn an_unknown_host_gets_the_defaults_pages() {
+    // No default host: a Host no host names is refused (404, and 421 by
+    // `unknown_host`), with [defaults]' page for a browser.
+    let text_of = |status: &str| {
+        profile(
+            &format!("unknown_host = {status}"),
+            r#"
+[defaults.error_pages."404"]
+heading = "No such site"
+text = "{host} is not served here."
+
+[defaults.error_pages."421"]
+heading = "Wrong door"
+text = "{host} is not served here."
+
+[[host]]
+names = ["known.test"]
+kind = "respond"
+status = 200
+body = "ok"
+"#,
+        )
+    };
+    let html = "Accept: text/html";
+    for (status, heading) in [("404", "No such site"), ("421", "Wrong door")] {
+        let g = Gapura::start(&text_of(status));
+        let r = request(g.addr, &req_with("GET", "other.test", "/", &[html]));
+        assert_eq!(r.status.to_string(), status);
+        let body = text(&r);
+        assert!(body.contains(heading), "{body}");
+        assert!(body.contains("other.test is not served here."), "{body}");
+        // A client that does not ask for HTML keeps the plain text.
+        let r = request(g.addr, &get("other.test", "/"));
+        assert!(!text(&r).contains(heading));
+        // A known host keeps its answer.
+        assert_eq!(request(g.addr, &get("known.test", "/")).status, 200);
+    }
+}
+
+#[test]
 fn replace_upstream_html_replaces_an_html_502_and_leaves_a_json_one() {
     let up = failing_upstream();
     let g = Gapura::start(&pages_profile(up.addr));

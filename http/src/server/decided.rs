@@ -462,7 +462,10 @@ impl<'d, 's, H: HeaderLines + ?Sized> Decided<'d, 's, H> {
     ) -> Result<(LocalEnd<'s>, u16), Plan<'s>> {
         let (snap, d) = (self.snap, self.decision);
         let html = out.head.wants_html;
-        let custom = self.entry.and_then(|e| e.extras.pages.as_ref());
+        let custom = match self.entry {
+            Some(e) => e.extras.pages.as_ref(),
+            None => snap.gate.unknown_host_pages.as_ref(),
+        };
         let whole = out.whole();
         if s == ErrorStatus::TooManyRequests && d.retry_after_s > 0 {
             // The host's own 429 page, with the Retry-After of the refusal.
