@@ -706,3 +706,78 @@ websocket = true
         refused
     );
 }
+
+/// A rate-limited client's 200s while new snapshots are published one
+/// after another for 10 s (a reload each, each waited for in the log):
+/// never more than the burst plus the rate over the time, every answer a
+/// 200 or a 429 on connections that stay open.
+#[test]
+fn a_storm_of_publishes_keeps_a_rate_limit_exact() {
+    let text = |body: u32| {
+        profile(
+            "",
+            &format!(
+                "[[rate_limit]]\nname = \"storm\"\nrequests = 50\nper = \"second\"\nburst = 20\n\n\
+                 [[host]]\nnames = [\"s.test\"]\ndefault = true\nkind = \"respond\"\nstatus = 200\n\
+                 body = \"ok {body}\"\nrate_limit = \"storm\"\n"
+            ),
+        )
+        .replace("shards = 1\n", "shards = 2\n")
+    };
+    let g = Gapura::start(&text(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (addr, stop) = (g.addr, stop.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect_from("127.0.0.5", addr);
+                let (mut ok, mut refused) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    c.send(&get("s.test", "/"));
+                    match c.response(false).status {
+                        200 => ok += 1,
+                        429 => refused += 1,
+                        other => panic!("answered {other}"),
+                    }
+                }
+                (ok, refused)
+            })
+        })
+        .collect();
+    let mut generation = 1;
+    while started.elapsed() < Duration::from_secs(10) {
+        generation += 1;
+        std::fs::write(&g.profile, text(generation)).unwrap();
+        g.signal(libc::SIGHUP);
+        let line = format!("reloaded: generation {generation}");
+        assert!(
+            g.wait_log(&line, Duration::from_secs(10)),
+            "{}",
+            g.log_text()
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut refused) = (0, 0);
+    for c in clients {
+        let (o, r) = c.join().unwrap();
+        ok += o;
+        refused += r;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let bound = 20 + (50.0 * elapsed).ceil() as u64;
+    eprintln!(
+        "{} publishes in {elapsed:.1} s: {ok} admitted (at most {bound}), {refused} refused",
+        generation - 1
+    );
+    assert!(generation > 20, "only {} publishes", generation - 1);
+    assert!(
+        refused > ok,
+        "the client ran past the limit: {ok} / {refused}"
+    );
+    assert!(ok <= bound, "{ok} admitted, more than {bound}");
+    assert!(
+        ok * 10 >= bound * 9,
+        "{ok} admitted of {bound}: the limit must not tighten"
+    );
+}
