@@ -16,9 +16,11 @@
 //! snapshot (`blocks`). Messages never echo a password field.
 
 use crate::codes::{access_issue_path, ProfileCode};
+use crate::env::CertificateLoader;
 use crate::error::Errors;
 use crate::names::BlockKind;
 use crate::rawblocks::{RawAccessList, RawUser};
+use crate::usersfile::FileUsers;
 use crate::values::{Opt, StrList};
 use gapura_gate::access::spec::{parse_satisfy, AccessIssue, AccessListSpec, UserSpec};
 use gapura_gate::access::AccessList;
@@ -45,6 +47,7 @@ pub(crate) struct AccessLists {
 pub(crate) fn check_access_lists(
     raw: &[Spanned<RawAccessList>],
     client_mode: &Opt<String>,
+    files: &dyn CertificateLoader,
     e: &mut Errors<'_>,
 ) -> AccessLists {
     let mut lists = AccessLists {
@@ -80,20 +83,34 @@ pub(crate) fn check_access_lists(
         if no_country_source {
             check_country_source(l, &base, e);
         }
-        let (spec, checked) = spec(l, name.unwrap_or_default(), &base, e);
+        let (mut spec, mut checked) = spec(l, name.unwrap_or_default(), &base, e);
+        let file = users_file(l, &base, files, e);
+        match &file {
+            Some(Ok(f)) => spec.users = f.users().to_vec(),
+            Some(Err(())) => checked = false,
+            None => {}
+        }
+        let file = file.and_then(Result::ok);
+        let place = |issue: &AccessIssue| match &file {
+            Some(f) => f.locate(&base, issue),
+            None => {
+                let (path, at) = locate(l, &base, span.clone(), issue);
+                (path, at, issue.to_string())
+            }
+        };
         let list = match spec.compile() {
             Ok(_) if !checked => None,
             Ok(c) => {
                 for w in &c.warnings {
-                    let (path, at) = locate(l, &base, span.clone(), w);
-                    e.warn(w.code(), path, at, w.to_string());
+                    let (path, at, message) = place(w);
+                    e.warn(w.code(), path, at, message);
                 }
                 Some(c.list)
             }
             Err(issues) => {
                 for issue in &issues {
-                    let (path, at) = locate(l, &base, span.clone(), issue);
-                    e.push(issue.code(), path, at, issue.to_string());
+                    let (path, at, message) = place(issue);
+                    e.push(issue.code(), path, at, message);
                 }
                 None
             }
@@ -112,6 +129,95 @@ pub(crate) fn check_access_lists(
         );
     }
     lists
+}
+
+/// An access list's users read from its `users_file`, and where their
+/// problems are reported.
+struct UsersFile {
+    path: String,
+    span: Range<usize>,
+    parsed: FileUsers,
+}
+
+impl UsersFile {
+    /// `users` as the file gave them.
+    fn users(&self) -> &[gapura_gate::access::spec::UserSpec] {
+        &self.parsed.users
+    }
+
+    /// A user's issue: at the `users_file` key, the message naming the
+    /// file's line; any other issue as [`locate`] would place it, at the
+    /// list.
+    fn locate(&self, base: &str, issue: &AccessIssue) -> (String, Range<usize>, String) {
+        let relative = access_issue_path(issue);
+        let (first, index) = split_index(relative.split('.').next().unwrap_or(""));
+        let path = format!("{base}.users_file");
+        if first != "users" {
+            return (
+                format!("{base}.{relative}"),
+                self.span.clone(),
+                issue.to_string(),
+            );
+        }
+        let line = index
+            .and_then(|j| self.parsed.lines.get(j))
+            .map_or(String::new(), |n| format!(" line {n}"));
+        let message = format!("{}{line}: {issue}", self.path);
+        (path, self.span.clone(), message)
+    }
+}
+
+/// Reads a list's `users_file` when it names one: `Err` (reported here)
+/// when it cannot be read or the list also writes `users`.
+fn users_file(
+    l: &RawAccessList,
+    base: &str,
+    files: &dyn CertificateLoader,
+    e: &mut Errors<'_>,
+) -> Option<Result<UsersFile, ()>> {
+    let f = l.users_file.as_ref()?;
+    let (path, span) = (f.get_ref().clone(), f.span());
+    let key = format!("{base}.users_file");
+    if !l.users.is_empty() {
+        e.push(
+            "accessList.usersFile.withUsers",
+            key,
+            span,
+            "a list takes its users from users_file or from users, not both",
+        );
+        return Some(Err(()));
+    }
+    match files.load_users(&path) {
+        Ok(text) => Some(Ok(UsersFile {
+            parsed: crate::usersfile::parse(&text),
+            path,
+            span,
+        })),
+        Err(why) => {
+            e.push("accessList.usersFile.unreadable", key, span, why);
+            Some(Err(()))
+        }
+    }
+}
+
+/// A profile others may read holds password verifiers: warned once per
+/// list, at its first `password_hash`.
+pub(crate) fn warn_readable(raw: &[Spanned<RawAccessList>], e: &mut Errors<'_>) {
+    for (i, l) in raw.iter().enumerate() {
+        let first = l.get_ref().users.iter().enumerate().find_map(|(j, u)| {
+            let h = u.get_ref().password_hash.as_ref()?;
+            Some((j, h.span()))
+        });
+        if let Some((j, at)) = first {
+            e.warn(
+                "accessList.users.readable",
+                format!("access_list[{i}].users[{j}].password_hash"),
+                at,
+                "this profile may be read by others and holds password verifiers: keep \
+                 them in a users_file (mode 0600), or chmod the profile o-r",
+            );
+        }
+    }
 }
 
 const ACCESS_LIST: BlockKind = BlockKind {

@@ -73,6 +73,13 @@ pub trait CertificateLoader {
     /// A fresh random secret for session tickets (the runtime keeps one
     /// per process, so a reload keeps tickets valid).
     fn ticket_secret(&self) -> Vec<u8>;
+    /// Reads an access list's `users_file`: refused when others may read
+    /// or write it, or when it is larger than
+    /// [`MAX_USERS_FILE_BYTES`](crate::MAX_USERS_FILE_BYTES). A loader
+    /// that reads no files refuses it.
+    fn load_users(&self, path: &str) -> Result<String, String> {
+        Err(format!("{path} is not read here"))
+    }
 }
 
 /// A loader that reads nothing: every certificate is an error. For tools

@@ -48,7 +48,8 @@
 //!   (`[[upstream]]` groups and their servers), `upstreamtls` (an
 //!   upstream's `tls`: roots, server name, client certificate),
 //!   `udp` (`[[udp]]` relays and their budgets), `quota`, `ratelimit`,
-//!   `access`, `ruleset`, `auth` (`[[auth_provider]]` forward-auth providers
+//!   `access` (with `usersfile`, an access list's users read from a
+//!   file), `ruleset`, `auth` (`[[auth_provider]]` forward-auth providers
 //!   and the `auth` key of host levels and routes), `tls` (`[[certificate]]`
 //!   and `[tls]`), `acme` (`[acme]` and the certificates it orders),
 //!   `limits` (request-limits layers), `connlimits` (the
@@ -117,6 +118,7 @@ mod tls;
 mod udp;
 mod upstream;
 mod upstreamtls;
+mod usersfile;
 mod validate;
 mod values;
 
@@ -143,6 +145,9 @@ use std::path::Path;
 
 /// The profile used when none is given: a default host on 127.0.0.1:8080
 /// saying Gapura runs, and the admin listener on 127.0.0.1:9090.
+/// The largest `users_file` an access list may name.
+pub const MAX_USERS_FILE_BYTES: usize = usersfile::MAX_BYTES;
+
 pub const DEFAULT_PROFILE: &str = include_str!("../../profiles/default.toml");
 
 /// Compiles profile text. On failure returns every error found, in source
@@ -153,11 +158,24 @@ pub const DEFAULT_PROFILE: &str = include_str!("../../profiles/default.toml");
 /// `"auto"`. Upstream server names are resolved by `env.resolver`, once
 /// each. Allocates; O(profile) plus the resolver's work.
 pub fn compile_with(src: &str, env: &Environment<'_>) -> Result<Compiled, Vec<ProfileError>> {
+    compile_text(src, env, false)
+}
+
+/// [`compile_with`]; `readable`: the profile's file may be read by others
+/// (its password verifiers are then warned of).
+fn compile_text(
+    src: &str,
+    env: &Environment<'_>,
+    readable: bool,
+) -> Result<Compiled, Vec<ProfileError>> {
     let read = syntax::read_all::<schema::RawProfile>(src)?;
     let mut raw = read.value;
     let mut errors = error::Errors::new(src);
     let protection_off = protection::apply(&mut raw, env, &mut errors);
     let checked = validate::check(&raw, env, &mut errors);
+    if readable {
+        access::warn_readable(&raw.access_list, &mut errors);
+    }
     if !read.errors.is_empty() {
         // Checks of what was read beside the entries stepped over, less
         // those the missing entries explain.
@@ -181,8 +199,11 @@ pub fn compile_with(src: &str, env: &Environment<'_>) -> Result<Compiled, Vec<Pr
 }
 
 /// Reads and compiles a profile file (see [`compile_with`]). A file that cannot be read (or is not UTF-8) gives one
-/// error with code `profile.read` at line 0, column 0.
+/// error with code `profile.read` at line 0, column 0. A file others may
+/// read that holds password verifiers gets the warning
+/// `accessList.users.readable` (a `users_file` keeps them apart).
 pub fn load_file_with(path: &Path, env: &Environment<'_>) -> Result<Compiled, Vec<ProfileError>> {
+    use std::os::unix::fs::PermissionsExt;
     let src = std::fs::read_to_string(path).map_err(|e| {
         vec![ProfileError {
             code: "profile.read",
@@ -192,5 +213,6 @@ pub fn load_file_with(path: &Path, env: &Environment<'_>) -> Result<Compiled, Ve
             message: format!("cannot read {}: {e}", path.display()),
         }]
     })?;
-    compile_with(&src, env)
+    let readable = std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o004 != 0);
+    compile_text(&src, env, readable)
 }

@@ -34,6 +34,7 @@ pub(crate) struct RawAccessList {
     pub pass_credentials: Opt<bool>,
     #[serde(default)]
     pub users: Vec<Spanned<RawUser>>,
+    pub users_file: Opt<String>,
 }
 
 /// `countries = { allow = [...], deny = [...] }` of an access list.

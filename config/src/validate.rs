@@ -99,7 +99,7 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         operations: &quota.operation_ids,
     };
     let (hosts, mut entries) = check_hosts(&raw.host, &upstreams.ids, &known, errors);
-    let lists = check_access_lists(&raw.access_list, &raw.client.mode, errors);
+    let lists = check_access_lists(&raw.access_list, &raw.client.mode, env.certificates, errors);
     let sets = check_rule_sets(&raw.rule_set, errors);
     let auth = crate::auth::check_auth_providers(
         &raw.auth_provider,

@@ -72,8 +72,8 @@ pub fn memory_bytes() -> u64 {
         .unwrap_or(gapura_config::FALLBACK_MEMORY_BYTES)
 }
 
-/// Certificate files read from disk, relative paths from the profile's
-/// directory.
+/// The files a profile names (certificates, CA files, users files), read
+/// from disk, relative paths from the profile's directory.
 pub struct CertificateFiles {
     pub base: PathBuf,
 }
@@ -132,6 +132,15 @@ impl CertificateLoader for CertificateFiles {
 
     fn ticket_secret(&self) -> Vec<u8> {
         ticket_secret().map_or_else(Vec::new, |s| s.to_vec())
+    }
+
+    fn load_users(&self, path: &str) -> Result<String, String> {
+        self.private(path)?;
+        let bytes = self.read(path)?;
+        if bytes.len() > gapura_config::MAX_USERS_FILE_BYTES {
+            return Err(format!("{path}: larger than 1 MiB"));
+        }
+        String::from_utf8(bytes).map_err(|_| format!("{path}: not UTF-8"))
     }
 }
 

@@ -748,3 +748,59 @@ body = "ok\n"
         "{said}"
     );
 }
+
+#[test]
+fn a_users_file_signs_in_its_users_and_is_read_again_at_a_reload() {
+    use std::os::unix::fs::PermissionsExt;
+    let up = reporting_upstream();
+    let dir = TempDir::new();
+    let users = dir.0.join("staff.users");
+    let write = |text: String, mode: u32| {
+        std::fs::write(&users, text).unwrap();
+        std::fs::set_permissions(&users, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let text = profile(
+        "",
+        &format!(
+            "[[access_list]]\nname = \"staff\"\nusers_file = {:?}\n\n{}\n{}",
+            users.display().to_string(),
+            upstream_section(up.addr),
+            proxy_host("staff.test", "default = true\naccess_list = \"staff\""),
+        ),
+    );
+    // Readable by others: the start is refused, naming the code.
+    write(format!("alice:{PASSWORD_HASH}\n"), 0o644);
+    let e = Gapura::try_start(&text, &[]).err().expect("refused");
+    assert!(e.contains("accessList.usersFile.unreadable"), "{e}");
+    assert!(e.contains("chmod 600"), "{e}");
+
+    write(format!("# staff\nalice:{PASSWORD_HASH}\n"), 0o600);
+    let g = Gapura::start(&text);
+    let status = |name: &str| {
+        let auth = format!("Authorization: {}", basic(name, PASSWORD));
+        let mut c = Client::connect(g.addr);
+        c.stream.set_read_timeout(Some(VERIFY_WAIT)).unwrap();
+        c.send(&get_with("staff.test", "/", &[&auth]));
+        c.response(false).status
+    };
+    assert_eq!(request(g.addr, &get("staff.test", "/")).status, 401);
+    assert_eq!(status("alice"), 200);
+    assert_eq!(status("bob"), 401);
+
+    // The file edited and the server reloaded: bob in, alice out.
+    write(format!("bob:{PASSWORD_HASH}\n"), 0o600);
+    g.signal(libc::SIGHUP);
+    assert!(g.wait_log("reloaded: generation 2", Duration::from_secs(10)));
+    assert_eq!(status("bob"), 200);
+    assert_eq!(status("alice"), 401);
+
+    // A file made readable by others: the reload is refused, bob stays.
+    write(format!("alice:{PASSWORD_HASH}\n"), 0o644);
+    g.signal(libc::SIGHUP);
+    assert!(
+        g.wait_log("accessList.usersFile.unreadable", Duration::from_secs(10)),
+        "{}",
+        g.log_text()
+    );
+    assert_eq!(status("bob"), 200);
+}

@@ -467,3 +467,99 @@ fn host_and_route_references_must_name_a_list() {
         "no [[access_list]] is named \"x\" (the profile has no [[access_list]])"
     );
 }
+
+#[test]
+fn a_users_file_gives_a_list_its_users_and_each_problem_its_line() {
+    let list = |file: &str, users: &str| {
+        format!(
+            "[[access_list]]\nname = \"staff\"\nusers_file = \"{file}\"\n{users}\n\
+             [[host]]\nnames = [\"a.test\"]\naccess_list = \"staff\"\n"
+        )
+    };
+    let c = compile_str(&list("/etc/gapura/staff.users", "")).unwrap();
+    let l = &c.snapshot.gate.access_lists[0];
+    let users: Vec<(&[u8], bool)> = l
+        .users()
+        .iter()
+        .map(|u| (u.name(), u.has_password()))
+        .collect();
+    assert_eq!(users, [(&b"alice"[..], true), (&b"carol"[..], false)]);
+    // carol cannot sign in: the gate's warning, at the file's line.
+    let w: Vec<_> = other_warnings(&c)
+        .into_iter()
+        .map(|w| (w.code, w.path.as_str(), w.message.as_str()))
+        .collect();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w[0].1, "access_list[0].users_file");
+    assert!(
+        w[0].2.starts_with("/etc/gapura/staff.users line 3: "),
+        "{w:?}"
+    );
+    // A plain password on line 3 of the file.
+    let e = errors(&list("bad.users", ""));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(
+        (e[0].code, e[0].path.as_str(), e[0].line, e[0].column),
+        (
+            "accessList.user.password.plain",
+            "access_list[0].users_file",
+            3,
+            14
+        )
+    );
+    assert!(
+        e[0].message.starts_with("bad.users line 3: "),
+        "{}",
+        e[0].message
+    );
+    assert!(!e[0].message.contains("secret"), "{}", e[0].message);
+    assert_eq!(
+        one(&list("missing.users", "")),
+        at(
+            "accessList.usersFile.unreadable",
+            "access_list[0].users_file",
+            3,
+            14
+        )
+    );
+    assert_eq!(
+        one(&list("staff.users", "users = [{ name = \"dave\" }]")),
+        at(
+            "accessList.usersFile.withUsers",
+            "access_list[0].users_file",
+            3,
+            14
+        )
+    );
+}
+
+#[test]
+fn a_profile_others_may_read_is_warned_of_its_verifiers() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("gapura-readable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gapura.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[access_list]]\nname = \"staff\"\nusers = [{{ name = \"alice\", password_hash = \"{HASH}\" }}]\n\n\
+             [[host]]\nnames = [\"a.test\"]\naccess_list = \"staff\"\n\n[protection]\noff = [\"all\"]\n"
+        ),
+    )
+    .unwrap();
+    let readable = |mode: u32| {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        let c = load_file(&path).unwrap();
+        c.warnings
+            .iter()
+            .filter(|w| w.code == "accessList.users.readable")
+            .map(|w| (w.path.clone(), w.line))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        readable(0o644),
+        [("access_list[0].users[0].password_hash".to_string(), 3)]
+    );
+    assert!(readable(0o640).is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -116,6 +116,19 @@ impl crate::CertificateLoader for FakeFiles {
     fn ticket_secret(&self) -> Vec<u8> {
         vec![7; 32]
     }
+    /// `missing` in the name: unreadable; `bad`: alice's verifier, then a
+    /// plain password on line 3; else alice's verifier and carol without
+    /// one, under a comment.
+    fn load_users(&self, path: &str) -> Result<String, String> {
+        let hash = access::HASH;
+        if path.contains("missing") {
+            Err(format!("cannot read {path}"))
+        } else if path.contains("bad") {
+            Ok(format!("alice:{hash}\n\nbob:secret\n"))
+        } else {
+            Ok(format!("# staff\nalice:{hash}\ncarol\n"))
+        }
+    }
 }
 
 /// The memory of the tests' machine: 8 GiB.
