@@ -41,7 +41,7 @@ pub struct Admin {
     /// The UDP relays' counters.
     pub udp: crate::udp::RelayBoard,
     /// The verification pool (its line's length on `/metrics`).
-    pub verifier: Option<Arc<crate::verify::Pool>>,
+    pub verifier: Option<Arc<gapura_http::server::verify::Pool>>,
     /// `[fleet]`: the reconciler's counters and each shard's.
     pub fleet: Option<(
         Arc<gapura_fleet::FleetStats>,

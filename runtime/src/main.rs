@@ -25,8 +25,7 @@
 //!   (and the refusal to run as root without `--allow-root`); `notify`:
 //!   systemd's notification protocol (ready, reloading, stopping,
 //!   watchdog).
-//! - `verify`: the password-verification pool; `health`: active health
-//!   checks; `fleet`: `[fleet]`'s reconciler started, each shard's sync
+//! - `health`: active health checks; `fleet`: `[fleet]`'s reconciler started, each shard's sync
 //!   timer, the fleet's metrics; `acme`: `[acme]`'s thread started and
 //!   what it changes in the published snapshot (certificates,
 //!   challenges), its metrics.
@@ -57,7 +56,6 @@ mod run;
 mod shard;
 mod udp;
 mod upgrade;
-mod verify;
 
 use clap::Parser;
 use cli::{Cli, Command};

@@ -185,8 +185,8 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     let key_seed = random_seed()?;
     let id_prefix = request_id_prefix();
     let (control, global) = control_and_global(&settings, &cell, shard_count);
-    let verifier =
-        crate::verify::Pool::start(cores.len()).map_err(|e| format!("verification pool: {e}"))?;
+    let verifier = gapura_http::server::verify::Pool::start(cores.len(), shard_count)
+        .map_err(|e| format!("verification pool: {e}"))?;
     let stats: Vec<Arc<ShardStats>> = (0..shard_count).map(|_| Arc::default()).collect();
     let (log_tx, log_writer) = start_log_writer(&cell, shard_count, &global)?;
     let mut fleet = crate::fleet::start(&settings, shard_count)?;

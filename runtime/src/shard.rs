@@ -62,7 +62,8 @@ pub struct ShardSpec {
     pub id_prefix: u32,
     /// Per-process random seed of the gate's keyed hashes.
     pub key_seed: [u8; 16],
-    pub verifier: Arc<dyn gapura_http::server::verify::VerifyPool>,
+    /// The process's password-check threads; the shard makes its line.
+    pub verifier: Arc<gapura_http::server::verify::Pool>,
     /// Where handshakes hand unclaimed names (on-demand certificates).
     pub on_demand: Option<std::sync::mpsc::SyncSender<String>>,
     /// The UDP relays' replay windows, one per key for the process.
@@ -172,7 +173,7 @@ async fn shard_main(spec: ShardSpec, legacy: bool, line: String, started: mpsc::
             spec.id_prefix,
             gate,
         )
-        .with_verifier(spec.verifier.clone())
+        .with_verifier(Rc::new(spec.verifier.line(spec.id)))
         .with_on_demand(spec.on_demand.clone())
         .with_shard_count(spec.shards)
         .with_access_log(spec.access_log.clone())

@@ -34,18 +34,12 @@
 //! walks the queued jobs in arrival order: O(line length), a few hundred
 //! comparisons at the defaults. Time is an argument.
 //!
-//! **Threads.** The line is single-threaded. The runtime should hold **one
-//! line for the process behind one `Mutex`**, shared by every shard and the
-//! pool's workers, rather than one line per shard: the pool's slots are one
-//! resource, so per-shard lines would either split them (a shard with a
-//! burst waits while another shard's slots idle) or need stealing between
-//! lines; the per-client share and the once-only rule for identical
-//! credentials hold only if one structure sees every request (a client
-//! behind a trusted proxy reaches several shards); and arrival order is only
-//! fair within one line. The lock is off the request path: only a cache
-//! miss with credentials reaches it, and it is held for a few field writes
-//! and a scan, never while a PBKDF2 runs or a waiter is woken (take the
-//! tickets out, drop the lock, then wake them).
+//! **Threads.** The line is single-threaded: the runtime gives each shard
+//! its own (`gapura_http::server::verify::ShardLine`), in front of one
+//! pool of check threads, so no lock is taken to enter, poll or leave. The
+//! per-client share and the once-only rule hold per shard (a client is
+//! steered to one shard by its address); each pool thread serves the
+//! shards' jobs in arrival order.
 
 use std::fmt;
 

@@ -23,7 +23,8 @@
 //! verify endpoint), `prepare` (a head's decision),
 //! `decided` (what the decision makes of it, written before its body),
 //! `put` (answer bytes appended with one capacity check a part),
-//! `verify` (the process's password-check pool), `authcalls` (a shard's
+//! `verify` (the process's password-check pool and each shard's lock-free
+//! line in front of it), `authcalls` (a shard's
 //! forward-auth calls to providers), `tunnel` (upgraded connections),
 //! `leases`, `accesslog`, `warn`, `live`, `stats`, `date`, `timing`;
 //! `client` (the client side's stream and buffers), `tls` (the rustls

@@ -68,7 +68,7 @@ pub struct Shard {
     /// What it writes: the access log, refusal warnings.
     pub(crate) logs: ShardLogs,
     /// Where password checks run (none: every check answers 429).
-    pub verifier: Option<Arc<dyn verify::VerifyPool>>,
+    pub verifier: Option<Rc<dyn verify::VerifyPool>>,
     /// The TLS configuration built for the current snapshot (`tls`).
     pub(super) tls: RefCell<tls::Built>,
     /// On-demand certificates: where a handshake's unclaimed SNI name is
@@ -282,7 +282,7 @@ impl Shard {
         self.conns.ring.as_ref()
     }
 
-    pub fn with_verifier(mut self, pool: Arc<dyn verify::VerifyPool>) -> Shard {
+    pub fn with_verifier(mut self, pool: Rc<dyn verify::VerifyPool>) -> Shard {
         self.verifier = Some(pool);
         self
     }
