@@ -41,8 +41,10 @@ SCENARIOS = {
 # or on a ring driven directly (multishot receives, provided buffers,
 # registered files). floor-monoio-dated answers with a Date line and keeps
 # a timer pending, as any server does (respond scenarios only).
+# floor-glommio: the same work on glommio's executor and streams (the floor
+# built with `--features glommio`), to weigh glommio against monoio.
 KNOWN_SERVERS = ("gapura", "gapura-ring", "gapura-protected", "nginx", "haproxy",
-                 "floor-monoio", "floor-ring", "floor-monoio-dated")
+                 "floor-monoio", "floor-ring", "floor-monoio-dated", "floor-glommio")
 KNOWN_GENERATORS = ("gapura-loadtest", "wrk")
 
 

@@ -76,7 +76,10 @@ def find_floor(opts):
     servers."""
     if not any(s.startswith("floor-") for s in opts.servers):
         return None
-    return release_binary(opts, "FLOOR_BIN", ["gapura-bench", "--bin", "floor-proxy"],
+    build = ["gapura-bench", "--bin", "floor-proxy"]
+    if "floor-glommio" in opts.servers:
+        build += ["--features", "glommio"]
+    return release_binary(opts, "FLOOR_BIN", build,
                           "floor-proxy", (
                               "floor proxy", "build it with `cargo build --release -p "
                               "gapura-bench --bin floor-proxy`, set FLOOR_BIN, or leave the "

@@ -16,13 +16,17 @@
 //!   multishot receive per socket taking buffers from a provided-buffer
 //!   ring (no receive submitted per read, no poll re-armed), sends
 //!   submitted in batches, `SINGLE_ISSUER | DEFER_TASKRUN`.
+//! - `glommio` (module `glommio_engine`, built with the `glommio` feature):
+//!   the same tasks on glommio's executor and its own io_uring rings,
+//!   through its `AsyncRead`/`AsyncWrite` streams, to weigh glommio
+//!   against monoio on the same work (docs/design-notes.md).
 //!
 //! Each client connection gets its own upstream connection, opened when it
 //! is accepted: with one request in flight per client, what a pool of
 //! keep-alive upstream connections amounts to. Requests have no bodies
 //! (the benchmarks send GETs); responses are framed by Content-Length.
 //!
-//!   floor-proxy --listen PORT (--upstream PORT | --respond) [--engine ring|monoio]
+//!   floor-proxy --listen PORT (--upstream PORT | --respond) [--engine ring|monoio|glommio]
 //!               [--work-ns N] [--dated]
 //!
 //! `--work-ns N` adds about N ns of user-space work to every request (a
@@ -82,6 +86,7 @@ struct Args {
     listen: Option<u16>,
     upstream: Option<SocketAddr>,
     ring: bool,
+    glommio: bool,
     work_ns: u64,
     dated: bool,
 }
@@ -119,11 +124,12 @@ fn args() -> Args {
         listen: None,
         upstream: None,
         ring: true,
+        glommio: false,
         work_ns: 0,
         dated: false,
     };
     let mut it = std::env::args().skip(1);
-    let usage = "floor-proxy --listen PORT (--upstream PORT | --respond) [--engine ring|monoio] [--work-ns N] [--dated]";
+    let usage = "floor-proxy --listen PORT (--upstream PORT | --respond) [--engine ring|monoio|glommio] [--work-ns N] [--dated]";
     while let Some(x) = it.next() {
         match x.as_str() {
             "--listen" => a.listen = Some(it.next().and_then(|v| v.parse().ok()).expect(usage)),
@@ -132,7 +138,11 @@ fn args() -> Args {
                 a.upstream = Some(SocketAddr::from(([127, 0, 0, 1], p)));
             }
             "--respond" => a.upstream = None,
-            "--engine" => a.ring = it.next().as_deref() == Some("ring"),
+            "--engine" => {
+                let engine = it.next();
+                a.ring = engine.as_deref() == Some("ring");
+                a.glommio = engine.as_deref() == Some("glommio");
+            }
             "--work-ns" => a.work_ns = it.next().and_then(|v| v.parse().ok()).expect(usage),
             "--dated" => a.dated = true,
             _ => panic!("{usage}"),
@@ -140,7 +150,7 @@ fn args() -> Args {
     }
     assert!(a.listen.is_some(), "{usage}");
     assert!(
-        !a.dated || (!a.ring && a.upstream.is_none()),
+        !a.dated || (!a.ring && !a.glommio && a.upstream.is_none()),
         "--dated answers with --respond on --engine monoio"
     );
     a
@@ -280,7 +290,12 @@ fn main() {
     if port == 0 {
         println!("{}", l.local_addr().unwrap().port());
     }
-    if a.ring {
+    if a.glommio {
+        #[cfg(feature = "glommio")]
+        glommio_engine::run(l, a.upstream);
+        #[cfg(not(feature = "glommio"))]
+        panic!("--engine glommio: build with --features glommio");
+    } else if a.ring {
         uring_engine::run(l, a.upstream);
     } else {
         monoio_engine::run(l, a.upstream);
@@ -374,6 +389,84 @@ mod monoio_engine {
             let (r, o) = c.write_all(out).await;
             out = o;
             if r.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(feature = "glommio")]
+mod glommio_engine {
+    use super::*;
+    use futures_lite::{AsyncReadExt, AsyncWriteExt};
+
+    pub fn run(l: TcpListener, upstream: Option<SocketAddr>) {
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let ex = glommio::LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .make()
+            .expect("glommio executor");
+        ex.run(async move {
+            let l = glommio::net::TcpListener::bind(addr).expect("bind");
+            loop {
+                let Ok(c) = l.accept().await else {
+                    continue;
+                };
+                glommio::spawn_local(serve(c, upstream)).detach();
+            }
+        });
+    }
+
+    async fn serve(mut c: glommio::net::TcpStream, upstream: Option<SocketAddr>) {
+        let _ = c.set_nodelay(true);
+        let mut up = match upstream {
+            Some(addr) => match glommio::net::TcpStream::connect(addr).await {
+                Ok(u) => {
+                    let _ = u.set_nodelay(true);
+                    Some(u)
+                }
+                Err(_) => return,
+            },
+            None => None,
+        };
+        let mut buf = vec![0u8; 4096];
+        let mut ubuf = vec![0u8; 4096];
+        let mut held = Vec::new();
+        let mut uheld = Vec::new();
+        let mut out = Vec::with_capacity(4096);
+        loop {
+            let n = match c.read(&mut buf).await {
+                Ok(n) if n > 0 => n,
+                _ => return,
+            };
+            out.clear();
+            if feed(&mut held, &buf[..n], &mut out, |x, o| {
+                request(x, o, up.is_some())
+            })
+            .is_err()
+            {
+                return;
+            }
+            if out.is_empty() {
+                continue;
+            }
+            if let Some(u) = up.as_mut() {
+                if u.write_all(&out).await.is_err() {
+                    return;
+                }
+                out.clear();
+                while out.is_empty() {
+                    let n = match u.read(&mut ubuf).await {
+                        Ok(n) if n > 0 => n,
+                        _ => return,
+                    };
+                    if feed(&mut uheld, &ubuf[..n], &mut out, response).is_err() {
+                        return;
+                    }
+                }
+            }
+            if c.write_all(&out).await.is_err() {
                 return;
             }
         }
