@@ -151,6 +151,7 @@ fn bench_decisions(n: u64, op: &mut u64, open: RatePolicy, key: u64, keys: &[u64
             per_key: big(16_384),
         },
         fleet: Default::default(),
+        dims: Default::default(),
     };
     let rate_slot = q.slots_mut().bind(42, open).unwrap();
     let run = |q: &mut Quota, source: u64, rate_key: u64, identity: Option<u64>, now: u64| {

@@ -127,7 +127,8 @@ fn main() {
             Policy::Maintenance => "11 maintenance, bypassed",
             Policy::AccessPassword => "6 + 12 access list, password (cache hit)",
             Policy::ForwardAuth => "14 forward-auth (remembered)",
-            Policy::ProofOfWork => "15 proof of work (valid cookie)",
+            Policy::Identity => "15 identity dimensions (resource; no principal)",
+            Policy::ProofOfWork => "16 proof of work (valid cookie)",
         };
         println!("| {name} (added less base) | {:.1} |", t - base);
     }

@@ -58,12 +58,16 @@ pub enum Policy {
     AccessPassword,
     /// Step 14: forward-auth, a remembered allow at host grain.
     ForwardAuth,
-    /// Step 15: proof of work on every request, a valid cookie.
+    /// Step 15: the identity dimensions: a principal's budget and lease
+    /// (from the provider's `Remote-User` when forward-auth is on) and a
+    /// resource's budget.
+    Identity,
+    /// Step 16: proof of work on every request, a valid cookie.
     ProofOfWork,
 }
 
 /// Every policy, in the chain's order.
-pub const ALL: [Policy; 9] = [
+pub const ALL: [Policy; 10] = [
     Policy::ConnectionRate,
     Policy::AccessAddress,
     Policy::RuleSet,
@@ -72,6 +76,7 @@ pub const ALL: [Policy; 9] = [
     Policy::Maintenance,
     Policy::AccessPassword,
     Policy::ForwardAuth,
+    Policy::Identity,
     Policy::ProofOfWork,
 ];
 
@@ -156,6 +161,10 @@ action = "deny"
     }
     if has(Policy::ProofOfWork) {
         host += "proof_of_work = { enabled = true, difficulty = 16 }\n";
+    }
+    if has(Policy::Identity) {
+        tables += "[quota.principal]\nheader = \"remote-user\"\nrequests = 1000000000\n\
+                   concurrent = 1000\n\n[quota.resource]\nrequests = 1000000000\n\n";
     }
     if has(Policy::Maintenance) {
         host += "[host.maintenance]\nenabled = true\nbypass = \"staff\"\n";

@@ -30,6 +30,7 @@ impl Trace for Steps {
             Step::Budgets { .. } => "budgets",
             Step::ConnectionRate { .. } => "connection_rate",
             Step::RateLimit { .. } => "rate_limit",
+            Step::Identity { .. } => "identity",
             Step::RequestLimits { .. } => "request_limits",
             Step::AccessAddress { .. } => "access_address",
             Step::RuleSet { .. } => "rule_set",
@@ -138,11 +139,12 @@ fn every_policy_runs_every_step_and_allocates_nothing() {
             "access",
             "rate_limit",
             "forward_auth",
+            "identity",
             "proof_of_work",
         ],
         "the steps of the reference request with every policy"
     );
-    assert_eq!(steps.len(), 16);
+    assert_eq!(steps.len(), 17);
     assert_eq!(
         used, 0,
         "16 warm decisions with every policy allocated {used} times"
@@ -165,6 +167,7 @@ fn each_policy_adds_its_steps_and_no_allocation() {
             Policy::Maintenance => &["maintenance"],
             Policy::AccessPassword => &["access_address", "access"],
             Policy::ForwardAuth => &["forward_auth"],
+            Policy::Identity => &["identity"],
             Policy::ProofOfWork => &["proof_of_work"],
         };
         assert_eq!(steps.len(), 7 + added.len(), "{p:?}: {steps:?}");
@@ -179,10 +182,10 @@ fn each_policy_adds_its_steps_and_no_allocation() {
 /// must cover. A new block needs its policy in `gapura_bench::steps`
 /// (`Policy`, `ALL`), its step in the lists above and here.
 #[test]
-fn the_chain_has_fifteen_blocks_and_the_reference_covers_each() {
+fn the_chain_has_sixteen_blocks_and_the_reference_covers_each() {
     assert_eq!(
         Block::COUNT,
-        15,
+        16,
         "the chain's block count changed: give the new block its policy in \
          bench/src/steps.rs (Policy, ALL) and its step in these tests"
     );

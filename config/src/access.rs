@@ -210,7 +210,7 @@ pub(crate) fn warn_readable(raw: &[Spanned<RawAccessList>], e: &mut Errors<'_>) 
         });
         if let Some((j, at)) = first {
             e.warn(
-                "accessList.users.readable",
+                "profile.verifiers.readable",
                 format!("access_list[{i}].users[{j}].password_hash"),
                 at,
                 "this profile may be read by others and holds password verifiers: keep \

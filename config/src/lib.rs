@@ -47,7 +47,8 @@
 //!   engine fleet-scoped limits are shared through), `client`, `upstream`
 //!   (`[[upstream]]` groups and their servers), `upstreamtls` (an
 //!   upstream's `tls`: roots, server name, client certificate),
-//!   `udp` (`[[udp]]` relays and their budgets), `quota`, `ratelimit`,
+//!   `udp` (`[[udp]]` relays and their budgets), `quota` (with `dims`:
+//!   the tenant, principal and resource budgets), `ratelimit`,
 //!   `access` (with `usersfile`, an access list's users read from a
 //!   file), `ruleset`, `auth` (`[[auth_provider]]` forward-auth providers
 //!   and the `auth` key of host levels and routes), `tls` (`[[certificate]]`
@@ -87,6 +88,7 @@ mod client;
 mod codes;
 mod compile;
 mod connlimits;
+mod dims;
 mod env;
 mod error;
 mod extras;
@@ -201,7 +203,7 @@ fn compile_text(
 /// Reads and compiles a profile file (see [`compile_with`]). A file that cannot be read (or is not UTF-8) gives one
 /// error with code `profile.read` at line 0, column 0. A file others may
 /// read that holds password verifiers gets the warning
-/// `accessList.users.readable` (a `users_file` keeps them apart).
+/// `profile.verifiers.readable` (a `users_file` keeps them apart).
 pub fn load_file_with(path: &Path, env: &Environment<'_>) -> Result<Compiled, Vec<ProfileError>> {
     use std::os::unix::fs::PermissionsExt;
     let src = std::fs::read_to_string(path).map_err(|e| {

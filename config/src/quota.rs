@@ -38,6 +38,8 @@ pub(crate) struct CheckedQuota {
     pub mode: Mode,
     /// Lowercase; set only with an identity budget.
     pub identity_header: Option<Box<str>>,
+    /// The tenant's and the principal's headers (lowercase), when set.
+    pub dim_headers: (Option<Box<str>>, Option<Box<str>>),
     /// Operation names, index = operation id.
     pub operations: Vec<String>,
     pub operation_ids: HashMap<String, u16>,
@@ -200,6 +202,7 @@ pub(crate) fn check_quota(
         .identity
         .as_ref()
         .and_then(|i| check_identity(i, (shards, fleet), &mut limits, e));
+    let dim_headers = crate::dims::check_dims(q, (shards, fleet), max_leases, &mut limits, e);
     let (operations, operation_ids, op_limits) = check_operations(q, shards, max_leases, e);
     // Operations that limit nothing leave the tables out of the chain.
     if op_limits.iter().any(|o| *o != OperationLimits::default()) {
@@ -229,6 +232,7 @@ pub(crate) fn check_quota(
         limits,
         mode,
         identity_header,
+        dim_headers,
         operations,
         operation_ids,
         policy_slots_at: q.policy_slots.as_ref().map(|v| v.span()),
@@ -484,7 +488,7 @@ impl<'a> Fields<'a> {
     }
 
     /// `concurrent` and `concurrent_optional`: at most `max_leases`.
-    fn concurrency(&self, e: &mut Errors<'_>, max_leases: u32) -> Option<Budget> {
+    pub(crate) fn concurrency(&self, e: &mut Errors<'_>, max_leases: u32) -> Option<Budget> {
         self.check(
             e,
             ("concurrent", "concurrent_optional"),

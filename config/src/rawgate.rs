@@ -45,6 +45,10 @@ pub(crate) struct RawQuota {
     pub source: Option<RawSourceBudget>,
     pub health: Option<RawHealthBudget>,
     pub identity: Option<RawIdentityBudget>,
+    /// The identity dimensions (`dims`).
+    pub tenant: Option<RawDimBudget>,
+    pub principal: Option<RawDimBudget>,
+    pub resource: Option<RawResourceBudget>,
     #[serde(default)]
     pub operation: Vec<Spanned<RawOperation>>,
     /// The operation a request no host takes counts in.
@@ -98,6 +102,28 @@ pub(crate) struct RawHealthBudget {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawIdentityBudget {
     pub header: Opt<String>,
+    pub requests: Opt<i64>,
+    pub optional: Opt<i64>,
+    pub scope: Opt<String>,
+}
+
+/// `[quota.tenant]` or `[quota.principal]`: an identity dimension read
+/// from a header.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDimBudget {
+    pub header: Opt<String>,
+    pub requests: Opt<i64>,
+    pub optional: Opt<i64>,
+    pub concurrent: Opt<i64>,
+    pub concurrent_optional: Opt<i64>,
+    pub scope: Opt<String>,
+}
+
+/// `[quota.resource]`: a budget per route.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawResourceBudget {
     pub requests: Opt<i64>,
     pub optional: Opt<i64>,
     pub scope: Opt<String>,

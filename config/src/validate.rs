@@ -134,6 +134,8 @@ pub(crate) fn check(raw: &RawProfile, env: &Environment<'_>, errors: &mut Errors
         quota: quota.limits,
         quota_mode: quota.mode,
         identity_header: quota.identity_header,
+        tenant_header: quota.dim_headers.0,
+        principal_header: quota.dim_headers.1,
         rate_limits: rates.defs,
         rate_pairs,
         operations: quota.operations,

@@ -365,6 +365,9 @@ pub struct AuthState {
     secret: [u8; 16],
     /// The job of the last `Verdict::Authenticate`.
     pub(crate) pending: Option<AuthJob>,
+    /// The identity lines of the provider's allow a request resumes with,
+    /// set by the caller for one decision (the identity step reads them).
+    pub resumed: Option<std::sync::Arc<[u8]>>,
 }
 
 impl AuthState {
@@ -376,6 +379,7 @@ impl AuthState {
             names: Vec::new(),
             secret,
             pending: None,
+            resumed: None,
         }
     }
 

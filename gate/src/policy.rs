@@ -61,6 +61,11 @@ pub struct GatePolicy {
     pub quota_mode: Mode,
     /// The credential header whose SHA-256 keys identity budgets.
     pub identity_header: Option<Box<str>>,
+    /// The headers the identity dimensions read (lowercase): a tenant's
+    /// and a principal's. On a route with forward-auth they are read only
+    /// from what the provider's allow copied; elsewhere from the request.
+    pub tenant_header: Option<Box<str>>,
+    pub principal_header: Option<Box<str>>,
     pub rate_limits: Vec<RateLimitDef>,
     pub rate_pairs: Vec<RatePair>,
     /// Operation names; a route's `operation` indexes this list.
@@ -111,6 +116,8 @@ impl Default for GatePolicy {
             quota: QuotaLimits::default(),
             quota_mode: Mode::Enforce,
             identity_header: None,
+            tenant_header: None,
+            principal_header: None,
             rate_limits: Vec::new(),
             rate_pairs: Vec::new(),
             operations: Vec::new(),

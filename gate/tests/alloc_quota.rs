@@ -2,8 +2,9 @@
 //! watches this thread while tables built beforehand are used.
 
 use gapura_gate::quota::{
-    Budget, Ceiling, Class, Domain, Keyer, LeaseLimits, OperationLimits, Quota, QuotaDecision,
-    QuotaLimits, QuotaRequest, QuotaSizes, RateCheck, RatePolicy, SourcePrefix,
+    Budget, Ceiling, Class, Dim, DimLimits, DimRequest, Domain, Keyer, LeaseLimits,
+    OperationLimits, Quota, QuotaDecision, QuotaLimits, QuotaRequest, QuotaSizes, QuotaTicket,
+    RateCheck, RatePolicy, SourcePrefix,
 };
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -44,6 +45,17 @@ fn quota_paths_allocate_nothing() {
             per_key: flat(1_000),
         },
         fleet: Default::default(),
+        dims: DimLimits {
+            tenant: Dim {
+                requests: flat(1_000_000),
+                concurrent: flat(1_000),
+            },
+            principal: Dim {
+                requests: flat(100_000),
+                concurrent: flat(100),
+            },
+            resource: flat(1_000_000),
+        },
     };
     let wide = RatePolicy::per_second(1_000_000, 1_000_000).unwrap();
     let narrow = RatePolicy::per_minute(1, 1).unwrap();
@@ -53,6 +65,7 @@ fn quota_paths_allocate_nothing() {
     let v4 = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
     let v6 = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 3, 4, 5, 6));
     let mut tokens = Vec::with_capacity(64);
+    let mut alone = gapura_gate::quota::fleet::FleetState::default();
 
     let n = allocations_in(|| {
         // Keys.
@@ -111,6 +124,17 @@ fn quota_paths_allocate_nothing() {
             };
             match q.decide(&limits, &r, 10 + i / 2) {
                 QuotaDecision::Admit(t) => {
+                    // The identity dimensions, after: their leases merged in.
+                    let dims = DimRequest {
+                        class: Class::Normal,
+                        tenant: Some(keyer.bytes(Domain::Tenant, b"acme") ^ (i % 7)),
+                        principal: Some(keyer.bytes(Domain::Principal, b"alice") ^ (i % 30)),
+                        resource: Some(keyer.bytes(Domain::Resource, b"/api")),
+                    };
+                    let d = q
+                        .admit_dims(&limits, &dims, &mut alone, 10 + i / 2)
+                        .expect("within every dimension");
+                    let t = QuotaTicket::merge(Some(t), d).unwrap();
                     if tokens.len() < tokens.capacity() {
                         tokens.push(t);
                     } else {

@@ -106,6 +106,10 @@ fn block_line(step: Step<'_>) -> (&'static str, String) {
             },
         ),
         Step::RateLimit { outcome } => ("rate limit", quota_sentence(outcome, "rate limit")),
+        Step::Identity { outcome } => (
+            "identity dimensions",
+            quota_sentence(outcome, "identity dimension"),
+        ),
         Step::AccessAddress {
             list,
             refused,

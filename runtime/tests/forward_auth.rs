@@ -676,3 +676,40 @@ fn the_call_cap_is_the_processs_and_a_client_that_leaves_abandons_its_call() {
         assert_eq!(c.response(false).status, 200);
     }
 }
+
+/// The identity dimensions read the provider's copied headers on a route
+/// with forward-auth, never the client's, and on the host's routes
+/// without it ignore a header a provider copies.
+#[test]
+fn the_principal_budget_counts_the_providers_user_not_the_clients_claim() {
+    let ep = auth_endpoint(false).0;
+    let up = recording_upstream();
+    let text = auth_profile(ep.addr, up.addr, "")
+        + "\n[quota.principal]\nheader = \"remote-user\"\nrequests = 3\nscope = \"per_shard\"\n";
+    let g = Gapura::start(&text);
+    let status = |path: &str, extra: &[&str]| {
+        request(g.addr, &req_with("GET", "f.test", path, extra)).status
+    };
+    // ana's three: the first asks the provider, the next are remembered
+    // (a claim of another name changes nothing).
+    assert_eq!(status("/a", &[GOOD]), 200);
+    assert_eq!(status("/a", &[GOOD, "Remote-User: bob"]), 200);
+    assert_eq!(status("/a", &[GOOD, "Remote-User: carol"]), 200);
+    let r = request(g.addr, &req_with("GET", "f.test", "/a", &[GOOD]));
+    assert_eq!(r.status, 429, "ana's budget is spent");
+    assert!(r.header("Retry-After").is_some());
+    // On the public route (no forward-auth) a client claiming to be ana
+    // is not counted as ana, and is not refused for ana's budget.
+    for _ in 0..5 {
+        assert_eq!(status("/public", &["Remote-User: ana"]), 200);
+    }
+    assert_eq!(
+        common::gate::wait_sample(
+            &g,
+            "gapura_quota_refused_total{shard=\"0\",level=\"principal\"}",
+            1,
+            Duration::from_secs(5)
+        ),
+        1
+    );
+}

@@ -781,3 +781,50 @@ fn a_storm_of_publishes_keeps_a_rate_limit_exact() {
         "{ok} admitted of {bound}: the limit must not tighten"
     );
 }
+
+/// A tenant's lease through the real binary: one running request per
+/// tenant; another tenant is not held by it; an aborted client gives the
+/// lease back.
+#[test]
+fn a_tenants_lease_holds_its_running_requests_and_comes_back_when_the_client_leaves() {
+    let release = Arc::new(AtomicBool::new(false));
+    let up = slow_upstream(release.clone());
+    let text = profile(
+        "",
+        &format!(
+            "[quota.tenant]\nheader = \"x-tenant\"\nconcurrent = 1\nscope = \"per_shard\"\n\n\
+             [quota.principal]\nheader = \"x-user\"\nrequests = 1000\n\n\
+             [[upstream]]\nname = \"app\"\nservers = [\"{}\"]\nresponse_header_timeout_ms = 10000\n\n\
+             [[host]]\nnames = [\"app.test\"]\ndefault = true\nkind = \"proxy\"\n\
+             [[host.route]]\npath = \"/\"\nupstream = \"app\"\n",
+            up.addr
+        ),
+    );
+    let g = Gapura::start(&text);
+    let get_as = |tenant: &str, user: &str, path: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: app.test\r\nX-Tenant: {tenant}\r\nX-User: {user}\r\n\r\n"
+        )
+        .into_bytes()
+    };
+    let mut held = Client::connect(g.addr);
+    held.send(&get_as("acme", "ana", "/slow"));
+    wait_slow_requests(&up, 1);
+    let r = request(g.addr, &get_as("acme", "bob", "/fast"));
+    assert_eq!(r.status, 429, "acme's one running request is held");
+    assert_eq!(request(g.addr, &get_as("beta", "bob", "/fast")).status, 200);
+    assert_eq!(
+        g.wait_metric(
+            "gapura_quota_refused_total{shard=\"0\",level=\"concurrent_tenant\"}",
+            1,
+            METRIC_WAIT
+        ),
+        1
+    );
+    let _ = held.stream.shutdown(std::net::Shutdown::Both);
+    let admitted = wait_until(Duration::from_secs(10), || {
+        request(g.addr, &get_as("acme", "bob", "/fast")).status == 200
+    });
+    assert!(admitted, "the aborted request still holds acme's lease");
+    release.store(true, Ordering::Relaxed);
+}

@@ -552,7 +552,7 @@ fn a_profile_others_may_read_is_warned_of_its_verifiers() {
         let c = load_file(&path).unwrap();
         c.warnings
             .iter()
-            .filter(|w| w.code == "accessList.users.readable")
+            .filter(|w| w.code == "profile.verifiers.readable")
             .map(|w| (w.path.clone(), w.line))
             .collect::<Vec<_>>()
     };

@@ -15,6 +15,10 @@ const EVERY_BLOCK: &str = r#"
 [quota.global]
 requests = 1000
 
+[quota.tenant]
+header = "x-tenant"
+requests = 1000
+
 [[rate_limit]]
 name = "site"
 requests = 100
@@ -83,13 +87,14 @@ fn row_of(step: &Step<'_>) -> Option<(u32, &'static str)> {
         Step::Access { .. } => (12, "access list passwords"),
         Step::RateLimit { .. } => (13, "rate limit"),
         Step::ForwardAuth { .. } => (14, "forward-auth"),
-        Step::ProofOfWork { .. } => (15, "proof of work"),
+        Step::Identity { .. } => (15, "identity dimensions"),
+        Step::ProofOfWork { .. } => (16, "proof of work"),
         // The verify endpoint is answered before the blocks.
         Step::PowEndpoint { .. } => return None,
     })
 }
 
-/// The block of each row from 4 to 15.
+/// The block of each row from 4 to 16.
 fn block_of_row(n: u32) -> Option<Block> {
     Some(match n {
         4 => Block::Budgets,
@@ -103,7 +108,8 @@ fn block_of_row(n: u32) -> Option<Block> {
         12 => Block::Access,
         13 => Block::RateLimit,
         14 => Block::ForwardAuth,
-        15 => Block::ProofOfWork,
+        15 => Block::Identity,
+        16 => Block::ProofOfWork,
         _ => return None,
     })
 }
@@ -192,7 +198,7 @@ fn the_chain_runs_its_blocks_in_the_order_of_the_gate_doc() {
     let ran: Vec<u32> = rows.0.iter().map(|r| r.0).collect();
     assert_eq!(
         ran,
-        (2..=15).collect::<Vec<_>>(),
+        (2..=16).collect::<Vec<_>>(),
         "one step per block, in order"
     );
     // The order a resumed request's steps are counted in is this one.
@@ -223,6 +229,7 @@ fn every_step_name_is_distinct_and_below_the_count() {
         Block::Access,
         Block::RateLimit,
         Block::ForwardAuth,
+        Block::Identity,
         Block::ProofOfWork,
         Block::RequestLimits,
         Block::HttpsRedirect,

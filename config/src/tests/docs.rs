@@ -416,6 +416,7 @@ fn the_access_logs_step_names_are_the_ones_profile_md_lists() {
         Block::Access,
         Block::RateLimit,
         Block::ForwardAuth,
+        Block::Identity,
         Block::ProofOfWork,
         Block::RequestLimits,
         Block::HttpsRedirect,

@@ -95,6 +95,7 @@ fn turn_on(block: Block) -> Result<&'static str, &'static str> {
         Block::RateLimit => Ok("rate_limit = \"site\"\n"),
         Block::RequestLimits => Err("every request is held to its limits"),
         Block::ForwardAuth => Err("forward-auth checks proxy routes only"),
+        Block::Identity => Ok("\n[quota.tenant]\nheader = \"x-tenant\"\nrequests = 1000\n"),
         Block::ProofOfWork => Err("proof of work challenges proxy routes only"),
         Block::Host | Block::Path | Block::Answer => Err("not a host's block"),
     }
@@ -126,7 +127,7 @@ fn every_block_of_the_chain_takes_a_host_off_the_lanes_that_do_not_run_it() {
         );
         turned += 1;
     }
-    assert_eq!(turned, 9, "the blocks a respond host can turn on");
+    assert_eq!(turned, 10, "the blocks a respond host can turn on");
     // With every block off, only the request limits apply.
     let c = ok(&off(""));
     let (s, entry) = (&c.snapshot, &c.snapshot.entries[0]);

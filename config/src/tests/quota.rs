@@ -222,6 +222,7 @@ fn budgets_compile_per_shard_split_over_two_and_four_shards() {
                     per_key: source_leases,
                 },
                 fleet: Default::default(),
+                dims: Default::default(),
             },
             "{cores} cores"
         );
@@ -535,4 +536,66 @@ fn a_ceiling_that_cannot_hold_its_budgets_sources_is_warned_of() {
          requests = 1000\nconcurrent = 1000\n[quota.source]\nrequests = 10\nconcurrent = 4\n"
     )
     .is_empty());
+}
+
+#[test]
+fn identity_dimensions_compile_split_with_their_headers_and_leases() {
+    let c = ok_with(
+        "[quota.tenant]\nheader = \"X-Tenant\"\nrequests = 1000\nconcurrent = 40\n\n\
+         [quota.principal]\nheader = \"x-user\"\nrequests = 100\noptional = 80\nscope = \"per_shard\"\n\n\
+         [quota.resource]\nrequests = 500\n",
+        2,
+    );
+    let g = &c.snapshot.gate;
+    assert_eq!(g.tenant_header.as_deref(), Some("x-tenant"));
+    assert_eq!(g.principal_header.as_deref(), Some("x-user"));
+    let d = &g.quota.dims;
+    assert_eq!(d.tenant.requests, budget(500, 500), "split over 2 shards");
+    assert_eq!(d.tenant.concurrent, budget(20, 20));
+    assert_eq!(d.principal.requests, budget(100, 80), "per_shard");
+    assert_eq!(d.principal.concurrent, None);
+    assert_eq!(d.resource, budget(250, 250));
+    assert!(d.any());
+}
+
+#[test]
+fn each_identity_dimension_error_has_its_code_and_position() {
+    assert_eq!(
+        one("[quota.tenant]\nrequests = 5\n"),
+        at("quota.tenant.header.required", "quota.tenant.header", 2, 12)
+    );
+    assert_eq!(
+        one("[quota.principal]\nheader = \"a b\"\nconcurrent = 2\n"),
+        at(
+            "quota.principal.header.invalid",
+            "quota.principal.header",
+            2,
+            10
+        )
+    );
+    assert_eq!(
+        one("[quota.tenant]\nheader = \"x-t\"\n"),
+        at("quota.tenant.limit.required", "quota.tenant", 2, 10)
+    );
+    assert_eq!(
+        one("[quota.principal]\nheader = \"x-p\"\n"),
+        at("quota.principal.limit.required", "quota.principal", 2, 10)
+    );
+    assert_eq!(
+        one("[quota.resource]\nscope = \"split\"\n"),
+        at(
+            "quota.resource.requests.required",
+            "quota.resource.requests",
+            2,
+            9
+        )
+    );
+    assert_eq!(
+        one("[quota.tenant]\nheader = \"x-t\"\nrequests = 0\n"),
+        at("quota.requests.range", "quota.tenant.requests", 3, 12)
+    );
+    assert_eq!(
+        one("[quota.resource]\nrequests = 5\nscope = \"fleet\"\n"),
+        at("quota.scope.fleet", "quota.resource.scope", 3, 9)
+    );
 }

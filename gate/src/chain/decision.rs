@@ -113,18 +113,21 @@ pub enum Block {
     Access,
     RateLimit,
     ForwardAuth,
+    /// The identity dimensions: tenant, principal and resource budgets,
+    /// tenant and principal leases (after forward-auth).
+    Identity,
     ProofOfWork,
     RequestLimits,
     HttpsRedirect,
     Robots,
     Maintenance,
-    /// Step 16: the host's answer.
+    /// Step 17: the host's answer.
     Answer,
 }
 
 impl Block {
     /// How many steps there are (every variant is below it).
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 16;
 
     /// The access log's name of the step.
     pub fn name(self) -> &'static str {
@@ -138,6 +141,7 @@ impl Block {
             Block::Access => "access_list",
             Block::RateLimit => "rate_limit",
             Block::ForwardAuth => "forward_auth",
+            Block::Identity => "identity",
             Block::ProofOfWork => "proof_of_work",
             Block::RequestLimits => "request_limits",
             Block::HttpsRedirect => "https_redirect",
@@ -163,7 +167,7 @@ pub struct Suspended {
     pub(super) strip_authorization: bool,
 }
 
-/// Steps 4 to 15 of the chain, in their order: the one list, handed to
+/// Steps 4 to 16 of the chain, in their order: the one list, handed to
 /// `$then!` (with `$args` first) as `Block => method` pairs. It makes
 /// [`ORDER`] and the calls of `Flow::each_block`, so the two cannot
 /// differ; moving a line here is the whole of reordering a step (the
@@ -182,6 +186,7 @@ macro_rules! chain_order {
             Access => access_credentials,
             RateLimit => rate_limit,
             ForwardAuth => forward_auth,
+            Identity => identity_dims,
             ProofOfWork => proof_of_work,
         ])
     };
@@ -196,8 +201,8 @@ macro_rules! blocks_of {
     };
 }
 
-/// Steps 4 to 15 of the chain in the order `Flow::blocks` (`steps`) runs them.
-pub const ORDER: [Block; 12] = chain_order!(blocks_of);
+/// Steps 4 to 16 of the chain in the order `Flow::blocks` (`steps`) runs them.
+pub const ORDER: [Block; 13] = chain_order!(blocks_of);
 
 /// The place of `block` in [`ORDER`] (the first is 1; 0 for a block that
 /// is not one of these steps).

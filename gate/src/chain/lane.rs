@@ -72,6 +72,7 @@ pub fn applies(snap: &Snapshot, entry: &HostEntry, block: Block) -> bool {
         Block::Maintenance => x.maintenance.is_some(),
         Block::RateLimit => p.rate_pair.is_some(),
         Block::ForwardAuth => p.auth.is_some(),
+        Block::Identity => snap.gate.quota.dims.any(),
         Block::ProofOfWork => p.pow.is_some() || x.pow.is_some(),
         // Not blocks a host turns on or off: every request meets them.
         Block::Host | Block::Path | Block::Answer => true,
@@ -110,7 +111,7 @@ pub fn paying_host(snap: &Snapshot, entry: &HostEntry) -> bool {
 }
 
 /// The decision of a quiet host (`quiet_host`): step 8's request limits,
-/// else step 16's answer.
+/// else step 17's answer.
 #[inline(always)]
 pub(super) fn quiet_decision<'s, H: HeaderLines + ?Sized>(
     snap: &'s Snapshot,

@@ -186,6 +186,9 @@ impl GateState {
             BudgetLevel::Global => "global",
             BudgetLevel::Source => "source",
             BudgetLevel::Identity => "identity",
+            BudgetLevel::Tenant => "tenant",
+            BudgetLevel::Principal => "principal",
+            BudgetLevel::Resource => "resource",
         };
         FleetKeyLive {
             level: name,

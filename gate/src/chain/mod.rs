@@ -13,7 +13,7 @@
 //!   [`Snapshot::decide_from`] learns who the client is and which host,
 //!   route and policy apply. A request no host takes ends there
 //!   (`steps::unknown_host`).
-//! - the blocks (steps 4 to 15): one method each on `Flow`, the request's
+//! - the blocks (steps 4 to 16): one method each on `Flow`, the request's
 //!   way through the host's blocks, each documented with when it runs and
 //!   what its result means, each recording its own trace step. A block
 //!   either lets the request go on or ends it with a verdict
@@ -35,8 +35,8 @@
 //! Modules: `decision` (what the chain is given and what it answers:
 //! [`Request`], [`Decision`] and the deciding [`Block`]), `lane` (the
 //! quiet and paying hosts' lanes), `steps` (the
-//! blocks of steps 4 to 15; forward-auth's step in `auth`, proof of work's
-//! in `pow`), `quota` (the work of steps 4 and 9: budgets, leases and the
+//! blocks of steps 4 to 16; forward-auth's step in `auth`, the identity
+//! dimensions' in `dims`, proof of work's in `pow`), `quota` (the work of steps 4 and 9: budgets, leases and the
 //! rate limit), `state` (the shard's mutable gate state and counters),
 //! `trace` (what explain records, every block's outcome included), `live`
 //! (a running shard's tables as a request would meet them, read only) and
@@ -46,6 +46,7 @@
 
 mod auth;
 mod decision;
+mod dims;
 mod lane;
 mod live;
 mod pow;
@@ -338,7 +339,7 @@ impl Snapshot {
 
     /// The route of a proxying host for the canonical path, for its policy
     /// and body limit. `None` for other hosts and for a path no route takes
-    /// (answered 404 by step 16).
+    /// (answered 404 by step 17).
     #[inline(always)]
     fn route<'s, T: Trace>(
         &'s self,

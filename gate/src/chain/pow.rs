@@ -1,4 +1,4 @@
-//! Step 15 of the chain, proof of work, on [`Flow`].
+//! Step 16 of the chain, proof of work, on [`Flow`].
 
 use super::steps::{Flow, Next};
 use super::trace::{PowOutcome, Step, Trace};
@@ -11,7 +11,7 @@ use crate::snapshot::{PowAsk, Verdict};
 use std::ops::ControlFlow;
 
 impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
-    /// Step 15: proof of work. Runs on a route that has it, for every
+    /// Step 16: proof of work. Runs on a route that has it, for every
     /// request, or with `when` only for those the named rule set marked
     /// with a `challenge` rule; robots.txt is exempt. A valid `gapura_pow`
     /// cookie lets the request on (no allocation); otherwise a browser (a

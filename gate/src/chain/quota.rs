@@ -51,11 +51,11 @@ impl Snapshot {
     ) -> Paid<'static> {
         let gate = &self.gate;
         if !budgets {
-            trace_quota(trace, QuotaOutcome::NotApplied, false);
+            trace_quota(trace, QuotaOutcome::NotApplied, Which::Budgets);
             return Ok(None);
         }
         if exempt {
-            trace_quota(trace, QuotaOutcome::Exempt, false);
+            trace_quota(trace, QuotaOutcome::Exempt, Which::Budgets);
             return Ok(None);
         }
         // A fleet-scoped level's keys are the same on every node.
@@ -100,12 +100,12 @@ impl Snapshot {
                 .admit_shared(&gate.quota, &request, &mut state.fleet, window_now_ms);
         let refusal = match decision {
             QuotaDecision::Admit(ticket) => {
-                trace_quota(trace, QuotaOutcome::Admitted, false);
+                trace_quota(trace, QuotaOutcome::Admitted, Which::Budgets);
                 return Ok(Some(ticket));
             }
             QuotaDecision::Refuse(r) => r,
         };
-        refuse(state, refusal, gate.quota_mode, None, trace, false)
+        refuse(state, refusal, gate.quota_mode, None, trace, Which::Budgets)
             .map_err(|retry| (retry, refusal.level.name()))
     }
 
@@ -130,7 +130,7 @@ impl Snapshot {
             return Ok(());
         };
         if exempt {
-            trace_quota(trace, QuotaOutcome::Exempt, true);
+            trace_quota(trace, QuotaOutcome::Exempt, Which::Rate);
             return Ok(());
         }
         let pair = pair as usize;
@@ -139,7 +139,7 @@ impl Snapshot {
             .get(pair)
             .and_then(|p| gate.rate_limits.get(p.limit as usize))
         else {
-            trace_quota(trace, QuotaOutcome::NotApplied, true);
+            trace_quota(trace, QuotaOutcome::NotApplied, Which::Rate);
             return Ok(());
         };
         let limit = gate.rate_pairs[pair].limit as usize;
@@ -206,12 +206,12 @@ impl Snapshot {
                 if let Some(c) = state.rate_counters.get_mut(limit) {
                     c.allowed += 1;
                 }
-                trace_quota(trace, QuotaOutcome::Admitted, true);
+                trace_quota(trace, QuotaOutcome::Admitted, Which::Rate);
                 return Ok(());
             }
             Err(r) => r,
         };
-        refuse(state, refusal, def.mode, Some(limit), trace, true)
+        refuse(state, refusal, def.mode, Some(limit), trace, Which::Rate)
             .map(|_| ())
             .map_err(|retry| (retry, def.name.as_str()))
     }
@@ -265,19 +265,44 @@ fn unbound<T: Trace>(
         untracked: true,
         retry_after_s: 1,
     };
-    refuse(state, r, mode, Some(limit), trace, true).map(|_| ())
+    refuse(state, r, mode, Some(limit), trace, Which::Rate).map(|_| ())
 }
 
 /// Records a quota block's outcome: the rate limit's or the budgets'.
 #[inline(always)]
-fn trace_quota<T: Trace>(trace: &mut T, outcome: QuotaOutcome, rate: bool) {
+fn trace_quota<T: Trace>(trace: &mut T, outcome: QuotaOutcome, which: Which) {
     if trace.enabled() {
-        trace.step(if rate {
-            Step::RateLimit { outcome }
-        } else {
-            Step::Budgets { outcome }
+        trace.step(match which {
+            Which::Budgets => Step::Budgets { outcome },
+            Which::Rate => Step::RateLimit { outcome },
+            Which::Identity => Step::Identity { outcome },
         });
     }
+}
+
+/// Which block a quota outcome is traced as.
+#[derive(Clone, Copy)]
+enum Which {
+    Budgets,
+    Rate,
+    Identity,
+}
+
+/// Traces an admitted identity step (`super::dims`).
+pub(super) fn trace_dims_admitted<T: Trace>(trace: &mut T) {
+    trace_quota(trace, QuotaOutcome::Admitted, Which::Identity);
+}
+
+/// Carries out an identity dimension's refusal under `mode` (the identity
+/// step, `super::dims`): `Err` with the Retry-After of the 429, or `Ok` in
+/// shadow mode.
+pub(super) fn refuse_dims<T: Trace>(
+    state: &mut GateState,
+    r: Refusal,
+    mode: Mode,
+    trace: &mut T,
+) -> Result<(), u32> {
+    refuse(state, r, mode, None, trace, Which::Identity).map(|_| ())
 }
 
 /// Carries out a refusal under `mode`: a 429 (`Err` with its Retry-After),
@@ -291,7 +316,7 @@ fn refuse<T: Trace>(
     mode: Mode,
     limit: Option<usize>,
     trace: &mut T,
-    rate: bool,
+    which: Which,
 ) -> Result<Option<QuotaTicket>, u32> {
     let rate_counters = limit.and_then(|l| state.rate_counters.get_mut(l));
     let Some(r) = mode.apply(Some(r), &mut state.counters.quota_shadow) else {
@@ -300,7 +325,7 @@ fn refuse<T: Trace>(
         }
         let refused = &mut state.quota.counters.refused[r.level as usize];
         *refused = refused.saturating_sub(1);
-        trace_quota(trace, QuotaOutcome::Shadowed { level: r.level }, rate);
+        trace_quota(trace, QuotaOutcome::Shadowed { level: r.level }, which);
         return Ok(None);
     };
     if let Some(c) = rate_counters {
@@ -312,7 +337,7 @@ fn refuse<T: Trace>(
             level: r.level,
             retry_after_s: r.retry_after_s,
         },
-        rate,
+        which,
     );
     Err(r.retry_after_s)
 }

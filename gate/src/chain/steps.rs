@@ -1,5 +1,5 @@
 //! Steps 4 to 15 of the chain (forward-auth's, step 14, in `super::auth`; proof
-//! of work's, step 15, in `super::pow`), one method each on [`Flow`], and the one
+//! of work's, step 16, in `super::pow`; the identity dimensions', step 15, in `super::dims`), one method each on [`Flow`], and the one
 //! function that calls them in order ([`Flow::blocks`]).
 //!
 //! Each block runs only when the host or route applies it, records its own
@@ -74,7 +74,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Steps 4 to 15 of docs/gate.md, in their order ([`ORDER`]); step 16
+    /// Steps 4 to 16 of docs/gate.md, in their order ([`ORDER`]); step 17
     /// (the host's answer) follows when all let the request go on. A fresh
     /// request runs each block as it comes; a resumed one through
     /// [`Self::resumed_step`]: two copies of one list, so the fresh
@@ -242,7 +242,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
 
     /// A 429 with its Retry-After.
     #[inline(always)]
-    fn too_many(&mut self, retry_after_s: u32) -> Next<'s> {
+    pub(super) fn too_many(&mut self, retry_after_s: u32) -> Next<'s> {
         self.decision.retry_after_s = retry_after_s;
         ControlFlow::Break(Verdict::Refuse(ErrorStatus::TooManyRequests))
     }
@@ -639,7 +639,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
         }
     }
 
-    /// Step 16: the host's answer: its response, its redirect, or the
+    /// Step 17: the host's answer: its response, its redirect, or the
     /// route's upstream (404 when no route takes the path).
     #[inline(always)]
     fn answer(&self) -> Verdict<'s> {
@@ -648,7 +648,7 @@ impl<'s, H: HeaderLines + ?Sized, T: Trace> Flow<'s, '_, H, T> {
 }
 
 impl Snapshot {
-    /// Step 16 for `entry` with `route` (a proxying host's; `None` for
+    /// Step 17 for `entry` with `route` (a proxying host's; `None` for
     /// others and for a path no route takes, answered 404).
     #[inline(always)]
     pub(super) fn host_answer<'s>(

@@ -46,6 +46,10 @@ pub enum Step<'s> {
     RateLimit {
         outcome: QuotaOutcome,
     },
+    /// The identity dimensions (tenant, principal, resource).
+    Identity {
+        outcome: QuotaOutcome,
+    },
     RequestLimits {
         refusal: Option<LimitRefusal>,
     },

@@ -59,10 +59,15 @@ pub enum Level {
     ConcurrentOperation = 6,
     Identity = 7,
     Rate = 8,
+    Tenant = 9,
+    Principal = 10,
+    Resource = 11,
+    ConcurrentTenant = 12,
+    ConcurrentPrincipal = 13,
 }
 
 impl Level {
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 14;
     pub const ALL: [Level; Level::COUNT] = [
         Level::Global,
         Level::Source,
@@ -73,6 +78,11 @@ impl Level {
         Level::ConcurrentOperation,
         Level::Identity,
         Level::Rate,
+        Level::Tenant,
+        Level::Principal,
+        Level::Resource,
+        Level::ConcurrentTenant,
+        Level::ConcurrentPrincipal,
     ];
 
     /// The metrics label.
@@ -87,6 +97,11 @@ impl Level {
             Level::ConcurrentOperation => "concurrent_operation",
             Level::Identity => "identity",
             Level::Rate => "rate",
+            Level::Tenant => "tenant",
+            Level::Principal => "principal",
+            Level::Resource => "resource",
+            Level::ConcurrentTenant => "concurrent_tenant",
+            Level::ConcurrentPrincipal => "concurrent_principal",
         }
     }
 }
@@ -106,7 +121,29 @@ pub struct Refusal {
 /// [`lease`](super::lease) for the guard that hands it back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct QuotaTicket {
-    lease: LeaseToken,
+    /// The budgets' block's lease (global, source, operation).
+    lease: Option<LeaseToken>,
+    /// The identity dimensions' leases (tenant, principal: [`super::dims`]).
+    pub(super) dims: [Option<LeaseToken>; 2],
+}
+
+impl QuotaTicket {
+    /// One ticket holding both's leases (a request that paid its budgets
+    /// before a check and its identity dimensions after it).
+    pub fn merge(a: Option<QuotaTicket>, b: Option<QuotaTicket>) -> Option<QuotaTicket> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(QuotaTicket {
+                lease: a.lease.or(b.lease),
+                dims: [a.dims[0].or(b.dims[0]), a.dims[1].or(b.dims[1])],
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A ticket of the identity dimensions' leases alone.
+    pub(super) fn of_dims(dims: [Option<LeaseToken>; 2]) -> QuotaTicket {
+        QuotaTicket { lease: None, dims }
+    }
 }
 
 /// The answer of [`Quota::decide`].
@@ -145,6 +182,8 @@ pub struct QuotaLimits {
     /// The budget levels shared across a fleet, with their local shares
     /// ([`super::fleetwindow`]).
     pub fleet: FleetBudgets,
+    /// Tenant, principal and resource budgets and leases ([`super::dims`]).
+    pub dims: super::dims::DimLimits,
 }
 
 /// One request's quota facts. Keys are computed by the caller with the
@@ -301,10 +340,13 @@ const HEALTH_TWEAK: u64 = 0x6865_616c_7468_7072;
 pub struct Quota {
     rate: RateTable,
     slots: PolicySlots,
-    windows: WindowTable,
+    pub(super) windows: WindowTable,
     global: FixedWindow,
     operations: Box<[FixedWindow]>,
     leases: LeaseTable,
+    /// Tenant and principal leases: a table of their own, so they count in
+    /// no global or source limit.
+    pub(super) dim_leases: LeaseTable,
     pub counters: QuotaCounters,
 }
 
@@ -322,6 +364,7 @@ impl Quota {
             global: FixedWindow::default(),
             operations: vec![FixedWindow::default(); sizes.operations as usize].into_boxed_slice(),
             leases: LeaseTable::new(sizes.max_leases, sizes.lease_keys, sizes.operations),
+            dim_leases: LeaseTable::new(sizes.max_leases, sizes.lease_keys, 0),
             counters: QuotaCounters::default(),
         })
     }
@@ -344,7 +387,7 @@ impl Quota {
             Err(r) => {
                 // Admitted counts requests that passed every level.
                 self.counters.admitted -= 1;
-                self.leases.release(ticket.lease);
+                self.release_leases(ticket);
                 QuotaDecision::Refuse(r)
             }
         }
@@ -431,7 +474,10 @@ impl Quota {
         }
 
         self.counters.admitted += 1;
-        QuotaDecision::Admit(QuotaTicket { lease })
+        QuotaDecision::Admit(QuotaTicket {
+            lease: Some(lease),
+            dims: [None, None],
+        })
     }
 
     /// Level 1: the global, source (or health) and operation budgets,
@@ -549,7 +595,7 @@ impl Quota {
 
     /// Counts a refusal at `level` and says so.
     #[inline]
-    fn refusal(&mut self, level: Level, untracked: bool, wait_ms: u64) -> Refusal {
+    pub(super) fn refusal(&mut self, level: Level, untracked: bool, wait_ms: u64) -> Refusal {
         self.counters.refused[level as usize] += 1;
         if untracked {
             self.counters.untracked[level as usize] += 1;
@@ -564,9 +610,18 @@ impl Quota {
     /// Ends an admitted request's leases. A second release of the same
     /// ticket does nothing and returns false. O(1).
     pub fn release(&mut self, ticket: QuotaTicket) -> bool {
-        let released = self.leases.release(ticket.lease);
+        let released = self.release_leases(ticket);
         if released {
             self.counters.released += 1;
+        }
+        released
+    }
+
+    /// Ends every lease of `ticket`; whether any was still held.
+    fn release_leases(&mut self, ticket: QuotaTicket) -> bool {
+        let mut released = ticket.lease.is_some_and(|l| self.leases.release(l));
+        for l in ticket.dims.into_iter().flatten() {
+            released |= self.dim_leases.release(l);
         }
         released
     }

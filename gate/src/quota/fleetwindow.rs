@@ -51,6 +51,9 @@ pub enum BudgetLevel {
     Global = 1,
     Source = 2,
     Identity = 3,
+    Tenant = 4,
+    Principal = 5,
+    Resource = 6,
 }
 
 impl BudgetLevel {
@@ -75,6 +78,9 @@ pub struct FleetBudgets {
     pub global: Option<Budget>,
     pub source: Option<Budget>,
     pub identity: Option<Budget>,
+    pub tenant: Option<Budget>,
+    pub principal: Option<Budget>,
+    pub resource: Option<Budget>,
 }
 
 impl FleetBudgets {
@@ -85,6 +91,9 @@ impl FleetBudgets {
             BudgetLevel::Global => self.global,
             BudgetLevel::Source => self.source,
             BudgetLevel::Identity => self.identity,
+            BudgetLevel::Tenant => self.tenant,
+            BudgetLevel::Principal => self.principal,
+            BudgetLevel::Resource => self.resource,
         }
     }
 
@@ -92,7 +101,12 @@ impl FleetBudgets {
     /// Unix time).
     #[inline]
     pub fn any(&self) -> bool {
-        self.global.is_some() || self.source.is_some() || self.identity.is_some()
+        self.global.is_some()
+            || self.source.is_some()
+            || self.identity.is_some()
+            || self.tenant.is_some()
+            || self.principal.is_some()
+            || self.resource.is_some()
     }
 }
 

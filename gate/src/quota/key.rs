@@ -60,6 +60,12 @@ pub enum Domain {
     UdpSession = 12,
     /// A UDP source prefix as a drop's log line names it.
     UdpLog = 13,
+    /// A tenant's budget and lease (the configured header's value).
+    Tenant = 14,
+    /// A principal's budget and lease.
+    Principal = 15,
+    /// A resource's budget (the route it reaches).
+    Resource = 16,
 }
 
 /// How much of a client address a key keeps, per family.

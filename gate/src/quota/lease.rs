@@ -239,6 +239,11 @@ impl LeaseTable {
         Ok((spot, op))
     }
 
+    /// Requests running under source (or identity) key `key`. O(probe).
+    pub fn running(&self, key: u64) -> u32 {
+        self.keys.count_of(key)
+    }
+
     /// Ends the lease of `token`: takes it out of every count, and drops its
     /// source key when that was the key's last lease. Returns false, doing
     /// nothing, for a token already released. O(1).

@@ -16,6 +16,10 @@
 //! 2. [`lease`]: concurrency leases (global, source prefix, operation), held
 //!    for the request's whole life and released through the caller's guard.
 //! 3. Identity budgets (a window budget keyed by a credential fingerprint).
+//!
+//! [`dims`] holds the identity dimensions a later step of the chain asks
+//! once the identity is derived: tenant, principal and resource budgets,
+//! tenant and principal leases.
 //! 4. [`rate`]: token buckets per rate policy and host ([`slots`]).
 //!
 //! [`bucket`] is one bucket outside any table, for per-connection limits.
@@ -35,6 +39,7 @@
 
 pub mod bucket;
 pub mod decide;
+pub mod dims;
 pub mod fleet;
 pub mod fleetwindow;
 pub mod key;
@@ -52,6 +57,7 @@ pub use decide::{
     Level, OperationLimits, Quota, QuotaCounters, QuotaDecision, QuotaLimits, QuotaRequest,
     QuotaSizes, QuotaTicket, Refusal, SizeChange, SizeError,
 };
+pub use dims::{Dim, DimLimits, DimRequest};
 pub use key::{fingerprint, mask_source, Domain, Fingerprint, Keyer, MaskedSource, SourcePrefix};
 pub use lease::{LeaseLimits, LeaseRefusal, LeaseStats, LeaseTable, LeaseToken};
 pub use rate::{

@@ -214,10 +214,18 @@ pub(super) fn prepare<'s, W: Sink>(
     };
     let decision = match decided {
         Some(d) => d,
-        None => decide(shard, snap, &req, start, gate_ms),
+        None => {
+            // The identity step reads the provider's lines a resumed
+            // request carries.
+            shard.gate_mut().auth.resumed = identity.clone();
+            let d = decide(shard, snap, &req, start, gate_ms);
+            shard.gate_mut().auth.resumed = None;
+            d
+        }
     };
-    // After a password check the budgets' leases were taken before it.
-    let ticket = decision.ticket.or(paid);
+    // After a check the budgets' leases were taken before it; the
+    // identity dimensions' after it.
+    let ticket = QuotaTicket::merge(decision.ticket, paid);
     *host_out = decision.host;
     note_decision(shard, snap, &decision, log.as_deref_mut(), &req);
     let d = Decided {
