@@ -185,6 +185,28 @@ fn fleet_scoped_budgets_hold_the_whole_budget_and_a_local_share() {
 }
 
 #[test]
+fn identity_dimensions_are_shared_like_the_other_budgets_and_their_leases_stay_the_nodes() {
+    let c = ok_with(
+        &format!(
+            "{FLEET}[quota.tenant]\nheader = \"x-t\"\nrequests = 6000\nconcurrent = 40\nscope = \"fleet\"\n\n\
+             [quota.principal]\nheader = \"x-p\"\nrequests = 600\nscope = \"fleet\"\n\n\
+             [quota.resource]\nrequests = 1200\nscope = \"fleet\"\n"
+        ),
+        2,
+    );
+    let q = &c.snapshot.gate.quota;
+    let flat = |n| Some(Budget::flat(n).unwrap());
+    assert_eq!(q.dims.tenant.requests, flat(6000));
+    assert_eq!(q.dims.principal.requests, flat(600));
+    assert_eq!(q.dims.resource, flat(1200));
+    // Alone: a shard's part of the node's share (3 nodes, 2 shards).
+    assert_eq!(q.fleet.tenant, flat(1000));
+    assert_eq!(q.fleet.principal, flat(100));
+    assert_eq!(q.fleet.resource, flat(200));
+    assert_eq!(q.dims.tenant.concurrent, flat(20), "the node's, split");
+}
+
+#[test]
 fn budgets_without_a_fleet_scope_are_not_shared() {
     let c = ok(&format!(
         "{FLEET}[quota.global]\nrequests = 9000\n\n[quota.source]\nrequests = 300\n"

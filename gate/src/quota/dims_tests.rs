@@ -159,3 +159,27 @@ fn a_merged_ticket_releases_the_budgets_and_the_dimensions_leases() {
     assert_eq!(q.dim_running(TENANT + 4), 0);
     assert_eq!(q.leases().active(), 0);
 }
+
+#[test]
+fn critical_routes_may_use_a_leases_reserve() {
+    let mut l = limits(100, 100, None);
+    l.dims.principal.concurrent = Some(Budget::new(3, 2).unwrap());
+    let mut q = quota();
+    let mut alone = FleetState::default();
+    let mut admit = |q: &mut Quota, class| {
+        let r = DimRequest { class, ..req(1, 1) };
+        q.admit_dims(&l, &r, &mut alone, 0)
+    };
+    assert!(admit(&mut q, Class::Normal).is_ok());
+    assert!(admit(&mut q, Class::Normal).is_ok());
+    assert_eq!(
+        admit(&mut q, Class::Normal).unwrap_err().level,
+        Level::ConcurrentPrincipal,
+        "ordinary work stops at 2"
+    );
+    assert!(
+        admit(&mut q, Class::Critical).is_ok(),
+        "the reserve's third"
+    );
+    assert!(admit(&mut q, Class::Critical).is_err());
+}
