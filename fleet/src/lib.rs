@@ -18,6 +18,10 @@
 //! challenge answers in flight and who serves them, the sealed
 //! certificates.
 //!
+//! `profile` is one profile for the fleet: signed versions, the signed
+//! pointer to the current one, what nodes report (pure), and
+//! `profilestore` their place in the engine.
+//!
 //! `testing` starts real `redis-server` processes and a Redis Cluster on
 //! loopback ports for the tests of this crate and the runtime's.
 //!
@@ -28,6 +32,8 @@
 
 pub mod acme;
 pub mod engine;
+pub mod profile;
+pub mod profilestore;
 mod reconcile;
 pub mod testing;
 
