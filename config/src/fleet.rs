@@ -117,6 +117,7 @@ pub(crate) fn check_fleet(raw: Option<&RawFleet>, e: &mut Errors<'_>) -> Option<
              addresses against its keys",
         );
     }
+    let profile = crate::fleetprofile::check_profile(f, e);
     if e.error_count() != before {
         return None;
     }
@@ -129,6 +130,7 @@ pub(crate) fn check_fleet(raw: Option<&RawFleet>, e: &mut Errors<'_>) -> Option<
         sync_ms,
         nodes_expected: nodes_expected.map(|n| as_u64(n) as u32)?,
         shared_keys,
+        profile,
     })
 }
 

@@ -44,7 +44,8 @@
 //! - one module per block, each checking its raw tables: `server`
 //!   (`[server]`, listeners, the admin listener), `http3` (the listeners
 //!   that serve HTTP/3 and `[http3]`), `fleet` (`[fleet]`: the
-//!   engine fleet-scoped limits are shared through), `client`, `upstream`
+//!   engine fleet-scoped limits are shared through; `fleetprofile`: a node
+//!   that runs the fleet's signed profile), `client`, `upstream`
 //!   (`[[upstream]]` groups and their servers), `upstreamtls` (an
 //!   upstream's `tls`: roots, server name, client certificate),
 //!   `udp` (`[[udp]]` relays and their budgets), `quota` (with `dims`:
@@ -93,6 +94,7 @@ mod env;
 mod error;
 mod extras;
 mod fleet;
+mod fleetprofile;
 mod gatekeys;
 mod host;
 mod hostlayer;
@@ -139,8 +141,8 @@ pub use protection::{
     CLIENT_RATE_LIMIT, DIMENSIONS as PROTECTION_DIMENSIONS, FALLBACK_MEMORY_BYTES,
 };
 pub use settings::{
-    AcmeChallenge, AcmeSettings, ClientRing, Driver, FleetSettings, OnDemand, RuntimeSettings,
-    Shards, Steering,
+    AcmeChallenge, AcmeSettings, ClientRing, Driver, FleetProfile, FleetSettings, OnDemand,
+    RuntimeSettings, Shards, Steering,
 };
 
 use std::path::Path;

@@ -25,6 +25,12 @@ pub(crate) struct RawFleet {
     pub sync_ms: Opt<i64>,
     pub nodes_expected: Opt<i64>,
     pub shared_keys: Opt<i64>,
+    /// One profile for the fleet (`fleetprofile`).
+    pub profile: Opt<String>,
+    pub publisher_key: Opt<String>,
+    pub state_dir: Opt<String>,
+    pub profile_poll_ms: Opt<i64>,
+    pub profile_max_bytes: Opt<i64>,
 }
 
 /// `[quota]`: one shard's table sizes, the budgets and the operations.

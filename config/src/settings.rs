@@ -104,6 +104,22 @@ pub struct FleetSettings {
     pub nodes_expected: u32,
     /// Keys each shard may share at once.
     pub shared_keys: usize,
+    /// `profile = "pull"`: the node runs the fleet's signed profile.
+    pub profile: Option<FleetProfile>,
+}
+
+/// `[fleet] profile = "pull"`: where a node takes its profile from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetProfile {
+    /// The publisher's Ed25519 public key (base64): nothing else is taken.
+    pub publisher_key: String,
+    /// Where the last good version is kept (a restart without the engine
+    /// starts from it).
+    pub state_dir: String,
+    /// How often the pointer is read.
+    pub poll_ms: u64,
+    /// The largest version taken.
+    pub max_bytes: u64,
 }
 
 impl Default for RuntimeSettings {

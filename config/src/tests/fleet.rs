@@ -327,3 +327,53 @@ fn a_redis_others_can_reach_is_warned_of() {
         );
     }
 }
+
+#[test]
+fn a_pulling_node_has_its_publisher_key_state_dir_and_bounds() {
+    let key = "q83vEjRWeJCrze8SNFZ4kKvN7xI0VniQq83vEjRWeJA=";
+    let c = ok(&format!(
+        "{FLEET}profile = \"pull\"\npublisher_key = \"{key}\"\nprofile_poll_ms = 250\n"
+    ));
+    let p = c.runtime.fleet.unwrap().profile.expect("pulls");
+    assert_eq!(p.publisher_key, key);
+    assert_eq!(p.state_dir, "/var/lib/gapura/fleet");
+    assert_eq!((p.poll_ms, p.max_bytes), (250, 1 << 20));
+    let local = ok(&format!("{FLEET}profile = \"local\"\n"));
+    assert_eq!(local.runtime.fleet.unwrap().profile, None);
+}
+
+#[test]
+fn each_pull_setting_error_has_its_code_and_position() {
+    assert_eq!(
+        one(&format!("{FLEET}profile = \"push\"\n")),
+        at("fleet.profile.invalid", "fleet.profile", 5, 11)
+    );
+    assert_eq!(
+        one(&format!("{FLEET}profile = \"pull\"\n")),
+        at("fleet.publisher_key.required", "fleet.publisher_key", 5, 11)
+    );
+    assert_eq!(
+        one(&format!(
+            "{FLEET}profile = \"pull\"\npublisher_key = \"abc\"\n"
+        )),
+        at("fleet.publisher_key.invalid", "fleet.publisher_key", 6, 17)
+    );
+    assert_eq!(
+        one(&format!("{FLEET}profile_poll_ms = 5\n")),
+        at(
+            "fleet.profile_poll_ms.range",
+            "fleet.profile_poll_ms",
+            5,
+            19
+        )
+    );
+    assert_eq!(
+        one(&format!("{FLEET}profile_max_bytes = 5\n")),
+        at(
+            "fleet.profile_max_bytes.range",
+            "fleet.profile_max_bytes",
+            5,
+            21
+        )
+    );
+}
