@@ -109,3 +109,40 @@ fn key_ok(key: &str) -> Result<(), ()> {
             .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/');
     valid.then_some(()).ok_or(())
 }
+
+/// The profile a pulling node runs: the fleet's `fleet_text` with this
+/// node's `[server]` and `[fleet]` from `local_text` in place of its own
+/// (the fleet cannot change them). `Err`: either is not TOML.
+pub fn with_local(fleet_text: &str, local_text: &str) -> Result<String, String> {
+    let mut fleet: toml::Table = fleet_text
+        .parse()
+        .map_err(|e| format!("the fleet's profile is not TOML: {e}"))?;
+    let local: toml::Table = local_text
+        .parse()
+        .map_err(|e| format!("the local profile is not TOML: {e}"))?;
+    for key in ["server", "fleet"] {
+        fleet.remove(key);
+        if let Some(v) = local.get(key) {
+            fleet.insert(key.to_string(), v.clone());
+        }
+    }
+    Ok(fleet.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_local;
+
+    #[test]
+    fn the_local_server_and_fleet_replace_the_fleets() {
+        let fleet =
+            "[server]\nshards = 8\n\n[fleet]\nnode = \"x\"\n\n[[host]]\nnames = [\"a.test\"]\n";
+        let local = "[server]\nlisten = [\"127.0.0.1:1\"]\n\n[fleet]\nnode = \"edge-1\"\n\n[[host]]\nnames = [\"local.test\"]\n";
+        let merged: toml::Table = with_local(fleet, local).unwrap().parse().unwrap();
+        assert_eq!(merged["server"].get("shards"), None);
+        assert_eq!(merged["server"]["listen"][0].as_str(), Some("127.0.0.1:1"));
+        assert_eq!(merged["fleet"]["node"].as_str(), Some("edge-1"));
+        assert_eq!(merged["host"][0]["names"][0].as_str(), Some("a.test"));
+        assert!(with_local("[[host]", local).is_err());
+    }
+}

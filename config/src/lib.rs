@@ -137,6 +137,7 @@ pub use env::{
 };
 pub use error::{locate, ProfileError};
 pub use fleet::loopback as redis_is_loopback;
+pub use fleetprofile::with_local as fleet_profile_with_local;
 pub use protection::{
     CLIENT_RATE_LIMIT, DIMENSIONS as PROTECTION_DIMENSIONS, FALLBACK_MEMORY_BYTES,
 };

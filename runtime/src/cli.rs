@@ -35,11 +35,12 @@ fn exit_status_help() -> String {
 
 /// The subcommands that have a man page of their own (`gapura man COMMAND`):
 /// every one of [`Command`]'s.
-pub const MAN_PAGES: [&str; 8] = [
+pub const MAN_PAGES: [&str; 9] = [
     "run",
     "check",
     "explain",
     "passwd",
+    "fleet",
     "doctor",
     "tune",
     "completions",
@@ -99,6 +100,14 @@ pub enum Command {
     /// twice) or stdin, and prints the line for a user's `password_hash` in a
     /// profile.
     Passwd(PasswdArgs),
+    /// One profile for the fleet: a signing key, publishing, status, rollback
+    ///
+    /// Versions are stored in the fleet's Redis, signed with the publisher's
+    /// Ed25519 key; nodes with `[fleet] profile = "pull"` and its public key
+    /// apply the current one and report ACK or NACK (docs/fleet.md, "One
+    /// profile for the fleet"). The engine is `--redis URL`, or the `[fleet]`
+    /// of the local profile given with `--profile`.
+    Fleet(FleetArgs),
     /// Check this host for what Gapura needs; changes nothing
     ///
     /// io_uring and its flags, memlock and open-file limits against the
@@ -270,6 +279,80 @@ impl ExplainArgs {
         }
         self
     }
+}
+
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    #[command(subcommand)]
+    pub command: FleetCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FleetCommand {
+    /// Write a new Ed25519 signing key (mode 0600) and print the line nodes
+    /// put in their `[fleet]`
+    Keygen {
+        /// Where the key is written (it must not exist)
+        #[arg(value_name = "KEYFILE", value_hint = ValueHint::FilePath)]
+        keyfile: PathBuf,
+    },
+    /// Check a profile as `check` does, then publish it, signed, as the
+    /// current version (a profile with an error is never published)
+    Publish {
+        #[command(flatten)]
+        signer: SignerArgs,
+        /// Who publishes, for `status` (default: $USER)
+        #[arg(long, value_name = "NAME")]
+        author: Option<String>,
+        /// The largest version published, in bytes
+        #[arg(long, value_name = "N", default_value_t = 1 << 20)]
+        max_bytes: u64,
+        /// The fleet's profile
+        #[arg(value_name = "PROFILE", value_hint = ValueHint::FilePath)]
+        file: PathBuf,
+    },
+    /// The current version, the rollout's state, and each node's report
+    Status {
+        #[command(flatten)]
+        engine: EngineArgs,
+        /// One JSON object instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make an earlier version current again (default: the one before)
+    Rollback {
+        #[command(flatten)]
+        signer: SignerArgs,
+        /// The version to return to
+        #[arg(value_name = "VERSION")]
+        version: Option<u64>,
+    },
+    /// Stop the rollout: every node stays on what it runs
+    Halt {
+        #[command(flatten)]
+        signer: SignerArgs,
+    },
+}
+
+/// Where the engine is: `--redis URL`, or a local profile's `[fleet]`.
+#[derive(Debug, Args)]
+pub struct EngineArgs {
+    /// The engine's address (redis:// or rediss://)
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+    /// A local profile whose `[fleet]` names the engine and its password
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub profile: Option<PathBuf>,
+}
+
+/// The engine, and the publisher's key.
+#[derive(Debug, Args)]
+pub struct SignerArgs {
+    /// The publisher's key, as `gapura fleet keygen` wrote it
+    #[arg(long, value_name = "KEYFILE", value_hint = ValueHint::FilePath)]
+    pub key: PathBuf,
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 #[derive(Debug, Args)]

@@ -10,7 +10,8 @@
 //!
 //! - `cli`: the command line, defined once (arguments, completions, man
 //!   pages); `explain`, `passwd`: those two commands (`explain_udp`:
-//!   `explain` for one datagram to a UDP relay).
+//!   `explain` for one datagram to a UDP relay); `fleetcmd`: `gapura
+//!   fleet` (keys, publishing, status, rollback, halt).
 //! - `run`: starting and draining (the control thread); `reload`: a
 //!   reload's compile, refusals and publish;
 //!   `profile`: loading a profile on this machine (cores, the bounded
@@ -41,6 +42,7 @@ mod cli;
 mod explain;
 mod explain_udp;
 mod fleet;
+mod fleetcmd;
 mod health;
 mod listeners;
 mod log;
@@ -74,6 +76,7 @@ fn main() -> ExitCode {
         Command::Check { file } => check(&file),
         Command::Explain(a) => explain::run(a.resolve_words()),
         Command::Passwd(a) => passwd::run(a),
+        Command::Fleet(a) => fleetcmd::run(a.command),
         Command::Doctor(a) => doctor(a),
         Command::Tune(a) => tune(a),
         Command::Completions { shell } => cli::completions(shell),

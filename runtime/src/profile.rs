@@ -192,6 +192,26 @@ pub fn load(profile: Option<&Path>) -> Result<Compiled, Vec<ProfileError>> {
     }
 }
 
+/// Compiles profile `text` for this machine, its relative paths from
+/// `base` (a pulling node's merged profile, a version to publish).
+pub fn load_text(text: &str, base: &Path) -> Result<Compiled, Vec<ProfileError>> {
+    let resolver = SystemResolver {
+        timeout: RESOLVE_TIMEOUT,
+    };
+    let files = CertificateFiles {
+        base: base.to_path_buf(),
+    };
+    let env = Environment {
+        cores: cores(),
+        memory_bytes: memory_bytes(),
+        resolver: &resolver,
+        certificates: &files,
+    };
+    let mut c = gapura_config::compile_with(text, &env)?;
+    from_profile_dir(&mut c, base);
+    Ok(c)
+}
+
 /// One rule for every path a profile names: a relative one is relative to
 /// the profile's directory (`base`), whatever directory the command runs
 /// from. Certificates and `ca_file` are read that way by
