@@ -10,6 +10,10 @@ use crate::profile::{
 };
 use std::collections::HashMap;
 
+/// A node as the engine has it: its name, its last report, when it last
+/// looked (Unix s).
+pub type NodeState = (String, Option<Report>, Option<u64>);
+
 /// One connection to the engine.
 pub struct Store {
     engine: Engine,
@@ -135,7 +139,7 @@ impl Store {
     }
 
     /// Every node's last report and when it last looked, by name.
-    pub fn nodes(&mut self) -> Result<Vec<(String, Option<Report>, Option<u64>)>, String> {
+    pub fn nodes(&mut self) -> Result<Vec<NodeState>, String> {
         let reports: HashMap<String, String> = self.query(redis::cmd("HGETALL").arg(NODES_KEY))?;
         let seen: HashMap<String, String> = self.query(redis::cmd("HGETALL").arg(SEEN_KEY))?;
         let mut names: Vec<&String> = reports.keys().chain(seen.keys()).collect();
