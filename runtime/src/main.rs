@@ -27,7 +27,8 @@
 //!   systemd's notification protocol (ready, reloading, stopping,
 //!   watchdog).
 //! - `health`: active health checks; `fleet`: `[fleet]`'s reconciler started, each shard's sync
-//!   timer, the fleet's metrics; `acme`: `[acme]`'s thread started and
+//!   timer, the fleet's metrics; `fleetpull`: a node that runs the fleet's
+//!   signed profile (its puller thread, its last good version); `acme`: `[acme]`'s thread started and
 //!   what it changes in the published snapshot (certificates,
 //!   challenges), its metrics.
 //! - `admin`: `/healthz` and `/metrics`; `log`: one-line logs;
@@ -43,6 +44,7 @@ mod explain;
 mod explain_udp;
 mod fleet;
 mod fleetcmd;
+mod fleetpull;
 mod health;
 mod listeners;
 mod log;

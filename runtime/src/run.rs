@@ -26,6 +26,18 @@ pub(crate) fn compile(profile: Option<&Path>) -> Result<Compiled, String> {
     let name = profile
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "<embedded default>".into());
+    finish(&name, profile, result)
+}
+
+/// A compiled profile made ready to run, as `compile` makes the file's
+/// (`name`: what its errors are prefixed with): its warnings logged,
+/// proof of work's key and the UDP envelope keys read; its errors as one
+/// text.
+pub(crate) fn finish(
+    name: &str,
+    profile: Option<&Path>,
+    result: Result<Compiled, Vec<gapura_config::ProfileError>>,
+) -> Result<Compiled, String> {
     let mut c = result.map_err(|errors| {
         errors
             .iter()
@@ -90,6 +102,8 @@ pub fn run(o: Options) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // A pulling node starts from its last good version of the fleet's.
+    let (compiled, pulled) = crate::fleetpull::last_good(profile.as_deref(), compiled);
     let settings = compiled.runtime.clone();
     // Who to become is settled before anything is bound.
     let drop_to = match crate::privileges::plan(settings.user.as_deref(), allow_root) {
@@ -106,6 +120,7 @@ pub fn run(o: Options) -> ExitCode {
     };
     let run = Run {
         profile,
+        pulled,
         watch,
         drop_to,
         notify: crate::notify::Notifier::from_env(),
@@ -124,6 +139,8 @@ pub fn run(o: Options) -> ExitCode {
 /// How this process runs, beside its profile's settings.
 struct Run {
     profile: Option<PathBuf>,
+    /// The fleet's profile the node started from (`[fleet] profile = "pull"`).
+    pulled: Option<String>,
     watch: bool,
     /// The user to become once the ports are bound.
     drop_to: Option<crate::privileges::Target>,
@@ -143,6 +160,7 @@ fn shard_count(shards: Shards, cores: usize) -> usize {
 fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<ExitCode, String> {
     let Run {
         profile,
+        pulled,
         watch,
         drop_to,
         notify,
@@ -191,6 +209,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     let (log_tx, log_writer) = start_log_writer(&cell, shard_count, &global)?;
     let mut fleet = crate::fleet::start(&settings, shard_count)?;
     let mut fleet_running = take_fleet_running(&mut fleet);
+    let mut pull = crate::fleetpull::start(settings.fleet.as_ref(), pulled)?;
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
     let replay = Arc::new(gapura_udp::replay::ReplayBoard::default());
@@ -254,7 +273,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
         &log_writer,
         &notify,
         handover.as_ref(),
-        (&mut fleet_running, &mut acme),
+        (&mut fleet_running, &mut acme, pull.as_mut()),
     )?;
     stopped(handover, threads, log_writer);
     Ok(ExitCode::SUCCESS)
@@ -650,7 +669,11 @@ fn control_loop(
     log_writer: &crate::accesslog::LogWriter,
     notify: &crate::notify::Notifier,
     handover: Option<&crate::upgrade::Handover>,
-    (fleet, acme): (&mut crate::fleet::Running, &mut crate::acme::Running),
+    (fleet, acme, mut pull): (
+        &mut crate::fleet::Running,
+        &mut crate::acme::Running,
+        Option<&mut crate::fleetpull::Pull>,
+    ),
 ) -> Result<(), String> {
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM, SIGINT, SIGUSR1])
         .map_err(|e| format!("signals: {e}"))?;
@@ -692,12 +715,23 @@ fn control_loop(
         }
         if reload {
             notify.reloading();
-            let failed_before = global.reloads_failed.load(Ordering::Relaxed);
-            crate::reload::do_reload(cell, global, (settings, fleet, acme), profile, slots);
-            let ok = global.reloads_failed.load(Ordering::Relaxed) == failed_before;
+            let pulled = pull.as_ref().and_then(|p| p.current.as_deref());
+            let source = crate::reload::Source { profile, pulled };
+            let to = (settings, &mut *fleet, &mut *acme);
+            let ok = crate::reload::do_reload(cell, global, to, source, slots).is_ok();
             notify.reloaded(cell.generation(), ok);
             let current = cell.load();
             log_writer.set_path(current.server.access_log.as_ref().map(|a| a.path.as_str()));
+        }
+        if let Some(p) = pull.as_deref_mut() {
+            p.serve(|text| {
+                let source = crate::reload::Source {
+                    profile,
+                    pulled: Some(text),
+                };
+                let to = (settings, &mut *fleet, &mut *acme);
+                crate::reload::do_reload(cell, global, to, source, slots)
+            });
         }
         if acme.poll(cell) {
             global
