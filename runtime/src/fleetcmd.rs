@@ -97,14 +97,17 @@ fn now() -> (u64, u64) {
 /// `[server]` and `[fleet]` when `--profile` names one) and publishes it.
 fn publish(s: &SignerArgs, author: Option<String>, max: u64, path: &Path) -> Result<(), String> {
     let key = signer(&s.key)?;
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if text.len() as u64 > max {
+    // The size first: an oversized file is refused before it is read.
+    let len = std::fs::metadata(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    if len > max {
         return Err(format!(
-            "{} is {} bytes, over --max-bytes {max}: not published",
-            path.display(),
-            text.len()
+            "{} is {len} bytes, over --max-bytes {max}: not published",
+            path.display()
         ));
     }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let checked = match &s.engine.profile {
         Some(local) => {
             let local_text =
