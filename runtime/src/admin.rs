@@ -49,6 +49,8 @@ pub struct Admin {
     )>,
     /// `[acme]`: the ACME thread's certificates and counters.
     pub acme: Arc<std::sync::Mutex<gapura_acme::Shared>>,
+    /// `[fleet] profile = "pull"`: the version the node runs.
+    pub profile: Option<Arc<crate::fleetpull::ProfileStats>>,
 }
 
 pub fn spawn(listener: TcpListener, admin: Admin) -> std::io::Result<()> {
@@ -301,7 +303,15 @@ fn live_explain(admin: &Admin, query: &[u8]) -> Result<String, String> {
             })
         })
         .collect();
-    Ok(serde_json::to_string_pretty(&serde_json::json!({ "shards": shards })).unwrap_or_default())
+    let profile = admin
+        .profile
+        .as_ref()
+        .map(|p| p.version.load(std::sync::atomic::Ordering::Relaxed));
+    Ok(serde_json::to_string_pretty(&serde_json::json!({
+        "shards": shards,
+        "fleet_profile_version": profile,
+    }))
+    .unwrap_or_default())
 }
 
 pub(super) fn family(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -621,6 +621,12 @@ fn print_decision(
     }
     let answer = decided["answer"]["says"].as_str().unwrap_or("");
     println!("  {:<15} {answer}", "answer");
+    if let Some(v) = decided["live"]["fleet_profile_version"].as_u64() {
+        match v {
+            0 => println!("the running server pulls the fleet's profile and runs its local one"),
+            v => println!("the running server answers under the fleet's profile, version {v}"),
+        }
+    }
     if let Some(shards) = decided["live"]["shards"].as_array() {
         println!("live tables of the running server:");
         for s in shards {

@@ -19,7 +19,9 @@ use gapura_config::{Compiled, FleetProfile, FleetSettings};
 use gapura_fleet::profile::{Report, State, Verifier};
 use gapura_fleet::profilestore::Store;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A version offered to the control loop, and where its verdict goes.
@@ -35,6 +37,56 @@ pub struct Pull {
     /// The fleet version's text this node runs (its `[server]` and
     /// `[fleet]` replaced by the local file's), for reloads.
     pub current: Option<String>,
+    /// What `/metrics` and `explain --live` say of the node's version.
+    pub stats: Arc<ProfileStats>,
+}
+
+/// A pulling node's counters, shared with the admin listener.
+#[derive(Debug, Default)]
+pub struct ProfileStats {
+    /// The fleet's version the node runs (0: its local profile).
+    pub version: AtomicU64,
+    /// When the pointer was last read (Unix s; 0: never).
+    pub last_pull: AtomicU64,
+    pub acks: AtomicU64,
+    pub nacks: AtomicU64,
+}
+
+impl ProfileStats {
+    /// `/metrics`' lines of a pulling node.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        let rows = [
+            (
+                "gapura_fleet_profile_version",
+                "gauge",
+                "The fleet's profile version this node runs (0: its local profile).",
+                &self.version,
+            ),
+            (
+                "gapura_fleet_profile_last_pull_seconds",
+                "gauge",
+                "When this node last read the fleet's pointer (Unix seconds).",
+                &self.last_pull,
+            ),
+            (
+                "gapura_fleet_profile_acks_total",
+                "counter",
+                "Versions this node applied and acknowledged.",
+                &self.acks,
+            ),
+            (
+                "gapura_fleet_profile_nacks_total",
+                "counter",
+                "Versions this node refused (NACK).",
+                &self.nacks,
+            ),
+        ];
+        for (name, kind, help, v) in rows {
+            crate::admin::family(out, name, kind, help);
+            let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
+        }
+    }
 }
 
 impl Pull {
@@ -46,6 +98,7 @@ impl Pull {
             if result.is_ok() {
                 log!("fleet profile: version {} applied", offer.version);
                 self.current = Some(offer.text.clone());
+                self.stats.version.store(offer.version, Ordering::Relaxed);
             }
             let _ = offer.reply.send(result);
         }
@@ -181,11 +234,17 @@ pub(crate) fn start(
     let target = crate::fleet::target(f, password);
     let node = f.node.clone().unwrap_or_else(crate::fleet::host_name);
     let (tx, rx) = sync_channel(1);
+    let stats = Arc::new(ProfileStats::default());
+    if current.is_some() {
+        let kept = Kept::load(&p.state_dir);
+        stats.version.store(kept.version, Ordering::Relaxed);
+    }
+    let s = stats.clone();
     std::thread::Builder::new()
         .name("gapura-fleet-profile".into())
-        .spawn(move || Puller::new(p, verifier, target, node, tx).run())
+        .spawn(move || Puller::new(p, verifier, target, node, tx, s).run())
         .map_err(|e| format!("fleet profile thread: {e}"))?;
-    Ok(Some(Pull { rx, current }))
+    Ok(Some(Pull { rx, current, stats }))
 }
 
 struct Puller {
@@ -194,6 +253,7 @@ struct Puller {
     target: gapura_fleet::Target,
     node: String,
     tx: SyncSender<Offer>,
+    stats: Arc<ProfileStats>,
     kept: Kept,
     store: Option<Store>,
     /// The engine was away at the last look (said once).
@@ -213,6 +273,7 @@ impl Puller {
         target: gapura_fleet::Target,
         node: String,
         tx: SyncSender<Offer>,
+        stats: Arc<ProfileStats>,
     ) -> Puller {
         let kept = Kept::load(&p.state_dir);
         Puller {
@@ -221,6 +282,7 @@ impl Puller {
             target,
             node,
             tx,
+            stats,
             kept,
             store: None,
             away: false,
@@ -250,6 +312,7 @@ impl Puller {
         }
         let store = self.store.as_mut().ok_or("no engine")?;
         store.seen(&self.node, unix_s())?;
+        self.stats.last_pull.store(unix_s(), Ordering::Relaxed);
         if self.away {
             log!("fleet profile: the engine answers again");
             self.away = false;
@@ -293,6 +356,12 @@ impl Puller {
             );
         }
         self.kept.save(&self.p.state_dir)?;
+        let counter = if report.ack {
+            &self.stats.acks
+        } else {
+            &self.stats.nacks
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         let store = self.store.as_mut().ok_or("no engine")?;
         store.report(&self.node, &report)
     }

@@ -257,6 +257,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
             verifier: Some(verifier.clone()),
             fleet: fleet.map(|f| (f.stats, f.shard_stats)),
             acme: acme.shared.clone(),
+            profile: pull.as_ref().map(|p| p.stats.clone()),
         };
         start_admin(l, admin)?;
     }

@@ -124,6 +124,10 @@ fn a_publish_reaches_every_node_and_a_profile_with_an_error_is_never_published()
     assert!(ok, "{out}");
     let took = converge(&nodes, "one");
     eprintln!("version 1 applied on three nodes in {took:?} (poll {POLL_MS} ms)");
+    for g in &nodes {
+        assert_eq!(g.metric("gapura_fleet_profile_version"), 1);
+        assert!(g.metric("gapura_fleet_profile_last_pull_seconds") > 0);
+    }
     // A profile with an error: refused at publish, nothing changes.
     let (ok, out) = publish(&p, &redis, &dir.0, &version("two", "status = 999\n"));
     assert!(!ok, "{out}");

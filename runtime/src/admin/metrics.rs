@@ -82,6 +82,9 @@ pub fn render_metrics(admin: &Admin) -> String {
     render_verification(&mut out, admin);
     crate::fleet::render_metrics(&mut out, admin.fleet.as_ref());
     crate::acme::Running::metrics(&admin.acme, &mut out);
+    if let Some(p) = &admin.profile {
+        p.render(&mut out);
+    }
     out
 }
 
