@@ -256,6 +256,17 @@ impl Pointer {
     }
 }
 
+/// A pulling node's counters, shared with its admin listener.
+#[derive(Debug, Default)]
+pub struct ProfileStats {
+    /// The fleet's version the node runs (0: its local profile).
+    pub version: std::sync::atomic::AtomicU64,
+    /// When the pointer was last read (Unix s; 0: never).
+    pub last_pull: std::sync::atomic::AtomicU64,
+    pub acks: std::sync::atomic::AtomicU64,
+    pub nacks: std::sync::atomic::AtomicU64,
+}
+
 /// What a node says of a version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {

@@ -50,7 +50,7 @@ pub struct Admin {
     /// `[acme]`: the ACME thread's certificates and counters.
     pub acme: Arc<std::sync::Mutex<gapura_acme::Shared>>,
     /// `[fleet] profile = "pull"`: the version the node runs.
-    pub profile: Option<Arc<crate::fleetpull::ProfileStats>>,
+    pub profile: Option<Arc<gapura_fleet::profile::ProfileStats>>,
 }
 
 pub fn spawn(listener: TcpListener, admin: Admin) -> std::io::Result<()> {

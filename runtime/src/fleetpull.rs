@@ -12,14 +12,14 @@
 //! ACK (and keeps the version in `state_dir`, the node's last good one)
 //! or the NACK with every error. A node that missed versions takes the
 //! current one only; one started without the engine runs its last good
-//! version ([`last_good`]). Nothing here is on a shard.
+//! version ([`kept_version`]). Nothing here is on a shard.
 
 use crate::log;
 use gapura_config::{Compiled, FleetProfile, FleetSettings};
-use gapura_fleet::profile::{Report, State, Verifier};
+use gapura_fleet::profile::{ProfileStats, Report, State, Verifier};
 use gapura_fleet::profilestore::Store;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,54 +39,6 @@ pub struct Pull {
     pub current: Option<String>,
     /// What `/metrics` and `explain --live` say of the node's version.
     pub stats: Arc<ProfileStats>,
-}
-
-/// A pulling node's counters, shared with the admin listener.
-#[derive(Debug, Default)]
-pub struct ProfileStats {
-    /// The fleet's version the node runs (0: its local profile).
-    pub version: AtomicU64,
-    /// When the pointer was last read (Unix s; 0: never).
-    pub last_pull: AtomicU64,
-    pub acks: AtomicU64,
-    pub nacks: AtomicU64,
-}
-
-impl ProfileStats {
-    /// `/metrics`' lines of a pulling node.
-    pub fn render(&self, out: &mut String) {
-        use std::fmt::Write;
-        let rows = [
-            (
-                "gapura_fleet_profile_version",
-                "gauge",
-                "The fleet's profile version this node runs (0: its local profile).",
-                &self.version,
-            ),
-            (
-                "gapura_fleet_profile_last_pull_seconds",
-                "gauge",
-                "When this node last read the fleet's pointer (Unix seconds).",
-                &self.last_pull,
-            ),
-            (
-                "gapura_fleet_profile_acks_total",
-                "counter",
-                "Versions this node applied and acknowledged.",
-                &self.acks,
-            ),
-            (
-                "gapura_fleet_profile_nacks_total",
-                "counter",
-                "Versions this node refused (NACK).",
-                &self.nacks,
-            ),
-        ];
-        for (name, kind, help, v) in rows {
-            crate::admin::family(out, name, kind, help);
-            let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
-        }
-    }
 }
 
 impl Pull {
@@ -163,59 +115,21 @@ fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), String> {
     std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Compiles the fleet's `text` with the local profile's `[server]` and
-/// `[fleet]` (read from `profile` now), as `run::compile` finishes a
-/// profile.
-pub(crate) fn compile_pulled(profile: Option<&Path>, text: &str) -> Result<Compiled, String> {
-    let local = match profile {
-        Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
-        None => String::new(),
-    };
-    let merged = gapura_config::fleet_profile_with_local(text, &local)?;
-    let base = profile.and_then(Path::parent).unwrap_or(Path::new("."));
-    let result = crate::profile::load_text(&merged, base);
-    crate::run::finish("<the fleet's profile>", profile, result)
-}
-
-/// At start: a pulling node with a last good version in its state
-/// directory runs it (with its local `[server]` and `[fleet]`), whether or
-/// not the engine answers; otherwise (or when it does not compile here)
-/// the local profile. Returns the compiled profile and the fleet's text it
-/// came from.
-pub(crate) fn last_good(profile: Option<&Path>, local: Compiled) -> (Compiled, Option<String>) {
-    let Some(p) = local
-        .runtime
-        .fleet
-        .as_ref()
-        .and_then(|f| f.profile.as_ref())
-    else {
-        return (local, None);
-    };
+/// At start: the last good version a pulling node kept in its state
+/// directory (its text and number), when it is whole; `None` otherwise
+/// (the node starts from its local profile).
+pub(crate) fn kept_version(local: &Compiled) -> Option<(String, u64)> {
+    let p = local.runtime.fleet.as_ref()?.profile.as_ref()?;
     let kept = Kept::load(&p.state_dir);
-    let Ok(text) = std::fs::read_to_string(text_path(&p.state_dir)) else {
-        return (local, None);
-    };
+    let text = std::fs::read_to_string(text_path(&p.state_dir)).ok()?;
     if gapura_fleet::profile::digest(text.as_bytes()) != kept.sha256 {
         log!(
             "fleet profile: {} does not match what was kept; starting from the local profile",
             text_path(&p.state_dir).display()
         );
-        return (local, None);
+        return None;
     }
-    match compile_pulled(profile, &text) {
-        Ok(c) => {
-            log!(
-                "fleet profile: starting from version {}, the last good one kept in {}",
-                kept.version,
-                p.state_dir
-            );
-            (c, Some(text))
-        }
-        Err(e) => {
-            log!("fleet profile: the version kept does not compile here ({e}); starting from the local profile");
-            (local, None)
-        }
-    }
+    Some((text, kept.version))
 }
 
 /// Starts the puller when the profile pulls; `current`: the fleet's text

@@ -34,7 +34,7 @@ pub(crate) fn do_reload(
     slots: &mut crate::health::Slots,
 ) -> Result<(), Vec<String>> {
     let compiled = match source.pulled {
-        Some(text) => crate::fleetpull::compile_pulled(source.profile, text),
+        Some(text) => crate::run::compile_pulled(source.profile, text),
         None => crate::run::compile(source.profile),
     };
     match compiled {

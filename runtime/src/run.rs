@@ -64,6 +64,40 @@ pub(crate) fn finish(
     Ok(c)
 }
 
+/// Compiles the fleet's `text` with the local profile's `[server]` and
+/// `[fleet]` (read from `profile` now), finished as [`compile`] finishes
+/// a profile.
+pub(crate) fn compile_pulled(profile: Option<&Path>, text: &str) -> Result<Compiled, String> {
+    let local = match profile {
+        Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        None => String::new(),
+    };
+    let merged = gapura_config::fleet_profile_with_local(text, &local)?;
+    let base = profile.and_then(Path::parent).unwrap_or(Path::new("."));
+    let result = crate::profile::load_text(&merged, base);
+    finish("<the fleet's profile>", profile, result)
+}
+
+/// A pulling node with a last good version kept runs it (with its local
+/// `[server]` and `[fleet]`), whether or not the engine answers; otherwise
+/// (or when it does not compile here) the local profile. Returns the
+/// compiled profile and the fleet's text it came from.
+fn last_good(profile: Option<&Path>, local: Compiled) -> (Compiled, Option<String>) {
+    let Some((text, version)) = crate::fleetpull::kept_version(&local) else {
+        return (local, None);
+    };
+    match compile_pulled(profile, &text) {
+        Ok(c) => {
+            log!("fleet profile: starting from version {version}, the last good one kept");
+            (c, Some(text))
+        }
+        Err(e) => {
+            log!("fleet profile: the version kept does not compile here ({e}); starting from the local profile");
+            (local, None)
+        }
+    }
+}
+
 /// A refusal of a `[server]` setting as the compiler's errors read:
 /// `FILE:LINE:COL: error[CODE] server.KEY: MESSAGE` (the position where
 /// the setting is written in the profile, 0:0 when it is not found).
@@ -103,7 +137,7 @@ pub fn run(o: Options) -> ExitCode {
         }
     };
     // A pulling node starts from its last good version of the fleet's.
-    let (compiled, pulled) = crate::fleetpull::last_good(profile.as_deref(), compiled);
+    let (compiled, pulled) = last_good(profile.as_deref(), compiled);
     let settings = compiled.runtime.clone();
     // Who to become is settled before anything is bound.
     let drop_to = match crate::privileges::plan(settings.user.as_deref(), allow_root) {

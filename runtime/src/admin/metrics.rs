@@ -83,9 +83,44 @@ pub fn render_metrics(admin: &Admin) -> String {
     crate::fleet::render_metrics(&mut out, admin.fleet.as_ref());
     crate::acme::Running::metrics(&admin.acme, &mut out);
     if let Some(p) = &admin.profile {
-        p.render(&mut out);
+        render_profile(&mut out, p);
     }
     out
+}
+
+/// A pulling node's version, last pull, ACKs and NACKs.
+fn render_profile(out: &mut String, p: &gapura_fleet::profile::ProfileStats) {
+    use std::sync::atomic::Ordering;
+    let rows = [
+        (
+            "gapura_fleet_profile_version",
+            "gauge",
+            "The fleet's profile version this node runs (0: its local profile).",
+            &p.version,
+        ),
+        (
+            "gapura_fleet_profile_last_pull_seconds",
+            "gauge",
+            "When this node last read the fleet's pointer (Unix seconds).",
+            &p.last_pull,
+        ),
+        (
+            "gapura_fleet_profile_acks_total",
+            "counter",
+            "Versions this node applied and acknowledged.",
+            &p.acks,
+        ),
+        (
+            "gapura_fleet_profile_nacks_total",
+            "counter",
+            "Versions this node refused (NACK).",
+            &p.nacks,
+        ),
+    ];
+    for (name, kind, help, v) in rows {
+        family(out, name, kind, help);
+        let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
+    }
 }
 
 /// Failed TLS handshakes by reason.
