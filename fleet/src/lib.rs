@@ -19,7 +19,8 @@
 //! certificates.
 //!
 //! `profile` is one profile for the fleet: signed versions, the signed
-//! pointer to the current one, what nodes report (pure), and
+//! pointer to the current one, what nodes report (pure), `rollout` a
+//! staged rollout's terms and rules (canaries, halt thresholds), and
 //! `profilestore` their place in the engine.
 //!
 //! `testing` starts real `redis-server` processes and a Redis Cluster on
@@ -35,6 +36,7 @@ pub mod engine;
 pub mod profile;
 pub mod profilestore;
 mod reconcile;
+pub mod rollout;
 pub mod testing;
 
 use arc_swap::ArcSwap;

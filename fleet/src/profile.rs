@@ -24,20 +24,27 @@
 //! [`Store`] is one blocking connection, for the commands and the node's
 //! puller thread, never a shard.
 
+use crate::rollout::Rollout;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
 use sha2::{Digest, Sha256};
 
 /// The engine's keys.
-pub const NEXT_KEY: &str = "gapura:profile:next";
-pub const POINTER_KEY: &str = "gapura:profile:pointer";
-pub const NODES_KEY: &str = "gapura:profile:nodes";
-pub const SEEN_KEY: &str = "gapura:profile:seen";
+/// (One hash tag: a cluster keeps them in one slot, for the halt's
+/// script.)
+pub const NEXT_KEY: &str = "gapura:{profile}:next";
+pub const POINTER_KEY: &str = "gapura:{profile}:pointer";
+pub const NODES_KEY: &str = "gapura:{profile}:nodes";
+pub const SEEN_KEY: &str = "gapura:{profile}:seen";
+/// `SERIAL REASON`: the rollout of the pointer of that serial is halted.
+pub const HALT_KEY: &str = "gapura:{profile}:halt";
+/// Per canary: `VERSION REQUESTS ERRORS REFUSED TIME` of its last interval.
+pub const HEALTH_KEY: &str = "gapura:{profile}:health";
 
 /// The engine's key of version `n`.
 pub fn version_key(n: u64) -> String {
-    format!("gapura:profile:v:{n}")
+    format!("gapura:{{profile}}:v:{n}")
 }
 
 /// The lowercase hex SHA-256 of `text`.
@@ -187,52 +194,70 @@ impl State {
     }
 }
 
-/// The current version, as the publisher named it.
+/// The current version, as the publisher named it, and its rollout.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pointer {
     pub serial: u64,
     pub version: u64,
     pub sha256: String,
     pub state: State,
+    pub rollout: Rollout,
     pub signature: String,
 }
 
 impl Pointer {
-    fn message(serial: u64, version: u64, sha256: &str, state: State) -> Vec<u8> {
+    /// Everything but the signature, space-separated.
+    fn fields(serial: u64, version: u64, sha256: &str, state: State, rollout: &Rollout) -> String {
         format!(
-            "gapura fleet pointer\n{serial}\n{version}\n{sha256}\n{}\n",
-            state.word()
+            "{serial} {version} {sha256} {} {}",
+            state.word(),
+            rollout.encode()
         )
-        .into_bytes()
     }
 
-    pub fn signed(serial: u64, version: u64, sha256: &str, state: State, key: &Signer) -> Pointer {
+    fn message(fields: &str) -> Vec<u8> {
+        format!("gapura fleet pointer\n{fields}\n").into_bytes()
+    }
+
+    pub fn signed(
+        serial: u64,
+        (version, sha256): (u64, &str),
+        state: State,
+        rollout: Rollout,
+        key: &Signer,
+    ) -> Pointer {
+        let fields = Pointer::fields(serial, version, sha256, state, &rollout);
         Pointer {
             serial,
             version,
             sha256: sha256.to_string(),
             state,
-            signature: key.sign(&Pointer::message(serial, version, sha256, state)),
+            signature: key.sign(&Pointer::message(&fields)),
+            rollout,
         }
     }
 
     pub fn verify(&self, key: &Verifier) -> bool {
-        key.verify(
-            &Pointer::message(self.serial, self.version, &self.sha256, self.state),
-            &self.signature,
-        )
-    }
-
-    /// `SERIAL VERSION SHA256 STATE SIGNATURE`.
-    pub fn encode(&self) -> String {
-        format!(
-            "{} {} {} {} {}",
+        let fields = Pointer::fields(
             self.serial,
             self.version,
-            self.sha256,
-            self.state.word(),
-            self.signature
-        )
+            &self.sha256,
+            self.state,
+            &self.rollout,
+        );
+        key.verify(&Pointer::message(&fields), &self.signature)
+    }
+
+    /// `SERIAL VERSION SHA256 STATE ROLLOUT... SIGNATURE`.
+    pub fn encode(&self) -> String {
+        let fields = Pointer::fields(
+            self.serial,
+            self.version,
+            &self.sha256,
+            self.state,
+            &self.rollout,
+        );
+        format!("{fields} {}", self.signature)
     }
 
     pub fn decode(s: &str) -> Option<Pointer> {
@@ -245,12 +270,14 @@ impl Pointer {
             "halted" => State::Halted,
             _ => return None,
         };
+        let rollout = Rollout::decode(&mut it)?;
         let signature = it.next()?.to_string();
         it.next().is_none().then_some(Pointer {
             serial,
             version,
             sha256,
             state,
+            rollout,
             signature,
         })
     }
@@ -342,7 +369,12 @@ mod tests {
     fn a_pointer_round_trips_and_binds_its_fields() {
         let k = key();
         let trust = Verifier::new(&k.public()).unwrap();
-        let p = Pointer::signed(1_800_000_000_123, 4, &digest(b"x"), State::Live, &k);
+        let r = Rollout {
+            canary_pct: 34,
+            soak_ms: 1000,
+            ..Rollout::default()
+        };
+        let p = Pointer::signed(1_800_000_000_123, (4, &digest(b"x")), State::Live, r, &k);
         let back = Pointer::decode(&p.encode()).unwrap();
         assert_eq!(back, p);
         assert!(back.verify(&trust));
@@ -353,9 +385,14 @@ mod tests {
         assert!(!halted.verify(&trust), "the state is signed");
         let older = Pointer {
             serial: p.serial - 1,
-            ..p
+            ..p.clone()
         };
         assert!(!older.verify(&trust), "the serial is signed");
+        let all_at_once = Pointer {
+            rollout: Rollout::default(),
+            ..p
+        };
+        assert!(!all_at_once.verify(&trust), "the rollout is signed");
         assert_eq!(Pointer::decode("1 2 x live"), None);
     }
 

@@ -5,14 +5,26 @@
 
 use crate::engine::{words, Engine, Target};
 use crate::profile::{
-    version_key, Pointer, Report, Signer, State, Version, NEXT_KEY, NODES_KEY, POINTER_KEY,
-    SEEN_KEY,
+    version_key, Pointer, Report, Signer, State, Version, HALT_KEY, HEALTH_KEY, NEXT_KEY,
+    NODES_KEY, POINTER_KEY, SEEN_KEY,
 };
+use crate::rollout::Rollout;
 use std::collections::HashMap;
 
 /// A node as the engine has it: its name, its last report, when it last
 /// looked (Unix s).
 pub type NodeState = (String, Option<Report>, Option<u64>);
+
+/// The halt: set `SERIAL REASON` only while the pointer of that serial is
+/// current and no halt of it is set.
+const HALT_SCRIPT: &str = r#"
+local p = redis.call('GET', KEYS[1])
+if not p or string.match(p, '^(%d+) ') ~= ARGV[1] then return 0 end
+local h = redis.call('GET', KEYS[2])
+if h and string.match(h, '^(%d+) ') == ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2])
+return 1
+"#;
 
 /// One connection to the engine.
 pub struct Store {
@@ -35,14 +47,20 @@ impl Store {
     }
 
     /// Stores `text` as the next version, signed, and makes it current
-    /// (`live`). Returns the version and its pointer.
+    /// (`live`) under `rollout` (its previous version filled in from the
+    /// pointer it replaces). Returns the version and its pointer.
     pub fn publish(
         &mut self,
         text: String,
         author: &str,
         (time_s, now_ms): (u64, u64),
+        mut rollout: Rollout,
         key: &Signer,
     ) -> Result<(Version, Pointer), String> {
+        if let Some(p) = self.pointer()? {
+            rollout.previous = p.version;
+            rollout.previous_sha256 = p.sha256;
+        }
         let number: u64 = self.query(redis::cmd("INCR").arg(NEXT_KEY))?;
         let v = Version::signed(number, text, author, time_s, key);
         let fields = [
@@ -59,7 +77,7 @@ impl Store {
             c.arg(*k).arg(val);
         }
         self.query::<()>(&c)?;
-        let p = self.point(number, &v.sha256, State::Live, now_ms, key)?;
+        let p = self.point((number, &v.sha256), State::Live, rollout, now_ms, key)?;
         Ok((v, p))
     }
 
@@ -67,14 +85,14 @@ impl Store {
     /// under a serial above the pointer it replaces.
     pub fn point(
         &mut self,
-        number: u64,
-        sha256: &str,
+        version: (u64, &str),
         state: State,
+        rollout: Rollout,
         now_ms: u64,
         key: &Signer,
     ) -> Result<Pointer, String> {
         let last = self.pointer()?.map_or(0, |p| p.serial);
-        let p = Pointer::signed(now_ms.max(last + 1), number, sha256, state, key);
+        let p = Pointer::signed(now_ms.max(last + 1), version, state, rollout, key);
         self.query::<()>(redis::cmd("SET").arg(POINTER_KEY).arg(p.encode()))?;
         Ok(p)
     }
@@ -136,6 +154,42 @@ impl Store {
     /// Records that `node` looked at the pointer at `time` (Unix s).
     pub fn seen(&mut self, node: &str, time: u64) -> Result<(), String> {
         self.query::<()>(redis::cmd("HSET").arg(SEEN_KEY).arg(node).arg(time))
+    }
+
+    /// Halts the rollout of the pointer of `serial`, saying `reason`, if
+    /// that pointer is still current and not halted yet (one script:
+    /// whichever canary asks first halts it). Whether this call did.
+    pub fn halt(&mut self, serial: u64, reason: &str) -> Result<bool, String> {
+        let done: i64 = self.query(
+            redis::cmd("EVAL")
+                .arg(HALT_SCRIPT)
+                .arg(2)
+                .arg(POINTER_KEY)
+                .arg(HALT_KEY)
+                .arg(serial)
+                .arg(reason),
+        )?;
+        Ok(done == 1)
+    }
+
+    /// The halted serial and why, if a rollout is halted.
+    pub fn halted(&mut self) -> Result<Option<(u64, String)>, String> {
+        let s: Option<String> = self.query(redis::cmd("GET").arg(HALT_KEY))?;
+        Ok(s.and_then(|s| {
+            let (serial, reason) = s.split_once(' ')?;
+            Some((serial.parse().ok()?, reason.to_string()))
+        }))
+    }
+
+    /// Records a canary's last interval: `VERSION REQUESTS ERRORS REFUSED
+    /// TIME`.
+    pub fn health(&mut self, node: &str, line: &str) -> Result<(), String> {
+        self.query::<()>(redis::cmd("HSET").arg(HEALTH_KEY).arg(node).arg(line))
+    }
+
+    /// Every canary's last interval, by name.
+    pub fn healths(&mut self) -> Result<HashMap<String, String>, String> {
+        self.query(redis::cmd("HGETALL").arg(HEALTH_KEY))
     }
 
     /// Every node's last report and when it last looked, by name.

@@ -307,6 +307,21 @@ pub enum FleetCommand {
         /// The largest version published, in bytes
         #[arg(long, value_name = "N", default_value_t = 1 << 20)]
         max_bytes: u64,
+        /// Stage it: this share of the nodes (such as 34%) takes it first
+        #[arg(long, value_name = "PERCENT", value_parser = percent)]
+        canary: Option<u8>,
+        /// How long the canaries hold it before the rest take it (such as
+        /// 30s, 500ms)
+        #[arg(long, value_name = "DURATION", value_parser = duration_ms, default_value = "30s")]
+        soak: u64,
+        /// Halt and return the canaries when more of their answers than
+        /// this (such as 5%) are 5xx
+        #[arg(long = "halt-on-5xx", value_name = "PERCENT", value_parser = percent)]
+        halt_on_5xx: Option<u8>,
+        /// Halt when more of the canaries' requests than this are refused
+        /// by the gate
+        #[arg(long = "halt-on-refused", value_name = "PERCENT", value_parser = percent)]
+        halt_on_refused: Option<u8>,
         /// The fleet's profile
         #[arg(value_name = "PROFILE", value_hint = ValueHint::FilePath)]
         file: PathBuf,
@@ -366,6 +381,29 @@ pub struct PasswdArgs {
 fn header(s: &str) -> Result<(String, String), String> {
     let (n, v) = s.split_once(':').ok_or("needs 'Name: value'")?;
     Ok((n.trim().to_string(), v.trim().to_string()))
+}
+
+/// `34%` or `34`: 0 to 100.
+fn percent(s: &str) -> Result<u8, String> {
+    match s.trim_end_matches('%').parse::<u8>() {
+        Ok(n) if n <= 100 => Ok(n),
+        _ => Err("a percentage from 0 to 100, such as 34%".into()),
+    }
+}
+
+/// `30s`, `500ms`, `2m`: milliseconds.
+fn duration_ms(s: &str) -> Result<u64, String> {
+    let (n, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, "s"), |i| s.split_at(i));
+    let n: u64 = n.parse().map_err(|_| "a duration such as 30s or 500ms")?;
+    let scale = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        _ => return Err("a duration such as 30s or 500ms".into()),
+    };
+    Ok(n.saturating_mul(scale))
 }
 
 fn iterations(s: &str) -> Result<u32, String> {

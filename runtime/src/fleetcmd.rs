@@ -6,6 +6,7 @@
 use crate::cli::{EngineArgs, FleetCommand, SignerArgs};
 use gapura_fleet::profile::{Signer, State};
 use gapura_fleet::profilestore::Store;
+use gapura_fleet::rollout::Rollout;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
@@ -18,8 +19,21 @@ pub fn run(c: FleetCommand) -> ExitCode {
             signer,
             author,
             max_bytes,
+            canary,
+            soak,
+            halt_on_5xx,
+            halt_on_refused,
             file,
-        } => publish(&signer, author, max_bytes, &file),
+        } => {
+            let rollout = Rollout {
+                canary_pct: canary.unwrap_or(0),
+                soak_ms: soak,
+                halt_5xx_permille: halt_on_5xx.map_or(0, |p| u16::from(p) * 10),
+                halt_refused_permille: halt_on_refused.map_or(0, |p| u16::from(p) * 10),
+                ..Rollout::default()
+            };
+            publish(&signer, author, (max_bytes, rollout), &file)
+        }
         FleetCommand::Status { engine, json } => status(&engine, json),
         FleetCommand::Rollback { signer, version } => rollback(&signer, version),
         FleetCommand::Halt { signer } => halt(&signer),
@@ -95,7 +109,12 @@ fn now() -> (u64, u64) {
 
 /// Checks `path` as `check` does (merged with the local profile's
 /// `[server]` and `[fleet]` when `--profile` names one) and publishes it.
-fn publish(s: &SignerArgs, author: Option<String>, max: u64, path: &Path) -> Result<(), String> {
+fn publish(
+    s: &SignerArgs,
+    author: Option<String>,
+    (max, rollout): (u64, Rollout),
+    path: &Path,
+) -> Result<(), String> {
     let key = signer(&s.key)?;
     // The size first: an oversized file is refused before it is read.
     let len = std::fs::metadata(path)
@@ -131,11 +150,17 @@ fn publish(s: &SignerArgs, author: Option<String>, max: u64, path: &Path) -> Res
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "unknown".into());
     let mut store = store(&s.engine)?;
-    let (v, p) = store.publish(text, &author, now(), &key)?;
+    let (v, p) = store.publish(text, &author, now(), rollout, &key)?;
     println!(
         "published version {} ({} bytes, sha256 {}), current under serial {}",
         v.number, v.size, v.sha256, p.serial
     );
+    if p.rollout.staged() {
+        println!(
+            "staged: {}% of the nodes first, held {} ms before the rest; canaries return to version {} on a halt",
+            p.rollout.canary_pct, p.rollout.soak_ms, p.rollout.previous
+        );
+    }
     Ok(())
 }
 
@@ -204,7 +229,13 @@ fn rollback(s: &SignerArgs, version: Option<u64>) -> Result<(), String> {
     let v = store
         .version(target, u64::MAX)?
         .ok_or_else(|| format!("there is no version {target}"))?;
-    let p = store.point(v.number, &v.sha256, State::Live, now().1, &key)?;
+    let p = store.point(
+        (v.number, &v.sha256),
+        State::Live,
+        Rollout::default(),
+        now().1,
+        &key,
+    )?;
     println!(
         "version {} is current again (serial {}); it was {current}",
         v.number, p.serial
@@ -218,10 +249,11 @@ fn halt(s: &SignerArgs) -> Result<(), String> {
     let current = store
         .pointer()?
         .ok_or("nothing is published: nothing to halt")?;
+    let version = (current.version, current.sha256.as_str());
     let p = store.point(
-        current.version,
-        &current.sha256,
+        version,
         State::Halted,
+        current.rollout.clone(),
         now().1,
         &key,
     )?;

@@ -16,8 +16,10 @@
 
 use crate::log;
 use gapura_config::{Compiled, FleetProfile, FleetSettings};
-use gapura_fleet::profile::{ProfileStats, Report, State, Verifier};
+use gapura_fleet::profile::{Pointer, ProfileStats, Report, State, Verifier};
 use gapura_fleet::profilestore::Store;
+use gapura_fleet::rollout::{is_canary, verdict};
+use gapura_http::server::stats::ShardStats;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -137,6 +139,7 @@ pub(crate) fn kept_version(local: &Compiled) -> Option<(String, u64)> {
 pub(crate) fn start(
     f: Option<&FleetSettings>,
     current: Option<String>,
+    shards: Vec<Arc<ShardStats>>,
 ) -> Result<Option<Pull>, String> {
     let Some((f, p)) = f.and_then(|f| Some((f, f.profile.clone()?))) else {
         return Ok(None);
@@ -156,7 +159,7 @@ pub(crate) fn start(
     let s = stats.clone();
     std::thread::Builder::new()
         .name("gapura-fleet-profile".into())
-        .spawn(move || Puller::new(p, verifier, target, node, tx, s).run())
+        .spawn(move || Puller::new(p, verifier, target, node, tx, (s, shards)).run())
         .map_err(|e| format!("fleet profile thread: {e}"))?;
     Ok(Some(Pull { rx, current, stats }))
 }
@@ -170,9 +173,18 @@ struct Puller {
     stats: Arc<ProfileStats>,
     kept: Kept,
     store: Option<Store>,
+    /// Each shard's counters, for a canary's traffic.
+    shards: Vec<Arc<ShardStats>>,
+    /// A canary: since when it runs the version in soak (Unix ms), and its
+    /// counts at the last look.
+    canary_since: Option<u64>,
+    sample: (u64, u64, u64),
     /// The engine was away at the last look (said once).
     away: bool,
 }
+
+/// Fewer answers than this in a canary's interval say nothing of it.
+const MIN_INTERVAL_REQUESTS: u64 = 20;
 
 fn unix_s() -> u64 {
     std::time::SystemTime::now()
@@ -187,7 +199,7 @@ impl Puller {
         target: gapura_fleet::Target,
         node: String,
         tx: SyncSender<Offer>,
-        stats: Arc<ProfileStats>,
+        (stats, shards): (Arc<ProfileStats>, Vec<Arc<ShardStats>>),
     ) -> Puller {
         let kept = Kept::load(&p.state_dir);
         Puller {
@@ -198,6 +210,9 @@ impl Puller {
             tx,
             stats,
             kept,
+            shards,
+            canary_since: None,
+            sample: (0, 0, 0),
             store: None,
             away: false,
         }
@@ -224,14 +239,14 @@ impl Puller {
         if self.store.is_none() {
             self.store = Some(Store::connect(&self.target)?);
         }
-        let store = self.store.as_mut().ok_or("no engine")?;
-        store.seen(&self.node, unix_s())?;
+        let node = self.node.clone();
+        self.store()?.seen(&node, unix_s())?;
         self.stats.last_pull.store(unix_s(), Ordering::Relaxed);
         if self.away {
             log!("fleet profile: the engine answers again");
             self.away = false;
         }
-        let Some(pointer) = store.pointer()? else {
+        let Some(pointer) = self.store()?.pointer()? else {
             return Ok(());
         };
         if pointer.serial <= self.kept.serial {
@@ -242,42 +257,190 @@ impl Puller {
                 "fleet profile: a pointer (serial {}) not signed by the publisher key is ignored",
                 pointer.serial
             );
-            self.kept.serial = pointer.serial;
-            return Ok(());
+            return self.settle(pointer.serial);
         }
-        let running = pointer.version == self.kept.version && pointer.sha256 == self.kept.sha256;
-        if pointer.state == State::Halted || running {
-            self.kept.serial = pointer.serial;
-            return self.kept.save(&self.p.state_dir);
+        if pointer.state == State::Halted || (self.runs(&pointer) && self.canary_since.is_none()) {
+            return self.settle(pointer.serial);
         }
-        let outcome = self.take(pointer.version, &pointer.sha256);
-        self.kept.serial = pointer.serial;
+        if pointer.rollout.staged() {
+            return self.staged(&pointer);
+        }
+        self.apply(pointer.version, &pointer.sha256)?;
+        self.settle(pointer.serial)
+    }
+
+    fn store(&mut self) -> Result<&mut Store, String> {
+        self.store.as_mut().ok_or_else(|| "no engine".to_string())
+    }
+
+    /// Whether the node runs `p`'s version.
+    fn runs(&self, p: &Pointer) -> bool {
+        p.version == self.kept.version && p.sha256 == self.kept.sha256
+    }
+
+    /// The pointer of `serial` is behind the node: kept so.
+    fn settle(&mut self, serial: u64) -> Result<(), String> {
+        self.kept.serial = serial;
+        self.kept.save(&self.p.state_dir)
+    }
+
+    /// Takes version `number`, keeps it when applied, and reports ACK or
+    /// NACK: whether it was applied (`Err`: the engine or the disk failed).
+    fn apply(&mut self, number: u64, sha256: &str) -> Result<bool, String> {
+        let outcome = self.take(number, sha256);
         let report = Report {
             ack: outcome.is_ok(),
-            version: pointer.version,
+            version: number,
             time: unix_s(),
             errors: outcome.as_ref().err().cloned().unwrap_or_default(),
         };
         if let Ok(text) = &outcome {
             write_whole(&text_path(&self.p.state_dir), text.as_bytes())?;
-            self.kept.version = pointer.version;
-            self.kept.sha256 = pointer.sha256.clone();
+            self.kept.version = number;
+            self.kept.sha256 = sha256.to_string();
+            self.kept.save(&self.p.state_dir)?;
         } else {
             log!(
-                "fleet profile: version {} refused: {}",
-                pointer.version,
+                "fleet profile: version {number} refused: {}",
                 report.errors.join("; ")
             );
         }
-        self.kept.save(&self.p.state_dir)?;
         let counter = if report.ack {
             &self.stats.acks
         } else {
             &self.stats.nacks
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        let store = self.store.as_mut().ok_or("no engine")?;
-        store.report(&self.node, &report)
+        let node = self.node.clone();
+        self.store()?.report(&node, &report)?;
+        Ok(report.ack)
+    }
+
+    /// A staged rollout: the canaries take the version and watch their
+    /// traffic through the soak; the rest wait for them.
+    fn staged(&mut self, p: &Pointer) -> Result<(), String> {
+        let store = self.store()?;
+        let halt = (store.halted()?)
+            .filter(|(serial, _)| *serial == p.serial)
+            .map(|(_, why)| why);
+        let nodes = store.nodes()?;
+        let now = unix_s();
+        let fresh = (self.p.poll_ms * 10 / 1000).max(30);
+        let seen: Vec<&str> = (nodes.iter())
+            .filter(|(_, _, at)| at.is_some_and(|at| at + fresh >= now))
+            .map(|(n, _, _)| n.as_str())
+            .collect();
+        let pct = p.rollout.canary_pct;
+        if is_canary(&self.node, p.version, pct, seen.iter().copied()) {
+            return self.as_canary(p, halt);
+        }
+        if let Some(why) = halt {
+            log!(
+                "fleet profile: the rollout of version {} is halted ({why}); staying",
+                p.version
+            );
+            return self.settle(p.serial);
+        }
+        // Every canary seen lately has applied it, and held it a soak.
+        let mut latest = None;
+        for c in seen
+            .iter()
+            .filter(|n| is_canary(n, p.version, pct, seen.iter().copied()))
+        {
+            let report = nodes
+                .iter()
+                .find(|(n, _, _)| n == c)
+                .and_then(|(_, r, _)| r.as_ref());
+            match report {
+                Some(r) if r.ack && r.version == p.version => {
+                    latest = Some(latest.map_or(r.time, |t: u64| t.max(r.time)));
+                }
+                _ => return Ok(()),
+            }
+        }
+        let Some(latest) = latest else {
+            return Ok(());
+        };
+        if now.saturating_mul(1000) < latest.saturating_mul(1000) + p.rollout.soak_ms {
+            return Ok(());
+        }
+        if !self.runs(p) {
+            self.apply(p.version, &p.sha256)?;
+        }
+        self.settle(p.serial)
+    }
+
+    /// A canary: takes the version (a refusal halts the rollout), then
+    /// each interval reports its traffic and halts the rollout and
+    /// returns when a threshold is passed; settled once the soak is over.
+    fn as_canary(&mut self, p: &Pointer, halt: Option<String>) -> Result<(), String> {
+        if let Some(why) = halt {
+            return self.return_back(p, &why);
+        }
+        let now_ms = unix_s().saturating_mul(1000);
+        if !self.runs(p) {
+            if self.apply(p.version, &p.sha256)? {
+                self.canary_since = Some(now_ms);
+                self.sample = self.counts();
+                return Ok(());
+            }
+            let why = format!("{} refused version {}", self.node, p.version);
+            self.store()?.halt(p.serial, &why)?;
+            return self.settle(p.serial);
+        }
+        let now = self.counts();
+        let interval = (
+            now.0.saturating_sub(self.sample.0),
+            now.1.saturating_sub(self.sample.1),
+            now.2.saturating_sub(self.sample.2),
+        );
+        self.sample = now;
+        let line = format!(
+            "{} {} {} {} {}",
+            p.version,
+            interval.0,
+            interval.1,
+            interval.2,
+            unix_s()
+        );
+        let node = self.node.clone();
+        self.store()?.health(&node, &line)?;
+        if let Some(why) = verdict(&p.rollout, interval, MIN_INTERVAL_REQUESTS) {
+            let why = format!("{}: {why}", self.node);
+            self.store()?.halt(p.serial, &why)?;
+            return self.return_back(p, &why);
+        }
+        let since = *self.canary_since.get_or_insert(now_ms);
+        if now_ms >= since + p.rollout.soak_ms {
+            self.canary_since = None;
+            return self.settle(p.serial);
+        }
+        Ok(())
+    }
+
+    /// A halted rollout on a canary: back to the version before it.
+    fn return_back(&mut self, p: &Pointer, why: &str) -> Result<(), String> {
+        log!(
+            "fleet profile: the rollout of version {} is halted ({why})",
+            p.version
+        );
+        let previous = (p.rollout.previous, p.rollout.previous_sha256.clone());
+        if self.runs(p) && previous.0 > 0 && self.apply(previous.0, &previous.1)? {
+            log!("fleet profile: back on version {}", previous.0);
+        }
+        self.canary_since = None;
+        self.settle(p.serial)
+    }
+
+    /// The node's answers so far: all, 5xx, and requests the gate refused.
+    fn counts(&self) -> (u64, u64, u64) {
+        let mut c = (0, 0, 0);
+        for s in &self.shards {
+            c.0 += s.responses.iter().map(|r| r.get()).sum::<u64>();
+            c.1 += s.responses[4].get();
+            c.2 += s.quota_refused.iter().map(|r| r.get()).sum::<u64>();
+        }
+        c
     }
 
     /// Fetches, checks and applies version `number`: its text, or every

@@ -243,7 +243,7 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     let (log_tx, log_writer) = start_log_writer(&cell, shard_count, &global)?;
     let mut fleet = crate::fleet::start(&settings, shard_count)?;
     let mut fleet_running = take_fleet_running(&mut fleet);
-    let mut pull = crate::fleetpull::start(settings.fleet.as_ref(), pulled)?;
+    let mut pull = crate::fleetpull::start(settings.fleet.as_ref(), pulled, stats.clone())?;
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
     let replay = Arc::new(gapura_udp::replay::ReplayBoard::default());

@@ -270,3 +270,106 @@ fn without_the_engine_nodes_keep_their_version_and_a_restarted_one_runs_its_last
     assert!(publish(&p, &redis, &dir.0, &version("after", "")).0);
     converge(std::slice::from_ref(&g), "after");
 }
+
+/// The canaries among `nodes` for `version` at `pct` (the nodes' names are
+/// their state directories', as `node` makes them).
+fn canaries(nodes: &[Gapura], version: u64, pct: u8) -> Vec<usize> {
+    let names: Vec<String> = (0..nodes.len()).map(|i| format!("state{i}")).collect();
+    let seen = names.iter().map(String::as_str);
+    (0..nodes.len())
+        .filter(|&i| gapura_fleet::rollout::is_canary(&names[i], version, pct, seen.clone()))
+        .collect()
+}
+
+/// `gapura fleet publish` of `text` with extra arguments.
+fn publish_with(p: &Publisher, redis: &RedisServer, dir: &Path, text: &str, extra: &[&str]) {
+    let file = dir.join(format!("staged{}.toml", text.len()));
+    std::fs::write(&file, text).unwrap();
+    let key = p.key.to_str().unwrap();
+    let mut args = vec!["publish", "--key", key];
+    args.extend_from_slice(extra);
+    args.push(file.to_str().unwrap());
+    let (ok, out, err) = fleet(&args, redis);
+    assert!(ok, "{out}{err}");
+}
+
+#[test]
+fn a_staged_version_reaches_the_canaries_first_and_the_rest_after_the_soak() {
+    let redis = RedisServer::start();
+    let p = publisher();
+    let dir = TempDir::new();
+    let nodes: Vec<Gapura> = (0..3)
+        .map(|i| node(&redis, &p.trust, &dir.0.join(format!("state{i}")), ""))
+        .collect();
+    assert!(publish(&p, &redis, &dir.0, &version("one", "")).0);
+    converge(&nodes, "one");
+    let first = canaries(&nodes, 2, 34);
+    assert!(!first.is_empty() && first.len() < 3, "{first:?}");
+    publish_with(
+        &p,
+        &redis,
+        &dir.0,
+        &version("two", ""),
+        &["--canary", "34%", "--soak", "3s"],
+    );
+    let canary = &nodes[first[0]];
+    assert!(
+        wait_until(CEILING, || body(canary) == "two"),
+        "{}",
+        canary.log_text()
+    );
+    // The others wait for the canaries' soak.
+    for (i, g) in nodes.iter().enumerate() {
+        if !first.contains(&i) {
+            assert_eq!(body(g), "one", "node {i} took it before the soak");
+        }
+    }
+    converge(&nodes, "two");
+}
+
+#[test]
+fn a_canary_whose_answers_turn_to_5xx_halts_the_rollout_and_returns() {
+    let redis = RedisServer::start();
+    let p = publisher();
+    let dir = TempDir::new();
+    let nodes: Vec<Gapura> = (0..3)
+        .map(|i| node(&redis, &p.trust, &dir.0.join(format!("state{i}")), ""))
+        .collect();
+    assert!(publish(&p, &redis, &dir.0, &version("one", "")).0);
+    converge(&nodes, "one");
+    let first = canaries(&nodes, 2, 34);
+    // Version 2 answers 500.
+    let bad = version("one", "").replace("status = 200", "status = 500");
+    publish_with(
+        &p,
+        &redis,
+        &dir.0,
+        &bad,
+        &["--canary", "34%", "--soak", "30s", "--halt-on-5xx", "5%"],
+    );
+    let canary = &nodes[first[0]];
+    let status = |g: &Gapura| request(g.addr, &common::gate::get("a.test", "/")).status;
+    assert!(
+        wait_until(CEILING, || status(canary) == 500),
+        "{}",
+        canary.log_text()
+    );
+    // Traffic on the canary: its interval's 5xx share passes 5 %; it halts
+    // the rollout and returns to version 1.
+    let returned = wait_until(CEILING, || {
+        let codes: Vec<u16> = (0..30).map(|_| status(canary)).collect();
+        codes.iter().all(|&c| c == 200)
+    });
+    assert!(returned, "{}", canary.log_text());
+    assert!(
+        canary.log_text().contains("is halted"),
+        "{}",
+        canary.log_text()
+    );
+    // The others never took it.
+    for g in &nodes {
+        assert_eq!(status(g), 200);
+    }
+    let halted = redis.cli(&["GET", "gapura:{profile}:halt"]);
+    assert!(halted.contains("5xx"), "{halted}");
+}
