@@ -169,12 +169,17 @@ fn status(e: &EngineArgs, json: bool) -> Result<(), String> {
     let pointer = store.pointer()?;
     let latest = store.latest()?;
     let nodes = store.nodes()?;
+    let halt = (store.halted()?)
+        .filter(|(serial, _)| pointer.as_ref().is_some_and(|p| p.serial == *serial))
+        .map(|(_, why)| why);
     if json {
         let v = serde_json::json!({
             "current": pointer.as_ref().map(|p| serde_json::json!({
                 "version": p.version, "sha256": p.sha256, "state": p.state.word(),
-                "serial": p.serial,
+                "serial": p.serial, "canary_percent": p.rollout.canary_pct,
+                "soak_ms": p.rollout.soak_ms, "previous": p.rollout.previous,
             })),
+            "halted_by_canary": halt,
             "latest": latest,
             "nodes": nodes.iter().map(|(name, r, seen)| serde_json::json!({
                 "node": name,
@@ -196,6 +201,15 @@ fn status(e: &EngineArgs, json: bool) -> Result<(), String> {
             p.sha256
         ),
         None => println!("current: nothing published"),
+    }
+    if let Some(p) = pointer.as_ref().filter(|p| p.rollout.staged()) {
+        println!(
+            "staged: {}% canaries, soak {} ms, returning to version {} on a halt",
+            p.rollout.canary_pct, p.rollout.soak_ms, p.rollout.previous
+        );
+    }
+    if let Some(why) = &halt {
+        println!("halted by a canary: {why}");
     }
     for (name, r, seen) in &nodes {
         let seen = seen.map_or("never".to_string(), |s| format!("at {s}"));

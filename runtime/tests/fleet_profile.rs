@@ -269,6 +269,17 @@ fn without_the_engine_nodes_keep_their_version_and_a_restarted_one_runs_its_last
     redis.restart();
     assert!(publish(&p, &redis, &dir.0, &version("after", "")).0);
     converge(std::slice::from_ref(&g), "after");
+    // An engine restored from an older snapshot shows the pointer before
+    // (validly signed, an older serial): no node takes it as a rollback.
+    let older = redis.cli(&["GET", "gapura:{profile}:pointer"]);
+    assert!(publish(&p, &redis, &dir.0, &version("newest", "")).0);
+    converge(std::slice::from_ref(&g), "newest");
+    redis.cli(&["SET", "gapura:{profile}:pointer", older.trim()]);
+    let pulls = g.metric("gapura_fleet_profile_last_pull_seconds");
+    assert!(wait_until(CEILING, || {
+        g.metric("gapura_fleet_profile_last_pull_seconds") >= pulls + 2
+    }));
+    assert_eq!(body(&g), "newest", "the older pointer is not taken");
 }
 
 /// The canaries among `nodes` for `version` at `pct` (the nodes' names are
@@ -324,7 +335,8 @@ fn a_staged_version_reaches_the_canaries_first_and_the_rest_after_the_soak() {
             assert_eq!(body(g), "one", "node {i} took it before the soak");
         }
     }
-    converge(&nodes, "two");
+    let took = converge(&nodes, "two");
+    eprintln!("the rest took it {took:?} after the canary (soak 3 s)");
 }
 
 #[test]
@@ -338,8 +350,19 @@ fn a_canary_whose_answers_turn_to_5xx_halts_the_rollout_and_returns() {
     assert!(publish(&p, &redis, &dir.0, &version("one", "")).0);
     converge(&nodes, "one");
     let first = canaries(&nodes, 2, 34);
-    // Version 2 answers 500.
-    let bad = version("one", "").replace("status = 200", "status = 500");
+    // Version 2 sends a.test to an upstream that answers 500.
+    let failing =
+        common::upstream::start(std::sync::Arc::new(|_: &common::upstream::UpRequest| {
+            common::upstream::Reply::Bytes(
+                b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            )
+        }));
+    let bad = format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n\n\
+         [[host]]\nnames = [\"a.test\"]\ndefault = true\nkind = \"proxy\"\n\
+         [[host.route]]\npath = \"/\"\nupstream = \"app\"\n\n[protection]\noff = [\"all\"]\n",
+        failing.addr
+    );
     publish_with(
         &p,
         &redis,
@@ -356,11 +379,16 @@ fn a_canary_whose_answers_turn_to_5xx_halts_the_rollout_and_returns() {
     );
     // Traffic on the canary: its interval's 5xx share passes 5 %; it halts
     // the rollout and returns to version 1.
+    let bad_since = Instant::now();
     let returned = wait_until(CEILING, || {
         let codes: Vec<u16> = (0..30).map(|_| status(canary)).collect();
         codes.iter().all(|&c| c == 200)
     });
     assert!(returned, "{}", canary.log_text());
+    eprintln!(
+        "the canary answered 5xx for {:?} before it was back on version 1",
+        bad_since.elapsed()
+    );
     assert!(
         canary.log_text().contains("is halted"),
         "{}",
@@ -372,4 +400,9 @@ fn a_canary_whose_answers_turn_to_5xx_halts_the_rollout_and_returns() {
     }
     let halted = redis.cli(&["GET", "gapura:{profile}:halt"]);
     assert!(halted.contains("5xx"), "{halted}");
+    let (_, said, _) = fleet(&["status"], &redis);
+    assert!(
+        said.contains("halted by a canary") && said.contains("5xx"),
+        "{said}"
+    );
 }
