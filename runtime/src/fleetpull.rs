@@ -134,6 +134,31 @@ pub(crate) fn kept_version(local: &Compiled) -> Option<(String, u64)> {
     Some((text, kept.version))
 }
 
+/// A pulling node with a last good version kept runs it (with its local
+/// `[server]` and `[fleet]`, compiled by `compile`), whether or not the
+/// engine answers; otherwise (or when it does not compile here) the local
+/// profile. Returns the compiled profile and the fleet's text it came
+/// from.
+pub(crate) fn last_good(
+    profile: Option<&Path>,
+    local: Compiled,
+    compile: fn(Option<&Path>, &str) -> Result<Compiled, String>,
+) -> (Compiled, Option<String>) {
+    let Some((text, version)) = kept_version(&local) else {
+        return (local, None);
+    };
+    match compile(profile, &text) {
+        Ok(c) => {
+            log!("fleet profile: starting from version {version}, the last good one kept");
+            (c, Some(text))
+        }
+        Err(e) => {
+            log!("fleet profile: the version kept does not compile here ({e}); starting from the local profile");
+            (local, None)
+        }
+    }
+}
+
 /// Starts the puller when the profile pulls; `current`: the fleet's text
 /// the node started from.
 pub(crate) fn start(

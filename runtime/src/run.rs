@@ -78,26 +78,6 @@ pub(crate) fn compile_pulled(profile: Option<&Path>, text: &str) -> Result<Compi
     finish("<the fleet's profile>", profile, result)
 }
 
-/// A pulling node with a last good version kept runs it (with its local
-/// `[server]` and `[fleet]`), whether or not the engine answers; otherwise
-/// (or when it does not compile here) the local profile. Returns the
-/// compiled profile and the fleet's text it came from.
-fn last_good(profile: Option<&Path>, local: Compiled) -> (Compiled, Option<String>) {
-    let Some((text, version)) = crate::fleetpull::kept_version(&local) else {
-        return (local, None);
-    };
-    match compile_pulled(profile, &text) {
-        Ok(c) => {
-            log!("fleet profile: starting from version {version}, the last good one kept");
-            (c, Some(text))
-        }
-        Err(e) => {
-            log!("fleet profile: the version kept does not compile here ({e}); starting from the local profile");
-            (local, None)
-        }
-    }
-}
-
 /// A refusal of a `[server]` setting as the compiler's errors read:
 /// `FILE:LINE:COL: error[CODE] server.KEY: MESSAGE` (the position where
 /// the setting is written in the profile, 0:0 when it is not found).
@@ -137,7 +117,8 @@ pub fn run(o: Options) -> ExitCode {
         }
     };
     // A pulling node starts from its last good version of the fleet's.
-    let (compiled, pulled) = last_good(profile.as_deref(), compiled);
+    let (compiled, pulled) =
+        crate::fleetpull::last_good(profile.as_deref(), compiled, compile_pulled);
     let settings = compiled.runtime.clone();
     // Who to become is settled before anything is bound.
     let drop_to = match crate::privileges::plan(settings.user.as_deref(), allow_root) {
@@ -213,17 +194,8 @@ fn start(settings: RuntimeSettings, compiled: Compiled, run: Run) -> Result<Exit
     let (inherited, per_shard, admin_listener) =
         acquire_listeners(&settings, shard_count, steer, take_over.as_deref())?;
     crate::udp::check_ports(&compiled.snapshot)?;
-    let handover = upgrade_socket
-        .as_deref()
-        .map(|path| {
-            let replace = take_over.as_deref() == Some(path);
-            offer_handover(
-                path,
-                replace,
-                (&settings, &per_shard, admin_listener.as_ref()),
-            )
-        })
-        .transpose()?;
+    let listeners = (&settings, &per_shard[..], admin_listener.as_ref());
+    let handover = handover_at(upgrade_socket.as_deref(), take_over.as_deref(), listeners)?;
     let mut per_shard = per_shard.into_iter();
     let board = Arc::new(gapura_http::upstream::HealthBoard::default());
     let mut slots = crate::health::Slots::new(board.clone());
@@ -567,6 +539,22 @@ fn inherit_listeners(
 /// Serves hand-overs at `path`, offering every socket this process listens
 /// on. `replace`: this process took over from the one at `path`, whose
 /// socket it replaces.
+/// The hand-over offered at `upgrade_socket` (replacing the one at
+/// `take_over` when it is the same path), when asked for.
+fn handover_at(
+    upgrade_socket: Option<&Path>,
+    take_over: Option<&Path>,
+    listeners: (
+        &RuntimeSettings,
+        &[Vec<Bound>],
+        Option<&std::net::TcpListener>,
+    ),
+) -> Result<Option<crate::upgrade::Handover>, String> {
+    upgrade_socket
+        .map(|path| offer_handover(path, take_over == Some(path), listeners))
+        .transpose()
+}
+
 fn offer_handover(
     path: &Path,
     replace: bool,

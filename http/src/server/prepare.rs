@@ -214,14 +214,7 @@ pub(super) fn prepare<'s, W: Sink>(
     };
     let decision = match decided {
         Some(d) => d,
-        None => {
-            // The identity step reads the provider's lines a resumed
-            // request carries.
-            shard.gate_mut().auth.resumed = identity.clone();
-            let d = decide(shard, snap, &req, start, gate_ms);
-            shard.gate_mut().auth.resumed = None;
-            d
-        }
+        None => decide_resumed(shard, snap, &req, (start, identity.clone()), gate_ms),
     };
     // After a check the budgets' leases were taken before it; the
     // identity dimensions' after it.
@@ -317,6 +310,21 @@ fn resumed(
 /// bound to the snapshot first). A `Verify` or `Authenticate` verdict's
 /// job stays in the gate state until the plan takes it.
 #[inline(always)]
+/// [`decide`], the identity lines a resumed request carries (a provider's
+/// allow) handed to the chain's identity step for this decision.
+fn decide_resumed<'s, H: HeaderLines + ?Sized>(
+    shard: &Shard,
+    snap: &'s Snapshot,
+    req: &Request<'_, H>,
+    (start, identity): (Start, Option<Arc<[u8]>>),
+    gate_ms: &mut Option<u64>,
+) -> gapura_gate::chain::Decision<'s> {
+    shard.gate_mut().auth.resumed = identity;
+    let d = decide(shard, snap, req, start, gate_ms);
+    shard.gate_mut().auth.resumed = None;
+    d
+}
+
 fn decide<'s, H: HeaderLines + ?Sized>(
     shard: &Shard,
     snap: &'s Snapshot,
