@@ -92,6 +92,22 @@ fn node(redis: &RedisServer, trust: &str, state: &Path, extra: &str) -> Gapura {
     Gapura::start(&text)
 }
 
+/// Three nodes, their state under `dir` (`state0` to `state2`, their
+/// names too).
+fn three(redis: &RedisServer, p: &Publisher, dir: &Path) -> Vec<Gapura> {
+    (0..3)
+        .map(|i| node(redis, &p.trust, &dir.join(format!("state{i}")), ""))
+        .collect()
+}
+
+/// [`three`], once they run version 1 (answering "one").
+fn three_on_one(redis: &RedisServer, p: &Publisher, dir: &Path) -> Vec<Gapura> {
+    let nodes = three(redis, p, dir);
+    assert!(publish(p, redis, dir, &version("one", "")).0);
+    converge(&nodes, "one");
+    nodes
+}
+
 fn body(g: &Gapura) -> String {
     let r = request(g.addr, &common::gate::get("a.test", "/"));
     String::from_utf8_lossy(&r.body).trim().to_string()
@@ -116,9 +132,7 @@ fn a_publish_reaches_every_node_and_a_profile_with_an_error_is_never_published()
     let redis = RedisServer::start();
     let p = publisher();
     let dir = TempDir::new();
-    let nodes: Vec<Gapura> = (0..3)
-        .map(|i| node(&redis, &p.trust, &dir.0.join(format!("state{i}")), ""))
-        .collect();
+    let nodes = three(&redis, &p, &dir.0);
     assert!(nodes.iter().all(|g| body(g) == "local"));
     let (ok, out) = publish(&p, &redis, &dir.0, &version("one", ""));
     assert!(ok, "{out}");
@@ -162,9 +176,7 @@ fn a_version_one_node_cannot_apply_is_refused_there_and_the_rest_carry_on() {
     let dir = TempDir::new();
     // A users file the version names, present on two nodes' directories
     // only (a relative path is the node's profile directory's).
-    let nodes: Vec<Gapura> = (0..3)
-        .map(|i| node(&redis, &p.trust, &dir.0.join(format!("state{i}")), ""))
-        .collect();
+    let nodes = three(&redis, &p, &dir.0);
     let dirs = nodes[..2].iter().map(|g| g.profile.parent().unwrap());
     // The publisher checks the version with its own copy.
     for d in dirs.chain([dir.0.as_path()]) {
@@ -309,11 +321,7 @@ fn a_staged_version_reaches_the_canaries_first_and_the_rest_after_the_soak() {
     let redis = RedisServer::start();
     let p = publisher();
     let dir = TempDir::new();
-    let nodes: Vec<Gapura> = (0..3)
-        .map(|i| node(&redis, &p.trust, &dir.0.join(format!("state{i}")), ""))
-        .collect();
-    assert!(publish(&p, &redis, &dir.0, &version("one", "")).0);
-    converge(&nodes, "one");
+    let nodes = three_on_one(&redis, &p, &dir.0);
     let first = canaries(&nodes, 2, 34);
     assert!(!first.is_empty() && first.len() < 3, "{first:?}");
     publish_with(
@@ -344,11 +352,7 @@ fn a_canary_whose_answers_turn_to_5xx_halts_the_rollout_and_returns() {
     let redis = RedisServer::start();
     let p = publisher();
     let dir = TempDir::new();
-    let nodes: Vec<Gapura> = (0..3)
-        .map(|i| node(&redis, &p.trust, &dir.0.join(format!("state{i}")), ""))
-        .collect();
-    assert!(publish(&p, &redis, &dir.0, &version("one", "")).0);
-    converge(&nodes, "one");
+    let nodes = three_on_one(&redis, &p, &dir.0);
     let first = canaries(&nodes, 2, 34);
     // Version 2 sends a.test to an upstream that answers 500.
     let failing =
