@@ -102,11 +102,12 @@ pub(crate) fn check_profile(f: &RawFleet, e: &mut Errors<'_>) -> Option<FleetPro
 /// Whether `key` is 32 bytes of standard base64.
 fn key_ok(key: &str) -> Result<(), ()> {
     let key = key.trim();
-    let valid = key.len() == 44
-        && key.ends_with('=')
-        && key[..43]
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/');
+    let b = key.as_bytes();
+    let valid = b.len() == 44
+        && b[43] == b'='
+        && b[..43]
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || c == b'+' || c == b'/');
     valid.then_some(()).ok_or(())
 }
 

@@ -98,23 +98,10 @@ impl Kept {
     }
 }
 
-/// Writes `bytes` to `path` whole (a temporary file renamed over it),
-/// readable by the owner only.
+/// Writes `bytes` to `path` whole, readable by the owner only.
 fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+    gapura_acme::store::write_whole(path, bytes, 0o600)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// At start: the last good version a pulling node kept in its state

@@ -73,12 +73,10 @@ impl<'s, H: HeaderLines + ?Sized, T: super::trace::Trace> Flow<'s, '_, H, T> {
         let gate = &self.snap.gate;
         let (dims, fleet) = (&gate.quota.dims, &gate.quota.fleet);
         let provided = self.policy.auth.is_some();
-        let lines = (self.decision.identity.clone()).or_else(|| self.state.auth.resumed.clone());
+        let lines = (self.decision.identity.as_deref()).or(self.state.auth.resumed.as_deref());
         let headers = self.req.headers;
         let stripped = &self.entry.extras.identity_strip[..];
-        let read = |name: Option<&'s str>| {
-            read_value((provided, stripped), lines.as_deref(), headers, name)
-        };
+        let read = |name: Option<&'s str>| read_value((provided, stripped), lines, headers, name);
         let keyed =
             |domain: Domain, shared: bool, v: &[u8]| self.state.keyer_for(shared).bytes(domain, v);
         let tenant = read(gate.tenant_header.as_deref())

@@ -116,7 +116,7 @@ impl WindowLease {
         let part = |limit: u32, cap: u32| room(limit).saturating_sub(cap).div_ceil(self.parts);
         self.grant = part(self.limit, self.cap);
         let normal = part(self.normal, self.cap_normal);
-        self.cap = (self.cap + self.grant).min(room(self.limit));
-        self.cap_normal = (self.cap_normal + normal).min(room(self.normal));
+        self.cap = self.cap.saturating_add(self.grant).min(room(self.limit));
+        self.cap_normal = (self.cap_normal.saturating_add(normal)).min(room(self.normal));
     }
 }
